@@ -1,0 +1,40 @@
+# gantry — run `make help` for the targets.
+GO       ?= go
+PKGS     ?= ./...
+BIN      ?= bin/gantry
+# Tests get a generous timeout: the end-to-end sort tests start real processes.
+TESTFLAGS ?= -timeout 20m
+
+.DEFAULT_GOAL := help
+
+help: ## List the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+build: ## Build bin/gantry
+	$(GO) build -o $(BIN) ./cmd/gantry
+
+test: lint ## Run vet, staticcheck and every test with -race (what CI runs)
+	bash scripts/services.sh
+	$(GO) test -race $(TESTFLAGS) $(PKGS)
+
+test-short: ## Run the tests without -race and without the slow end-to-end ones
+	$(GO) test -short $(TESTFLAGS) $(PKGS)
+
+test-race: ## Run every test with the race detector
+	$(GO) test -race $(TESTFLAGS) $(PKGS)
+
+bench: ## Run the Go benchmarks (figures and the full-size commands are in docs/BENCHMARKS.md)
+	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+
+lint: ## gofmt check, go vet, staticcheck, generated code up to date
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt wants to rewrite:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+	$(GO) tool staticcheck $(PKGS)
+
+generate: ## Regenerate protobuf/gRPC code (needs protoc: apt-get install protobuf-compiler)
+	$(GO) generate ./dsort/...
+
+clean: ## Remove build output
+	rm -rf bin
+
+.PHONY: help build test test-short test-race bench lint generate clean

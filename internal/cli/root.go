@@ -1,0 +1,137 @@
+// Package cli turns command lines into calls on gantry's packages. It holds
+// flags, argument checks and output formatting only; every behaviour lives in
+// the subsystem packages (record, extsort, dsort, sched).
+//
+// One file per command group:
+//
+//	gensort.go   gantry gensort        (record)
+//	valsort.go   gantry valsort        (record)
+//	sort.go      gantry sort local     (extsort)
+//	dsort.go     gantry sort master|worker|status (dsort)
+//	sched.go     gantry sched bench    (sched)
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime/debug"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/cobra"
+)
+
+// Env is what main hands to the CLI: the arguments, the output streams and
+// the process-wide logger and metrics registry.
+type Env struct {
+	Args     []string
+	Stdout   io.Writer
+	Stderr   io.Writer
+	Logger   *slog.Logger
+	LogLevel *slog.LevelVar // set from --log-level; may be nil
+	Registry *prometheus.Registry
+}
+
+// exitError carries a specific exit status out of a command.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// withCode wraps err so that Execute exits with code.
+func withCode(code int, err error) error { return &exitError{code: code, err: err} }
+
+// Execute runs the command line in env and returns the process exit status.
+func Execute(ctx context.Context, env Env) int {
+	if env.Logger == nil {
+		env.Logger = slog.New(slog.DiscardHandler)
+	}
+	root := newRoot(&env)
+	root.SetArgs(expandMultiValueFlags(env.Args))
+	root.SetOut(env.Stdout)
+	root.SetErr(env.Stderr)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return 0
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.err != nil && ee.err.Error() != "" {
+			fmt.Fprintf(env.Stderr, "gantry: %v\n", ee.err)
+		}
+		return ee.code
+	}
+	fmt.Fprintf(env.Stderr, "gantry: %v\n", err)
+	if ctx.Err() != nil {
+		return 130
+	}
+	return 1
+}
+
+func newRoot(env *Env) *cobra.Command {
+	var logLevel string
+	root := &cobra.Command{
+		Use:           "gantry",
+		Short:         "Run distributed work: external sort over gRPC, work-stealing scheduler",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if env.LogLevel == nil {
+				return nil
+			}
+			var l slog.Level
+			if err := l.UnmarshalText([]byte(logLevel)); err != nil {
+				return fmt.Errorf("--log-level: %q is not one of debug, info, warn, error", logLevel)
+			}
+			env.LogLevel.Set(l)
+			return nil
+		},
+	}
+	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level on stderr: debug, info, warn, error")
+	root.CompletionOptions.DisableDefaultCmd = true
+	root.AddCommand(
+		newVersionCmd(),
+		newGensortCmd(env),
+		newValsortCmd(env),
+		newSortCmd(env),
+		newSchedCmd(env),
+	)
+	return root
+}
+
+// Version is set at link time (-ldflags "-X .../internal/cli.Version=v1.2.3");
+// otherwise the module version or VCS revision from the build info is used.
+var Version = ""
+
+func newVersionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print gantry's version",
+		Args:  cobra.NoArgs,
+		Run: func(cmd *cobra.Command, _ []string) {
+			fmt.Fprintln(cmd.OutOrStdout(), "gantry", versionString())
+		},
+	}
+}
+
+func versionString() string {
+	if Version != "" {
+		return Version
+	}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "(unknown)"
+	}
+	v := bi.Main.Version
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+			v += " " + s.Value[:12]
+		}
+	}
+	return v + " " + bi.GoVersion
+}
