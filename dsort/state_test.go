@@ -1,0 +1,174 @@
+package dsort
+
+import (
+	"errors"
+	"path/filepath"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/gantryhq/gantry/lifecycle"
+)
+
+func newSM(t *testing.T) *StateMachine {
+	t.Helper()
+	sm, err := NewStateMachine("", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sm
+}
+
+// Seed 000 §10: "allow valid transitions".
+func TestStateMachineAllowsValidTransitions(t *testing.T) {
+	sm := newSM(t)
+	if sm.State() != Initializing {
+		t.Fatalf("initial state %v", sm.State())
+	}
+	for _, s := range []State{Sampling, WaitingForPartitionConfig, Sorting, WaitingForShuffleSignal,
+		Shuffling, WaitingForMergeSignal, Merging, Completed} {
+		if err := sm.Transition(s, "test"); err != nil {
+			t.Fatal(err)
+		}
+		if sm.State() != s {
+			t.Fatalf("state %v, want %v", sm.State(), s)
+		}
+	}
+}
+
+// Seed 000 §10: "reject invalid transitions".
+func TestStateMachineRejectsInvalidTransitions(t *testing.T) {
+	sm := newSM(t)
+	if err := sm.Transition(Sampling, "test"); err != nil {
+		t.Fatal(err)
+	}
+	err := sm.Transition(Shuffling, "test")
+	if !errors.Is(err, lifecycle.ErrInvalidTransition) {
+		t.Fatalf("Sampling -> Shuffling: err = %v", err)
+	}
+	if sm.State() != Sampling {
+		t.Fatalf("state changed to %v", sm.State())
+	}
+}
+
+// The whole table: exactly the seed's edges are allowed.
+func TestStateTableMatchesSeed(t *testing.T) {
+	next := func(s State) State { return s + 1 }
+	sm := newSM(t)
+	for from := Initializing; from <= Failed; from++ {
+		for to := Initializing; to <= Failed; to++ {
+			want := false
+			switch {
+			case from < Completed && (to == next(from) || to == Failed):
+				want = true
+			case from == Failed && to == Initializing:
+				want = true
+			}
+			if got := sm.CanTransition(from, to); got != want {
+				t.Errorf("%v -> %v allowed = %v, want %v", from, to, got, want)
+			}
+		}
+	}
+	for s := Initializing; s <= Failed; s++ {
+		if got, err := ParseState(s.String()); err != nil || got != s {
+			t.Errorf("ParseState(%q) = %v, %v", s.String(), got, err)
+		}
+	}
+	if !Completed.IsTerminal() || !Failed.IsTerminal() || Merging.IsTerminal() {
+		t.Error("IsTerminal wrong")
+	}
+}
+
+// Seed 000 §10: "track state history".
+func TestStateMachineTracksHistory(t *testing.T) {
+	sm := newSM(t)
+	for i, s := range []State{Sampling, WaitingForPartitionConfig, Sorting} {
+		if err := sm.Transition(s, []string{"reason1", "reason2", "reason3"}[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type tr struct {
+		From, To State
+		Reason   string
+	}
+	var got []tr
+	for _, h := range sm.History() {
+		got = append(got, tr{h.From, h.To, h.Reason})
+	}
+	want := []tr{{Initializing, Sampling, "reason1"}, {Sampling, WaitingForPartitionConfig, "reason2"},
+		{WaitingForPartitionConfig, Sorting, "reason3"}}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Fatal(d)
+	}
+}
+
+// Seed 000 §10: "allow Failed -> Initializing for restart".
+func TestStateMachineAllowsRestartAfterFailure(t *testing.T) {
+	sm := newSM(t)
+	for _, s := range []State{Sampling, Failed, Initializing} {
+		if err := sm.Transition(s, "x"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if sm.State() != Initializing {
+		t.Fatal(sm.State())
+	}
+}
+
+// Seed 000 §9: phase durations for Sampling, Sorting, Shuffling, Merging only.
+func TestStateMachinePhaseDurations(t *testing.T) {
+	sm := newSM(t)
+	for s := Sampling; s <= Completed; s++ {
+		if err := sm.Transition(s, "x"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []State
+	for _, p := range sm.Phases() {
+		if !p.Done || p.Duration() < 0 {
+			t.Errorf("phase %+v not closed", p)
+		}
+		got = append(got, p.Phase)
+	}
+	if d := cmp.Diff([]State{Sampling, Sorting, Shuffling, Merging}, got); d != "" {
+		t.Fatal(d)
+	}
+}
+
+// Seed 000 §8.2: the state is saved on every transition, under the worker's
+// own directory.
+func TestStateMachinePersistsUnderDir(t *testing.T) {
+	dir := t.TempDir()
+	sm, err := NewStateMachine(dir, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sm.Transition(Sampling, "registered"); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := lifecycle.LoadSnapshot(filepath.Join(dir, StateFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := ParseState(snap.State); err != nil || st != Sampling {
+		t.Fatalf("persisted %q", snap.State)
+	}
+}
+
+func TestProgressBands(t *testing.T) {
+	cases := []struct {
+		s    State
+		frac float64
+		want float64
+	}{
+		{Initializing, 0, 0}, {Sampling, 0, 10}, {WaitingForPartitionConfig, 0, 15},
+		{Sorting, 0.5, 35}, {WaitingForShuffleSignal, 0, 55}, {Shuffling, 1, 80},
+		{WaitingForMergeSignal, 0, 80}, {Merging, 0.5, 90}, {Completed, 0, 100}, {Failed, 1, 0},
+		{Sorting, 2, 55},
+	}
+	for _, c := range cases {
+		if got := Progress(c.s, c.frac); got != c.want {
+			t.Errorf("Progress(%v, %v) = %v, want %v", c.s, c.frac, got, c.want)
+		}
+	}
+}
