@@ -1,0 +1,2 @@
+#!/bin/sh
+exec go tool protoc-gen-go-grpc "$@"
