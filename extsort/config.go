@@ -1,0 +1,141 @@
+package extsort
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime"
+	"syscall"
+)
+
+// Config controls a sort. The zero value is usable: every field documents
+// its default.
+type Config struct {
+	// Memory is the budget for the sort's buffers in bytes. Zero means a
+	// quarter of the machine's RAM. Peak RSS stays within Memory plus a small
+	// fixed overhead (the Go runtime, goroutine stacks, file buffers of the
+	// page cache excluded). Sort and GenerateRuns need at least MinMemory;
+	// Merge works with less by merging in several passes.
+	Memory int64
+	// TempDir is where runs are spilled. Empty means os.TempDir(). Sort makes
+	// its own subdirectory there and removes it when it returns.
+	TempDir string
+	// Workers is how many goroutines sort, gather and merge. Zero means
+	// GOMAXPROCS.
+	Workers int
+	// PartitionSize is the size of each output partition.<n> file in bytes
+	// (the last one may be shorter). Zero means 128 MiB. Rounded down to a
+	// whole number of records.
+	PartitionSize int64
+	// FirstPartition is the number of the first output file (partition.<n>).
+	FirstPartition int
+	// Logger receives debug and info lines; nil discards them.
+	Logger *slog.Logger
+	// Progress, if set, is called with each phase's increments of bytes
+	// done. It is called from several goroutines at once.
+	Progress func(phase Phase, bytes int64)
+}
+
+// MinMemory is the smallest memory budget accepted.
+const MinMemory = 16 << 20
+
+// ErrConfig is wrapped by every configuration error.
+var ErrConfig = errors.New("extsort: bad config")
+
+// Phase names a stage of a sort, for progress and statistics.
+type Phase int
+
+const (
+	PhaseRead  Phase = iota // reading input and sorting chunks in memory
+	PhaseSpill              // writing sorted runs to the temp dir
+	PhaseMerge              // merging runs (or writing the in-memory result) into the output
+)
+
+func (p Phase) String() string {
+	switch p {
+	case PhaseRead:
+		return "read+sort"
+	case PhaseSpill:
+		return "spill"
+	case PhaseMerge:
+		return "merge+write"
+	}
+	return fmt.Sprintf("Phase(%d)", int(p))
+}
+
+const (
+	defaultPartitionSize = 128 << 20
+	// gatherBufSize is each worker's buffer for writing sorted records.
+	gatherBufSize = 4 << 20
+	// fixedSlack is kept out of the chunk for everything else the sort
+	// allocates (histograms, bucket lists, merge cursors).
+	fixedSlack = 4 << 20
+	// entryOverhead is the in-memory cost per record on top of its 100 bytes:
+	// two 16-byte entries (the sort's source and scratch).
+	entryOverhead = 32
+)
+
+// withDefaults returns c with defaults filled in, or an error naming the bad field.
+func (c Config) withDefaults() (Config, error) {
+	if c.Memory == 0 {
+		c.Memory = defaultMemory()
+	}
+	if c.Memory < 0 {
+		return c, fmt.Errorf("%w: memory budget %d is negative", ErrConfig, c.Memory)
+	}
+	if c.Workers == 0 {
+		c.Workers = runtime.GOMAXPROCS(0)
+	}
+	if c.Workers < 0 {
+		return c, fmt.Errorf("%w: workers %d is negative", ErrConfig, c.Workers)
+	}
+	if c.PartitionSize == 0 {
+		c.PartitionSize = defaultPartitionSize
+	}
+	c.PartitionSize -= c.PartitionSize % recSize
+	if c.PartitionSize <= 0 {
+		return c, fmt.Errorf("%w: partition size must be at least one %d-byte record", ErrConfig, recSize)
+	}
+	if c.FirstPartition < 0 {
+		return c, fmt.Errorf("%w: first partition number %d is negative", ErrConfig, c.FirstPartition)
+	}
+	if c.TempDir == "" {
+		c.TempDir = os.TempDir()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Progress == nil {
+		c.Progress = func(Phase, int64) {}
+	}
+	return c, nil
+}
+
+// checkSortMemory rejects budgets too small for run generation.
+func (c Config) checkSortMemory() error {
+	if c.Memory < MinMemory {
+		return fmt.Errorf("%w: memory budget %d bytes is below the minimum of %d MiB", ErrConfig, c.Memory, MinMemory>>20)
+	}
+	return nil
+}
+
+// chunkRecords is how many records one in-memory chunk may hold within the
+// budget: each costs its 100 bytes plus two entries, and every worker has a
+// gather buffer.
+func (c Config) chunkRecords() int64 {
+	avail := c.Memory - int64(c.Workers)*gatherBufSize - fixedSlack
+	n := avail / (recSize + entryOverhead)
+	if n > indexMask {
+		n = indexMask
+	}
+	return max(n, 1)
+}
+
+func defaultMemory() int64 {
+	var si syscall.Sysinfo_t
+	if err := syscall.Sysinfo(&si); err != nil || si.Totalram == 0 {
+		return 1 << 30
+	}
+	return int64(si.Totalram) * int64(si.Unit) / 4
+}

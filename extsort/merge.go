@@ -1,0 +1,233 @@
+package extsort
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"os"
+)
+
+// cursor reads one sorted segment record by record through a buffer.
+//
+// Invariant: unless done, buf[pos:pos+recSize] is the current record and
+// (hi, lo) is its key.
+type cursor struct {
+	f        *os.File
+	path     string
+	off, end int64 // next byte of the segment to read, and its end
+	buf      []byte
+	pos, lim int
+	hi       uint64
+	lo       uint16
+	done     bool
+}
+
+func (c *cursor) load() {
+	r := c.buf[c.pos : c.pos+keySize]
+	c.hi = binary.BigEndian.Uint64(r)
+	c.lo = binary.BigEndian.Uint16(r[8:])
+}
+
+// next advances to the following record, refilling the buffer when needed.
+func (c *cursor) next() error {
+	c.pos += recSize
+	if c.pos < c.lim {
+		c.load()
+		return nil
+	}
+	return c.refill()
+}
+
+func (c *cursor) refill() error {
+	if c.off >= c.end {
+		c.done = true
+		return nil
+	}
+	n := int(min(int64(len(c.buf)), c.end-c.off))
+	if _, err := c.f.ReadAt(c.buf[:n], c.off); err != nil {
+		return fmt.Errorf("extsort: merge: read %s at %d: %w", c.path, c.off, err)
+	}
+	c.off += int64(n)
+	c.pos, c.lim = 0, n
+	c.load()
+	return nil
+}
+
+// loserTree picks the smallest current record among k cursors in log2(k)
+// comparisons per record. Ties go to the lower cursor index, which makes the
+// merge stable when segments are given in input order.
+//
+// Layout: the leaves are the cursors, at implicit positions k..2k-1; node n
+// has children 2n and 2n+1; nodes[n] (1 <= n < k) holds the loser of the
+// match at n, and nodes[0] the overall winner.
+type loserTree struct {
+	cur   []*cursor
+	nodes []int
+}
+
+// less orders cursors by (key, index); exhausted cursors sort last.
+func (t *loserTree) less(a, b int) bool {
+	ca, cb := t.cur[a], t.cur[b]
+	switch {
+	case ca.done:
+		return false
+	case cb.done:
+		return true
+	case ca.hi != cb.hi:
+		return ca.hi < cb.hi
+	case ca.lo != cb.lo:
+		return ca.lo < cb.lo
+	}
+	return a < b
+}
+
+func newLoserTree(cur []*cursor) *loserTree {
+	k := len(cur)
+	t := &loserTree{cur: cur, nodes: make([]int, k)}
+	winners := make([]int, 2*k)
+	for i := 0; i < k; i++ {
+		winners[k+i] = i
+	}
+	for n := k - 1; n >= 1; n-- {
+		a, b := winners[2*n], winners[2*n+1]
+		if t.less(a, b) {
+			winners[n], t.nodes[n] = a, b
+		} else {
+			winners[n], t.nodes[n] = b, a
+		}
+	}
+	t.nodes[0] = winners[1]
+	return t
+}
+
+// fix replays the matches on the path of the winner after it advanced.
+func (t *loserTree) fix() {
+	w := t.nodes[0]
+	for n := (w + len(t.cur)) / 2; n >= 1; n /= 2 {
+		if t.less(t.nodes[n], w) {
+			t.nodes[n], w = w, t.nodes[n]
+		}
+	}
+	t.nodes[0] = w
+}
+
+const (
+	minMergeBuf = 64 << 10
+	maxMergeBuf = 4 << 20
+	mergeOutBuf = 1 << 20
+)
+
+// mergeBufSize splits a memory budget over k input buffers.
+func mergeBufSize(memory int64, k int) int {
+	b := (memory - mergeOutBuf) / int64(k)
+	b = max(minMergeBuf, min(b, maxMergeBuf))
+	return int(b - b%recSize)
+}
+
+// Merge k-way merges sorted segments with a loser tree and writes the
+// records to w. Ties go to the earlier segment, so the merge is stable when
+// segments are given in input order. Buffers stay within cfg.Memory; when
+// there are too many segments for the budget, groups of them are first
+// merged into temporary runs under cfg.TempDir. progress, if set, receives
+// bytes written.
+func Merge(ctx context.Context, cfg Config, segs []Segment, w io.Writer, progress func(int64)) error {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return err
+	}
+	if progress == nil {
+		progress = func(int64) {}
+	}
+	fanIn := int(max(2, (cfg.Memory-mergeOutBuf)/minMergeBuf))
+	if len(segs) > fanIn {
+		dir, err := os.MkdirTemp(cfg.TempDir, "gantry-merge-*")
+		if err != nil {
+			return fmt.Errorf("extsort: merge: %w", err)
+		}
+		defer os.RemoveAll(dir)
+		for len(segs) > fanIn {
+			f, err := os.CreateTemp(dir, "pass-*")
+			if err != nil {
+				return fmt.Errorf("extsort: merge: %w", err)
+			}
+			var n int64
+			err = mergeSegments(ctx, cfg.Memory, segs[:fanIn], f, func(b int64) { n += b })
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return err
+			}
+			// The merged group replaces its members at the front, keeping
+			// input order for stability.
+			segs = append([]Segment{{Path: f.Name(), Length: n}}, segs[fanIn:]...)
+		}
+	}
+	return mergeSegments(ctx, cfg.Memory, segs, w, progress)
+}
+
+func mergeSegments(ctx context.Context, memory int64, segs []Segment, w io.Writer, progress func(int64)) error {
+	var cur []*cursor
+	defer func() {
+		for _, c := range cur {
+			c.f.Close()
+		}
+	}()
+	var live []Segment
+	for _, s := range segs {
+		if s.Length%recSize != 0 || s.Offset%recSize != 0 {
+			return fmt.Errorf("extsort: merge: segment %s [%d,+%d) is not whole records", s.Path, s.Offset, s.Length)
+		}
+		if s.Length > 0 {
+			live = append(live, s)
+		}
+	}
+	if len(live) == 0 {
+		return nil
+	}
+	bufSize := mergeBufSize(memory, len(live))
+	for _, s := range live {
+		f, err := os.Open(s.Path)
+		if err != nil {
+			return fmt.Errorf("extsort: merge: %w", err)
+		}
+		c := &cursor{f: f, path: s.Path, off: s.Offset, end: s.Offset + s.Length, buf: make([]byte, bufSize)}
+		cur = append(cur, c)
+		if err := c.refill(); err != nil {
+			return err
+		}
+	}
+	t := newLoserTree(cur)
+	out := make([]byte, mergeOutBuf-mergeOutBuf%recSize)
+	n := 0
+	for {
+		c := cur[t.nodes[0]]
+		if c.done {
+			break // the winner is exhausted, so all are
+		}
+		copy(out[n:n+recSize], c.buf[c.pos:c.pos+recSize])
+		n += recSize
+		if n == len(out) {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if _, err := w.Write(out); err != nil {
+				return fmt.Errorf("extsort: merge: write: %w", err)
+			}
+			progress(int64(n))
+			n = 0
+		}
+		if err := c.next(); err != nil {
+			return err
+		}
+		t.fix()
+	}
+	if n > 0 {
+		if _, err := w.Write(out[:n]); err != nil {
+			return fmt.Errorf("extsort: merge: write: %w", err)
+		}
+		progress(int64(n))
+	}
+	return nil
+}

@@ -1,0 +1,163 @@
+package extsort
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Stats describes a finished sort.
+type Stats struct {
+	Records    int64
+	Bytes      int64
+	InMemory   bool // the input fit the budget: no runs were spilled
+	Runs       int  // sorted runs spilled to the temp dir
+	Partitions int  // partition.<n> files written
+	// Phase durations. Read+sort covers reading the input and sorting it in
+	// memory; Spill covers writing runs; Merge covers merging (or, in
+	// memory, gathering) into the output files.
+	ReadSort, Spill, Merge time.Duration
+}
+
+// Sort sorts the records of inputs into partition.<n> files in outDir,
+// numbered from cfg.FirstPartition, each cfg.PartitionSize bytes except the
+// last. outDir is created if needed; it may hold partition files of an
+// earlier sort (they are replaced) but nothing else. Nothing appears in
+// outDir until the whole output is written; on error or cancellation the
+// partial output and every temporary file are removed.
+//
+// Empty input (no records) writes nothing and returns zero Stats.
+func Sort(ctx context.Context, cfg Config, inputs []Input, outDir string) (Stats, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return Stats{}, err
+	}
+	if err := cfg.checkSortMemory(); err != nil {
+		return Stats{}, err
+	}
+	var st Stats
+	for _, in := range inputs {
+		st.Bytes += in.Size
+	}
+	st.Records = st.Bytes / recSize
+	if err := prepareOutputDir(outDir); err != nil {
+		return Stats{}, err
+	}
+	if st.Bytes == 0 {
+		return st, nil
+	}
+	staging, err := os.MkdirTemp(outDir, stagingPrefix+"*")
+	if err != nil {
+		return Stats{}, fmt.Errorf("extsort: output directory: %w", err)
+	}
+	defer os.RemoveAll(staging)
+
+	out, err := newPartOutput(staging, cfg.FirstPartition, cfg.PartitionSize, st.Bytes)
+	if err != nil {
+		return Stats{}, err
+	}
+	defer out.Close()
+	st.Partitions = len(out.files)
+
+	if st.Records <= cfg.chunkRecords() {
+		err = sortInMemory(ctx, cfg, inputs, out, &st)
+	} else {
+		err = sortExternal(ctx, cfg, inputs, out, &st)
+	}
+	if err != nil {
+		return Stats{}, err
+	}
+	if err := out.Close(); err != nil {
+		return Stats{}, err
+	}
+	if _, err := commitOutput(outDir, staging); err != nil {
+		return Stats{}, err
+	}
+	return st, nil
+}
+
+func sortInMemory(ctx context.Context, cfg Config, inputs []Input, out *partOutput, st *Stats) error {
+	st.InMemory = true
+	t0 := time.Now()
+	s := newSorter(cfg, st.Bytes)
+	rd := &chunkReader{inputs: inputs}
+	n, err := rd.fill(ctx, s.buf, cfg.Workers)
+	if err != nil {
+		return err
+	}
+	cfg.Progress(PhaseRead, int64(n))
+	sorted := s.sortChunk(n)
+	t1 := time.Now()
+	st.ReadSort = t1.Sub(t0)
+	err = s.writeSorted(ctx, sorted, out, 0, PhaseMerge)
+	st.Merge = time.Since(t1)
+	return err
+}
+
+func sortExternal(ctx context.Context, cfg Config, inputs []Input, out *partOutput, st *Stats) error {
+	tmp, err := os.MkdirTemp(cfg.TempDir, "gantry-sort-*")
+	if err != nil {
+		return fmt.Errorf("extsort: temp directory: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+
+	s := newSorter(cfg, st.Bytes)
+	runs, err := s.generateRuns(ctx, inputs, tmp)
+	if err != nil {
+		return err
+	}
+	st.Runs = len(runs)
+	st.ReadSort, st.Spill = s.readSort, s.spill
+	// The chunk buffers are garbage now; give them back before the merge
+	// allocates its own, so peak RSS stays within the budget.
+	s = nil
+	debug.FreeOSMemory()
+
+	t1 := time.Now()
+	parts := max(1, min(4*cfg.Workers, int(st.Records/1024)))
+	ranges, err := splitRuns(runs, parts)
+	if err != nil {
+		return err
+	}
+	cfg.Logger.Debug("merging", "runs", len(runs), "ranges", len(ranges))
+	mcfg := cfg
+	mcfg.Memory = (cfg.Memory - fixedSlack) / int64(cfg.Workers)
+	mcfg.Workers = 1
+	var next atomic.Int64
+	errs := make([]error, cfg.Workers)
+	var wg sync.WaitGroup
+	for w := 0; w < cfg.Workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(ranges) {
+					return
+				}
+				var off int64
+				for _, seg := range ranges[i] {
+					off += seg.Offset
+				}
+				ow := &offsetWriter{w: out, off: off}
+				err := Merge(ctx, mcfg, ranges[i], ow, func(n int64) { cfg.Progress(PhaseMerge, n) })
+				if err != nil {
+					errs[w] = err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	st.Merge = time.Since(t1)
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return ctx.Err()
+}
