@@ -1,0 +1,203 @@
+package sched
+
+import (
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"github.com/gantryhq/gantry/sched/internal/deque"
+)
+
+// worker is one scheduling goroutine with its own deque.
+type worker struct {
+	s  *Scheduler
+	id int
+	dq *deque.Deque[proc] // Push/Pop: this worker only; StealHalfInto: any worker
+
+	// Fields below are touched only by this worker's goroutine.
+	rng      *rand.Rand
+	tick     uint32 // times findWork was entered; drives the global check
+	spinning bool   // counted in s.nspin
+	last     *proc  // process run last, for the run-streak bound
+	streak   int    // consecutive runs of last
+
+	// Guarded by s.idleMu.
+	cond   *sync.Cond // L = &s.idleMu
+	parked bool       // in s.idle, waiting on cond
+	token  bool       // woken by wakeOne, which counted us in s.nspin
+
+	// Counters for Stats: Add by this worker only, Load by anyone.
+	steps, steals, stealOps, globalPops, parks atomic.Uint64
+}
+
+func newWorker(s *Scheduler, id int) *worker {
+	return &worker{
+		s:    s,
+		id:   id,
+		dq:   deque.New[proc](256),
+		rng:  rand.New(rand.NewPCG(uint64(id)+1, 0x9e3779b97f4a7c15)),
+		cond: sync.NewCond(&s.idleMu),
+	}
+}
+
+func (w *worker) loop() {
+	defer w.s.wg.Done()
+	for {
+		p := w.findWork()
+		if p == nil {
+			return
+		}
+		w.run(p)
+	}
+}
+
+// pushLocal queues a Ready process on this worker's deque. Owner only.
+// The owner runs the newest item next, so one queued item needs no help; from
+// the second on there is work for a thief, so a parked worker is woken (if
+// nobody is searching already). This is what keeps a ping-pong between two
+// processes on one worker instead of bouncing wake-ups between two.
+func (w *worker) pushLocal(p *proc) {
+	w.dq.Push(p)
+	if w.dq.Len() >= 2 {
+		w.s.wakeOne()
+	}
+}
+
+// findWork returns the next Ready process to run, spinning and parking while
+// there is none; nil means the scheduler is exiting.
+func (w *worker) findWork() *proc {
+	s := w.s
+	spins := 0
+	for {
+		if s.exit.Load() {
+			w.stopSpinning(false)
+			return nil
+		}
+		if p := w.tryFind(); p != nil {
+			w.stopSpinning(true)
+			return p
+		}
+		if !w.spinning {
+			w.spinning = true
+			s.nspin.Add(1)
+		}
+		spins++
+		switch {
+		case spins < spinTight:
+		case spins < spinYield:
+			runtime.Gosched()
+		default:
+			w.stopSpinning(false)
+			w.park()
+			spins = 0
+		}
+	}
+}
+
+// tryFind looks once in every source, in priority order.
+func (w *worker) tryFind() *proc {
+	s := w.s
+	w.tick++
+	if w.tick%globalCheckTicks == 0 {
+		// Fairness: the global queue first, now and then, even when the
+		// deque is never empty.
+		if p := s.global.pop(); p != nil {
+			w.globalPops.Add(1)
+			return p
+		}
+	}
+	if p := w.dq.Pop(); p != nil {
+		return p
+	}
+	if p := s.global.popBatch(w, globalBatch); p != nil {
+		w.globalPops.Add(uint64(1 + w.dq.Len()))
+		if w.dq.Len() > 0 {
+			s.wakeOne()
+		}
+		return p
+	}
+	return w.steal()
+}
+
+// steal takes half of a random victim's deque (trying every other worker
+// once, from a random start) and returns one of the stolen processes.
+func (w *worker) steal() *proc {
+	ws := w.s.workers
+	n := len(ws)
+	if n < 2 {
+		return nil
+	}
+	start := w.rng.IntN(n)
+	for i := 0; i < n; i++ {
+		v := ws[(start+i)%n]
+		if v == w || v.dq.Len() == 0 {
+			continue
+		}
+		if k := v.dq.StealHalfInto(w.dq, stealMax); k > 0 {
+			w.steals.Add(uint64(k))
+			w.stealOps.Add(1)
+			return w.dq.Pop()
+		}
+	}
+	return nil
+}
+
+// stopSpinning leaves the searching state. If this worker was the last
+// searcher and found work, and more work is visible, it wakes another worker
+// so the remaining work does not wait for this one (the Go runtime's
+// resetspinning).
+func (w *worker) stopSpinning(found bool) {
+	if !w.spinning {
+		return
+	}
+	w.spinning = false
+	if w.s.nspin.Add(-1) == 0 && found && w.s.hasWork() {
+		w.s.wakeOne()
+	}
+}
+
+// park sleeps until wakeOne or Stop wakes this worker. Not spinning on entry.
+//
+// Check-then-park, the "check" half of pair #2: under idleMu we add
+// ourselves to idle and nparked (publish), then re-check every queue; only if
+// all are empty do we wait. A producer queues first and reads nparked second,
+// so it either sees us (and wakeOne signals us: it needs idleMu, which cond.Wait
+// releases only once we are waiting) or we see its work here.
+func (w *worker) park() {
+	s := w.s
+	s.idleMu.Lock()
+	s.idle = append(s.idle, w)
+	w.parked = true
+	s.nparked.Add(1)
+	if s.hasWork() || s.exit.Load() {
+		w.unparkLocked()
+		s.idleMu.Unlock()
+		return
+	}
+	w.parks.Add(1)
+	for w.parked && !s.exit.Load() {
+		w.cond.Wait()
+	}
+	if w.parked { // woken by Stop, not by wakeOne
+		w.unparkLocked()
+	}
+	if w.token {
+		w.token = false
+		w.spinning = true // wakeOne counted us in nspin
+	}
+	s.idleMu.Unlock()
+}
+
+// unparkLocked takes w out of the idle list. Requires s.idleMu.
+func (w *worker) unparkLocked() {
+	s := w.s
+	for i, x := range s.idle {
+		if x == w {
+			s.idle = append(s.idle[:i], s.idle[i+1:]...)
+			break
+		}
+	}
+	w.parked = false
+	s.nparked.Add(-1)
+}
