@@ -130,21 +130,31 @@ func TestSortMatchesStableReference(t *testing.T) {
 		files  []int // records per input file
 		memory int64
 		part   int64
+		chunk  int // in-memory sort chunk (entries); 0 = default
 	}{
-		{"uniform in memory", "uniform", []int{5000, 3000, 0, 2000}, 64 << 20, 0},
-		{"uniform external", "uniform", []int{150000, 70000}, MinMemory, 0},
-		{"ascii external small partitions", "ascii", []int{100000, 100000}, MinMemory, 1 << 20},
-		{"all keys equal external", "allequal", []int{90000, 90000}, MinMemory, 4 << 20},
-		{"all keys equal in memory", "allequal", []int{20000}, 64 << 20, 0},
-		{"few keys external", "fewkeys", []int{120000, 60000, 1}, MinMemory, 0},
-		{"skew90 external", "skew90", []int{200000}, MinMemory, 3 << 20},
-		{"shared prefix", "prefix", []int{50000, 50000}, MinMemory, 0},
-		{"descending", "descending", []int{30000}, 64 << 20, 0},
-		{"one record", "uniform", []int{1}, MinMemory, 0},
-		{"partition of one record", "uniform", []int{7}, MinMemory, 100},
+		{"uniform in memory", "uniform", []int{5000, 3000, 0, 2000}, 64 << 20, 0, 0},
+		{"uniform external", "uniform", []int{150000, 70000}, MinMemory, 0, 0},
+		{"ascii external small partitions", "ascii", []int{100000, 100000}, MinMemory, 1 << 20, 0},
+		{"all keys equal external", "allequal", []int{90000, 90000}, MinMemory, 4 << 20, 0},
+		{"all keys equal in memory", "allequal", []int{20000}, 64 << 20, 0, 0},
+		{"few keys external", "fewkeys", []int{120000, 60000, 1}, MinMemory, 0, 0},
+		{"skew90 external", "skew90", []int{200000}, MinMemory, 3 << 20, 0},
+		{"shared prefix", "prefix", []int{50000, 50000}, MinMemory, 0, 0},
+		{"descending", "descending", []int{30000}, 64 << 20, 0, 0},
+		{"one record", "uniform", []int{1}, MinMemory, 0, 0},
+		{"partition of one record", "uniform", []int{7}, MinMemory, 100, 0},
+		{"in memory many chunks uniform", "uniform", []int{30000, 20000}, 64 << 20, 1 << 20, 1000},
+		{"in memory many chunks all equal", "allequal", []int{30000, 20000}, 64 << 20, 1 << 20, 999},
+		{"in memory many chunks skew90", "skew90", []int{60000}, 64 << 20, 0, 4096},
+		{"in memory many chunks few keys", "fewkeys", []int{9, 40000, 0, 1}, 64 << 20, 100 << 10, 3000},
 	}
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.chunk > 0 {
+				old := memSortChunk
+				memSortChunk = tc.chunk
+				defer func() { memSortChunk = old }()
+			}
 			n := 0
 			for _, s := range tc.files {
 				n += s

@@ -8,14 +8,21 @@ import (
 	"os"
 )
 
-// cursor reads one sorted segment record by record through a buffer.
+// source is a sorted byte range of a file to merge, read through ra.
+type source struct {
+	name        string
+	ra          io.ReaderAt
+	off, length int64
+}
+
+// cursor reads one sorted source record by record through a buffer.
 //
 // Invariant: unless done, buf[pos:pos+recSize] is the current record and
 // (hi, lo) is its key.
 type cursor struct {
-	f        *os.File
+	ra       io.ReaderAt
 	path     string
-	off, end int64 // next byte of the segment to read, and its end
+	off, end int64 // next byte of the source to read, and its end
 	buf      []byte
 	pos, lim int
 	hi       uint64
@@ -45,7 +52,7 @@ func (c *cursor) refill() error {
 		return nil
 	}
 	n := int(min(int64(len(c.buf)), c.end-c.off))
-	if _, err := c.f.ReadAt(c.buf[:n], c.off); err != nil {
+	if _, err := c.ra.ReadAt(c.buf[:n], c.off); err != nil {
 		return fmt.Errorf("extsort: merge: read %s at %d: %w", c.path, c.off, err)
 	}
 	c.off += int64(n)
@@ -167,36 +174,55 @@ func Merge(ctx context.Context, cfg Config, segs []Segment, w io.Writer, progres
 	return mergeSegments(ctx, cfg.Memory, segs, w, progress)
 }
 
+// mergeSegments opens the segments' files and merges them.
 func mergeSegments(ctx context.Context, memory int64, segs []Segment, w io.Writer, progress func(int64)) error {
-	var cur []*cursor
+	files := map[string]*os.File{}
 	defer func() {
-		for _, c := range cur {
-			c.f.Close()
+		for _, f := range files {
+			f.Close()
 		}
 	}()
-	var live []Segment
+	srcs := make([]source, 0, len(segs))
 	for _, s := range segs {
-		if s.Length%recSize != 0 || s.Offset%recSize != 0 {
+		if s.Length%recSize != 0 || s.Offset%recSize != 0 || s.Offset < 0 || s.Length < 0 {
 			return fmt.Errorf("extsort: merge: segment %s [%d,+%d) is not whole records", s.Path, s.Offset, s.Length)
 		}
-		if s.Length > 0 {
-			live = append(live, s)
+		f := files[s.Path]
+		if f == nil {
+			var err error
+			if f, err = os.Open(s.Path); err != nil {
+				return fmt.Errorf("extsort: merge: %w", err)
+			}
+			files[s.Path] = f
+		}
+		srcs = append(srcs, source{name: s.Path, ra: f, off: s.Offset, length: s.Length})
+	}
+	return mergeSources(ctx, memory, srcs, w, progress)
+}
+
+// mergeSources is the merge loop; each source gets a read buffer from the
+// memory budget.
+func mergeSources(ctx context.Context, memory int64, srcs []source, w io.Writer, progress func(int64)) error {
+	var cur []*cursor
+	live := 0
+	for _, s := range srcs {
+		if s.length > 0 {
+			live++
 		}
 	}
-	if len(live) == 0 {
-		return nil
-	}
-	bufSize := mergeBufSize(memory, len(live))
-	for _, s := range live {
-		f, err := os.Open(s.Path)
-		if err != nil {
-			return fmt.Errorf("extsort: merge: %w", err)
+	bufSize := mergeBufSize(memory, max(live, 1))
+	for _, s := range srcs {
+		if s.length == 0 {
+			continue
 		}
-		c := &cursor{f: f, path: s.Path, off: s.Offset, end: s.Offset + s.Length, buf: make([]byte, bufSize)}
-		cur = append(cur, c)
+		c := &cursor{ra: s.ra, path: s.name, off: s.off, end: s.off + s.length, buf: make([]byte, bufSize)}
 		if err := c.refill(); err != nil {
 			return err
 		}
+		cur = append(cur, c)
+	}
+	if len(cur) == 0 {
+		return nil
 	}
 	t := newLoserTree(cur)
 	out := make([]byte, mergeOutBuf-mergeOutBuf%recSize)

@@ -104,7 +104,7 @@ func readAt(p readPiece, buf []byte) error {
 	return nil
 }
 
-// sorter owns the reusable buffers of run generation.
+// sorter owns the reusable buffers of run generation. Call free when done.
 type sorter struct {
 	cfg    Config
 	buf    []byte  // one chunk of records
@@ -112,16 +112,16 @@ type sorter struct {
 	gather [][]byte
 
 	readSort, spill time.Duration // time spent in each phase so far
+	free            func()
 }
 
-func newSorter(cfg Config, totalBytes int64) *sorter {
-	recs := min(cfg.chunkRecords(), totalBytes/recSize)
-	s := &sorter{
-		cfg: cfg,
-		buf: make([]byte, recs*recSize),
-		es:  make([]entry, recs),
-		t:   make([]entry, recs),
-	}
+// newSorter allocates buffers for chunks of up to chunkRecs records.
+func newSorter(cfg Config, chunkRecs int64) *sorter {
+	recs := chunkRecs
+	buf, f1 := bigAlloc(int(recs * recSize))
+	es, f2 := bigEntries(int(recs))
+	t, f3 := bigEntries(int(recs))
+	s := &sorter{cfg: cfg, buf: buf, es: es, t: t, free: func() { f1(); f2(); f3() }}
 	s.gather = make([][]byte, cfg.Workers)
 	for i := range s.gather {
 		s.gather[i] = make([]byte, gatherBufSize-gatherBufSize%recSize)
@@ -197,7 +197,8 @@ func GenerateRuns(ctx context.Context, cfg Config, inputs []Input, dir string, p
 			progress(n)
 		}
 	}
-	s := newSorter(cfg, total)
+	s := newSorter(cfg, min(cfg.chunkRecords(), total/recSize))
+	defer s.free()
 	runs, err := s.generateRuns(ctx, inputs, dir)
 	if err != nil {
 		for _, r := range runs {
@@ -208,6 +209,7 @@ func GenerateRuns(ctx context.Context, cfg Config, inputs []Input, dir string, p
 	return runs, nil
 }
 
+// generateRuns spills sorted runs into dir.
 func (s *sorter) generateRuns(ctx context.Context, inputs []Input, dir string) ([]Run, error) {
 	rd := &chunkReader{inputs: inputs}
 	var runs []Run

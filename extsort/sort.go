@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -63,7 +62,7 @@ func Sort(ctx context.Context, cfg Config, inputs []Input, outDir string) (Stats
 	defer out.Close()
 	st.Partitions = len(out.files)
 
-	if st.Records <= cfg.chunkRecords() {
+	if inMemoryCost(cfg, st.Records) <= cfg.Memory && st.Records < indexMask {
 		err = sortInMemory(ctx, cfg, inputs, out, &st)
 	} else {
 		err = sortExternal(ctx, cfg, inputs, out, &st)
@@ -80,53 +79,39 @@ func Sort(ctx context.Context, cfg Config, inputs []Input, outDir string) (Stats
 	return st, nil
 }
 
-func sortInMemory(ctx context.Context, cfg Config, inputs []Input, out *partOutput, st *Stats) error {
-	st.InMemory = true
-	t0 := time.Now()
-	s := newSorter(cfg, st.Bytes)
-	rd := &chunkReader{inputs: inputs}
-	n, err := rd.fill(ctx, s.buf, cfg.Workers)
-	if err != nil {
-		return err
-	}
-	cfg.Progress(PhaseRead, int64(n))
-	sorted := s.sortChunk(n)
-	t1 := time.Now()
-	st.ReadSort = t1.Sub(t0)
-	err = s.writeSorted(ctx, sorted, out, 0, PhaseMerge)
-	st.Merge = time.Since(t1)
-	return err
-}
-
+// sortExternal spills sorted runs of the memory budget's size to the temp
+// dir, cuts the runs into ranges with composite splitters, and merges the
+// ranges in parallel, each straight to its place in the output.
 func sortExternal(ctx context.Context, cfg Config, inputs []Input, out *partOutput, st *Stats) error {
 	tmp, err := os.MkdirTemp(cfg.TempDir, "gantry-sort-*")
 	if err != nil {
 		return fmt.Errorf("extsort: temp directory: %w", err)
 	}
 	defer os.RemoveAll(tmp)
-
-	s := newSorter(cfg, st.Bytes)
+	s := newSorter(cfg, min(cfg.chunkRecords(), st.Records))
 	runs, err := s.generateRuns(ctx, inputs, tmp)
+	// Give the chunk buffers back before the merge allocates its own, so
+	// peak RSS stays within the budget.
+	s.free()
 	if err != nil {
 		return err
 	}
 	st.Runs = len(runs)
 	st.ReadSort, st.Spill = s.readSort, s.spill
-	// The chunk buffers are garbage now; give them back before the merge
-	// allocates its own, so peak RSS stays within the budget.
-	s = nil
-	debug.FreeOSMemory()
 
 	t1 := time.Now()
+	srcs, closeRuns, err := openRuns(runs)
+	if err != nil {
+		return err
+	}
+	defer closeRuns()
 	parts := max(1, min(4*cfg.Workers, int(st.Records/1024)))
-	ranges, err := splitRuns(runs, parts)
+	ranges, err := splitRuns(srcs, parts)
 	if err != nil {
 		return err
 	}
 	cfg.Logger.Debug("merging", "runs", len(runs), "ranges", len(ranges))
-	mcfg := cfg
-	mcfg.Memory = (cfg.Memory - fixedSlack) / int64(cfg.Workers)
-	mcfg.Workers = 1
+	memory := (cfg.Memory - fixedSlack) / int64(cfg.Workers)
 	var next atomic.Int64
 	errs := make([]error, cfg.Workers)
 	var wg sync.WaitGroup
@@ -139,12 +124,12 @@ func sortExternal(ctx context.Context, cfg Config, inputs []Input, out *partOutp
 				if i >= len(ranges) {
 					return
 				}
-				var off int64
-				for _, seg := range ranges[i] {
-					off += seg.Offset
+				var off int64 // the range starts after everything before it in every run
+				for j, src := range ranges[i] {
+					off += src.off - srcs[j].off
 				}
 				ow := &offsetWriter{w: out, off: off}
-				err := Merge(ctx, mcfg, ranges[i], ow, func(n int64) { cfg.Progress(PhaseMerge, n) })
+				err := mergeSources(ctx, memory, ranges[i], ow, func(n int64) { cfg.Progress(PhaseMerge, n) })
 				if err != nil {
 					errs[w] = err
 					return

@@ -45,36 +45,48 @@ func cmpSplitter(a, b splitter) int {
 // samplesPerRun is how many keys are read from each run to place splitters.
 const samplesPerRun = 1024
 
-// splitRuns cuts runs into at most parts ranges of about equal size that can
-// be merged independently. ranges[i][j] is run j's segment in range i, and
-// the concatenation of the ranges' merges is the merge of the runs.
-func splitRuns(runs []Run, parts int) ([][]Segment, error) {
-	files := make([]*os.File, len(runs))
-	defer func() {
+// openRuns returns a merge source for each run and a function that closes
+// the files.
+func openRuns(runs []Run) ([]source, func(), error) {
+	srcs := make([]source, len(runs))
+	var files []*os.File
+	closeAll := func() {
 		for _, f := range files {
-			if f != nil {
-				f.Close()
-			}
+			f.Close()
 		}
-	}()
+	}
+	for j, r := range runs {
+		srcs[j] = source{name: r.Path, length: r.Records * recSize}
+		f, err := os.Open(r.Path)
+		if err != nil {
+			closeAll()
+			return nil, nil, fmt.Errorf("extsort: %w", err)
+		}
+		files = append(files, f)
+		srcs[j].ra = f
+	}
+	return srcs, closeAll, nil
+}
+
+// splitRuns cuts whole runs into at most parts ranges of about equal size
+// that can be merged independently. ranges[i][j] is run j's part of range
+// i, and the concatenation of the ranges' merges is the merge of the runs.
+func splitRuns(runs []source, parts int) ([][]source, error) {
 	var cands []splitter
 	var total float64
 	for j, r := range runs {
-		f, err := os.Open(r.Path)
-		if err != nil {
-			return nil, fmt.Errorf("extsort: split: %w", err)
-		}
-		files[j] = f
-		m := min(r.Records, samplesPerRun)
+		f := r.ra
+		m := min(r.length/recSize, samplesPerRun)
 		for i := int64(0); i < m; i++ {
-			pos := i * r.Records / m
-			s := splitter{run: j, pos: pos, weighted: float64(r.Records) / float64(m)}
+			recs := r.length / recSize
+			pos := i * recs / m
+			s := splitter{run: j, pos: pos, weighted: float64(recs) / float64(m)}
 			if _, err := f.ReadAt(s.key[:], pos*recSize); err != nil {
-				return nil, fmt.Errorf("extsort: split: read %s: %w", r.Path, err)
+				return nil, fmt.Errorf("extsort: split: read %s: %w", r.name, err)
 			}
 			cands = append(cands, s)
 		}
-		total += float64(r.Records)
+		total += float64(r.length / recSize)
 	}
 	slices.SortFunc(cands, cmpSplitter)
 
@@ -88,7 +100,7 @@ func splitRuns(runs []Run, parts int) ([][]Segment, error) {
 			break
 		}
 		if cum >= float64(next)*total/float64(parts) {
-			row, err := splitterOffsets(files, runs, c)
+			row, err := splitterOffsets(runs, c)
 			if err != nil {
 				return nil, err
 			}
@@ -101,33 +113,34 @@ func splitRuns(runs []Run, parts int) ([][]Segment, error) {
 	}
 	last := make([]int64, len(runs))
 	for j, r := range runs {
-		last[j] = r.Records
+		last[j] = r.length / recSize
 	}
 	offsets = append(offsets, last)
 
-	var ranges [][]Segment
+	var ranges [][]source
 	for i := 0; i+1 < len(offsets); i++ {
-		segs := make([]Segment, len(runs))
+		srcs := make([]source, len(runs))
 		for j, r := range runs {
 			from, to := offsets[i][j], offsets[i+1][j]
-			segs[j] = Segment{Path: r.Path, Offset: from * recSize, Length: (to - from) * recSize}
+			srcs[j] = r
+			srcs[j].off, srcs[j].length = r.off+from*recSize, (to-from)*recSize
 		}
-		ranges = append(ranges, segs)
+		ranges = append(ranges, srcs)
 	}
 	return ranges, nil
 }
 
-func splitterOffsets(files []*os.File, runs []Run, s splitter) ([]int64, error) {
+func splitterOffsets(runs []source, s splitter) ([]int64, error) {
 	row := make([]int64, len(runs))
 	for j, r := range runs {
 		var err error
 		switch {
 		case j < s.run:
-			row[j], err = searchRun(files[j], r, func(k []byte) bool { return bytes.Compare(k, s.key[:]) > 0 })
+			row[j], err = searchRun(r, func(k []byte) bool { return bytes.Compare(k, s.key[:]) > 0 })
 		case j == s.run:
 			row[j] = s.pos
 		default:
-			row[j], err = searchRun(files[j], r, func(k []byte) bool { return bytes.Compare(k, s.key[:]) >= 0 })
+			row[j], err = searchRun(r, func(k []byte) bool { return bytes.Compare(k, s.key[:]) >= 0 })
 		}
 		if err != nil {
 			return nil, err
@@ -138,15 +151,15 @@ func splitterOffsets(files []*os.File, runs []Run, s splitter) ([]int64, error) 
 
 // searchRun returns the first record index in the sorted run whose key
 // satisfies pred (which must be monotone), reading keys with ReadAt.
-func searchRun(f *os.File, r Run, pred func(key []byte) bool) (int64, error) {
+func searchRun(r source, pred func(key []byte) bool) (int64, error) {
 	var key [keySize]byte
 	var rerr error
-	i := sort.Search(int(r.Records), func(i int) bool {
+	i := sort.Search(int(r.length/recSize), func(i int) bool {
 		if rerr != nil {
 			return true
 		}
-		if _, err := f.ReadAt(key[:], int64(i)*recSize); err != nil {
-			rerr = fmt.Errorf("extsort: split: read %s: %w", r.Path, err)
+		if _, err := r.ra.ReadAt(key[:], r.off+int64(i)*recSize); err != nil {
+			rerr = fmt.Errorf("extsort: split: read %s: %w", r.name, err)
 			return true
 		}
 		return pred(key[:])

@@ -17,7 +17,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"runtime/debug"
+	"runtime/pprof"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
@@ -74,13 +76,24 @@ func Execute(ctx context.Context, env Env) int {
 }
 
 func newRoot(env *Env) *cobra.Command {
-	var logLevel string
+	var logLevel, cpuProfile string
+	var stopProfile func()
 	root := &cobra.Command{
 		Use:           "gantry",
 		Short:         "Run distributed work: external sort over gRPC, work-stealing scheduler",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if cpuProfile != "" {
+				f, err := os.Create(cpuProfile)
+				if err != nil {
+					return fmt.Errorf("--cpuprofile: %w", err)
+				}
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return fmt.Errorf("--cpuprofile: %w", err)
+				}
+				stopProfile = func() { pprof.StopCPUProfile(); f.Close() }
+			}
 			if env.LogLevel == nil {
 				return nil
 			}
@@ -93,6 +106,13 @@ func newRoot(env *Env) *cobra.Command {
 		},
 	}
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level on stderr: debug, info, warn, error")
+	root.PersistentFlags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the command to this file (for go tool pprof)")
+	root.PersistentFlags().MarkHidden("cpuprofile")
+	root.PersistentPostRun = func(*cobra.Command, []string) {
+		if stopProfile != nil {
+			stopProfile()
+		}
+	}
 	root.CompletionOptions.DisableDefaultCmd = true
 	root.AddCommand(
 		newVersionCmd(),

@@ -1,6 +1,15 @@
 package cli
 
-import "github.com/spf13/cobra"
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gantryhq/gantry/extsort"
+	"github.com/gantryhq/gantry/internal/progress"
+)
 
 func newSortCmd(env *Env) *cobra.Command {
 	cmd := &cobra.Command{
@@ -13,5 +22,80 @@ func newSortCmd(env *Env) *cobra.Command {
 }
 
 func newSortLocalCmd(env *Env) *cobra.Command {
-	return &cobra.Command{Use: "local", Short: "(not built yet)"}
+	var (
+		inputs  []string
+		output  string
+		cfg     extsort.Config
+		quiet   bool
+		workers int
+	)
+	cmd := &cobra.Command{
+		Use:   "local -I DIR... -O DIR",
+		Short: "Sort all records of the input directories on this machine, within a memory budget",
+		Long: `Sort reads every file under the input directories (100-byte gensort records,
+ASCII or binary, no option needed), sorts them by their 10-byte key and writes
+partition.<n> files of --partition-size bytes into the output directory, which
+holds nothing else when done. Runs that do not fit --memory are spilled to
+--tmp and merged; temporary files are removed on success, failure and Ctrl-C.`,
+		Example: `  gantry sort local -I data/in1 data/in2 -O data/out --memory 256MiB
+  gantry valsort data/out`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if len(inputs) == 0 {
+				return errors.New("sort local: give at least one input directory with -I")
+			}
+			if output == "" {
+				return errors.New("sort local: give the output directory with -O")
+			}
+			cfg.Workers = workers
+			cfg.Logger = env.Logger
+			in, total, err := extsort.ScanInputs(inputs)
+			if err != nil {
+				return err
+			}
+			stderr := cmd.ErrOrStderr()
+			if total == 0 {
+				fmt.Fprintf(stderr, "sort local: no records in %d input file(s); nothing to sort, no output written\n", len(in))
+				_, err := extsort.Sort(cmd.Context(), cfg, in, output) // still checks the output dir
+				return err
+			}
+			var pw = stderr
+			if quiet {
+				pw = nil
+			}
+			bar := progress.Start(pw, "sort", 2*total, progress.Bytes)
+			cfg.Progress = func(p extsort.Phase, n int64) {
+				if p != extsort.PhaseSpill {
+					bar.Add(n)
+				}
+			}
+			start := time.Now()
+			st, err := extsort.Sort(cmd.Context(), cfg, in, output)
+			bar.Abort()
+			if err != nil {
+				return err
+			}
+			el := time.Since(start)
+			mode := "in memory"
+			if !st.InMemory {
+				mode = fmt.Sprintf("external, %d runs", st.Runs)
+			}
+			fmt.Fprintf(stderr, "sorted %d records (%s) from %d files in %s: %.0f MB/s (%s)\n",
+				st.Records, progress.FormatBytes(st.Bytes), len(in), el.Round(time.Millisecond),
+				float64(st.Bytes)/1e6/el.Seconds(), mode)
+			fmt.Fprintf(stderr, "  read+sort %s, spill %s, merge+write %s; %d partition file(s) in %s\n",
+				st.ReadSort.Round(time.Millisecond), st.Spill.Round(time.Millisecond),
+				st.Merge.Round(time.Millisecond), st.Partitions, output)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringArrayVarP(&inputs, "input", "I", nil, "input directories (several may follow one -I)")
+	f.StringVarP(&output, "output", "O", "", "output directory for partition.<n> files")
+	f.Var(sizeValue{&cfg.Memory}, "memory", "memory budget, e.g. 256MiB, 2G (default: a quarter of RAM)")
+	f.StringVar(&cfg.TempDir, "tmp", "", "directory for spilled runs (default: $TMPDIR or /tmp)")
+	f.Var(sizeValue{&cfg.PartitionSize}, "partition-size", "size of each output partition file (default 128MiB)")
+	f.IntVar(&workers, "workers", 0, "goroutines for sorting and merging (default: GOMAXPROCS)")
+	f.BoolVarP(&quiet, "quiet", "q", false, "no progress output")
+	return cmd
 }
