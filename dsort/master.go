@@ -53,6 +53,10 @@ type MasterConfig struct {
 	// OnChange is called, outside locks, each time a worker reports a new
 	// state. Optional.
 	OnChange func(WorkerInfo)
+	// OnShutdown is called once, when the job has ended (succeeded or
+	// aborted) and the master starts shutting down: the place for a caller
+	// to arm a hard-deadline watchdog. Optional.
+	OnShutdown func()
 	// Logger receives the master's log. Default: discard.
 	Logger *slog.Logger
 }
@@ -237,6 +241,9 @@ loop:
 		case <-m.ended:
 			if graceEnd.IsZero() {
 				graceEnd = time.Now().Add(m.cfg.ShutdownGrace)
+				if m.cfg.OnShutdown != nil {
+					m.cfg.OnShutdown()
+				}
 			}
 			if m.allHeardEnd() || !time.Now().Before(graceEnd) || ctx.Err() != nil {
 				break loop

@@ -2,6 +2,7 @@ package dsort
 
 import (
 	"fmt"
+	"strings"
 	"log/slog"
 	"path/filepath"
 
@@ -124,4 +125,10 @@ func Progress(s State, frac float64) float64 {
 		return 100
 	}
 	return 0
+}
+
+// Phase names the coarse phase of seed 000 §7 a state belongs to: waiting
+// states count as the phase they wait after.
+func (s State) Phase() string {
+	return strings.TrimPrefix(phaseOf(s).String(), "PHASE_")
 }

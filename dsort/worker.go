@@ -57,6 +57,10 @@ type WorkerConfig struct {
 	// FetchParallel is how many shuffle streams the worker pulls at once.
 	// Default 4.
 	FetchParallel int
+	// OnShutdown is called once, when the worker starts shutting down (the
+	// master ended the job, this worker failed, or ctx ended): the place for
+	// a caller to arm a hard-deadline watchdog. Optional.
+	OnShutdown func()
 	// OnTransition is called after every state transition. Optional.
 	OnTransition func(lifecycle.Transition[State])
 	// Logger receives the worker's log. Default: discard.
@@ -300,7 +304,14 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 			phasesDone = true
 		}
 	}
+	var shutdownOnce sync.Once
+	shuttingDown := func() {
+		if w.cfg.OnShutdown != nil {
+			shutdownOnce.Do(w.cfg.OnShutdown)
+		}
+	}
 	fail := func(cause error) error {
+		shuttingDown()
 		cancelJob()
 		waitPhases()
 		if !w.sm.Is(Failed, Completed) {
@@ -324,6 +335,7 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 			}
 			w.cfg.Logger.Info("all phases completed; waiting for the master's go to exit")
 		case rep := <-end:
+			shuttingDown()
 			cancelJob()
 			waitPhases()
 			if rep.GetJobSucceeded() && w.sm.Is(Completed) {

@@ -1,6 +1,309 @@
 package cli
 
-import "github.com/spf13/cobra"
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/gantryhq/gantry/dsort"
+	"github.com/gantryhq/gantry/dsort/dsortpb"
+	"github.com/gantryhq/gantry/lifecycle"
+)
+
+// dsortExitDeadline is seed 003's watchdog: once a job has ended, the
+// process exits within this time whatever is still running.
+const dsortExitDeadline = 15 * time.Second
+
+// exitProcess is what the watchdog calls.
+var exitProcess = os.Exit
 
 // addDistributedSortCmds adds `sort master`, `sort worker` and `sort status`.
-func addDistributedSortCmds(parent *cobra.Command, env *Env) {}
+func addDistributedSortCmds(parent *cobra.Command, env *Env) {
+	parent.AddCommand(newSortMasterCmd(env), newSortWorkerCmd(env), newSortStatusCmd(env))
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// armWatchdog starts the hard deadline once: after it, the process exits
+// with code whatever is still running.
+func armWatchdog(stderr io.Writer, what string, code int) func() {
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			lifecycle.StartWatchdog(dsortExitDeadline, func() {
+				fmt.Fprintf(stderr, "gantry: %s still shutting down after %s; forcing exit\n", what, dsortExitDeadline)
+				exitProcess(code)
+			})
+		})
+	}
+}
+
+func newSortMasterCmd(env *Env) *cobra.Command {
+	var (
+		port int
+		cfg  dsort.MasterConfig
+	)
+	cmd := &cobra.Command{
+		Use:   "master N",
+		Short: "Coordinate a distributed sort over N workers",
+		Long: `master waits for N workers (gantry sort worker), computes partition boundaries
+from their samples, runs the shuffle and merge barriers and watches their
+heartbeats. Its stdout is exactly two lines: IP:PORT as soon as it listens,
+then the workers' IPs in worker order once all N have registered. Progress
+and logs go to stderr. A worker that crashes may be restarted with the same
+arguments and rejoins; one that stays away longer than --rejoin-timeout
+aborts the job. The exit status is 0 only when the whole job succeeded.`,
+		Example: `  gantry sort master 3 --port 30040
+  GANTRY_TOKEN=s3cret gantry sort master 4 --rejoin-timeout 2m`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			n, err := strconv.Atoi(args[0])
+			if err != nil || n < 1 {
+				return fmt.Errorf("sort master: N must be a positive number of workers, got %q", args[0])
+			}
+			if port < 0 || port > 65535 {
+				return fmt.Errorf("sort master: --port %d is not a TCP port", port)
+			}
+			cfg.Workers = n
+			cfg.Addr = ":" + strconv.Itoa(port)
+			cfg.Logger = env.Logger
+			return runMaster(cmd.Context(), env, cfg)
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&port, "port", 0, "TCP port to listen on (0: any free port)")
+	f.StringVar(&cfg.Token, "token", os.Getenv("GANTRY_TOKEN"), "shared secret every RPC must carry (default $GANTRY_TOKEN)")
+	f.DurationVar(&cfg.RejoinTimeout, "rejoin-timeout", 60*time.Second, "abort the job when a worker stays silent this long")
+	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat", 500*time.Millisecond, "how often workers report")
+	f.Var(sizeValue{&cfg.PartitionSize}, "partition-size", "target partition size (default 64MiB; at least one partition per core)")
+	return cmd
+}
+
+func runMaster(ctx context.Context, env *Env, cfg dsort.MasterConfig) error {
+	stdout, stderr := env.Stdout, env.Stderr
+	start := time.Now()
+	view := newClusterView(stderr, isTerminal(stderr))
+	cfg.OnListen = func(addr string) { fmt.Fprintln(stdout, addr) }
+	cfg.OnRegistered = func(ips []string) {
+		fmt.Fprintln(stdout, strings.Join(ips, ", "))
+		fmt.Fprintf(stderr, "all %d workers registered: %s\n", len(ips), strings.Join(ips, ", "))
+	}
+	cfg.OnChange = view.change
+	cfg.OnShutdown = armWatchdog(stderr, "master", 1)
+	m, err := dsort.NewMaster(cfg)
+	if err != nil {
+		return err
+	}
+	stopView := view.start(m.Status)
+	err = m.Run(ctx)
+	stopView()
+	workers := m.Status()
+	if err != nil {
+		return withCode(1, fmt.Errorf("sort master: %w", err))
+	}
+	fmt.Fprintf(stderr, "job succeeded in %s\n", time.Since(start).Round(time.Millisecond))
+	writePhaseTable(stderr, workers)
+	return nil
+}
+
+// clusterView shows the workers' progress on stderr: a redrawn block of
+// bars on a terminal, a line per state change otherwise.
+type clusterView struct {
+	w   io.Writer
+	tty bool
+
+	mu    sync.Mutex // protects lines
+	lines int        // lines drawn by the last redraw
+}
+
+func newClusterView(w io.Writer, tty bool) *clusterView { return &clusterView{w: w, tty: tty} }
+
+func (v *clusterView) change(wi dsort.WorkerInfo) {
+	if v.tty {
+		return
+	}
+	fmt.Fprintf(v.w, "worker %d %s: %s (%.0f%%)\n", wi.Index, wi.Address, wi.State, wi.Progress)
+}
+
+func (v *clusterView) start(status func() []dsort.WorkerInfo) (stop func()) {
+	if !v.tty {
+		return func() {}
+	}
+	done := make(chan struct{})
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		t := time.NewTicker(200 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				v.draw(nil)
+				return
+			case <-t.C:
+				v.draw(status())
+			}
+		}
+	}()
+	var once sync.Once
+	return func() { once.Do(func() { close(done); <-exited }) }
+}
+
+func (v *clusterView) draw(ws []dsort.WorkerInfo) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var b strings.Builder
+	if v.lines > 0 {
+		fmt.Fprintf(&b, "\033[%dA", v.lines)
+	}
+	for _, wi := range ws {
+		const width = 30
+		fill := int(wi.Progress / 100 * width)
+		fill = min(max(fill, 0), width)
+		alive := ""
+		if !wi.Alive {
+			alive = " (lost)"
+		}
+		fmt.Fprintf(&b, "\r\033[Kworker %d %-21s [%s%s] %5.1f%% %s%s\n", wi.Index, wi.Address,
+			strings.Repeat("=", fill), strings.Repeat(" ", width-fill), wi.Progress, wi.State, alive)
+	}
+	for i := len(ws); i < v.lines; i++ {
+		b.WriteString("\r\033[K\n")
+	}
+	if len(ws) < v.lines {
+		fmt.Fprintf(&b, "\033[%dA", v.lines-len(ws))
+	}
+	v.lines = len(ws)
+	io.WriteString(v.w, b.String())
+}
+
+// writePhaseTable prints seed 000 §9's phase durations, one row per worker.
+func writePhaseTable(w io.Writer, workers []dsort.WorkerInfo) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "WORKER\tADDRESS\tSTATE\tPHASE\tPROGRESS\tSAMPLING\tSORTING\tSHUFFLING\tMERGING")
+	for _, wi := range workers {
+		cols := map[dsort.State]string{}
+		for _, p := range wi.Phases {
+			d := fmt.Sprintf("%.2fs", p.Duration.Seconds())
+			if !p.Done {
+				d += "…"
+			}
+			cols[p.State] = d
+		}
+		get := func(s dsort.State) string {
+			if c, ok := cols[s]; ok {
+				return c
+			}
+			return "-"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%.1f%%\t%s\t%s\t%s\t%s\n", wi.Index, wi.Address, wi.State, wi.State.Phase(), wi.Progress,
+			get(dsort.Sampling), get(dsort.Sorting), get(dsort.Shuffling), get(dsort.Merging))
+	}
+	tw.Flush()
+}
+
+func newSortWorkerCmd(env *Env) *cobra.Command {
+	var cfg dsort.WorkerConfig
+	cmd := &cobra.Command{
+		Use:   "worker MASTER_IP:PORT -I DIR... -O DIR",
+		Short: "Sort this machine's share of a distributed sort",
+		Long: `worker registers with the master, samples and sorts the records under the input
+directories (read-only; any number of files of any size, ASCII or binary
+gensort records), exchanges partitions with the other workers and writes
+partition.<n> files into the output directory, which holds nothing else
+when the job is done. Restarted with the same arguments after a crash (even
+with its temp dir wiped) it rejoins the job.`,
+		Example: `  gantry sort worker 10.0.0.1:30040 -I /data/in1 /data/in2 -O /data/out
+  gantry sort worker 127.0.0.1:30040 -I in -O out --bind 127.0.0.2 --memory 512MiB`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg.Master = args[0]
+			cfg.Logger = env.Logger
+			stderr := env.Stderr
+			cfg.OnTransition = func(t lifecycle.Transition[dsort.State]) {
+				fmt.Fprintf(stderr, "worker: %s -> %s: %s\n", t.From, t.To, t.Reason)
+			}
+			cfg.OnShutdown = armWatchdog(stderr, "worker", 1)
+			w, err := dsort.NewWorker(cfg)
+			if err != nil {
+				return fmt.Errorf("sort worker: %w", err)
+			}
+			err = w.Run(cmd.Context())
+			if sm := w.StateMachine(); sm != nil {
+				fmt.Fprintln(stderr, "=== Phase Durations ===")
+				sm.WritePhases(stderr)
+			}
+			if err != nil {
+				return withCode(1, fmt.Errorf("sort worker: %w", err))
+			}
+			fmt.Fprintln(stderr, "worker: the job succeeded")
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringArrayVarP(&cfg.Inputs, "input", "I", nil, "input directories (several may follow one -I)")
+	f.StringVarP(&cfg.Output, "output", "O", "", "output directory")
+	f.StringVar(&cfg.TempDir, "tmp", "", "directory for temporary files (default $TMPDIR or /tmp)")
+	f.Var(sizeValue{&cfg.Memory}, "memory", "memory budget for sorting and merging (default a quarter of RAM)")
+	f.StringVar(&cfg.Bind, "bind", "", "IP to listen on and advertise (default: the interface that reaches the master)")
+	f.IntVar(&cfg.Port, "port", 0, "TCP port to listen on (0: any free port)")
+	f.StringVar(&cfg.Token, "token", os.Getenv("GANTRY_TOKEN"), "shared secret every RPC must carry (default $GANTRY_TOKEN)")
+	f.DurationVar(&cfg.RegisterTimeout, "register-timeout", 60*time.Second, "how long to keep trying to reach the master")
+	return cmd
+}
+
+func newSortStatusCmd(env *Env) *cobra.Command {
+	var token string
+	cmd := &cobra.Command{
+		Use:     "status MASTER_IP:PORT",
+		Short:   "Show each worker's state, phase, progress and phase durations",
+		Example: `  gantry sort status 10.0.0.1:30040`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+			cc, err := grpc.NewClient(args[0], opts...)
+			if err != nil {
+				return fmt.Errorf("sort status: %w", err)
+			}
+			defer cc.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
+			defer cancel()
+			if token != "" {
+				ctx = metadata.AppendToOutgoingContext(ctx, "gantry-token", token)
+			}
+			js, err := dsortpb.NewMasterClient(cc).GetJobStatus(ctx, &dsortpb.JobStatusRequest{})
+			if err != nil {
+				return fmt.Errorf("sort status: %s: %w", args[0], err)
+			}
+			out := env.Stdout
+			fmt.Fprintf(out, "job %s: %s, %d/%d workers registered, %s elapsed\n", js.GetJobId(), js.GetPhase(),
+				js.GetRegistered(), js.GetNumWorkers(), (time.Duration(js.GetElapsedMs()) * time.Millisecond).Round(100*time.Millisecond))
+			if r := js.GetAbortReason(); r != "" {
+				fmt.Fprintf(out, "aborted: %s\n", r)
+			}
+			var ws []dsort.WorkerInfo
+			for _, w := range js.GetWorkers() {
+				ws = append(ws, dsort.WorkerInfoFromPB(w))
+			}
+			writePhaseTable(out, ws)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&token, "token", os.Getenv("GANTRY_TOKEN"), "shared secret (default $GANTRY_TOKEN)")
+	return cmd
+}
