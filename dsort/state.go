@@ -2,9 +2,9 @@ package dsort
 
 import (
 	"fmt"
-	"strings"
 	"log/slog"
 	"path/filepath"
+	"strings"
 
 	"github.com/gantryhq/gantry/lifecycle"
 )
