@@ -279,3 +279,50 @@ func TestYieldCompletionsRacingWithRunning(t *testing.T) {
 		}
 	})
 }
+
+// TestManySendersToOneWaitingProcess: several goroutines Send to a process
+// that keeps going back to waiting, so deliveries land in every state
+// (Idle, Ready, Running with and without the wake flag). Like the original
+// runtime's PR #325 reproduction, the GOMAXPROCS=1 run with -race explores
+// many interleavings; a lost wake-up shows up as a timeout.
+func TestManySendersToOneWaitingProcess(t *testing.T) {
+	const senders, each = 4, 3000
+	forEachProcs(t, func(t *testing.T) {
+		ex := newExits(1)
+		s := start(t, Config{Workers: 2, OnExit: ex.onExit})
+		got := 0
+		pid := mustSpawn(t, s, &fnProc{step: func(events []Event, out *StepOutput) error {
+			for _, ev := range events {
+				if ev.Type == EventMessage {
+					got++
+				}
+			}
+			out.Status = StatusWaitMessages
+			if got == senders*each {
+				out.Status = StatusDone
+			}
+			return nil
+		}})
+		var wg sync.WaitGroup
+		for i := 0; i < senders; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for j := 0; j < each; j++ {
+					if err := s.Send(pid, j); err != nil {
+						t.Errorf("Send: %v", err)
+						return
+					}
+					if j%16 == 0 {
+						runtime.Gosched()
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		ex.wait(t, 1, 30*time.Second)
+		if got != senders*each {
+			t.Fatalf("received %d messages, want %d", got, senders*each)
+		}
+	})
+}
