@@ -13,6 +13,12 @@ help: ## List the targets
 build: ## Build bin/gantry
 	$(GO) build -o $(BIN) ./cmd/gantry
 
+demo: ## Sort 1 GB of generated data on a local cluster (1 master, 4 workers) and validate it
+	bash scripts/demo.sh
+
+bench-sort: ## Benchmark sort local against GNU sort on 1 GB (figures in docs/BENCHMARKS.md)
+	bash scripts/bench-sort-local.sh
+
 test: lint ## Run vet, staticcheck and every test with -race (what CI runs)
 	bash scripts/services.sh
 	$(GO) test -race $(TESTFLAGS) $(PKGS)
@@ -37,4 +43,4 @@ generate: ## Regenerate protobuf/gRPC code (needs protoc: apt-get install protob
 clean: ## Remove build output
 	rm -rf bin
 
-.PHONY: help build test test-short test-race bench lint generate clean
+.PHONY: help build demo bench-sort test test-short test-race bench lint generate clean
