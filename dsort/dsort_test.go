@@ -20,9 +20,6 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv(helperEnv) != "" {
-		os.Exit(runHelper())
-	}
 	setupBinary()
 	code := m.Run()
 	cleanupBinary()

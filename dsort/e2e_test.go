@@ -1,7 +1,441 @@
 package dsort
 
-const helperEnv = "GANTRY_DSORT_TEST_HELPER"
+// End-to-end tests: the gantry binary, built once in TestMain, runs as a
+// master and workers in separate processes, as a user would run it.
 
-func runHelper() int { return 0 }
-func setupBinary()   {}
-func cleanupBinary() {}
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// gantryBin is the binary under test; binErr says why there is none.
+var (
+	gantryBin string
+	binDir    string
+	binErr    error
+)
+
+func setupBinary() {
+	dir, err := os.MkdirTemp("", "gantry-dsort-test-bin-")
+	if err != nil {
+		binErr = err
+		return
+	}
+	binDir = dir
+	gantryBin = filepath.Join(dir, "gantry")
+	cmd := exec.Command("go", "build", "-o", gantryBin, "github.com/gantryhq/gantry/cmd/gantry")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		binErr = fmt.Errorf("go build: %v\n%s", err, out)
+	}
+}
+
+func cleanupBinary() {
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+}
+
+func needBinary(t *testing.T) {
+	t.Helper()
+	if binErr != nil {
+		t.Fatalf("cannot build gantry: %v", binErr)
+	}
+}
+
+// line is one line of a process's output with when it was read.
+type line struct {
+	text string
+	at   time.Time
+}
+
+// proc is a gantry process whose stdout and stderr are collected by line.
+type proc struct {
+	t    *testing.T
+	name string
+	cmd  *exec.Cmd
+	done chan struct{} // closed when the process has exited
+	code int           // exit code, valid after done
+	end  time.Time     // exit time, valid after done
+
+	mu     sync.Mutex // protects the fields below
+	stdout []line
+	stderr []line
+	notify chan struct{} // closed and replaced on each new line
+}
+
+func startProc(t *testing.T, name string, env []string, args ...string) *proc {
+	t.Helper()
+	needBinary(t)
+	p := &proc{t: t, name: name, done: make(chan struct{}), notify: make(chan struct{})}
+	p.cmd = exec.Command(gantryBin, args...)
+	p.cmd.Env = append(os.Environ(), env...)
+	outR, err := p.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	errR, err := p.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var readers sync.WaitGroup
+	readers.Go(func() { p.collect(outR, &p.stdout) })
+	readers.Go(func() { p.collect(errR, &p.stderr) })
+	go func() {
+		readers.Wait()
+		err := p.cmd.Wait()
+		p.end = time.Now()
+		p.code = p.cmd.ProcessState.ExitCode()
+		if err != nil && p.code == 0 {
+			p.code = -1
+		}
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		p.cmd.Process.Kill()
+		<-p.done
+		if t.Failed() {
+			t.Logf("--- %s stderr (last lines):\n%s", p.name, p.tail(40))
+		}
+	})
+	return p
+}
+
+func (p *proc) collect(r io.Reader, dst *[]line) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		p.mu.Lock()
+		*dst = append(*dst, line{sc.Text(), time.Now()})
+		close(p.notify)
+		p.notify = make(chan struct{})
+		p.mu.Unlock()
+	}
+}
+
+func (p *proc) tail(n int) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var b strings.Builder
+	for _, l := range p.stderr[max(0, len(p.stderr)-n):] {
+		b.WriteString(l.text + "\n")
+	}
+	return b.String()
+}
+
+func (p *proc) stdoutLines() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []string
+	for _, l := range p.stdout {
+		out = append(out, l.text)
+	}
+	return out
+}
+
+// waitLine waits until a line of stdout (or stderr) matches re and returns
+// it. It fails the test if the process exits or timeout passes first.
+func (p *proc) waitLine(stdout bool, re *regexp.Regexp, timeout time.Duration) line {
+	p.t.Helper()
+	deadline := time.After(timeout)
+	seen, exited := 0, false
+	for {
+		p.mu.Lock()
+		src := p.stderr
+		if stdout {
+			src = p.stdout
+		}
+		for ; seen < len(src); seen++ {
+			if re.MatchString(src[seen].text) {
+				l := src[seen]
+				p.mu.Unlock()
+				return l
+			}
+		}
+		notify := p.notify
+		p.mu.Unlock()
+		if exited { // everything it printed has been scanned
+			p.t.Fatalf("%s exited (code %d) without printing a line matching %q", p.name, p.code, re)
+		}
+		select {
+		case <-notify:
+		case <-p.done:
+			exited = true // scan once more: the readers are done
+		case <-deadline:
+			p.t.Fatalf("%s printed no line matching %q within %s", p.name, re, timeout)
+		}
+	}
+}
+
+// wait waits for the process to exit and returns its exit code.
+func (p *proc) wait(timeout time.Duration) int {
+	p.t.Helper()
+	select {
+	case <-p.done:
+		return p.code
+	case <-time.After(timeout):
+		p.t.Fatalf("%s did not exit within %s", p.name, timeout)
+		return 0
+	}
+}
+
+// job is a master and its workers' directories.
+type job struct {
+	t       *testing.T
+	root    string
+	master  *proc
+	addr    string
+	workers []*workerSpec
+	sum     dataSum
+}
+
+type workerSpec struct {
+	bind   string
+	inputs []string
+	out    string
+	tmp    string
+	proc   *proc
+}
+
+// newJob generates input for n workers, each with two input dirs holding a
+// binary file, an ASCII file, a one-record file and an empty file, and
+// starts the master.
+func newJob(t *testing.T, n, recordsPerWorker int, o genOpts, masterArgs ...string) *job {
+	t.Helper()
+	j := &job{t: t, root: t.TempDir()}
+	rng := rand.New(rand.NewPCG(uint64(n), uint64(recordsPerWorker)))
+	for w := range n {
+		dir := filepath.Join(j.root, fmt.Sprint("w", w))
+		in1, in2 := filepath.Join(dir, "in1"), filepath.Join(dir, "in2")
+		half := recordsPerWorker / 2
+		bin, asc := o, o
+		asc.ascii = true
+		writeRecords(t, filepath.Join(in1, "binary"), half, rng, bin, &j.sum)
+		writeRecords(t, filepath.Join(in2, "ascii"), recordsPerWorker-half-1, rng, asc, &j.sum)
+		writeRecords(t, filepath.Join(in2, "tiny"), 1, rng, bin, &j.sum)
+		writeRecords(t, filepath.Join(in1, "empty"), 0, rng, bin, &j.sum)
+		j.workers = append(j.workers, &workerSpec{bind: fmt.Sprintf("127.0.0.%d", w+2),
+			inputs: []string{in1, in2}, out: filepath.Join(dir, "out"), tmp: filepath.Join(dir, "tmp")})
+	}
+	args := append([]string{"sort", "master", fmt.Sprint(n), "--heartbeat", "200ms"}, masterArgs...)
+	j.master = startProc(t, "master", nil, args...)
+	j.addr = j.master.waitLine(true, regexp.MustCompile(`^\S+:\d+$`), 30*time.Second).text
+	return j
+}
+
+// startWorker starts (or restarts) worker w with the same arguments.
+func (j *job) startWorker(w int, env ...string) *proc {
+	ws := j.workers[w]
+	args := append([]string{"sort", "worker", j.addr, "-I"}, ws.inputs...)
+	args = append(args, "-O", ws.out, "--tmp", ws.tmp, "--memory", "32MiB", "--bind", ws.bind)
+	ws.proc = startProc(j.t, fmt.Sprintf("worker %d (%s)", w, ws.bind), env, args...)
+	return ws.proc
+}
+
+// workerOrder returns the workers in the master's order (its second line).
+func (j *job) workerOrder() []*workerSpec {
+	j.t.Helper()
+	l := j.master.waitLine(true, regexp.MustCompile(`^127\.`), 30*time.Second)
+	var out []*workerSpec
+	for ip := range strings.SplitSeq(l.text, ", ") {
+		i := slices.IndexFunc(j.workers, func(w *workerSpec) bool { return w.bind == ip })
+		if i < 0 {
+			j.t.Fatalf("master's worker line %q names unknown IP %q", l.text, ip)
+		}
+		out = append(out, j.workers[i])
+	}
+	if len(out) != len(j.workers) {
+		j.t.Fatalf("master's worker line %q: want %d IPs", l.text, len(j.workers))
+	}
+	return out
+}
+
+// validate checks the output in worker order, with our own reader and with
+// `gantry valsort` against the input checksum.
+func (j *job) validate(order []*workerSpec) []int64 {
+	j.t.Helper()
+	var outs, inputs []string
+	for _, w := range order {
+		outs = append(outs, w.out)
+	}
+	per := checkOutput(j.t, outs, j.sum)
+	for _, w := range j.workers {
+		for _, in := range w.inputs {
+			ents, _ := os.ReadDir(in)
+			for _, e := range ents {
+				inputs = append(inputs, filepath.Join(in, e.Name()))
+			}
+		}
+	}
+	checksum := regexp.MustCompile(`^Checksum: (\S+)$`)
+	in := startProc(j.t, "valsort input", nil, append([]string{"valsort", "--checksum-only"}, inputs...)...)
+	inSum := checksum.FindStringSubmatch(in.waitLine(true, checksum, 30*time.Second).text)[1]
+	out := startProc(j.t, "valsort output", nil, append([]string{"valsort"}, outs...)...)
+	outSum := checksum.FindStringSubmatch(out.waitLine(true, checksum, 30*time.Second).text)[1]
+	if code := out.wait(30 * time.Second); code != 0 {
+		j.t.Fatalf("gantry valsort of the output exited %d:\n%s", code, strings.Join(out.stdoutLines(), "\n"))
+	}
+	if in.wait(30*time.Second) != 0 || inSum != outSum {
+		j.t.Fatalf("checksum of input %s, of output %s", inSum, outSum)
+	}
+	return per
+}
+
+// TestEndToEnd runs a master and three workers as processes on distinct
+// 127.0.0.x addresses, over binary and ASCII data in several input dirs with
+// tiny and empty files, validates the output with gantry valsort against
+// the input checksum and checks that every process exits within 15 s of the
+// job's success.
+func TestEndToEnd(t *testing.T) {
+	j := newJob(t, 3, 20000, genOpts{})
+	for w := range j.workers {
+		j.startWorker(w)
+	}
+	order := j.workerOrder()
+	if code := j.master.wait(2 * time.Minute); code != 0 {
+		t.Fatalf("master exited %d", code)
+	}
+	success := j.master.waitLine(false, regexp.MustCompile(`every worker completed`), time.Second).at
+	last := j.master.end
+	for i, w := range j.workers {
+		if code := w.proc.wait(30 * time.Second); code != 0 {
+			t.Fatalf("worker %d exited %d", i, code)
+		}
+		if w.proc.end.After(last) {
+			last = w.proc.end
+		}
+	}
+	if d := last.Sub(success); d > 15*time.Second {
+		t.Errorf("the last process exited %s after the job succeeded, want <= 15s", d)
+	}
+	t.Logf("all processes exited %s after success", last.Sub(success).Round(time.Millisecond))
+	if got := j.master.stdoutLines(); len(got) != 2 {
+		t.Errorf("master stdout = %q, want exactly 2 lines", got)
+	}
+	j.validate(order)
+	for i, w := range j.workers {
+		if ents, _ := os.ReadDir(w.tmp); len(ents) != 0 {
+			t.Errorf("worker %d left %d entries in its temp dir", i, len(ents))
+		}
+	}
+	j.master.waitLine(false, regexp.MustCompile(`SAMPLING\s+SORTING\s+SHUFFLING\s+MERGING`), time.Second)
+	// Heartbeats come from their own goroutine: busy workers are never
+	// taken for dead.
+	if strings.Contains(j.master.tail(1000), "worker lost") {
+		t.Error("the master took a busy worker for lost")
+	}
+}
+
+// TestFaultInjection kills worker 1 with SIGKILL in each phase, wipes its
+// temp dir, restarts it with the same arguments and checks that the job
+// completes with valid output while the other workers keep running.
+func TestFaultInjection(t *testing.T) {
+	cases := []struct {
+		phase  string
+		points string // where the victim stops before it is killed
+		want   string // the state it must be in
+	}{
+		{"sampling", "Sampling", "Sampling"},
+		{"sorting", "Sorting", "Sorting"},
+		// It stops after its first piece, and its streams to peers stop
+		// before their last chunk: peers hold half-sent data to discard.
+		{"shuffling", "shuffle-piece,serve-last-chunk", "Shuffling"},
+		{"merging", "merge-partition", "Merging"},
+	}
+	for _, c := range cases {
+		t.Run(c.phase, func(t *testing.T) {
+			j := newJob(t, 3, 12000, genOpts{})
+			victim := 1
+			for w := range j.workers {
+				if w == victim {
+					j.startWorker(w, "GANTRY_DSORT_FAULT="+c.points)
+				} else {
+					j.startWorker(w)
+				}
+			}
+			v := j.workers[victim].proc
+			for p := range strings.SplitSeq(c.points, ",") {
+				v.waitLine(false, regexp.MustCompile(`fault point `+p+` reached`), time.Minute)
+			}
+			v.waitLine(false, regexp.MustCompile(`-> `+c.want+`:`), time.Second)
+			if err := v.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			v.wait(10 * time.Second)
+			if err := os.RemoveAll(j.workers[victim].tmp); err != nil {
+				t.Fatal(err)
+			}
+			others := []*proc{j.workers[0].proc, j.workers[2].proc}
+			j.startWorker(victim)
+			order := j.workerOrder()
+			if code := j.master.wait(2 * time.Minute); code != 0 {
+				t.Fatalf("master exited %d", code)
+			}
+			j.master.waitLine(false, regexp.MustCompile(`worker came back.*worker=`+fmt.Sprint(slices.Index(order, j.workers[victim]))), time.Second)
+			for i, w := range j.workers {
+				if code := w.proc.wait(30 * time.Second); code != 0 {
+					t.Fatalf("worker %d exited %d", i, code)
+				}
+			}
+			// The others ran once, one process each, and never re-registered.
+			for _, p := range others {
+				if p.code != 0 {
+					t.Errorf("%s exited %d", p.name, p.code)
+				}
+			}
+			if n := len(regexp.MustCompile(`worker came back`).FindAllString(j.master.tail(1000), -1)); n != 1 {
+				t.Errorf("master saw %d workers come back, want 1", n)
+			}
+			if c.phase == "shuffling" {
+				// Peers held the victim's half-sent pieces: they must have
+				// dropped them rather than count them.
+				re := regexp.MustCompile(`discarded an incomplete shuffle piece" sender=` + fmt.Sprint(slices.Index(order, j.workers[victim])))
+				if !re.MatchString(others[0].tail(1000)) && !re.MatchString(others[1].tail(1000)) {
+					t.Error("no peer discarded a half-sent piece from the killed worker")
+				}
+			}
+			j.validate(order)
+		})
+	}
+}
+
+// TestAbortWhenWorkerNeverReturns: a worker killed and not restarted makes
+// the master abort after --rejoin-timeout; every process exits non-zero
+// with a message saying why.
+func TestAbortWhenWorkerNeverReturns(t *testing.T) {
+	j := newJob(t, 3, 6000, genOpts{}, "--rejoin-timeout", "3s")
+	for w := range j.workers {
+		if w == 2 {
+			j.startWorker(w, "GANTRY_DSORT_FAULT=Sorting")
+		} else {
+			j.startWorker(w)
+		}
+	}
+	v := j.workers[2].proc
+	v.waitLine(false, regexp.MustCompile(`fault point Sorting reached`), time.Minute)
+	v.cmd.Process.Signal(syscall.SIGKILL)
+	if code := j.master.wait(time.Minute); code == 0 {
+		t.Fatal("master exited 0 after a worker never came back")
+	}
+	j.master.waitLine(false, regexp.MustCompile(`job aborted: worker \d+ \(127\.0\.0\.4:\d+\) has been silent .* did not come back`), time.Second)
+	for _, w := range j.workers[:2] {
+		if code := w.proc.wait(30 * time.Second); code == 0 {
+			t.Errorf("%s exited 0 after the job was aborted", w.proc.name)
+		}
+		w.proc.waitLine(false, regexp.MustCompile(`job aborted: worker \d+ .* did not come back`), time.Second)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -138,6 +139,10 @@ func (r *workerRPC) ShuffleData(req *dsortpb.ShuffleRequest, stream dsortpb.Work
 	if err := cw.flush(); err != nil {
 		return err
 	}
+	w.fault(ctx, "serve-last-chunk")
+	if ctx.Err() != nil {
+		return rpcError(ctx.Err())
+	}
 	return stream.Send(&dsortpb.ShuffleDataChunk{Sender: int32(self), SenderEpoch: epoch, Partition: int32(p),
 		Offset: cw.off, IsLastChunk: true, TotalBytes: cw.off})
 }
@@ -233,7 +238,9 @@ func (w *Worker) shuffle(ctx context.Context) error {
 					once.Do(func() { firstErr = err; cancel() })
 					continue
 				}
-				w.done.Add(1)
+				if w.done.Add(1) == 1 {
+					w.fault(ctx, "shuffle-piece")
+				}
 			}
 		})
 	}
@@ -383,6 +390,8 @@ func (w *Worker) tryFetch(ctx context.Context, addr string, s, p int) (err error
 			f.Close()
 			if err != nil {
 				os.Remove(f.Name())
+				w.cfg.Logger.Info("discarded an incomplete shuffle piece", "sender", s, "sender_epoch", epoch,
+					"partition", p, "bytes", off, "err", statusMessage(err))
 			}
 		}
 	}()
@@ -454,11 +463,16 @@ func (w *Worker) merge(ctx context.Context) error {
 		once     sync.Once
 		firstErr error
 	)
+	var merged atomic.Int64
 	for range par {
 		wg.Go(func() {
 			for p := range parts {
 				if err := w.mergePartition(ctx, p, nw, mem); err != nil {
 					once.Do(func() { firstErr = err; cancel() })
+					continue
+				}
+				if merged.Add(1) == 1 {
+					w.fault(ctx, "merge-partition")
 				}
 			}
 		})

@@ -61,6 +61,14 @@ type WorkerConfig struct {
 	// master ended the job, this worker failed, or ctx ended): the place for
 	// a caller to arm a hard-deadline watchdog. Optional.
 	OnShutdown func()
+	// FaultHook, when set, is called at named points so that tests can stop
+	// a worker at a known place and kill it there: "Sampling" (sample taken,
+	// not yet submitted), "Sorting" (runs spilled, not yet split),
+	// "shuffle-piece" (after this worker's first piece is committed),
+	// "serve-last-chunk" (a stream to a peer has sent all its data but not
+	// its last chunk) and "merge-partition" (after the first partition.<n>
+	// is written). It may block until ctx ends. Optional.
+	FaultHook func(ctx context.Context, point string)
 	// OnTransition is called after every state transition. Optional.
 	OnTransition func(lifecycle.Transition[State])
 	// Logger receives the worker's log. Default: discard.
@@ -489,6 +497,12 @@ func (w *Worker) message(st State) string {
 	return "Worker failed"
 }
 
+func (w *Worker) fault(ctx context.Context, point string) {
+	if w.cfg.FaultHook != nil {
+		w.cfg.FaultHook(ctx, point)
+	}
+}
+
 func (w *Worker) startPhase(to State, reason string, total int64) error {
 	w.done.Store(0)
 	w.total.Store(total)
@@ -585,6 +599,7 @@ func (w *Worker) sample(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	w.fault(ctx, "Sampling")
 	w.mu.Lock()
 	req := &dsortpb.SampleRequest{JobId: w.jobID, Index: int32(w.index), Epoch: w.epoch, Keys: keys, Records: records}
 	master := w.master
@@ -611,6 +626,7 @@ func (w *Worker) sort(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	w.fault(ctx, "Sorting")
 	w.mu.Lock()
 	bounds, self := w.bounds, w.index
 	w.mu.Unlock()

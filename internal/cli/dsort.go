@@ -239,6 +239,9 @@ with its temp dir wiped) it rejoins the job.`,
 				fmt.Fprintf(stderr, "worker: %s -> %s: %s\n", t.From, t.To, t.Reason)
 			}
 			cfg.OnShutdown = armWatchdog(stderr, "worker", 1)
+			if points := os.Getenv("GANTRY_DSORT_FAULT"); points != "" {
+				cfg.FaultHook = faultHook(stderr, strings.Split(points, ","))
+			}
 			w, err := dsort.NewWorker(cfg)
 			if err != nil {
 				return fmt.Errorf("sort worker: %w", err)
@@ -265,6 +268,21 @@ with its temp dir wiped) it rejoins the job.`,
 	f.StringVar(&cfg.Token, "token", os.Getenv("GANTRY_TOKEN"), "shared secret every RPC must carry (default $GANTRY_TOKEN)")
 	f.DurationVar(&cfg.RegisterTimeout, "register-timeout", 60*time.Second, "how long to keep trying to reach the master")
 	return cmd
+}
+
+// faultHook is for fault-injection tests (GANTRY_DSORT_FAULT=point,...):
+// at each listed point the worker says so on stderr and stops there until
+// it is killed or its context ends.
+func faultHook(stderr io.Writer, points []string) func(context.Context, string) {
+	return func(ctx context.Context, point string) {
+		for _, p := range points {
+			if p == point {
+				fmt.Fprintf(stderr, "fault point %s reached\n", point)
+				<-ctx.Done()
+				return
+			}
+		}
+	}
 }
 
 func newSortStatusCmd(env *Env) *cobra.Command {
