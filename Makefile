@@ -19,9 +19,11 @@ demo: ## Sort 1 GB of generated data on a local cluster (1 master, 4 workers) an
 bench-sort: ## Benchmark sort local against GNU sort on 1 GB (figures in docs/BENCHMARKS.md)
 	bash scripts/bench-sort-local.sh
 
-test: lint ## Run vet, staticcheck and every test with -race (what CI runs)
-	bash scripts/services.sh
+test: services lint ## Install what the tests need, lint, run every test with -race (what CI runs)
 	$(GO) test -race $(TESTFLAGS) $(PKGS)
+
+services: ## Install/start what the tests need (scripts/services.sh; a no-op when present)
+	bash scripts/services.sh
 
 test-short: ## Run the tests without -race and without the slow end-to-end ones
 	$(GO) test -short $(TESTFLAGS) $(PKGS)
@@ -36,6 +38,10 @@ lint: ## gofmt check, go vet, staticcheck, generated code up to date
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt wants to rewrite:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(GO) tool staticcheck $(PKGS)
+	@if command -v protoc >/dev/null; then \
+		$(GO) generate ./dsort/... && git diff --exit-code --stat -- dsort/dsortpb || \
+		{ echo "generated protobuf code is out of date: run make generate and commit"; exit 1; }; \
+	else echo "lint: protoc not installed, generated-code check skipped (make services installs it)"; fi
 
 generate: ## Regenerate protobuf/gRPC code (needs protoc: apt-get install protobuf-compiler)
 	$(GO) generate ./dsort/...
@@ -43,4 +49,4 @@ generate: ## Regenerate protobuf/gRPC code (needs protoc: apt-get install protob
 clean: ## Remove build output
 	rm -rf bin
 
-.PHONY: help build demo bench-sort test test-short test-race bench lint generate clean
+.PHONY: help build demo bench-sort services test test-short test-race bench lint generate clean
