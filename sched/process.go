@@ -5,9 +5,10 @@ import (
 	"fmt"
 )
 
-// PID names one process for the lifetime of its scheduler. PIDs are never
-// reused, so a stale PID can only miss (ErrNoProcess), never reach a newer
-// process. The zero PID is never assigned.
+// PID names one process. A PID is not handed out again until its slot in the
+// scheduler's table has been reused 2^32 times, so in practice a stale PID
+// can only miss (ErrNoProcess), never reach a newer process. The zero PID is
+// never assigned.
 type PID uint64
 
 // Process is a message-driven state machine run by the scheduler. The

@@ -23,8 +23,6 @@ type Scheduler struct {
 	global globalQueue
 	procs  pidMap
 
-	nextPID atomic.Uint64 // last PID handed out; Add by any Spawn
-
 	// live counts processes spawned and not yet completed. Add by Spawn
 	// and complete (seq-cst). With stopping it forms publish-then-check
 	// pair #3: complete decrements live then loads stopping; stop stores
@@ -101,15 +99,16 @@ func (s *Scheduler) Spawn(p Process, method string, input []any) (PID, error) {
 	if err := safeInit(s.ctx, p, method, input); err != nil {
 		return 0, fmt.Errorf("sched: spawn %q: init: %w", method, err)
 	}
-	pr := &proc{pid: PID(s.nextPID.Add(1)), s: s, p: p}
+	pid, sl := s.procs.alloc()
+	pr := &proc{pid: pid, s: s, p: p}
 	pr.state.Store(uint32(StateReady))
 	s.live.Add(1)
-	s.procs.put(pr)
+	s.procs.put(pr, sl)
 	// Check after publishing in the PID map: Stop stores stopping before
 	// it snapshots the map, so either Stop's snapshot has pr (and cancels
 	// it) or this load sees stopping.
 	if s.stopping.Load() {
-		s.procs.del(pr.pid)
+		s.procs.del(pr)
 		pr.state.Store(uint32(StateComplete))
 		safeClose(p)
 		s.liveDone()
@@ -201,7 +200,7 @@ func (s *Scheduler) hasWork() bool {
 // exited.
 func (s *Scheduler) complete(p *proc, err error) {
 	p.state.Store(uint32(StateComplete))
-	s.procs.del(p.pid)
+	s.procs.del(p)
 	if cerr := safeClose(p.p); cerr != nil && err == nil {
 		err = cerr
 	}
