@@ -53,10 +53,10 @@ type MasterConfig struct {
 	// OnChange is called, outside locks, each time a worker reports a new
 	// state. Optional.
 	OnChange func(WorkerInfo)
-	// OnShutdown is called once, when the job has ended (succeeded or
-	// aborted) and the master starts shutting down: the place for a caller
-	// to arm a hard-deadline watchdog. Optional.
-	OnShutdown func()
+	// OnShutdown is called once, when the job has ended and the master
+	// starts shutting down, with whether the job succeeded: the place for a
+	// caller to arm a hard-deadline watchdog. Optional.
+	OnShutdown func(succeeded bool)
 	// Logger receives the master's log. Default: discard.
 	Logger *slog.Logger
 }
@@ -242,7 +242,10 @@ loop:
 			if graceEnd.IsZero() {
 				graceEnd = time.Now().Add(m.cfg.ShutdownGrace)
 				if m.cfg.OnShutdown != nil {
-					m.cfg.OnShutdown()
+					m.mu.Lock()
+					ok := m.succeeded
+					m.mu.Unlock()
+					m.cfg.OnShutdown(ok)
 				}
 			}
 			if m.allHeardEnd() || !time.Now().Before(graceEnd) || ctx.Err() != nil {
@@ -309,10 +312,11 @@ func (m *Master) allHeardEnd() bool {
 // barriers and signals, completion.
 func (m *Master) step(now time.Time) {
 	type action struct {
-		mb    *member
-		epoch int64
-		sig   int
-		call  func(context.Context, dsortpb.WorkerClient) error
+		mb     *member
+		epoch  int64
+		client dsortpb.WorkerClient
+		sig    int
+		call   func(context.Context, dsortpb.WorkerClient) error
 	}
 	var acts []action
 	m.mu.Lock()
@@ -370,19 +374,19 @@ func (m *Master) step(now time.Time) {
 		switch {
 		case m.bounds != nil && mb.state == WaitingForPartitionConfig && mb.sent[sigConfig] == unsent:
 			pc := m.partitionConfigLocked(mb.epoch)
-			acts = append(acts, action{mb, mb.epoch, sigConfig, func(ctx context.Context, c dsortpb.WorkerClient) error {
+			acts = append(acts, action{mb, mb.epoch, mb.client, sigConfig, func(ctx context.Context, c dsortpb.WorkerClient) error {
 				_, err := c.SetPartitionBoundaries(ctx, pc)
 				return err
 			}})
 		case m.shuffleOpen && mb.state == WaitingForShuffleSignal && mb.sent[sigShuffle] == unsent:
 			b := &dsortpb.Barrier{JobId: m.cfg.JobID, Epoch: mb.epoch, Peers: m.peersLocked(now)}
-			acts = append(acts, action{mb, mb.epoch, sigShuffle, func(ctx context.Context, c dsortpb.WorkerClient) error {
+			acts = append(acts, action{mb, mb.epoch, mb.client, sigShuffle, func(ctx context.Context, c dsortpb.WorkerClient) error {
 				_, err := c.StartShuffle(ctx, b)
 				return err
 			}})
 		case m.mergeOpen && mb.state == WaitingForMergeSignal && mb.sent[sigMerge] == unsent:
 			b := &dsortpb.Barrier{JobId: m.cfg.JobID, Epoch: mb.epoch}
-			acts = append(acts, action{mb, mb.epoch, sigMerge, func(ctx context.Context, c dsortpb.WorkerClient) error {
+			acts = append(acts, action{mb, mb.epoch, mb.client, sigMerge, func(ctx context.Context, c dsortpb.WorkerClient) error {
 				_, err := c.StartMerge(ctx, b)
 				return err
 			}})
@@ -393,11 +397,10 @@ func (m *Master) step(now time.Time) {
 	}
 	m.mu.Unlock()
 	for _, a := range acts {
-		client := a.mb.client
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			err := a.call(ctx, client)
+			err := a.call(ctx, a.client)
 			m.mu.Lock()
 			defer m.mu.Unlock()
 			if a.mb.epoch != a.epoch {

@@ -58,9 +58,10 @@ type WorkerConfig struct {
 	// Default 4.
 	FetchParallel int
 	// OnShutdown is called once, when the worker starts shutting down (the
-	// master ended the job, this worker failed, or ctx ended): the place for
-	// a caller to arm a hard-deadline watchdog. Optional.
-	OnShutdown func()
+	// master ended the job, this worker failed, or ctx ended), with whether
+	// the job succeeded: the place for a caller to arm a hard-deadline
+	// watchdog. Optional.
+	OnShutdown func(succeeded bool)
 	// FaultHook, when set, is called at named points so that tests can stop
 	// a worker at a known place and kill it there: "Sampling" (sample taken,
 	// not yet submitted), "Sorting" (runs spilled, not yet split),
@@ -313,13 +314,13 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 		}
 	}
 	var shutdownOnce sync.Once
-	shuttingDown := func() {
+	shuttingDown := func(ok bool) {
 		if w.cfg.OnShutdown != nil {
-			shutdownOnce.Do(w.cfg.OnShutdown)
+			shutdownOnce.Do(func() { w.cfg.OnShutdown(ok) })
 		}
 	}
 	fail := func(cause error) error {
-		shuttingDown()
+		shuttingDown(false)
 		cancelJob()
 		waitPhases()
 		if !w.sm.Is(Failed, Completed) {
@@ -343,7 +344,7 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 			}
 			w.cfg.Logger.Info("all phases completed; waiting for the master's go to exit")
 		case rep := <-end:
-			shuttingDown()
+			shuttingDown(rep.GetJobSucceeded() && w.sm.Is(Completed))
 			cancelJob()
 			waitPhases()
 			if rep.GetJobSucceeded() && w.sm.Is(Completed) {

@@ -39,15 +39,19 @@ func isTerminal(w io.Writer) bool {
 	return ok && term.IsTerminal(int(f.Fd()))
 }
 
-// armWatchdog starts the hard deadline once: after it, the process exits
-// with code whatever is still running.
-func armWatchdog(stderr io.Writer, what string, code int) func() {
+// armWatchdog returns a function that starts the hard deadline (once):
+// after it, the process exits whatever is still running, with status 0 if
+// the job had succeeded (its output is complete) and 1 otherwise.
+func armWatchdog(stderr io.Writer, what string) func(succeeded bool) {
 	var once sync.Once
-	return func() {
+	return func(succeeded bool) {
 		once.Do(func() {
 			lifecycle.StartWatchdog(dsortExitDeadline, func() {
-				fmt.Fprintf(stderr, "gantry: %s still shutting down after %s; forcing exit\n", what, dsortExitDeadline)
-				exitProcess(code)
+				fmt.Fprintf(stderr, "gantry: %s still shutting down %s after the job ended; forcing exit\n", what, dsortExitDeadline)
+				if succeeded {
+					exitProcess(0)
+				}
+				exitProcess(1)
 			})
 		})
 	}
@@ -104,7 +108,7 @@ func runMaster(ctx context.Context, env *Env, cfg dsort.MasterConfig) error {
 		fmt.Fprintf(stderr, "all %d workers registered: %s\n", len(ips), strings.Join(ips, ", "))
 	}
 	cfg.OnChange = view.change
-	cfg.OnShutdown = armWatchdog(stderr, "master", 1)
+	cfg.OnShutdown = armWatchdog(stderr, "master")
 	m, err := dsort.NewMaster(cfg)
 	if err != nil {
 		return err
@@ -238,7 +242,7 @@ with its temp dir wiped) it rejoins the job.`,
 			cfg.OnTransition = func(t lifecycle.Transition[dsort.State]) {
 				fmt.Fprintf(stderr, "worker: %s -> %s: %s\n", t.From, t.To, t.Reason)
 			}
-			cfg.OnShutdown = armWatchdog(stderr, "worker", 1)
+			cfg.OnShutdown = armWatchdog(stderr, "worker")
 			if points := os.Getenv("GANTRY_DSORT_FAULT"); points != "" {
 				cfg.FaultHook = faultHook(stderr, strings.Split(points, ","))
 			}
