@@ -1,0 +1,166 @@
+package schedbench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Options sizes a Run. The zero value is the default: Scale 1 (about ten
+// seconds of work on 2 cores), 3 runs per figure, no idle measurement.
+type Options struct {
+	Scale float64       // multiplies every workload's op count; 0 means 1
+	Runs  int           // runs per figure, the median is reported; 0 means 3
+	Idle  time.Duration // idle-CPU window; 0 skips the measurement
+}
+
+// Row is one line of the comparison table. Values are medians in Unit; a
+// zero value means "not measured".
+type Row struct {
+	Name     string
+	Unit     string
+	Sched1   float64 // scheduler, 1 worker
+	Sched2   float64 // scheduler, 2 workers
+	Baseline float64 // goroutines + channels
+	Goal     string
+	Met      bool
+	HigherIs string // "better" or "worse": how to read the numbers
+}
+
+// ErrBadOptions reports invalid Options.
+var ErrBadOptions = errors.New("schedbench: invalid options")
+
+func (o Options) withDefaults() (Options, error) {
+	if o.Scale < 0 || o.Runs < 0 || o.Idle < 0 {
+		return o, fmt.Errorf("%w: scale, runs and idle must be >= 0 (got %v, %d, %v)", ErrBadOptions, o.Scale, o.Runs, o.Idle)
+	}
+	if o.Scale == 0 {
+		o.Scale = 1
+	}
+	if o.Runs == 0 {
+		o.Runs = 3
+	}
+	return o, nil
+}
+
+// median runs f runs times and returns the median of metric over the samples.
+func median(runs int, f func() (Sample, error), metric func(Sample) float64) (float64, error) {
+	vals := make([]float64, 0, runs)
+	for i := 0; i < runs; i++ {
+		s, err := f()
+		if err != nil {
+			return 0, err
+		}
+		vals = append(vals, metric(s))
+	}
+	slices.Sort(vals)
+	return vals[len(vals)/2], nil
+}
+
+// Run measures every workload against its baseline and returns the table.
+// progress, if set, is told the name of each row before it runs. Run stops
+// between rows once ctx ends and returns the rows done with ctx's error.
+func Run(ctx context.Context, o Options, progress func(row string)) ([]Row, error) {
+	o, err := o.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	n := func(base int) int { return max(1, int(float64(base)*o.Scale)) }
+	perOp := Sample.PerOp
+	perSec := func(s Sample) float64 { return s.PerSecond() / 1e6 }
+	allocs := func(s Sample) float64 { return s.AllocsPerOp() / 2 } // 2 messages per round trip
+	type spec struct {
+		row      Row
+		sched    func(workers int) (Sample, error)
+		baseline func() (Sample, error)
+		metric   func(Sample) float64
+		met      func(r Row) bool
+	}
+	specs := []spec{
+		{
+			row:      Row{Name: "ping-pong round trip", Unit: "ns", Goal: "<= 0.5x channels", HigherIs: "worse"},
+			sched:    func(w int) (Sample, error) { return PingPong(w, n(500_000)) },
+			baseline: func() (Sample, error) { return ChanPingPong(n(500_000)) },
+			metric:   perOp,
+			met:      func(r Row) bool { return min(r.Sched1, r.Sched2) <= r.Baseline/2 },
+		},
+		{
+			row:    Row{Name: "ping-pong allocs per message", Unit: "allocs", Goal: "0 in steady state", HigherIs: "worse"},
+			sched:  func(w int) (Sample, error) { return PingPong(w, n(500_000)) },
+			metric: allocs,
+			met:    func(r Row) bool { return r.Sched1 < 0.01 && r.Sched2 < 0.01 },
+		},
+		{
+			row:      Row{Name: "spawn -> done (trivial process)", Unit: "M/s", Goal: ">= 2 M/s on 2 workers", HigherIs: "better"},
+			sched:    func(w int) (Sample, error) { return SpawnToDone(w, n(500_000)) },
+			baseline: func() (Sample, error) { return GoSpawnToDone(n(500_000)) },
+			metric:   perSec,
+			met:      func(r Row) bool { return r.Sched2 >= 2 },
+		},
+		{
+			row:      Row{Name: "fan-out 1 -> 1000, per message", Unit: "ns", Goal: "faster than channels", HigherIs: "worse"},
+			sched:    func(w int) (Sample, error) { return FanOut(w, 1000, n(200)) },
+			baseline: func() (Sample, error) { return ChanFanOut(1000, n(200)) },
+			metric:   perOp,
+			met:      func(r Row) bool { return min(r.Sched1, r.Sched2) < r.Baseline },
+		},
+		{
+			row:      Row{Name: "yield -> CompleteYield, inline handler", Unit: "ns", Goal: "faster than a channel request", HigherIs: "worse"},
+			sched:    func(w int) (Sample, error) { return Yield(w, n(500_000), false) },
+			baseline: func() (Sample, error) { return ChanRequest(n(500_000)) },
+			metric:   perOp,
+			met:      func(r Row) bool { return min(r.Sched1, r.Sched2) < r.Baseline },
+		},
+		{
+			row:      Row{Name: "yield -> CompleteYield, handler goroutine", Unit: "ns", Goal: "informational", HigherIs: "worse"},
+			sched:    func(w int) (Sample, error) { return Yield(w, n(200_000), true) },
+			baseline: func() (Sample, error) { return ChanRequest(n(200_000)) },
+			metric:   perOp,
+			met:      func(Row) bool { return true },
+		},
+	}
+	var rows []Row
+	for _, sp := range specs {
+		if err := ctx.Err(); err != nil {
+			return rows, err
+		}
+		if progress != nil {
+			progress(sp.row.Name)
+		}
+		r := sp.row
+		for _, w := range []int{1, 2} {
+			v, err := median(o.Runs, func() (Sample, error) { return sp.sched(w) }, sp.metric)
+			if err != nil {
+				return rows, fmt.Errorf("%s, %d workers: %w", r.Name, w, err)
+			}
+			if w == 1 {
+				r.Sched1 = v
+			} else {
+				r.Sched2 = v
+			}
+		}
+		if sp.baseline != nil {
+			v, err := median(o.Runs, sp.baseline, sp.metric)
+			if err != nil {
+				return rows, fmt.Errorf("%s, baseline: %w", r.Name, err)
+			}
+			r.Baseline = v
+		}
+		r.Met = sp.met(r)
+		rows = append(rows, r)
+	}
+	if o.Idle > 0 && ctx.Err() == nil {
+		if progress != nil {
+			progress("idle CPU")
+		}
+		pct, err := IdleCPU(2, o.Idle)
+		if err != nil {
+			return rows, err
+		}
+		rows = append(rows, Row{Name: fmt.Sprintf("idle CPU over %v, 2 workers", o.Idle), Unit: "%",
+			Sched2: pct, Goal: "< 1%", Met: pct < 1, HigherIs: "worse"})
+	}
+	return rows, nil
+}
