@@ -123,11 +123,15 @@ func TestConfigAndRoutingErrors(t *testing.T) {
 // starvation; real starvation (the original runtime's) fails all three.
 func TestContinueLoopDoesNotStarveOthers(t *testing.T) {
 	const bound = 10 * time.Millisecond
-	for _, tc := range []string{"spawned", "woken locally"} {
+	for _, tc := range []string{"spawned", "woken locally", "behind a ping-pong pair"} {
 		t.Run(tc, func(t *testing.T) {
 			ok := false
 			for attempt := 0; attempt < 3 && !ok; attempt++ {
-				ok = starvationAttempt(t, tc == "woken locally", bound)
+				if tc == "behind a ping-pong pair" {
+					ok = pairStarvationAttempt(t, bound)
+				} else {
+					ok = starvationAttempt(t, tc == "woken locally", bound)
+				}
 			}
 			if !ok {
 				t.Fatalf("the other process did not run within %v in 3 attempts", bound)
@@ -185,6 +189,72 @@ func starvationAttempt(t *testing.T, local bool, bound time.Duration) bool {
 	if !local {
 		mustSpawn(t, s, victim)
 	}
+	select {
+	case <-ran:
+		return true
+	case <-time.After(bound):
+		recv(t, ran, 10*time.Second, "the starved process, eventually")
+		return false
+	}
+}
+
+// pairStarvationAttempt: two processes wake each other forever with
+// out.Send (each becomes the worker's runnext in turn); a third process that
+// one of them woke once sits in the deque underneath. It must still run.
+func pairStarvationAttempt(t *testing.T, bound time.Duration) bool {
+	s := start(t, Config{Workers: 1})
+	defer func() {
+		if err := s.Stop(context.Background()); err != nil {
+			t.Errorf("Stop: %v", err)
+		}
+	}()
+	ran := make(chan struct{})
+	victim := mustSpawn(t, s, &fnProc{step: func(events []Event, out *StepOutput) error {
+		out.Status = StatusWaitMessages
+		for _, ev := range events {
+			switch ev.Type {
+			case EventMessage:
+				close(ran)
+				out.Status = StatusDone
+			case EventCancel:
+				out.Status = StatusDone
+			}
+		}
+		return nil
+	}})
+	rallying := make(chan struct{})
+	receiverWaiting := make(chan struct{})
+	player := func(serve *PID) *fnProc {
+		n := 0
+		return &fnProc{step: func(events []Event, out *StepOutput) error {
+			out.Status = StatusWaitMessages
+			if cancelledEvents(events) {
+				out.Status = StatusDone
+				return nil
+			}
+			if events == nil && serve == nil {
+				close(receiverWaiting)
+				return nil
+			}
+			if events == nil {
+				out.Send(victim, "you are next") // into the deque…
+				out.Send(*serve, 0)              // …pushed down by the rally
+				close(rallying)
+				return nil
+			}
+			for _, ev := range events {
+				if ev.Type == EventMessage {
+					n++
+					out.Send(ev.From, n)
+				}
+			}
+			return nil
+		}}
+	}
+	other := mustSpawn(t, s, player(nil))
+	recv(t, receiverWaiting, 10*time.Second, "the receiving player to wait")
+	mustSpawn(t, s, player(&other))
+	recv(t, rallying, 10*time.Second, "the rally to start")
 	select {
 	case <-ran:
 		return true

@@ -139,11 +139,11 @@ func (s *Scheduler) Cancel(pid PID) error {
 }
 
 // makeReady queues a process that the caller has just moved to Ready. From
-// worker w (its own goroutine) it goes to w's deque; from anywhere else to
-// the global queue, followed by a wake-up check.
+// worker w (its own goroutine) it becomes w's runnext; from anywhere else it
+// goes to the global queue, followed by a wake-up check.
 func (s *Scheduler) makeReady(p *proc, w *worker) {
 	if w != nil {
-		w.pushLocal(p)
+		w.readyNext(p)
 		return
 	}
 	s.global.push(p)

@@ -17,10 +17,16 @@ type worker struct {
 
 	// Fields below are touched only by this worker's goroutine.
 	rng      *rand.Rand
-	tick     uint32 // times findWork was entered; drives the global check
+	tick     uint32 // times tryFind ran; drives the fairness checks
 	spinning bool   // counted in s.nspin
 	last     *proc  // process run last, for the run-streak bound
 	streak   int    // consecutive runs of last
+	// runnext is the process most recently woken by a step on this worker
+	// (out.Send, a handler completing at once): it runs next, without a
+	// trip through the deque. Not stealable, so it holds at most the one
+	// process this worker is about to run; the fairness ticks in tryFind
+	// keep a pair of processes that wake each other from starving the rest.
+	runnext *proc
 
 	// Guarded by s.idleMu.
 	cond   *sync.Cond // L = &s.idleMu
@@ -64,6 +70,15 @@ func (w *worker) pushLocal(p *proc) {
 	}
 }
 
+// readyNext makes p, just woken by the step this worker ran, the next to
+// run; a previous occupant of runnext moves to the deque. Owner only.
+func (w *worker) readyNext(p *proc) {
+	if old := w.runnext; old != nil {
+		w.pushLocal(old)
+	}
+	w.runnext = p
+}
+
 // findWork returns the next Ready process to run, spinning and parking while
 // there is none; nil means the scheduler is exiting.
 func (w *worker) findWork() *proc {
@@ -99,13 +114,25 @@ func (w *worker) findWork() *proc {
 func (w *worker) tryFind() *proc {
 	s := w.s
 	w.tick++
-	if w.tick%globalCheckTicks == 0 {
+	switch w.tick % globalCheckTicks {
+	case 0:
 		// Fairness: the global queue first, now and then, even when the
-		// deque is never empty.
+		// deque or runnext is never empty.
 		if p := s.global.pop(); p != nil {
 			w.globalPops.Add(1)
 			return p
 		}
+	case globalCheckTicks / 2:
+		// Fairness inside the worker: the owner pops the newest item,
+		// so processes that keep waking each other would starve the
+		// oldest one; take it from the top (a steal from ourselves).
+		if p := w.dq.Steal(); p != nil {
+			return p
+		}
+	}
+	if p := w.runnext; p != nil {
+		w.runnext = nil
+		return p
 	}
 	if p := w.dq.Pop(); p != nil {
 		return p
