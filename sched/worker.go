@@ -74,7 +74,10 @@ func (w *worker) pushLocal(p *proc) {
 // run; a previous occupant of runnext moves to the deque. Owner only.
 func (w *worker) readyNext(p *proc) {
 	if old := w.runnext; old != nil {
-		w.pushLocal(old)
+		// runnext is taken by p, so old is surplus work: queue it where
+		// thieves can reach it and make sure someone is looking.
+		w.dq.Push(old)
+		w.s.wakeOne()
 	}
 	w.runnext = p
 }
