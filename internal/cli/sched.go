@@ -80,7 +80,10 @@ func printSchedRows(env *Env, rows []schedbench.Row) {
 	}
 	for _, r := range rows {
 		met := "no"
-		if r.Met {
+		switch {
+		case !r.Judged:
+			met = "-"
+		case r.Met:
 			met = "yes"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, r.Unit, num(r.Sched1), num(r.Sched2), num(r.Baseline), r.Goal, met)
