@@ -3,6 +3,7 @@ package sched
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -365,6 +366,80 @@ func TestStopWithCooperativeProcessesReturnsNil(t *testing.T) {
 		}
 		if st := s.Stats(); st.Completed != 100 || st.Failed != 0 {
 			t.Fatalf("completed %d failed %d, want 100 and 0", st.Completed, st.Failed)
+		}
+	})
+}
+
+// TestSpawnRacingStop: goroutines keep spawning while Stop runs. Every
+// process that was initialized is closed exactly once, every PID Spawn
+// returned exits exactly once, and Spawn fails only with ErrStopped.
+func TestSpawnRacingStop(t *testing.T) {
+	forEachProcs(t, func(t *testing.T) {
+		var inits, closes atomic.Int64
+		var exitMu sync.Mutex
+		exitCount := map[PID]int{}
+		s, err := New(Config{Workers: 2, OnExit: func(pid PID, _ error) {
+			exitMu.Lock()
+			exitCount[pid]++
+			exitMu.Unlock()
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		newProc := func() *fnProc {
+			return &fnProc{
+				init:  func(context.Context, string, []any) error { inits.Add(1); return nil },
+				close: func() { closes.Add(1) },
+				step: func(events []Event, out *StepOutput) error {
+					out.Status = StatusWaitMessages
+					if cancelledEvents(events) {
+						out.Status = StatusDone
+					}
+					return nil
+				},
+			}
+		}
+		var wg sync.WaitGroup
+		spawned := make([][]PID, 3)
+		started := make(chan struct{}, 3)
+		for g := range spawned {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				started <- struct{}{}
+				for {
+					pid, err := s.Spawn(newProc(), "main", nil)
+					if errors.Is(err, ErrStopped) {
+						return
+					}
+					if err != nil {
+						t.Errorf("Spawn: %v", err)
+						return
+					}
+					spawned[g] = append(spawned[g], pid)
+				}
+			}()
+		}
+		for range spawned {
+			<-started
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := s.Stop(ctx); err != nil {
+			t.Fatalf("Stop: %v", err)
+		}
+		wg.Wait()
+		if inits.Load() != closes.Load() {
+			t.Fatalf("%d processes initialized, %d closed", inits.Load(), closes.Load())
+		}
+		exitMu.Lock()
+		defer exitMu.Unlock()
+		for _, pids := range spawned {
+			for _, pid := range pids {
+				if exitCount[pid] != 1 {
+					t.Fatalf("PID %x exited %d times, want 1", pid, exitCount[pid])
+				}
+			}
 		}
 	})
 }

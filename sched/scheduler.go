@@ -108,10 +108,13 @@ func (s *Scheduler) Spawn(p Process, method string, input []any) (PID, error) {
 	// it snapshots the map, so either Stop's snapshot has pr (and cancels
 	// it) or this load sees stopping.
 	if s.stopping.Load() {
-		s.procs.del(pr)
-		pr.state.Store(uint32(StateComplete))
-		safeClose(p)
-		s.liveDone()
+		// Stop's force-close may have found pr in the table already; the
+		// Swap lets exactly one of us close it.
+		if State(pr.state.Swap(uint32(StateComplete))&stateMask) != StateComplete {
+			s.procs.del(pr)
+			safeClose(p)
+			s.liveDone()
+		}
 		return 0, ErrStopped
 	}
 	s.spawned.Add(1)
@@ -230,6 +233,8 @@ func (s *Scheduler) liveDone() {
 // error (wrapped) if some had to be closed. Spawn fails with ErrStopped from
 // the moment Stop begins. Stop is safe to call more than once and from
 // several goroutines; later calls wait for the first and return its result.
+// It must not be called from a Step, a handler or OnExit: it waits for the
+// workers, and those run on them.
 func (s *Scheduler) Stop(ctx context.Context) error {
 	s.stopOnce.Do(func() { s.stopErr = s.stop(ctx) })
 	return s.stopErr
