@@ -49,6 +49,22 @@ type Config struct {
 	// *PanicError for one that failed, or ErrStopped for one Stop closed.
 	// It runs on a worker (or in Stop), so it must be quick.
 	OnExit func(pid PID, err error)
+
+	// hooks, set only by this package's tests, open the race windows of
+	// the wake-up protocol deterministically.
+	hooks *testHooks
+}
+
+// testHooks are called, when set, at the instants named; nil in production.
+type testHooks struct {
+	// beforePark runs on a worker that found no work, before it takes
+	// idleMu to register as parked (the window in which a producer sees
+	// no sleepers).
+	beforePark func()
+	// beforeWaitCAS runs on the worker between loading a Running state
+	// and CASing it to Idle/Blocked (the window of the original
+	// runtime's lost wake-up).
+	beforeWaitCAS func(p *proc)
 }
 
 func (c *Config) validate() error {

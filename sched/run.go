@@ -112,6 +112,9 @@ func (w *worker) finishWait(p *proc, wait State) {
 			p.state.CompareAndSwap(s, uint32(StateRunning))
 			continue
 		}
+		if h := w.s.cfg.hooks; h != nil && h.beforeWaitCAS != nil {
+			h.beforeWaitCAS(p)
+		}
 		if p.state.CompareAndSwap(uint32(StateRunning), uint32(wait)) {
 			if !p.events.Empty() && p.state.CompareAndSwap(uint32(wait), uint32(StateReady)) {
 				w.pushLocal(p)

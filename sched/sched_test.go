@@ -326,3 +326,52 @@ func TestManySendersToOneWaitingProcess(t *testing.T) {
 		}
 	})
 }
+
+// TestWakesParkedWorkers: a message sent from outside while every worker is
+// parked (or just parking) must wake one: pair 2 of the README. Half the
+// rounds wait until both workers are parked before sending; a lost wake-up
+// is a timeout.
+func TestWakesParkedWorkers(t *testing.T) {
+	const rounds = 300
+	forEachProcs(t, func(t *testing.T) {
+		s := start(t, Config{Workers: 2})
+		replies := make(chan int, 1)
+		pid := mustSpawn(t, s, &fnProc{step: func(events []Event, out *StepOutput) error {
+			out.Status = StatusWaitMessages
+			for _, ev := range events {
+				switch ev.Type {
+				case EventMessage:
+					replies <- ev.Data.(int)
+				case EventCancel:
+					out.Status = StatusDone
+				}
+			}
+			return nil
+		}})
+		for i := 0; i < rounds; i++ {
+			if i%2 == 0 {
+				deadline := time.Now().Add(10 * time.Second)
+				for s.nparked.Load() != 2 {
+					if time.Now().After(deadline) {
+						t.Fatalf("round %d: workers never parked (%d of 2)", i, s.nparked.Load())
+					}
+					runtime.Gosched()
+				}
+			}
+			if err := s.Send(pid, i); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case got := <-replies:
+				if got != i {
+					t.Fatalf("round %d: reply %d", i, got)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("round %d: no reply: lost wake-up (stats %+v)", i, s.Stats())
+			}
+		}
+		if st := s.Stats(); st.Parks == 0 || st.Wakeups == 0 {
+			t.Fatalf("park path not exercised: %+v", st)
+		}
+	})
+}

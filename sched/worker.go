@@ -196,6 +196,9 @@ func (w *worker) stopSpinning(found bool) {
 // releases only once we are waiting) or we see its work here.
 func (w *worker) park() {
 	s := w.s
+	if h := s.cfg.hooks; h != nil && h.beforePark != nil {
+		h.beforePark()
+	}
 	s.idleMu.Lock()
 	s.idle = append(s.idle, w)
 	w.parked = true

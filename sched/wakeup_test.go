@@ -1,0 +1,104 @@
+package sched
+
+import (
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// These tests open each race window of the README's publish-then-check
+// pairs with a hook and put the other side's action exactly there.
+
+// TestEventBetweenLoadAndWaitCAS is the original runtime's lost wake-up
+// (Wippy PR #325): the worker loads Running, a producer sets the wake flag,
+// the worker's CAS to Idle fails. A single CAS gave up there and the process
+// slept forever with a message queued; ours retries, sees the flag and the
+// event, and runs the process again.
+func TestEventBetweenLoadAndWaitCAS(t *testing.T) {
+	var fired atomic.Bool
+	got := make(chan any, 1)
+	hooks := &testHooks{beforeWaitCAS: func(p *proc) {
+		if fired.CompareAndSwap(false, true) {
+			// A producer's whole delivery, inside the window.
+			if !p.deliver(Event{Type: EventMessage, Data: "in the window"}, nil) {
+				t.Error("deliver to a running process failed")
+			}
+			if p.state.Load()&wakeFlag == 0 {
+				t.Error("delivery to a Running process did not set the wake flag")
+			}
+		}
+	}}
+	s := start(t, Config{Workers: 1, hooks: hooks})
+	mustSpawn(t, s, &fnProc{step: func(events []Event, out *StepOutput) error {
+		out.Status = StatusWaitMessages
+		for _, ev := range events {
+			switch ev.Type {
+			case EventMessage:
+				got <- ev.Data
+			case EventCancel:
+				out.Status = StatusDone
+			}
+		}
+		return nil
+	}})
+	select {
+	case v := <-got:
+		if v != "in the window" {
+			t.Fatalf("got %v", v)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("message delivered between load and CAS was never stepped: lost wake-up")
+	}
+}
+
+// TestWorkQueuedWhileWorkerDecidesToPark: "A finds no work; B posts work but
+// sees no sleepers; A sleeps". The hook runs after the worker's last failed
+// search and before it registers as parked; there a producer queues a
+// process and calls wakeOne, which finds nparked == 0 and wakes nobody. The
+// worker's re-check after registering must find the process.
+func TestWorkQueuedWhileWorkerDecidesToPark(t *testing.T) {
+	var s *Scheduler
+	var pr atomic.Pointer[proc]
+	var fired atomic.Bool
+	hooks := &testHooks{beforePark: func() {
+		p := pr.Load()
+		if p == nil || !fired.CompareAndSwap(false, true) {
+			return
+		}
+		if s.nparked.Load() != 0 {
+			t.Error("nparked != 0 inside the window")
+		}
+		p.deliver(Event{Type: EventMessage, Data: "posted while parking"}, nil)
+	}}
+	ran := make(chan any, 1)
+	s = start(t, Config{Workers: 1, hooks: hooks})
+	pid := mustSpawn(t, s, &fnProc{step: func(events []Event, out *StepOutput) error {
+		out.Status = StatusWaitMessages
+		for _, ev := range events {
+			switch ev.Type {
+			case EventMessage:
+				ran <- ev.Data
+			case EventCancel:
+				out.Status = StatusDone
+			}
+		}
+		return nil
+	}})
+	// Arm the hook once the process is Idle, so its next park is the one.
+	deadline := time.Now().Add(10 * time.Second)
+	for s.procs.get(pid).loadState() != StateIdle {
+		if time.Now().After(deadline) {
+			t.Fatal("process never went idle")
+		}
+		runtime.Gosched()
+	}
+	pr.Store(s.procs.get(pid))
+	// Make the worker search and park again: a no-op process.
+	mustSpawn(t, s, &fnProc{step: func(_ []Event, out *StepOutput) error { out.Status = StatusDone; return nil }})
+	select {
+	case <-ran:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("work queued before the park re-check was never run: lost wake-up (fired=%v)", fired.Load())
+	}
+}
