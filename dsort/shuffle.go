@@ -147,9 +147,11 @@ func (r *workerRPC) ShuffleData(req *dsortpb.ShuffleRequest, stream dsortpb.Work
 		Offset: cw.off, IsLastChunk: true, TotalBytes: cw.off})
 }
 
-// writePiece merges this worker's records of partition p into dst.
-func (w *Worker) writePiece(ctx context.Context, p int, dst io.Writer, memory int64) error {
+// ownSegments returns this worker's records of partition p: one segment
+// per run, in run (input) order.
+func (w *Worker) ownSegments(p int) []extsort.Segment {
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	var segs []extsort.Segment
 	for i, run := range w.runs {
 		lo, hi := w.splits[i][p], w.splits[i][p+1]
@@ -157,7 +159,12 @@ func (w *Worker) writePiece(ctx context.Context, p int, dst io.Writer, memory in
 			segs = append(segs, extsort.Segment{Path: run.Path, Offset: lo * recSize, Length: (hi - lo) * recSize})
 		}
 	}
-	w.mu.Unlock()
+	return segs
+}
+
+// writePiece merges this worker's records of partition p into dst.
+func (w *Worker) writePiece(ctx context.Context, p int, dst io.Writer, memory int64) error {
+	segs := w.ownSegments(p)
 	if len(segs) == 0 {
 		return nil
 	}
@@ -207,8 +214,8 @@ func (w *Worker) piecePath(p, s int) string {
 	return filepath.Join(w.recvDir(), "p"+strconv.Itoa(p)+".s"+strconv.Itoa(s))
 }
 
-// shuffle pulls, from every worker (itself included), its piece of each of
-// this worker's partitions. Pieces are staged per (sender, sender epoch,
+// shuffle pulls, from every other worker, its piece of each of this
+// worker's partitions. Pieces are staged per (sender, sender epoch,
 // partition) and committed by rename only once the stream ended with its
 // last chunk and the byte count matched: a sender that crashes mid-stream
 // leaves nothing behind, and its restarted process's data replaces it.
@@ -225,29 +232,27 @@ func (w *Worker) shuffle(ctx context.Context) error {
 		once     sync.Once
 		firstErr error
 	)
+	var fetched atomic.Int64
 	for range w.cfg.FetchParallel {
 		wg.Go(func() {
 			for t := range tasks {
-				var err error
-				if t.s == self {
-					err = w.localPiece(ctx, t.p)
-				} else {
-					err = w.fetchPiece(ctx, t.s, t.p)
-				}
-				if err != nil {
+				if err := w.fetchPiece(ctx, t.s, t.p); err != nil {
 					once.Do(func() { firstErr = err; cancel() })
 					continue
 				}
-				if w.done.Add(1) == 1 {
+				w.done.Add(1)
+				if fetched.Add(1) == 1 {
 					w.fault(ctx, "shuffle-piece")
 				}
 			}
 		})
 	}
-	// Take pieces sender by sender, starting after ourselves, so the
-	// workers do not all pull from the same sender at once.
+	// This worker's own pieces are not copied: the merge reads them
+	// straight from its runs. Take the others sender by sender, starting
+	// after ourselves, so the workers do not all pull from one sender.
+	w.done.Add(int64(ppw))
 feed:
-	for i := 1; i <= nw; i++ {
+	for i := 1; i < nw; i++ {
 		s := (self + i) % nw
 		for p := self * ppw; p < (self+1)*ppw; p++ {
 			select {
@@ -263,30 +268,6 @@ feed:
 		return firstErr
 	}
 	return ctx.Err()
-}
-
-func (w *Worker) localPiece(ctx context.Context, p int) error {
-	final := w.piecePath(p, w.index)
-	f, err := os.Create(final + ".local.part")
-	if err != nil {
-		return fmt.Errorf("dsort: %w", err)
-	}
-	bw := bufio.NewWriterSize(f, 1<<20)
-	err = w.writePiece(ctx, p, bw, w.cfg.Memory/4/int64(w.cfg.FetchParallel))
-	if err == nil {
-		err = bw.Flush()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), final)
-	}
-	if err != nil {
-		os.Remove(f.Name())
-		return fmt.Errorf("dsort: local piece of partition %d: %w", p, err)
-	}
-	return nil
 }
 
 // fetchPiece pulls partition p's piece from sender s, retrying (and asking
@@ -448,7 +429,8 @@ func (w *Worker) tryFetch(ctx context.Context, addr string, s, p int) (err error
 
 // merge merges, for each of this worker's partitions in parallel, the
 // pieces from all senders (in sender order, so that equal keys keep the
-// global order the boundaries assume) into partition.<n>.
+// global order the boundaries assume; this worker's own piece is its runs'
+// slices, in run order) into partition.<n>.
 func (w *Worker) merge(ctx context.Context) error {
 	w.mu.Lock()
 	self, nw, ppw := w.index, w.numWorkers, w.ppw
@@ -496,6 +478,10 @@ feed:
 func (w *Worker) mergePartition(ctx context.Context, p, nw int, mem int64) error {
 	var segs []extsort.Segment
 	for s := range nw {
+		if s == w.index {
+			segs = append(segs, w.ownSegments(p)...)
+			continue
+		}
 		path := w.piecePath(p, s)
 		info, err := os.Stat(path)
 		if err != nil {

@@ -586,6 +586,11 @@ func (w *Worker) runPhases(ctx context.Context, needSample bool) error {
 	if err != nil {
 		return err
 	}
+	for p := w.index * w.ppw; p < (w.index+1)*w.ppw; p++ {
+		for _, sg := range w.ownSegments(p) {
+			recvBytes += sg.Length
+		}
+	}
 	if err := w.startPhase(Merging, "signal received, starting merge", recvBytes); err != nil {
 		return err
 	}
