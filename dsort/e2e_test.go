@@ -427,6 +427,19 @@ func TestAbortWhenWorkerNeverReturns(t *testing.T) {
 	}
 	v := j.workers[2].proc
 	v.waitLine(false, regexp.MustCompile(`fault point Sorting reached`), time.Minute)
+	// `gantry sort status` shows every worker's state, phase, progress and
+	// phase durations.
+	st := startProc(t, "status", nil, "sort", "status", j.addr)
+	if code := st.wait(30 * time.Second); code != 0 {
+		t.Fatalf("gantry sort status exited %d", code)
+	}
+	out := strings.Join(st.stdoutLines(), "\n")
+	for _, re := range []string{`job \w+: sorting, 3/3 workers registered`, `WORKER\s+ADDRESS\s+STATE\s+PHASE\s+PROGRESS\s+SAMPLING`,
+		`127\.0\.0\.4:\d+\s+Sorting\s+SORTING\s+\d+\.\d%\s+\d+\.\d\ds\s+\d+\.\d\ds…`} {
+		if !regexp.MustCompile(re).MatchString(out) {
+			t.Errorf("status output does not match %q:\n%s", re, out)
+		}
+	}
 	v.cmd.Process.Signal(syscall.SIGKILL)
 	if code := j.master.wait(time.Minute); code == 0 {
 		t.Fatal("master exited 0 after a worker never came back")
@@ -437,5 +450,40 @@ func TestAbortWhenWorkerNeverReturns(t *testing.T) {
 			t.Errorf("%s exited 0 after the job was aborted", w.proc.name)
 		}
 		w.proc.waitLine(false, regexp.MustCompile(`job aborted: worker \d+ .* did not come back`), time.Second)
+	}
+}
+
+// TestInterruptCleansUp: SIGINT to a worker in the middle of the job aborts
+// it; every process exits non-zero within 15 s and the workers leave no runs
+// or received pieces behind (only the persisted state file).
+func TestInterruptCleansUp(t *testing.T) {
+	j := newJob(t, 2, 6000, genOpts{})
+	j.startWorker(0)
+	v := j.startWorker(1, "GANTRY_DSORT_FAULT=Sorting")
+	v.waitLine(false, regexp.MustCompile(`fault point Sorting reached`), time.Minute)
+	start := time.Now()
+	if err := v.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []*proc{v, j.workers[0].proc, j.master} {
+		if code := p.wait(15 * time.Second); code == 0 {
+			t.Errorf("%s exited 0 after an interrupted job", p.name)
+		}
+	}
+	t.Logf("all processes exited %s after SIGINT", time.Since(start).Round(time.Millisecond))
+	j.master.waitLine(false, regexp.MustCompile(`job aborted: worker \d+ \(127\.0\.0\.3:\d+\) failed: context canceled`), time.Second)
+	for i, w := range j.workers {
+		err := filepath.WalkDir(w.tmp, func(path string, d os.DirEntry, err error) error {
+			if err == nil && !d.IsDir() && d.Name() != StateFileName {
+				t.Errorf("worker %d left %s behind", i, path)
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ents, _ := os.ReadDir(w.out); len(ents) != 0 {
+			t.Errorf("worker %d left %d files in its output dir", i, len(ents))
+		}
 	}
 }
