@@ -277,3 +277,26 @@ func TestSkewBalance(t *testing.T) {
 	}
 	t.Logf("bytes per worker: %v (mean %.0f)", per, mean)
 }
+
+// TestEmptyInputs: workers without records still finish, each with its
+// (empty) partition files, and the job succeeds.
+func TestEmptyInputs(t *testing.T) {
+	root := t.TempDir()
+	var wcfgs []WorkerConfig
+	var outs []string
+	for w := range 2 {
+		in := filepath.Join(root, fmt.Sprint("w", w), "in")
+		var sum dataSum
+		writeRecords(t, filepath.Join(in, "empty"), 0, nil, genOpts{}, &sum)
+		out := filepath.Join(root, fmt.Sprint("w", w), "out")
+		outs = append(outs, out)
+		wcfgs = append(wcfgs, WorkerConfig{Inputs: []string{in}, Output: out, Memory: 32 << 20,
+			TempDir: filepath.Join(root, fmt.Sprint("w", w), "tmp")})
+	}
+	c := startCluster(t, context.Background(), MasterConfig{Workers: 2, HeartbeatInterval: 100 * time.Millisecond}, wcfgs)
+	werrs, merr := c.wait(t)
+	if merr != nil || errors.Join(werrs...) != nil {
+		t.Fatalf("master: %v, workers: %v", merr, werrs)
+	}
+	checkOutput(t, outs, dataSum{})
+}
