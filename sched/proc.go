@@ -83,7 +83,9 @@ func (p *proc) loadState() State { return State(p.state.Load() & stateMask) }
 // Blocked process is made Ready and queued (on w's deque when the caller is
 // worker w, otherwise on the global queue); a Running process gets the wake
 // flag; a Ready process will drain it when it runs. It returns false if the
-// process has completed (the event is dropped with it).
+// process completed without taking the event (the event is dropped with it);
+// a process that took the event in a step and then completed counts as
+// delivered.
 //
 // Publish-then-check pair #1 (with the worker's transition out of Running,
 // see worker.finishWait): we push the event (publish), then load the state
@@ -92,7 +94,7 @@ func (p *proc) loadState() State { return State(p.state.Load() & stateMask) }
 // see Idle/Blocked and wake it, or the worker sees the event and requeues it.
 // If both do, the Idle/Blocked → Ready CAS lets exactly one of them queue it.
 func (p *proc) deliver(ev Event, w *worker) bool {
-	p.events.Push(ev)
+	seq := p.events.Push(ev)
 	for {
 		s := p.state.Load()
 		switch State(s & stateMask) {
@@ -111,7 +113,11 @@ func (p *proc) deliver(ev Event, w *worker) bool {
 		case StateReady:
 			return true
 		default: // StateComplete
-			return false
+			// A step may have taken the event between our push and
+			// this load, and the process then finished: that is a
+			// delivery. The Swap that took it stored Taken before the
+			// step, hence before the Complete we just loaded.
+			return p.events.Taken() >= seq
 		}
 	}
 }

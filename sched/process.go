@@ -11,6 +11,9 @@ import (
 // never assigned.
 type PID uint64
 
+// String formats a PID as <slot.generation>, e.g. <17.3>.
+func (p PID) String() string { return fmt.Sprintf("<%d.%d>", uint32(p), uint32(p>>32)) }
+
 // Process is a message-driven state machine run by the scheduler. The
 // scheduler never runs two methods of one Process at the same time, and every
 // call happens-after the previous one, so a Process needs no locking of its

@@ -8,7 +8,7 @@ func (w *worker) run(p *proc) {
 	if !p.state.CompareAndSwap(uint32(StateReady), uint32(StateRunning)) {
 		// Invariant broken: only Ready processes are queued, once. Drop
 		// the entry rather than run a process twice at once.
-		s.log.Error("sched: dequeued a process that was not ready", "pid", uint64(p.pid), "state", p.loadState())
+		s.log.Error("sched: dequeued a process that was not ready", "pid", p.pid.String(), "state", p.loadState())
 		return
 	}
 	if p == w.last {
@@ -50,7 +50,7 @@ func (w *worker) run(p *proc) {
 		clear(out.yields)
 		out.yields = out.yields[:0]
 		if err != nil {
-			err = fmt.Errorf("sched: process %d: %w", p.pid, err)
+			err = fmt.Errorf("sched: process %v: %w", p.pid, err)
 		}
 		s.complete(p, err)
 		return

@@ -129,7 +129,10 @@ func TestFanOutDeliversExactlyOnce(t *testing.T) {
 				if via == "Scheduler.Send" {
 					for i, pid := range pids {
 						if err := s.Send(pid, i); err != nil {
-							t.Fatalf("Send: %v", err)
+							ex.mu.Lock()
+							exitErr, exited := ex.errs[pid]
+							ex.mu.Unlock()
+							t.Fatalf("Send to receiver %d: %v (exited: %v, with %v)", i, err, exited, exitErr)
 						}
 					}
 				} else {

@@ -127,7 +127,7 @@ func (s *Scheduler) Spawn(p Process, method string, input []any) (PID, error) {
 func (s *Scheduler) Send(to PID, msg any) error {
 	p := s.procs.get(to)
 	if p == nil || !p.deliver(Event{Type: EventMessage, Data: msg}, nil) {
-		return fmt.Errorf("sched: send to %d: %w", to, ErrNoProcess)
+		return fmt.Errorf("sched: send to %v: %w", to, ErrNoProcess)
 	}
 	return nil
 }
@@ -136,7 +136,7 @@ func (s *Scheduler) Send(to PID, msg any) error {
 func (s *Scheduler) Cancel(pid PID) error {
 	p := s.procs.get(pid)
 	if p == nil || !p.deliver(Event{Type: EventCancel}, nil) {
-		return fmt.Errorf("sched: cancel %d: %w", pid, ErrNoProcess)
+		return fmt.Errorf("sched: cancel %v: %w", pid, ErrNoProcess)
 	}
 	return nil
 }
@@ -211,7 +211,7 @@ func (s *Scheduler) complete(p *proc, err error) {
 	if err != nil {
 		s.failed.Add(1)
 		if err != ErrStopped {
-			s.log.Error("sched: process failed", "pid", uint64(p.pid), "err", err)
+			s.log.Error("sched: process failed", "pid", p.pid.String(), "err", err)
 		}
 	}
 	if s.cfg.OnExit != nil {

@@ -5,6 +5,7 @@ package schedbench
 import (
 	"fmt"
 	"runtime"
+	"runtime/debug"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -56,6 +57,9 @@ func IdleCPU(workers int, window time.Duration) (float64, error) {
 		}
 		runtime.Gosched()
 	}
+	// Settle the runtime (GC, scavenger) so that only the scheduler's own
+	// idle cost falls in the window.
+	debug.FreeOSMemory()
 	before, err := cpuTime()
 	if err != nil {
 		return 0, err

@@ -28,18 +28,31 @@ type Queue[T any] struct {
 	// publish-then-check pairs.
 	n atomic.Int64
 
+	// taken counts the items Swap has handed out since the queue was made.
+	// Stored (seq-cst) under mu by Swap; loaded by anyone. With Push's
+	// sequence number it tells a producer whether its item was consumed.
+	taken atomic.Uint64
+
 	mu sync.Mutex
-	// items is guarded by mu.
-	items []T
+	// items and pushed are guarded by mu. pushed counts every Push ever.
+	items  []T
+	pushed uint64
 }
 
-// Push appends v. Any goroutine.
-func (q *Queue[T]) Push(v T) {
+// Push appends v and returns its sequence number (1 for the first push,
+// then 2, …): v has been consumed once Taken() >= that number. Any goroutine.
+func (q *Queue[T]) Push(v T) uint64 {
 	q.mu.Lock()
 	q.items = append(q.items, v)
+	q.pushed++
+	seq := q.pushed
 	q.n.Store(int64(len(q.items)))
 	q.mu.Unlock()
+	return seq
 }
+
+// Taken returns how many items Swap has handed out in all. Any goroutine.
+func (q *Queue[T]) Taken() uint64 { return q.taken.Load() }
 
 // Empty reports whether the queue held nothing at the moment of the load.
 // Any goroutine.
@@ -58,6 +71,7 @@ func (q *Queue[T]) Swap(spare []T) []T {
 	q.mu.Lock()
 	out := q.items
 	q.items = spare
+	q.taken.Add(uint64(len(out)))
 	q.n.Store(0)
 	q.mu.Unlock()
 	return out

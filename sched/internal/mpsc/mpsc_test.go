@@ -76,3 +76,22 @@ func TestManyProducersEveryItemOnceInPerProducerOrder(t *testing.T) {
 		t.Fatalf("items per producer (-want +got):\n%s", diff)
 	}
 }
+
+func TestPushSequenceAndTaken(t *testing.T) {
+	var q Queue[string]
+	if a, b := q.Push("a"), q.Push("b"); a != 1 || b != 2 {
+		t.Fatalf("sequence numbers %d, %d; want 1, 2", a, b)
+	}
+	if q.Taken() != 0 {
+		t.Fatalf("Taken before any Swap = %d", q.Taken())
+	}
+	batch := q.Swap(nil)
+	c := q.Push("c")
+	if q.Taken() != 2 || c != 3 {
+		t.Fatalf("after one swap: Taken %d (want 2), next seq %d (want 3)", q.Taken(), c)
+	}
+	q.Swap(batch)
+	if q.Taken() < c {
+		t.Fatalf("Taken %d after taking seq %d", q.Taken(), c)
+	}
+}
