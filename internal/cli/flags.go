@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"unicode"
@@ -61,7 +62,10 @@ func parseSize(s string) (int64, error) {
 	if mult == 0 {
 		return 0, fmt.Errorf("size %q: unknown unit %q (use K, M, G, T, KiB…, KB…)", s, unit)
 	}
-	return int64(f * mult), nil
+	if v := f * mult; v < math.MaxInt64 {
+		return int64(v), nil
+	}
+	return 0, fmt.Errorf("size %q is too large", s)
 }
 
 // sizeValue is a pflag.Value for byte sizes.
