@@ -123,7 +123,9 @@ func (s *Scheduler) Spawn(p Process, method string, input []any) (PID, error) {
 }
 
 // Send delivers msg to process to as an EventMessage with From = 0. Any
-// goroutine. It returns ErrNoProcess if to is not a live process.
+// goroutine. It returns ErrNoProcess if to is not a live process, or if the
+// process completed before any step took the message; a nil error means a
+// step has or will have it.
 func (s *Scheduler) Send(to PID, msg any) error {
 	p := s.procs.get(to)
 	if p == nil || !p.deliver(Event{Type: EventMessage, Data: msg}, nil) {
