@@ -452,6 +452,18 @@ func (m *Master) peersLocked(now time.Time) []*dsortpb.Peer {
 	return out
 }
 
+// InputBytes is the size of all workers' input, known once every worker
+// has submitted its sample (0 before).
+func (m *Master) InputBytes() int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var n int64
+	for _, mb := range m.members {
+		n += mb.records * recSize
+	}
+	return n
+}
+
 // Status returns the master's view of every registered worker.
 func (m *Master) Status() []WorkerInfo {
 	m.mu.Lock()

@@ -19,6 +19,7 @@ import (
 
 	"github.com/gantryhq/gantry/dsort"
 	"github.com/gantryhq/gantry/dsort/dsortpb"
+	"github.com/gantryhq/gantry/internal/progress"
 	"github.com/gantryhq/gantry/lifecycle"
 )
 
@@ -120,7 +121,9 @@ func runMaster(ctx context.Context, env *Env, cfg dsort.MasterConfig) error {
 	if err != nil {
 		return withCode(1, fmt.Errorf("sort master: %w", err))
 	}
-	fmt.Fprintf(stderr, "job succeeded in %s\n", time.Since(start).Round(time.Millisecond))
+	el := time.Since(start)
+	fmt.Fprintf(stderr, "job succeeded in %s: %s sorted (%.1f MB/s)\n", el.Round(time.Millisecond),
+		progress.FormatBytes(m.InputBytes()), float64(m.InputBytes())/1e6/el.Seconds())
 	writePhaseTable(stderr, workers)
 	return nil
 }
