@@ -302,6 +302,15 @@ func TestSetPartitionBoundariesOnlyWhenWaiting(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// GetStatus reports the seed's §7 band for the waiting state.
+	st, err := r.GetStatus(context.Background(), &dsortpb.StatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.GetState() != dsortpb.WorkerState_WAITING_FOR_PARTITION_CONFIG || st.GetCurrentPhase() != dsortpb.Phase_PHASE_SAMPLING ||
+		st.GetProgressPercentage() != 15 || st.GetMessage() != "Waiting for partition config" {
+		t.Fatalf("GetStatus = %v", st)
+	}
 	bad := &dsortpb.PartitionConfig{Epoch: 1, NumPartitions: 3, PartitionsPerWorker: 1}
 	if _, err := r.SetPartitionBoundaries(context.Background(), bad); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("inconsistent config: err = %v, want InvalidArgument", err)
