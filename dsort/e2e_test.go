@@ -241,7 +241,7 @@ func newJob(t *testing.T, n, recordsPerWorker int, o genOpts, masterArgs ...stri
 func (j *job) startWorker(w int, env ...string) *proc {
 	ws := j.workers[w]
 	args := append([]string{"sort", "worker", j.addr, "-I"}, ws.inputs...)
-	args = append(args, "-O", ws.out, "--tmp", ws.tmp, "--memory", "32MiB", "--bind", ws.bind)
+	args = append(args, "-O", ws.out, "--tmp", ws.tmp, "--memory", "32MiB", "--bind", ws.bind, "--master-timeout", "3s")
 	ws.proc = startProc(j.t, fmt.Sprintf("worker %d (%s)", w, ws.bind), env, args...)
 	return ws.proc
 }
@@ -485,5 +485,21 @@ func TestInterruptCleansUp(t *testing.T) {
 		if ents, _ := os.ReadDir(w.out); len(ents) != 0 {
 			t.Errorf("worker %d left %d files in its output dir", i, len(ents))
 		}
+	}
+}
+
+// TestWorkersExitWhenMasterDies: a master killed mid-job leaves no worker
+// running: they stop hearing from it and exit non-zero, cleaning up.
+func TestWorkersExitWhenMasterDies(t *testing.T) {
+	j := newJob(t, 2, 6000, genOpts{})
+	j.startWorker(0)
+	v := j.startWorker(1, "GANTRY_DSORT_FAULT=Sorting")
+	v.waitLine(false, regexp.MustCompile(`fault point Sorting reached`), time.Minute)
+	j.master.cmd.Process.Signal(syscall.SIGKILL)
+	for _, w := range j.workers {
+		if code := w.proc.wait(30 * time.Second); code == 0 {
+			t.Errorf("%s exited 0 after its master died", w.proc.name)
+		}
+		w.proc.waitLine(false, regexp.MustCompile(`lost contact with the master: no reply from \S+ for 3s`), time.Second)
 	}
 }

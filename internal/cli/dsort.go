@@ -274,6 +274,7 @@ with its temp dir wiped) it rejoins the job.`,
 	f.IntVar(&cfg.Port, "port", 0, "TCP port to listen on (0: any free port)")
 	f.StringVar(&cfg.Token, "token", os.Getenv("GANTRY_TOKEN"), "shared secret every RPC must carry (default $GANTRY_TOKEN)")
 	f.DurationVar(&cfg.RegisterTimeout, "register-timeout", 60*time.Second, "how long to keep trying to reach the master")
+	f.DurationVar(&cfg.MasterTimeout, "master-timeout", 30*time.Second, "give up when the master stays unreachable this long")
 	return cmd
 }
 
