@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -87,6 +88,11 @@ aborts the job. The exit status is 0 only when the whole job succeeded.`,
 			cfg.Workers = n
 			cfg.Addr = ":" + strconv.Itoa(port)
 			cfg.Logger = env.Logger
+			// On a terminal the redrawn bars replace the info log, which
+			// would scroll them away; --log-level still wins when given.
+			if f := cmd.Flag("log-level"); isTerminal(env.Stderr) && env.LogLevel != nil && f != nil && !f.Changed {
+				env.LogLevel.Set(slog.LevelWarn)
+			}
 			return runMaster(cmd.Context(), env, cfg)
 		},
 	}
