@@ -345,16 +345,20 @@ func TestEndToEnd(t *testing.T) {
 // completes with valid output while the other workers keep running.
 func TestFaultInjection(t *testing.T) {
 	cases := []struct {
-		phase  string
-		points string // where the victim stops before it is killed
-		want   string // the state it must be in
+		phase   string
+		points  string // where the victim stops before it is killed
+		want    string // the state it must be in
+		keepTmp bool   // restart without wiping the temp dir
 	}{
-		{"sampling", "Sampling", "Sampling"},
-		{"sorting", "Sorting", "Sorting"},
+		{phase: "sampling", points: "Sampling", want: "Sampling"},
+		{phase: "sorting", points: "Sorting", want: "Sorting"},
 		// It stops after its first piece, and its streams to peers stop
 		// before their last chunk: peers hold half-sent data to discard.
-		{"shuffling", "shuffle-piece,serve-last-chunk", "Shuffling"},
-		{"merging", "merge-partition", "Merging"},
+		{phase: "shuffling", points: "shuffle-piece,serve-last-chunk", want: "Shuffling"},
+		{phase: "merging", points: "merge-partition", want: "Merging"},
+		// With its temp dir kept, the new process finds the persisted
+		// state, says where its predecessor stopped and starts clean.
+		{phase: "merging-tmp-kept", points: "merge-partition", want: "Merging", keepTmp: true},
 	}
 	for _, c := range cases {
 		t.Run(c.phase, func(t *testing.T) {
@@ -376,11 +380,16 @@ func TestFaultInjection(t *testing.T) {
 				t.Fatal(err)
 			}
 			v.wait(10 * time.Second)
-			if err := os.RemoveAll(j.workers[victim].tmp); err != nil {
-				t.Fatal(err)
+			if !c.keepTmp {
+				if err := os.RemoveAll(j.workers[victim].tmp); err != nil {
+					t.Fatal(err)
+				}
 			}
 			others := []*proc{j.workers[0].proc, j.workers[2].proc}
 			j.startWorker(victim)
+			if c.keepTmp {
+				j.workers[victim].proc.waitLine(false, regexp.MustCompile(`a previous run of this worker stopped here.*previous_state=Merging`), time.Minute)
+			}
 			order := j.workerOrder()
 			if code := j.master.wait(2 * time.Minute); code != 0 {
 				t.Fatalf("master exited %d", code)

@@ -261,6 +261,8 @@ with its temp dir wiped) it rejoins the job.`,
 			}
 			err = w.Run(cmd.Context())
 			if sm := w.StateMachine(); sm != nil {
+				fmt.Fprintln(stderr, "=== State Transition History ===")
+				sm.WriteHistory(stderr)
 				fmt.Fprintln(stderr, "=== Phase Durations ===")
 				sm.WritePhases(stderr)
 			}
