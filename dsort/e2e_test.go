@@ -512,3 +512,23 @@ func TestWorkersExitWhenMasterDies(t *testing.T) {
 		w.proc.waitLine(false, regexp.MustCompile(`lost contact with the master: no reply from \S+ for 3s`), time.Second)
 	}
 }
+
+// TestMasterInterruptAbortsJob: SIGINT to the master aborts the job; it tells
+// the workers, and every process exits non-zero within 15 s.
+func TestMasterInterruptAbortsJob(t *testing.T) {
+	j := newJob(t, 2, 6000, genOpts{})
+	j.startWorker(0)
+	v := j.startWorker(1, "GANTRY_DSORT_FAULT=Sorting")
+	v.waitLine(false, regexp.MustCompile(`fault point Sorting reached`), time.Minute)
+	start := time.Now()
+	j.master.cmd.Process.Signal(syscall.SIGINT)
+	for _, p := range []*proc{j.master, j.workers[0].proc, v} {
+		if code := p.wait(15 * time.Second); code == 0 {
+			t.Errorf("%s exited 0 after the master was interrupted", p.name)
+		}
+	}
+	t.Logf("all processes exited %s after SIGINT", time.Since(start).Round(time.Millisecond))
+	for _, w := range j.workers {
+		w.proc.waitLine(false, regexp.MustCompile(`job aborted: the master was interrupted`), time.Second)
+	}
+}

@@ -228,10 +228,14 @@ func (m *Master) Run(ctx context.Context) error {
 	tick := time.NewTicker(min(m.cfg.HeartbeatInterval/2, 100*time.Millisecond))
 	defer tick.Stop()
 	var graceEnd time.Time
+	// cancelled is ctx.Done() until it fires, then nil: an interrupted
+	// master still gives its workers the grace to hear about the abort.
+	cancelled := ctx.Done()
 loop:
 	for {
 		select {
-		case <-ctx.Done():
+		case <-cancelled:
+			cancelled = nil
 			m.abort("the master was interrupted")
 		case <-tick.C:
 		case <-m.kick:
@@ -248,7 +252,7 @@ loop:
 					m.cfg.OnShutdown(ok)
 				}
 			}
-			if m.allHeardEnd() || !time.Now().Before(graceEnd) || ctx.Err() != nil {
+			if m.allHeardEnd() || !time.Now().Before(graceEnd) {
 				break loop
 			}
 		default:
