@@ -378,3 +378,55 @@ func TestWakesParkedWorkers(t *testing.T) {
 		}
 	})
 }
+
+// TestIdleWorkerStealsFromBusyWorker: one process wakes ten others on its
+// worker; the first of them to run blocks its worker until the other nine
+// have run, which can only happen if the other worker steals them.
+func TestIdleWorkerStealsFromBusyWorker(t *testing.T) {
+	forEachProcs(t, func(t *testing.T) {
+		const n = 10
+		s := start(t, Config{Workers: 2})
+		var blocker atomic.Bool
+		release := make(chan struct{})
+		ran := make(chan struct{}, n)
+		waiting := make(chan struct{}, n)
+		pids := make([]PID, n)
+		for i := range pids {
+			pids[i] = mustSpawn(t, s, &fnProc{step: func(events []Event, out *StepOutput) error {
+				out.Status = StatusWaitMessages
+				if events == nil {
+					waiting <- struct{}{}
+					return nil
+				}
+				out.Status = StatusDone
+				if blocker.CompareAndSwap(false, true) {
+					select {
+					case <-release:
+					case <-time.After(20 * time.Second):
+						return errors.New("never released")
+					}
+					return nil
+				}
+				ran <- struct{}{}
+				return nil
+			}})
+		}
+		for i := 0; i < n; i++ {
+			recv(t, waiting, 10*time.Second, "receivers to wait")
+		}
+		mustSpawn(t, s, &fnProc{step: func(_ []Event, out *StepOutput) error {
+			for _, pid := range pids {
+				out.Send(pid, "go")
+			}
+			out.Status = StatusDone
+			return nil
+		}})
+		for i := 0; i < n-1; i++ {
+			recv(t, ran, 10*time.Second, fmt.Sprintf("receiver %d of %d while one worker is blocked", i+1, n-1))
+		}
+		close(release)
+		if st := s.Stats(); st.Steals == 0 || st.StealOps == 0 {
+			t.Fatalf("no steals recorded: %+v", st)
+		}
+	})
+}
