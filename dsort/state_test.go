@@ -172,3 +172,21 @@ func TestProgressBands(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseState: ParseState accepts exactly the names String produces.
+func FuzzParseState(f *testing.F) {
+	for s := Initializing; s <= Failed; s++ {
+		f.Add(s.String())
+	}
+	f.Add("State(42)")
+	f.Add("")
+	f.Fuzz(func(t *testing.T, name string) {
+		s, err := ParseState(name)
+		if err != nil {
+			return
+		}
+		if s.String() != name {
+			t.Fatalf("ParseState(%q) = %v, which prints as %q", name, s, s.String())
+		}
+	})
+}

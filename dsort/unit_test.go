@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -346,4 +347,23 @@ func TestConfigValidation(t *testing.T) {
 	if _, err := NewMaster(MasterConfig{}); !errors.Is(err, ErrConfig) {
 		t.Errorf("NewMaster with 0 workers: err = %v", err)
 	}
+}
+
+// FuzzIsPartitionName: the output cleaner removes only partition.<digits>
+// names (never partition.3x, never another file).
+func FuzzIsPartitionName(f *testing.F) {
+	for _, s := range []string{"partition.0", "partition.30", "partition.", "partition.3x", "partition.-1", "data", "partition.99999999999"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		got := isPartitionName(name)
+		n, ok := strings.CutPrefix(name, "partition.")
+		want := ok && n != ""
+		for _, c := range n {
+			want = want && c >= '0' && c <= '9'
+		}
+		if got != want {
+			t.Fatalf("isPartitionName(%q) = %v, want %v", name, got, want)
+		}
+	})
 }

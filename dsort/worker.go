@@ -221,13 +221,11 @@ func cleanOutput(dir string) error {
 	return nil
 }
 
+// isPartitionName reports whether name is partition.<digits> (leading zeros
+// included: such a file would also break validation of the output).
 func isPartitionName(name string) bool {
 	n, ok := strings.CutPrefix(name, "partition.")
-	if !ok || n == "" {
-		return false
-	}
-	_, err := strconv.ParseUint(n, 10, 31)
-	return err == nil
+	return ok && n != "" && strings.TrimLeft(n, "0123456789") == ""
 }
 
 // Run does the worker's part of the job and returns nil when the master says
