@@ -67,21 +67,29 @@ func (q *globalQueue) pop() *proc {
 	return p
 }
 
-// popBatch removes the oldest process and moves up to batch more into w's
-// deque (owner only: w must be the calling worker). It returns nil if empty.
-func (q *globalQueue) popBatch(w *worker, batch int) *proc {
+// popBatch removes the oldest process and moves up to globalBatch more into
+// w's deque (owner only: w must be the calling worker). It returns nil if
+// empty. The batch is copied out under the lock and pushed after it, so
+// producers (Spawn) wait for a few pointer copies, not for 16 deque pushes.
+func (q *globalQueue) popBatch(w *worker) *proc {
 	if q.n.Load() == 0 {
 		return nil
 	}
+	var buf [globalBatch]*proc
+	k := 0
 	q.mu.Lock()
 	var p *proc
 	if q.n.Load() > 0 {
 		p = q.popLocked()
-		for i := 0; i < batch && q.n.Load() > 0; i++ {
-			w.dq.Push(q.popLocked())
+		for k < globalBatch && q.n.Load() > 0 {
+			buf[k] = q.popLocked()
+			k++
 		}
 	}
 	q.mu.Unlock()
+	for _, x := range buf[:k] {
+		w.dq.Push(x)
+	}
 	return p
 }
 

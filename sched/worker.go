@@ -140,7 +140,7 @@ func (w *worker) tryFind() *proc {
 	if p := w.dq.Pop(); p != nil {
 		return p
 	}
-	if p := s.global.popBatch(w, globalBatch); p != nil {
+	if p := s.global.popBatch(w); p != nil {
 		w.globalPops.Add(uint64(1 + w.dq.Len()))
 		if w.dq.Len() > 0 {
 			s.wakeOne()
