@@ -376,6 +376,11 @@ func TestFaultInjection(t *testing.T) {
 				v.waitLine(false, regexp.MustCompile(`fault point `+p+` reached`), time.Minute)
 			}
 			v.waitLine(false, regexp.MustCompile(`-> `+c.want+`:`), time.Second)
+			if c.phase == "shuffling" {
+				// Kill it only once a peer has staged part of its data.
+				vi := slices.Index(j.workerOrder(), j.workers[victim])
+				waitStaged(t, []string{j.workers[0].tmp, j.workers[2].tmp}, vi)
+			}
 			if err := v.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
@@ -420,6 +425,27 @@ func TestFaultInjection(t *testing.T) {
 			j.validate(order)
 		})
 	}
+}
+
+// waitStaged polls (the workers are other processes) until one of the temp
+// dirs holds a non-empty staged piece from sender vi.
+func waitStaged(t *testing.T, tmps []string, vi int) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for time.Now().Before(deadline) {
+		for _, tmp := range tmps {
+			parts, _ := filepath.Glob(filepath.Join(tmp, "*", "recv", fmt.Sprintf("p*.s%d.e*.part", vi)))
+			for _, p := range parts {
+				if info, err := os.Stat(p); err == nil && info.Size() > 0 {
+					return
+				}
+			}
+		}
+		<-tick.C
+	}
+	t.Fatalf("no peer staged data from worker %d within a minute", vi)
 }
 
 // TestAbortWhenWorkerNeverReturns: a worker killed and not restarted makes

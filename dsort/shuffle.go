@@ -290,6 +290,9 @@ func (w *Worker) fetchPiece(ctx context.Context, s, p int) error {
 			if errors.As(err, &pe) {
 				return err // a local failure (disk), not the sender's
 			}
+			if refused(err) {
+				return fmt.Errorf("dsort: worker %d at %s refused to send partition %d: %s", s, addr, p, statusMessage(err))
+			}
 			w.cfg.Logger.Debug("fetch failed; will retry", "sender", s, "partition", p, "err", err)
 		}
 		if err := sleepCtx(ctx, backoff); err != nil {
@@ -524,6 +527,16 @@ func (w *Worker) mergePartition(ctx context.Context, p, nw int, mem int64) error
 func retryable(err error) bool {
 	switch status.Code(err) {
 	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted:
+		return true
+	}
+	return false
+}
+
+// refused reports whether a peer rejected a call for a reason that retrying
+// will not change (another job, a wrong token, a bad request).
+func refused(err error) bool {
+	switch status.Code(err) {
+	case codes.InvalidArgument, codes.PermissionDenied, codes.Unauthenticated, codes.Unimplemented, codes.FailedPrecondition:
 		return true
 	}
 	return false
