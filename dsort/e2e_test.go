@@ -212,9 +212,9 @@ type workerSpec struct {
 }
 
 // newJob generates input for n workers, each with two input dirs holding a
-// binary file, an ASCII file, a one-record file and an empty file, and
-// starts the master.
-func newJob(t *testing.T, n, recordsPerWorker int, o genOpts, masterArgs ...string) *job {
+// binary and an ASCII file made by `gantry gensort` (distinct record ranges),
+// a one-record file and an empty file, and starts the master.
+func newJob(t *testing.T, n, recordsPerWorker int, masterArgs ...string) *job {
 	t.Helper()
 	j := &job{t: t, root: t.TempDir()}
 	rng := rand.New(rand.NewPCG(uint64(n), uint64(recordsPerWorker)))
@@ -222,12 +222,11 @@ func newJob(t *testing.T, n, recordsPerWorker int, o genOpts, masterArgs ...stri
 		dir := filepath.Join(j.root, fmt.Sprint("w", w))
 		in1, in2 := filepath.Join(dir, "in1"), filepath.Join(dir, "in2")
 		half := recordsPerWorker / 2
-		bin, asc := o, o
-		asc.ascii = true
-		writeRecords(t, filepath.Join(in1, "binary"), half, rng, bin, &j.sum)
-		writeRecords(t, filepath.Join(in2, "ascii"), recordsPerWorker-half-1, rng, asc, &j.sum)
-		writeRecords(t, filepath.Join(in2, "tiny"), 1, rng, bin, &j.sum)
-		writeRecords(t, filepath.Join(in1, "empty"), 0, rng, bin, &j.sum)
+		first := w * recordsPerWorker
+		j.gensort(filepath.Join(in1, "binary"), first, half)
+		j.gensort(filepath.Join(in2, "ascii"), first+half, recordsPerWorker-half-1, "-a")
+		writeRecords(t, filepath.Join(in2, "tiny"), 1, rng, genOpts{}, &j.sum)
+		writeRecords(t, filepath.Join(in1, "empty"), 0, rng, genOpts{}, &j.sum)
 		j.workers = append(j.workers, &workerSpec{bind: fmt.Sprintf("127.0.0.%d", w+2),
 			inputs: []string{in1, in2}, out: filepath.Join(dir, "out"), tmp: filepath.Join(dir, "tmp")})
 	}
@@ -235,6 +234,28 @@ func newJob(t *testing.T, n, recordsPerWorker int, o genOpts, masterArgs ...stri
 	j.master = startProc(t, "master", nil, args...)
 	j.addr = j.master.waitLine(true, regexp.MustCompile(`^\S+:\d+$`), 30*time.Second).text
 	return j
+}
+
+// gensort writes records first..first+count-1 with `gantry gensort` and adds
+// them to the job's input fingerprint.
+func (j *job) gensort(path string, first, count int, flags ...string) {
+	j.t.Helper()
+	needBinary(j.t)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		j.t.Fatal(err)
+	}
+	args := append([]string{"gensort"}, flags...)
+	args = append(args, fmt.Sprintf("-b%d", first), fmt.Sprint(count), path)
+	if out, err := exec.Command(gantryBin, args...).CombinedOutput(); err != nil {
+		j.t.Fatalf("gantry %v: %v\n%s", args, err, out)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		j.t.Fatal(err)
+	}
+	for off := 0; off+recSize <= len(data); off += recSize {
+		j.sum.add(data[off : off+recSize])
+	}
 }
 
 // startWorker starts (or restarts) worker w with the same arguments.
@@ -301,7 +322,7 @@ func (j *job) validate(order []*workerSpec) []int64 {
 // the input checksum and checks that every process exits within 15 s of the
 // job's success.
 func TestEndToEnd(t *testing.T) {
-	j := newJob(t, 3, 20000, genOpts{})
+	j := newJob(t, 3, 20000)
 	for w := range j.workers {
 		j.startWorker(w)
 	}
@@ -362,7 +383,7 @@ func TestFaultInjection(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.phase, func(t *testing.T) {
-			j := newJob(t, 3, 12000, genOpts{})
+			j := newJob(t, 3, 12000)
 			victim := 1
 			for w := range j.workers {
 				if w == victim {
@@ -452,7 +473,7 @@ func waitStaged(t *testing.T, tmps []string, vi int) {
 // the master abort after --rejoin-timeout; every process exits non-zero
 // with a message saying why.
 func TestAbortWhenWorkerNeverReturns(t *testing.T) {
-	j := newJob(t, 3, 6000, genOpts{}, "--rejoin-timeout", "3s")
+	j := newJob(t, 3, 6000, "--rejoin-timeout", "3s")
 	for w := range j.workers {
 		if w == 2 {
 			j.startWorker(w, "GANTRY_DSORT_FAULT=Sorting")
@@ -492,7 +513,7 @@ func TestAbortWhenWorkerNeverReturns(t *testing.T) {
 // it; every process exits non-zero within 15 s and the workers leave no runs
 // or received pieces behind (only the persisted state file).
 func TestInterruptCleansUp(t *testing.T) {
-	j := newJob(t, 2, 6000, genOpts{})
+	j := newJob(t, 2, 6000)
 	j.startWorker(0)
 	v := j.startWorker(1, "GANTRY_DSORT_FAULT=Sorting")
 	v.waitLine(false, regexp.MustCompile(`fault point Sorting reached`), time.Minute)
@@ -526,7 +547,7 @@ func TestInterruptCleansUp(t *testing.T) {
 // TestWorkersExitWhenMasterDies: a master killed mid-job leaves no worker
 // running: they stop hearing from it and exit non-zero, cleaning up.
 func TestWorkersExitWhenMasterDies(t *testing.T) {
-	j := newJob(t, 2, 6000, genOpts{})
+	j := newJob(t, 2, 6000)
 	j.startWorker(0)
 	v := j.startWorker(1, "GANTRY_DSORT_FAULT=Sorting")
 	v.waitLine(false, regexp.MustCompile(`fault point Sorting reached`), time.Minute)
@@ -542,7 +563,7 @@ func TestWorkersExitWhenMasterDies(t *testing.T) {
 // TestMasterInterruptAbortsJob: SIGINT to the master aborts the job; it tells
 // the workers, and every process exits non-zero within 15 s.
 func TestMasterInterruptAbortsJob(t *testing.T) {
-	j := newJob(t, 2, 6000, genOpts{})
+	j := newJob(t, 2, 6000)
 	j.startWorker(0)
 	v := j.startWorker(1, "GANTRY_DSORT_FAULT=Sorting")
 	v.waitLine(false, regexp.MustCompile(`fault point Sorting reached`), time.Minute)
