@@ -624,8 +624,14 @@ func (w *Worker) sample(ctx context.Context) error {
 	}
 }
 
+// runtimeReserve is kept out of the sort's budget for what the worker
+// allocates besides extsort's buffers: the Go runtime, gRPC's transport
+// buffers, heartbeats.
+const runtimeReserve = 24 << 20
+
 func (w *Worker) sort(ctx context.Context) error {
-	runs, err := extsort.GenerateRuns(ctx, extsort.Config{Memory: w.cfg.Memory, TempDir: w.workDir, Logger: w.cfg.Logger},
+	mem := max(w.cfg.Memory-runtimeReserve, extsort.MinMemory)
+	runs, err := extsort.GenerateRuns(ctx, extsort.Config{Memory: mem, TempDir: w.workDir, Logger: w.cfg.Logger},
 		w.inputs, w.runDir(), func(n int64) { w.done.Add(n) })
 	if err != nil {
 		return err
