@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/gantryhq/gantry/dsort"
 	"github.com/gantryhq/gantry/dsort/dsortpb"
@@ -260,7 +261,7 @@ with its temp dir wiped) it rejoins the job.`,
 				return fmt.Errorf("sort worker: %w", err)
 			}
 			err = w.Run(cmd.Context())
-			if sm := w.StateMachine(); sm != nil {
+			if sm := w.StateMachine(); sm != nil && len(sm.History()) > 0 {
 				fmt.Fprintln(stderr, "=== State Transition History ===")
 				sm.WriteHistory(stderr)
 				fmt.Fprintln(stderr, "=== Phase Durations ===")
@@ -322,7 +323,7 @@ func newSortStatusCmd(env *Env) *cobra.Command {
 			}
 			js, err := dsortpb.NewMasterClient(cc).GetJobStatus(ctx, &dsortpb.JobStatusRequest{})
 			if err != nil {
-				return fmt.Errorf("sort status: %s: %w", args[0], err)
+				return fmt.Errorf("sort status: %s: %s", args[0], status.Convert(err).Message())
 			}
 			out := env.Stdout
 			fmt.Fprintf(out, "job %s: %s, %d/%d workers registered, %s elapsed\n", js.GetJobId(), js.GetPhase(),
