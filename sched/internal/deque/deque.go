@@ -90,7 +90,7 @@ func (d *Deque[T]) Push(x *T) {
 	t := d.top.Load()
 	r := d.buf.Load()
 	if b-t > r.mask { // full: size == capacity
-		r = d.growLocked(r, t, b)
+		r = d.grow(r, t, b)
 	}
 	r.store(b, x)
 	// Publishing bottom after the slot store makes the item visible to a
@@ -98,11 +98,10 @@ func (d *Deque[T]) Push(x *T) {
 	d.bottom.Store(b + 1)
 }
 
-// growLocked doubles the buffer, copying [t, b). "Locked" in the sense of
-// owner only: no other goroutine ever calls it. Thieves may still read the
-// old ring; its [t, b) slots are never written again, so whatever they read
-// there is the same item as in the new ring.
-func (d *Deque[T]) growLocked(old *ring[T], t, b int64) *ring[T] {
+// grow doubles the buffer, copying [t, b). Owner only. Thieves may still
+// read the old ring; its [t, b) slots are never written again, so whatever
+// they read there is the same item as in the new ring.
+func (d *Deque[T]) grow(old *ring[T], t, b int64) *ring[T] {
 	r := newRing[T]((old.mask + 1) * 2)
 	for i := t; i < b; i++ {
 		r.store(i, old.load(i))
