@@ -413,10 +413,17 @@ func (w *Worker) heartbeat(ctx context.Context, interval time.Duration, end chan
 	if interval <= 0 {
 		interval = 500 * time.Millisecond
 	}
-	t := time.NewTicker(interval)
+	t := time.NewTimer(interval)
 	defer t.Stop()
 	lastOK := time.Now()
 	for {
+		// A completed worker only waits for the job's end: ask more often,
+		// so that the whole job exits soon after its last worker is done.
+		next := interval
+		if w.sm.Is(Completed) {
+			next = interval / 5
+		}
+		t.Reset(next)
 		rep, err := w.sendHeartbeat(ctx, max(4*interval, 2*time.Second), "")
 		switch {
 		case err == nil:
