@@ -61,6 +61,10 @@ type testHooks struct {
 	// idleMu to register as parked (the window in which a producer sees
 	// no sleepers).
 	beforePark func()
+	// beforeStopSpin runs on a worker that has spun out, before it leaves
+	// the spinning count to park (a producer then sees a spinner and
+	// wakes nobody).
+	beforeStopSpin func()
 	// beforeWaitCAS runs on the worker between loading a Running state
 	// and CASing it to Idle/Blocked (the window of the original
 	// runtime's lost wake-up).

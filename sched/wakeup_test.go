@@ -57,11 +57,22 @@ func TestEventBetweenLoadAndWaitCAS(t *testing.T) {
 // search and before it registers as parked; there a producer queues a
 // process and calls wakeOne, which finds nparked == 0 and wakes nobody. The
 // worker's re-check after registering must find the process.
+//
+// The "spinner" case is pair 3: the hook runs while the worker still counts
+// as spinning, so the producer's wakeOne sees nspin > 0 and wakes nobody;
+// the worker then leaves the spinning count and parks, and the same re-check
+// must find the process.
 func TestWorkQueuedWhileWorkerDecidesToPark(t *testing.T) {
+	for _, window := range []string{"parking", "spinner"} {
+		t.Run(window, func(t *testing.T) { workQueuedWhileParking(t, window == "spinner") })
+	}
+}
+
+func workQueuedWhileParking(t *testing.T, spinner bool) {
 	var s *Scheduler
 	var pr atomic.Pointer[proc]
 	var fired atomic.Bool
-	hooks := &testHooks{beforePark: func() {
+	post := func() {
 		p := pr.Load()
 		if p == nil || !fired.CompareAndSwap(false, true) {
 			return
@@ -69,8 +80,15 @@ func TestWorkQueuedWhileWorkerDecidesToPark(t *testing.T) {
 		if s.nparked.Load() != 0 {
 			t.Error("nparked != 0 inside the window")
 		}
+		if spinner && s.nspin.Load() == 0 {
+			t.Error("nspin == 0 inside the spinner window")
+		}
 		p.deliver(Event{Type: EventMessage, Data: "posted while parking"}, nil)
-	}}
+	}
+	hooks := &testHooks{beforePark: post}
+	if spinner {
+		hooks = &testHooks{beforeStopSpin: post}
+	}
 	ran := make(chan any, 1)
 	s = start(t, Config{Workers: 1, hooks: hooks})
 	pid := mustSpawn(t, s, &fnProc{step: func(events []Event, out *StepOutput) error {

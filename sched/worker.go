@@ -106,6 +106,9 @@ func (w *worker) findWork() *proc {
 		case spins < spinYield:
 			runtime.Gosched()
 		default:
+			if h := s.cfg.hooks; h != nil && h.beforeStopSpin != nil {
+				h.beforeStopSpin()
+			}
 			w.stopSpinning(false)
 			w.park()
 			spins = 0
