@@ -130,7 +130,7 @@ func TestSortMatchesStableReference(t *testing.T) {
 		files  []int // records per input file
 		memory int64
 		part   int64
-		chunk  int // in-memory sort chunk (entries); 0 = default
+		chunk  int // records per in-memory run; 0 = default
 	}{
 		{"uniform in memory", "uniform", []int{5000, 3000, 0, 2000}, 64 << 20, 0, 0},
 		{"uniform external", "uniform", []int{150000, 70000}, MinMemory, 0, 0},
@@ -151,9 +151,9 @@ func TestSortMatchesStableReference(t *testing.T) {
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.chunk > 0 {
-				old := memSortChunk
-				memSortChunk = tc.chunk
-				defer func() { memSortChunk = old }()
+				old := memRunRecords
+				memRunRecords = int64(tc.chunk)
+				defer func() { memRunRecords = old }()
 			}
 			n := 0
 			for _, s := range tc.files {

@@ -8,14 +8,17 @@ import (
 	"os"
 )
 
-// source is a sorted byte range of a file to merge, read through ra.
+// source is a sorted byte range to merge: a segment of a file read through
+// ra, or of a run held in memory (mem, read in place).
 type source struct {
 	name        string
 	ra          io.ReaderAt
+	mem         []byte
 	off, length int64
 }
 
-// cursor reads one sorted source record by record through a buffer.
+// cursor reads one sorted source record by record through a buffer (or,
+// for an in-memory run, straight from the run).
 //
 // Invariant: unless done, buf[pos:pos+recSize] is the current record and
 // (hi, lo) is its key.
@@ -204,20 +207,27 @@ func mergeSegments(ctx context.Context, memory int64, segs []Segment, w io.Write
 // memory budget.
 func mergeSources(ctx context.Context, memory int64, srcs []source, w io.Writer, progress func(int64)) error {
 	var cur []*cursor
-	live := 0
+	files := 0
 	for _, s := range srcs {
-		if s.length > 0 {
-			live++
+		if s.length > 0 && s.mem == nil {
+			files++
 		}
 	}
-	bufSize := mergeBufSize(memory, max(live, 1))
+	bufSize := mergeBufSize(memory, max(files, 1))
 	for _, s := range srcs {
 		if s.length == 0 {
 			continue
 		}
-		c := &cursor{ra: s.ra, path: s.name, off: s.off, end: s.off + s.length, buf: make([]byte, bufSize)}
-		if err := c.refill(); err != nil {
-			return err
+		c := &cursor{ra: s.ra, path: s.name, off: s.off, end: s.off + s.length}
+		if s.mem != nil {
+			c.buf = s.mem[s.off:c.end]
+			c.off, c.lim = c.end, len(c.buf) // the whole range is already "read"
+			c.load()
+		} else {
+			c.buf = make([]byte, bufSize)
+			if err := c.refill(); err != nil {
+				return err
+			}
 		}
 		cur = append(cur, c)
 	}

@@ -15,7 +15,17 @@ import (
 type Run struct {
 	Path    string
 	Records int64
+
+	// data is the run itself when Sort keeps runs in memory (Path is then
+	// only a label); free unmaps it.
+	data []byte
+	free func()
 }
+
+// memRun is an in-memory run being written by the parallel gather.
+type memRun []byte
+
+func (m memRun) WriteAt(p []byte, off int64) (int, error) { return copy(m[off:], p), nil }
 
 // Segment is a byte range of a sorted file; Offset and Length are multiples
 // of the record size.
@@ -209,7 +219,8 @@ func GenerateRuns(ctx context.Context, cfg Config, inputs []Input, dir string, p
 	return runs, nil
 }
 
-// generateRuns spills sorted runs into dir.
+// generateRuns spills sorted runs into dir, or keeps them in memory if dir
+// is "" (then the caller must free each run).
 func (s *sorter) generateRuns(ctx context.Context, inputs []Input, dir string) ([]Run, error) {
 	rd := &chunkReader{inputs: inputs}
 	var runs []Run
@@ -226,6 +237,15 @@ func (s *sorter) generateRuns(ctx context.Context, inputs []Input, dir string) (
 		sorted := s.sortChunk(n)
 		t1 := time.Now()
 		s.readSort += t1.Sub(t0)
+		if dir == "" {
+			data, free := bigAlloc(n)
+			runs = append(runs, Run{Path: fmt.Sprintf("memory-run-%d", len(runs)), Records: int64(len(sorted)), data: data, free: free})
+			if err := s.writeSorted(ctx, sorted, memRun(data), 0, PhaseSpill); err != nil {
+				return runs, err
+			}
+			s.readSort += time.Since(t1) // in memory, the gather is part of sorting
+			continue
+		}
 		path := filepath.Join(dir, fmt.Sprintf("run-%06d", len(runs)))
 		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 		if err != nil {

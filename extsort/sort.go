@@ -62,12 +62,7 @@ func Sort(ctx context.Context, cfg Config, inputs []Input, outDir string) (Stats
 	defer out.Close()
 	st.Partitions = len(out.files)
 
-	if inMemoryCost(cfg, st.Records) <= cfg.Memory && st.Records < indexMask {
-		err = sortInMemory(ctx, cfg, inputs, out, &st)
-	} else {
-		err = sortExternal(ctx, cfg, inputs, out, &st)
-	}
-	if err != nil {
+	if err := sortRuns(ctx, cfg, inputs, out, &st); err != nil {
 		return Stats{}, err
 	}
 	if err := out.Close(); err != nil {
@@ -79,17 +74,45 @@ func Sort(ctx context.Context, cfg Config, inputs []Input, outDir string) (Stats
 	return st, nil
 }
 
-// sortExternal spills sorted runs of the memory budget's size to the temp
-// dir, cuts the runs into ranges with composite splitters, and merges the
-// ranges in parallel, each straight to its place in the output.
-func sortExternal(ctx context.Context, cfg Config, inputs []Input, out *partOutput, st *Stats) error {
-	tmp, err := os.MkdirTemp(cfg.TempDir, "gantry-sort-*")
-	if err != nil {
-		return fmt.Errorf("extsort: temp directory: %w", err)
+// memRunRecords bounds a chunk when the runs stay in memory. The gather of
+// a sorted chunk reads its records in key order, i.e. at random; within a
+// chunk of this size those reads mostly hit the TLB and the merge that
+// follows reads every run sequentially. A var so tests can shrink it.
+var memRunRecords int64 = (96 << 20) / recSize
+
+// inMemoryCost is what sortRuns needs to keep every run in memory.
+func inMemoryCost(cfg Config, records int64) int64 {
+	chunk := min(memRunRecords, records)
+	return records*recSize + chunk*(recSize+entryOverhead) + int64(cfg.Workers)*gatherBufSize + fixedSlack
+}
+
+// sortRuns sorts chunks of the input into runs, kept in memory when the
+// whole input fits the budget and spilled to the temp dir otherwise, cuts
+// the runs into ranges with composite splitters, and merges the ranges in
+// parallel, each straight to its place in the output.
+func sortRuns(ctx context.Context, cfg Config, inputs []Input, out *partOutput, st *Stats) error {
+	chunk := min(cfg.chunkRecords(), st.Records)
+	spillDir := ""
+	if inMemoryCost(cfg, st.Records) <= cfg.Memory {
+		st.InMemory = true
+		chunk = min(memRunRecords, st.Records)
+	} else {
+		tmp, err := os.MkdirTemp(cfg.TempDir, "gantry-sort-*")
+		if err != nil {
+			return fmt.Errorf("extsort: temp directory: %w", err)
+		}
+		defer os.RemoveAll(tmp)
+		spillDir = tmp
 	}
-	defer os.RemoveAll(tmp)
-	s := newSorter(cfg, min(cfg.chunkRecords(), st.Records))
-	runs, err := s.generateRuns(ctx, inputs, tmp)
+	s := newSorter(cfg, chunk)
+	runs, err := s.generateRuns(ctx, inputs, spillDir)
+	defer func() {
+		for _, r := range runs {
+			if r.free != nil {
+				r.free()
+			}
+		}
+	}()
 	// Give the chunk buffers back before the merge allocates its own, so
 	// peak RSS stays within the budget.
 	s.free()
@@ -112,6 +135,9 @@ func sortExternal(ctx context.Context, cfg Config, inputs []Input, out *partOutp
 	}
 	cfg.Logger.Debug("merging", "runs", len(runs), "ranges", len(ranges))
 	memory := (cfg.Memory - fixedSlack) / int64(cfg.Workers)
+	if st.InMemory {
+		memory = mergeOutBuf + minMergeBuf // in-memory runs need no read buffers
+	}
 	var next atomic.Int64
 	errs := make([]error, cfg.Workers)
 	var wg sync.WaitGroup

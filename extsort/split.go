@@ -45,8 +45,8 @@ func cmpSplitter(a, b splitter) int {
 // samplesPerRun is how many keys are read from each run to place splitters.
 const samplesPerRun = 1024
 
-// openRuns returns a merge source for each run and a function that closes
-// the files.
+// openRuns returns a merge source for each run (in-memory runs are read in
+// place) and a function that closes the files.
 func openRuns(runs []Run) ([]source, func(), error) {
 	srcs := make([]source, len(runs))
 	var files []*os.File
@@ -57,6 +57,10 @@ func openRuns(runs []Run) ([]source, func(), error) {
 	}
 	for j, r := range runs {
 		srcs[j] = source{name: r.Path, length: r.Records * recSize}
+		if r.data != nil {
+			srcs[j].mem, srcs[j].ra = r.data, bytes.NewReader(r.data)
+			continue
+		}
 		f, err := os.Open(r.Path)
 		if err != nil {
 			closeAll()
