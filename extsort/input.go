@@ -6,17 +6,19 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/gantryhq/gantry/record"
 )
 
 // ErrBadInput is wrapped by every error about an input file that is not a
 // whole number of records, or cannot be read.
 var ErrBadInput = errors.New("extsort: bad input")
 
-// Record layout (package record documents it): 100-byte records whose first
-// 10 bytes are the key, compared as unsigned bytes.
+// The record layout, from package record: 100-byte records whose first 10
+// bytes are the key, compared as unsigned bytes.
 const (
-	recSize = 100
-	keySize = 10
+	recSize = record.Size
+	keySize = record.KeySize
 )
 
 // Input is one input file. Its size is a multiple of recSize.

@@ -4,14 +4,19 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
+
+	"github.com/gantryhq/gantry/record"
 )
 
 // partitionName is the name of output file n.
-func partitionName(n int) string { return "partition." + strconv.Itoa(n) }
+func partitionName(n int) string { return record.PartitionPrefix + strconv.Itoa(n) }
 
-var partitionRE = regexp.MustCompile(`^partition\.(0|[1-9][0-9]*)$`)
+// isPartition reports whether name is an output file name, partition.<n>.
+func isPartition(name string) bool {
+	_, ok := record.PartitionNumber(name)
+	return ok
+}
 
 // partOutput is the sorted output seen as one byte sequence cut into files
 // of exactly size bytes (the last one shorter): byte g of the output is byte
@@ -92,7 +97,7 @@ func prepareOutputDir(dir string) error {
 	for _, e := range ents {
 		name := e.Name()
 		switch {
-		case partitionRE.MatchString(name) && e.Type().IsRegular():
+		case isPartition(name) && e.Type().IsRegular():
 		case len(name) > len(stagingPrefix) && name[:len(stagingPrefix)] == stagingPrefix && e.IsDir():
 			if err := os.RemoveAll(filepath.Join(dir, name)); err != nil {
 				return fmt.Errorf("extsort: output directory: %w", err)
@@ -114,7 +119,7 @@ func commitOutput(dir, staging string) (int, error) {
 		return 0, fmt.Errorf("extsort: output directory: %w", err)
 	}
 	for _, e := range ents {
-		if partitionRE.MatchString(e.Name()) {
+		if isPartition(e.Name()) {
 			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
 				return 0, fmt.Errorf("extsort: output directory: %w", err)
 			}
