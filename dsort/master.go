@@ -1,6 +1,7 @@
 package dsort
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -136,6 +137,7 @@ type member struct {
 	identity   string
 	addr       string
 	host       string
+	machine    string // machine_id, or host when the worker sent none
 	cores      int
 	inputBytes int64
 	epoch      int64
@@ -377,7 +379,7 @@ func (m *Master) step(now time.Time) {
 		}
 		switch {
 		case m.bounds != nil && mb.state == WaitingForPartitionConfig && mb.sent[sigConfig] == unsent:
-			pc := m.partitionConfigLocked(mb.epoch)
+			pc := m.partitionConfigLocked(mb)
 			acts = append(acts, action{mb, mb.epoch, mb.client, sigConfig, func(ctx context.Context, c dsortpb.WorkerClient) error {
 				_, err := c.SetPartitionBoundaries(ctx, pc)
 				return err
@@ -438,9 +440,14 @@ func (m *Master) computeBoundsLocked() {
 		"per_worker", ppw, "input_bytes", total)
 }
 
-func (m *Master) partitionConfigLocked(epoch int64) *dsortpb.PartitionConfig {
-	pc := &dsortpb.PartitionConfig{JobId: m.cfg.JobID, Epoch: epoch,
+func (m *Master) partitionConfigLocked(to *member) *dsortpb.PartitionConfig {
+	pc := &dsortpb.PartitionConfig{JobId: m.cfg.JobID, Epoch: to.epoch,
 		NumPartitions: int32(m.ppw * m.cfg.Workers), PartitionsPerWorker: int32(m.ppw)}
+	for _, mb := range m.members {
+		if mb.machine == to.machine {
+			pc.WorkersOnMachine++
+		}
+	}
 	for _, b := range m.bounds {
 		pc.Boundaries = append(pc.Boundaries, &dsortpb.Boundary{Key: b.Key[:], Worker: int32(b.Worker), Count: b.Count})
 	}
@@ -534,6 +541,7 @@ func (r *masterRPC) RegisterWorker(ctx context.Context, req *dsortpb.RegisterReq
 			m.cfg.Workers, req.GetAddress(), req.GetInputDirs(), req.GetOutputDir())
 	}
 	mb.addr, mb.conn, mb.client = req.GetAddress(), conn, dsortpb.NewWorkerClient(conn)
+	mb.machine = cmp.Or(req.GetMachineId(), host)
 	mb.cores, mb.inputBytes = int(max(req.GetCores(), 1)), req.GetInputBytes()
 	mb.state, mb.progress, mb.message, mb.errMsg, mb.phases = Initializing, 0, "registered", "", nil
 	mb.lastSeen, mb.lost, mb.sent, mb.heardEnd = time.Now(), false, [numSignals]sendState{}, false

@@ -133,7 +133,7 @@ func (r *workerRPC) ShuffleData(req *dsortpb.ShuffleRequest, stream dsortpb.Work
 	}
 	cw := &chunkWriter{send: stream.Send, sender: int32(self), epoch: epoch, partition: int32(p),
 		buf: make([]byte, 0, chunkBytes)}
-	if err := w.writePiece(ctx, p, cw, w.cfg.Memory/4/int64(cap(w.serveSem))); err != nil {
+	if err := w.writePiece(ctx, p, cw, w.budget()/4/int64(cap(w.serveSem))); err != nil {
 		return rpcError(err)
 	}
 	if err := cw.flush(); err != nil {
@@ -439,7 +439,7 @@ func (w *Worker) merge(ctx context.Context) error {
 	self, nw, ppw := w.index, w.numWorkers, w.ppw
 	w.mu.Unlock()
 	par := min(w.cores, ppw)
-	mem := w.cfg.Memory / 2 / int64(par)
+	mem := w.budget() / 2 / int64(par)
 	parts := make(chan int)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

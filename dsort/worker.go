@@ -37,7 +37,8 @@ type WorkerConfig struct {
 	// file (in its own subdirectory). Default os.TempDir().
 	TempDir string
 	// Memory bounds the worker's sort and merge buffers. Default: a quarter
-	// of RAM.
+	// of RAM shared by the job's workers on this machine (the master tells
+	// each worker how many there are before it sorts).
 	Memory int64
 	// Bind is the IP the worker listens on and advertises. Default: the
 	// local address of the route to the master.
@@ -74,6 +75,8 @@ type WorkerConfig struct {
 	OnTransition func(lifecycle.Transition[State])
 	// Logger receives the worker's log. Default: discard.
 	Logger *slog.Logger
+
+	sharedMemory bool // Memory was defaulted: divide it among the machine's workers
 }
 
 func (c *WorkerConfig) validate() error {
@@ -94,6 +97,7 @@ func (c *WorkerConfig) validate() error {
 		c.TempDir = os.TempDir()
 	}
 	if c.Memory == 0 {
+		c.sharedMemory = true
 		var si syscall.Sysinfo_t
 		c.Memory = 1 << 30
 		if syscall.Sysinfo(&si) == nil && si.Totalram > 0 {
@@ -137,6 +141,10 @@ type Worker struct {
 
 	// Per-phase progress: done out of total (bytes or pieces).
 	done, total atomic.Int64
+	// memory is the budget in force: cfg.Memory, or with a defaulted budget
+	// this worker's share of it, stored once the partition config arrives
+	// (before Sorting). Read it through budget().
+	memory atomic.Int64
 
 	cfgCh     chan *dsortpb.PartitionConfig // buffered(1), from SetPartitionBoundaries
 	shuffleCh chan []*dsortpb.Peer          // buffered(1), from StartShuffle
@@ -172,9 +180,37 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		cfgCh: make(chan *dsortpb.PartitionConfig, 1), shuffleCh: make(chan []*dsortpb.Peer, 1),
 		mergeCh: make(chan struct{}, 1), conns: map[string]*grpc.ClientConn{}}
 	w.serveSem = make(chan struct{}, w.cores)
+	w.memory.Store(cfg.Memory)
 	sum := sha256.Sum256([]byte(strings.Join(cfg.Inputs, "\x00") + "\x00\x00" + cfg.Output))
 	w.workDir = filepath.Join(cfg.TempDir, "gantry-dsort-"+hex.EncodeToString(sum[:6]))
 	return w, nil
+}
+
+// budget is the memory budget in force (see Worker.memory).
+func (w *Worker) budget() int64 { return w.memory.Load() }
+
+// shareMemory divides a defaulted budget among the job's n workers on this
+// machine, keeping at least what a sort needs.
+func (w *Worker) shareMemory(n int) {
+	if !w.cfg.sharedMemory || n <= 1 {
+		return
+	}
+	m := max(w.cfg.Memory/int64(n), extsort.MinMemory+runtimeReserve)
+	w.memory.Store(m)
+	w.cfg.Logger.Info("memory budget shared with the job's other workers on this machine",
+		"workers_on_machine", n, "budget_bytes", m)
+}
+
+// machineID names this machine for the master: /etc/machine-id, else the
+// hostname. Workers with the same ID share the machine's memory.
+func machineID() string {
+	if b, err := os.ReadFile("/etc/machine-id"); err == nil {
+		if id := strings.TrimSpace(string(b)); id != "" {
+			return id
+		}
+	}
+	h, _ := os.Hostname()
+	return h
 }
 
 // StateMachine returns the worker's state machine (nil before Run).
@@ -381,7 +417,7 @@ func (w *Worker) wake() {
 func (w *Worker) register(ctx context.Context, master dsortpb.MasterClient, addr string) (*dsortpb.RegisterReply, error) {
 	deadline := time.Now().Add(w.cfg.RegisterTimeout)
 	req := &dsortpb.RegisterRequest{Address: addr, InputDirs: w.cfg.Inputs, OutputDir: w.cfg.Output,
-		InputBytes: w.inputBytes, Cores: int32(w.cores)}
+		InputBytes: w.inputBytes, Cores: int32(w.cores), MachineId: machineID()}
 	backoff := 100 * time.Millisecond
 	for {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -557,6 +593,7 @@ func (w *Worker) runPhases(ctx context.Context, needSample bool) error {
 	if err != nil {
 		return err
 	}
+	w.shareMemory(int(pc.GetWorkersOnMachine()))
 	if err := w.startPhase(Sorting, fmt.Sprintf("config received: %d partitions, %d per worker",
 		pc.GetNumPartitions(), pc.GetPartitionsPerWorker()), w.inputBytes); err != nil {
 		return err
@@ -637,7 +674,7 @@ func (w *Worker) sample(ctx context.Context) error {
 const runtimeReserve = 24 << 20
 
 func (w *Worker) sort(ctx context.Context) error {
-	mem := max(w.cfg.Memory-runtimeReserve, extsort.MinMemory)
+	mem := max(w.budget()-runtimeReserve, extsort.MinMemory)
 	runs, err := extsort.GenerateRuns(ctx, extsort.Config{Memory: mem, TempDir: w.workDir, Logger: w.cfg.Logger},
 		w.inputs, w.runDir(), func(n int64) { w.done.Add(n) })
 	if err != nil {

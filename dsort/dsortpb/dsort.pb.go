@@ -199,13 +199,16 @@ func (*Ack) Descriptor() ([]byte, []int) {
 }
 
 type RegisterRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"` // empty on first contact
-	Address       string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`          // host:port of the worker's Worker service
-	InputDirs     []string               `protobuf:"bytes,3,rep,name=input_dirs,json=inputDirs,proto3" json:"input_dirs,omitempty"`
-	OutputDir     string                 `protobuf:"bytes,4,opt,name=output_dir,json=outputDir,proto3" json:"output_dir,omitempty"`
-	InputBytes    int64                  `protobuf:"varint,5,opt,name=input_bytes,json=inputBytes,proto3" json:"input_bytes,omitempty"`
-	Cores         int32                  `protobuf:"varint,6,opt,name=cores,proto3" json:"cores,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	JobId      string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"` // empty on first contact
+	Address    string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`          // host:port of the worker's Worker service
+	InputDirs  []string               `protobuf:"bytes,3,rep,name=input_dirs,json=inputDirs,proto3" json:"input_dirs,omitempty"`
+	OutputDir  string                 `protobuf:"bytes,4,opt,name=output_dir,json=outputDir,proto3" json:"output_dir,omitempty"`
+	InputBytes int64                  `protobuf:"varint,5,opt,name=input_bytes,json=inputBytes,proto3" json:"input_bytes,omitempty"`
+	Cores      int32                  `protobuf:"varint,6,opt,name=cores,proto3" json:"cores,omitempty"`
+	// machine_id names the machine (/etc/machine-id, else the hostname):
+	// workers on one machine share its memory.
+	MachineId     string `protobuf:"bytes,7,opt,name=machine_id,json=machineId,proto3" json:"machine_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -280,6 +283,13 @@ func (x *RegisterRequest) GetCores() int32 {
 		return x.Cores
 	}
 	return 0
+}
+
+func (x *RegisterRequest) GetMachineId() string {
+	if x != nil {
+		return x.MachineId
+	}
+	return ""
 }
 
 type RegisterReply struct {
@@ -809,8 +819,12 @@ type PartitionConfig struct {
 	NumPartitions       int32                  `protobuf:"varint,3,opt,name=num_partitions,json=numPartitions,proto3" json:"num_partitions,omitempty"`
 	Boundaries          []*Boundary            `protobuf:"bytes,4,rep,name=boundaries,proto3" json:"boundaries,omitempty"`                                                 // num_partitions-1, non-decreasing
 	PartitionsPerWorker int32                  `protobuf:"varint,5,opt,name=partitions_per_worker,json=partitionsPerWorker,proto3" json:"partitions_per_worker,omitempty"` // worker i owns [i*ppw, (i+1)*ppw)
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// workers_on_machine counts the job's workers with the receiver's
+	// machine_id (itself included): a worker that was given no memory budget
+	// takes its share of the default.
+	WorkersOnMachine int32 `protobuf:"varint,6,opt,name=workers_on_machine,json=workersOnMachine,proto3" json:"workers_on_machine,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *PartitionConfig) Reset() {
@@ -874,6 +888,13 @@ func (x *PartitionConfig) GetBoundaries() []*Boundary {
 func (x *PartitionConfig) GetPartitionsPerWorker() int32 {
 	if x != nil {
 		return x.PartitionsPerWorker
+	}
+	return 0
+}
+
+func (x *PartitionConfig) GetWorkersOnMachine() int32 {
+	if x != nil {
+		return x.WorkersOnMachine
 	}
 	return 0
 }
@@ -1495,7 +1516,7 @@ var File_dsort_proto protoreflect.FileDescriptor
 const file_dsort_proto_rawDesc = "" +
 	"\n" +
 	"\vdsort.proto\x12\x0fgantry.dsort.v1\"\x05\n" +
-	"\x03Ack\"\xb7\x01\n" +
+	"\x03Ack\"\xd6\x01\n" +
 	"\x0fRegisterRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x1d\n" +
@@ -1505,7 +1526,9 @@ const file_dsort_proto_rawDesc = "" +
 	"output_dir\x18\x04 \x01(\tR\toutputDir\x12\x1f\n" +
 	"\vinput_bytes\x18\x05 \x01(\x03R\n" +
 	"inputBytes\x12\x14\n" +
-	"\x05cores\x18\x06 \x01(\x05R\x05cores\"\xc8\x01\n" +
+	"\x05cores\x18\x06 \x01(\x05R\x05cores\x12\x1d\n" +
+	"\n" +
+	"machine_id\x18\a \x01(\tR\tmachineId\"\xc8\x01\n" +
 	"\rRegisterReply\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\x05R\x05index\x12\x14\n" +
@@ -1548,7 +1571,7 @@ const file_dsort_proto_rawDesc = "" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x14\n" +
 	"\x05epoch\x18\x03 \x01(\x03R\x05epoch\x122\n" +
 	"\x05state\x18\x04 \x01(\x0e2\x1c.gantry.dsort.v1.WorkerStateR\x05state\x12\x14\n" +
-	"\x05alive\x18\x05 \x01(\bR\x05alive\"\xd4\x01\n" +
+	"\x05alive\x18\x05 \x01(\bR\x05alive\"\x82\x02\n" +
 	"\x0fPartitionConfig\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x12%\n" +
@@ -1556,7 +1579,8 @@ const file_dsort_proto_rawDesc = "" +
 	"\n" +
 	"boundaries\x18\x04 \x03(\v2\x19.gantry.dsort.v1.BoundaryR\n" +
 	"boundaries\x122\n" +
-	"\x15partitions_per_worker\x18\x05 \x01(\x05R\x13partitionsPerWorker\"c\n" +
+	"\x15partitions_per_worker\x18\x05 \x01(\x05R\x13partitionsPerWorker\x12,\n" +
+	"\x12workers_on_machine\x18\x06 \x01(\x05R\x10workersOnMachine\"c\n" +
 	"\aBarrier\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x12+\n" +

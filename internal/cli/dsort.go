@@ -278,7 +278,7 @@ with its temp dir wiped) it rejoins the job.`,
 	f.StringArrayVarP(&cfg.Inputs, "input", "I", nil, "input directories (several may follow one -I)")
 	f.StringVarP(&cfg.Output, "output", "O", "", "output directory")
 	f.StringVar(&cfg.TempDir, "tmp", "", "directory for temporary files (default $TMPDIR or /tmp)")
-	f.Var(sizeValue{&cfg.Memory}, "memory", "memory budget for sorting and merging (default a quarter of RAM)")
+	f.Var(sizeValue{&cfg.Memory}, "memory", "memory budget for sorting and merging (default: a quarter of RAM, shared by the job's workers on this machine)")
 	f.StringVar(&cfg.Bind, "bind", "", "IP to listen on and advertise (default: the interface that reaches the master)")
 	f.IntVar(&cfg.Port, "port", 0, "TCP port to listen on (0: any free port)")
 	f.StringVar(&cfg.Token, "token", os.Getenv("GANTRY_TOKEN"), "shared secret every RPC must carry (default $GANTRY_TOKEN)")
