@@ -35,6 +35,8 @@ type Config struct {
 	// Progress, if set, is called with each phase's increments of bytes
 	// done. It is called from several goroutines at once.
 	Progress func(phase Phase, bytes int64)
+
+	gather int64 // each worker's gather buffer, derived by withDefaults
 }
 
 // MinMemory is the smallest memory budget accepted.
@@ -66,8 +68,11 @@ func (p Phase) String() string {
 
 const (
 	defaultPartitionSize = 128 << 20
-	// gatherBufSize is each worker's buffer for writing sorted records.
-	gatherBufSize = 4 << 20
+	// maxGather and minGather bound each worker's buffer for writing sorted
+	// records; within them it is an eighth of the budget split over the
+	// workers, so the buffers never crowd out the chunk.
+	maxGather = 4 << 20
+	minGather = 256 << 10
 	// fixedSlack is kept out of the chunk for everything else the sort
 	// allocates (histograms, bucket lists, merge cursors).
 	fixedSlack = 4 << 20
@@ -90,6 +95,11 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Workers < 0 {
 		return c, fmt.Errorf("%w: workers %d is negative", ErrConfig, c.Workers)
 	}
+	// Every worker needs a gather buffer and a merge arena of its own: no
+	// more workers than an eighth of the budget can give minGather each.
+	c.Workers = int(max(1, min(int64(c.Workers), c.Memory/8/minGather)))
+	c.gather = max(minGather, min(maxGather, c.Memory/8/int64(c.Workers)))
+	c.gather -= c.gather % recSize
 	if c.PartitionSize == 0 {
 		c.PartitionSize = defaultPartitionSize
 	}
@@ -112,6 +122,10 @@ func (c Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
+// maxChunkRecords, when positive, caps a spilled chunk: tests set it to get
+// many runs from little data.
+var maxChunkRecords int64
+
 // checkSortMemory rejects budgets too small for run generation.
 func (c Config) checkSortMemory() error {
 	if c.Memory < MinMemory {
@@ -124,8 +138,11 @@ func (c Config) checkSortMemory() error {
 // budget: each costs its 100 bytes plus two entries, and every worker has a
 // gather buffer.
 func (c Config) chunkRecords() int64 {
-	avail := c.Memory - int64(c.Workers)*gatherBufSize - fixedSlack
+	avail := c.Memory - int64(c.Workers)*c.gather - fixedSlack
 	n := avail / (recSize + entryOverhead)
+	if maxChunkRecords > 0 {
+		n = min(n, maxChunkRecords)
+	}
 	if n > indexMask {
 		n = indexMask
 	}

@@ -5,10 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -381,5 +383,133 @@ func TestSortCancelledCleansUp(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(filepath.Join(root, "out")); len(ents) != 0 {
 		t.Errorf("output dir holds %d entries after cancel", len(ents))
+	}
+}
+
+func TestScanInputsLinksAndDuplicates(t *testing.T) {
+	root := t.TempDir()
+	in, other := filepath.Join(root, "in"), filepath.Join(root, "other")
+	os.MkdirAll(in, 0o755)
+	os.MkdirAll(other, 0o755)
+	os.WriteFile(filepath.Join(other, "data"), make([]byte, 300), 0o644)
+	os.WriteFile(filepath.Join(in, "own"), make([]byte, 100), 0o644)
+	os.Symlink(filepath.Join(other, "data"), filepath.Join(in, "linked"))
+	inputs, total, err := ScanInputs([]string{in})
+	if err != nil || total != 400 || len(inputs) != 2 {
+		t.Fatalf("a symlink to a file: inputs %v, total %d, err %v; want both files, 400 bytes", inputs, total, err)
+	}
+	// -I given as a symlink to a directory.
+	os.Symlink(other, filepath.Join(root, "otherlink"))
+	if _, total, err := ScanInputs([]string{filepath.Join(root, "otherlink")}); err != nil || total != 300 {
+		t.Fatalf("-I symlink to a dir: total %d, err %v; want 300 bytes", total, err)
+	}
+	for name, setup := range map[string]func(dir string){
+		"dangling symbolic link": func(d string) { os.Symlink(filepath.Join(d, "nowhere"), filepath.Join(d, "bad")) },
+		"link to a directory":    func(d string) { os.Symlink(other, filepath.Join(d, "bad")) },
+		"not a regular file":     func(d string) { syscallMkfifo(t, filepath.Join(d, "bad")) },
+		"is given twice":         nil,
+		"given twice via a link": nil,
+	} {
+		dir := t.TempDir()
+		dirs := []string{dir}
+		switch name {
+		case "is given twice":
+			dirs = []string{in, in}
+		case "given twice via a link":
+			dirs = []string{other, filepath.Join(root, "otherlink")}
+		default:
+			setup(dir)
+		}
+		_, _, err := ScanInputs(dirs)
+		if !errors.Is(err, ErrBadInput) {
+			t.Errorf("%s: err = %v, want ErrBadInput", name, err)
+			continue
+		}
+		want := "bad"
+		if dirs[0] != dir {
+			want = "twice"
+		}
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: error %q does not mention %q", name, err, want)
+		}
+	}
+}
+
+func TestSortEmptyInputRemovesStaleOutput(t *testing.T) {
+	root := t.TempDir()
+	out := filepath.Join(root, "out")
+	os.MkdirAll(out, 0o755)
+	os.WriteFile(filepath.Join(out, "partition.0"), make([]byte, 100), 0o644)
+	os.Mkdir(filepath.Join(root, "in"), 0o755)
+	inputs, _, _ := ScanInputs([]string{filepath.Join(root, "in")})
+	if _, err := Sort(context.Background(), Config{TempDir: root}, inputs, out); err != nil {
+		t.Fatal(err)
+	}
+	if ents, _ := os.ReadDir(out); len(ents) != 0 {
+		t.Errorf("an empty sort left %d entries (an earlier sort's partitions) in the output dir", len(ents))
+	}
+}
+
+func TestSortRefusesOverlappingDirs(t *testing.T) {
+	root := t.TempDir()
+	in := filepath.Join(root, "in")
+	writeInputs(t, in, makeRecords(1, 10, dists["uniform"]), []int{10})
+	inputs, _, _ := ScanInputs([]string{in})
+	for name, c := range map[string]struct{ out, tmp string }{
+		"output inside input": {filepath.Join(in, "out"), root},
+		"input inside output": {root, t.TempDir()},
+		"temp inside input":   {filepath.Join(root, "out"), in},
+	} {
+		_, err := Sort(context.Background(), Config{TempDir: c.tmp}, inputs, c.out)
+		if !errors.Is(err, ErrConfig) {
+			t.Errorf("%s: err = %v, want ErrConfig", name, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(in, "out")); err == nil {
+		t.Error("the refused output dir was created inside the input dir")
+	}
+}
+
+// TestSortSmallBudgetManyWorkers: a budget too small for every core's
+// buffers must still give chunks of many records, and more runs than one
+// merge can buffer must be merged in rounds, within the budget.
+func TestSortSmallBudgetManyWorkers(t *testing.T) {
+	for _, chunkCap := range []int64{0, 5000} {
+		old := maxChunkRecords
+		maxChunkRecords = chunkCap
+		root := t.TempDir()
+		n := 30000 // fits the budget: sorted in memory
+		if chunkCap > 0 {
+			n = 150000 // 15 MB: spilled, 30 runs of 5000
+		}
+		in := makeRecords(5, n, dists["fewkeys"])
+		writeInputs(t, filepath.Join(root, "in"), in, []int{n - 10000, 10000})
+		inputs, _, _ := ScanInputs([]string{filepath.Join(root, "in")})
+		tmp := filepath.Join(root, "tmp")
+		os.Mkdir(tmp, 0o755)
+		var log bytes.Buffer
+		logger := slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		st, err := Sort(context.Background(), Config{Memory: MinMemory, Workers: 64, TempDir: tmp, PartitionSize: 1 << 20, Logger: logger},
+			inputs, filepath.Join(root, "out"))
+		maxChunkRecords = old
+		if err != nil {
+			t.Fatal(err)
+		}
+		if chunkCap == 0 && st.Runs > 2 {
+			t.Errorf("64 workers on a 16 MiB budget made %d runs of 30000 records; one chunk should hold them", st.Runs)
+		}
+		if chunkCap > 0 && st.Runs != 30 {
+			t.Errorf("chunks capped at 5000 records: %d runs, want 30", st.Runs)
+		}
+		if reduced := strings.Contains(log.String(), "reduced runs"); reduced != (chunkCap > 0) {
+			t.Errorf("chunk cap %d: runs merged in rounds = %v; want it exactly when there are more runs than a merge can buffer", chunkCap, reduced)
+		}
+		got := readOutput(t, filepath.Join(root, "out"), 0, st.Partitions)
+		if !bytes.Equal(got, referenceSort(in)) {
+			t.Fatalf("chunk cap %d: output is not the stable sort of the input", chunkCap)
+		}
+		if ents, _ := os.ReadDir(tmp); len(ents) != 0 {
+			t.Errorf("temp dir holds %d entries", len(ents))
+		}
 	}
 }

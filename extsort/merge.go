@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
+	"sync/atomic"
 )
 
 // source is a sorted byte range to merge: a segment of a file read through
@@ -138,9 +140,9 @@ func mergeBufSize(memory int64, k int) int {
 // Merge k-way merges sorted segments with a loser tree and writes the
 // records to w. Ties go to the earlier segment, so the merge is stable when
 // segments are given in input order. Buffers stay within cfg.Memory; when
-// there are too many segments for the budget, groups of them are first
-// merged into temporary runs under cfg.TempDir. progress, if set, receives
-// bytes written.
+// there are more segments than the budget can buffer, consecutive groups of
+// them are first merged into temporary files under cfg.TempDir, round after
+// round. progress, if set, receives bytes written.
 func Merge(ctx context.Context, cfg Config, segs []Segment, w io.Writer, progress func(int64)) error {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -149,36 +151,101 @@ func Merge(ctx context.Context, cfg Config, segs []Segment, w io.Writer, progres
 	if progress == nil {
 		progress = func(int64) {}
 	}
-	fanIn := int(max(2, (cfg.Memory-mergeOutBuf)/minMergeBuf))
-	if len(segs) > fanIn {
-		dir, err := os.MkdirTemp(cfg.TempDir, "gantry-merge-*")
-		if err != nil {
-			return fmt.Errorf("extsort: merge: %w", err)
+	segs, cleanup, err := reduceSegments(ctx, cfg.Memory, 1, segs, cfg.TempDir, false)
+	defer cleanup()
+	if err != nil {
+		return err
+	}
+	return mergeSegments(ctx, cfg.Memory, segs, w, progress, nil)
+}
+
+// fanIn is how many file segments one merge can buffer within memory.
+func fanIn(memory int64) int {
+	return int(max(2, (memory-mergeOutBuf)/minMergeBuf))
+}
+
+// reduceSegments merges consecutive groups of segments into temporary files
+// in dir until no more remain than one merge of memory bytes can buffer;
+// each round reads and writes the data once, and keeping the groups in
+// order keeps the merge stable. Groups are merged by up to workers
+// goroutines, each within memory. With consume set, the input segments are
+// files this package owns and are removed as soon as they are merged.
+// cleanup removes the temporary files.
+func reduceSegments(ctx context.Context, memory int64, workers int, segs []Segment, dir string, consume bool) ([]Segment, func(), error) {
+	var temps []string
+	cleanup := func() {
+		for _, p := range temps {
+			os.Remove(p)
 		}
-		defer os.RemoveAll(dir)
-		for len(segs) > fanIn {
-			f, err := os.CreateTemp(dir, "pass-*")
+	}
+	f := fanIn(memory)
+	for len(segs) > f {
+		groups := (len(segs) + f - 1) / f
+		next := make([]Segment, groups)
+		err := parallelTasks(ctx, groups, workers, func(ctx context.Context, g int) error {
+			out, err := os.CreateTemp(dir, "gantry-merge-pass-*")
 			if err != nil {
 				return fmt.Errorf("extsort: merge: %w", err)
 			}
 			var n int64
-			err = mergeSegments(ctx, cfg.Memory, segs[:fanIn], f, func(b int64) { n += b })
-			if cerr := f.Close(); err == nil {
+			err = mergeSegments(ctx, memory, segs[g*f:min((g+1)*f, len(segs))], out, func(b int64) { n += b }, nil)
+			if cerr := out.Close(); err == nil {
 				err = cerr
 			}
-			if err != nil {
-				return err
+			next[g] = Segment{Path: out.Name(), Length: n}
+			return err
+		})
+		for _, s := range next {
+			if s.Path != "" {
+				temps = append(temps, s.Path)
 			}
-			// The merged group replaces its members at the front, keeping
-			// input order for stability.
-			segs = append([]Segment{{Path: f.Name(), Length: n}}, segs[fanIn:]...)
 		}
+		if err != nil {
+			return nil, cleanup, err
+		}
+		if consume {
+			for _, s := range segs {
+				os.Remove(s.Path)
+			}
+		}
+		consume = true // from the second round on, the inputs are our temps
+		segs = next
 	}
-	return mergeSegments(ctx, cfg.Memory, segs, w, progress)
+	return segs, cleanup, nil
+}
+
+// parallelTasks runs task(0..n-1) on up to workers goroutines. The first
+// error cancels the context the others see, and is returned.
+func parallelTasks(ctx context.Context, n, workers int, task func(ctx context.Context, i int) error) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < max(1, min(workers, n)); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				if err := task(ctx, i); err != nil {
+					cancel(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil {
+		return err
+	}
+	return nil
 }
 
 // mergeSegments opens the segments' files and merges them.
-func mergeSegments(ctx context.Context, memory int64, segs []Segment, w io.Writer, progress func(int64)) error {
+func mergeSegments(ctx context.Context, memory int64, segs []Segment, w io.Writer, progress func(int64), a *arena) error {
 	files := map[string]*os.File{}
 	defer func() {
 		for _, f := range files {
@@ -200,12 +267,36 @@ func mergeSegments(ctx context.Context, memory int64, segs []Segment, w io.Write
 		}
 		srcs = append(srcs, source{name: s.Path, ra: f, off: s.Offset, length: s.Length})
 	}
-	return mergeSources(ctx, memory, srcs, w, progress)
+	return mergeSources(ctx, memory, srcs, w, progress, a)
 }
 
-// mergeSources is the merge loop; each source gets a read buffer from the
-// memory budget.
-func mergeSources(ctx context.Context, memory int64, srcs []source, w io.Writer, progress func(int64)) error {
+// arena holds one merge worker's buffers, reused for every range it
+// merges instead of being left to the garbage collector each time.
+type arena struct {
+	buf  []byte
+	free func()
+}
+
+func newArena(n int64) *arena {
+	b, free := bigAlloc(int(n))
+	return &arena{buf: b, free: free}
+}
+
+// carve returns a buffer of n bytes from a (from offset *used on), or a new
+// one when a is nil or full.
+func (a *arena) carve(used *int, n int) []byte {
+	if a == nil || *used+n > len(a.buf) {
+		return make([]byte, n)
+	}
+	b := a.buf[*used : *used+n : *used+n]
+	*used += n
+	return b
+}
+
+// mergeSources is the merge loop. Each file source gets a read buffer from
+// the memory budget (carved from a, if given); in-memory sources are read in
+// place.
+func mergeSources(ctx context.Context, memory int64, srcs []source, w io.Writer, progress func(int64), a *arena) error {
 	var cur []*cursor
 	files := 0
 	for _, s := range srcs {
@@ -214,6 +305,7 @@ func mergeSources(ctx context.Context, memory int64, srcs []source, w io.Writer,
 		}
 	}
 	bufSize := mergeBufSize(memory, max(files, 1))
+	used := 0
 	for _, s := range srcs {
 		if s.length == 0 {
 			continue
@@ -224,7 +316,7 @@ func mergeSources(ctx context.Context, memory int64, srcs []source, w io.Writer,
 			c.off, c.lim = c.end, len(c.buf) // the whole range is already "read"
 			c.load()
 		} else {
-			c.buf = make([]byte, bufSize)
+			c.buf = a.carve(&used, bufSize)
 			if err := c.refill(); err != nil {
 				return err
 			}
@@ -235,7 +327,7 @@ func mergeSources(ctx context.Context, memory int64, srcs []source, w io.Writer,
 		return nil
 	}
 	t := newLoserTree(cur)
-	out := make([]byte, mergeOutBuf-mergeOutBuf%recSize)
+	out := a.carve(&used, mergeOutBuf-mergeOutBuf%recSize)
 	n := 0
 	for {
 		c := cur[t.nodes[0]]

@@ -112,26 +112,31 @@ func prepareOutputDir(dir string) error {
 const stagingPrefix = ".gantry-staging-"
 
 // commitOutput replaces the partition files in dir by those in staging.
-// Each rename is atomic, and the staging directory never looks like output.
+// The new files are renamed into place first (each rename is atomic and
+// replaces the old file of the same name); only then are old partitions
+// beyond the new set removed, so a failure never leaves fewer files than
+// either sort wrote.
 func commitOutput(dir, staging string) (int, error) {
+	files, err := os.ReadDir(staging)
+	if err != nil {
+		return 0, fmt.Errorf("extsort: output directory: %w", err)
+	}
+	fresh := map[string]bool{}
+	for _, e := range files {
+		if err := os.Rename(filepath.Join(staging, e.Name()), filepath.Join(dir, e.Name())); err != nil {
+			return 0, fmt.Errorf("extsort: output directory: %w", err)
+		}
+		fresh[e.Name()] = true
+	}
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return 0, fmt.Errorf("extsort: output directory: %w", err)
 	}
 	for _, e := range ents {
-		if isPartition(e.Name()) {
+		if isPartition(e.Name()) && !fresh[e.Name()] {
 			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
 				return 0, fmt.Errorf("extsort: output directory: %w", err)
 			}
-		}
-	}
-	files, err := os.ReadDir(staging)
-	if err != nil {
-		return 0, fmt.Errorf("extsort: output directory: %w", err)
-	}
-	for _, e := range files {
-		if err := os.Rename(filepath.Join(staging, e.Name()), filepath.Join(dir, e.Name())); err != nil {
-			return 0, fmt.Errorf("extsort: output directory: %w", err)
 		}
 	}
 	return len(files), nil

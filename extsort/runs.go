@@ -134,7 +134,7 @@ func newSorter(cfg Config, chunkRecs int64) *sorter {
 	s := &sorter{cfg: cfg, buf: buf, es: es, t: t, free: func() { f1(); f2(); f3() }}
 	s.gather = make([][]byte, cfg.Workers)
 	for i := range s.gather {
-		s.gather[i] = make([]byte, gatherBufSize-gatherBufSize%recSize)
+		s.gather[i] = make([]byte, cfg.gather)
 	}
 	return s
 }

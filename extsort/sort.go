@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"sync"
-	"sync/atomic"
+	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -29,7 +29,9 @@ type Stats struct {
 // outDir until the whole output is written; on error or cancellation the
 // partial output and every temporary file are removed.
 //
-// Empty input (no records) writes nothing and returns zero Stats.
+// Empty input (no records) writes no partition (and removes those of an
+// earlier sort) and returns zero Stats. Output or temp directories inside an
+// input directory are an error (see checkSeparate).
 func Sort(ctx context.Context, cfg Config, inputs []Input, outDir string) (Stats, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -43,17 +45,23 @@ func Sort(ctx context.Context, cfg Config, inputs []Input, outDir string) (Stats
 		st.Bytes += in.Size
 	}
 	st.Records = st.Bytes / recSize
-	if err := prepareOutputDir(outDir); err != nil {
+	if err := checkSeparate(inputs, outDir, cfg.TempDir); err != nil {
 		return Stats{}, err
 	}
-	if st.Bytes == 0 {
-		return st, nil
+	if err := prepareOutputDir(outDir); err != nil {
+		return Stats{}, err
 	}
 	staging, err := os.MkdirTemp(outDir, stagingPrefix+"*")
 	if err != nil {
 		return Stats{}, fmt.Errorf("extsort: output directory: %w", err)
 	}
 	defer os.RemoveAll(staging)
+	if st.Bytes == 0 {
+		// No records, so no partitions: committing the empty staging dir
+		// removes the partition files of an earlier sort.
+		_, err := commitOutput(outDir, staging)
+		return st, err
+	}
 
 	out, err := newPartOutput(staging, cfg.FirstPartition, cfg.PartitionSize, st.Bytes)
 	if err != nil {
@@ -74,6 +82,42 @@ func Sort(ctx context.Context, cfg Config, inputs []Input, outDir string) (Stats
 	return st, nil
 }
 
+// checkSeparate returns an error if the output or temp directory lies in
+// an input directory (the next sort would read its files as input, and a
+// crash would leave spilled runs there), or an input directory lies in the
+// output directory.
+func checkSeparate(inputs []Input, outDir, tempDir string) error {
+	inside := func(path, dir string) bool {
+		return path == dir || strings.HasPrefix(path, dir+string(filepath.Separator))
+	}
+	resolve := func(p string) string {
+		if a, err := filepath.Abs(p); err == nil {
+			p = a
+		}
+		if r, err := filepath.EvalSymlinks(p); err == nil {
+			p = r
+		}
+		return p
+	}
+	out, tmp := resolve(outDir), resolve(tempDir)
+	seen := map[string]bool{}
+	for _, in := range inputs {
+		if in.Root == "" || seen[in.Root] {
+			continue
+		}
+		seen[in.Root] = true
+		switch {
+		case inside(out, in.Root):
+			return fmt.Errorf("%w: the output directory %s is inside the input directory %s", ErrConfig, outDir, in.Root)
+		case inside(in.Root, out):
+			return fmt.Errorf("%w: the input directory %s is inside the output directory %s", ErrConfig, in.Root, outDir)
+		case inside(tmp, in.Root):
+			return fmt.Errorf("%w: the temp directory %s is inside the input directory %s", ErrConfig, tempDir, in.Root)
+		}
+	}
+	return nil
+}
+
 // memRunRecords bounds a chunk when the runs stay in memory. The gather of
 // a sorted chunk reads its records in key order, i.e. at random; within a
 // chunk of this size those reads mostly hit the TLB and the merge that
@@ -83,7 +127,7 @@ var memRunRecords int64 = (96 << 20) / recSize
 // inMemoryCost is what sortRuns needs to keep every run in memory.
 func inMemoryCost(cfg Config, records int64) int64 {
 	chunk := min(memRunRecords, records)
-	return records*recSize + chunk*(recSize+entryOverhead) + int64(cfg.Workers)*gatherBufSize + fixedSlack
+	return records*recSize + chunk*(recSize+entryOverhead) + int64(cfg.Workers)*cfg.gather + fixedSlack
 }
 
 // sortRuns sorts chunks of the input into runs, kept in memory when the
@@ -123,6 +167,29 @@ func sortRuns(ctx context.Context, cfg Config, inputs []Input, out *partOutput, 
 	st.ReadSort, st.Spill = s.readSort, s.spill
 
 	t1 := time.Now()
+	// Each merge worker gets an equal share of the budget, held in one
+	// arena it reuses for every range. In memory the runs need no read
+	// buffers, only the output buffer.
+	memory := (cfg.Memory - fixedSlack) / int64(cfg.Workers)
+	if st.InMemory {
+		memory = mergeOutBuf + minMergeBuf
+	} else if len(runs) > fanIn(memory) {
+		// More runs than a merge can buffer: merge groups of them first.
+		segs := make([]Segment, len(runs))
+		for i, r := range runs {
+			segs[i] = r.Segment()
+		}
+		segs, cleanup, err := reduceSegments(ctx, memory, cfg.Workers, segs, spillDir, true)
+		defer cleanup()
+		if err != nil {
+			return err
+		}
+		runs = runs[:0]
+		for _, sg := range segs {
+			runs = append(runs, Run{Path: sg.Path, Records: sg.Length / recSize})
+		}
+		cfg.Logger.Debug("reduced runs", "runs", len(runs))
+	}
 	srcs, closeRuns, err := openRuns(runs)
 	if err != nil {
 		return err
@@ -134,41 +201,25 @@ func sortRuns(ctx context.Context, cfg Config, inputs []Input, out *partOutput, 
 		return err
 	}
 	cfg.Logger.Debug("merging", "runs", len(runs), "ranges", len(ranges))
-	memory := (cfg.Memory - fixedSlack) / int64(cfg.Workers)
-	if st.InMemory {
-		memory = mergeOutBuf + minMergeBuf // in-memory runs need no read buffers
+	arenas := make(chan *arena, cfg.Workers)
+	for range cfg.Workers {
+		a := newArena(memory)
+		defer a.free()
+		arenas <- a
 	}
-	var next atomic.Int64
-	errs := make([]error, cfg.Workers)
-	var wg sync.WaitGroup
-	for w := 0; w < cfg.Workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= len(ranges) {
-					return
-				}
-				var off int64 // the range starts after everything before it in every run
-				for j, src := range ranges[i] {
-					off += src.off - srcs[j].off
-				}
-				ow := &offsetWriter{w: out, off: off}
-				err := mergeSources(ctx, memory, ranges[i], ow, func(n int64) { cfg.Progress(PhaseMerge, n) })
-				if err != nil {
-					errs[w] = err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	st.Merge = time.Since(t1)
-	for _, err := range errs {
-		if err != nil {
-			return err
+	err = parallelTasks(ctx, len(ranges), cfg.Workers, func(ctx context.Context, i int) error {
+		a := <-arenas
+		defer func() { arenas <- a }()
+		var off int64 // the range starts after everything before it in every run
+		for j, src := range ranges[i] {
+			off += src.off - srcs[j].off
 		}
+		ow := &offsetWriter{w: out, off: off}
+		return mergeSources(ctx, memory, ranges[i], ow, func(n int64) { cfg.Progress(PhaseMerge, n) }, a)
+	})
+	st.Merge = time.Since(t1)
+	if err != nil {
+		return err
 	}
 	return ctx.Err()
 }
