@@ -15,7 +15,7 @@ import (
 
 // BenchmarkGenerate measures the generator alone on one goroutine, per form.
 // (C gensort 1.5 runs at ≈370 MB/s to a file on our 2-vCPU machines; see
-// docs/fragments/record.md for the whole-file comparison.)
+// docs/BENCHMARKS.md for the whole-file comparison.)
 func BenchmarkGenerate(b *testing.B) {
 	buf := make([]byte, genBlockRecords*Size)
 	for _, opt := range []GenOptions{{}, {ASCII: true}, {Skew: true}, {ASCII: true, Skew: true}} {
