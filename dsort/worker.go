@@ -14,7 +14,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -98,11 +97,7 @@ func (c *WorkerConfig) validate() error {
 	}
 	if c.Memory == 0 {
 		c.sharedMemory = true
-		var si syscall.Sysinfo_t
-		c.Memory = 1 << 30
-		if syscall.Sysinfo(&si) == nil && si.Totalram > 0 {
-			c.Memory = int64(si.Totalram) * int64(si.Unit) / 4
-		}
+		c.Memory = extsort.DefaultMemory()
 	}
 	if c.Memory < extsort.MinMemory {
 		return fmt.Errorf("%w: memory %d bytes is below the minimum of %d MiB", ErrConfig, c.Memory, extsort.MinMemory>>20)

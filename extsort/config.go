@@ -84,7 +84,7 @@ const (
 // withDefaults returns c with defaults filled in, or an error naming the bad field.
 func (c Config) withDefaults() (Config, error) {
 	if c.Memory == 0 {
-		c.Memory = defaultMemory()
+		c.Memory = DefaultMemory()
 	}
 	if c.Memory < 0 {
 		return c, fmt.Errorf("%w: memory budget %d is negative", ErrConfig, c.Memory)
@@ -149,7 +149,9 @@ func (c Config) chunkRecords() int64 {
 	return max(n, 1)
 }
 
-func defaultMemory() int64 {
+// DefaultMemory is the budget used when none is given: a quarter of the
+// machine's RAM (1 GiB if that cannot be read).
+func DefaultMemory() int64 {
 	var si syscall.Sysinfo_t
 	if err := syscall.Sysinfo(&si); err != nil || si.Totalram == 0 {
 		return 1 << 30
