@@ -1,10 +1,10 @@
 package extsort
 
 import (
+	"context"
 	"encoding/binary"
 	"slices"
 	"sync"
-	"sync/atomic"
 )
 
 // entry is what the in-memory sort moves instead of 100-byte records.
@@ -116,23 +116,10 @@ func sortEntries(es, tmp []entry, workers int) []entry {
 		}
 	}
 	slices.SortFunc(spans, func(a, b span) int { return (b.to - b.from) - (a.to - a.from) })
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= len(spans) {
-					return
-				}
-				s := spans[i]
-				sortBucket(tmp[s.from:s.to], es[s.from:s.to], 1)
-			}
-		}()
-	}
-	wg.Wait()
+	parallelTasks(context.Background(), len(spans), workers, func(_ context.Context, i int) error {
+		sortBucket(tmp[spans[i].from:spans[i].to], es[spans[i].from:spans[i].to], 1)
+		return nil
+	})
 	return tmp
 }
 

@@ -6,8 +6,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -71,30 +69,11 @@ func (r *chunkReader) fill(ctx context.Context, buf []byte, workers int) (int, e
 		r.off += int64(k)
 		n += k
 	}
-	var next atomic.Int64
-	errs := make([]error, workers)
-	var wg sync.WaitGroup
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= len(pieces) || ctx.Err() != nil {
-					return
-				}
-				if err := readAt(pieces[i], buf); err != nil {
-					errs[w] = err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return 0, err
-		}
+	err := parallelTasks(ctx, len(pieces), workers, func(_ context.Context, i int) error {
+		return readAt(pieces[i], buf)
+	})
+	if err != nil {
+		return 0, err
 	}
 	return n, ctx.Err()
 }
