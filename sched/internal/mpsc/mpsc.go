@@ -34,15 +34,22 @@ type Queue[T any] struct {
 	taken atomic.Uint64
 
 	mu sync.Mutex
-	// items and pushed are guarded by mu. pushed counts every Push ever.
+	// items, pushed and closed are guarded by mu. pushed counts every Push
+	// ever; closed is set once by Close.
 	items  []T
 	pushed uint64
+	closed bool
 }
 
 // Push appends v and returns its sequence number (1 for the first push,
-// then 2, …): v has been consumed once Taken() >= that number. Any goroutine.
+// then 2, …): v has been consumed once Taken() >= that number. It returns 0,
+// and queues nothing, once the queue is closed. Any goroutine.
 func (q *Queue[T]) Push(v T) uint64 {
 	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return 0
+	}
 	q.items = append(q.items, v)
 	q.pushed++
 	seq := q.pushed
@@ -72,6 +79,20 @@ func (q *Queue[T]) Swap(spare []T) []T {
 	out := q.items
 	q.items = spare
 	q.taken.Add(uint64(len(out)))
+	q.n.Store(0)
+	q.mu.Unlock()
+	return out
+}
+
+// Close refuses every later Push and returns what was queued and never
+// taken, so the consumer can account for it. Every Push either happened
+// before Close (its item is in the result or was taken by a Swap) or returns
+// 0. Consumer only; call it once, after the last Swap.
+func (q *Queue[T]) Close() []T {
+	q.mu.Lock()
+	out := q.items
+	q.items = nil
+	q.closed = true
 	q.n.Store(0)
 	q.mu.Unlock()
 	return out
