@@ -46,6 +46,16 @@ func (o Options) withDefaults() (Options, error) {
 	return o, nil
 }
 
+// fibN is the fork-join size: fib(25) (242,785 calls) at scale 1, and one
+// less per halving of the scale, so --scale 0.1 stays quick.
+func fibN(scale float64) int {
+	n := 25
+	for s := scale; s < 0.75 && n > 10; s *= 2 {
+		n--
+	}
+	return n
+}
+
 // median runs f runs times and returns the median of metric over the samples.
 func median(runs int, f func() (Sample, error), metric func(Sample) float64) (float64, error) {
 	vals := make([]float64, 0, runs)
@@ -99,6 +109,13 @@ func Run(ctx context.Context, o Options, progress func(row string)) ([]Row, erro
 			baseline: func() (Sample, error) { return GoSpawnToDone(n(500_000)) },
 			metric:   perSec,
 			met:      func(r Row) bool { return r.Sched2 >= 2 },
+		},
+		{
+			row:      Row{Name: "fork-join fib(25), spawns in Step", Unit: "ms", Goal: "<= 1.2x goroutines+WaitGroup", HigherIs: "worse"},
+			sched:    func(w int) (Sample, error) { return ForkJoin(w, fibN(o.Scale)) },
+			baseline: func() (Sample, error) { return GoForkJoin(fibN(o.Scale)) },
+			metric:   func(s Sample) float64 { return float64(s.Elapsed.Microseconds()) / 1000 },
+			met:      func(r Row) bool { return min(r.Sched1, r.Sched2) <= 1.2*r.Baseline },
 		},
 		{
 			row:      Row{Name: "fan-out 1 -> 1000, per message", Unit: "ns", Goal: "faster than channels", HigherIs: "worse"},

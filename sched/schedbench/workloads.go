@@ -46,7 +46,10 @@ func measure(ops int, f func() error) (Sample, error) {
 	return Sample{Ops: ops, Elapsed: el, Allocs: m1.Mallocs - m0.Mallocs}, err
 }
 
-var errTimeout = errors.New("schedbench: workload did not finish within a minute")
+var (
+	errTimeout     = errors.New("schedbench: workload did not finish within a minute")
+	errWrongAnswer = errors.New("schedbench: fork-join computed the wrong result")
+)
 
 // waitOrTimeout turns a stuck scheduler into an error instead of a hang.
 func waitOrTimeout(done <-chan struct{}) error {
