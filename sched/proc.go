@@ -108,7 +108,7 @@ func (p *proc) loadState() State { return State(p.state.Load() & stateMask) }
 // see Idle/Blocked and wake it, or the worker sees the event and requeues it.
 // If both do, the Idle/Blocked → Ready CAS lets exactly one of them queue it.
 func (p *proc) deliver(ev Event, w *worker) bool {
-	if p.events.Push(ev) == 0 {
+	if !p.events.Push(ev) {
 		return false
 	}
 	for {
@@ -171,17 +171,20 @@ func (p *proc) takePending(tag uint64) bool {
 // process whose context nobody watches pays two atomics to cancel it.
 type procCtx struct {
 	pid PID
-	// cancelled is set once (Swap) by cancel; loaded by anyone.
-	cancelled atomic.Bool
+	// flags holds ctxCancelled and ctxClosed; set with CAS, loaded by
+	// anyone.
+	flags atomic.Uint32
 	// done is the Done channel, created on first use. Publish-then-check:
-	// Done stores done then loads cancelled; cancel stores cancelled then
-	// loads done; at least one of them sees the other and closes it.
+	// Done CASes done in, then loads flags; cancel sets ctxCancelled, then
+	// loads done; at least one of them sees the other and calls closeDone,
+	// whose ctxClosed CAS lets exactly one close the channel.
 	done atomic.Pointer[chan struct{}]
-
-	mu sync.Mutex
-	// mu protects closed and the creation of done.
-	closed bool
 }
+
+const (
+	ctxCancelled = 1 << iota
+	ctxClosed
+)
 
 type selfKey struct{}
 
@@ -193,21 +196,19 @@ func (c *procCtx) Done() <-chan struct{} {
 	if d := c.done.Load(); d != nil {
 		return *d
 	}
-	c.mu.Lock()
-	if c.done.Load() == nil {
-		ch := make(chan struct{})
-		c.done.Store(&ch)
+	ch := make(chan struct{})
+	if !c.done.CompareAndSwap(nil, &ch) {
+		return *c.done.Load()
 	}
-	c.mu.Unlock()
-	if c.cancelled.Load() {
+	if c.flags.Load()&ctxCancelled != 0 {
 		c.closeDone()
 	}
-	return *c.done.Load()
+	return ch
 }
 
 // Err returns context.Canceled once the process was cancelled or finished.
 func (c *procCtx) Err() error {
-	if c.cancelled.Load() {
+	if c.flags.Load()&ctxCancelled != 0 {
 		return context.Canceled
 	}
 	return nil
@@ -223,7 +224,7 @@ func (c *procCtx) Value(key any) any {
 func (c *procCtx) String() string { return "sched.processContext(" + c.pid.String() + ")" }
 
 func (c *procCtx) cancel() {
-	if c.cancelled.Swap(true) {
+	if c.flags.Or(ctxCancelled)&ctxCancelled != 0 {
 		return
 	}
 	if c.done.Load() != nil {
@@ -232,12 +233,16 @@ func (c *procCtx) cancel() {
 }
 
 func (c *procCtx) closeDone() {
-	c.mu.Lock()
-	if !c.closed {
-		c.closed = true
-		close(*c.done.Load())
+	for {
+		f := c.flags.Load()
+		if f&ctxClosed != 0 {
+			return
+		}
+		if c.flags.CompareAndSwap(f, f|ctxClosed) {
+			close(*c.done.Load())
+			return
+		}
 	}
-	c.mu.Unlock()
 }
 
 // Self returns the PID of the process whose context ctx is (or is derived

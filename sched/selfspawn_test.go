@@ -3,6 +3,7 @@ package sched
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -222,5 +223,34 @@ func TestProcessContextEndsWithTheProcess(t *testing.T) {
 	}
 	if !errors.Is(ctx.Err(), context.Canceled) {
 		t.Fatalf("Err = %v", ctx.Err())
+	}
+}
+
+// TestProcessContextDoneRacingCancel: Done and cancel from several
+// goroutines at once; the channel is closed exactly once (a second close
+// would panic) and every caller sees it closed.
+func TestProcessContextDoneRacingCancel(t *testing.T) {
+	for i := 0; i < 500; i++ {
+		c := &procCtx{pid: 1}
+		var wg sync.WaitGroup
+		chans := make([]<-chan struct{}, 3)
+		for g := range chans {
+			wg.Add(1)
+			go func() { defer wg.Done(); chans[g] = c.Done() }()
+		}
+		wg.Add(2)
+		go func() { defer wg.Done(); c.cancel() }()
+		go func() { defer wg.Done(); c.cancel() }()
+		wg.Wait()
+		for _, ch := range append(chans, c.Done()) {
+			select {
+			case <-ch:
+			default:
+				t.Fatalf("trial %d: a Done channel is open after cancel", i)
+			}
+		}
+		if c.Err() != context.Canceled {
+			t.Fatalf("Err = %v", c.Err())
+		}
 	}
 }
