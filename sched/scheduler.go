@@ -372,16 +372,18 @@ func (s *Scheduler) stop(ctx context.Context) error {
 		default:
 			// Some worker is inside a step that does not return. Leave
 			// it: it completes its process itself when the step ends.
+			// (A worker that is only on its way out is not stuck.)
 			var stuck []string
 			for _, p := range s.procs.all() {
 				if p.loadState() == StateRunning {
 					stuck = append(stuck, p.pid.String())
 				}
 			}
-			n := s.running.Load()
-			s.abandoned.Add(uint64(n))
-			s.log.Error("sched: stop: abandoning workers stuck in a step", "workers", n, "running", stuck)
-			err = fmt.Errorf("sched: stop: %w: %d worker(s), processes %v: %w", ErrStuck, n, stuck, ctx.Err())
+			if len(stuck) > 0 {
+				s.abandoned.Add(uint64(len(stuck)))
+				s.log.Error("sched: stop: abandoning workers stuck in a step", "workers", len(stuck), "running", stuck)
+				err = fmt.Errorf("sched: stop: %w: %d worker(s), processes %v: %w", ErrStuck, len(stuck), stuck, ctx.Err())
+			}
 		}
 	}
 	// Whatever is not Running is Ready, Idle or Blocked: close it. A
