@@ -273,10 +273,12 @@ func (s *Scheduler) complete(p *proc, err error, c *counts) {
 			s.log.Error("sched: process failed", "pid", p.pid.String(), "err", err)
 		}
 	}
+	// Counted before OnExit, so a Stats taken after OnExit sees it; Stop
+	// still waits for this worker (workersDone) before it returns.
+	c.completed.Add(1)
 	if s.cfg.OnExit != nil {
 		s.onExit(p.pid, err)
 	}
-	c.completed.Add(1)
 	if s.stopping.Load() && s.live() == 0 {
 		s.drainMu.Do(func() { close(s.drained) })
 	}
