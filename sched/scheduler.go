@@ -184,8 +184,11 @@ func (s *Scheduler) Cancel(pid PID) error {
 	if p == nil {
 		return fmt.Errorf("sched: cancel %v: %w", pid, ErrNoProcess)
 	}
+	// Deliver first: cancelling the context can end a handler's wait, and
+	// its completion can finish the process before our event is queued.
+	ok := p.deliver(Event{Type: EventCancel}, nil)
 	p.ctx.cancel()
-	if !p.deliver(Event{Type: EventCancel}, nil) {
+	if !ok {
 		return fmt.Errorf("sched: cancel %v: %w", pid, ErrNoProcess)
 	}
 	return nil
@@ -348,8 +351,8 @@ func (s *Scheduler) Stop(ctx context.Context) error {
 func (s *Scheduler) stop(ctx context.Context) error {
 	s.stopping.Store(true)
 	for _, p := range s.procs.all() {
-		p.ctx.cancel()
 		p.deliver(Event{Type: EventCancel}, nil)
+		p.ctx.cancel()
 	}
 	if s.live() == 0 {
 		s.drainMu.Do(func() { close(s.drained) })
