@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -358,8 +359,9 @@ func (h *recordingHandler) count(sub string) int {
 	return n
 }
 
-// waitFor polls cond (yielding the thread) until it holds, failing after
-// 10 s. It waits for a state, it does not measure time.
+// waitFor polls cond, yielding the thread between polls, until it holds,
+// failing after 10 s. It waits for a state; it neither sleeps nor measures
+// time.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
@@ -367,6 +369,6 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
-		time.Sleep(time.Millisecond)
+		runtime.Gosched()
 	}
 }
