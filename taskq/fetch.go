@@ -10,7 +10,6 @@ import (
 	"github.com/gantryhq/gantry/taskq/internal/rdb"
 )
 
-
 // fetchLoop takes tasks for free slots, one dequeue call per batch over all
 // eligible queues, and blocks on the wake-up lists when there is nothing.
 // It requeues what it could not hand over when ctx ends.

@@ -63,8 +63,24 @@ func waitRedis(t testing.TB, addr string, d time.Duration) {
 
 // uniq returns a queue name unique to this test run, so tests sharing a
 // Redis never see each other's queues.
+// The queue's keys are deleted when the test ends.
 func uniq(t testing.TB, name string) string {
-	return fmt.Sprintf("t%d-%s-%s", os.Getpid(), strings.ReplaceAll(t.Name(), "/", "_"), name)
+	q := fmt.Sprintf("t%d-%s-%s", os.Getpid(), strings.ReplaceAll(t.Name(), "/", "_"), name)
+	addr := testRedis(t)
+	t.Cleanup(func() {
+		r, err := rdb.Open(addr)
+		if err != nil {
+			return
+		}
+		defer r.Close()
+		ctx := context.Background()
+		c := r.Client()
+		for _, k := range rdb.QueueKeys(q) {
+			c.Do(ctx, c.B().Del().Key(k).Build())
+		}
+		c.Do(ctx, c.B().Srem().Key(rdb.QueuesKey).Member(q).Build())
+	})
+	return q
 }
 
 // privateRedis is a redis-server owned by one test, on a free loopback port.
