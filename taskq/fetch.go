@@ -78,6 +78,7 @@ func (w *Worker) fetchLoop(ctx, persist context.Context, tasks chan<- rdb.Dequeu
 func (w *Worker) redisError(fails *int, op string, err error) {
 	*fails++
 	w.m.redisErrors.Inc()
+	w.redisErrs.Add(1)
 	if *fails == 1 || *fails%20 == 0 {
 		w.log.Warn("taskq: redis unavailable, backing off", "op", op, "failures", *fails, "err", err)
 	}

@@ -215,11 +215,11 @@ type Worker struct {
 	lastStolen   string
 	stealMisses  int
 
-	processed, failed, steals atomic.Int64
-	retryScale                atomic.Uint64 // float64 bits; adaptive retry delay factor (≥ 1)
-	stealEvery                atomic.Int64  // ns; adaptive steal refresh interval
-	window                    atomic.Pointer[windowStats]
-	redisDown                 atomic.Bool
+	processed, failed, steals, redisErrs atomic.Int64
+	retryScale                           atomic.Uint64 // float64 bits; adaptive retry delay factor (≥ 1)
+	stealEvery                           atomic.Int64  // ns; adaptive steal refresh interval
+	window                               atomic.Pointer[windowStats]
+	redisDown                            atomic.Bool
 
 	ackCh chan ackReq
 }
@@ -382,6 +382,7 @@ func (w *Worker) retryRedis(ctx context.Context, what string, fn func(context.Co
 			return ctx.Err()
 		}
 		w.m.redisErrors.Inc()
+		w.redisErrs.Add(1)
 		if attempt == 0 {
 			w.log.Warn("taskq: redis call failed, backing off", "op", what, "err", err)
 		}
