@@ -44,6 +44,7 @@ type windowStats struct {
 	processed, failed int64
 	steals, misses    int64
 	rate, errRate     float64
+	at                time.Time // end of the window; zero before the first one
 }
 
 // adaptState is the controller's output; pure so it can be tested alone.
@@ -90,7 +91,7 @@ func (w *Worker) adaptiveLoop(ctx context.Context) {
 		w.smu.Lock()
 		m := int64(w.stealMisses)
 		w.smu.Unlock()
-		win := windowStats{processed: p - lastP, failed: f - lastF, steals: s - lastS, misses: m - lastM}
+		win := windowStats{processed: p - lastP, failed: f - lastF, steals: s - lastS, misses: m - lastM, at: now}
 		if m < lastM {
 			win.misses = m
 		}

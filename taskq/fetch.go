@@ -32,8 +32,15 @@ func (w *Worker) fetchLoop(ctx, persist context.Context, tasks chan<- rdb.Dequeu
 			}
 		}
 		order, nAssigned := w.order()
+		if ctx.Err() != nil {
+			return
+		}
+		// The call must not be cut short by shutdown: the script may already
+		// have leased the tasks, which would then wait for their lease to expire.
 		now := time.Now()
-		ds, err := w.r.Dequeue(ctx, order, n, now, now.Add(w.cfg.LeaseDuration))
+		dctx, cancel := context.WithTimeout(persist, 10*time.Second)
+		ds, err := w.r.Dequeue(dctx, order, n, now, now.Add(w.cfg.LeaseDuration))
+		cancel()
 		w.m.dequeues.Inc()
 		for range n - len(ds) {
 			slots <- struct{}{}
@@ -240,7 +247,6 @@ func (w *Worker) heartbeatLoop(ctx context.Context) {
 				w.mu.Unlock()
 			}
 		}
-		w.writeRecord(ctx)
 	}
 }
 
@@ -255,6 +261,7 @@ func (w *Worker) maintainLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		w.writeRecord(ctx)
 		qs := w.queueNames()
 		if !w.cfg.DisableSteal {
 			if all, err := w.r.Queues(ctx); err == nil {

@@ -107,7 +107,7 @@ func (c *Client) Health(ctx context.Context, cfg HealthConfig) Health {
 		pending += q.Pending
 	}
 	h.Checks["pending"] = pending
-	live, rate := 0, 0.0
+	live, measuring, rate := 0, 0, 0.0
 	for _, w := range st.Workers {
 		if w.State != "running" {
 			continue
@@ -117,6 +117,9 @@ func (c *Client) Health(ctx context.Context, cfg HealthConfig) Health {
 			continue
 		}
 		live++
+		if w.WindowEnd.IsZero() {
+			measuring++ // too young to judge its rate
+		}
 		rate += w.RatePerSec
 		switch {
 		case w.ErrorRate >= cfg.ErrorRateCritical:
@@ -130,7 +133,7 @@ func (c *Client) Health(ctx context.Context, cfg HealthConfig) Health {
 	switch {
 	case pending > 0 && live == 0:
 		h.raise(Critical, "%d tasks pending and no live worker", pending)
-	case pending > 0 && rate == 0 && live > 0:
+	case pending > 0 && rate == 0 && live > measuring:
 		h.raise(Warning, "%d tasks pending but no task processed in the last window", pending)
 	}
 	return h

@@ -22,7 +22,7 @@ func TestHealth(t *testing.T) {
 		t.Errorf("backlog without workers: %v %v, want Critical (no live worker)", h.Status, h.Reasons)
 	}
 	// A worker whose error rate is high is a Warning or Critical with its id.
-	rec := WorkerRecord{ID: "w1", State: "running", Heartbeat: time.Now(), RatePerSec: 10, ErrorRate: 0.3}
+	rec := WorkerRecord{ID: "w1", State: "running", Heartbeat: time.Now(), WindowEnd: time.Now(), RatePerSec: 10, ErrorRate: 0.3}
 	b, _ := json.Marshal(rec)
 	if err := c.r.SetWorker(ctx, "w1", string(b)); err != nil {
 		t.Fatal(err)

@@ -55,9 +55,10 @@ type WorkerRecord struct {
 	Failed    int64     `json:"failed"`
 	Steals    int64     `json:"steals"`
 	// Window figures over the last health window.
-	RatePerSec float64 `json:"rate_per_sec"`
-	ErrorRate  float64 `json:"error_rate"`
-	RetryScale float64 `json:"retry_scale"`
+	WindowEnd  time.Time `json:"window_end,omitzero"` // zero until the first window is complete
+	RatePerSec float64   `json:"rate_per_sec"`
+	ErrorRate  float64   `json:"error_rate"`
+	RetryScale float64   `json:"retry_scale"`
 }
 
 // Stats reads every known queue's state and the worker records.

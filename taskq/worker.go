@@ -36,8 +36,12 @@ type WorkerConfig struct {
 	Strict bool
 	// Concurrency is the number of tasks run at once (default 10).
 	Concurrency int
+	// Prefetch is how many tasks may wait, leased, for a free handler
+	// (default Concurrency): it lets one dequeue call take a larger batch.
+	// On shutdown, waiting tasks go back to their queues.
+	Prefetch int
 	// BatchSize caps the tasks taken per dequeue call (default
-	// min(Concurrency, 32)).
+	// min(Concurrency+Prefetch, 64)).
 	BatchSize int
 	// DisableSteal stops the worker from taking tasks of queues it is not
 	// assigned to when its own are empty.
@@ -129,8 +133,14 @@ func (c *WorkerConfig) validate() error {
 	if c.Concurrency == 0 {
 		c.Concurrency = 10
 	}
+	if c.Prefetch < 0 {
+		return fmt.Errorf("taskq: Prefetch %d, want >= 0", c.Prefetch)
+	}
+	if c.Prefetch == 0 {
+		c.Prefetch = c.Concurrency
+	}
 	if c.BatchSize <= 0 {
-		c.BatchSize = min(c.Concurrency, 32)
+		c.BatchSize = min(c.Concurrency+c.Prefetch, 64)
 	}
 	def(&c.StealInterval, time.Second)
 	def(&c.LeaseDuration, 30*time.Second)
@@ -310,9 +320,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer cancelHandlers()
 	bgCtx, stopBg := context.WithCancel(context.Background())
 
-	tasks := make(chan rdb.Dequeued)
-	slots := make(chan struct{}, w.cfg.Concurrency)
-	for range w.cfg.Concurrency {
+	// A slot is a place for one leased task: running or waiting in tasks.
+	tasks := make(chan rdb.Dequeued, w.cfg.Prefetch)
+	slots := make(chan struct{}, w.cfg.Concurrency+w.cfg.Prefetch)
+	for range cap(slots) {
 		slots <- struct{}{}
 	}
 	var procs, bg, fetch sync.WaitGroup
@@ -338,6 +349,17 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.state.Store(int32(StateStopping))
 	w.log.Info("taskq worker stopping", "id", w.cfg.ID, "running", w.running())
 	fetch.Wait()
+	var waiting []rdb.Dequeued
+drain:
+	for {
+		select {
+		case d := <-tasks:
+			waiting = append(waiting, d)
+		default:
+			break drain
+		}
+	}
+	w.giveBack(persist, waiting)
 	close(tasks)
 	drained := make(chan struct{})
 	go func() { procs.Wait(); close(drained) }()
@@ -398,7 +420,7 @@ func (w *Worker) writeRecord(ctx context.Context) {
 		ID: w.cfg.ID, PID: os.Getpid(), Queues: w.queueNames(), State: w.State().String(),
 		Started: w.started, Heartbeat: time.Now(), Active: w.running(),
 		Processed: w.processed.Load(), Failed: w.failed.Load(), Steals: w.steals.Load(),
-		RatePerSec: win.rate, ErrorRate: win.errRate, RetryScale: w.getRetryScale(),
+		WindowEnd: win.at, RatePerSec: win.rate, ErrorRate: win.errRate, RetryScale: w.getRetryScale(),
 	}
 	rec.Host, _ = os.Hostname()
 	b, _ := json.Marshal(rec)
