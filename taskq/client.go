@@ -220,3 +220,10 @@ func (c *Client) RequeueDead(ctx context.Context, queue string, ids ...string) (
 func (c *Client) DeleteDead(ctx context.Context, queue string, ids ...string) (int, error) {
 	return c.r.DLQ(ctx, queue, "delete", ids)
 }
+
+// Purge deletes queue q and everything in it (pending, running, dead,
+// counters) and forgets its name. Workers holding its tasks will find their
+// leases gone.
+func (c *Client) Purge(ctx context.Context, q string) error {
+	return c.r.Purge(ctx, q)
+}

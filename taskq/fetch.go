@@ -2,6 +2,7 @@ package taskq
 
 import (
 	"context"
+	"encoding/json"
 	"math/rand/v2"
 	"sort"
 	"time"
@@ -255,13 +256,16 @@ func (w *Worker) heartbeatLoop(ctx context.Context) {
 func (w *Worker) maintainLoop(ctx context.Context) {
 	t := time.NewTicker(w.cfg.MaintainInterval)
 	defer t.Stop()
-	for {
+	for tick := 0; ; tick++ {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
 		w.writeRecord(ctx)
+		if tick%60 == 0 {
+			w.pruneRecords(ctx)
+		}
 		qs := w.queueNames()
 		if !w.cfg.DisableSteal {
 			if all, err := w.r.Queues(ctx); err == nil {
@@ -278,6 +282,23 @@ func (w *Worker) maintainLoop(ctx context.Context) {
 				w.m.reaped.WithLabelValues(q).Add(float64(res.Reaped))
 				w.log.Info("taskq: took back tasks whose lease expired", "queue", q, "tasks", res.Reaped)
 			}
+		}
+	}
+}
+
+// recordTTL is how long a worker record outlives its last heartbeat (a
+// stopped worker, or one that crashed) before any worker deletes it.
+const recordTTL = time.Hour
+
+func (w *Worker) pruneRecords(ctx context.Context) {
+	recs, err := w.r.Workers(ctx)
+	if err != nil {
+		return
+	}
+	for id, v := range recs {
+		var rec WorkerRecord
+		if json.Unmarshal([]byte(v), &rec) != nil || time.Since(rec.Heartbeat) > recordTTL {
+			w.r.DeleteWorker(ctx, id)
 		}
 	}
 }

@@ -514,3 +514,19 @@ func IsRedisError(err error) bool {
 	var re *rueidis.RedisError
 	return errors.As(err, &re)
 }
+
+// Purge deletes all keys of queue q and removes it from the known queues.
+func (r *RDB) Purge(ctx context.Context, q string) error {
+	b := r.c.B()
+	cmds := make(rueidis.Commands, 0, NKeys+1)
+	for _, k := range QueueKeys(q) {
+		cmds = append(cmds, b.Del().Key(k).Build())
+	}
+	cmds = append(cmds, b.Srem().Key(QueuesKey).Member(q).Build())
+	for _, res := range r.c.DoMulti(ctx, cmds...) {
+		if err := res.Error(); err != nil {
+			return fmt.Errorf("rdb: purge %q: %w", q, err)
+		}
+	}
+	return nil
+}
