@@ -266,6 +266,9 @@ func (w *Worker) maintainLoop(ctx context.Context) {
 		if tick%60 == 0 {
 			w.pruneRecords(ctx)
 		}
+		if tick%5 == 0 {
+			w.refreshGauges(ctx)
+		}
 		qs := w.queueNames()
 		if !w.cfg.DisableSteal {
 			if all, err := w.r.Queues(ctx); err == nil {
@@ -299,6 +302,24 @@ func (w *Worker) pruneRecords(ctx context.Context) {
 		var rec WorkerRecord
 		if json.Unmarshal([]byte(v), &rec) != nil || time.Since(rec.Heartbeat) > recordTTL {
 			w.r.DeleteWorker(ctx, id)
+		}
+	}
+}
+
+// refreshGauges sets the queue-size gauges of the assigned queues (per state
+// and per tenant) from Redis.
+func (w *Worker) refreshGauges(ctx context.Context) {
+	for _, q := range w.queueNames() {
+		st, err := w.r.Stats(ctx, q)
+		if err != nil {
+			return
+		}
+		for state, n := range map[string]int64{"pending": st.Pending, "active": st.Active, "scheduled": st.Scheduled,
+			"retry": st.Retry, "dead": st.Dead} {
+			w.m.queueSize.WithLabelValues(q, state).Set(float64(n))
+		}
+		for t, ts := range st.Tenants {
+			w.m.tenantSize.WithLabelValues(q, t).Set(float64(ts.Pending))
 		}
 	}
 }

@@ -108,6 +108,8 @@ tasks, cancels the rest and puts them back; a second signal exits at once.`,
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 8*time.Second, "how long running tasks may finish after a signal")
 	f.DurationVar(&cfg.LeaseDuration, "lease", 30*time.Second, "lease of a taken task; a dead worker's tasks rerun after it")
 	f.BoolVar(&cfg.DisableSteal, "no-steal", false, "never take tasks from queues not listed in --queues")
+	f.DurationVar(&cfg.DeadRetention, "dead-retention", 7*24*time.Hour, "how long dead-letter tasks are kept")
+	f.IntVar(&cfg.DeadMax, "dead-max", 10000, "most dead-letter tasks kept per queue (oldest dropped first)")
 	return cmd
 }
 
