@@ -262,12 +262,12 @@ func (w *Worker) maintainLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		w.writeRecord(ctx)
+		if tick%5 == 0 { // every 5 s by default: an idle worker stays cheap
+			w.writeRecord(ctx)
+			w.refreshGauges(ctx)
+		}
 		if tick%60 == 0 {
 			w.pruneRecords(ctx)
-		}
-		if tick%5 == 0 {
-			w.refreshGauges(ctx)
 		}
 		qs := w.queueNames()
 		if !w.cfg.DisableSteal {
