@@ -82,9 +82,12 @@ tasks, cancels the rest and puts them back; a second signal exits at once.`,
 			if env.Registry != nil {
 				cfg.Registry = env.Registry
 			}
-			w, err := taskq.NewWorker(cfg)
+			w, err := newWorkerWaiting(cmd.Context(), env, cfg)
 			if err != nil {
 				return err
+			}
+			if w == nil {
+				return nil // signalled before Redis answered
 			}
 			taskq.RegisterBuiltins(w)
 			w.Handle("sort", sortTask(env))
@@ -111,6 +114,31 @@ tasks, cancels the rest and puts them back; a second signal exits at once.`,
 	f.DurationVar(&cfg.DeadRetention, "dead-retention", 7*24*time.Hour, "how long dead-letter tasks are kept")
 	f.IntVar(&cfg.DeadMax, "dead-max", 10000, "most dead-letter tasks kept per queue (oldest dropped first)")
 	return cmd
+}
+
+// newWorkerWaiting creates the worker, waiting with capped backoff while
+// Redis is unreachable (a daemon started before its Redis should not exit).
+// It returns nil, nil when ctx ends first.
+func newWorkerWaiting(ctx context.Context, env *Env, cfg taskq.WorkerConfig) (*taskq.Worker, error) {
+	delay := 100 * time.Millisecond
+	for attempt := 0; ; attempt++ {
+		w, err := taskq.NewWorker(cfg)
+		if err == nil {
+			return w, nil
+		}
+		if errors.Is(err, taskq.ErrInvalidTask) || !strings.Contains(err.Error(), "connect") {
+			return nil, err // a configuration error, not an outage
+		}
+		if attempt == 0 {
+			env.Logger.Warn("redis unreachable, waiting for it", "redis", cfg.Redis, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 5*time.Second)
+	}
 }
 
 func serveMetrics(ctx context.Context, env *Env, addr, redis string) (func(), error) {
