@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/gantryhq/gantry/record"
 	"github.com/gantryhq/gantry/taskq"
 )
 
@@ -103,5 +105,62 @@ func TestQueueEnqueueStatsJSON(t *testing.T) {
 	if err == nil {
 		c.Purge(context.Background(), q)
 		c.Close()
+	}
+}
+
+// TestQueueSortTask submits a sort job through the queue: a worker (the
+// real `queue worker` command, in-process) runs `sort local` on it.
+func TestQueueSortTask(t *testing.T) {
+	addr := os.Getenv("GANTRY_TEST_REDIS")
+	if addr == "" {
+		addr = "127.0.0.1:6379"
+	}
+	dir := t.TempDir()
+	in, out := filepath.Join(dir, "in"), filepath.Join(dir, "out")
+	sortTestRecords(t, filepath.Join(in, "a"), 0, 20000, record.GenOptions{})
+	q := fmt.Sprintf("clisort-%d", os.Getpid())
+	defer func() {
+		if c, err := taskq.NewClient(taskq.ClientConfig{Redis: addr}); err == nil {
+			c.Purge(context.Background(), q)
+			c.Close()
+		}
+	}()
+	payload, _ := json.Marshal(map[string]any{"input": []string{in}, "output": out})
+	if code, msg := sortTestRun(t, "queue", "enqueue", "--redis", addr, "--queue", q, "--type", "sort",
+		"--payload", string(payload), "--retention", "1m", "--max-retries", "0"); code != 0 {
+		t.Fatalf("enqueue: %d %s", code, msg)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() {
+		var o, e bytes.Buffer
+		done <- Execute(ctx, Env{Args: []string{"queue", "worker", "--redis", addr, "--queues", q, "--no-steal"}, Stdout: &o, Stderr: &e})
+	}()
+	c, err := taskq.NewClient(taskq.ClientConfig{Redis: addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		st, err := c.Stats(context.Background())
+		if err == nil && st.Queues[q].Completed+st.Queues[q].Dead == 1 {
+			if st.Queues[q].Dead == 1 {
+				dead, _ := c.DeadLetters(context.Background(), q, 1)
+				t.Fatalf("sort task died: %+v", dead)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("sort task not done in 60s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Errorf("worker exit %d", code)
+	}
+	if got, want := sortTestChecksum(t, out), sortTestChecksum(t, in); got.Checksum != want.Checksum || got.Records != 20000 {
+		t.Errorf("output %d records checksum %x, want 20000 and %x", got.Records, got.Checksum, want.Checksum)
 	}
 }
