@@ -23,6 +23,7 @@ const (
 var (
 	// SkipRetry, returned (or wrapped) by a handler, sends the task to the
 	// dead-letter set at once instead of retrying it.
+	//lint:ignore ST1012 it reads as an instruction ("return SkipRetry"), the name asynq users know
 	SkipRetry = errors.New("taskq: skip retry")
 	// ErrDuplicateTask is returned by Enqueue when the task id exists.
 	ErrDuplicateTask = errors.New("taskq: task id already exists")
