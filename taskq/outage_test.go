@@ -2,6 +2,7 @@ package taskq
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -69,5 +70,35 @@ func TestRedisRestartAndOutage(t *testing.T) {
 	t.Logf("completed %d, handler runs %d, duplicates %d, failed %d", st.Completed, ran.Load(), st.DuplicatesTotal, st.FailedTotal)
 	if st.Dead != 0 || st.Retry != 0 {
 		t.Errorf("dead %d retry %d, want 0", st.Dead, st.Retry)
+	}
+}
+
+// With appendfsync always, every enqueue acknowledged before Redis is
+// killed (SIGKILL, no clean shutdown) is there after the restart.
+func TestEnqueueSurvivesRedisKillWithAOF(t *testing.T) {
+	red := startPrivateRedis(t, "--appendonly", "yes", "--appendfsync", "always")
+	c := newClient(t, red.addr())
+	ctx := context.Background()
+	const n = 1000
+	for i := range n {
+		if _, err := c.Enqueue(ctx, NewTask("x", nil), Queue("aof"), Tenant(fmt.Sprint("t", i%7))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	red.cmd.Process.Kill()
+	red.cmd.Wait()
+	red.cmd = nil
+	red.start()
+	var st QueueStats
+	waitFor(t, 10*time.Second, "stats after restart", func() bool {
+		s, err := c.Stats(ctx)
+		if err != nil {
+			return false
+		}
+		st = s.Queues["aof"]
+		return true
+	})
+	if st.Pending != n || st.Enqueued != n {
+		t.Errorf("after kill -9 and restart: pending %d, enqueued_total %d; want %d", st.Pending, st.Enqueued, n)
 	}
 }
