@@ -418,3 +418,34 @@ func TestWorkStealing(t *testing.T) {
 	}
 	_ = ctx
 }
+
+// Steal targets: other queues with a backlog, most loaded first, the queue
+// stolen from last moved to the end; empty and assigned queues never.
+func TestStealTargetOrder(t *testing.T) {
+	addr := startPrivateRedis(t).addr()
+	c := newClient(t, addr)
+	enqueueTenant(t, c, "big", "x", 0, 30, Queue("big"))
+	enqueueTenant(t, c, "mid", "x", 0, 20, Queue("mid"))
+	enqueueTenant(t, c, "small", "x", 0, 10, Queue("small"))
+	enqueueTenant(t, c, "own", "x", 0, 50, Queue("own"))
+	c.r.RegisterQueues(context.Background(), "empty")
+	w, err := NewWorker(WorkerConfig{Redis: addr, Queues: []QueueSpec{{Name: "own"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.r.Close()
+	ctx := context.Background()
+	w.refreshStealTargets(ctx)
+	if got := fmt.Sprint(w.stealTargets); got != "[big mid small]" {
+		t.Errorf("targets %s, want [big mid small]", got)
+	}
+	w.noteSteal("big")
+	w.refreshStealTargets(ctx)
+	if got := fmt.Sprint(w.stealTargets); got != "[mid small big]" {
+		t.Errorf("after stealing from big: targets %s, want [mid small big]", got)
+	}
+	order, n := w.order()
+	if fmt.Sprint(order) != "[own mid small big]" || n != 1 {
+		t.Errorf("dequeue order %v (%d assigned), want [own mid small big] (1)", order, n)
+	}
+}
