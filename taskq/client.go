@@ -89,6 +89,7 @@ func prepare(t *Task, now time.Time, extra []Option) (prepared, error) {
 	b, err := json.Marshal(message{
 		ID: o.id, Type: t.Type, Payload: t.Payload, Queue: o.queue, Tenant: o.tenant,
 		MaxRetries: o.maxRetries, TimeoutMS: o.timeout.Milliseconds(), RetentionMS: o.retention.Milliseconds(),
+		DeadlineMS: deadlineMS(o.deadline),
 		EnqueuedAt: now.UnixMilli(),
 	})
 	if err != nil {
@@ -226,4 +227,11 @@ func (c *Client) DeleteDead(ctx context.Context, queue string, ids ...string) (i
 // leases gone.
 func (c *Client) Purge(ctx context.Context, q string) error {
 	return c.r.Purge(ctx, q)
+}
+
+func deadlineMS(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
 }

@@ -56,6 +56,11 @@ func (w *Worker) process(handlerCtx, persist context.Context, d rdb.Dequeued) {
 		timeout = time.Duration(m.TimeoutMS) * time.Millisecond
 	}
 	tctx, cancel := context.WithTimeout(handlerCtx, timeout)
+	if m.DeadlineMS > 0 {
+		var cancelTimeout context.CancelFunc = cancel
+		tctx, cancel = context.WithDeadline(tctx, time.UnixMilli(m.DeadlineMS))
+		defer cancelTimeout()
+	}
 	key := inflightKey{d.Queue, d.ID}
 	it := &inflightTask{cancel: cancel}
 	w.mu.Lock()

@@ -81,6 +81,7 @@ type options struct {
 	priority          int
 	maxRetries        int
 	timeout           time.Duration
+	deadline          time.Time
 	processAt         time.Time
 	processIn         time.Duration
 	retention         time.Duration
@@ -104,6 +105,11 @@ func MaxRetries(n int) Option { return func(o *options) { o.maxRetries = n } }
 // Timeout bounds one attempt (default: the worker's DefaultTimeout).
 func Timeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
 
+// Deadline ends every attempt at t at the latest (with Timeout, whichever
+// comes first); an attempt started after t fails at once and is retried or
+// dead-lettered like any failure.
+func Deadline(t time.Time) Option { return func(o *options) { o.deadline = t } }
+
 // ProcessIn delays the task by d.
 func ProcessIn(d time.Duration) Option { return func(o *options) { o.processIn = d } }
 
@@ -126,7 +132,8 @@ type message struct {
 	MaxRetries  int    `json:"max_retries"`
 	TimeoutMS   int64  `json:"timeout_ms,omitempty"`
 	RetentionMS int64  `json:"retention_ms,omitempty"`
-	EnqueuedAt  int64  `json:"enqueued_at"` // unix ms
+	DeadlineMS  int64  `json:"deadline_ms,omitempty"` // unix ms
+	EnqueuedAt  int64  `json:"enqueued_at"`           // unix ms
 }
 
 func newID() string {

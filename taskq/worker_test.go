@@ -449,3 +449,21 @@ func TestStealTargetOrder(t *testing.T) {
 		t.Errorf("dequeue order %v (%d assigned), want [own mid small big] (1)", order, n)
 	}
 }
+
+func TestDeadlineEndsAttempt(t *testing.T) {
+	addr := testRedis(t)
+	c := newClient(t, addr)
+	q := uniq(t, "q")
+	w := newTestWorker(t, addr, WorkerConfig{Queues: []QueueSpec{{Name: q}}})
+	w.Handle("wait", func(ctx context.Context, tk *Task) error {
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	runWorker(t, w)
+	c.Enqueue(context.Background(), NewTask("wait", nil), Queue(q), Deadline(time.Now().Add(200*time.Millisecond)), MaxRetries(0))
+	waitFor(t, 10*time.Second, "dead after the deadline", func() bool { return queueStats(t, c, q).Dead == 1 })
+	dead, _ := c.DeadLetters(context.Background(), q, 1)
+	if len(dead) != 1 || dead[0].LastError != context.DeadlineExceeded.Error() {
+		t.Errorf("dead: %+v, want last error %q", dead, context.DeadlineExceeded)
+	}
+}
