@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -97,4 +98,38 @@ service_redis_cluster`
 		t.Fatalf("suite against the cluster failed: %v\n%s", err, out)
 	}
 	t.Logf("suite against the cluster %s: %s", addrs, strings.TrimSpace(string(out)))
+}
+
+// One dequeue is one script call, however many of the worker's queues are
+// empty before the one with work (asynq makes one call per queue).
+func TestDequeueOneRoundTripOverQueues(t *testing.T) {
+	red := startPrivateRedis(t)
+	c := newClient(t, red.addr())
+	r := openRDB(t, red.addr())
+	enqueueTenant(t, c, "q5", "x", 0, 3, Queue("q5"))
+	totalCalls(t, r)
+	evalsha := func() int64 {
+		s, err := r.Client().Do(context.Background(), r.Client().B().Info().Section("commandstats").Build()).ToString()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(s, "\n") {
+			if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:calls="); ok {
+				v, _, _ := strings.Cut(rest, ",")
+				n, _ := strconv.ParseInt(v, 10, 64)
+				return n
+			}
+		}
+		return 0
+	}
+	now := time.Now()
+	r.Dequeue(context.Background(), []string{"warm"}, 1, now, now) // loads the script (EVALSHA → NOSCRIPT → EVAL)
+	before := evalsha()
+	ds, err := r.Dequeue(context.Background(), []string{"q1", "q2", "q3", "q4", "q5"}, 10, now, now.Add(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := evalsha() - before; len(ds) != 3 || n != 1 {
+		t.Errorf("got %d tasks with %d script calls, want 3 with 1", len(ds), n)
+	}
 }
