@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gantryhq/gantry/record"
 )
 
 // gantryBin is the binary under test; binErr says why there is none.
@@ -253,8 +255,8 @@ func (j *job) gensort(path string, first, count int, flags ...string) {
 	if err != nil {
 		j.t.Fatal(err)
 	}
-	for off := 0; off+recSize <= len(data); off += recSize {
-		j.sum.add(data[off : off+recSize])
+	for off := 0; off+record.Size <= len(data); off += record.Size {
+		j.sum.add(data[off : off+record.Size])
 	}
 }
 

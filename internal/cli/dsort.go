@@ -14,13 +14,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 
 	"github.com/gantryhq/gantry/dsort"
-	"github.com/gantryhq/gantry/dsort/dsortpb"
 	"github.com/gantryhq/gantry/internal/progress"
 	"github.com/gantryhq/gantry/lifecycle"
 )
@@ -310,32 +305,19 @@ func newSortStatusCmd(env *Env) *cobra.Command {
 		Example: `  gantry sort status 10.0.0.1:30040`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
-			cc, err := grpc.NewClient(args[0], opts...)
+			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
+			defer cancel()
+			js, err := dsort.JobStatus(ctx, args[0], token)
 			if err != nil {
 				return fmt.Errorf("sort status: %w", err)
 			}
-			defer cc.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
-			defer cancel()
-			if token != "" {
-				ctx = metadata.AppendToOutgoingContext(ctx, "gantry-token", token)
-			}
-			js, err := dsortpb.NewMasterClient(cc).GetJobStatus(ctx, &dsortpb.JobStatusRequest{})
-			if err != nil {
-				return fmt.Errorf("sort status: %s: %s", args[0], status.Convert(err).Message())
-			}
 			out := env.Stdout
-			fmt.Fprintf(out, "job %s: %s, %d/%d workers registered, %s elapsed\n", js.GetJobId(), js.GetPhase(),
-				js.GetRegistered(), js.GetNumWorkers(), (time.Duration(js.GetElapsedMs()) * time.Millisecond).Round(100*time.Millisecond))
-			if r := js.GetAbortReason(); r != "" {
+			fmt.Fprintf(out, "job %s: %s, %d/%d workers registered, %s elapsed\n", js.JobID, js.Phase,
+				js.Registered, js.Workers, js.Elapsed.Round(100*time.Millisecond))
+			if r := js.AbortReason; r != "" {
 				fmt.Fprintf(out, "aborted: %s\n", r)
 			}
-			var ws []dsort.WorkerInfo
-			for _, w := range js.GetWorkers() {
-				ws = append(ws, dsort.WorkerInfoFromPB(w))
-			}
-			writePhaseTable(out, ws)
+			writePhaseTable(out, js.Members)
 			return nil
 		},
 	}
