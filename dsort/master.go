@@ -14,6 +14,8 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/gantryhq/gantry/dsort/dsortpb"
 	"github.com/gantryhq/gantry/record"
 )
@@ -57,6 +59,9 @@ type MasterConfig struct {
 	OnShutdown func(succeeded bool)
 	// Logger receives the master's log. Default: discard.
 	Logger *slog.Logger
+	// Metrics, when set, receives dsort's metrics (see metrics.go).
+	// Default: none.
+	Metrics prometheus.Registerer
 }
 
 func (c *MasterConfig) validate() error {
@@ -168,18 +173,20 @@ type member struct {
 // heartbeats and decides when the job has succeeded or must abort. It is the
 // source of truth for the job's progress.
 type Master struct {
-	cfg   MasterConfig
-	start time.Time
-	kick  chan struct{}  // buffered(1): wake the control loop
-	sends sync.WaitGroup // signal deliveries started by step; Run waits for them
+	cfg     MasterConfig
+	start   time.Time
+	kick    chan struct{} // buffered(1): wake the control loop
+	metrics *metrics
+	sends   sync.WaitGroup // signal deliveries started by step; Run waits for them
 
 	mu sync.Mutex // protects the fields below
 	// members are in registration order. Invariant: len <= cfg.Workers.
 	members []*member
 	// phase only moves forward (see JobPhase); ended is closed when it
 	// becomes JobSucceeded or JobAborted.
-	phase JobPhase
-	ended chan struct{}
+	phase      JobPhase
+	phaseStart time.Time // when phase began, for metrics
+	ended      chan struct{}
 	// bounds is nil until every worker's sample is in (JobSorting), then
 	// fixed.
 	bounds      []Boundary
@@ -193,7 +200,7 @@ func NewMaster(cfg MasterConfig) (*Master, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Master{cfg: cfg, kick: make(chan struct{}, 1), ended: make(chan struct{})}, nil
+	return &Master{cfg: cfg, kick: make(chan struct{}, 1), ended: make(chan struct{}), metrics: newMetrics(cfg.Metrics)}, nil
 }
 
 // JobID returns the job's ID.
@@ -206,11 +213,14 @@ func (m *Master) JobID() string { return m.cfg.JobID }
 // started (the server's and the signal deliveries).
 func (m *Master) Run(ctx context.Context) error {
 	m.start = time.Now()
+	m.mu.Lock()
+	m.phaseStart = m.start
+	m.mu.Unlock()
 	ln, err := net.Listen("tcp", m.cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("dsort: master listen: %w", err)
 	}
-	g := &guard{token: m.cfg.Token, jobID: func() string { return m.cfg.JobID },
+	g := &guard{token: m.cfg.Token, metrics: m.metrics, jobID: func() string { return m.cfg.JobID },
 		open: map[string]bool{
 			dsortpb.Master_RegisterWorker_FullMethodName: true,
 			dsortpb.Master_GetJobStatus_FullMethodName:   true,
@@ -316,7 +326,9 @@ func (m *Master) abortLocked(reason string) {
 
 // setPhaseLocked moves the job to p and closes ended when p ends the job.
 func (m *Master) setPhaseLocked(p JobPhase) {
-	m.phase = p
+	now := time.Now()
+	m.metrics.jobPhaseDone(m.phase, now.Sub(m.phaseStart))
+	m.phase, m.phaseStart = p, now
 	if p.Ended() {
 		close(m.ended)
 	}
@@ -381,6 +393,7 @@ func (m *Master) markLostLocked(now time.Time) {
 	for _, mb := range m.members {
 		if now.Sub(mb.lastSeen) > m.cfg.LostAfter && !mb.lost {
 			mb.lost = true
+			m.metrics.workerLost()
 			m.cfg.Logger.Warn("worker lost; waiting for it to come back", "worker", mb.index, "addr", mb.addr,
 				"state", mb.state, "rejoin_timeout", m.cfg.RejoinTimeout)
 		}

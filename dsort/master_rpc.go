@@ -60,7 +60,7 @@ func (m *Master) register(req *dsortpb.RegisterRequest) (*dsortpb.RegisterReply,
 	if host == "" || req.GetOutputDir() == "" || len(req.GetInputDirs()) == 0 {
 		return nil, errorf(ErrBadRequest, "dsort: register: address, input dirs and output dir are required")
 	}
-	conn, err := dial(req.GetAddress(), m.cfg.Token)
+	conn, err := dialMetered(req.GetAddress(), m.cfg.Token, m.metrics)
 	if err != nil {
 		return nil, errorf(ErrBadRequest, "%v", err)
 	}
@@ -107,6 +107,7 @@ func (m *Master) slotLocked(req *dsortpb.RegisterRequest, host string) (*member,
 			mb.conn.Close()
 		}
 		mb.epoch++
+		m.metrics.rejoin()
 		m.cfg.Logger.Info("worker came back", "worker", mb.index, "addr", req.GetAddress(), "epoch", mb.epoch,
 			"was", mb.state)
 		return mb, nil

@@ -84,7 +84,7 @@ func (w *Worker) mergePartition(ctx context.Context, p, nw int, mem int64) error
 	bw := bufio.NewWriterSize(f, 1<<20)
 	if len(segs) > 0 {
 		err = extsort.Merge(ctx, extsort.Config{Memory: mem, TempDir: w.workDir, Workers: 1}, segs, bw,
-			func(n int64) { w.done.Add(n) })
+			func(n int64) { w.done.Add(n); w.metrics.written(n) })
 	}
 	if err == nil {
 		err = bw.Flush()

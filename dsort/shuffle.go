@@ -252,7 +252,7 @@ func (w *Worker) client(addr string) (dsortpb.WorkerClient, error) {
 	cc := w.conns[addr]
 	if cc == nil {
 		var err error
-		if cc, err = dial(addr, w.cfg.Token); err != nil {
+		if cc, err = dialMetered(addr, w.cfg.Token, w.metrics); err != nil {
 			return nil, err
 		}
 		w.conns[addr] = cc
@@ -283,7 +283,11 @@ func (w *Worker) tryFetch(ctx context.Context, addr string, s, p int) (err error
 		rc.discard()
 		return err
 	}
-	return rc.commit(w.piecePath(p, s))
+	if err := rc.commit(w.piecePath(p, s)); err != nil {
+		return err
+	}
+	w.metrics.shuffled(rc.off)
+	return nil
 }
 
 // pieceReceiver stores one incoming piece in a staging file named after

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"path"
 	"time"
 
 	"google.golang.org/grpc"
@@ -36,7 +37,8 @@ type jobRequest interface{ GetJobId() string }
 
 // guard checks the shared token and the job ID of every incoming call.
 type guard struct {
-	token string
+	token   string
+	metrics *metrics // counts the calls answered with an error
 	// jobID returns the job's ID, or "" while it is not known yet (a worker
 	// before registration): then only calls allowed without one pass.
 	jobID func() string
@@ -80,14 +82,22 @@ func (g *guard) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, 
 	if err := g.checkJob(info.FullMethod, req); err != nil {
 		return nil, err
 	}
-	return h(ctx, req)
+	resp, err := h(ctx, req)
+	if err != nil {
+		g.metrics.rpcError("server", path.Base(info.FullMethod))
+	}
+	return resp, err
 }
 
 func (g *guard) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 	if err := g.checkToken(ss.Context()); err != nil {
 		return err
 	}
-	return h(srv, &guardedStream{ServerStream: ss, g: g, method: info.FullMethod})
+	err := h(srv, &guardedStream{ServerStream: ss, g: g, method: info.FullMethod})
+	if err != nil {
+		g.metrics.rpcError("server", path.Base(info.FullMethod))
+	}
+	return err
 }
 
 // guardedStream checks the job ID of each message the handler receives.
@@ -175,9 +185,21 @@ func statusMessage(err error) string {
 // dial returns a client connection that sends token on every call. Flow
 // control windows are left to gRPC's BDP estimation: setting any static
 // window size would switch it off.
-func dial(addr, token string) (*grpc.ClientConn, error) {
+func dial(addr, token string) (*grpc.ClientConn, error) { return dialMetered(addr, token, nil) }
+
+// dialMetered is dial that also counts failed calls in m.
+func dialMetered(addr, token string, m *metrics) (*grpc.ClientConn, error) {
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithWriteBufferSize(ioBufferSize), grpc.WithReadBufferSize(ioBufferSize)}
+	if m != nil {
+		opts = append(opts, grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, inv grpc.UnaryInvoker, o ...grpc.CallOption) error {
+			err := inv(ctx, method, req, reply, cc, o...)
+			if err != nil {
+				m.rpcError("client", path.Base(method))
+			}
+			return err
+		}))
+	}
 	if token != "" {
 		withToken := func(ctx context.Context) context.Context {
 			return metadata.AppendToOutgoingContext(ctx, tokenKey, token)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +18,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gantryhq/gantry/dsort/dsortpb"
 	"github.com/gantryhq/gantry/extsort"
@@ -74,6 +77,9 @@ type WorkerConfig struct {
 	OnTransition func(lifecycle.Transition[State])
 	// Logger receives the worker's log. Default: discard.
 	Logger *slog.Logger
+	// Metrics, when set, receives dsort's metrics (see metrics.go).
+	// Default: none.
+	Metrics prometheus.Registerer
 
 	sharedMemory bool // Memory was defaulted: divide it among the machine's workers
 }
@@ -130,6 +136,12 @@ type Worker struct {
 	workDir string // cfg.TempDir/gantry-dsort-<id>: state file, runs/, recv/
 	kick    chan struct{}
 	cores   int
+	metrics *metrics
+
+	// phase and phaseStart are the phase runPhases is in and when it began
+	// (for metrics); only runPhases's goroutine touches them.
+	phase      State
+	phaseStart time.Time
 
 	inputs     []extsort.Input // immutable after Run starts
 	inputBytes int64
@@ -184,7 +196,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	}
 	w := &Worker{cfg: cfg, kick: make(chan struct{}, 1), cores: runtime.GOMAXPROCS(0),
 		cfgCh: make(chan partitionConfig, 1), shuffleCh: make(chan []peer, 1),
-		mergeCh: make(chan struct{}, 1), conns: map[string]*grpc.ClientConn{}}
+		mergeCh: make(chan struct{}, 1), conns: map[string]*grpc.ClientConn{}, metrics: newMetrics(cfg.Metrics)}
 	w.serveSem = make(chan struct{}, w.cores)
 	w.mem = newMemoryPlan(cfg.Memory, false, 1, w.cores, 1)
 	sum := sha256.Sum256([]byte(strings.Join(cfg.Inputs, "\x00") + "\x00\x00" + cfg.Output))
@@ -256,7 +268,7 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 		return err
 	}
 	defer stop()
-	conn, err := dial(w.cfg.Master, w.cfg.Token)
+	conn, err := dialMetered(w.cfg.Master, w.cfg.Token, w.metrics)
 	if err != nil {
 		return err
 	}
@@ -315,7 +327,7 @@ func (w *Worker) start() (addr string, stop func(), err error) {
 	if err != nil {
 		return "", nil, fmt.Errorf("dsort: worker listen: %w", err)
 	}
-	g := &guard{token: w.cfg.Token, jobID: func() string { w.mu.Lock(); defer w.mu.Unlock(); return w.jobID }}
+	g := &guard{token: w.cfg.Token, metrics: w.metrics, jobID: func() string { w.mu.Lock(); defer w.mu.Unlock(); return w.jobID }}
 	srv := grpc.NewServer(g.serverOptions()...)
 	dsortpb.RegisterWorkerServer(srv, &workerRPC{w: w})
 	return ln.Addr().String(), serve(srv, ln), nil
@@ -481,6 +493,9 @@ func (w *Worker) heartbeat(ctx context.Context, interval time.Duration, end chan
 		}
 		t.Reset(next)
 		rep, err := w.sendHeartbeat(ctx, max(4*interval, 2*time.Second), "")
+		if err != nil && ctx.Err() == nil {
+			w.metrics.heartbeatMissed()
+		}
 		switch {
 		case err == nil:
 			lastOK = time.Now()
@@ -573,6 +588,11 @@ func (w *Worker) fault(ctx context.Context, point string) {
 }
 
 func (w *Worker) startPhase(to State, reason string, total int64) error {
+	now := time.Now()
+	if slices.Contains(phaseStates, w.phase) {
+		w.metrics.phaseDone(w.phase, now.Sub(w.phaseStart))
+	}
+	w.phase, w.phaseStart = to, now
 	w.done.Store(0)
 	w.total.Store(total)
 	return w.sm.Transition(to, reason)
@@ -719,10 +739,11 @@ func (w *Worker) sample(ctx context.Context) error {
 
 func (w *Worker) sort(ctx context.Context) error {
 	runs, err := extsort.GenerateRuns(ctx, extsort.Config{Memory: w.memory().sort, TempDir: w.workDir, Logger: w.cfg.Logger},
-		w.inputs, w.runDir(), func(n int64) { w.done.Add(n) })
+		w.inputs, w.runDir(), func(n int64) { w.done.Add(n); w.metrics.read(n) })
 	if err != nil {
 		return err
 	}
+	w.metrics.sorted(w.inputBytes)
 	w.fault(ctx, "Sorting")
 	w.mu.Lock()
 	bounds, self := w.bounds, w.index
