@@ -21,7 +21,6 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	setupBinary()
 	code := m.Run()
 	cleanupBinary()
 	if code == 0 {
