@@ -6,15 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/gantryhq/gantry/internal/backoff"
+
 	"github.com/spf13/cobra"
 
 	"github.com/gantryhq/gantry/extsort"
@@ -93,7 +92,7 @@ tasks, cancels the rest and puts them back; a second signal exits at once.`,
 			w.Handle("sort", sortTask(env))
 			ctx := cmd.Context()
 			if metrics != "" {
-				stop, err := serveMetrics(ctx, env, metrics, cfg.Redis)
+				stop, err := serveQueueMetrics(env, metrics, cfg.Redis)
 				if err != nil {
 					return err
 				}
@@ -120,7 +119,7 @@ tasks, cancels the rest and puts them back; a second signal exits at once.`,
 // Redis is unreachable (a daemon started before its Redis should not exit).
 // It returns nil, nil when ctx ends first.
 func newWorkerWaiting(ctx context.Context, env *Env, cfg taskq.WorkerConfig) (*taskq.Worker, error) {
-	delay := 100 * time.Millisecond
+	wait := backoff.Policy{Initial: 100 * time.Millisecond, Max: 5 * time.Second}
 	for attempt := 0; ; attempt++ {
 		w, err := taskq.NewWorker(cfg)
 		if err == nil {
@@ -132,39 +131,24 @@ func newWorkerWaiting(ctx context.Context, env *Env, cfg taskq.WorkerConfig) (*t
 		if attempt == 0 {
 			env.Logger.Warn("redis unreachable, waiting for it", "redis", cfg.Redis, "err", err)
 		}
-		select {
-		case <-ctx.Done():
+		if backoff.Sleep(ctx, wait.Delay(attempt)) != nil {
 			return nil, nil
-		case <-time.After(delay):
 		}
-		delay = min(2*delay, 5*time.Second)
 	}
 }
 
-func serveMetrics(ctx context.Context, env *Env, addr, redis string) (func(), error) {
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("--metrics-addr: %w", err)
-	}
+// serveQueueMetrics serves /metrics and the queue's /healthz on addr.
+func serveQueueMetrics(env *Env, addr, redis string) (func(), error) {
 	c, err := taskq.NewClient(taskq.ClientConfig{Redis: redis})
 	if err != nil {
-		l.Close()
 		return nil, err
 	}
-	mux := http.NewServeMux()
-	if env.Registry != nil {
-		mux.Handle("/metrics", promhttp.HandlerFor(env.Registry, promhttp.HandlerOpts{}))
-	}
-	mux.Handle("/healthz", taskq.HealthHandler(c, taskq.HealthConfig{}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go srv.Serve(l)
-	env.Logger.Info("serving metrics", "addr", l.Addr().String())
-	return func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		srv.Shutdown(sctx)
+	stop, err := serveMetrics(env, addr, route{"/healthz", taskq.HealthHandler(c, taskq.HealthConfig{})})
+	if err != nil {
 		c.Close()
-	}, nil
+		return nil, err
+	}
+	return func() { stop(); c.Close() }, nil
 }
 
 // sortTask runs `sort local` on {"input": [dirs], "output": dir}.
