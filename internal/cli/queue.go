@@ -12,11 +12,10 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/gantryhq/gantry/internal/backoff"
-
 	"github.com/spf13/cobra"
 
 	"github.com/gantryhq/gantry/extsort"
+	"github.com/gantryhq/gantry/internal/backoff"
 	"github.com/gantryhq/gantry/taskq"
 )
 
