@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -214,10 +213,14 @@ func repoRoot(t *testing.T) string {
 	}
 }
 
-// goTool is the go command that runs this test.
+// goTool is the go command that runs this test: the one `go test` put on
+// PATH, else the toolchain's own (GOROOT is set by go test).
 func goTool() string {
 	if p, err := exec.LookPath("go"); err == nil {
 		return p
 	}
-	return filepath.Join(runtime.GOROOT(), "bin", "go")
+	if root := os.Getenv("GOROOT"); root != "" {
+		return filepath.Join(root, "bin", "go")
+	}
+	return "go"
 }
