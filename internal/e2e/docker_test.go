@@ -155,14 +155,19 @@ func TestDockerMultiHost(t *testing.T) {
 		t.Skip("starts Docker containers; skipped with -short")
 	}
 	c := newCluster(t)
+	// The scenarios run in parallel (each has its own addresses and
+	// containers): most of their time is waiting on outages, timeouts and
+	// the docker CLI, and the whole test must stay well under 3 minutes.
 
 	t.Run("plain", func(t *testing.T) {
+		t.Parallel()
 		j := newDockerJob(t, c, 1)
 		j.start(nil)
 		j.succeed()
 	})
 
 	t.Run("worker killed mid-shuffle and restarted", func(t *testing.T) {
+		t.Parallel()
 		j := newDockerJob(t, c, 2)
 		// Worker 1 stops inside the shuffle, having sent part of its data,
 		// and is SIGKILLed there; its replacement (same address, same
@@ -177,6 +182,7 @@ func TestDockerMultiHost(t *testing.T) {
 	})
 
 	t.Run("worker paused past the heartbeat timeout", func(t *testing.T) {
+		t.Parallel()
 		j := newDockerJob(t, c, 3)
 		j.start(nil)
 		j.master.waitLog("workers registered", 30*time.Second)
@@ -190,6 +196,7 @@ func TestDockerMultiHost(t *testing.T) {
 	})
 
 	t.Run("worker cut off the network for 5s", func(t *testing.T) {
+		t.Parallel()
 		j := newDockerJob(t, c, 4, "--rejoin-timeout", "30s")
 		j.start(nil)
 		j.master.waitLog("workers registered", 30*time.Second)
@@ -201,6 +208,7 @@ func TestDockerMultiHost(t *testing.T) {
 	})
 
 	t.Run("worker cut off past the rejoin timeout", func(t *testing.T) {
+		t.Parallel()
 		j := newDockerJob(t, c, 5, "--rejoin-timeout", "2s")
 		j.start(nil)
 		j.master.waitLog("workers registered", 30*time.Second)
