@@ -92,7 +92,9 @@ func (m *HealthMonitor) observeOne(ctx context.Context, w Workspace) {
 		m.cfg.Logger.Warn("workspace: observe failed", "id", w.ID, "err", err)
 		return
 	}
-	if st == w.ObservedStatus && (w.Operation == OpNone || w.OpExecuted) {
+	// Unchanged: write only to date an observation a takeover waits for
+	// (an unexecuted operation whose owner's lease has lapsed).
+	if st == w.ObservedStatus && (w.Operation == OpNone || w.OpExecuted || w.OpLeaseUntil == nil || at.Before(*w.OpLeaseUntil)) {
 		return
 	}
 	changed, err := m.store.SetObserved(ctx, w, st, at)

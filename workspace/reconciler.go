@@ -159,8 +159,9 @@ type Reconciler struct {
 
 	// mu protects procs and sch.
 	mu    sync.Mutex
-	procs map[string]sched.PID
-	sch   *sched.Scheduler
+	procs  map[string]sched.PID
+	timers map[string]time.Time // pending pokeAt due times
+	sch    *sched.Scheduler
 
 	runCtx context.Context
 	pool   *workerPool
@@ -178,7 +179,7 @@ func NewReconciler(cfg Config, st *Store, c provider.Container, s provider.Stora
 		h = DropHints{}
 	}
 	return &Reconciler{cfg: cfg, store: st, container: c, storage: s, hints: h,
-		sem: make(chan struct{}, cfg.Concurrency), procs: map[string]sched.PID{}, pool: newWorkerPool()}, nil
+		sem: make(chan struct{}, cfg.Concurrency), procs: map[string]sched.PID{}, timers: map[string]time.Time{}, pool: newWorkerPool()}, nil
 }
 
 // Config returns the effective configuration.
@@ -223,6 +224,9 @@ func (p *wsProc) Step(events []sched.Event, out *sched.StepOutput) error {
 			return nil
 		case sched.EventMessage:
 			w, _ := ev.Data.(*Workspace)
+			if p.busy {
+				w = nil // a snapshot taken during our own step is stale after it: re-read
+			}
 			p.pending, p.latest = true, w
 		case sched.EventYieldComplete:
 			p.busy = false
@@ -271,11 +275,25 @@ func (r *Reconciler) poke(id string, w *Workspace) {
 }
 
 // pokeAt pokes id after d (retry backoff, lease expiry, timeout).
+// At most one timer per workspace is pending: the earliest wins.
 func (r *Reconciler) pokeAt(id string, d time.Duration) {
 	if d < 0 {
 		d = 0
 	}
+	due := time.Now().Add(d)
+	r.mu.Lock()
+	if cur, ok := r.timers[id]; ok && !cur.After(due) {
+		r.mu.Unlock()
+		return
+	}
+	r.timers[id] = due
+	r.mu.Unlock()
 	time.AfterFunc(d+time.Millisecond, func() {
+		r.mu.Lock()
+		if r.timers[id].Equal(due) {
+			delete(r.timers, id)
+		}
+		r.mu.Unlock()
 		if r.runCtx.Err() == nil {
 			r.poke(id, nil)
 		}
