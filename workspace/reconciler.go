@@ -158,7 +158,7 @@ type Reconciler struct {
 	sem       chan struct{}
 
 	// mu protects procs and sch.
-	mu    sync.Mutex
+	mu     sync.Mutex
 	procs  map[string]sched.PID
 	timers map[string]time.Time // pending pokeAt due times
 	sch    *sched.Scheduler
