@@ -121,6 +121,7 @@ func newRoot(env *Env) *cobra.Command {
 		newSortCmd(env),
 		newSchedCmd(env),
 		newQueueCmd(env),
+		newWSCmd(env),
 	)
 	return root
 }
