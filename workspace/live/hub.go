@@ -59,7 +59,7 @@ type HubConfig struct {
 	// OnEvent, if set, sees each change (old is zero for a new row), under
 	// the hub's lock: keep it quick.
 	OnEvent func(old, cur workspace.Workspace, now time.Time)
-	Logger *slog.Logger
+	Logger  *slog.Logger
 }
 
 // Hub fans committed workspace changes out to subscribers.
