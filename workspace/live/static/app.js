@@ -91,7 +91,10 @@ document.getElementById("create").addEventListener("submit", (ev) => {
   const command = document.getElementById("command");
   act(async () => {
     const w = await api("POST", "/workspaces", { name: name.value, command: command.value || undefined });
-    rows.set(w.id, w);
+    // The stream may already have delivered newer states of this row
+    // than the POST's answer: never let the answer overwrite them.
+    const seen = rows.get(w.id);
+    if (!seen || Date.parse(w.updated_at) > Date.parse(seen.updated_at)) rows.set(w.id, w);
     render();
     name.value = "";
     command.value = "";
@@ -103,6 +106,7 @@ function connect() {
   es.onopen = () => { conn.textContent = "live"; conn.className = "conn on"; };
   es.onerror = () => { conn.textContent = "reconnecting…"; conn.className = "conn off"; };
   es.addEventListener("state", (ev) => {
+    window.__events = (window.__events || 0) + 1;
     const e = JSON.parse(ev.data);
     rows.set(e.id, e.workspace);
     render();
@@ -114,6 +118,6 @@ function connect() {
 }
 
 api("GET", "/workspaces").then((list) => {
-  for (const w of list) rows.set(w.id, w);
+  for (const w of list) if (!rows.has(w.id)) rows.set(w.id, w);
   render();
 }).catch((e) => { msg.textContent = e.message; }).finally(connect);
