@@ -99,3 +99,5 @@ func waitFor(t testing.TB, d time.Duration, what string, cond func() (bool, stri
 func describe(w Workspace) string {
 	return fmt.Sprintf("observed=%s desired=%s op=%s err=%d info=%+v", w.ObservedStatus, w.DesiredState, w.Operation, w.ErrorCount, w.ErrorInfo)
 }
+
+func getenv(k string) string { return os.Getenv(k) }

@@ -84,15 +84,20 @@ func (m *HealthMonitor) Observe(ctx context.Context, w Workspace) (Status, error
 
 // observeOne observes and writes one workspace.
 func (m *HealthMonitor) observeOne(ctx context.Context, w Workspace) {
+	// observed_at is when the observation began: a takeover trusts only
+	// observations begun after the dead owner's lease lapsed.
+	at := m.cfg.Now()
 	st, err := m.Observe(ctx, w)
 	if err != nil {
 		m.cfg.Logger.Warn("workspace: observe failed", "id", w.ID, "err", err)
 		return
 	}
-	if st == w.ObservedStatus {
+	// Unchanged: write only to date an observation a takeover waits for
+	// (an unexecuted operation whose owner's lease has lapsed).
+	if st == w.ObservedStatus && (w.Operation == OpNone || w.OpExecuted || w.OpLeaseUntil == nil || at.Before(*w.OpLeaseUntil)) {
 		return
 	}
-	changed, err := m.store.SetObserved(ctx, w, st, m.cfg.Now())
+	changed, err := m.store.SetObserved(ctx, w, st, at)
 	if err != nil {
 		m.cfg.Logger.Warn("workspace: write observed_status", "id", w.ID, "err", err)
 		return

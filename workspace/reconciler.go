@@ -35,6 +35,10 @@ type Config struct {
 	Concurrency int
 	// Workers is the number of sched workers; 0 = GOMAXPROCS.
 	Workers int
+	// WorkerPool, if > 0, replaces the sched processes with a plain pool
+	// of that many goroutines and a per-workspace in-flight set: the
+	// baseline the benchmark compares against.
+	WorkerPool int
 	// Owner names this replica in op_owner; "" = hostname-pid-random.
 	Owner  string
 	Logger *slog.Logger
@@ -154,11 +158,13 @@ type Reconciler struct {
 	sem       chan struct{}
 
 	// mu protects procs and sch.
-	mu    sync.Mutex
-	procs map[string]sched.PID
-	sch   *sched.Scheduler
+	mu     sync.Mutex
+	procs  map[string]sched.PID
+	timers map[string]time.Time // pending pokeAt due times
+	sch    *sched.Scheduler
 
 	runCtx context.Context
+	pool   *workerPool
 	calls  sync.WaitGroup // provider calls in flight
 	// Queries counts store queries issued by ticks (benchmarks).
 	tickQueries int64
@@ -173,7 +179,7 @@ func NewReconciler(cfg Config, st *Store, c provider.Container, s provider.Stora
 		h = DropHints{}
 	}
 	return &Reconciler{cfg: cfg, store: st, container: c, storage: s, hints: h,
-		sem: make(chan struct{}, cfg.Concurrency), procs: map[string]sched.PID{}}, nil
+		sem: make(chan struct{}, cfg.Concurrency), procs: map[string]sched.PID{}, timers: map[string]time.Time{}, pool: newWorkerPool()}, nil
 }
 
 // Config returns the effective configuration.
@@ -218,6 +224,9 @@ func (p *wsProc) Step(events []sched.Event, out *sched.StepOutput) error {
 			return nil
 		case sched.EventMessage:
 			w, _ := ev.Data.(*Workspace)
+			if p.busy {
+				w = nil // a snapshot taken during our own step is stale after it: re-read
+			}
 			p.pending, p.latest = true, w
 		case sched.EventYieldComplete:
 			p.busy = false
@@ -242,6 +251,10 @@ func (p *wsProc) Step(events []sched.Event, out *sched.StepOutput) error {
 
 // poke sends w (nil = re-read) to id's process, spawning it if needed.
 func (r *Reconciler) poke(id string, w *Workspace) {
+	if r.cfg.WorkerPool > 0 {
+		r.pool.poke(id, w)
+		return
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.sch == nil {
@@ -262,11 +275,25 @@ func (r *Reconciler) poke(id string, w *Workspace) {
 }
 
 // pokeAt pokes id after d (retry backoff, lease expiry, timeout).
+// At most one timer per workspace is pending: the earliest wins.
 func (r *Reconciler) pokeAt(id string, d time.Duration) {
 	if d < 0 {
 		d = 0
 	}
+	due := time.Now().Add(d)
+	r.mu.Lock()
+	if cur, ok := r.timers[id]; ok && !cur.After(due) {
+		r.mu.Unlock()
+		return
+	}
+	r.timers[id] = due
+	r.mu.Unlock()
 	time.AfterFunc(d+time.Millisecond, func() {
+		r.mu.Lock()
+		if r.timers[id].Equal(due) {
+			delete(r.timers, id)
+		}
+		r.mu.Unlock()
 		if r.runCtx.Err() == nil {
 			r.poke(id, nil)
 		}
@@ -300,6 +327,9 @@ func (r *Reconciler) TickQueries() int64 {
 // stops the processes and waits for provider calls in flight.
 func (r *Reconciler) Run(ctx context.Context) error {
 	r.runCtx = ctx
+	if r.cfg.WorkerPool > 0 {
+		return r.runPool(ctx)
+	}
 	handler := sched.HandlerFunc(func(_ context.Context, cmd sched.Command, tag uint64, c sched.Completer) error {
 		rc := cmd.(reconcileCmd)
 		r.calls.Add(1)
@@ -405,11 +435,14 @@ func (r *Reconciler) step(ctx context.Context, id string, w *Workspace) stepResu
 	}
 	now := r.cfg.Now()
 	ok, err := r.store.Claim(ctx, *w, op, opID.String(), r.cfg.Owner, now, now.Add(r.cfg.Lease))
-	if err != nil || !ok {
-		if err != nil {
-			r.cfg.Logger.Warn("workspace: claim", "id", w.ID, "err", err)
-		}
+	if err != nil {
+		r.cfg.Logger.Warn("workspace: claim", "id", w.ID, "err", err)
 		return stepResult{}
+	}
+	if !ok {
+		// The row moved since the snapshot: plan again from a fresh read
+		// (another replica's claim then shows as an operation in flight).
+		return stepResult{again: true}
 	}
 	w.Operation, w.OpID, w.OpStartedAt, w.OpOwner = op, opID.String(), &now, r.cfg.Owner
 	r.cfg.Logger.Debug("workspace: claimed", "id", w.ID, "op", op, "op_id", w.OpID)
@@ -465,6 +498,14 @@ func (r *Reconciler) inFlight(ctx context.Context, w *Workspace) stepResult {
 	}
 	if w.OpOwner != r.cfg.Owner && w.OpLeaseUntil != nil && now.Before(*w.OpLeaseUntil) {
 		r.pokeAt(w.ID, w.OpLeaseUntil.Sub(now))
+		return stepResult{}
+	}
+	if w.OpOwner != r.cfg.Owner && w.OpLeaseUntil != nil && (w.ObservedAt == nil || !w.ObservedAt.After(*w.OpLeaseUntil)) {
+		// The dead owner's call may have taken effect before it could
+		// record it: take over only after an observation made since its
+		// lease lapsed (which completes the operation if it did).
+		r.hints.Publish(ctx, ChanMonitor, w.ID)
+		r.pokeAt(w.ID, min(r.cfg.Interval, 250*time.Millisecond))
 		return stepResult{}
 	}
 	ok, err := r.store.Acquire(ctx, w.ID, w.OpID, r.cfg.Owner, now, now.Add(r.cfg.Lease))

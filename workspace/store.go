@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -44,12 +45,84 @@ type Store struct {
 	db      *sql.DB
 	dialect Dialect
 	dsn     string
+	// writes feeds the SQLite group-commit writer (nil on Postgres).
+	// SQLite allows one writer and a commit costs far more than a row
+	// update, so one goroutine runs every pending write in one BEGIN
+	// IMMEDIATE … COMMIT: no busy-handler sleeps inside this process, one
+	// commit per batch. Other processes on the file rely on busy_timeout.
+	writes    chan writeReq
+	writerWG  sync.WaitGroup
+	closeOnce sync.Once
+}
+
+type writeReq struct {
+	ctx  context.Context
+	q    string
+	args []any
+	res  chan writeRes
+}
+
+type writeRes struct {
+	n   int64
+	err error
+}
+
+// writer is the SQLite group-commit loop.
+func (s *Store) writer() {
+	defer s.writerWG.Done()
+	for first := range s.writes {
+		batch := []writeReq{first}
+	more:
+		for len(batch) < 512 {
+			select {
+			case r, ok := <-s.writes:
+				if !ok {
+					break more
+				}
+				batch = append(batch, r)
+			default:
+				break more
+			}
+		}
+		s.runBatch(batch)
+	}
+}
+
+func (s *Store) runBatch(batch []writeReq) {
+	tx, err := s.db.BeginTx(context.Background(), nil)
+	if err != nil {
+		for _, r := range batch {
+			r.res <- writeRes{err: err}
+		}
+		return
+	}
+	results := make([]writeRes, len(batch))
+	for i, r := range batch {
+		if err := r.ctx.Err(); err != nil {
+			results[i].err = err
+			continue
+		}
+		res, err := tx.ExecContext(r.ctx, r.q, r.args...)
+		if err != nil {
+			results[i].err = err
+			continue
+		}
+		results[i].n, results[i].err = res.RowsAffected()
+	}
+	if err := tx.Commit(); err != nil {
+		for i := range results {
+			results[i] = writeRes{err: err}
+		}
+	}
+	for i, r := range batch {
+		r.res <- results[i]
+	}
 }
 
 // OpenStore opens dsn ("sqlite:PATH", "postgres://…" or "postgresql://…")
 // and applies the embedded migrations.
 func OpenStore(ctx context.Context, dsn string) (*Store, error) {
-	var s Store
+	var s *Store
 	switch {
 	case strings.HasPrefix(dsn, "sqlite:"):
 		path := strings.TrimPrefix(dsn, "sqlite:")
@@ -61,7 +134,7 @@ func OpenStore(ctx context.Context, dsn string) (*Store, error) {
 			return nil, err
 		}
 		db.SetMaxOpenConns(8)
-		s = Store{db: db, dialect: SQLite, dsn: dsn}
+		s = &Store{db: db, dialect: SQLite, dsn: dsn}
 	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
 		db, err := sql.Open("pgx", dsn)
 		if err != nil {
@@ -69,7 +142,7 @@ func OpenStore(ctx context.Context, dsn string) (*Store, error) {
 		}
 		db.SetMaxOpenConns(32)
 		db.SetMaxIdleConns(32)
-		s = Store{db: db, dialect: Postgres, dsn: dsn}
+		s = &Store{db: db, dialect: Postgres, dsn: dsn}
 	default:
 		return nil, fmt.Errorf("%w: --db %q, want sqlite:PATH or postgres://…", ErrBadInput, dsn)
 	}
@@ -77,11 +150,24 @@ func OpenStore(ctx context.Context, dsn string) (*Store, error) {
 		s.db.Close()
 		return nil, err
 	}
-	return &s, nil
+	if s.dialect == SQLite {
+		s.writes = make(chan writeReq, 1024)
+		s.writerWG.Add(1)
+		go s.writer()
+	}
+	return s, nil
 }
 
-// Close closes the database.
-func (s *Store) Close() error { return s.db.Close() }
+// Close stops the writer and closes the database.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		if s.writes != nil {
+			close(s.writes)
+			s.writerWG.Wait()
+		}
+	})
+	return s.db.Close()
+}
 
 // Dialect reports the store's SQL flavour.
 func (s *Store) Dialect() Dialect { return s.dialect }
@@ -108,6 +194,12 @@ func (s *Store) rebind(q string) string {
 }
 
 func (s *Store) exec(ctx context.Context, q string, args ...any) (int64, error) {
+	if s.writes != nil {
+		r := writeReq{ctx: ctx, q: q, args: args, res: make(chan writeRes, 1)}
+		s.writes <- r
+		res := <-r.res
+		return res.n, res.err
+	}
 	res, err := s.db.ExecContext(ctx, s.rebind(q), args...)
 	if err != nil {
 		return 0, err
@@ -330,12 +422,15 @@ func (s *Store) SetDesired(ctx context.Context, id string, desired Status, now t
 }
 
 // Claim is the seed's CAS: it sets the operation only if none is in flight
-// and the row still shows what the plan was made from.
+// and the row still shows what the plan was made from (observed, desired,
+// archive key and last op_id: a plan from a stale snapshot never runs).
 func (s *Store) Claim(ctx context.Context, w Workspace, op Operation, opID, owner string, now, leaseUntil time.Time) (bool, error) {
 	n, err := s.exec(ctx, `UPDATE workspaces SET operation = ?, op_id = ?, op_started_at = ?, op_owner = ?, op_lease_until = ?,
 		op_executed = 0, next_retry_at = NULL, updated_at = ?
-		WHERE id = ? AND operation = 'NONE' AND observed_status = ? AND desired_state = ?`,
-		string(op), opID, now.UnixMilli(), owner, leaseUntil.UnixMilli(), now.UnixMilli(), w.ID, string(w.ObservedStatus), string(w.DesiredState))
+		WHERE id = ? AND operation = 'NONE' AND observed_status = ? AND desired_state = ?
+		  AND COALESCE(archive_key, '') = ? AND COALESCE(op_id, '') = ?`,
+		string(op), opID, now.UnixMilli(), owner, leaseUntil.UnixMilli(), now.UnixMilli(), w.ID, string(w.ObservedStatus), string(w.DesiredState),
+		w.ArchiveKey, w.OpID)
 	return n == 1, err
 }
 
@@ -397,12 +492,14 @@ func (s *Store) DeleteRow(ctx context.Context, id, opID string) error {
 	return err
 }
 
-// SetObserved writes observed_status if it changed and the operation is
+// SetObserved writes observed_status (and observed_at) if it changed, or
+// if an operation is in flight (a takeover waits for an observation newer
+// than the dead owner's lease), and only while the operation is
 // still the one that was in flight when the observation started (so a slow
 // observation never overwrites a newer one across an operation boundary).
 func (s *Store) SetObserved(ctx context.Context, w Workspace, status Status, now time.Time) (bool, error) {
 	n, err := s.exec(ctx, `UPDATE workspaces SET observed_status = ?, observed_at = ?
-		WHERE id = ? AND observed_status <> ? AND operation = ? AND COALESCE(op_id, '') = ?`,
+		WHERE id = ? AND (observed_status <> ? OR operation <> 'NONE') AND operation = ? AND COALESCE(op_id, '') = ?`,
 		string(status), now.UnixMilli(), w.ID, string(status), string(w.Operation), w.OpID)
 	return n == 1, err
 }

@@ -109,7 +109,12 @@ func TestStoreConformance(t *testing.T) {
 				t.Fatalf("desired change not actionable")
 			}
 			// Timeout keeps the operation; Recover clears it.
-			st.Claim(ctx, Workspace{ID: w.ID, ObservedStatus: Standby, DesiredState: Running}, OpStarting, "op-2", "r1", later, later)
+			if ok, _ := st.Claim(ctx, Workspace{ID: w.ID, ObservedStatus: Standby, DesiredState: Running, OpID: "stale"}, OpStarting, "op-2", "r1", later, later); ok {
+				t.Fatal("claim from a stale snapshot (old op_id) succeeded")
+			}
+			if ok, _ := st.Claim(ctx, Workspace{ID: w.ID, ObservedStatus: Standby, DesiredState: Running, OpID: "op-r1"}, OpStarting, "op-2", "r1", later, later); !ok {
+				t.Fatal("claim failed")
+			}
 			st.Terminal(ctx, w.ID, "op-2", &ErrorInfo{Reason: "Timeout", Operation: OpStarting, IsTerminal: true}, later)
 			cur, _ = st.Get(ctx, w.ID)
 			if cur.ErrorInfo == nil || !cur.ErrorInfo.IsTerminal || cur.PreviousStatus != Standby || cur.Operation != OpStarting {
