@@ -93,7 +93,7 @@ tasks, cancels the rest and puts them back; a second signal exits at once.`,
 			w.Handle("sort", sortTask(env))
 			ctx := cmd.Context()
 			if metrics != "" {
-				stop, err := serveMetrics(ctx, env, metrics, cfg.Redis)
+				stop, err := serveQueueMetrics(env, metrics, cfg.Redis)
 				if err != nil {
 					return err
 				}
@@ -141,7 +141,9 @@ func newWorkerWaiting(ctx context.Context, env *Env, cfg taskq.WorkerConfig) (*t
 	}
 }
 
-func serveMetrics(ctx context.Context, env *Env, addr, redis string) (func(), error) {
+// serveQueueMetrics serves env's registry at /metrics and the queue's health
+// verdict (JSON) at /healthz until the returned stop is called.
+func serveQueueMetrics(env *Env, addr, redis string) (func(), error) {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-addr: %w", err)
