@@ -56,8 +56,9 @@ service_redis() {
 	mkdir -p "$state/redis"
 	# No persistence: the shared test instance is scratch space. Tests that need AOF or a
 	# restart start their own private redis-server.
+	# 9>&-: the daemon must not inherit the lock's fd, or it holds the lock forever.
 	redis-server --bind 127.0.0.1 --port 6379 --dir "$state/redis" --save "" --appendonly no \
-		--daemonize yes --logfile "$state/redis/redis.log" --pidfile "$state/redis/redis.pid"
+		--daemonize yes --logfile "$state/redis/redis.log" --pidfile "$state/redis/redis.pid" 9>&-
 	wait_port 127.0.0.1 6379 10 || { log "redis did not start (see $state/redis/redis.log)"; return 1; }
 	log "redis on 127.0.0.1:6379"
 }
@@ -85,7 +86,7 @@ service_postgres() {
 	fi
 	# fsync off: a test database, thrown away with the machine; it makes the suite much faster.
 	runuser -u postgres -- "$bin/pg_ctl" -D "$data" -l "$data/server.log" -w -o \
-		"-c listen_addresses=127.0.0.1 -p 5432 -k $data -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300" start >/dev/null
+		"-c listen_addresses=127.0.0.1 -p 5432 -k $data -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300" start >/dev/null 9>&-
 	wait_port 127.0.0.1 5432 20 || { log "postgres did not start (see $data/server.log)"; return 1; }
 	psql -h 127.0.0.1 -U postgres -qAtc "select 1 from pg_roles where rolname='gantry'" | grep -q 1 ||
 		psql -h 127.0.0.1 -U postgres -qc "create role gantry login superuser password 'gantry'"

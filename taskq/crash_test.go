@@ -3,43 +3,13 @@ package taskq
 import (
 	"bytes"
 	"context"
-	"os"
 	"os/exec"
-	"path/filepath"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
-)
 
-var (
-	binOnce sync.Once
-	binPath string
-	binErr  error
+	"github.com/gantryhq/gantry/internal/testutil"
 )
-
-// gantryBinary builds bin/gantry once per test process.
-// TODO: switch to internal/testutil.GantryBinary once it lands on main.
-func gantryBinary(t *testing.T) string {
-	t.Helper()
-	binOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "taskq-gantry-")
-		if err != nil {
-			binErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "gantry")
-		out, err := exec.Command("go", "build", "-o", binPath, "../cmd/gantry").CombinedOutput()
-		if err != nil {
-			binErr = err
-			t.Logf("%s", out)
-		}
-	})
-	if binErr != nil {
-		t.Fatalf("build gantry: %v", binErr)
-	}
-	return binPath
-}
 
 type workerProc struct {
 	cmd *exec.Cmd
@@ -71,7 +41,7 @@ func TestCrashKill9(t *testing.T) {
 	if testing.Short() {
 		t.Skip("process-level crash test")
 	}
-	bin := gantryBinary(t)
+	bin := testutil.GantryBinary(t)
 	red := startPrivateRedis(t, "--appendonly", "no")
 	addr := red.addr()
 	c := newClient(t, addr)

@@ -7,7 +7,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/gantryhq/gantry/taskq/internal/backoff"
+	"github.com/gantryhq/gantry/internal/backoff"
 	"github.com/gantryhq/gantry/taskq/internal/rdb"
 )
 

@@ -12,33 +12,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantryhq/gantry/internal/testutil"
 	"github.com/gantryhq/gantry/taskq/internal/rdb"
 )
 
-// testRedis returns the shared test Redis (GANTRY_TEST_REDIS, default
-// 127.0.0.1:6379), starting it when it is down; the test fails if it
-// cannot. With GANTRY_TEST_REDIS_CLUSTER set, the cluster is used instead.
-// TODO: switch to internal/testutil.Redis once it lands on main.
+// testRedis returns the shared test Redis (internal/testutil.Redis: started
+// by scripts/services.sh when down), or the cluster named by
+// GANTRY_TEST_REDIS_CLUSTER (comma-separated nodes) when that is set.
 func testRedis(t testing.TB) string {
 	t.Helper()
 	if c := os.Getenv("GANTRY_TEST_REDIS_CLUSTER"); c != "" {
 		waitRedis(t, strings.Split(c, ",")[0], 5*time.Second)
 		return c
 	}
-	addr := os.Getenv("GANTRY_TEST_REDIS")
-	if addr == "" {
-		addr = "127.0.0.1:6379"
-	}
-	if reachable(addr) {
-		return addr
-	}
-	_, port, _ := net.SplitHostPort(addr)
-	out, err := exec.Command("redis-server", "--port", port, "--bind", "127.0.0.1", "--daemonize", "yes", "--save", "", "--appendonly", "no").CombinedOutput()
-	if err != nil {
-		t.Fatalf("redis at %s is down and redis-server could not start (run scripts/services.sh redis): %v: %s", addr, err, out)
-	}
-	waitRedis(t, addr, 10*time.Second)
-	return addr
+	return testutil.Redis(t)
 }
 
 func reachable(addr string) bool {

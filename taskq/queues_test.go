@@ -4,11 +4,15 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gantryhq/gantry/internal/testutil"
+	"github.com/gantryhq/gantry/taskq/internal/rdb"
 )
 
 // Strict priority: a later queue is served only when every earlier one is
@@ -77,18 +81,13 @@ func TestClusterIntegration(t *testing.T) {
 		t.Skip("runs the suite against a Redis Cluster in a child go test")
 	}
 	addrs := "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003"
-	// The same shims scripts/services.sh provides, so the service file can
-	// be sourced on its own.
-	shim := `set -euo pipefail
-state=${GANTRY_SERVICES_DIR:-${TMPDIR:-/tmp}/gantry-services}; mkdir -p "$state"
-log() { echo "services: $*" >&2; }
-apt_install() { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null; }
-wait_port() { local i; for ((i = 0; i <= $3 * 10; i++)); do (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null && return 0; sleep 0.1; done; return 1; }
-SERVICES=()
-source ../scripts/services.d/redis_cluster.sh
-service_redis_cluster`
-	if out, err := exec.Command("bash", "-c", shim).CombinedOutput(); err != nil {
-		t.Fatalf("start the redis cluster: %v\n%s", err, out)
+	if !clusterOK(addrs) {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		svc := exec.CommandContext(ctx, "bash", filepath.Join(testutil.RepoRoot(t), "scripts", "services.sh"), "redis_cluster")
+		if out, err := svc.CombinedOutput(); err != nil || !clusterOK(addrs) {
+			t.Fatalf("scripts/services.sh redis_cluster: %v\n%s", err, out)
+		}
 	}
 	cmd := exec.Command("go", "test", "-count=1", "-short", "-run",
 		"Fairness|Retries|BadInput|Timeout|Graceful|Lease|Priority|Results|MultipleQueues", ".")
@@ -132,4 +131,16 @@ func TestDequeueOneRoundTripOverQueues(t *testing.T) {
 	if n := evalsha() - before; len(ds) != 3 || n != 1 {
 		t.Errorf("got %d tasks with %d script calls, want 3 with 1", len(ds), n)
 	}
+}
+
+// clusterOK reports whether the cluster at addrs answers with all slots served.
+func clusterOK(addrs string) bool {
+	r, err := rdb.Open(addrs)
+	if err != nil {
+		return false
+	}
+	defer r.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	return r.Cluster() && r.Ping(ctx) == nil
 }

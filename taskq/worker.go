@@ -13,7 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/gantryhq/gantry/taskq/internal/backoff"
+	"github.com/gantryhq/gantry/internal/backoff"
 	"github.com/gantryhq/gantry/taskq/internal/rdb"
 )
 

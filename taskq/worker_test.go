@@ -12,7 +12,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/gantryhq/gantry/taskq/internal/backoff"
+	"github.com/gantryhq/gantry/internal/backoff"
 	"github.com/gantryhq/gantry/taskq/internal/rdb"
 )
 

@@ -136,7 +136,8 @@ func newWorkerWaiting(ctx context.Context, env *Env, cfg taskq.WorkerConfig) (*t
 	}
 }
 
-// serveQueueMetrics serves /metrics and the queue's /healthz on addr.
+// serveQueueMetrics serves env's registry at /metrics and the queue's health
+// verdict (JSON) at /healthz until the returned stop is called.
 func serveQueueMetrics(env *Env, addr, redis string) (func(), error) {
 	c, err := taskq.NewClient(taskq.ClientConfig{Redis: redis})
 	if err != nil {

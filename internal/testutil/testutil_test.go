@@ -16,6 +16,9 @@ func TestRepoRoot(t *testing.T) {
 }
 
 func TestGantryBinaryBuildsOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
 	a, b := GantryBinary(t), GantryBinary(t)
 	if a != b {
 		t.Fatalf("two builds: %s, %s", a, b)
