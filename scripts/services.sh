@@ -14,8 +14,11 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 state=${GANTRY_SERVICES_DIR:-${TMPDIR:-/tmp}/gantry-services}
 mkdir -p "$state"
-exec 9>"$state/.lock"
-flock 9
+# One run at a time. flock -o holds the lock in the flock process and closes it for the
+# script, so the daemons started below never inherit (and never keep holding) the lock.
+if [ -z "${GANTRY_SERVICES_LOCKED:-}" ]; then
+	GANTRY_SERVICES_LOCKED=1 exec flock -o "$state/services.lock" bash "$0" "$@"
+fi
 
 log() { echo "services.sh: $*" >&2; }
 
@@ -34,14 +37,14 @@ apt_install() {
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
-# wait_port HOST PORT SECONDS: waits until a TCP connect succeeds.
+# wait_port HOST PORT SECONDS: waits until a TCP connect succeeds (tries at least once).
 wait_port() {
 	local i
-	for ((i = 0; i < $3 * 10; i++)); do
+	for ((i = 0; ; i++)); do
 		(exec 3<>"/dev/tcp/$1/$2") 2>/dev/null && return 0
+		((i < $3 * 10)) || return 1
 		sleep 0.1
 	done
-	return 1
 }
 
 SERVICES=(protoc redis postgres)
@@ -56,9 +59,8 @@ service_redis() {
 	mkdir -p "$state/redis"
 	# No persistence: the shared test instance is scratch space. Tests that need AOF or a
 	# restart start their own private redis-server.
-	# 9>&-: the daemon must not inherit the lock's fd, or it holds the lock forever.
 	redis-server --bind 127.0.0.1 --port 6379 --dir "$state/redis" --save "" --appendonly no \
-		--daemonize yes --logfile "$state/redis/redis.log" --pidfile "$state/redis/redis.pid" 9>&-
+		--daemonize yes --logfile "$state/redis/redis.log" --pidfile "$state/redis/redis.pid"
 	wait_port 127.0.0.1 6379 10 || { log "redis did not start (see $state/redis/redis.log)"; return 1; }
 	log "redis on 127.0.0.1:6379"
 }
@@ -86,7 +88,7 @@ service_postgres() {
 	fi
 	# fsync off: a test database, thrown away with the machine; it makes the suite much faster.
 	runuser -u postgres -- "$bin/pg_ctl" -D "$data" -l "$data/server.log" -w -o \
-		"-c listen_addresses=127.0.0.1 -p 5432 -k $data -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300" start >/dev/null 9>&-
+		"-c listen_addresses=127.0.0.1 -p 5432 -k $data -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300" start >/dev/null
 	wait_port 127.0.0.1 5432 20 || { log "postgres did not start (see $data/server.log)"; return 1; }
 	psql -h 127.0.0.1 -U postgres -qAtc "select 1 from pg_roles where rolname='gantry'" | grep -q 1 ||
 		psql -h 127.0.0.1 -U postgres -qc "create role gantry login superuser password 'gantry'"

@@ -3,7 +3,7 @@
 # provider tests. Sourced by scripts/services.sh; also runnable by itself.
 #
 # MinIO is not packaged in Debian, so it is built from the Go module proxy
-# (`go install github.com/minio/minio@latest`) into a cache directory once.
+# (`go install github.com/minio/minio@<the version pinned below>`) into a cache directory once.
 # Credentials are the test ones below; the data directory lives in the cache,
 # so re-runs keep it and nothing outside the cache is touched.
 #
@@ -20,7 +20,7 @@ service_minio() {
 	mkdir -p "$cache/bin" "$cache/minio-data"
 	if [ ! -x "$bin" ]; then
 		echo "services.sh: building minio into $bin (go install, a few minutes)" >&2
-		GOBIN="$cache/bin" go install github.com/minio/minio@latest || {
+		GOBIN="$cache/bin" go install github.com/minio/minio@v0.0.0-20260212201848-7aac2a2c5b7c || {
 			echo "services.sh: go install github.com/minio/minio failed" >&2
 			return 1
 		}

@@ -19,7 +19,7 @@ service_redis_cluster() {
 			rm -f "$dir/nodes.conf" "$dir/dump.rdb"
 			redis-server --bind 127.0.0.1 --port "$p" --dir "$dir" --save "" --appendonly no \
 				--cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 5000 \
-				--daemonize yes --logfile "$dir/redis.log" --pidfile "$dir/redis.pid" 9>&-
+				--daemonize yes --logfile "$dir/redis.log" --pidfile "$dir/redis.pid"
 		fi
 		wait_port 127.0.0.1 "$p" 10 || { log "redis cluster node $p did not start (see $dir/redis.log)"; return 1; }
 		nodes+=("127.0.0.1:$p")
