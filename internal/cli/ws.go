@@ -104,6 +104,9 @@ func newWSServeCmd(env *Env) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if err := mountLive(cmd.Context(), srv, env); err != nil { // issue 13: page, SSE, metrics, probes
+				return err
+			}
 			return srv.Run(cmd.Context())
 		},
 	}

@@ -6,10 +6,12 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
 
 	"github.com/gantryhq/gantry/workspace"
+	"github.com/gantryhq/gantry/workspace/live"
 	"github.com/gantryhq/gantry/workspace/provider/archive"
 	"github.com/gantryhq/gantry/workspace/provider/docker"
 	"github.com/gantryhq/gantry/workspace/provider/s3"
@@ -67,5 +69,19 @@ func (b *wsBackendFlags) apply(ctx context.Context, cfg *workspace.ServerConfig,
 		return fmt.Errorf("--provider docker: %w", err)
 	}
 	cfg.Container = c
+	return nil
+}
+
+// mountLive adds the issue-13 operators' surface to `ws serve`: the web
+// page at /, SSE at /events and /workspaces/{id}/events, /metrics (on the
+// process registry), /healthz and /readyz. Its event hub resyncs every
+// second (the server's hint bus is internal to it).
+func mountLive(ctx context.Context, srv *workspace.Server, env *Env) error {
+	l, err := live.NewServer(live.Config{Store: srv.Store, Registry: env.Registry, ResyncInterval: time.Second, Logger: env.Logger})
+	if err != nil {
+		return err
+	}
+	srv.API.Handle("/", l)
+	go l.Run(ctx)
 	return nil
 }
