@@ -330,23 +330,7 @@ func (r *Reconciler) Run(ctx context.Context) error {
 	if r.cfg.WorkerPool > 0 {
 		return r.runPool(ctx)
 	}
-	handler := sched.HandlerFunc(func(_ context.Context, cmd sched.Command, tag uint64, c sched.Completer) error {
-		rc := cmd.(reconcileCmd)
-		r.calls.Add(1)
-		go func() {
-			defer r.calls.Done()
-			select {
-			case r.sem <- struct{}{}:
-			case <-ctx.Done():
-				c.CompleteYield(tag, stepResult{}, ctx.Err())
-				return
-			}
-			res := r.step(ctx, rc.id, rc.w)
-			<-r.sem
-			c.CompleteYield(tag, res, nil)
-		}()
-		return nil
-	})
+	handler := &stepHandler{r: r, ctx: ctx}
 	sch, err := sched.New(sched.Config{
 		Workers:  r.cfg.Workers,
 		Logger:   r.cfg.Logger,
@@ -621,4 +605,30 @@ func (r *Reconciler) call(ctx context.Context, w *Workspace) error {
 		return r.storage.DeleteVolume(ctx, w.ID)
 	}
 	return fmt.Errorf("workspace: unknown operation %q", w.Operation)
+}
+
+// stepHandler runs a reconcile step off the sched worker (bounded by the
+// reconciler's semaphore) and completes the yield with its result.
+type stepHandler struct {
+	r   *Reconciler
+	ctx context.Context // Run's context, fixed before the scheduler starts
+}
+
+func (h *stepHandler) Handle(_ context.Context, cmd sched.Command, tag uint64, c sched.Completer) error {
+	rc := cmd.(reconcileCmd)
+	r, ctx := h.r, h.ctx
+	r.calls.Add(1)
+	go func() {
+		defer r.calls.Done()
+		select {
+		case r.sem <- struct{}{}:
+		case <-ctx.Done():
+			c.CompleteYield(tag, stepResult{}, ctx.Err())
+			return
+		}
+		res := r.step(ctx, rc.id, rc.w)
+		<-r.sem
+		c.CompleteYield(tag, res, nil)
+	}()
+	return nil
 }

@@ -113,7 +113,7 @@ func TestFailurePolicy(t *testing.T) {
 	ctx := context.Background()
 	st := openStore(t, sqliteDSN(t))
 	fk := fake.New(0)
-	h := startHarness(t, st, fk, NewLocalHints(), Config{MaxRetries: 3, Timeouts: map[Operation]time.Duration{OpStarting: 500 * time.Millisecond}})
+	h := startHarness(t, st, fk, NewLocalHints(), Config{MaxRetries: 3, Timeouts: map[Operation]time.Duration{OpStarting: 3 * time.Second}})
 	mk := func(name string) Workspace {
 		w, err := st.Create(ctx, NewWorkspace{Name: name, Desired: Standby}, time.Now())
 		if err != nil {
@@ -157,7 +157,7 @@ func TestFailurePolicy(t *testing.T) {
 	hung := mk("hung")
 	fk.Hang(fake.Start, hung.ID, true)
 	st.SetDesired(ctx, hung.ID, Running, time.Now())
-	got = h.waitState(t, hung.ID, Error, 10*time.Second)
+	got = h.waitState(t, hung.ID, Error, 20*time.Second)
 	if got.ErrorInfo == nil || got.ErrorInfo.Reason != "Timeout" || !got.ErrorInfo.IsTerminal {
 		t.Fatalf("hung: %s", describe(got))
 	}

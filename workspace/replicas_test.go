@@ -34,7 +34,7 @@ func TestReplicasNeverDuplicate(t *testing.T) {
 	for i := range 3 {
 		st := openStore(t, dsn)
 		hs = append(hs, startHarness(t, st, fk, &PGHints{DB: st.db, DSN: dsn},
-			Config{Owner: fmt.Sprint("replica-", i), Interval: 500 * time.Millisecond, Lease: time.Second, MaxRetries: 3, RetryBackoff: 50 * time.Millisecond}))
+			Config{Owner: fmt.Sprint("replica-", i), Interval: 500 * time.Millisecond, Lease: 3 * time.Second, MaxRetries: 3, RetryBackoff: 50 * time.Millisecond}))
 	}
 	st := hs[0].st
 	states := []Status{Pending, Standby, Running}
