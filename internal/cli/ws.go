@@ -40,7 +40,7 @@ func newWSCmd(env *Env) *cobra.Command {
 		newWSDesiredCmd(client, "up", workspace.Running, "Bring a workspace up (desired RUNNING)"),
 		newWSDesiredCmd(client, "down", workspace.Standby, "Stop a workspace, keep its volume (desired STANDBY)"),
 		newWSDesiredCmd(client, "archive", workspace.Pending, "Archive a workspace and remove its volume (desired PENDING)"),
-		newWSDeleteCmd(client), newWSRecoverCmd(client), newWSWaitCmd(client))
+		newWSDeleteCmd(client), newWSRecoverCmd(client), newWSWaitCmd(client), newWSTouchCmd(client))
 	return cmd
 }
 
@@ -102,6 +102,12 @@ func newWSServeCmd(env *Env) *cobra.Command {
 			cfg.Logger = env.Logger
 			srv, err := workspace.NewServer(cmd.Context(), cfg)
 			if err != nil {
+				return err
+			}
+			if err := mountLive(cmd.Context(), srv, env); err != nil { // issue 13: page, SSE, metrics, probes
+				return err
+			}
+			if err := backends.runTTL(cmd.Context(), srv, env.Logger); err != nil { // issue 13: TTL manager (leader-elected on Postgres)
 				return err
 			}
 			return srv.Run(cmd.Context())

@@ -3,13 +3,20 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
+	"net/url"
 	"path/filepath"
 	"strings"
+	"time"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/gantryhq/gantry/workspace"
+	"github.com/gantryhq/gantry/workspace/leader"
+	"github.com/gantryhq/gantry/workspace/live"
 	"github.com/gantryhq/gantry/workspace/provider/archive"
 	"github.com/gantryhq/gantry/workspace/provider/docker"
 	"github.com/gantryhq/gantry/workspace/provider/s3"
@@ -18,13 +25,17 @@ import (
 // wsBackendFlags selects the real backends of `gantry ws serve` (issue 13):
 // --provider docker and --storage s3://bucket?endpoint=…
 type wsBackendFlags struct {
-	storage     string
-	dockerImage string
+	storage      string
+	dockerImage  string
+	idleTimeout  time.Duration
+	archiveAfter time.Duration
 }
 
 func (b *wsBackendFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&b.storage, "storage", "fs", "archive storage: fs (under --data) or s3://bucket[/prefix]?endpoint=http://host:port[&create=true] (credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)")
 	f.StringVar(&b.dockerImage, "docker-image", "", "default image for --provider docker when a workspace names none")
+	f.DurationVar(&b.idleTimeout, "idle-timeout", workspace.DefaultIdleTimeout, "TTL: a RUNNING workspace idle this long gets desired STANDBY (negative = never)")
+	f.DurationVar(&b.archiveAfter, "archive-after", workspace.DefaultArchiveAfter, "TTL: a workspace STANDBY this long gets desired PENDING (negative = never)")
 }
 
 // apply sets cfg.Storage for --storage s3://… (volumes stay directories
@@ -67,5 +78,64 @@ func (b *wsBackendFlags) apply(ctx context.Context, cfg *workspace.ServerConfig,
 		return fmt.Errorf("--provider docker: %w", err)
 	}
 	cfg.Container = c
+	return nil
+}
+
+// mountLive adds the issue-13 operators' surface to `ws serve`: the web
+// page at /, SSE at /events and /workspaces/{id}/events, /metrics (on the
+// process registry), /healthz and /readyz. Its event hub resyncs every
+// second (the server's hint bus is internal to it).
+func mountLive(ctx context.Context, srv *workspace.Server, env *Env) error {
+	l, err := live.NewServer(live.Config{Store: srv.Store, Registry: env.Registry, ResyncInterval: time.Second, Logger: env.Logger})
+	if err != nil {
+		return err
+	}
+	srv.API.Handle("/", l)
+	go l.Run(ctx)
+	return nil
+}
+
+// newWSTouchCmd records user activity (resets the TTL idle clock).
+func newWSTouchCmd(client func() *workspace.Client) *cobra.Command {
+	return &cobra.Command{
+		Use:   "touch ID",
+		Short: "Record activity on a workspace so the TTL manager does not stop or archive it",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c := client()
+			req, err := http.NewRequestWithContext(cmd.Context(), "POST", c.Base+"/workspaces/"+url.PathEscape(args[0])+"/touch", nil)
+			if err != nil {
+				return err
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusNoContent {
+				b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+				return fmt.Errorf("touch %s: %s: %s", args[0], resp.Status, strings.TrimSpace(string(b)))
+			}
+			return nil
+		},
+	}
+}
+
+// runTTL runs the TTL manager: directly on SQLite (one process), and only
+// while this replica holds the leader lock on Postgres.
+func (b *wsBackendFlags) runTTL(ctx context.Context, srv *workspace.Server, log *slog.Logger) error {
+	ttl, err := workspace.NewTTLManager(workspace.TTLConfig{IdleTimeout: b.idleTimeout, ArchiveAfter: b.archiveAfter, Logger: log}, srv.Store)
+	if err != nil {
+		return err
+	}
+	if srv.Store.Dialect() != workspace.Postgres {
+		go ttl.Run(ctx)
+		return nil
+	}
+	el, err := leader.New(leader.Config{DSN: srv.Store.DSN(), Logger: log})
+	if err != nil {
+		return err
+	}
+	go el.Run(ctx, func(lctx context.Context, _ *leader.Session) error { return ttl.Run(lctx) })
 	return nil
 }

@@ -1,0 +1,81 @@
+package workspace
+
+import (
+	"context"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Each Hints implementation delivers a published id to a subscriber of the
+// same channel (and not to other channels).
+func TestHintsDeliver(t *testing.T) {
+	type runner interface{ Run(context.Context) error }
+	mk := map[string]func(t *testing.T) Hints{
+		"local": func(*testing.T) Hints { return NewLocalHints() },
+		"postgres": func(t *testing.T) Hints {
+			dsn := pgDSN(t)
+			st := openStore(t, dsn)
+			return &PGHints{DB: st.db, DSN: dsn}
+		},
+		"redis": func(t *testing.T) Hints {
+			addr := os.Getenv("GANTRY_TEST_REDIS")
+			if addr == "" {
+				addr = "127.0.0.1:6379"
+			}
+			c := redis.NewClient(&redis.Options{Addr: addr})
+			t.Cleanup(func() { c.Close() })
+			if err := c.Ping(context.Background()).Err(); err != nil {
+				t.Fatalf("Redis at %s is not reachable (run scripts/services.sh redis): %v", addr, err)
+			}
+			return &RedisHints{Client: c}
+		},
+	}
+	for name, f := range mk {
+		t.Run(name, func(t *testing.T) {
+			h := f(t)
+			ctx, cancel := context.WithCancel(context.Background())
+			var wg sync.WaitGroup
+			defer func() { cancel(); wg.Wait() }()
+			mon, c1 := h.Subscribe(ChanMonitor)
+			defer c1()
+			ws, c2 := h.Subscribe(ChanWorkspace)
+			defer c2()
+			if r, ok := h.(runner); ok {
+				wg.Add(1)
+				go func() { defer wg.Done(); r.Run(ctx) }()
+			}
+			id := "ws-" + name
+			// Subscriptions of the remote kinds start asynchronously: publish
+			// until one arrives.
+			deadline := time.After(10 * time.Second)
+			for got := false; !got; {
+				h.Publish(ctx, ChanWorkspace, id)
+				select {
+				case v := <-ws:
+					if v != id {
+						t.Fatalf("got %q, want %q", v, id)
+					}
+					got = true
+				case v := <-mon:
+					t.Fatalf("workspace hint %q arrived on %s", v, ChanMonitor)
+				case <-time.After(50 * time.Millisecond):
+				case <-deadline:
+					t.Fatal("no hint delivered")
+				}
+			}
+			h.Publish(ctx, ChanMonitor, id)
+			select {
+			case v := <-mon:
+				if v != id {
+					t.Fatalf("monitor hint %q", v)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("no monitor hint")
+			}
+		})
+	}
+}
