@@ -123,7 +123,7 @@ done
 
 # Correctness of the timed runs' outputs.
 outs=$(sed -n 2p "$work/master.out" | tr ',' '\n' | while read -r ip; do echo "$work/w$((${ip##*.} - 2))/out"; done)
-"$G" valsort $outs 2>"$work/valsort.out" || { cat "$work/valsort.out" >&2; exit 1; }
+"$G" valsort $outs >"$work/valsort.out" 2>&1 || { cat "$work/valsort.out" >&2; exit 1; }
 out_sum=$(awk '/^Checksum/ {print $2}' "$work/valsort.out")
 [ "$in_sum" = "$out_sum" ] || { echo "dsort checksum mismatch: input $in_sum, output $out_sum" >&2; exit 1; }
 cmp <(cat $(ls -v "$work"/local-out/partition.*)) "$work/gnu-local.out" >/dev/null ||

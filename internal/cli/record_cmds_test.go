@@ -182,40 +182,52 @@ func TestValsortCmd(t *testing.T) {
 		name      string
 		args      []string
 		code      int
-		stderr    string // exact, if set
+		report    string // exact, if set
+		reportHas string
+		onStdout  bool // gantry's own forms (directories, several inputs, --checksum-only)
 		stderrHas string
 	}{
-		{"sorted file", []string{sorted}, 0, success, ""},
-		{"directory in numeric order", []string{out}, 0, success, ""},
-		{"unsorted", []string{raw}, 1, "First unordered record is record 2\nRecords: 1000\nChecksum: 1ea6370b955\nERROR - there are 483 unordered records\n", ""},
-		{"unordered at a file boundary", []string{swapped}, 1, "", "First unordered record is record 600\n  (the first record of " + filepath.Join(swapped, "partition.1")},
-		{"checksum only", []string{"--checksum-only", raw}, 0, "Records: 1000\nChecksum: 1ea6370b955\n", ""},
-		{"quiet", []string{"-q", raw}, 1, "", ""},
-		{"verbose adds the speed line first", []string{"-v", sorted}, 0, "", "valsort: 100.0 kB in "},
-		{"partial record", []string{sorted, partial}, 1, "", "partial record found at end: 250 bytes is 2 whole 100-byte records and 50 bytes over"},
-		{"empty", []string{empty}, 1, "", "there must be at least one record to be validated: " + empty + " holds no records"},
-		{"empty allowed", []string{"--allow-empty", empty}, 0, "Records: 0\nChecksum: 0\nDuplicate keys: 0\nSUCCESS - all records are in order\n", ""},
-		{"missing", []string{filepath.Join(dir, "nope")}, 1, "", "no such file or directory"},
-		{"stray file in a directory", []string{stray}, 1, "", filepath.Join(stray, "README") + ": not a partition.<n> file"},
-		{"no args", nil, 1, "", "requires at least 1 arg"},
-		{"-s with --checksum-only", []string{"-s", "--checksum-only", sorted}, 1, "", "do not go together"},
+		{"sorted file", []string{sorted}, 0, success, "", false, ""},
+		{"directory in numeric order", []string{out}, 0, success, "", true, ""},
+		{"unsorted", []string{raw}, 1, "First unordered record is record 2\nRecords: 1000\nChecksum: 1ea6370b955\nERROR - there are 483 unordered records\n", "", false, ""},
+		{"unordered at a file boundary", []string{swapped}, 1, "", "First unordered record is record 600\n  (the first record of " + filepath.Join(swapped, "partition.1"), true, ""},
+		{"checksum only", []string{"--checksum-only", raw}, 0, "Records: 1000\nChecksum: 1ea6370b955\n", "", true, ""},
+		{"quiet", []string{"-q", raw}, 1, "", "", false, ""},
+		{"verbose adds the speed line first", []string{"-v", sorted}, 0, "", "", false, "valsort: 100.0 kB in "},
+		{"partial record", []string{sorted, partial}, 1, "", "", true, "partial record found at end: 250 bytes is 2 whole 100-byte records and 50 bytes over"},
+		{"empty", []string{empty}, 1, "", "", false, "there must be at least one record to be validated: " + empty + " holds no records"},
+		{"empty allowed", []string{"--allow-empty", empty}, 0, "Records: 0\nChecksum: 0\nDuplicate keys: 0\nSUCCESS - all records are in order\n", "", false, ""},
+		{"missing", []string{filepath.Join(dir, "nope")}, 1, "", "", true, "no such file or directory"},
+		{"stray file in a directory", []string{stray}, 1, "", "", true, filepath.Join(stray, "README") + ": not a partition.<n> file"},
+		{"no args", nil, 1, "", "", true, "requires at least 1 arg"},
+		{"-s with --checksum-only", []string{"-s", "--checksum-only", sorted}, 1, "", "", true, "do not go together"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, stdout, stderr := runRecordCmd(t, append([]string{"valsort"}, tc.args...)...)
 			if code != tc.code {
 				t.Errorf("exit %d, want %d; stderr %q", code, tc.code, stderr)
 			}
-			if stdout != "" {
-				t.Errorf("stdout %q, want nothing (valsort reports on stderr)", stdout)
+			report, other := stderr, stdout
+			if tc.onStdout {
+				report, other = stdout, stderr
 			}
-			if tc.stderr != "" && stderr != tc.stderr {
-				t.Errorf("stderr\n%s\nwant\n%s", stderr, tc.stderr)
+			if tc.report != "" && report != tc.report {
+				t.Errorf("report\n%s\nwant\n%s", report, tc.report)
+			}
+			if !strings.Contains(report, tc.reportHas) {
+				t.Errorf("report %q lacks %q", report, tc.reportHas)
+			}
+			if !tc.onStdout && stdout != "" {
+				t.Errorf("stdout %q, want nothing (valsort 1.5 reports on stderr)", stdout)
+			}
+			if tc.onStdout && tc.stderrHas == "" && other != "" {
+				t.Errorf("stderr %q, want nothing", other)
 			}
 			if !strings.Contains(stderr, tc.stderrHas) {
 				t.Errorf("stderr %q lacks %q", stderr, tc.stderrHas)
 			}
-			if tc.name == "quiet" && stderr != "" {
-				t.Errorf("-q: stderr %q, want nothing", stderr)
+			if tc.name == "quiet" && stderr+stdout != "" {
+				t.Errorf("-q: printed %q %q, want nothing", stdout, stderr)
 			}
 		})
 	}
@@ -240,8 +252,8 @@ func TestValsortCmdSummaries(t *testing.T) {
 	sum.AddAll(data)
 	code, stdout, stderr := runRecordCmd(t, append([]string{"valsort", "-s"}, sums...)...)
 	want := fmt.Sprintf("Records: 900\nChecksum: %s\nDuplicate keys: 0\nSUCCESS - all records are in order\n", sum)
-	if code != 0 || stderr != want || stdout != "" {
-		t.Errorf("-s in order: exit %d\nstdout %q\nstderr %s", code, stdout, stderr)
+	if code != 0 || stdout != want || stderr != "" {
+		t.Errorf("-s in order: exit %d\nstdout %s\nstderr %q", code, stdout, stderr)
 	}
 	// valsort's own workflow: concatenate the summaries into one file.
 	var all []byte
@@ -255,10 +267,10 @@ func TestValsortCmdSummaries(t *testing.T) {
 		t.Errorf("-s all.sum: exit %d\n%s", code, stderr)
 	}
 	// Out of order: the seam between the first two summaries breaks.
-	code, _, stderr = runRecordCmd(t, "valsort", "-s", sums[1], sums[0], sums[2])
-	if code != 1 || !strings.HasPrefix(stderr, "First unordered record is record 300\n") ||
-		!strings.Contains(stderr, "ERROR - there are 1 unordered records") {
-		t.Errorf("-s out of order: exit %d\n%s", code, stderr)
+	code, stdout, _ = runRecordCmd(t, "valsort", "-s", sums[1], sums[0], sums[2])
+	if code != 1 || !strings.HasPrefix(stdout, "First unordered record is record 300\n") ||
+		!strings.Contains(stdout, "ERROR - there are 1 unordered records") {
+		t.Errorf("-s out of order: exit %d\n%s", code, stdout)
 	}
 	// A records file given to -s is a clear error.
 	code, _, stderr = runRecordCmd(t, "valsort", "-s", filepath.Join(dir, "w0"))

@@ -41,8 +41,10 @@ records, so each machine can validate its own output and one command checks
 the seams between them. --checksum-only skips the order check, to compare an
 unsorted input's checksum with its sorted output's.
 
-The report goes to stderr and stdout stays empty, byte for byte what valsort
-1.5 prints for one file. A progress bar and a speed line are added when stderr
+valsort 1.5's own command lines (one file; -s with one summary file) print
+valsort 1.5's bytes: the report on stderr, nothing on stdout. The forms
+valsort does not have (a directory, several inputs, --checksum-only) print the
+report on stdout. A progress bar and a speed line are added on stderr when it
 is a terminal, or anywhere with -v.`,
 		Example: `  gantry valsort sorted.bin                  # one file
   gantry valsort out/                        # out/partition.0, partition.1, … as one sequence
@@ -117,7 +119,7 @@ is a terminal, or anywhere with -v.`,
 				}
 			}
 			if !quiet {
-				printValsortReport(env.Stderr, sum, names, counts)
+				printValsortReport(reportOut(env, args, checksumOnly), sum, names, counts)
 			}
 			if sum.Unordered > 0 {
 				return withCode(1, errors.New(""))
@@ -135,6 +137,18 @@ is a terminal, or anywhere with -v.`,
 	f.IntVarP(&workers, "threads", "t", 0, "`N` validator goroutines (0 = one per core)")
 	f.BoolVarP(&verbose, "verbose", "v", false, "progress and a speed line on stderr even when it is not a terminal")
 	return cmd
+}
+
+// reportOut is where the report goes: stderr, as valsort 1.5 prints it, for
+// valsort 1.5's command line (one regular file); stdout for gantry's own
+// forms, which scripts (and dsort's tests) read there.
+func reportOut(env *Env, args []string, checksumOnly bool) io.Writer {
+	if len(args) == 1 && !checksumOnly {
+		if st, err := os.Stat(args[0]); err == nil && st.Mode().IsRegular() {
+			return env.Stderr
+		}
+	}
+	return env.Stdout
 }
 
 // printValsortReport prints valsort 1.5's lines (to stderr, as valsort does), with where the first

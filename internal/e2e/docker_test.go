@@ -61,8 +61,8 @@ func newDockerJob(t *testing.T, c *cluster, scenario int, masterArgs ...string) 
 		t.Cleanup(func() { cleanupDocker(t, "rm", "-f", w.name) })
 		j.workers = append(j.workers, w)
 	}
-	_, stderr := j.gantry(append([]string{"valsort", "--checksum-only"}, inputs...)...)
-	j.inSum = checksumOf(t, stderr)
+	stdout, stderr := j.gantry(append([]string{"valsort", "--checksum-only"}, inputs...)...)
+	j.inSum = checksumOf(t, stdout+stderr)
 	return j
 }
 
@@ -135,7 +135,8 @@ func (j *dockerJob) succeed() {
 	if len(outs) != dockerWorkers {
 		j.t.Fatalf("master's worker line %q: want %d workers", lines[1], dockerWorkers)
 	}
-	_, report := j.gantry(append([]string{"valsort"}, outs...)...)
+	vout, verr := j.gantry(append([]string{"valsort"}, outs...)...)
+	report := vout + verr
 	if !strings.Contains(report, "SUCCESS - all records are in order") {
 		j.t.Fatalf("valsort of the output:\n%s", report)
 	}
