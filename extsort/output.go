@@ -1,14 +1,13 @@
 package extsort
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
-	"time"
+
+	"github.com/gantryhq/gantry/internal/fsutil"
 
 	"github.com/gantryhq/gantry/record"
 )
@@ -95,7 +94,7 @@ func prepareOutputDir(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("extsort: output directory: %w", err)
 	}
-	if _, err := sweepStale(dir, stagingPrefix); err != nil {
+	if _, err := fsutil.SweepStale(dir, stagingPrefix); err != nil {
 		return fmt.Errorf("extsort: output directory: %w", err)
 	}
 	ents, err := os.ReadDir(dir)
@@ -121,107 +120,6 @@ const (
 	stagingPrefix = ".gantry-staging-"
 	spillPrefix   = "gantry-sort-"
 )
-
-// ownerName is the lock file inside an owned directory. The owning process
-// holds an exclusive flock on it for its whole life; the kernel drops the
-// lock when the process dies however it dies, so a lock that can be taken
-// marks a directory nobody owns any more.
-//
-// TODO(fsutil): this is the contract of internal/fsutil's OwnedDir and
-// SweepStale, written here because fsutil had not landed on main when this
-// was; switch to it when it does.
-const ownerName = ".gantry-owner"
-
-// ownedDir is a directory this process created and holds the lock of.
-type ownedDir struct {
-	path string
-	lock *os.File
-}
-
-// createOwnedDir makes a new directory prefix* under parent and takes its
-// lock. The lock file is locked under a temporary name and only then
-// renamed to ownerName, so a concurrent sweep never sees an unlocked owner
-// file of a live directory.
-func createOwnedDir(parent, prefix string) (*ownedDir, error) {
-	dir, err := os.MkdirTemp(parent, prefix+"*")
-	if err != nil {
-		return nil, err
-	}
-	tmp := filepath.Join(dir, ownerName+".new")
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o644)
-	if err == nil {
-		if err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err == nil {
-			fmt.Fprintf(f, "pid %d\nstarted %s\n", os.Getpid(), time.Now().UTC().Format(time.RFC3339Nano))
-			err = os.Rename(tmp, filepath.Join(dir, ownerName))
-		}
-		if err != nil {
-			f.Close()
-		}
-	}
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, err
-	}
-	return &ownedDir{path: dir, lock: f}, nil
-}
-
-// Close removes the directory and everything in it, then releases the
-// lock. Safe to call twice.
-func (d *ownedDir) Close() error {
-	if d == nil || d.lock == nil {
-		return nil
-	}
-	err := os.RemoveAll(d.path)
-	d.lock.Close()
-	d.lock = nil
-	return err
-}
-
-// ownerlessGrace is how old a prefix* directory without an owner file must
-// be before a sweep takes it for the leftover of an older gantry (or of a
-// process killed between mkdir and locking) rather than one being created.
-const ownerlessGrace = time.Minute
-
-// sweepStale removes the prefix* directories under parent whose owner is
-// gone and returns their paths. A missing parent has nothing to sweep.
-func sweepStale(parent, prefix string) ([]string, error) {
-	ents, err := os.ReadDir(parent)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var swept []string
-	for _, e := range ents {
-		if !e.IsDir() || !strings.HasPrefix(e.Name(), prefix) {
-			continue
-		}
-		dir := filepath.Join(parent, e.Name())
-		f, err := os.OpenFile(filepath.Join(dir, ownerName), os.O_RDWR, 0)
-		if errors.Is(err, os.ErrNotExist) {
-			if info, err := e.Info(); err != nil || time.Since(info.ModTime()) < ownerlessGrace {
-				continue
-			}
-		} else if err != nil {
-			return swept, err
-		} else {
-			if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
-				f.Close() // a live owner holds it
-				continue
-			}
-		}
-		err = os.RemoveAll(dir)
-		if f != nil {
-			f.Close()
-		}
-		if err != nil {
-			return swept, err
-		}
-		swept = append(swept, dir)
-	}
-	return swept, nil
-}
 
 // commitOutput replaces the partition files in dir by those in staging.
 // The new files are renamed into place first (each rename is atomic and

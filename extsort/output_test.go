@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gantryhq/gantry/internal/fsutil"
 )
 
 func TestCheckSeparate(t *testing.T) {
@@ -62,21 +64,21 @@ func contains(s, sub string) bool { return strings.Contains(s, sub) }
 
 func TestSweepStaleKeepsLiveOwners(t *testing.T) {
 	parent := t.TempDir()
-	live, err := createOwnedDir(parent, spillPrefix)
+	live, err := fsutil.CreateOwnedDir(parent, spillPrefix)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer live.Close()
-	os.WriteFile(filepath.Join(live.path, "run-0"), []byte("x"), 0o644)
+	os.WriteFile(filepath.Join(live.Path, "run-0"), []byte("x"), 0o644)
 
 	// A dead owner: the lock is released (as the kernel does when a
 	// process dies) but the directory stays.
-	dead, err := createOwnedDir(parent, spillPrefix)
+	dead, err := fsutil.CreateOwnedDir(parent, spillPrefix)
 	if err != nil {
 		t.Fatal(err)
 	}
-	os.WriteFile(filepath.Join(dead.path, "run-0"), []byte("x"), 0o644)
-	dead.lock.Close()
+	os.WriteFile(filepath.Join(dead.Path, "run-0"), []byte("x"), 0o644)
+	dead.Release()
 
 	// Without an owner file: an older gantry's leftover once old enough,
 	// a directory being created when new.
@@ -84,35 +86,35 @@ func TestSweepStaleKeepsLiveOwners(t *testing.T) {
 	newOwnerless := filepath.Join(parent, spillPrefix+"new")
 	os.Mkdir(oldOwnerless, 0o755)
 	os.Mkdir(newOwnerless, 0o755)
-	past := time.Now().Add(-2 * ownerlessGrace)
+	past := time.Now().Add(-2 * fsutil.StaleGrace)
 	os.Chtimes(oldOwnerless, past, past)
 	// Not ours at all.
 	other := filepath.Join(parent, "someone-elses")
 	os.Mkdir(other, 0o755)
 
-	swept, err := sweepStale(parent, spillPrefix)
+	swept, err := fsutil.SweepStale(parent, spillPrefix)
 	if err != nil {
 		t.Fatal(err)
 	}
 	slices.Sort(swept)
-	want := []string{dead.path, oldOwnerless}
+	want := []string{dead.Path, oldOwnerless}
 	slices.Sort(want)
 	if !slices.Equal(swept, want) {
 		t.Errorf("swept %v, want %v", swept, want)
 	}
-	for _, d := range []string{live.path, newOwnerless, other} {
+	for _, d := range []string{live.Path, newOwnerless, other} {
 		if _, err := os.Stat(d); err != nil {
 			t.Errorf("%s was removed: %v", d, err)
 		}
 	}
-	if _, err := os.Stat(filepath.Join(live.path, "run-0")); err != nil {
+	if _, err := os.Stat(filepath.Join(live.Path, "run-0")); err != nil {
 		t.Errorf("a live owner's file was removed: %v", err)
 	}
 	if err := live.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(live.path); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("Close left %s: %v", live.path, err)
+	if _, err := os.Stat(live.Path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Close left %s: %v", live.Path, err)
 	}
 	if err := live.Close(); err != nil {
 		t.Errorf("second Close: %v", err)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/gantryhq/gantry/internal/fsutil"
 )
 
 // Stats describes a finished sort.
@@ -48,17 +50,17 @@ func Sort(ctx context.Context, cfg Config, inputs []Input, outDir string) (Stats
 	if err := prepareOutputDir(outDir); err != nil {
 		return Stats{}, err
 	}
-	if swept, err := sweepStale(cfg.TempDir, spillPrefix); err != nil {
+	if swept, err := fsutil.SweepStale(cfg.TempDir, spillPrefix); err != nil {
 		return Stats{}, fmt.Errorf("extsort: temp directory: %w", err)
 	} else if len(swept) > 0 {
 		cfg.Logger.Info("removed the temp dirs of dead sorts", "dirs", swept)
 	}
-	stage, err := createOwnedDir(outDir, stagingPrefix)
+	stage, err := fsutil.CreateOwnedDir(outDir, stagingPrefix)
 	if err != nil {
 		return Stats{}, fmt.Errorf("extsort: output directory: %w", err)
 	}
 	defer stage.Close()
-	staging := stage.path
+	staging := stage.Path
 	if st.Bytes == 0 {
 		// No records, so no partitions: committing the empty staging dir
 		// removes the partition files of an earlier sort.
@@ -108,12 +110,12 @@ func sortRuns(ctx context.Context, cfg Config, inputs []Input, out *partOutput, 
 		st.InMemory = true
 		chunk = min(memRunRecords, st.Records)
 	} else {
-		tmp, err := createOwnedDir(cfg.TempDir, spillPrefix)
+		tmp, err := fsutil.CreateOwnedDir(cfg.TempDir, spillPrefix)
 		if err != nil {
 			return fmt.Errorf("extsort: temp directory: %w", err)
 		}
 		defer tmp.Close()
-		spillDir = tmp.path
+		spillDir = tmp.Path
 	}
 	s := newSorter(cfg, chunk)
 	runs, err := s.generateRuns(ctx, inputs, spillDir)

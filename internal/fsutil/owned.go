@@ -29,18 +29,34 @@ type OwnedDir struct {
 	lock *os.File // the open, flock'd owner file; nil after Close/Release
 }
 
-// CreateOwnedDir creates a fresh directory parent/prefix<random> and locks it.
+// CreateOwnedDir creates a fresh directory parent/prefix<random> and locks it. The owner file
+// is locked under a temporary name and only then renamed into place, so a concurrent
+// SweepStale never finds an unlocked owner file in a live directory.
 func CreateOwnedDir(parent, prefix string) (*OwnedDir, error) {
 	path, err := os.MkdirTemp(parent, prefix)
 	if err != nil {
 		return nil, fmt.Errorf("fsutil: create temp dir in %s: %w", parent, err)
 	}
-	d, err := LockDir(path)
+	tmp := filepath.Join(path, OwnerFile+".new")
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if err == nil {
+		var ok bool
+		if ok, err = tryLock(f); err == nil && !ok {
+			err = ErrBusy // nobody else can know this name yet
+		}
+		if err == nil {
+			writeOwner(f)
+			err = os.Rename(tmp, filepath.Join(path, OwnerFile))
+		}
+		if err != nil {
+			f.Close()
+		}
+	}
 	if err != nil {
 		os.RemoveAll(path)
-		return nil, err
+		return nil, fmt.Errorf("fsutil: lock %s: %w", path, err)
 	}
-	return d, nil
+	return &OwnedDir{Path: path, lock: f}, nil
 }
 
 // LockDir takes ownership of path, creating it if missing. It fails with ErrBusy (wrapped,
@@ -64,11 +80,16 @@ func LockDir(path string) (*OwnedDir, error) {
 		f.Close()
 		return nil, fmt.Errorf("%w: %s (owner: %s)", ErrBusy, path, strings.TrimSpace(string(owner)))
 	}
+	writeOwner(f)
+	return &OwnedDir{Path: path, lock: f}, nil
+}
+
+// writeOwner records who holds the lock, for people reading the file.
+func writeOwner(f *os.File) {
 	info := "pid " + strconv.Itoa(os.Getpid()) + " started " + time.Now().UTC().Format(time.RFC3339Nano) + "\n"
 	if err := f.Truncate(0); err == nil {
 		f.WriteAt([]byte(info), 0)
 	}
-	return &OwnedDir{Path: path, lock: f}, nil
 }
 
 // Close removes the directory and everything in it, then releases the lock. Safe to call
