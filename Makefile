@@ -19,6 +19,12 @@ demo: ## Sort 1 GB of generated data on a local cluster (1 master, 4 workers) an
 bench-sort: ## Benchmark sort local against GNU sort on 1 GB (figures in docs/BENCHMARKS.md)
 	bash scripts/bench-sort-local.sh
 
+bench-queue: ## Benchmark taskq against asynq on a private Redis: tasks/s, ratio, enqueue→start p50/p99
+	cd bench && $(GO) run ./cmd/queuebench $(QUEUEBENCHFLAGS)
+
+bench-dsort: ## End-to-end dsort (4 workers, 2 GB) and sort local (1 GB) vs GNU sort (figures in docs/BENCHMARKS.md)
+	bash scripts/bench-dsort.sh
+
 test: services lint ## Install what the tests need, lint, run every test with -race (what CI runs)
 	$(GO) test -race $(TESTFLAGS) $(PKGS)
 
@@ -34,10 +40,11 @@ test-race: ## Run every test with the race detector
 bench: ## Run the Go benchmarks (figures and the full-size commands are in docs/BENCHMARKS.md)
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
-lint: ## gofmt check, go vet, staticcheck, generated code up to date
+lint: ## gofmt check, go vet, staticcheck, gocyclo (dsort <= 15), generated code up to date
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt wants to rewrite:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(GO) tool staticcheck $(PKGS)
+	$(GO) tool gocyclo -over 15 -ignore '_test.go$$' dsort
 	@if command -v protoc >/dev/null; then \
 		tmp=$$(mktemp -d); cp dsort/dsortpb/*.pb.go "$$tmp"/; \
 		$(GO) generate ./dsort/... || { rm -rf "$$tmp"; exit 1; }; \
@@ -52,4 +59,4 @@ generate: ## Regenerate protobuf/gRPC code (needs protoc: apt-get install protob
 clean: ## Remove build output
 	rm -rf bin
 
-.PHONY: help build demo bench-sort services test test-short test-race bench lint generate clean
+.PHONY: help build demo bench-sort bench-queue bench-dsort services test test-short test-race bench lint generate clean

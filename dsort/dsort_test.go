@@ -15,12 +15,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantryhq/gantry/record"
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) {
-	setupBinary()
 	code := m.Run()
 	cleanupBinary()
 	if code == 0 {
@@ -54,8 +54,8 @@ type genOpts struct {
 // writeRecords writes n random records to path and adds them to sum.
 func writeRecords(t *testing.T, path string, n int, rng *rand.Rand, o genOpts, sum *dataSum) {
 	t.Helper()
-	buf := make([]byte, 0, n*recSize)
-	rec := make([]byte, recSize)
+	buf := make([]byte, 0, n*record.Size)
+	rec := make([]byte, record.Size)
 	for range n {
 		for i := range rec {
 			if o.ascii {
@@ -65,7 +65,7 @@ func writeRecords(t *testing.T, path string, n int, rng *rand.Rand, o genOpts, s
 			}
 		}
 		if o.ascii {
-			rec[recSize-2], rec[recSize-1] = '\r', '\n'
+			rec[record.Size-2], rec[record.Size-1] = '\r', '\n'
 		}
 		if o.hotKey != nil && rng.Float64() < o.hotShare {
 			copy(rec, o.hotKey)
@@ -131,16 +131,16 @@ func checkOutput(t *testing.T, outDirs []string, want dataSum) []int64 {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(data)%recSize != 0 {
+			if len(data)%record.Size != 0 {
 				t.Fatalf("partition.%d: %d bytes is not whole records", k, len(data))
 			}
 			perWork[w] += int64(len(data))
-			for off := 0; off < len(data); off += recSize {
-				rec := data[off : off+recSize]
-				if prev != nil && bytes.Compare(prev, rec[:keySize]) > 0 {
-					t.Fatalf("partition.%d: record %d is out of order", k, off/recSize)
+			for off := 0; off < len(data); off += record.Size {
+				rec := data[off : off+record.Size]
+				if prev != nil && bytes.Compare(prev, rec[:record.KeySize]) > 0 {
+					t.Fatalf("partition.%d: record %d is out of order", k, off/record.Size)
 				}
-				prev = rec[:keySize]
+				prev = rec[:record.KeySize]
 				got.add(rec)
 			}
 		}
@@ -269,7 +269,7 @@ func TestSkewBalance(t *testing.T) {
 		t.Fatalf("master: %v, workers: %v", merr, werrs)
 	}
 	per := checkOutput(t, outs, sum)
-	mean := float64(sum.Records*recSize) / 3
+	mean := float64(sum.Records*record.Size) / 3
 	for w, n := range per {
 		if float64(n) > 1.5*mean {
 			t.Errorf("worker %d received %d bytes, more than 1.5x the mean %.0f (all: %v)", w, n, mean, per)

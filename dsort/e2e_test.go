@@ -18,28 +18,17 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gantryhq/gantry/record"
 )
 
-// gantryBin is the binary under test; binErr says why there is none.
+// gantryBin is the binary under test, built on first use.
 var (
 	gantryBin string
 	binDir    string
 	binErr    error
+	binOnce   sync.Once
 )
-
-func setupBinary() {
-	dir, err := os.MkdirTemp("", "gantry-dsort-test-bin-")
-	if err != nil {
-		binErr = err
-		return
-	}
-	binDir = dir
-	gantryBin = filepath.Join(dir, "gantry")
-	cmd := exec.Command("go", "build", "-o", gantryBin, "github.com/gantryhq/gantry/cmd/gantry")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		binErr = fmt.Errorf("go build: %v\n%s", err, out)
-	}
-}
 
 func cleanupBinary() {
 	if binDir != "" {
@@ -47,8 +36,26 @@ func cleanupBinary() {
 	}
 }
 
+// needBinary skips a process-level test under -short and otherwise builds
+// the gantry binary (once per test process).
 func needBinary(t *testing.T) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("process-level test: skipped by -short")
+	}
+	binOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "gantry-dsort-test-bin-")
+		if err != nil {
+			binErr = err
+			return
+		}
+		binDir = dir
+		gantryBin = filepath.Join(dir, "gantry")
+		cmd := exec.Command("go", "build", "-o", gantryBin, "github.com/gantryhq/gantry/cmd/gantry")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			binErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
 	if binErr != nil {
 		t.Fatalf("cannot build gantry: %v", binErr)
 	}
@@ -253,8 +260,8 @@ func (j *job) gensort(path string, first, count int, flags ...string) {
 	if err != nil {
 		j.t.Fatal(err)
 	}
-	for off := 0; off+recSize <= len(data); off += recSize {
-		j.sum.add(data[off : off+recSize])
+	for off := 0; off+record.Size <= len(data); off += record.Size {
+		j.sum.add(data[off : off+record.Size])
 	}
 }
 

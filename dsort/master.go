@@ -1,7 +1,6 @@
 package dsort
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -14,11 +13,11 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gantryhq/gantry/dsort/dsortpb"
-	"github.com/gantryhq/gantry/lifecycle"
+	"github.com/gantryhq/gantry/record"
 )
 
 // MasterConfig configures a Master. Zero values are the documented defaults.
@@ -60,6 +59,9 @@ type MasterConfig struct {
 	OnShutdown func(succeeded bool)
 	// Logger receives the master's log. Default: discard.
 	Logger *slog.Logger
+	// Metrics, when set, receives dsort's metrics (see metrics.go).
+	// Default: none.
+	Metrics prometheus.Registerer
 }
 
 func (c *MasterConfig) validate() error {
@@ -115,9 +117,12 @@ type PhaseTime struct {
 	Done     bool
 }
 
-// signal indexes member.sent.
+// signal is one of the master's signals to a worker; it indexes
+// member.sent.
+type signal int
+
 const (
-	sigConfig = iota
+	sigConfig signal = iota
 	sigShuffle
 	sigMerge
 	numSignals
@@ -168,21 +173,24 @@ type member struct {
 // heartbeats and decides when the job has succeeded or must abort. It is the
 // source of truth for the job's progress.
 type Master struct {
-	cfg   MasterConfig
-	start time.Time
-	kick  chan struct{} // buffered(1): wake the control loop
+	cfg     MasterConfig
+	start   time.Time
+	kick    chan struct{} // buffered(1): wake the control loop
+	metrics *metrics
+	sends   sync.WaitGroup // signal deliveries started by step; Run waits for them
 
 	mu sync.Mutex // protects the fields below
 	// members are in registration order. Invariant: len <= cfg.Workers.
 	members []*member
-	// bounds is nil until every worker's sample is in, then fixed.
-	bounds []Boundary
-	ppw    int // partitions per worker, set with bounds
-	// shuffleOpen/mergeOpen: the barrier has opened (stays open).
-	shuffleOpen, mergeOpen bool
-	// ended is closed when the job succeeded or aborted; result says which.
-	ended       chan struct{}
-	succeeded   bool
+	// phase only moves forward (see JobPhase); ended is closed when it
+	// becomes JobSucceeded or JobAborted.
+	phase      JobPhase
+	phaseStart time.Time // when phase began, for metrics
+	ended      chan struct{}
+	// bounds is nil until every worker's sample is in (JobSorting), then
+	// fixed.
+	bounds      []Boundary
+	ppw         int // partitions per worker, set with bounds
 	abortReason string
 	announced   bool // OnRegistered called
 }
@@ -192,7 +200,7 @@ func NewMaster(cfg MasterConfig) (*Master, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Master{cfg: cfg, kick: make(chan struct{}, 1), ended: make(chan struct{})}, nil
+	return &Master{cfg: cfg, kick: make(chan struct{}, 1), ended: make(chan struct{}), metrics: newMetrics(cfg.Metrics)}, nil
 }
 
 // JobID returns the job's ID.
@@ -201,23 +209,49 @@ func (m *Master) JobID() string { return m.cfg.JobID }
 // Run listens, drives the job to its end and returns nil when it succeeded,
 // an *AbortError when it was aborted (including when ctx ends first). Before
 // returning it gives workers up to ShutdownGrace to hear the outcome, then
-// stops the server within a bounded time.
+// stops the server within a bounded time and waits for every goroutine it
+// started (the server's and the signal deliveries).
 func (m *Master) Run(ctx context.Context) error {
 	m.start = time.Now()
+	m.mu.Lock()
+	m.phaseStart = m.start
+	m.mu.Unlock()
 	ln, err := net.Listen("tcp", m.cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("dsort: master listen: %w", err)
 	}
-	g := &guard{token: m.cfg.Token, jobID: func() string { return m.cfg.JobID },
+	g := &guard{token: m.cfg.Token, metrics: m.metrics, jobID: func() string { return m.cfg.JobID },
 		open: map[string]bool{
 			dsortpb.Master_RegisterWorker_FullMethodName: true,
 			dsortpb.Master_GetJobStatus_FullMethodName:   true,
 		}}
 	srv := grpc.NewServer(g.serverOptions()...)
 	dsortpb.RegisterMasterServer(srv, &masterRPC{m: m})
-	serveDone := make(chan struct{})
-	go func() { defer close(serveDone); srv.Serve(ln) }()
-	port := ln.Addr().(*net.TCPAddr).Port
+	stopServer := serve(srv, ln)
+	m.announce(ln.Addr().(*net.TCPAddr).Port)
+
+	sendCtx, cancelSends := context.WithCancel(context.WithoutCancel(ctx))
+	m.loop(ctx, sendCtx)
+	stopServer()
+	cancelSends()
+	m.sends.Wait()
+	m.mu.Lock()
+	for _, mb := range m.members {
+		if mb.conn != nil {
+			mb.conn.Close()
+		}
+	}
+	ok, reason := m.phase == JobSucceeded, m.abortReason
+	m.mu.Unlock()
+	if ok {
+		m.cfg.Logger.Info("job succeeded", "elapsed", time.Since(m.start).Round(time.Millisecond))
+		return nil
+	}
+	return &AbortError{Reason: reason}
+}
+
+// announce logs and reports the address other hosts can reach.
+func (m *Master) announce(port int) {
 	addr := net.JoinHostPort(reachableIP(), strconv.Itoa(port))
 	if h := hostOf(m.cfg.Addr); h != "" && h != "0.0.0.0" && h != "::" {
 		addr = net.JoinHostPort(h, strconv.Itoa(port))
@@ -226,14 +260,18 @@ func (m *Master) Run(ctx context.Context) error {
 	if m.cfg.OnListen != nil {
 		m.cfg.OnListen(addr)
 	}
+}
 
+// loop runs the control loop until the job has ended and every live worker
+// has heard so, or ShutdownGrace has passed since it ended. Signals go out
+// under sendCtx.
+func (m *Master) loop(ctx, sendCtx context.Context) {
 	tick := time.NewTicker(min(m.cfg.HeartbeatInterval/2, 100*time.Millisecond))
 	defer tick.Stop()
 	var graceEnd time.Time
 	// cancelled is ctx.Done() until it fires, then nil: an interrupted
 	// master still gives its workers the grace to hear about the abort.
 	cancelled := ctx.Done()
-loop:
 	for {
 		select {
 		case <-cancelled:
@@ -242,39 +280,25 @@ loop:
 		case <-tick.C:
 		case <-m.kick:
 		}
-		m.step(time.Now())
+		m.step(sendCtx, time.Now())
 		select {
 		case <-m.ended:
-			if graceEnd.IsZero() {
-				graceEnd = time.Now().Add(m.cfg.ShutdownGrace)
-				if m.cfg.OnShutdown != nil {
-					m.mu.Lock()
-					ok := m.succeeded
-					m.mu.Unlock()
-					m.cfg.OnShutdown(ok)
-				}
-			}
-			if m.allHeardEnd() || !time.Now().Before(graceEnd) {
-				break loop
-			}
 		default:
+			continue
+		}
+		if graceEnd.IsZero() {
+			graceEnd = time.Now().Add(m.cfg.ShutdownGrace)
+			if m.cfg.OnShutdown != nil {
+				m.mu.Lock()
+				ok := m.phase == JobSucceeded
+				m.mu.Unlock()
+				m.cfg.OnShutdown(ok)
+			}
+		}
+		if m.allHeardEnd() || !time.Now().Before(graceEnd) {
+			return
 		}
 	}
-	lifecycle.StopWithin(2*time.Second, srv.GracefulStop, srv.Stop)
-	<-serveDone
-	m.mu.Lock()
-	for _, mb := range m.members {
-		if mb.conn != nil {
-			mb.conn.Close()
-		}
-	}
-	ok, reason := m.succeeded, m.abortReason
-	m.mu.Unlock()
-	if ok {
-		m.cfg.Logger.Info("job succeeded", "elapsed", time.Since(m.start).Round(time.Millisecond))
-		return nil
-	}
-	return &AbortError{Reason: reason}
 }
 
 func (m *Master) wake() {
@@ -292,14 +316,22 @@ func (m *Master) abort(reason string) {
 }
 
 func (m *Master) abortLocked(reason string) {
-	select {
-	case <-m.ended:
+	if m.phase.Ended() {
 		return
-	default:
 	}
 	m.abortReason = reason
-	close(m.ended)
+	m.setPhaseLocked(JobAborted)
 	m.cfg.Logger.Error("aborting the job", "reason", reason)
+}
+
+// setPhaseLocked moves the job to p and closes ended when p ends the job.
+func (m *Master) setPhaseLocked(p JobPhase) {
+	now := time.Now()
+	m.metrics.jobPhaseDone(m.phase, now.Sub(m.phaseStart))
+	m.phase, m.phaseStart = p, now
+	if p.Ended() {
+		close(m.ended)
+	}
 }
 
 func (m *Master) allHeardEnd() bool {
@@ -314,112 +346,158 @@ func (m *Master) allHeardEnd() bool {
 	return true
 }
 
-// step is one pass of the control loop: failure detection, boundaries,
-// barriers and signals, completion.
-func (m *Master) step(now time.Time) {
-	type action struct {
-		mb     *member
-		epoch  int64
-		client dsortpb.WorkerClient
-		sig    int
-		call   func(context.Context, dsortpb.WorkerClient) error
-	}
-	var acts []action
+// step is one pass of the control loop: detect failures, advance the job's
+// phase, then deliver the signals the workers are waiting for.
+func (m *Master) step(ctx context.Context, now time.Time) {
 	m.mu.Lock()
-	select {
-	case <-m.ended:
+	if m.phase.Ended() {
 		m.mu.Unlock()
 		return
-	default:
 	}
+	if reason := m.failureLocked(now); reason != "" {
+		m.abortLocked(reason)
+		m.mu.Unlock()
+		return
+	}
+	m.markLostLocked(now)
+	m.advanceLocked()
+	var sends []signalSend
+	if !m.phase.Ended() {
+		sends = m.signalsLocked(now)
+	}
+	m.mu.Unlock()
+	for _, s := range sends {
+		m.sends.Go(func() { m.deliver(ctx, s) })
+	}
+}
+
+// failureLocked returns why the job must abort now, or "": a worker
+// reported Failed, or stayed silent past RejoinTimeout.
+func (m *Master) failureLocked(now time.Time) string {
 	for _, mb := range m.members {
 		silent := now.Sub(mb.lastSeen)
 		if mb.state == Failed {
-			m.abortLocked(fmt.Sprintf("worker %d (%s) failed: %s", mb.index, mb.addr, mb.errMsg))
-			m.mu.Unlock()
-			return
+			return fmt.Sprintf("worker %d (%s) failed: %s", mb.index, mb.addr, mb.errMsg)
 		}
 		if silent > m.cfg.RejoinTimeout {
-			m.abortLocked(fmt.Sprintf("worker %d (%s) has been silent for %s and did not come back (rejoin timeout %s)",
-				mb.index, mb.addr, silent.Round(time.Second), m.cfg.RejoinTimeout))
-			m.mu.Unlock()
-			return
+			return fmt.Sprintf("worker %d (%s) has been silent for %s and did not come back (rejoin timeout %s)",
+				mb.index, mb.addr, silent.Round(time.Second), m.cfg.RejoinTimeout)
 		}
-		if silent > m.cfg.LostAfter && !mb.lost {
+	}
+	return ""
+}
+
+// markLostLocked flags the workers silent past LostAfter: they get no
+// signals until they report again.
+func (m *Master) markLostLocked(now time.Time) {
+	for _, mb := range m.members {
+		if now.Sub(mb.lastSeen) > m.cfg.LostAfter && !mb.lost {
 			mb.lost = true
+			m.metrics.workerLost()
 			m.cfg.Logger.Warn("worker lost; waiting for it to come back", "worker", mb.index, "addr", mb.addr,
 				"state", mb.state, "rejoin_timeout", m.cfg.RejoinTimeout)
 		}
 	}
-	full := len(m.members) == m.cfg.Workers
-	if full && m.bounds == nil && !slices.ContainsFunc(m.members, func(mb *member) bool { return !mb.sampled }) {
-		m.computeBoundsLocked()
+}
+
+// advanceLocked moves the job through every phase the workers' reports
+// allow (nextPhase decides), doing each transition's work.
+func (m *Master) advanceLocked() {
+	for {
+		next := nextPhase(m.phase, m.viewLocked())
+		if next == m.phase {
+			return
+		}
+		switch next {
+		case JobSorting:
+			m.computeBoundsLocked()
+		case JobShuffling:
+			m.cfg.Logger.Info("shuffle barrier open: every worker has sorted")
+		case JobMerging:
+			m.cfg.Logger.Info("merge barrier open: every worker has its partitions' data")
+		case JobSucceeded:
+			m.cfg.Logger.Info("every worker completed")
+		}
+		m.setPhaseLocked(next)
 	}
-	allAtLeast := func(s State) bool {
-		return full && !slices.ContainsFunc(m.members, func(mb *member) bool { return mb.state < s || mb.state == Failed })
+}
+
+// viewLocked summarises the members for nextPhase.
+func (m *Master) viewLocked() jobView {
+	v := jobView{registered: len(m.members), workers: m.cfg.Workers, allSampled: true, least: Completed}
+	for _, mb := range m.members {
+		v.allSampled = v.allSampled && mb.sampled
+		if mb.state == Failed {
+			v.least = Initializing // a failed worker holds every barrier
+		} else {
+			v.least = min(v.least, mb.state)
+		}
 	}
-	if !m.shuffleOpen && m.bounds != nil && allAtLeast(WaitingForShuffleSignal) {
-		m.shuffleOpen = true
-		m.cfg.Logger.Info("shuffle barrier open: every worker has sorted")
-	}
-	if !m.mergeOpen && m.shuffleOpen && allAtLeast(WaitingForMergeSignal) {
-		m.mergeOpen = true
-		m.cfg.Logger.Info("merge barrier open: every worker has its partitions' data")
-	}
-	if allAtLeast(Completed) {
-		m.succeeded = true
-		close(m.ended)
-		m.cfg.Logger.Info("every worker completed")
-		m.mu.Unlock()
-		return
-	}
+	return v
+}
+
+// signalsLocked lists the signals to send now (signalFor decides) and
+// marks them in flight.
+func (m *Master) signalsLocked(now time.Time) []signalSend {
+	var out []signalSend
 	for _, mb := range m.members {
 		if mb.lost || mb.client == nil {
 			continue
 		}
-		switch {
-		case m.bounds != nil && mb.state == WaitingForPartitionConfig && mb.sent[sigConfig] == unsent:
-			pc := m.partitionConfigLocked(mb)
-			acts = append(acts, action{mb, mb.epoch, mb.client, sigConfig, func(ctx context.Context, c dsortpb.WorkerClient) error {
-				_, err := c.SetPartitionBoundaries(ctx, pc)
-				return err
-			}})
-		case m.shuffleOpen && mb.state == WaitingForShuffleSignal && mb.sent[sigShuffle] == unsent:
-			b := &dsortpb.Barrier{JobId: m.cfg.JobID, Epoch: mb.epoch, Peers: m.peersLocked(now)}
-			acts = append(acts, action{mb, mb.epoch, mb.client, sigShuffle, func(ctx context.Context, c dsortpb.WorkerClient) error {
-				_, err := c.StartShuffle(ctx, b)
-				return err
-			}})
-		case m.mergeOpen && mb.state == WaitingForMergeSignal && mb.sent[sigMerge] == unsent:
-			b := &dsortpb.Barrier{JobId: m.cfg.JobID, Epoch: mb.epoch}
-			acts = append(acts, action{mb, mb.epoch, mb.client, sigMerge, func(ctx context.Context, c dsortpb.WorkerClient) error {
-				_, err := c.StartMerge(ctx, b)
-				return err
-			}})
+		sig, ok := signalFor(m.phase, mb.state)
+		if !ok || mb.sent[sig] != unsent {
+			continue
 		}
+		s := signalSend{mb: mb, epoch: mb.epoch, client: mb.client, sig: sig}
+		switch sig {
+		case sigConfig:
+			s.config = partitionConfigToPB(m.cfg.JobID, mb.epoch, m.partitionConfigLocked(mb))
+		case sigShuffle:
+			s.barrier = &dsortpb.Barrier{JobId: m.cfg.JobID, Epoch: mb.epoch, Peers: peersToPB(m.peersLocked(now))}
+		case sigMerge:
+			s.barrier = &dsortpb.Barrier{JobId: m.cfg.JobID, Epoch: mb.epoch}
+		}
+		mb.sent[sig] = inflight
+		out = append(out, s)
 	}
-	for _, a := range acts {
-		a.mb.sent[a.sig] = inflight
+	return out
+}
+
+// signalSend is one signal on its way to one epoch of a worker.
+type signalSend struct {
+	mb      *member
+	epoch   int64
+	client  dsortpb.WorkerClient
+	sig     signal
+	config  *dsortpb.PartitionConfig // sigConfig
+	barrier *dsortpb.Barrier         // sigShuffle, sigMerge
+}
+
+// deliver sends s and records the outcome: delivered, or unsent again so
+// that a later step retries.
+func (m *Master) deliver(ctx context.Context, s signalSend) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var err error
+	switch s.sig {
+	case sigConfig:
+		_, err = s.client.SetPartitionBoundaries(ctx, s.config)
+	case sigShuffle:
+		_, err = s.client.StartShuffle(ctx, s.barrier)
+	case sigMerge:
+		_, err = s.client.StartMerge(ctx, s.barrier)
 	}
-	m.mu.Unlock()
-	for _, a := range acts {
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			err := a.call(ctx, a.client)
-			m.mu.Lock()
-			defer m.mu.Unlock()
-			if a.mb.epoch != a.epoch {
-				return // the worker restarted meanwhile; its new epoch starts unsent
-			}
-			if err != nil {
-				a.mb.sent[a.sig] = unsent
-				m.cfg.Logger.Debug("signal not delivered; will retry", "worker", a.mb.index, "signal", a.sig, "err", err)
-				return
-			}
-			a.mb.sent[a.sig] = delivered
-		}()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s.mb.epoch != s.epoch {
+		return // the worker restarted meanwhile; its new epoch starts unsent
 	}
+	if err != nil {
+		s.mb.sent[s.sig] = unsent
+		m.cfg.Logger.Debug("signal not delivered; will retry", "worker", s.mb.index, "signal", s.sig, "err", err)
+		return
+	}
+	s.mb.sent[s.sig] = delivered
 }
 
 func (m *Master) computeBoundsLocked() {
@@ -430,7 +508,7 @@ func (m *Master) computeBoundsLocked() {
 	for i, mb := range m.members {
 		keys[i], recs[i] = mb.sample, mb.records
 		cores = max(cores, mb.cores)
-		total += mb.records * recSize
+		total += mb.records * record.Size
 	}
 	n := int64(m.cfg.Workers)
 	ppw := int(max(int64(cores), (total+n*m.cfg.PartitionSize-1)/(n*m.cfg.PartitionSize)))
@@ -440,25 +518,22 @@ func (m *Master) computeBoundsLocked() {
 		"per_worker", ppw, "input_bytes", total)
 }
 
-func (m *Master) partitionConfigLocked(to *member) *dsortpb.PartitionConfig {
-	pc := &dsortpb.PartitionConfig{JobId: m.cfg.JobID, Epoch: to.epoch,
-		NumPartitions: int32(m.ppw * m.cfg.Workers), PartitionsPerWorker: int32(m.ppw)}
+// partitionConfigLocked is the partition config for worker to: the
+// boundaries and the number of the job's workers on its machine.
+func (m *Master) partitionConfigLocked(to *member) partitionConfig {
+	pc := partitionConfig{bounds: m.bounds, perWorker: m.ppw, workers: m.cfg.Workers}
 	for _, mb := range m.members {
 		if mb.machine == to.machine {
-			pc.WorkersOnMachine++
+			pc.onMachine++
 		}
-	}
-	for _, b := range m.bounds {
-		pc.Boundaries = append(pc.Boundaries, &dsortpb.Boundary{Key: b.Key[:], Worker: int32(b.Worker), Count: b.Count})
 	}
 	return pc
 }
 
-func (m *Master) peersLocked(now time.Time) []*dsortpb.Peer {
-	out := make([]*dsortpb.Peer, len(m.members))
+func (m *Master) peersLocked(now time.Time) []peer {
+	out := make([]peer, len(m.members))
 	for i, mb := range m.members {
-		out[i] = &dsortpb.Peer{Index: int32(i), Address: mb.addr, Epoch: mb.epoch,
-			State: stateToPB(mb.state), Alive: now.Sub(mb.lastSeen) < m.cfg.LostAfter}
+		out[i] = peer{index: i, addr: mb.addr, epoch: mb.epoch, state: mb.state, alive: now.Sub(mb.lastSeen) < m.cfg.LostAfter}
 	}
 	return out
 }
@@ -470,7 +545,7 @@ func (m *Master) InputBytes() int64 {
 	defer m.mu.Unlock()
 	var n int64
 	for _, mb := range m.members {
-		n += mb.records * recSize
+		n += mb.records * record.Size
 	}
 	return n
 }
@@ -493,206 +568,15 @@ func (m *Master) infoLocked(mb *member, now time.Time) WorkerInfo {
 		Alive: now.Sub(mb.lastSeen) < m.cfg.LostAfter, LastSeen: now.Sub(mb.lastSeen)}
 }
 
-// masterRPC is the gRPC face of a Master.
-type masterRPC struct {
-	dsortpb.UnimplementedMasterServer
-	m *Master
-}
-
-func (r *masterRPC) RegisterWorker(ctx context.Context, req *dsortpb.RegisterRequest) (*dsortpb.RegisterReply, error) {
-	m := r.m
-	host := hostOf(req.GetAddress())
-	if host == "" || req.GetOutputDir() == "" || len(req.GetInputDirs()) == 0 {
-		return nil, status.Error(codes.InvalidArgument, "dsort: register: address, input dirs and output dir are required")
-	}
-	id := identity(host, req.GetInputDirs(), req.GetOutputDir())
-	conn, err := dial(req.GetAddress(), m.cfg.Token)
-	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	}
-	m.mu.Lock()
-	select {
-	case <-m.ended:
-		m.mu.Unlock()
-		conn.Close()
-		return nil, status.Error(codes.FailedPrecondition, "dsort: the job has ended")
-	default:
-	}
-	idx := slices.IndexFunc(m.members, func(mb *member) bool { return mb.identity == id })
-	var mb *member
-	switch {
-	case idx >= 0:
-		mb = m.members[idx]
-		if mb.conn != nil {
-			mb.conn.Close()
-		}
-		mb.epoch++
-		m.cfg.Logger.Info("worker came back", "worker", mb.index, "addr", req.GetAddress(), "epoch", mb.epoch,
-			"was", mb.state)
-	case len(m.members) < m.cfg.Workers:
-		mb = &member{index: len(m.members), identity: id, host: host, epoch: 1}
-		m.members = append(m.members, mb)
-		m.cfg.Logger.Info("worker registered", "worker", mb.index, "addr", req.GetAddress())
-	default:
-		m.mu.Unlock()
-		conn.Close()
-		return nil, status.Errorf(codes.ResourceExhausted,
-			"dsort: the job already has its %d workers and %s (inputs %v, output %s) is not one of them",
-			m.cfg.Workers, req.GetAddress(), req.GetInputDirs(), req.GetOutputDir())
-	}
-	mb.addr, mb.conn, mb.client = req.GetAddress(), conn, dsortpb.NewWorkerClient(conn)
-	mb.machine = cmp.Or(req.GetMachineId(), host)
-	mb.cores, mb.inputBytes = int(max(req.GetCores(), 1)), req.GetInputBytes()
-	mb.state, mb.progress, mb.message, mb.errMsg, mb.phases = Initializing, 0, "registered", "", nil
-	mb.lastSeen, mb.lost, mb.sent, mb.heardEnd = time.Now(), false, [numSignals]sendState{}, false
-	reply := &dsortpb.RegisterReply{JobId: m.cfg.JobID, Index: int32(mb.index), Epoch: mb.epoch,
-		NumWorkers: int32(m.cfg.Workers), NeedSample: !mb.sampled,
-		HeartbeatIntervalMs: m.cfg.HeartbeatInterval.Milliseconds()}
-	var ips []string
-	if len(m.members) == m.cfg.Workers && !m.announced {
-		m.announced = true
-		for _, x := range m.members {
-			ips = append(ips, x.host)
-		}
-	}
-	m.mu.Unlock()
-	if ips != nil && m.cfg.OnRegistered != nil {
-		m.cfg.OnRegistered(ips)
-	}
-	m.wake()
-	return reply, nil
-}
-
-// memberFor returns the member for (index, epoch), or a gRPC error.
-func (m *Master) memberForLocked(index int32, epoch int64) (*member, error) {
-	if index < 0 || int(index) >= len(m.members) {
-		return nil, status.Errorf(codes.NotFound, "dsort: no worker %d", index)
-	}
-	mb := m.members[index]
-	if epoch != mb.epoch {
-		return nil, status.Errorf(codes.FailedPrecondition, "dsort: worker %d epoch %d is superseded by epoch %d",
-			index, epoch, mb.epoch)
-	}
-	return mb, nil
-}
-
-func (r *masterRPC) SubmitSample(ctx context.Context, req *dsortpb.SampleRequest) (*dsortpb.Ack, error) {
-	m := r.m
-	if len(req.GetKeys())%keySize != 0 {
-		return nil, status.Errorf(codes.InvalidArgument, "dsort: sample of %d bytes is not whole %d-byte keys", len(req.GetKeys()), keySize)
-	}
-	m.mu.Lock()
-	defer m.wake()
-	defer m.mu.Unlock()
-	mb, err := m.memberForLocked(req.GetIndex(), req.GetEpoch())
-	if err != nil {
-		return nil, err
-	}
-	if !mb.sampled {
-		mb.sample, mb.records, mb.sampled = slices.Clone(req.GetKeys()), req.GetRecords(), true
-	}
-	return &dsortpb.Ack{}, nil
-}
-
-func (r *masterRPC) Heartbeat(ctx context.Context, req *dsortpb.HeartbeatRequest) (*dsortpb.HeartbeatReply, error) {
-	m := r.m
-	m.mu.Lock()
-	mb, err := m.memberForLocked(req.GetIndex(), req.GetEpoch())
-	if err != nil {
-		m.mu.Unlock()
-		if status.Code(err) == codes.FailedPrecondition {
-			return &dsortpb.HeartbeatReply{ShouldAbort: true, Reason: "a newer process of this worker has registered"}, nil
-		}
-		return nil, err
-	}
-	now := time.Now()
-	if mb.lost {
-		m.cfg.Logger.Info("worker is back", "worker", mb.index)
-	}
-	mb.lastSeen, mb.lost = now, false
-	newState := stateFromPB(req.GetState())
-	changed := newState != mb.state
-	mb.state, mb.progress, mb.message, mb.errMsg = newState, req.GetProgress(), req.GetMessage(), req.GetError()
-	mb.phases = mb.phases[:0]
-	for _, p := range req.GetPhases() {
-		mb.phases = append(mb.phases, PhaseTime{State: stateFromPB(p.GetState()),
-			Duration: time.Duration(p.GetDurationMs()) * time.Millisecond, Done: p.GetDone()})
-	}
-	reply := &dsortpb.HeartbeatReply{}
-	select {
-	case <-m.ended:
-		reply.ShouldAbort, reply.JobSucceeded, reply.Reason = true, m.succeeded, m.abortReason
-		if m.succeeded {
-			reply.Reason = "the job succeeded"
-		}
-		mb.heardEnd = true
-	default:
-	}
-	info := m.infoLocked(mb, now)
-	m.mu.Unlock()
-	if changed {
-		m.cfg.Logger.Info("worker state", "worker", info.Index, "state", info.State, "progress", fmt.Sprintf("%.0f%%", info.Progress))
-		if m.cfg.OnChange != nil {
-			m.cfg.OnChange(info)
-		}
-		m.wake()
-	}
-	return reply, nil
-}
-
-func (r *masterRPC) GetPeers(ctx context.Context, req *dsortpb.PeersRequest) (*dsortpb.PeersReply, error) {
-	r.m.mu.Lock()
-	defer r.m.mu.Unlock()
-	return &dsortpb.PeersReply{Peers: r.m.peersLocked(time.Now())}, nil
-}
-
-func (r *masterRPC) GetJobStatus(ctx context.Context, req *dsortpb.JobStatusRequest) (*dsortpb.JobStatus, error) {
-	m := r.m
+// Job returns the master's view of the job.
+func (m *Master) Job() JobInfo {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := time.Now()
-	js := &dsortpb.JobStatus{JobId: m.cfg.JobID, NumWorkers: int32(m.cfg.Workers), Registered: int32(len(m.members)),
-		ElapsedMs: now.Sub(m.start).Milliseconds(), AbortReason: m.abortReason}
-	switch {
-	case m.succeeded:
-		js.Phase = "succeeded"
-	case m.abortReason != "":
-		js.Phase = "aborted"
-	case len(m.members) < m.cfg.Workers:
-		js.Phase = "registering"
-	case m.mergeOpen:
-		js.Phase = "merging"
-	case m.shuffleOpen:
-		js.Phase = "shuffling"
-	case m.bounds != nil:
-		js.Phase = "sorting"
-	default:
-		js.Phase = "sampling"
-	}
+	j := JobInfo{JobID: m.cfg.JobID, Phase: m.phase, Workers: m.cfg.Workers, Registered: len(m.members),
+		Elapsed: now.Sub(m.start), AbortReason: m.abortReason}
 	for _, mb := range m.members {
-		js.Workers = append(js.Workers, workerStatusPB(m.infoLocked(mb, now)))
+		j.Members = append(j.Members, m.infoLocked(mb, now))
 	}
-	return js, nil
-}
-
-func workerStatusPB(w WorkerInfo) *dsortpb.WorkerStatus {
-	ws := &dsortpb.WorkerStatus{Index: int32(w.Index), Epoch: w.Epoch, State: stateToPB(w.State),
-		CurrentPhase: phaseOf(w.State), ProgressPercentage: w.Progress, Message: w.Message,
-		Address: w.Address, Alive: w.Alive, LastSeenMs: w.LastSeen.Milliseconds()}
-	for _, p := range w.Phases {
-		ws.Phases = append(ws.Phases, &dsortpb.PhaseTime{State: stateToPB(p.State), DurationMs: p.Duration.Milliseconds(), Done: p.Done})
-	}
-	return ws
-}
-
-// WorkerInfoFromPB converts a status message (from GetJobStatus) back.
-func WorkerInfoFromPB(ws *dsortpb.WorkerStatus) WorkerInfo {
-	w := WorkerInfo{Index: int(ws.GetIndex()), Address: ws.GetAddress(), Epoch: ws.GetEpoch(),
-		State: stateFromPB(ws.GetState()), Progress: ws.GetProgressPercentage(), Message: ws.GetMessage(),
-		Alive: ws.GetAlive(), LastSeen: time.Duration(ws.GetLastSeenMs()) * time.Millisecond}
-	for _, p := range ws.GetPhases() {
-		w.Phases = append(w.Phases, PhaseTime{State: stateFromPB(p.GetState()),
-			Duration: time.Duration(p.GetDurationMs()) * time.Millisecond, Done: p.GetDone()})
-	}
-	return w
+	return j
 }

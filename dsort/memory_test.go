@@ -4,28 +4,8 @@ import (
 	"testing"
 
 	"github.com/gantryhq/gantry/extsort"
+	"github.com/google/go-cmp/cmp"
 )
-
-// The master counts the job's workers per machine in each worker's config.
-func TestPartitionConfigCountsWorkersOnTheMachine(t *testing.T) {
-	m, err := NewMaster(MasterConfig{Workers: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.ppw = 1
-	m.bounds = make([]Boundary, 3)
-	for i, machine := range []string{"a", "a", "b", "a"} {
-		m.members = append(m.members, &member{index: i, machine: machine, epoch: 1})
-	}
-	for i, want := range []int32{3, 3, 1, 3} {
-		m.mu.Lock()
-		pc := m.partitionConfigLocked(m.members[i])
-		m.mu.Unlock()
-		if got := pc.GetWorkersOnMachine(); got != want {
-			t.Errorf("worker %d: workers_on_machine = %d, want %d", i, got, want)
-		}
-	}
-}
 
 // A defaulted budget is divided among the machine's workers; one the user
 // set is kept as given.
@@ -51,5 +31,36 @@ func TestWorkerSharesOnlyADefaultedBudget(t *testing.T) {
 	w.shareMemory(4)
 	if got := w.budget(); got != 512<<20 {
 		t.Errorf("--memory 512MiB with 4 workers on the machine: budget %d, want it kept", got)
+	}
+}
+
+func TestMemoryPlan(t *testing.T) {
+	const mib = 1 << 20
+	for _, tc := range []struct {
+		name                  string
+		budget                int64
+		shared                bool
+		onMachine, cores, ppw int
+		want                  memoryPlan
+	}{
+		{"alone, 1 GiB, 4 cores, 8 partitions", 1024 * mib, true, 1, 4, 8,
+			memoryPlan{budget: 1024 * mib, sort: 1000 * mib, serve: 64 * mib, merge: 128 * mib}},
+		{"a defaulted budget is shared by the machine's 4 workers", 1024 * mib, true, 4, 2, 2,
+			memoryPlan{budget: 256 * mib, sort: 232 * mib, serve: 32 * mib, merge: 64 * mib}},
+		{"a budget the user set is not shared", 1024 * mib, false, 4, 2, 2,
+			memoryPlan{budget: 1024 * mib, sort: 1000 * mib, serve: 128 * mib, merge: 256 * mib}},
+		{"sharing keeps what a sort needs", 64 * mib, true, 8, 1, 1,
+			memoryPlan{budget: 40 * mib, sort: 16 * mib, serve: 10 * mib, merge: 20 * mib}},
+		{"merges run on at most ppw partitions at once", 512 * mib, false, 1, 8, 2,
+			memoryPlan{budget: 512 * mib, sort: 488 * mib, serve: 16 * mib, merge: 128 * mib}},
+		{"tiny shares get the floor", 40 * mib, false, 1, 64, 64,
+			memoryPlan{budget: 40 * mib, sort: 16 * mib, serve: minMergeMemory, merge: minMergeMemory}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := newMemoryPlan(tc.budget, tc.shared, tc.onMachine, tc.cores, tc.ppw)
+			if d := cmp.Diff(tc.want, got, cmp.AllowUnexported(memoryPlan{})); d != "" {
+				t.Fatal(d)
+			}
+		})
 	}
 }

@@ -7,9 +7,13 @@ import (
 	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/gantryhq/gantry/extsort"
+	"github.com/gantryhq/gantry/record"
 )
 
 // Boundary is a composite split point between two partitions (see
@@ -25,17 +29,47 @@ import (
 // input was cut into runs, and a restarted worker cuts its data exactly as
 // its predecessor did.
 type Boundary struct {
-	Key    [keySize]byte
+	Key    [record.KeySize]byte
 	Worker int
 	Count  int64
 }
 
-// Record layout (package record): 100-byte records with a 10-byte key
-// compared as unsigned bytes.
-const (
-	recSize = 100
-	keySize = 10
-)
+// partitionConfig is what a worker needs to cut its data into partitions:
+// the job's boundaries and shape. The master sends it (SetPartitionBoundaries)
+// and the worker takes it in once, in runPhases.
+type partitionConfig struct {
+	bounds    []Boundary // len == perWorker*workers - 1, non-decreasing
+	perWorker int        // partitions per worker (ppw)
+	workers   int        // N
+	onMachine int        // the job's workers on the receiver's machine
+}
+
+// partitionName is the output file of partition p.
+func partitionName(p int) string { return record.PartitionPrefix + strconv.Itoa(p) }
+
+// isPartitionName reports whether name is partition.<digits> (leading zeros
+// included: such a file would also break validation of the output).
+func isPartitionName(name string) bool {
+	n, ok := strings.CutPrefix(name, record.PartitionPrefix)
+	return ok && n != "" && strings.TrimLeft(n, "0123456789") == ""
+}
+
+// cleanOutput removes partition.<n> files and our temporaries from dir, so
+// that a restarted worker never leaves an earlier attempt's files behind.
+func cleanOutput(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("dsort: output dir: %w", err)
+	}
+	for _, e := range ents {
+		if isPartitionName(e.Name()) || strings.HasPrefix(e.Name(), "."+record.PartitionPrefix) {
+			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
+				return fmt.Errorf("dsort: clean output dir: %w", err)
+			}
+		}
+	}
+	return nil
+}
 
 // infiniteBoundary lies after every record of a job with n workers.
 func infiniteBoundary(n int) Boundary {
@@ -54,7 +88,7 @@ func compareBoundaries(a, b Boundary) int {
 
 // sampleKey is one sampled key with its origin.
 type sampleKey struct {
-	key    [keySize]byte
+	key    [record.KeySize]byte
 	worker int
 	seq    int // position in the worker's sample, i.e. input order
 }
@@ -70,7 +104,7 @@ func computeBoundaries(keys [][]byte, records []int64, numPartitions int) []Boun
 	weight := make([]float64, n)
 	var total float64
 	for w, ks := range keys {
-		cnt := len(ks) / keySize
+		cnt := len(ks) / record.KeySize
 		if cnt == 0 || records[w] == 0 {
 			continue
 		}
@@ -78,7 +112,7 @@ func computeBoundaries(keys [][]byte, records []int64, numPartitions int) []Boun
 		total += float64(records[w])
 		for i := range cnt {
 			var s sampleKey
-			copy(s.key[:], ks[i*keySize:])
+			copy(s.key[:], ks[i*record.KeySize:])
 			s.worker, s.seq = w, i
 			all = append(all, s)
 		}
@@ -113,7 +147,7 @@ func computeBoundaries(keys [][]byte, records []int64, numPartitions int) []Boun
 // keyReader reads the keys of a sorted file of records by record index.
 type keyReader struct {
 	r   io.ReaderAt
-	buf [keySize]byte
+	buf [record.KeySize]byte
 	err error
 }
 
@@ -121,7 +155,7 @@ func (k *keyReader) key(i int64) []byte {
 	if k.err != nil {
 		return k.buf[:]
 	}
-	if _, err := k.r.ReadAt(k.buf[:], i*recSize); err != nil {
+	if _, err := k.r.ReadAt(k.buf[:], i*record.Size); err != nil {
 		k.err = err
 	}
 	return k.buf[:]
@@ -193,13 +227,13 @@ func runSplits(runs []extsort.Run, bounds []Boundary, self int) ([][]int64, erro
 func sampleInputs(inputs []extsort.Input, n int) ([]byte, int64, error) {
 	var total int64
 	for _, in := range inputs {
-		total += in.Size / recSize
+		total += in.Size / record.Size
 	}
 	if total == 0 || n <= 0 {
 		return nil, total, nil
 	}
 	n = int(min(int64(n), total))
-	out := make([]byte, 0, n*keySize)
+	out := make([]byte, 0, n*record.KeySize)
 	fi, base := 0, int64(0) // inputs[fi] starts at record index base
 	var f *os.File
 	defer func() {
@@ -207,11 +241,11 @@ func sampleInputs(inputs []extsort.Input, n int) ([]byte, int64, error) {
 			f.Close()
 		}
 	}()
-	var key [keySize]byte
+	var key [record.KeySize]byte
 	for j := range n {
 		idx := (2*int64(j) + 1) * total / (2 * int64(n))
-		for idx >= base+inputs[fi].Size/recSize {
-			base += inputs[fi].Size / recSize
+		for idx >= base+inputs[fi].Size/record.Size {
+			base += inputs[fi].Size / record.Size
 			fi++
 			if f != nil {
 				f.Close()
@@ -224,7 +258,7 @@ func sampleInputs(inputs []extsort.Input, n int) ([]byte, int64, error) {
 				return nil, 0, fmt.Errorf("dsort: sample: %w", err)
 			}
 		}
-		if _, err := f.ReadAt(key[:], (idx-base)*recSize); err != nil {
+		if _, err := f.ReadAt(key[:], (idx-base)*record.Size); err != nil {
 			return nil, 0, fmt.Errorf("dsort: sample %s: %w", inputs[fi].Path, err)
 		}
 		out = append(out, key[:]...)

@@ -1,7 +1,6 @@
 package dsort
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -13,137 +12,49 @@ import (
 	"sync/atomic"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/gantryhq/gantry/dsort/dsortpb"
 	"github.com/gantryhq/gantry/extsort"
+	"github.com/gantryhq/gantry/record"
 )
 
 // chunkBytes is the payload of one ShuffleDataChunk: whole records, at most
 // 1 MiB, so a message never nears gRPC's 4 MiB limit.
-const chunkBytes = (1 << 20) / recSize * recSize
+const chunkBytes = (1 << 20) / record.Size * record.Size
 
-// workerRPC is the gRPC face of a Worker.
-type workerRPC struct {
-	dsortpb.UnimplementedWorkerServer
-	w *Worker
-}
-
-func (r *workerRPC) SetPartitionBoundaries(ctx context.Context, pc *dsortpb.PartitionConfig) (*dsortpb.Ack, error) {
-	w := r.w
-	// Seed 000 §6.1: only a worker waiting for its config may take one.
-	if err := w.sm.Require(WaitingForPartitionConfig); err != nil {
-		return nil, status.Errorf(codes.FailedPrecondition, "dsort: cannot set partition config: %v", err)
-	}
-	n, ppw := int(pc.GetNumPartitions()), int(pc.GetPartitionsPerWorker())
+// servePiece sends receiver its piece of partition p (this worker's
+// records of p, merged from its runs' slices) through send, in chunks.
+func (w *Worker) servePiece(ctx context.Context, receiver, p int, send func(*dsortpb.ShuffleDataChunk) error) error {
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	if pc.GetEpoch() != w.epoch {
-		return nil, status.Errorf(codes.FailedPrecondition, "dsort: config for epoch %d, this worker is epoch %d", pc.GetEpoch(), w.epoch)
-	}
-	if ppw < 1 || n != ppw*w.numWorkers || len(pc.GetBoundaries()) != n-1 {
-		return nil, status.Errorf(codes.InvalidArgument, "dsort: inconsistent partition config: %d partitions, %d per worker, %d boundaries",
-			n, ppw, len(pc.GetBoundaries()))
-	}
-	bounds := make([]Boundary, n-1)
-	for i, b := range pc.GetBoundaries() {
-		if len(b.GetKey()) != keySize {
-			return nil, status.Errorf(codes.InvalidArgument, "dsort: boundary %d has a %d-byte key", i, len(b.GetKey()))
-		}
-		copy(bounds[i].Key[:], b.GetKey())
-		bounds[i].Worker, bounds[i].Count = int(b.GetWorker()), b.GetCount()
-		if i > 0 && compareBoundaries(bounds[i-1], bounds[i]) > 0 {
-			return nil, status.Errorf(codes.InvalidArgument, "dsort: boundaries %d and %d are out of order", i-1, i)
-		}
-	}
-	if w.bounds != nil {
-		return &dsortpb.Ack{}, nil // a retried delivery
-	}
-	w.bounds, w.ppw = bounds, ppw
-	w.cfgCh <- pc
-	return &dsortpb.Ack{}, nil
-}
-
-func (r *workerRPC) StartShuffle(ctx context.Context, b *dsortpb.Barrier) (*dsortpb.Ack, error) {
-	w := r.w
-	if w.sm.Is(Shuffling, WaitingForMergeSignal, Merging, Completed) {
-		return &dsortpb.Ack{}, nil // a retried delivery
-	}
-	if err := w.sm.Require(WaitingForShuffleSignal); err != nil {
-		return nil, status.Errorf(codes.FailedPrecondition, "dsort: cannot start shuffle: %v", err)
-	}
-	select {
-	case w.shuffleCh <- b.GetPeers():
-	default:
-	}
-	return &dsortpb.Ack{}, nil
-}
-
-func (r *workerRPC) StartMerge(ctx context.Context, b *dsortpb.Barrier) (*dsortpb.Ack, error) {
-	w := r.w
-	if w.sm.Is(Merging, Completed) {
-		return &dsortpb.Ack{}, nil
-	}
-	if err := w.sm.Require(WaitingForMergeSignal); err != nil {
-		return nil, status.Errorf(codes.FailedPrecondition, "dsort: cannot start merge: %v", err)
-	}
-	select {
-	case w.mergeCh <- struct{}{}:
-	default:
-	}
-	return &dsortpb.Ack{}, nil
-}
-
-func (r *workerRPC) GetStatus(ctx context.Context, req *dsortpb.StatusRequest) (*dsortpb.WorkerStatus, error) {
-	w := r.w
-	st := w.sm.State()
-	w.mu.Lock()
-	info := WorkerInfo{Index: w.index, Epoch: w.epoch, State: st, Progress: w.progress(st), Message: w.message(st), Alive: true}
-	w.mu.Unlock()
-	for _, p := range w.sm.Phases() {
-		info.Phases = append(info.Phases, PhaseTime{State: p.Phase, Duration: p.Duration(), Done: p.Done})
-	}
-	return workerStatusPB(info), nil
-}
-
-// ShuffleData streams this worker's records of one partition: its runs'
-// slices for that partition merged into one sorted stream.
-func (r *workerRPC) ShuffleData(req *dsortpb.ShuffleRequest, stream dsortpb.Worker_ShuffleDataServer) error {
-	w := r.w
-	w.mu.Lock()
-	ready, n, self, epoch, nw := w.sorted, w.ppw*w.numWorkers, w.index, w.epoch, w.numWorkers
+	ready, n, self, epoch, nw, mem := w.sorted, w.ppw*w.numWorkers, w.index, w.epoch, w.numWorkers, w.mem
 	w.mu.Unlock()
 	if !ready {
-		return status.Error(codes.Unavailable, "dsort: this worker has not finished sorting")
+		return errorf(ErrNotReady, "dsort: this worker has not finished sorting")
 	}
-	p := int(req.GetPartition())
 	if p < 0 || p >= n {
-		return status.Errorf(codes.InvalidArgument, "dsort: no partition %d (the job has %d)", p, n)
+		return errorf(ErrBadRequest, "dsort: no partition %d (the job has %d)", p, n)
 	}
-	if rcv := int(req.GetReceiver()); rcv < 0 || rcv >= nw || p/(n/nw) != rcv {
-		return status.Errorf(codes.PermissionDenied, "dsort: worker %d does not own partition %d", rcv, p)
+	if receiver < 0 || receiver >= nw || p/(n/nw) != receiver {
+		return errorf(ErrNotOwner, "dsort: worker %d does not own partition %d", receiver, p)
 	}
-	ctx := stream.Context()
 	select {
 	case w.serveSem <- struct{}{}:
 		defer func() { <-w.serveSem }()
 	case <-ctx.Done():
-		return rpcError(ctx.Err())
+		return ctx.Err()
 	}
-	cw := &chunkWriter{send: stream.Send, sender: int32(self), epoch: epoch, partition: int32(p),
+	cw := &chunkWriter{send: send, sender: int32(self), epoch: epoch, partition: int32(p),
 		buf: make([]byte, 0, chunkBytes)}
-	if err := w.writePiece(ctx, p, cw, w.budget()/4/int64(cap(w.serveSem))); err != nil {
-		return rpcError(err)
+	if err := w.writePiece(ctx, p, cw, mem.serve); err != nil {
+		return err
 	}
 	if err := cw.flush(); err != nil {
 		return err
 	}
 	w.fault(ctx, "serve-last-chunk")
 	if ctx.Err() != nil {
-		return rpcError(ctx.Err())
+		return ctx.Err()
 	}
-	return stream.Send(&dsortpb.ShuffleDataChunk{Sender: int32(self), SenderEpoch: epoch, Partition: int32(p),
+	return send(&dsortpb.ShuffleDataChunk{Sender: int32(self), SenderEpoch: epoch, Partition: int32(p),
 		Offset: cw.off, IsLastChunk: true, TotalBytes: cw.off})
 }
 
@@ -156,7 +67,7 @@ func (w *Worker) ownSegments(p int) []extsort.Segment {
 	for i, run := range w.runs {
 		lo, hi := w.splits[i][p], w.splits[i][p+1]
 		if hi > lo {
-			segs = append(segs, extsort.Segment{Path: run.Path, Offset: lo * recSize, Length: (hi - lo) * recSize})
+			segs = append(segs, extsort.Segment{Path: run.Path, Offset: lo * record.Size, Length: (hi - lo) * record.Size})
 		}
 	}
 	return segs
@@ -168,7 +79,7 @@ func (w *Worker) writePiece(ctx context.Context, p int, dst io.Writer, memory in
 	if len(segs) == 0 {
 		return nil
 	}
-	return extsort.Merge(ctx, extsort.Config{Memory: max(memory, 4<<20), TempDir: w.workDir, Workers: 1}, segs, dst, nil)
+	return extsort.Merge(ctx, extsort.Config{Memory: memory, TempDir: w.workDir, Workers: 1}, segs, dst, nil)
 }
 
 // chunkWriter cuts a byte stream into ShuffleDataChunks.
@@ -313,8 +224,8 @@ func (w *Worker) peerAddr(s int) string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, p := range w.peers {
-		if int(p.GetIndex()) == s {
-			return p.GetAddress()
+		if p.index == s {
+			return p.addr
 		}
 	}
 	return ""
@@ -331,7 +242,7 @@ func (w *Worker) refreshPeers(ctx context.Context) {
 		return
 	}
 	w.mu.Lock()
-	w.peers = rep.GetPeers()
+	w.peers = peersFromPB(rep.GetPeers())
 	w.mu.Unlock()
 }
 
@@ -341,7 +252,7 @@ func (w *Worker) client(addr string) (dsortpb.WorkerClient, error) {
 	cc := w.conns[addr]
 	if cc == nil {
 		var err error
-		if cc, err = dial(addr, w.cfg.Token); err != nil {
+		if cc, err = dialMetered(addr, w.cfg.Token, w.metrics); err != nil {
 			return nil, err
 		}
 		w.conns[addr] = cc
@@ -363,189 +274,109 @@ func (w *Worker) tryFetch(ctx context.Context, addr string, s, p int) (err error
 	if err != nil {
 		return err
 	}
-	var (
-		f     *os.File
-		off   int64
-		epoch int64
-		last  bool
-	)
-	defer func() {
-		if f != nil {
-			f.Close()
-			if err != nil {
-				os.Remove(f.Name())
-				w.cfg.Logger.Info("discarded an incomplete shuffle piece", "sender", s, "sender_epoch", epoch,
-					"partition", p, "bytes", off, "err", statusMessage(err))
-			}
+	rc := &pieceReceiver{dir: w.recvDir(), addr: addr, sender: s, partition: p}
+	if err := rc.receive(stream.Recv); err != nil {
+		if rc.f != nil {
+			w.cfg.Logger.Info("discarded an incomplete shuffle piece", "sender", s, "sender_epoch", rc.epoch,
+				"partition", p, "bytes", rc.off, "err", statusMessage(err))
 		}
-	}()
+		rc.discard()
+		return err
+	}
+	if err := rc.commit(w.piecePath(p, s)); err != nil {
+		return err
+	}
+	w.metrics.shuffled(rc.off)
+	return nil
+}
+
+// pieceReceiver stores one incoming piece in a staging file named after
+// (partition, sender, sender epoch), checking every chunk.
+type pieceReceiver struct {
+	dir       string
+	addr      string // the sender's, for messages
+	sender    int
+	partition int
+	f         *os.File // the staging file, once the first chunk came
+	epoch     int64    // the sender's epoch, from the first chunk
+	off       int64    // bytes received
+	last      bool     // the last chunk came
+}
+
+// receive reads chunks until the stream ends.
+func (rc *pieceReceiver) receive(recv func() (*dsortpb.ShuffleDataChunk, error)) error {
 	for {
-		ch, rerr := stream.Recv()
-		if rerr == io.EOF {
+		ch, err := recv()
+		if err == io.EOF {
 			break
 		}
-		if rerr != nil {
-			return rerr
+		if err != nil {
+			return err
 		}
-		if last {
-			return fmt.Errorf("dsort: sender %d sent data after its last chunk", s)
+		if err := rc.chunk(ch); err != nil {
+			return err
 		}
-		if f == nil {
-			epoch = ch.GetSenderEpoch()
-			name := fmt.Sprintf("p%d.s%d.e%d.part", p, s, epoch)
-			if f, err = os.Create(filepath.Join(w.recvDir(), name)); err != nil {
-				return &pieceError{err}
-			}
-		}
-		if int(ch.GetSender()) != s || int(ch.GetPartition()) != p || ch.GetSenderEpoch() != epoch || ch.GetOffset() != off {
-			return fmt.Errorf("dsort: unexpected chunk from %s: sender %d epoch %d partition %d offset %d, want sender %d epoch %d partition %d offset %d",
-				addr, ch.GetSender(), ch.GetSenderEpoch(), ch.GetPartition(), ch.GetOffset(), s, epoch, p, off)
-		}
-		if len(ch.GetData())%recSize != 0 {
-			return fmt.Errorf("dsort: chunk of %d bytes from sender %d is not whole records", len(ch.GetData()), s)
-		}
-		if _, err := f.Write(ch.GetData()); err != nil {
+	}
+	if !rc.last {
+		return fmt.Errorf("dsort: stream from sender %d ended without its last chunk", rc.sender)
+	}
+	return nil
+}
+
+func (rc *pieceReceiver) chunk(ch *dsortpb.ShuffleDataChunk) error {
+	s, p := rc.sender, rc.partition
+	if rc.last {
+		return fmt.Errorf("dsort: sender %d sent data after its last chunk", s)
+	}
+	if rc.f == nil {
+		rc.epoch = ch.GetSenderEpoch()
+		name := fmt.Sprintf("p%d.s%d.e%d.part", p, s, rc.epoch)
+		f, err := os.Create(filepath.Join(rc.dir, name))
+		if err != nil {
 			return &pieceError{err}
 		}
-		off += int64(len(ch.GetData()))
-		if ch.GetIsLastChunk() {
-			if ch.GetTotalBytes() != off {
-				return fmt.Errorf("dsort: sender %d announced %d bytes but sent %d", s, ch.GetTotalBytes(), off)
-			}
-			last = true
-		}
+		rc.f = f
 	}
-	if !last {
-		return fmt.Errorf("dsort: stream from sender %d ended without its last chunk", s)
+	if int(ch.GetSender()) != s || int(ch.GetPartition()) != p || ch.GetSenderEpoch() != rc.epoch || ch.GetOffset() != rc.off {
+		return fmt.Errorf("dsort: unexpected chunk from %s: sender %d epoch %d partition %d offset %d, want sender %d epoch %d partition %d offset %d",
+			rc.addr, ch.GetSender(), ch.GetSenderEpoch(), ch.GetPartition(), ch.GetOffset(), s, rc.epoch, p, rc.off)
 	}
-	if err := f.Close(); err != nil {
+	if len(ch.GetData())%record.Size != 0 {
+		return fmt.Errorf("dsort: chunk of %d bytes from sender %d is not whole records", len(ch.GetData()), s)
+	}
+	if _, err := rc.f.Write(ch.GetData()); err != nil {
 		return &pieceError{err}
 	}
-	name := f.Name()
-	f = nil
-	if err := os.Rename(name, w.piecePath(p, s)); err != nil {
+	rc.off += int64(len(ch.GetData()))
+	if ch.GetIsLastChunk() {
+		if ch.GetTotalBytes() != rc.off {
+			return fmt.Errorf("dsort: sender %d announced %d bytes but sent %d", s, ch.GetTotalBytes(), rc.off)
+		}
+		rc.last = true
+	}
+	return nil
+}
+
+// discard removes the staging file, if any.
+func (rc *pieceReceiver) discard() {
+	if rc.f != nil {
+		rc.f.Close()
+		os.Remove(rc.f.Name())
+		rc.f = nil
+	}
+}
+
+// commit closes the complete piece and renames it to path.
+func (rc *pieceReceiver) commit(path string) error {
+	name := rc.f.Name()
+	err := rc.f.Close()
+	rc.f = nil
+	if err == nil {
+		err = os.Rename(name, path)
+	}
+	if err != nil {
 		os.Remove(name)
 		return &pieceError{err}
 	}
 	return nil
-}
-
-// merge merges, for each of this worker's partitions in parallel, the
-// pieces from all senders (in sender order, so that equal keys keep the
-// global order the boundaries assume; this worker's own piece is its runs'
-// slices, in run order) into partition.<n>.
-func (w *Worker) merge(ctx context.Context) error {
-	w.mu.Lock()
-	self, nw, ppw := w.index, w.numWorkers, w.ppw
-	w.mu.Unlock()
-	par := min(w.cores, ppw)
-	mem := w.budget() / 2 / int64(par)
-	parts := make(chan int)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		wg       sync.WaitGroup
-		once     sync.Once
-		firstErr error
-	)
-	var merged atomic.Int64
-	for range par {
-		wg.Go(func() {
-			for p := range parts {
-				if err := w.mergePartition(ctx, p, nw, mem); err != nil {
-					once.Do(func() { firstErr = err; cancel() })
-					continue
-				}
-				if merged.Add(1) == 1 {
-					w.fault(ctx, "merge-partition")
-				}
-			}
-		})
-	}
-feed:
-	for p := self * ppw; p < (self+1)*ppw; p++ {
-		select {
-		case parts <- p:
-		case <-ctx.Done():
-			break feed
-		}
-	}
-	close(parts)
-	wg.Wait()
-	if firstErr != nil {
-		return firstErr
-	}
-	return ctx.Err()
-}
-
-func (w *Worker) mergePartition(ctx context.Context, p, nw int, mem int64) error {
-	var segs []extsort.Segment
-	for s := range nw {
-		if s == w.index {
-			segs = append(segs, w.ownSegments(p)...)
-			continue
-		}
-		path := w.piecePath(p, s)
-		info, err := os.Stat(path)
-		if err != nil {
-			return fmt.Errorf("dsort: merge partition %d: %w", p, err)
-		}
-		if info.Size() > 0 {
-			segs = append(segs, extsort.Segment{Path: path, Length: info.Size()})
-		}
-	}
-	final := filepath.Join(w.cfg.Output, "partition."+strconv.Itoa(p))
-	f, err := os.Create(filepath.Join(w.cfg.Output, ".partition."+strconv.Itoa(p)+".tmp"))
-	if err != nil {
-		return fmt.Errorf("dsort: %w", err)
-	}
-	bw := bufio.NewWriterSize(f, 1<<20)
-	if len(segs) > 0 {
-		err = extsort.Merge(ctx, extsort.Config{Memory: max(mem, 4<<20), TempDir: w.workDir, Workers: 1}, segs, bw,
-			func(n int64) { w.done.Add(n) })
-	}
-	if err == nil {
-		err = bw.Flush()
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), final)
-	}
-	if err != nil {
-		os.Remove(f.Name())
-		return fmt.Errorf("dsort: merge partition %d: %w", p, err)
-	}
-	return nil
-}
-
-// retryable reports whether an RPC error may go away by itself.
-func retryable(err error) bool {
-	switch status.Code(err) {
-	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted:
-		return true
-	}
-	return false
-}
-
-// refused reports whether a peer rejected a call for a reason that retrying
-// will not change (another job, a wrong token, a bad request).
-func refused(err error) bool {
-	switch status.Code(err) {
-	case codes.InvalidArgument, codes.PermissionDenied, codes.Unauthenticated, codes.Unimplemented, codes.FailedPrecondition:
-		return true
-	}
-	return false
-}
-
-// statusMessage is an RPC error's message without the gRPC decoration.
-func statusMessage(err error) string {
-	if s, ok := status.FromError(err); ok {
-		return s.Message()
-	}
-	return err.Error()
 }

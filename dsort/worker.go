@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +18,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gantryhq/gantry/dsort/dsortpb"
 	"github.com/gantryhq/gantry/extsort"
@@ -74,6 +77,9 @@ type WorkerConfig struct {
 	OnTransition func(lifecycle.Transition[State])
 	// Logger receives the worker's log. Default: discard.
 	Logger *slog.Logger
+	// Metrics, when set, receives dsort's metrics (see metrics.go).
+	// Default: none.
+	Metrics prometheus.Registerer
 
 	sharedMemory bool // Memory was defaulted: divide it among the machine's workers
 }
@@ -130,21 +136,26 @@ type Worker struct {
 	workDir string // cfg.TempDir/gantry-dsort-<id>: state file, runs/, recv/
 	kick    chan struct{}
 	cores   int
+	metrics *metrics
+
+	// phase and phaseStart are the phase runPhases is in and when it began
+	// (for metrics); only runPhases's goroutine touches them.
+	phase      State
+	phaseStart time.Time
 
 	inputs     []extsort.Input // immutable after Run starts
 	inputBytes int64
 
 	// Per-phase progress: done out of total (bytes or pieces).
 	done, total atomic.Int64
-	// memory is the budget in force: cfg.Memory, or with a defaulted budget
-	// this worker's share of it, stored once the partition config arrives
-	// (before Sorting). Read it through budget().
-	memory atomic.Int64
 
-	cfgCh     chan *dsortpb.PartitionConfig // buffered(1), from SetPartitionBoundaries
-	shuffleCh chan []*dsortpb.Peer          // buffered(1), from StartShuffle
-	mergeCh   chan struct{}                 // buffered(1), from StartMerge
-	serveSem  chan struct{}                 // bounds concurrent ShuffleData streams
+	// The master's signals, from the RPC handlers to runPhases. Each
+	// carries everything the phase needs: it is the only path by which the
+	// signal's data reaches the worker's logic.
+	cfgCh     chan partitionConfig // buffered(1), from SetPartitionBoundaries
+	shuffleCh chan []peer          // buffered(1), from StartShuffle
+	mergeCh   chan struct{}        // buffered(1), from StartMerge
+	serveSem  chan struct{}        // bounds concurrent ShuffleData streams
 
 	mu sync.Mutex // protects the fields below
 	// Set by registration, then fixed.
@@ -153,17 +164,29 @@ type Worker struct {
 	epoch      int64
 	numWorkers int
 	master     dsortpb.MasterClient
-	// Set by SetPartitionBoundaries, then fixed.
-	bounds []Boundary
-	ppw    int
+	// configured: a partition config was accepted (later deliveries are
+	// retries). bounds, ppw and mem are set from it by runPhases, then fixed.
+	configured bool
+	bounds     []Boundary
+	ppw        int
+	mem        memoryPlan
 	// runs and splits are set once sorting is done; serving needs them.
 	// Invariant: len(splits) == len(runs).
 	runs   []extsort.Run
 	splits [][]int64
 	sorted bool // runs and splits are set
 	// peers is the latest worker table (from StartShuffle or GetPeers).
-	peers []*dsortpb.Peer
+	peers []peer
 	conns map[string]*grpc.ClientConn
+}
+
+// peer is one worker as the master lists it.
+type peer struct {
+	index int
+	addr  string
+	epoch int64
+	state State
+	alive bool
 }
 
 // NewWorker validates cfg and returns a worker; Run starts it.
@@ -172,28 +195,36 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		return nil, err
 	}
 	w := &Worker{cfg: cfg, kick: make(chan struct{}, 1), cores: runtime.GOMAXPROCS(0),
-		cfgCh: make(chan *dsortpb.PartitionConfig, 1), shuffleCh: make(chan []*dsortpb.Peer, 1),
-		mergeCh: make(chan struct{}, 1), conns: map[string]*grpc.ClientConn{}}
+		cfgCh: make(chan partitionConfig, 1), shuffleCh: make(chan []peer, 1),
+		mergeCh: make(chan struct{}, 1), conns: map[string]*grpc.ClientConn{}, metrics: newMetrics(cfg.Metrics)}
 	w.serveSem = make(chan struct{}, w.cores)
-	w.memory.Store(cfg.Memory)
+	w.mem = newMemoryPlan(cfg.Memory, false, 1, w.cores, 1)
 	sum := sha256.Sum256([]byte(strings.Join(cfg.Inputs, "\x00") + "\x00\x00" + cfg.Output))
 	w.workDir = filepath.Join(cfg.TempDir, "gantry-dsort-"+hex.EncodeToString(sum[:6]))
 	return w, nil
 }
 
-// budget is the memory budget in force (see Worker.memory).
-func (w *Worker) budget() int64 { return w.memory.Load() }
+// memory is the memory plan in force (see memoryPlan).
+func (w *Worker) memory() memoryPlan {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.mem
+}
 
-// shareMemory divides a defaulted budget among the job's n workers on this
-// machine, keeping at least what a sort needs.
+// budget is the memory budget in force.
+func (w *Worker) budget() int64 { return w.memory().budget }
+
+// shareMemory plans the budget for a job with n of its workers on this
+// machine: a defaulted budget is divided among them.
 func (w *Worker) shareMemory(n int) {
-	if !w.cfg.sharedMemory || n <= 1 {
-		return
+	w.mu.Lock()
+	w.mem = newMemoryPlan(w.cfg.Memory, w.cfg.sharedMemory, n, w.cores, max(w.ppw, 1))
+	mem := w.mem
+	w.mu.Unlock()
+	if w.cfg.sharedMemory && n > 1 {
+		w.cfg.Logger.Info("memory budget shared with the job's other workers on this machine",
+			"workers_on_machine", n, "budget_bytes", mem.budget)
 	}
-	m := max(w.cfg.Memory/int64(n), extsort.MinMemory+runtimeReserve)
-	w.memory.Store(m)
-	w.cfg.Logger.Info("memory budget shared with the job's other workers on this machine",
-		"workers_on_machine", n, "budget_bytes", m)
 }
 
 // machineID names this machine for the master: /etc/machine-id, else the
@@ -217,9 +248,47 @@ func (w *Worker) WorkDir() string { return w.workDir }
 func (w *Worker) runDir() string  { return filepath.Join(w.workDir, "runs") }
 func (w *Worker) recvDir() string { return filepath.Join(w.workDir, "recv") }
 
-// prepare cleans what a previous process of this worker left behind and
-// creates the directories.
+// Run does the worker's part of the job and returns nil when the master says
+// the job succeeded. It returns an *AbortError when the master aborted the
+// job, ErrMasterLost (wrapped) when the master vanished, the phase's error
+// when this worker failed, and ctx's error when ctx ended first. It always
+// removes its temporary files, and waits for every goroutine it started,
+// before returning.
+//
+// Run is three steps: start (clean up, state machine, serve), register
+// (with the master, retrying) and supervise (phases and heartbeats until
+// the job ends).
+func (w *Worker) Run(ctx context.Context) (err error) {
+	if err := w.prepare(); err != nil {
+		return err
+	}
+	defer w.cleanup(&err)
+	addr, stop, err := w.start()
+	if err != nil {
+		return err
+	}
+	defer stop()
+	conn, err := dialMetered(w.cfg.Master, w.cfg.Token, w.metrics)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	defer w.closeConns()
+	reg, err := w.register(ctx, dsortpb.NewMasterClient(conn), addr)
+	if err != nil {
+		return err
+	}
+	return w.supervise(ctx, time.Duration(reg.GetHeartbeatIntervalMs())*time.Millisecond, reg.GetNeedSample())
+}
+
+// prepare reads the inputs' sizes, cleans what a previous process of this
+// worker left behind and creates the directories.
 func (w *Worker) prepare() error {
+	inputs, total, err := extsort.ScanInputs(w.cfg.Inputs)
+	if err != nil {
+		return err
+	}
+	w.inputs, w.inputBytes = inputs, total
 	if snap, err := lifecycle.LoadSnapshot(filepath.Join(w.workDir, StateFileName)); err == nil {
 		w.cfg.Logger.Warn("a previous run of this worker stopped here; cleaning up and starting again",
 			"previous_state", snap.State, "at", snap.Updated.Format(time.RFC3339))
@@ -235,45 +304,9 @@ func (w *Worker) prepare() error {
 	return cleanOutput(w.cfg.Output)
 }
 
-// cleanOutput removes partition.<n> files and our temporaries from dir, so
-// that a restarted worker never leaves an earlier attempt's files behind.
-func cleanOutput(dir string) error {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return fmt.Errorf("dsort: output dir: %w", err)
-	}
-	for _, e := range ents {
-		if isPartitionName(e.Name()) || strings.HasPrefix(e.Name(), ".partition.") {
-			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
-				return fmt.Errorf("dsort: clean output dir: %w", err)
-			}
-		}
-	}
-	return nil
-}
-
-// isPartitionName reports whether name is partition.<digits> (leading zeros
-// included: such a file would also break validation of the output).
-func isPartitionName(name string) bool {
-	n, ok := strings.CutPrefix(name, "partition.")
-	return ok && n != "" && strings.TrimLeft(n, "0123456789") == ""
-}
-
-// Run does the worker's part of the job and returns nil when the master says
-// the job succeeded. It returns an *AbortError when the master aborted the
-// job, ErrMasterLost (wrapped) when the master vanished, the phase's error
-// when this worker failed, and ctx's error when ctx ended first. It always
-// removes its temporary files before returning.
-func (w *Worker) Run(ctx context.Context) (err error) {
-	inputs, total, err := extsort.ScanInputs(w.cfg.Inputs)
-	if err != nil {
-		return err
-	}
-	w.inputs, w.inputBytes = inputs, total
-	if err := w.prepare(); err != nil {
-		return err
-	}
-	defer w.cleanup(&err)
+// start creates the state machine and serves the worker's RPCs; it returns
+// the address peers reach it at and a function that stops the server.
+func (w *Worker) start() (addr string, stop func(), err error) {
 	sm, err := NewStateMachine(w.workDir, w.cfg.Logger, func(t lifecycle.Transition[State]) {
 		w.wake()
 		if w.cfg.OnTransition != nil {
@@ -281,10 +314,9 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 		}
 	})
 	if err != nil {
-		return err
+		return "", nil, err
 	}
 	w.sm = sm
-
 	bind := w.cfg.Bind
 	if bind == "" {
 		if bind = outboundIP(w.cfg.Master); bind == "" {
@@ -293,99 +325,12 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(bind, strconv.Itoa(w.cfg.Port)))
 	if err != nil {
-		return fmt.Errorf("dsort: worker listen: %w", err)
+		return "", nil, fmt.Errorf("dsort: worker listen: %w", err)
 	}
-	g := &guard{token: w.cfg.Token, jobID: func() string { w.mu.Lock(); defer w.mu.Unlock(); return w.jobID }}
+	g := &guard{token: w.cfg.Token, metrics: w.metrics, jobID: func() string { w.mu.Lock(); defer w.mu.Unlock(); return w.jobID }}
 	srv := grpc.NewServer(g.serverOptions()...)
 	dsortpb.RegisterWorkerServer(srv, &workerRPC{w: w})
-	serveDone := make(chan struct{})
-	go func() { defer close(serveDone); srv.Serve(ln) }()
-	defer func() {
-		lifecycle.StopWithin(2*time.Second, srv.GracefulStop, srv.Stop)
-		<-serveDone
-	}()
-	addr := ln.Addr().String()
-
-	conn, err := dial(w.cfg.Master, w.cfg.Token)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	defer w.closeConns()
-	master := dsortpb.NewMasterClient(conn)
-	reg, err := w.register(ctx, master, addr)
-	if err != nil {
-		return err
-	}
-	w.mu.Lock()
-	w.jobID, w.index, w.epoch, w.numWorkers, w.master = reg.GetJobId(), int(reg.GetIndex()), reg.GetEpoch(), int(reg.GetNumWorkers()), master
-	w.mu.Unlock()
-	w.cfg.Logger.Info("registered", "worker", w.index, "epoch", w.epoch, "job", w.jobID, "addr", addr)
-
-	interval := time.Duration(reg.GetHeartbeatIntervalMs()) * time.Millisecond
-	hbCtx, stopHB := context.WithCancel(context.Background())
-	end := make(chan *dsortpb.HeartbeatReply, 1)
-	lost := make(chan error, 1)
-	hbDone := make(chan struct{})
-	go func() { defer close(hbDone); w.heartbeat(hbCtx, interval, end, lost) }()
-	defer func() { stopHB(); <-hbDone }()
-
-	jobCtx, cancelJob := context.WithCancel(ctx)
-	defer cancelJob()
-	phases := make(chan error, 1)
-	go func() { phases <- w.runPhases(jobCtx, reg.GetNeedSample()) }()
-
-	phasesDone := false
-	waitPhases := func() {
-		if !phasesDone {
-			<-phases
-			phasesDone = true
-		}
-	}
-	var shutdownOnce sync.Once
-	shuttingDown := func(ok bool) {
-		if w.cfg.OnShutdown != nil {
-			shutdownOnce.Do(func() { w.cfg.OnShutdown(ok) })
-		}
-	}
-	fail := func(cause error) error {
-		shuttingDown(false)
-		cancelJob()
-		waitPhases()
-		if !w.sm.Is(Failed, Completed) {
-			w.sm.Transition(Failed, cause.Error())
-		}
-		stopHB()
-		<-hbDone
-		w.sendHeartbeat(context.Background(), 2*time.Second, cause.Error())
-		return cause
-	}
-	phasesCh := phases
-	for {
-		select {
-		case perr := <-phasesCh:
-			phasesDone, phasesCh = true, nil
-			if perr != nil {
-				if ctx.Err() != nil {
-					perr = ctx.Err()
-				}
-				return fail(perr)
-			}
-			w.cfg.Logger.Info("all phases completed; waiting for the master's go to exit")
-		case rep := <-end:
-			shuttingDown(rep.GetJobSucceeded() && w.sm.Is(Completed))
-			cancelJob()
-			waitPhases()
-			if rep.GetJobSucceeded() && w.sm.Is(Completed) {
-				return nil
-			}
-			return &AbortError{Reason: rep.GetReason()}
-		case lerr := <-lost:
-			return fail(lerr)
-		case <-ctx.Done():
-			return fail(ctx.Err())
-		}
-	}
+	return ln.Addr().String(), serve(srv, ln), nil
 }
 
 // cleanup removes the runs and received pieces; on failure it keeps the
@@ -409,6 +354,8 @@ func (w *Worker) wake() {
 	}
 }
 
+// register joins the job, retrying while the master is unreachable (up to
+// RegisterTimeout), and records what the master assigned.
 func (w *Worker) register(ctx context.Context, master dsortpb.MasterClient, addr string) (*dsortpb.RegisterReply, error) {
 	deadline := time.Now().Add(w.cfg.RegisterTimeout)
 	req := &dsortpb.RegisterRequest{Address: addr, InputDirs: w.cfg.Inputs, OutputDir: w.cfg.Output,
@@ -419,6 +366,10 @@ func (w *Worker) register(ctx context.Context, master dsortpb.MasterClient, addr
 		rep, err := master.RegisterWorker(cctx, req)
 		cancel()
 		if err == nil {
+			w.mu.Lock()
+			w.jobID, w.index, w.epoch, w.numWorkers, w.master = rep.GetJobId(), int(rep.GetIndex()), rep.GetEpoch(), int(rep.GetNumWorkers()), master
+			w.mu.Unlock()
+			w.cfg.Logger.Info("registered", "worker", w.index, "epoch", w.epoch, "job", w.jobID, "addr", addr)
 			return rep, nil
 		}
 		if !retryable(err) {
@@ -433,6 +384,92 @@ func (w *Worker) register(ctx context.Context, master dsortpb.MasterClient, addr
 		}
 		backoff = min(2*backoff, 2*time.Second)
 	}
+}
+
+// supervise runs the phases and the heartbeats, each in its own goroutine,
+// until the master ends the job, this worker fails, the master is lost or
+// ctx ends; it waits for both goroutines before returning.
+func (w *Worker) supervise(ctx context.Context, interval time.Duration, needSample bool) error {
+	hbCtx, cancelHB := context.WithCancel(context.Background())
+	end := make(chan *dsortpb.HeartbeatReply, 1)
+	lost := make(chan error, 1)
+	hbDone := make(chan struct{})
+	go func() { defer close(hbDone); w.heartbeat(hbCtx, interval, end, lost) }()
+	stopHB := func() { cancelHB(); <-hbDone }
+	defer stopHB()
+
+	jobCtx, cancelJob := context.WithCancel(ctx)
+	defer cancelJob()
+	phases := make(chan error, 1)
+	go func() { phases <- w.runPhases(jobCtx, needSample) }()
+	s := &supervisor{w: w, cancelJob: cancelJob, phases: phases, stopHB: stopHB}
+	for {
+		select {
+		case perr := <-s.phases:
+			s.phases = nil
+			if perr == nil {
+				w.cfg.Logger.Info("all phases completed; waiting for the master's go to exit")
+				continue
+			}
+			if ctx.Err() != nil {
+				perr = ctx.Err()
+			}
+			return s.fail(perr)
+		case rep := <-end:
+			return s.end(rep)
+		case lerr := <-lost:
+			return s.fail(lerr)
+		case <-ctx.Done():
+			return s.fail(ctx.Err())
+		}
+	}
+}
+
+// supervisor holds what supervise's exits share.
+type supervisor struct {
+	w         *Worker
+	cancelJob func()
+	phases    <-chan error // nil once runPhases has returned
+	stopHB    func()       // stops the heartbeats and waits for them (safe twice)
+	once      sync.Once
+}
+
+func (s *supervisor) shuttingDown(ok bool) {
+	if s.w.cfg.OnShutdown != nil {
+		s.once.Do(func() { s.w.cfg.OnShutdown(ok) })
+	}
+}
+
+// stopPhases cancels the phases and waits for runPhases to return.
+func (s *supervisor) stopPhases() {
+	s.cancelJob()
+	if s.phases != nil {
+		<-s.phases
+		s.phases = nil
+	}
+}
+
+// end handles the master's word that the job is over.
+func (s *supervisor) end(rep *dsortpb.HeartbeatReply) error {
+	ok := rep.GetJobSucceeded() && s.w.sm.Is(Completed)
+	s.shuttingDown(ok)
+	s.stopPhases()
+	if ok {
+		return nil
+	}
+	return &AbortError{Reason: rep.GetReason()}
+}
+
+// fail moves the worker to Failed and tells the master why, once.
+func (s *supervisor) fail(cause error) error {
+	s.shuttingDown(false)
+	s.stopPhases()
+	if !s.w.sm.Is(Failed, Completed) {
+		s.w.sm.Transition(Failed, cause.Error())
+	}
+	s.stopHB()
+	s.w.sendHeartbeat(context.Background(), 2*time.Second, cause.Error())
+	return cause
 }
 
 // heartbeat reports the worker's state every interval and at every
@@ -456,6 +493,9 @@ func (w *Worker) heartbeat(ctx context.Context, interval time.Duration, end chan
 		}
 		t.Reset(next)
 		rep, err := w.sendHeartbeat(ctx, max(4*interval, 2*time.Second), "")
+		if err != nil && ctx.Err() == nil {
+			w.metrics.heartbeatMissed()
+		}
 		switch {
 		case err == nil:
 			lastOK = time.Now()
@@ -490,12 +530,19 @@ func (w *Worker) sendHeartbeat(ctx context.Context, timeout time.Duration, errMs
 			req.Error = h[len(h)-1].Reason
 		}
 	}
-	for _, p := range w.sm.Phases() {
-		req.Phases = append(req.Phases, &dsortpb.PhaseTime{State: stateToPB(p.Phase), DurationMs: p.Duration().Milliseconds(), Done: p.Done})
-	}
+	req.Phases = phasesToPB(w.phaseTimes())
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	return master.Heartbeat(cctx, req)
+}
+
+// phaseTimes is the state machine's measured phases.
+func (w *Worker) phaseTimes() []PhaseTime {
+	var out []PhaseTime
+	for _, p := range w.sm.Phases() {
+		out = append(out, PhaseTime{State: p.Phase, Duration: p.Duration(), Done: p.Done})
+	}
+	return out
 }
 
 func (w *Worker) frac() float64 {
@@ -541,6 +588,11 @@ func (w *Worker) fault(ctx context.Context, point string) {
 }
 
 func (w *Worker) startPhase(to State, reason string, total int64) error {
+	now := time.Now()
+	if slices.Contains(phaseStates, w.phase) {
+		w.metrics.phaseDone(w.phase, now.Sub(w.phaseStart))
+	}
+	w.phase, w.phaseStart = to, now
 	w.done.Store(0)
 	w.total.Store(total)
 	return w.sm.Transition(to, reason)
@@ -569,6 +621,21 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 
 // runPhases walks the seed's normal flow from Initializing to Completed.
 func (w *Worker) runPhases(ctx context.Context, needSample bool) error {
+	for _, phase := range []func(context.Context) error{
+		func(ctx context.Context) error { return w.samplePhase(ctx, needSample) },
+		w.sortPhase,
+		w.shufflePhase,
+		w.mergePhase,
+	} {
+		if err := phase(ctx); err != nil {
+			return err
+		}
+	}
+	return w.startPhase(Completed, "all phases completed successfully", 0)
+}
+
+// samplePhase: Sampling, then WaitingForPartitionConfig.
+func (w *Worker) samplePhase(ctx context.Context, needSample bool) error {
 	reason := "registered; sampling"
 	if !needSample {
 		reason = "registered again; the master already holds this worker's sample"
@@ -581,24 +648,32 @@ func (w *Worker) runPhases(ctx context.Context, needSample bool) error {
 			return err
 		}
 	}
-	if err := w.startPhase(WaitingForPartitionConfig, "sampling complete, waiting for config", 0); err != nil {
-		return err
-	}
+	return w.startPhase(WaitingForPartitionConfig, "sampling complete, waiting for config", 0)
+}
+
+// sortPhase takes in the partition config, then Sorting, then
+// WaitingForShuffleSignal.
+func (w *Worker) sortPhase(ctx context.Context) error {
 	pc, err := waitFor(ctx, w.cfgCh)
 	if err != nil {
 		return err
 	}
-	w.shareMemory(int(pc.GetWorkersOnMachine()))
+	w.mu.Lock()
+	w.bounds, w.ppw = pc.bounds, pc.perWorker
+	w.mu.Unlock()
+	w.shareMemory(pc.onMachine)
 	if err := w.startPhase(Sorting, fmt.Sprintf("config received: %d partitions, %d per worker",
-		pc.GetNumPartitions(), pc.GetPartitionsPerWorker()), w.inputBytes); err != nil {
+		pc.perWorker*pc.workers, pc.perWorker), w.inputBytes); err != nil {
 		return err
 	}
 	if err := w.sort(ctx); err != nil {
 		return err
 	}
-	if err := w.startPhase(WaitingForShuffleSignal, "sorting complete, waiting for signal", 0); err != nil {
-		return err
-	}
+	return w.startPhase(WaitingForShuffleSignal, "sorting complete, waiting for signal", 0)
+}
+
+// shufflePhase: Shuffling once signalled, then WaitingForMergeSignal.
+func (w *Worker) shufflePhase(ctx context.Context) error {
 	peers, err := waitFor(ctx, w.shuffleCh)
 	if err != nil {
 		return err
@@ -613,9 +688,11 @@ func (w *Worker) runPhases(ctx context.Context, needSample bool) error {
 	if err := w.shuffle(ctx); err != nil {
 		return err
 	}
-	if err := w.startPhase(WaitingForMergeSignal, "shuffle complete, waiting for signal", 0); err != nil {
-		return err
-	}
+	return w.startPhase(WaitingForMergeSignal, "shuffle complete, waiting for signal", 0)
+}
+
+// mergePhase: Merging once signalled.
+func (w *Worker) mergePhase(ctx context.Context) error {
 	if _, err := waitFor(ctx, w.mergeCh); err != nil {
 		return err
 	}
@@ -631,10 +708,7 @@ func (w *Worker) runPhases(ctx context.Context, needSample bool) error {
 	if err := w.startPhase(Merging, "signal received, starting merge", recvBytes); err != nil {
 		return err
 	}
-	if err := w.merge(ctx); err != nil {
-		return err
-	}
-	return w.startPhase(Completed, "all phases completed successfully", 0)
+	return w.merge(ctx)
 }
 
 func (w *Worker) sample(ctx context.Context) error {
@@ -663,18 +737,13 @@ func (w *Worker) sample(ctx context.Context) error {
 	}
 }
 
-// runtimeReserve is kept out of the sort's budget for what the worker
-// allocates besides extsort's buffers: the Go runtime, gRPC's transport
-// buffers, heartbeats.
-const runtimeReserve = 24 << 20
-
 func (w *Worker) sort(ctx context.Context) error {
-	mem := max(w.budget()-runtimeReserve, extsort.MinMemory)
-	runs, err := extsort.GenerateRuns(ctx, extsort.Config{Memory: mem, TempDir: w.workDir, Logger: w.cfg.Logger},
-		w.inputs, w.runDir(), func(n int64) { w.done.Add(n) })
+	runs, err := extsort.GenerateRuns(ctx, extsort.Config{Memory: w.memory().sort, TempDir: w.workDir, Logger: w.cfg.Logger},
+		w.inputs, w.runDir(), func(n int64) { w.done.Add(n); w.metrics.read(n) })
 	if err != nil {
 		return err
 	}
+	w.metrics.sorted(w.inputBytes)
 	w.fault(ctx, "Sorting")
 	w.mu.Lock()
 	bounds, self := w.bounds, w.index

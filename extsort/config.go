@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
-	"syscall"
 )
 
 // Config controls a sort. The zero value is usable: every field documents
@@ -152,9 +151,8 @@ func (c Config) chunkRecords() int64 {
 // DefaultMemory is the budget used when none is given: a quarter of the
 // machine's RAM (1 GiB if that cannot be read).
 func DefaultMemory() int64 {
-	var si syscall.Sysinfo_t
-	if err := syscall.Sysinfo(&si); err != nil || si.Totalram == 0 {
-		return 1 << 30
+	if ram := totalRAM(); ram > 0 {
+		return ram / 4
 	}
-	return int64(si.Totalram) * int64(si.Unit) / 4
+	return 1 << 30
 }

@@ -19,6 +19,9 @@ var (
 	ErrNoHandler = errors.New("sched: no handler for command type")
 	// ErrNoStatus: a step returned nil without setting out.Status.
 	ErrNoStatus = errors.New("sched: step set no status")
+	// ErrStuck: Stop's ctx ended while a worker was still inside a step;
+	// the worker was abandoned (see Stop).
+	ErrStuck = errors.New("sched: worker stuck in a step")
 	// ErrConfig: New was given an invalid Config.
 	ErrConfig = errors.New("sched: invalid config")
 )
@@ -47,7 +50,8 @@ type Config struct {
 	// OnExit, if set, is called once per process after its Close, with
 	// nil for a process that finished, the step's error (wrapped) or a
 	// *PanicError for one that failed, or ErrStopped for one Stop closed.
-	// It runs on a worker (or in Stop), so it must be quick.
+	// It runs on a worker (or in Stop), so it must be quick. A panic in
+	// OnExit is recovered, logged and counted in Stats.OnExitPanics.
 	OnExit func(pid PID, err error)
 
 	// hooks, set only by this package's tests, open the race windows of
@@ -69,6 +73,9 @@ type testHooks struct {
 	// and CASing it to Idle/Blocked (the window of the original
 	// runtime's lost wake-up).
 	beforeWaitCAS func(p *proc)
+	// spin runs on a worker at every failed search before it parks, with
+	// the spin count and whether it is about to yield the thread.
+	spin func(spins int, yield bool)
 }
 
 func (c *Config) validate() error {

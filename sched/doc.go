@@ -6,22 +6,27 @@
 // Tour:
 //
 //	s, err := sched.New(sched.Config{Handlers: map[sched.CommandType]sched.Handler{…}})
-//	pid, err := s.Spawn(proc, "main", nil) // Init now, first Step soon
-//	err = s.Send(pid, msg)                  // EventMessage; any goroutine
+//	pid, err := s.Spawn(proc, "main", nil) // Init now (ctx: the process's own), first Step soon
+//	err = s.Send(pid, msg)                  // EventMessage; nil = queued in a live inbox
+//	err = s.Cancel(pid)                     // cancel its context + EventCancel
 //	st := s.Stats()
-//	err = s.Stop(ctx)                       // EventCancel to all, wait, close the rest
+//	err = s.Stop(ctx)                       // cancel all, wait, close the rest; keeps ctx's deadline
 //
-// Inside Step a process reads its events (yield completions, messages,
-// cancellation), sends messages with out.Send, yields commands with
+// Inside Step a process reads its events (nil on the first step; then yield
+// completions, messages, cancellation), sends messages with out.Send, spawns
+// children onto its worker's deque with out.Spawn, yields commands with
 // out.Yield(tag, cmd) and sets out.Status: continue, wait for messages, wait
-// for yields, or done. A yielded command goes to the Handler registered for
-// its type, which answers later, from any goroutine, with
-// CompleteYield(tag, data, err).
+// for yields, or done. out.Self() is its PID and out.Context() its context.
+// A yielded command goes to the Handler registered for its type, which
+// answers later, from any goroutine, with CompleteYield(tag, data, err);
+// only the first completion of a yield counts.
 //
 // Inside, each worker owns a Chase-Lev deque (internal/deque) and pops its
 // newest process; new and externally woken processes go through a global
 // FIFO; idle workers steal half of a random victim's deque, spin briefly and
-// then park on a condition variable. Processes move between the states
+// then park on a condition variable; a parked worker is woken whenever a
+// process becomes Ready where its owner cannot start it at once (the Go
+// runtime's wakep rule, at most one searching worker). Processes move between the states
 // Ready, Running, Blocked, Idle and Complete by CAS. README.md has the
 // vocabulary, the state diagram, and the memory-ordering arguments for the
 // deque and for the park/wake protocol.

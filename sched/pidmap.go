@@ -136,6 +136,16 @@ func (pm *pidMap) del(p *proc) {
 	fl.mu.Unlock()
 }
 
+// release frees the slot of a PID that alloc returned and put never
+// published (its process failed Init).
+func (pm *pidMap) release(pid PID) {
+	idx := uint32(pid)
+	fl := &pm.free[idx%freeShards]
+	fl.mu.Lock()
+	fl.idx = append(fl.idx, idx)
+	fl.mu.Unlock()
+}
+
 // all returns a snapshot of every live process.
 func (pm *pidMap) all() []*proc {
 	d := pm.dir.Load()

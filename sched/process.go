@@ -20,16 +20,21 @@ func (p PID) String() string { return fmt.Sprintf("<%d.%d>", uint32(p), uint32(p
 // own.
 type Process interface {
 	// Init prepares the process to run the entry point method with input.
-	// It runs on the goroutine that calls Spawn; an error aborts the spawn.
-	// ctx lives as long as the scheduler and ends when Stop gives up
-	// waiting; a process learns about its own cancellation from an
-	// EventCancel.
+	// It runs on the goroutine that calls Spawn (or StepOutput.Spawn); an
+	// error aborts the spawn. ctx is the process's own context: Self(ctx)
+	// is its PID, and it is cancelled by Cancel, by Stop and when the
+	// process completes, so work started here can watch it.
 	Init(ctx context.Context, method string, input []any) error
 	// Step advances the state machine with the events that arrived since
-	// the previous step (nil on the first step) and writes what it wants
-	// next into out: a Status, messages to send, commands to yield. events
-	// and its elements belong to the scheduler and are reused after Step
-	// returns. Step must return promptly: a worker cannot preempt it.
+	// the previous step and writes what it wants next into out: a Status,
+	// messages to send, commands to yield, children to spawn.
+	//
+	// events is nil on the first step, and only then: events that arrive
+	// before the first step (a Send right after Spawn) come in the second.
+	// Later steps get a non-nil slice, empty after StatusContinue when
+	// nothing arrived. events and its elements belong to the scheduler and
+	// are reused after Step returns. Step must return promptly: a worker
+	// cannot preempt it (Stop abandons a worker stuck in a step).
 	// A returned error or a panic completes the process with that error.
 	Step(events []Event, out *StepOutput) error
 	// Close releases the process's resources. It is called exactly once,
@@ -136,13 +141,33 @@ type StepOutput struct {
 	Status Status
 	sends  []outMsg
 	yields []Yielded
+
+	p *proc   // the process this output belongs to
+	w *worker // the worker running the step; nil outside a step
+}
+
+// Self returns the PID of the process being stepped.
+func (o *StepOutput) Self() PID { return o.p.pid }
+
+// Context returns the process's context (see Process.Init): cancelled by
+// Cancel, by Stop and when the process completes.
+func (o *StepOutput) Context() context.Context { return &o.p.ctx }
+
+// Spawn starts a child process from inside Step: it runs p's Init now, on
+// this worker, and queues the child on this worker's deque (where an idle
+// worker can steal it) instead of the global queue. The child's PID is
+// valid at once, so the parent can pass Self() to it in input and send to
+// it. Errors are those of Scheduler.Spawn. Call it only during Step.
+func (o *StepOutput) Spawn(p Process, method string, input []any) (PID, error) {
+	return o.p.s.spawn(p, method, input, o.w)
 }
 
 // Send queues data for process to, delivered as an EventMessage with From set
 // to the sender right after this step. Sends made here take the worker-local
-// fast path (the woken receiver runs on this worker next, without a lock or a
-// wake-up), unlike Scheduler.Send which any goroutine may call. A message to
-// a PID that no longer exists is dropped and counted in Stats.Undeliverable.
+// fast path (the woken receiver runs on this worker next, without a lock; an
+// idle worker is woken only when this worker has more than it can start at
+// once), unlike Scheduler.Send which any goroutine may call. A message to a
+// PID that no longer exists is dropped and counted in Stats.Undeliverable.
 func (o *StepOutput) Send(to PID, data any) {
 	o.sends = append(o.sends, outMsg{to: to, data: data})
 }
@@ -157,8 +182,10 @@ func (o *StepOutput) Yield(tag uint64, cmd Command) {
 // Yields returns the commands yielded so far in this step.
 func (o *StepOutput) Yields() []Yielded { return o.yields }
 
-// Completer answers yields. Each yield must be completed exactly once; a
-// completion for a process that has finished is dropped. Any goroutine.
+// Completer answers yields. Any goroutine. A yield is completed exactly once:
+// the first completion is delivered, later ones (and completions for tags
+// never yielded) are dropped and counted in Stats.DroppedCompletions; a
+// completion for a process that has finished is dropped.
 type Completer interface {
 	CompleteYield(tag uint64, data any, err error)
 }
@@ -167,7 +194,10 @@ type Completer interface {
 // worker right after the step, while the process is still Running, so it
 // must not block: it hands the work to another goroutine (or answers at once)
 // and that goroutine calls c.CompleteYield(tag, …). An error returned by
-// Handle, or a panic, completes the yield with that error.
+// Handle, or a panic, completes the yield with that error, unless the yield
+// was already completed (then the error is logged and dropped). ctx is the
+// yielding process's context: cancelled by Cancel, Stop and completion, so
+// handler goroutines should give up when it ends; Self(ctx) is its PID.
 type Handler interface {
 	Handle(ctx context.Context, cmd Command, tag uint64, c Completer) error
 }

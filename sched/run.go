@@ -2,6 +2,10 @@ package sched
 
 import "fmt"
 
+// noEvents is what a step after the first gets when nothing arrived: empty
+// but not nil, so nil events means "first step" and nothing else.
+var noEvents = make([]Event, 0)
+
 // run executes one step of p and moves it to its next state. Worker only.
 func (w *worker) run(p *proc) {
 	s := w.s
@@ -19,15 +23,40 @@ func (w *worker) run(p *proc) {
 
 	// Drain after the CAS: an event pushed before this point is in the
 	// batch; one pushed after it sees Running and sets the wake flag.
+	// The first step gets nil and leaves the inbox alone (the contract in
+	// Process.Step); finishWait requeues the process if it is not empty.
 	var events []Event
-	if !p.events.Empty() {
+	if !p.started {
+		p.started = true
+	} else if !p.events.Empty() {
 		p.batch = p.events.Swap(p.batch)
 		events = p.batch
+	} else {
+		events = noEvents
 	}
 	out := &p.out
 	out.Status = 0
+	out.w = w
 	err := w.step(p, events, out)
+	out.w = nil
 	w.steps.Add(1)
+
+	if s.exit.Load() {
+		// Stop has given up on this step (or is about to stop the
+		// workers): no sends, no yields, no requeue; the process ends
+		// here and this worker exits.
+		clear(out.sends)
+		out.sends = out.sends[:0]
+		clear(out.yields)
+		out.yields = out.yields[:0]
+		if err != nil {
+			err = fmt.Errorf("sched: process %v: %w", p.pid, err)
+		} else if out.Status != StatusDone {
+			err = ErrStopped
+		}
+		s.complete(p, err, &w.counts)
+		return
+	}
 
 	// Messages first, so a reply to them can never overtake them.
 	for i := range out.sends {
@@ -52,16 +81,25 @@ func (w *worker) run(p *proc) {
 		if err != nil {
 			err = fmt.Errorf("sched: process %v: %w", p.pid, err)
 		}
-		s.complete(p, err)
+		s.complete(p, err, &w.counts)
 		return
 	}
 
 	// Dispatch while still Running, so a handler that completes at once
-	// (or from a goroutine that is quick) only sets the wake flag.
+	// (or from a goroutine that is quick) only sets the wake flag. The tag
+	// is pending before the handler runs, so whichever completion comes
+	// first (the handler's, or its error or panic) is the only one.
 	for i := range out.yields {
 		y := &out.yields[i]
+		p.addPending(y.Tag)
 		if herr := w.dispatch(p, y); herr != nil {
-			p.deliver(Event{Type: EventYieldComplete, Tag: y.Tag, Error: herr}, w)
+			if p.takePending(y.Tag) {
+				p.deliver(Event{Type: EventYieldComplete, Tag: y.Tag, Error: herr}, w)
+			} else {
+				s.droppedCompletions.Add(1)
+				s.log.Warn("sched: handler failed after completing its yield; error dropped",
+					"pid", p.pid.String(), "tag", y.Tag, "err", herr)
+			}
 		}
 	}
 	clear(out.yields)
@@ -151,5 +189,5 @@ func (w *worker) dispatch(p *proc, y *Yielded) (err error) {
 			err = panicErr(r)
 		}
 	}()
-	return h.Handle(w.s.ctx, y.Command, y.Tag, p)
+	return h.Handle(&p.ctx, y.Command, y.Tag, p)
 }

@@ -17,18 +17,17 @@ type Scheduler struct {
 	handlers map[CommandType]Handler // frozen copy of cfg.Handlers; read-only
 	workers  []*worker
 
-	ctx    context.Context // given to Init and handlers; canceled when Stop ends
-	cancel context.CancelFunc
-
 	global globalQueue
 	procs  pidMap
 
-	// live counts processes spawned and not yet completed. Add by Spawn
-	// and complete (seq-cst). With stopping it forms publish-then-check
-	// pair #3: complete decrements live then loads stopping; stop stores
-	// stopping then loads live, so the last completion during a stop is
-	// always noticed by one of them.
-	live     atomic.Int64
+	// ext counts spawns and completions made off the workers (Spawn from
+	// other goroutines, Stop's force-close); each worker has its own
+	// shard, so the hot paths never share a counter line. Live processes
+	// = Σ spawned − Σ completed. With stopping it forms publish-then-check
+	// pair #4: complete adds to completed then loads stopping; Stop stores
+	// stopping then sums, so the last completion during a stop is always
+	// noticed by one of them.
+	ext      counts
 	stopping atomic.Bool // set once by Stop; loaded by anyone
 	exit     atomic.Bool // set once by Stop after draining; workers return
 	drained  chan struct{}
@@ -49,83 +48,126 @@ type Scheduler struct {
 	// the lock of every worker's cond.
 	idle []*worker
 
-	wg       sync.WaitGroup // one per worker goroutine
-	stopOnce sync.Once
-	stopErr  error
+	// running counts worker goroutines that have not returned; the last
+	// one to return closes workersDone (Stop waits on it with its ctx).
+	running     atomic.Int32
+	workersDone chan struct{}
+	stopOnce    sync.Once
+	stopErr     error
 
 	// Counters for Stats (Add by any goroutine).
-	spawned, completed, failed, undeliverable, wakeups atomic.Uint64
+	failed, undeliverable, wakeups, dropped, droppedCompletions, onExitPanics, abandoned atomic.Uint64
+}
+
+// counts is one shard of the spawned/completed counters, alone on its cache
+// lines.
+type counts struct {
+	_         [64]byte
+	spawned   atomic.Uint64
+	completed atomic.Uint64
+	_         [48]byte
 }
 
 // New starts a scheduler with cfg's workers. Stop it with Stop.
 func New(cfg Config) (*Scheduler, error) {
+	s, err := newScheduler(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s.startWorkers()
+	return s, nil
+}
+
+// newScheduler builds a scheduler without starting its workers, so tests can
+// drive one worker's search by hand.
+func newScheduler(cfg Config) (*Scheduler, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
 	s := &Scheduler{
-		cfg:      cfg,
-		log:      cfg.Logger,
-		handlers: make(map[CommandType]Handler, len(cfg.Handlers)),
-		drained:  make(chan struct{}),
+		cfg:         cfg,
+		log:         cfg.Logger,
+		handlers:    make(map[CommandType]Handler, len(cfg.Handlers)),
+		drained:     make(chan struct{}),
+		workersDone: make(chan struct{}),
 	}
 	for t, h := range cfg.Handlers {
 		s.handlers[t] = h
 	}
-	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.workers = make([]*worker, cfg.Workers)
 	for i := range s.workers {
 		s.workers[i] = newWorker(s, i)
 	}
-	s.wg.Add(len(s.workers))
-	for _, w := range s.workers {
-		go w.loop()
-	}
-	s.log.Debug("sched: started", "workers", cfg.Workers)
 	return s, nil
 }
 
+func (s *Scheduler) startWorkers() {
+	s.running.Store(int32(len(s.workers)))
+	for _, w := range s.workers {
+		go w.loop()
+	}
+	s.log.Debug("sched: started", "workers", len(s.workers))
+}
+
 // Spawn initializes p with method and input (on the calling goroutine) and
-// queues it; its first Step gets no events. It returns ErrStopped once Stop
-// has begun, and Init's error (wrapped) if Init fails; in both cases p is not
-// run and Close is not called for an Init failure.
+// queues it on the global queue; its first Step gets nil events. It returns
+// ErrStopped once Stop has begun, and Init's error (wrapped) if Init fails;
+// in both cases p is not run and Close is not called for an Init failure.
+// Inside a Step, use StepOutput.Spawn: it queues the child on the worker's
+// own deque.
 func (s *Scheduler) Spawn(p Process, method string, input []any) (PID, error) {
+	return s.spawn(p, method, input, nil)
+}
+
+// spawn is Spawn; w is the worker whose step is spawning, or nil.
+func (s *Scheduler) spawn(p Process, method string, input []any, w *worker) (PID, error) {
 	if p == nil {
 		return 0, fmt.Errorf("sched: spawn %q: nil Process", method)
 	}
 	if s.stopping.Load() {
 		return 0, ErrStopped
 	}
-	if err := safeInit(s.ctx, p, method, input); err != nil {
-		return 0, fmt.Errorf("sched: spawn %q: init: %w", method, err)
-	}
 	pid, sl := s.procs.alloc()
 	pr := &proc{pid: pid, s: s, p: p}
+	pr.ctx.pid = pid
+	pr.out.p = pr
+	if err := safeInit(&pr.ctx, p, method, input); err != nil {
+		s.procs.release(pid)
+		return 0, fmt.Errorf("sched: spawn %q: init: %w", method, err)
+	}
 	pr.state.Store(uint32(StateReady))
-	s.live.Add(1)
+	c := &s.ext
+	if w != nil {
+		c = &w.counts
+	}
+	c.spawned.Add(1)
 	s.procs.put(pr, sl)
 	// Check after publishing in the PID map: Stop stores stopping before
 	// it snapshots the map, so either Stop's snapshot has pr (and cancels
 	// it) or this load sees stopping.
 	if s.stopping.Load() {
-		// Stop's force-close may have found pr in the table already; the
-		// Swap lets exactly one of us close it.
-		if State(pr.state.Swap(uint32(StateComplete))&stateMask) != StateComplete {
-			s.procs.del(pr)
-			safeClose(p)
-			s.liveDone()
-		}
+		// Stop's force-close may have found pr in the table already;
+		// forceClose lets exactly one of us close (and report) it.
+		s.forceClose(pr, c)
 		return 0, ErrStopped
 	}
-	s.spawned.Add(1)
-	s.makeReady(pr, nil)
-	return pr.pid, nil
+	if w != nil {
+		w.pushSpawned(pr)
+	} else {
+		s.global.push(pr)
+		s.wakeOne()
+	}
+	return pid, nil
 }
 
 // Send delivers msg to process to as an EventMessage with From = 0. Any
-// goroutine. It returns ErrNoProcess if to is not a live process, or if the
-// process completed before any step took the message; a nil error means a
-// step has or will have it.
+// goroutine. ErrNoProcess means the message was not queued: to is not a live
+// process. nil means it was queued in the inbox of the live process: a step
+// will see it unless the process completes first (a process may finish with
+// messages still queued; those are counted in Stats.Dropped). Send cannot
+// promise more without waiting for the receiver: when it returns, the
+// receiver may be in the middle of its last step.
 func (s *Scheduler) Send(to PID, msg any) error {
 	p := s.procs.get(to)
 	if p == nil || !p.deliver(Event{Type: EventMessage, Data: msg}, nil) {
@@ -134,10 +176,19 @@ func (s *Scheduler) Send(to PID, msg any) error {
 	return nil
 }
 
-// Cancel delivers an EventCancel to process pid. Any goroutine.
+// Cancel asks process pid to finish: it cancels the process's context (see
+// Process.Init) and delivers an EventCancel. Any goroutine. It returns
+// ErrNoProcess if pid is not a live process.
 func (s *Scheduler) Cancel(pid PID) error {
 	p := s.procs.get(pid)
-	if p == nil || !p.deliver(Event{Type: EventCancel}, nil) {
+	if p == nil {
+		return fmt.Errorf("sched: cancel %v: %w", pid, ErrNoProcess)
+	}
+	// Deliver first: cancelling the context can end a handler's wait, and
+	// its completion can finish the process before our event is queued.
+	ok := p.deliver(Event{Type: EventCancel}, nil)
+	p.ctx.cancel()
+	if !ok {
 		return fmt.Errorf("sched: cancel %v: %w", pid, ErrNoProcess)
 	}
 	return nil
@@ -200,43 +251,98 @@ func (s *Scheduler) hasWork() bool {
 	return false
 }
 
-// complete finishes p: Complete state, out of the PID map, Close, report.
-// Called by the worker that had p Running, or by Stop after the workers
-// exited.
-func (s *Scheduler) complete(p *proc, err error) {
+// complete finishes p: Complete state, out of the PID map, inbox closed,
+// context cancelled, Close, report. Called by the worker that had p Running
+// (c is its shard), by a forceClose winner, or by Spawn undoing itself.
+func (s *Scheduler) complete(p *proc, err error, c *counts) {
 	p.state.Store(uint32(StateComplete))
 	s.procs.del(p)
+	p.ctx.cancel()
+	// Events still queued were accepted (deliver returned true) and will
+	// never be stepped: count the messages so Send's nil stays honest.
+	for _, ev := range p.events.Close() {
+		if ev.Type == EventMessage {
+			s.dropped.Add(1)
+		}
+	}
+	clear(p.batch)
+	p.batch = nil
 	if cerr := safeClose(p.p); cerr != nil && err == nil {
 		err = cerr
 	}
-	s.completed.Add(1)
 	if err != nil {
 		s.failed.Add(1)
 		if err != ErrStopped {
 			s.log.Error("sched: process failed", "pid", p.pid.String(), "err", err)
 		}
 	}
+	// Counted before OnExit, so a Stats taken after OnExit sees it; Stop
+	// still waits for this worker (workersDone) before it returns.
+	c.completed.Add(1)
 	if s.cfg.OnExit != nil {
-		s.cfg.OnExit(p.pid, err)
+		s.onExit(p.pid, err)
 	}
-	s.liveDone()
-}
-
-func (s *Scheduler) liveDone() {
-	if s.live.Add(-1) == 0 && s.stopping.Load() {
+	if s.stopping.Load() && s.live() == 0 {
 		s.drainMu.Do(func() { close(s.drained) })
 	}
 }
 
-// Stop sends an EventCancel to every process, waits until all have completed
-// or ctx ends, then stops the workers (each finishes the step it is running)
-// and force-closes the processes that are left, reporting them with
-// ErrStopped. It returns nil if every process finished on its own, or ctx's
-// error (wrapped) if some had to be closed. Spawn fails with ErrStopped from
-// the moment Stop begins. Stop is safe to call more than once and from
-// several goroutines; later calls wait for the first and return its result.
-// It must not be called from a Step, a handler or OnExit: it waits for the
-// workers, and those run on them.
+// onExit calls cfg.OnExit, recovering (and logging) a panic so that a bad
+// callback costs a log line, not the worker and the program.
+func (s *Scheduler) onExit(pid PID, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.onExitPanics.Add(1)
+			s.log.Error("sched: OnExit panicked", "pid", pid.String(), "err", panicErr(r))
+		}
+	}()
+	s.cfg.OnExit(pid, err)
+}
+
+// forceClose completes p with ErrStopped unless it is Running (its worker
+// will) or already Complete. It returns whether it closed p. Any goroutine;
+// the CAS lets exactly one closer win.
+func (s *Scheduler) forceClose(p *proc, c *counts) bool {
+	for {
+		st := p.state.Load()
+		switch State(st & stateMask) {
+		case StateRunning, StateComplete:
+			return false
+		}
+		if p.state.CompareAndSwap(st, uint32(StateComplete)) {
+			s.complete(p, ErrStopped, c)
+			return true
+		}
+	}
+}
+
+// live returns Σ spawned − Σ completed. Exact only when nothing changes
+// concurrently; Stop relies on it only through pair #4 (see counts).
+func (s *Scheduler) live() int64 {
+	var sp, done uint64
+	sp, done = s.ext.spawned.Load(), s.ext.completed.Load()
+	for _, w := range s.workers {
+		sp += w.counts.spawned.Load()
+		done += w.counts.completed.Load()
+	}
+	return int64(sp - done)
+}
+
+// Stop cancels every process (its context, and an EventCancel), waits until
+// all have completed or ctx ends, then stops the workers (each finishes the
+// step it is running) and force-closes the processes that are left,
+// reporting them with ErrStopped. Stop returns by ctx's deadline whatever a
+// Step does: a worker still inside a step then is abandoned, reported in the
+// log and in the error (ErrStuck), and counted in Stats.Abandoned; when its
+// step returns, that worker completes the process with ErrStopped (or the
+// step's error) and exits.
+//
+// Stop returns nil if every process finished on its own, or ctx's error
+// (wrapped, together with ErrStuck if a worker was abandoned) if some had to
+// be closed. Spawn fails with ErrStopped from the moment Stop begins. Stop is
+// safe to call more than once and from several goroutines; later calls wait
+// for the first and return its result. It must not be called from a Step, a
+// handler or OnExit.
 func (s *Scheduler) Stop(ctx context.Context) error {
 	s.stopOnce.Do(func() { s.stopErr = s.stop(ctx) })
 	return s.stopErr
@@ -246,8 +352,9 @@ func (s *Scheduler) stop(ctx context.Context) error {
 	s.stopping.Store(true)
 	for _, p := range s.procs.all() {
 		p.deliver(Event{Type: EventCancel}, nil)
+		p.ctx.cancel()
 	}
-	if s.live.Load() == 0 {
+	if s.live() == 0 {
 		s.drainMu.Do(func() { close(s.drained) })
 	}
 	var err error
@@ -256,21 +363,42 @@ func (s *Scheduler) stop(ctx context.Context) error {
 	case <-ctx.Done():
 		err = fmt.Errorf("sched: stop: %w", ctx.Err())
 	}
-	s.cancel()
 	s.exit.Store(true)
 	s.idleMu.Lock()
 	for _, w := range s.workers {
 		w.cond.Broadcast()
 	}
 	s.idleMu.Unlock()
-	s.wg.Wait()
-	// No worker runs now; whatever is left is Ready, Idle or Blocked.
+	select {
+	case <-s.workersDone:
+	case <-ctx.Done():
+		select {
+		case <-s.workersDone:
+		default:
+			// Some worker is inside a step that does not return. Leave
+			// it: it completes its process itself when the step ends.
+			// (A worker that is only on its way out is not stuck.)
+			var stuck []string
+			for _, p := range s.procs.all() {
+				if p.loadState() == StateRunning {
+					stuck = append(stuck, p.pid.String())
+				}
+			}
+			if len(stuck) > 0 {
+				s.abandoned.Add(uint64(len(stuck)))
+				s.log.Error("sched: stop: abandoning workers stuck in a step", "workers", len(stuck), "running", stuck)
+				err = fmt.Errorf("sched: stop: %w: %d worker(s), processes %v: %w", ErrStuck, len(stuck), stuck, ctx.Err())
+			}
+		}
+	}
+	// Whatever is not Running is Ready, Idle or Blocked: close it. A
+	// process left in an abandoned worker's queues is closed here too; the
+	// worker's stale entry then fails its CAS.
 	s.global.drain()
 	forced := 0
 	for _, p := range s.procs.all() {
-		if State(p.state.Swap(uint32(StateComplete))&stateMask) != StateComplete {
+		if s.forceClose(p, &s.ext) {
 			forced++
-			s.complete(p, ErrStopped)
 		}
 	}
 	s.log.Debug("sched: stopped", "force_closed", forced)
@@ -291,21 +419,36 @@ type Stats struct {
 	Parks                      uint64 // times a worker went to sleep
 	Wakeups                    uint64 // times a parked worker was woken for new work
 	Undeliverable              uint64 // StepOutput.Send to a PID that was gone
-	Parked                     int    // workers asleep at the snapshot
+	// Dropped counts messages accepted by Send or StepOutput.Send that no
+	// step saw: the process completed with them still queued.
+	Dropped uint64
+	// DroppedCompletions counts CompleteYield calls after the yield was
+	// already completed (or for a tag never yielded); they are not
+	// delivered.
+	DroppedCompletions uint64
+	OnExitPanics       uint64 // OnExit calls that panicked (recovered, logged)
+	Abandoned          uint64 // workers Stop left inside a step
+	Parked             int    // workers asleep at the snapshot
 }
 
 // Stats returns a snapshot. It walks the PID map, so it costs O(processes).
 func (s *Scheduler) Stats() Stats {
 	st := Stats{
-		Workers:       len(s.workers),
-		Spawned:       s.spawned.Load(),
-		Completed:     s.completed.Load(),
-		Failed:        s.failed.Load(),
-		Wakeups:       s.wakeups.Load(),
-		Undeliverable: s.undeliverable.Load(),
-		Parked:        int(s.nparked.Load()),
+		Workers:            len(s.workers),
+		Spawned:            s.ext.spawned.Load(),
+		Completed:          s.ext.completed.Load(),
+		Failed:             s.failed.Load(),
+		Wakeups:            s.wakeups.Load(),
+		Undeliverable:      s.undeliverable.Load(),
+		Dropped:            s.dropped.Load(),
+		DroppedCompletions: s.droppedCompletions.Load(),
+		OnExitPanics:       s.onExitPanics.Load(),
+		Abandoned:          s.abandoned.Load(),
+		Parked:             int(s.nparked.Load()),
 	}
 	for _, w := range s.workers {
+		st.Spawned += w.counts.spawned.Load()
+		st.Completed += w.counts.completed.Load()
 		st.Steps += w.steps.Load()
 		st.Steals += w.steals.Load()
 		st.StealOps += w.stealOps.Load()

@@ -15,6 +15,9 @@ type worker struct {
 	id int
 	dq *deque.Deque[proc] // Push/Pop: this worker only; StealHalfInto: any worker
 
+	// counts is this worker's shard of the spawned/completed counters.
+	counts counts
+
 	// Fields below are touched only by this worker's goroutine.
 	rng      *rand.Rand
 	tick     uint32 // times tryFind ran; drives the fairness checks
@@ -48,7 +51,7 @@ func newWorker(s *Scheduler, id int) *worker {
 }
 
 func (w *worker) loop() {
-	defer w.s.wg.Done()
+	defer w.exitLoop()
 	for {
 		p := w.findWork()
 		if p == nil {
@@ -58,28 +61,78 @@ func (w *worker) loop() {
 	}
 }
 
-// pushLocal queues a Ready process on this worker's deque. Owner only.
-// The owner runs the newest item next, so one queued item needs no help; from
-// the second on there is work for a thief, so a parked worker is woken (if
-// nobody is searching already). This is what keeps a ping-pong between two
-// processes on one worker instead of bouncing wake-ups between two.
+// exitLoop runs when the worker returns (Stop set exit). Processes still in
+// its runnext, its deque or the global queue can be there only if Stop gave
+// up waiting or raced with this worker's last step; they are closed here or
+// by Stop, whichever CASes first.
+func (w *worker) exitLoop() {
+	s := w.s
+	if p := w.runnext; p != nil {
+		w.runnext = nil
+		s.forceClose(p, &w.counts)
+	}
+	for p := w.dq.Pop(); p != nil; p = w.dq.Pop() {
+		s.forceClose(p, &w.counts)
+	}
+	for p := s.global.pop(); p != nil; p = s.global.pop() {
+		s.forceClose(p, &w.counts)
+	}
+	if s.running.Add(-1) == 0 {
+		close(s.workersDone)
+	}
+}
+
+// The wake-up discipline (the Go runtime's wakep): whenever a process
+// becomes Ready somewhere its owner cannot start it at once, and no worker is
+// searching, one parked worker is woken (wakeOne: at most one spinner at a
+// time). After a step the owner can start exactly one local process next
+// (runnext, else the deque's bottom); during a step it can start none.
+// So: a push that leaves two or more local processes, or any push made
+// during a step, wakes; the first push after a step does not. That keeps a
+// ping-pong on one worker (no futex per message) while a process queued
+// behind a long step is stolen at once.
+
+// pushLocal queues a Ready process on this worker's deque after a step.
+// Owner only.
 func (w *worker) pushLocal(p *proc) {
 	w.dq.Push(p)
-	if w.dq.Len() >= 2 {
+	if w.runnext != nil || w.dq.Len() >= 2 {
 		w.s.wakeOne()
 	}
+}
+
+// pushSpawned queues a child spawned by the step this worker is running.
+// The step is not over, so the owner cannot start the child now. Owner only.
+func (w *worker) pushSpawned(p *proc) {
+	w.dq.Push(p)
+	w.s.wakeOne()
 }
 
 // readyNext makes p, just woken by the step this worker ran, the next to
 // run; a previous occupant of runnext moves to the deque. Owner only.
 func (w *worker) readyNext(p *proc) {
-	if old := w.runnext; old != nil {
+	old := w.runnext
+	w.runnext = p
+	if old != nil {
 		// runnext is taken by p, so old is surplus work: queue it where
 		// thieves can reach it and make sure someone is looking.
 		w.dq.Push(old)
 		w.s.wakeOne()
+		return
 	}
-	w.runnext = p
+	if w.dq.Len() > 0 {
+		w.s.wakeOne()
+	}
+}
+
+// spillRunnext moves runnext to the deque, where thieves can reach it,
+// before the owner runs something else first (the fairness ticks).
+func (w *worker) spillRunnext() {
+	if p := w.runnext; p != nil {
+		w.runnext = nil
+		w.dq.Push(p)
+		w.s.wakeOne()
+	}
 }
 
 // findWork returns the next Ready process to run, spinning and parking while
@@ -101,6 +154,9 @@ func (w *worker) findWork() *proc {
 			s.nspin.Add(1)
 		}
 		spins++
+		if h := s.cfg.hooks; h != nil && h.spin != nil {
+			h.spin(spins, spins >= spinTight && spins < spinYield)
+		}
 		switch {
 		case spins < spinTight:
 		case spins < spinYield:
@@ -126,6 +182,7 @@ func (w *worker) tryFind() *proc {
 		// deque or runnext is never empty.
 		if p := s.global.pop(); p != nil {
 			w.globalPops.Add(1)
+			w.spillRunnext()
 			return p
 		}
 	case globalCheckTicks / 2:
@@ -133,6 +190,7 @@ func (w *worker) tryFind() *proc {
 		// so processes that keep waking each other would starve the
 		// oldest one; take it from the top (a steal from ourselves).
 		if p := w.dq.Steal(); p != nil {
+			w.spillRunnext()
 			return p
 		}
 	}

@@ -9,10 +9,14 @@
 # concatenated output with `gantry valsort` against the inputs' checksum, and
 # prints the throughput and the master's phase table. Everything lives in a
 # temp dir under $TMPDIR (default /tmp), removed at the end unless KEEP=1.
+# While it runs, each process serves Prometheus metrics on loopback, port
+# $METRICS_PORT (default 19464): the master on 127.0.0.1, worker i on
+# 127.0.0.(i+2), e.g. `curl -s 127.0.0.1:19464/metrics | grep gantry_dsort`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-10000000}
 W=${2:-4}
+MP=${METRICS_PORT:-19464}
 work=$(mktemp -d "${TMPDIR:-/tmp}/gantry-demo-XXXXXX")
 pids=()
 cleanup() {
@@ -40,15 +44,15 @@ echo "generated $N records ($((N / 10000)) MB) for $W workers" >&2
 in_sum=$("$G" valsort --checksum-only $(ls -d "$work"/w*/in*) 2>&1 | awk '/^Checksum/ {print $2}')
 
 start=$(date +%s.%N)
-"$G" sort master "$W" >"$work/master.out" 2>"$work/master.err" &
+"$G" sort master "$W" --metrics-addr "127.0.0.1:$MP" >"$work/master.out" 2>"$work/master.err" &
 pids+=($!)
 master_pid=$!
 for _ in $(seq 100); do [ -s "$work/master.out" ] && break; sleep 0.1; done
 addr=$(head -1 "$work/master.out")
 port=${addr##*:}
-echo "master listening on $addr" >&2
+echo "master listening on $addr; metrics: http://127.0.0.1:$MP/metrics" >&2
 for i in $(seq 0 $((W - 1))); do
-	"$G" sort worker "127.0.0.1:$port" --bind "127.0.0.$((i + 2))" \
+	"$G" sort worker "127.0.0.1:$port" --bind "127.0.0.$((i + 2))" --metrics-addr "127.0.0.$((i + 2)):$MP" \
 		-I "$work/w$i/in1" "$work/w$i/in2" -O "$work/w$i/out" --tmp "$work" \
 		2>"$work/w$i/worker.err" &
 	pids+=($!)

@@ -1,22 +1,112 @@
 #!/usr/bin/env bash
-# Installs and starts what the tests need on a fresh Debian machine, and does
-# nothing for what is already there. Safe to run many times.
+# Installs (apt-get) and starts what the tests need on loopback, and does nothing for what is
+# already there. Safe to run many times, from many test processes at once (a lock serialises it).
 #
-# Needed today: nothing beyond Go itself (the sort tests build and run the
-# gantry binary; the gRPC code is generated and committed). protoc is only
-# needed for `make generate`, and is installed here when missing so the
-# generated-code check can run.
+#   scripts/services.sh              # everything
+#   scripts/services.sh redis        # only the named services
+#
+# Services: protoc (for the generated-code check), redis (127.0.0.1:6379), postgres
+# (postgres://gantry:gantry@127.0.0.1:5432/gantry), plus whatever scripts/services.d/*.sh add:
+# each of those files defines service_<name>() and appends <name> to SERVICES.
+# State (data dirs, logs) lives under $GANTRY_SERVICES_DIR (default: $TMPDIR/gantry-services).
 set -euo pipefail
 
-need_apt=()
-command -v protoc >/dev/null 2>&1 || need_apt+=(protobuf-compiler)
+here=$(cd "$(dirname "$0")" && pwd)
+state=${GANTRY_SERVICES_DIR:-${TMPDIR:-/tmp}/gantry-services}
+mkdir -p "$state"
+exec 9>"$state/.lock"
+flock 9
 
-if [ ${#need_apt[@]} -gt 0 ]; then
-	if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
-		echo "services.sh: installing ${need_apt[*]}" >&2
-		apt-get update -qq >/dev/null
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
-	else
-		echo "services.sh: missing ${need_apt[*]} (install them with your package manager)" >&2
+log() { echo "services.sh: $*" >&2; }
+
+apt_updated=
+# apt_install PKG... installs the Debian packages that are missing.
+apt_install() {
+	local missing=()
+	for p in "$@"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
+	[ ${#missing[@]} -eq 0 ] && return 0
+	if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+		log "missing ${missing[*]}: install them with your package manager"
+		return 1
 	fi
-fi
+	log "installing ${missing[*]}"
+	if [ -z "$apt_updated" ]; then apt-get update -qq >/dev/null; apt_updated=1; fi
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# wait_port HOST PORT SECONDS: waits until a TCP connect succeeds.
+wait_port() {
+	local i
+	for ((i = 0; i < $3 * 10; i++)); do
+		(exec 3<>"/dev/tcp/$1/$2") 2>/dev/null && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+SERVICES=(protoc redis postgres)
+
+service_protoc() {
+	command -v protoc >/dev/null 2>&1 || apt_install protobuf-compiler
+}
+
+service_redis() {
+	wait_port 127.0.0.1 6379 0 && return 0
+	command -v redis-server >/dev/null 2>&1 || apt_install redis-server
+	mkdir -p "$state/redis"
+	# No persistence: the shared test instance is scratch space. Tests that need AOF or a
+	# restart start their own private redis-server.
+	redis-server --bind 127.0.0.1 --port 6379 --dir "$state/redis" --save "" --appendonly no \
+		--daemonize yes --logfile "$state/redis/redis.log" --pidfile "$state/redis/redis.pid"
+	wait_port 127.0.0.1 6379 10 || { log "redis did not start (see $state/redis/redis.log)"; return 1; }
+	log "redis on 127.0.0.1:6379"
+}
+
+service_postgres() {
+	local dsn="postgresql://gantry:gantry@127.0.0.1:5432/gantry"
+	if wait_port 127.0.0.1 5432 0; then
+		psql "$dsn" -qAtc 'select 1' >/dev/null 2>&1 && return 0
+		log "something listens on 127.0.0.1:5432 but $dsn does not work; set GANTRY_TEST_POSTGRES"
+		return 1
+	fi
+	local bin
+	bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+	if [ -z "$bin" ]; then
+		apt_install postgresql
+		bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
+	fi
+	command -v psql >/dev/null 2>&1 || apt_install postgresql-client
+	local data="$state/postgres"
+	if [ ! -s "$data/PG_VERSION" ]; then
+		mkdir -p "$data"
+		chown postgres: "$data" 2>/dev/null || true
+		chmod 700 "$data"
+		runuser -u postgres -- "$bin/initdb" -D "$data" -A trust -U postgres >/dev/null
+	fi
+	# fsync off: a test database, thrown away with the machine; it makes the suite much faster.
+	runuser -u postgres -- "$bin/pg_ctl" -D "$data" -l "$data/server.log" -w -o \
+		"-c listen_addresses=127.0.0.1 -p 5432 -k $data -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300" start >/dev/null
+	wait_port 127.0.0.1 5432 20 || { log "postgres did not start (see $data/server.log)"; return 1; }
+	psql -h 127.0.0.1 -U postgres -qAtc "select 1 from pg_roles where rolname='gantry'" | grep -q 1 ||
+		psql -h 127.0.0.1 -U postgres -qc "create role gantry login superuser password 'gantry'"
+	psql -h 127.0.0.1 -U postgres -qAtc "select 1 from pg_database where datname='gantry'" | grep -q 1 ||
+		psql -h 127.0.0.1 -U postgres -qc "create database gantry owner gantry"
+	log "postgres on 127.0.0.1:5432"
+}
+
+for f in "$here"/services.d/*.sh; do
+	[ -e "$f" ] || continue
+	# shellcheck source=/dev/null
+	. "$f"
+done
+
+want=("$@")
+[ ${#want[@]} -gt 0 ] || want=("${SERVICES[@]}")
+for s in "${want[@]}"; do
+	fn="service_${s//-/_}"
+	if ! declare -F "$fn" >/dev/null; then
+		log "unknown service $s (known: ${SERVICES[*]})"
+		exit 2
+	fi
+	"$fn"
+done

@@ -411,7 +411,7 @@ func (s *Store) SetDesired(ctx context.Context, id string, desired Status, now t
 	if err != nil {
 		return w, err
 	}
-	n, err := s.exec(ctx, `UPDATE workspaces SET desired_state = ?, updated_at = ? WHERE id = ? AND desired_state <> 'DELETED'`, string(desired), now.UnixMilli(), w.ID)
+	n, err := s.exec(ctx, `UPDATE workspaces SET desired_state = ?, updated_at = ?, desired_version = desired_version + 1, last_activity_at = ? WHERE id = ? AND desired_state <> 'DELETED'`, string(desired), now.UnixMilli(), now.UnixMilli(), w.ID) // desired_version, last_activity_at: the TTL manager's CAS (ttl.go)
 	if err != nil {
 		return w, err
 	}

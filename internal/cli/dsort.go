@@ -14,13 +14,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 
 	"github.com/gantryhq/gantry/dsort"
-	"github.com/gantryhq/gantry/dsort/dsortpb"
 	"github.com/gantryhq/gantry/internal/progress"
 	"github.com/gantryhq/gantry/lifecycle"
 )
@@ -62,8 +57,9 @@ func armWatchdog(stderr io.Writer, what string) func(succeeded bool) {
 
 func newSortMasterCmd(env *Env) *cobra.Command {
 	var (
-		port int
-		cfg  dsort.MasterConfig
+		port        int
+		metricsAddr string
+		cfg         dsort.MasterConfig
 	)
 	cmd := &cobra.Command{
 		Use:   "master N",
@@ -94,6 +90,12 @@ aborts the job. The exit status is 0 only when the whole job succeeded.`,
 			if f := cmd.Flag("log-level"); isTerminal(env.Stderr) && env.LogLevel != nil && f != nil && !f.Changed {
 				env.LogLevel.Set(slog.LevelWarn)
 			}
+			cfg.Metrics = env.registerer()
+			stopMetrics, err := serveMetrics(env, metricsAddr)
+			if err != nil {
+				return fmt.Errorf("sort master: %w", err)
+			}
+			defer stopMetrics()
 			return runMaster(cmd.Context(), env, cfg)
 		},
 	}
@@ -103,6 +105,7 @@ aborts the job. The exit status is 0 only when the whole job succeeded.`,
 	f.DurationVar(&cfg.RejoinTimeout, "rejoin-timeout", 60*time.Second, "abort the job when a worker stays silent this long")
 	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat", 500*time.Millisecond, "how often workers report")
 	f.Var(sizeValue{&cfg.PartitionSize}, "partition-size", "target partition size (default 64MiB; at least one partition per core)")
+	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9090; default: off)")
 	return cmd
 }
 
@@ -232,7 +235,10 @@ func writePhaseTable(w io.Writer, workers []dsort.WorkerInfo) {
 }
 
 func newSortWorkerCmd(env *Env) *cobra.Command {
-	var cfg dsort.WorkerConfig
+	var (
+		cfg         dsort.WorkerConfig
+		metricsAddr string
+	)
 	cmd := &cobra.Command{
 		Use:   "worker MASTER_IP:PORT -I DIR... -O DIR",
 		Short: "Sort this machine's share of a distributed sort",
@@ -256,10 +262,16 @@ with its temp dir wiped) it rejoins the job.`,
 			if points := os.Getenv("GANTRY_DSORT_FAULT"); points != "" {
 				cfg.FaultHook = faultHook(stderr, strings.Split(points, ","))
 			}
+			cfg.Metrics = env.registerer()
 			w, err := dsort.NewWorker(cfg)
 			if err != nil {
 				return fmt.Errorf("sort worker: %w", err)
 			}
+			stopMetrics, err := serveMetrics(env, metricsAddr)
+			if err != nil {
+				return fmt.Errorf("sort worker: %w", err)
+			}
+			defer stopMetrics()
 			err = w.Run(cmd.Context())
 			if sm := w.StateMachine(); sm != nil && len(sm.History()) > 0 {
 				fmt.Fprintln(stderr, "=== State Transition History ===")
@@ -284,6 +296,7 @@ with its temp dir wiped) it rejoins the job.`,
 	f.StringVar(&cfg.Token, "token", os.Getenv("GANTRY_TOKEN"), "shared secret every RPC must carry (default $GANTRY_TOKEN)")
 	f.DurationVar(&cfg.RegisterTimeout, "register-timeout", 60*time.Second, "how long to keep trying to reach the master")
 	f.DurationVar(&cfg.MasterTimeout, "master-timeout", 30*time.Second, "give up when the master stays unreachable this long")
+	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9091; default: off)")
 	return cmd
 }
 
@@ -310,32 +323,19 @@ func newSortStatusCmd(env *Env) *cobra.Command {
 		Example: `  gantry sort status 10.0.0.1:30040`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
-			cc, err := grpc.NewClient(args[0], opts...)
+			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
+			defer cancel()
+			js, err := dsort.JobStatus(ctx, args[0], token)
 			if err != nil {
 				return fmt.Errorf("sort status: %w", err)
 			}
-			defer cc.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
-			defer cancel()
-			if token != "" {
-				ctx = metadata.AppendToOutgoingContext(ctx, "gantry-token", token)
-			}
-			js, err := dsortpb.NewMasterClient(cc).GetJobStatus(ctx, &dsortpb.JobStatusRequest{})
-			if err != nil {
-				return fmt.Errorf("sort status: %s: %s", args[0], status.Convert(err).Message())
-			}
 			out := env.Stdout
-			fmt.Fprintf(out, "job %s: %s, %d/%d workers registered, %s elapsed\n", js.GetJobId(), js.GetPhase(),
-				js.GetRegistered(), js.GetNumWorkers(), (time.Duration(js.GetElapsedMs()) * time.Millisecond).Round(100*time.Millisecond))
-			if r := js.GetAbortReason(); r != "" {
+			fmt.Fprintf(out, "job %s: %s, %d/%d workers registered, %s elapsed\n", js.JobID, js.Phase,
+				js.Registered, js.Workers, js.Elapsed.Round(100*time.Millisecond))
+			if r := js.AbortReason; r != "" {
 				fmt.Fprintf(out, "aborted: %s\n", r)
 			}
-			var ws []dsort.WorkerInfo
-			for _, w := range js.GetWorkers() {
-				ws = append(ws, dsort.WorkerInfoFromPB(w))
-			}
-			writePhaseTable(out, ws)
+			writePhaseTable(out, js.Members)
 			return nil
 		},
 	}

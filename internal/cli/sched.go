@@ -26,9 +26,10 @@ func newSchedBenchCmd(env *Env) *cobra.Command {
 		Use:   "bench",
 		Short: "Measure the scheduler against goroutines + channels on this machine",
 		Long: `Runs the scheduler's benchmark workloads (ping-pong, spawn-to-done, fan-out 1→1000,
-yield→CompleteYield, allocations per message, idle CPU) on 1 and 2 workers next to the
+yield→CompleteYield, fork-join fib(25) with children spawned inside Step, allocations per
+message, idle CPU) on 1 and 2 workers next to the
 goroutines-and-channels program a Go programmer would write instead, and prints the
-medians as a table. The default run takes about 20 seconds on 2 cores.`,
+medians as a table. The default run takes about a minute on 2 cores.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.Scale <= 0 {

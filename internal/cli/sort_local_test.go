@@ -195,6 +195,9 @@ var (
 // for tests that need a separate process (signals, other users).
 func gantryBinary(t *testing.T) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("process-level test: skipped by -short")
+	}
 	gantryOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "gantry-bin-*")
 		if err != nil {

@@ -51,6 +51,7 @@ func newWSServeCmd(env *Env) *cobra.Command {
 	var interval, backoff, lease, monInterval time.Duration
 	var maxRetries int
 	timeouts := map[workspace.Operation]*time.Duration{}
+	var backends wsBackendFlags
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the API, reconciler and health monitor (SQLite under --data by default)",
@@ -91,8 +92,12 @@ func newWSServeCmd(env *Env) *cobra.Command {
 			case "fake":
 				fk := fake.New(fakeLatency)
 				cfg.Container, cfg.Storage = fk, fk
+			case "docker": // issue 13: the container comes from backends.apply
 			default:
-				return fmt.Errorf("--provider %q: want process or fake", prov)
+				return fmt.Errorf("--provider %q: want process, docker or fake", prov)
+			}
+			if err := backends.apply(cmd.Context(), &cfg, prov, env.Logger); err != nil { // issue 13: docker, --storage s3://…
+				return err
 			}
 			cfg.Logger = env.Logger
 			srv, err := workspace.NewServer(cmd.Context(), cfg)
@@ -107,6 +112,7 @@ func newWSServeCmd(env *Env) *cobra.Command {
 	f.StringVar(&cfg.Data, "data", "gantry-ws-data", "directory for the database, volumes, archives and pidfiles")
 	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:7480", "API address")
 	f.StringVar(&cfg.Redis, "redis", "", "Redis URL for hints (redis://127.0.0.1:6379/0); default: in-process or Postgres NOTIFY")
+	backends.register(f) // issue 13: --storage, --docker-image
 	f.StringVar(&prov, "provider", "process", "providers: process (+ fs volumes/archives) or fake (tests, benchmarks)")
 	f.DurationVar(&fakeLatency, "fake-latency", 10*time.Millisecond, "latency of each fake provider call")
 	f.DurationVar(&interval, "interval", 10*time.Second, "reconcile interval (overrides RECONCILER_INTERVAL)")

@@ -46,18 +46,37 @@ func (o Options) withDefaults() (Options, error) {
 	return o, nil
 }
 
-// median runs f runs times and returns the median of metric over the samples.
-func median(runs int, f func() (Sample, error), metric func(Sample) float64) (float64, error) {
-	vals := make([]float64, 0, runs)
+// fibN is the fork-join size: fib(25) (242,785 calls) at scale 1, and one
+// less per halving of the scale, so --scale 0.1 stays quick.
+func fibN(scale float64) int {
+	n := 25
+	for s := scale; s < 0.75 && n > 10; s *= 2 {
+		n--
+	}
+	return n
+}
+
+// sample runs f runs times.
+func sample(runs int, f func() (Sample, error)) ([]Sample, error) {
+	out := make([]Sample, 0, runs)
 	for i := 0; i < runs; i++ {
 		s, err := f()
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// median returns the median of metric over samples.
+func median(samples []Sample, metric func(Sample) float64) float64 {
+	vals := make([]float64, 0, len(samples))
+	for _, s := range samples {
 		vals = append(vals, metric(s))
 	}
 	slices.Sort(vals)
-	return vals[len(vals)/2], nil
+	return vals[len(vals)/2]
 }
 
 // Run measures every workload against its baseline and returns the table.
@@ -78,6 +97,9 @@ func Run(ctx context.Context, o Options, progress func(row string)) ([]Row, erro
 		baseline func() (Sample, error)
 		metric   func(Sample) float64
 		met      func(r Row) bool
+		// cpu, if set, names an extra informational row with the median
+		// CPU time per op of the same samples.
+		cpu string
 	}
 	specs := []spec{
 		{
@@ -86,6 +108,7 @@ func Run(ctx context.Context, o Options, progress func(row string)) ([]Row, erro
 			baseline: func() (Sample, error) { return ChanPingPong(n(500_000)) },
 			metric:   perOp,
 			met:      func(r Row) bool { return min(r.Sched1, r.Sched2) <= r.Baseline/2 },
+			cpu:      "ping-pong, CPU per round trip",
 		},
 		{
 			row:    Row{Name: "ping-pong allocs per message", Unit: "allocs", Goal: "0 in steady state", HigherIs: "worse"},
@@ -99,6 +122,15 @@ func Run(ctx context.Context, o Options, progress func(row string)) ([]Row, erro
 			baseline: func() (Sample, error) { return GoSpawnToDone(n(500_000)) },
 			metric:   perSec,
 			met:      func(r Row) bool { return r.Sched2 >= 2 },
+			cpu:      "spawn -> done, CPU per process",
+		},
+		{
+			row:      Row{Name: fmt.Sprintf("fork-join fib(%d), spawns in Step", fibN(o.Scale)), Unit: "ms", Goal: "<= 1.2x goroutines+WaitGroup", HigherIs: "worse"},
+			sched:    func(w int) (Sample, error) { return ForkJoin(w, fibN(o.Scale)) },
+			baseline: func() (Sample, error) { return GoForkJoin(fibN(o.Scale)) },
+			metric:   func(s Sample) float64 { return float64(s.Elapsed.Microseconds()) / 1000 },
+			met:      func(r Row) bool { return min(r.Sched1, r.Sched2) <= 1.2*r.Baseline },
+			cpu:      "fork-join, CPU per call",
 		},
 		{
 			row:      Row{Name: "fan-out 1 -> 1000, per message", Unit: "ns", Goal: "faster than channels", HigherIs: "worse"},
@@ -130,28 +162,33 @@ func Run(ctx context.Context, o Options, progress func(row string)) ([]Row, erro
 			progress(sp.row.Name)
 		}
 		r := sp.row
+		cr := Row{Name: sp.cpu, Unit: "ns", Goal: "(informational: CPU time)", HigherIs: "worse"}
+		cpuPerOp := Sample.CPUPerOp
 		for _, w := range []int{1, 2} {
-			v, err := median(o.Runs, func() (Sample, error) { return sp.sched(w) }, sp.metric)
+			ss, err := sample(o.Runs, func() (Sample, error) { return sp.sched(w) })
 			if err != nil {
 				return rows, fmt.Errorf("%s, %d workers: %w", r.Name, w, err)
 			}
 			if w == 1 {
-				r.Sched1 = v
+				r.Sched1, cr.Sched1 = median(ss, sp.metric), median(ss, cpuPerOp)
 			} else {
-				r.Sched2 = v
+				r.Sched2, cr.Sched2 = median(ss, sp.metric), median(ss, cpuPerOp)
 			}
 		}
 		if sp.baseline != nil {
-			v, err := median(o.Runs, sp.baseline, sp.metric)
+			ss, err := sample(o.Runs, sp.baseline)
 			if err != nil {
 				return rows, fmt.Errorf("%s, baseline: %w", r.Name, err)
 			}
-			r.Baseline = v
+			r.Baseline, cr.Baseline = median(ss, sp.metric), median(ss, cpuPerOp)
 		}
 		if sp.met != nil {
 			r.Judged, r.Met = true, sp.met(r)
 		}
 		rows = append(rows, r)
+		if sp.cpu != "" {
+			rows = append(rows, cr)
+		}
 	}
 	if o.Idle > 0 && ctx.Err() == nil {
 		if progress != nil {

@@ -24,7 +24,15 @@ type Sample struct {
 	Ops     int           // operations done (round trips, spawns, messages…)
 	Elapsed time.Duration // wall time of the measured part
 	Allocs  uint64        // heap allocations during the measured part
+	// CPU is the whole process's user+system CPU time during the measured
+	// part (0 where getrusage is missing). Unlike Elapsed it hardly grows
+	// when other programs take the cores, so it shows the cost on a loaded
+	// machine; it includes the workers' spinning.
+	CPU time.Duration
 }
+
+// CPUPerOp returns nanoseconds of process CPU time per operation.
+func (s Sample) CPUPerOp() float64 { return float64(s.CPU.Nanoseconds()) / float64(s.Ops) }
 
 // PerOp returns nanoseconds per operation.
 func (s Sample) PerOp() float64 { return float64(s.Elapsed.Nanoseconds()) / float64(s.Ops) }
@@ -39,14 +47,23 @@ func (s Sample) AllocsPerOp() float64 { return float64(s.Allocs) / float64(s.Ops
 func measure(ops int, f func() error) (Sample, error) {
 	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)
+	c0, cerr0 := cpuTime()
 	t0 := time.Now()
 	err := f()
 	el := time.Since(t0)
+	c1, cerr1 := cpuTime()
 	runtime.ReadMemStats(&m1)
-	return Sample{Ops: ops, Elapsed: el, Allocs: m1.Mallocs - m0.Mallocs}, err
+	var cpu time.Duration
+	if cerr0 == nil && cerr1 == nil {
+		cpu = c1 - c0
+	}
+	return Sample{Ops: ops, Elapsed: el, Allocs: m1.Mallocs - m0.Mallocs, CPU: cpu}, err
 }
 
-var errTimeout = errors.New("schedbench: workload did not finish within a minute")
+var (
+	errTimeout     = errors.New("schedbench: workload did not finish within a minute")
+	errWrongAnswer = errors.New("schedbench: fork-join computed the wrong result")
+)
 
 // waitOrTimeout turns a stuck scheduler into an error instead of a hang.
 func waitOrTimeout(done <-chan struct{}) error {

@@ -23,6 +23,9 @@ func TestWorkloadsRun(t *testing.T) {
 		"Yield/inline":  func() (Sample, error) { return Yield(1, 1000, false) },
 		"Yield/async":   func() (Sample, error) { return Yield(2, 1000, true) },
 		"ChanRequest":   func() (Sample, error) { return ChanRequest(1000) },
+		"ForkJoin/1":    func() (Sample, error) { return ForkJoin(1, 12) },
+		"ForkJoin/2":    func() (Sample, error) { return ForkJoin(2, 12) },
+		"GoForkJoin":    func() (Sample, error) { return GoForkJoin(12) },
 	} {
 		t.Run(name, func(t *testing.T) {
 			s, err := f()

@@ -28,31 +28,25 @@ type Queue[T any] struct {
 	// publish-then-check pairs.
 	n atomic.Int64
 
-	// taken counts the items Swap has handed out since the queue was made.
-	// Stored (seq-cst) under mu by Swap; loaded by anyone. With Push's
-	// sequence number it tells a producer whether its item was consumed.
-	taken atomic.Uint64
-
 	mu sync.Mutex
-	// items and pushed are guarded by mu. pushed counts every Push ever.
+	// items and closed are guarded by mu; closed is set once by Close.
 	items  []T
-	pushed uint64
+	closed bool
 }
 
-// Push appends v and returns its sequence number (1 for the first push,
-// then 2, …): v has been consumed once Taken() >= that number. Any goroutine.
-func (q *Queue[T]) Push(v T) uint64 {
+// Push appends v and reports true, or reports false and queues nothing once
+// the queue is closed. Any goroutine.
+func (q *Queue[T]) Push(v T) bool {
 	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return false
+	}
 	q.items = append(q.items, v)
-	q.pushed++
-	seq := q.pushed
 	q.n.Store(int64(len(q.items)))
 	q.mu.Unlock()
-	return seq
+	return true
 }
-
-// Taken returns how many items Swap has handed out in all. Any goroutine.
-func (q *Queue[T]) Taken() uint64 { return q.taken.Load() }
 
 // Empty reports whether the queue held nothing at the moment of the load.
 // Any goroutine.
@@ -71,7 +65,20 @@ func (q *Queue[T]) Swap(spare []T) []T {
 	q.mu.Lock()
 	out := q.items
 	q.items = spare
-	q.taken.Add(uint64(len(out)))
+	q.n.Store(0)
+	q.mu.Unlock()
+	return out
+}
+
+// Close refuses every later Push and returns what was queued and never
+// taken, so the consumer can account for it. Every Push either happened
+// before Close (its item is in the result or was taken by a Swap) or returns
+// false. Consumer only; call it once, after the last Swap.
+func (q *Queue[T]) Close() []T {
+	q.mu.Lock()
+	out := q.items
+	q.items = nil
+	q.closed = true
 	q.n.Store(0)
 	q.mu.Unlock()
 	return out

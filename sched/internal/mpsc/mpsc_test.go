@@ -77,21 +77,66 @@ func TestManyProducersEveryItemOnceInPerProducerOrder(t *testing.T) {
 	}
 }
 
-func TestPushSequenceAndTaken(t *testing.T) {
-	var q Queue[string]
-	if a, b := q.Push("a"), q.Push("b"); a != 1 || b != 2 {
-		t.Fatalf("sequence numbers %d, %d; want 1, 2", a, b)
+func TestCloseReturnsTheRestAndRefusesLaterPushes(t *testing.T) {
+	var q Queue[int]
+	q.Push(1)
+	q.Push(2)
+	if got := q.Swap(nil); len(got) != 2 {
+		t.Fatalf("Swap = %v", got)
 	}
-	if q.Taken() != 0 {
-		t.Fatalf("Taken before any Swap = %d", q.Taken())
+	if !q.Push(3) {
+		t.Fatal("Push before Close refused")
 	}
-	batch := q.Swap(nil)
-	c := q.Push("c")
-	if q.Taken() != 2 || c != 3 {
-		t.Fatalf("after one swap: Taken %d (want 2), next seq %d (want 3)", q.Taken(), c)
+	if diff := cmp.Diff([]int{3}, q.Close()); diff != "" {
+		t.Fatalf("Close (-want +got):\n%s", diff)
 	}
-	q.Swap(batch)
-	if q.Taken() < c {
-		t.Fatalf("Taken %d after taking seq %d", q.Taken(), c)
+	if q.Push(4) || !q.Empty() {
+		t.Fatal("Push after Close accepted")
+	}
+}
+
+// TestEveryPushIsSwappedClosedOrRefused: producers race with Close; every
+// accepted item comes out exactly once, through Swap or Close.
+func TestEveryPushIsSwappedClosedOrRefused(t *testing.T) {
+	for trial := 0; trial < 50; trial++ {
+		var q Queue[int]
+		var wg sync.WaitGroup
+		accepted := make([][]int, 4)
+		for g := range accepted {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < 200; i++ {
+					v := g*1000 + i
+					if q.Push(v) {
+						accepted[g] = append(accepted[g], v)
+					}
+				}
+			}()
+		}
+		seen := map[int]int{}
+		var batch []int
+		for i := 0; i < 20; i++ {
+			batch = q.Swap(batch)
+			for _, v := range batch {
+				seen[v]++
+			}
+		}
+		for _, v := range q.Close() {
+			seen[v]++
+		}
+		wg.Wait()
+		n := 0
+		for _, vs := range accepted {
+			for _, v := range vs {
+				n++
+				if seen[v] != 1 {
+					t.Fatalf("accepted item %d came out %d times", v, seen[v])
+				}
+			}
+		}
+		if n != len(seen) {
+			t.Fatalf("%d items accepted, %d came out", n, len(seen))
+		}
 	}
 }

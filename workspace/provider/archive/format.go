@@ -295,7 +295,7 @@ func safeName(name string) (string, error) {
 	}
 	for _, part := range strings.Split(name, "/") {
 		if part == ".." {
-			return "", provider.Permanent("UnsafeArchive", fmt.Errorf("%w: entry %q has a .. component", provider.ErrUnsafePath, name))
+			return "", provider.Permanent("UnsafeArchive", fmt.Errorf("%w: entry %q has a \"..\" element", provider.ErrUnsafePath, name))
 		}
 	}
 	return path.Clean(name), nil

@@ -6,7 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strings"
+	"path"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -15,38 +16,29 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/gantryhq/gantry/dsort/dsortpb"
+	"github.com/gantryhq/gantry/lifecycle"
 )
 
-// Sentinel errors. Typed errors below wrap them with details.
-var (
-	// ErrConfig: a MasterConfig or WorkerConfig failed validation.
-	ErrConfig = errors.New("dsort: invalid config")
-	// ErrAborted: the job was aborted (a worker failed or did not come back,
-	// or the master was interrupted).
-	ErrAborted = errors.New("dsort: job aborted")
-	// ErrMasterLost: a worker could not reach its master for too long.
-	ErrMasterLost = errors.New("dsort: lost contact with the master")
-)
-
-// AbortError says why a job was aborted. errors.Is(err, ErrAborted) holds.
-type AbortError struct {
-	Reason string
-}
-
-func (e *AbortError) Error() string { return "dsort: job aborted: " + e.Reason }
-
-// Is makes errors.Is(err, ErrAborted) true.
-func (e *AbortError) Is(target error) bool { return target == ErrAborted }
+// This file is dsort's RPC boundary: dialing, the token and job-ID
+// interceptors, the mapping between dsort's errors and gRPC status codes,
+// and finding the address other hosts can reach.
 
 // tokenKey is the metadata key carrying the shared secret.
 const tokenKey = "gantry-token"
+
+// ioBufferSize is the transport's read and write buffer per connection
+// (gRPC's default is 32 KiB): shuffle chunks are 1 MiB, and bigger buffers
+// mean fewer syscalls. This is not a flow-control window, so BDP
+// estimation stays on.
+const ioBufferSize = 512 << 10
 
 // jobRequest is implemented by every request message (generated getter).
 type jobRequest interface{ GetJobId() string }
 
 // guard checks the shared token and the job ID of every incoming call.
 type guard struct {
-	token string
+	token   string
+	metrics *metrics // counts the calls answered with an error
 	// jobID returns the job's ID, or "" while it is not known yet (a worker
 	// before registration): then only calls allowed without one pass.
 	jobID func() string
@@ -90,14 +82,22 @@ func (g *guard) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, 
 	if err := g.checkJob(info.FullMethod, req); err != nil {
 		return nil, err
 	}
-	return h(ctx, req)
+	resp, err := h(ctx, req)
+	if err != nil {
+		g.metrics.rpcError("server", path.Base(info.FullMethod))
+	}
+	return resp, err
 }
 
 func (g *guard) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 	if err := g.checkToken(ss.Context()); err != nil {
 		return err
 	}
-	return h(srv, &guardedStream{ServerStream: ss, g: g, method: info.FullMethod})
+	err := h(srv, &guardedStream{ServerStream: ss, g: g, method: info.FullMethod})
+	if err != nil {
+		g.metrics.rpcError("server", path.Base(info.FullMethod))
+	}
+	return err
 }
 
 // guardedStream checks the job ID of each message the handler receives.
@@ -114,23 +114,92 @@ func (s *guardedStream) RecvMsg(m any) error {
 	return s.g.checkJob(s.method, m)
 }
 
-// ioBufferSize is the transport's read and write buffer per connection
-// (gRPC's default is 32 KiB): shuffle chunks are 1 MiB, and bigger buffers
-// mean fewer syscalls. This is not a flow-control window, so BDP
-// estimation stays on.
-const ioBufferSize = 512 << 10
-
 func (g *guard) serverOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(g.unary), grpc.ChainStreamInterceptor(g.stream),
 		grpc.WriteBufferSize(ioBufferSize), grpc.ReadBufferSize(ioBufferSize)}
 }
 
+// statusOf turns an error a handler returns into a gRPC status: dsort's
+// sentinels map to their codes, statuses pass through, anything else is
+// Internal. It is the only place that chooses a code for dsort's errors.
+func statusOf(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	return status.Error(codeOf(err), err.Error())
+}
+
+func codeOf(err error) codes.Code {
+	for _, c := range []struct {
+		target error
+		code   codes.Code
+	}{
+		{ErrBadRequest, codes.InvalidArgument},
+		{ErrUnknownWorker, codes.NotFound},
+		{ErrStaleEpoch, codes.FailedPrecondition},
+		{ErrWrongState, codes.FailedPrecondition},
+		{ErrJobEnded, codes.FailedPrecondition},
+		{ErrJobFull, codes.ResourceExhausted},
+		{ErrNotReady, codes.Unavailable},
+		{ErrNotOwner, codes.PermissionDenied},
+		{context.Canceled, codes.Canceled},
+		{context.DeadlineExceeded, codes.DeadlineExceeded},
+	} {
+		if errors.Is(err, c.target) {
+			return c.code
+		}
+	}
+	return codes.Internal
+}
+
+// retryable reports whether an RPC error may go away by itself.
+func retryable(err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted:
+		return true
+	}
+	return false
+}
+
+// refused reports whether a peer rejected a call for a reason that retrying
+// will not change (another job, a wrong token, a bad request).
+func refused(err error) bool {
+	switch status.Code(err) {
+	case codes.InvalidArgument, codes.PermissionDenied, codes.Unauthenticated, codes.Unimplemented, codes.FailedPrecondition:
+		return true
+	}
+	return false
+}
+
+// statusMessage is an RPC error's message without the gRPC decoration.
+func statusMessage(err error) string {
+	if s, ok := status.FromError(err); ok {
+		return s.Message()
+	}
+	return err.Error()
+}
+
 // dial returns a client connection that sends token on every call. Flow
 // control windows are left to gRPC's BDP estimation: setting any static
 // window size would switch it off.
-func dial(addr, token string) (*grpc.ClientConn, error) {
+func dial(addr, token string) (*grpc.ClientConn, error) { return dialMetered(addr, token, nil) }
+
+// dialMetered is dial that also counts failed calls in m.
+func dialMetered(addr, token string, m *metrics) (*grpc.ClientConn, error) {
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithWriteBufferSize(ioBufferSize), grpc.WithReadBufferSize(ioBufferSize)}
+	if m != nil {
+		opts = append(opts, grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, inv grpc.UnaryInvoker, o ...grpc.CallOption) error {
+			err := inv(ctx, method, req, reply, cc, o...)
+			if err != nil {
+				m.rpcError("client", path.Base(method))
+			}
+			return err
+		}))
+	}
 	if token != "" {
 		withToken := func(ctx context.Context) context.Context {
 			return metadata.AppendToOutgoingContext(ctx, tokenKey, token)
@@ -150,22 +219,20 @@ func dial(addr, token string) (*grpc.ClientConn, error) {
 	return cc, nil
 }
 
-// rpcError turns an error at the RPC boundary into a gRPC status, keeping
-// statuses that already are one.
-func rpcError(err error) error {
-	if err == nil {
-		return nil
+// JobStatus asks the master at addr for the job's status, sending token
+// when it is set. Errors carry the master's message without gRPC's
+// decoration.
+func JobStatus(ctx context.Context, addr, token string) (JobInfo, error) {
+	cc, err := dial(addr, token)
+	if err != nil {
+		return JobInfo{}, err
 	}
-	if _, ok := status.FromError(err); ok {
-		return err
+	defer cc.Close()
+	js, err := dsortpb.NewMasterClient(cc).GetJobStatus(ctx, &dsortpb.JobStatusRequest{})
+	if err != nil {
+		return JobInfo{}, fmt.Errorf("dsort: job status from %s: %s", addr, statusMessage(err))
 	}
-	switch {
-	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, err.Error())
-	case errors.Is(err, context.DeadlineExceeded):
-		return status.Error(codes.DeadlineExceeded, err.Error())
-	}
-	return status.Error(codes.Internal, err.Error())
+	return jobInfoFromPB(js), nil
 }
 
 // hostOf returns the host part of a host:port address.
@@ -205,31 +272,13 @@ func reachableIP() string {
 	return "127.0.0.1"
 }
 
-// stateToPB and stateFromPB convert at the RPC boundary; the enums share
-// numbering.
-func stateToPB(s State) dsortpb.WorkerState   { return dsortpb.WorkerState(s) }
-func stateFromPB(s dsortpb.WorkerState) State { return State(s) }
-func phaseOf(s State) dsortpb.Phase           { return dsortpb.Phase(phaseIndex(s)) }
-func identity(host string, in []string, out string) string {
-	return host + "\x00" + strings.Join(in, "\x00") + "\x00\x00" + out
-}
-
-// phaseIndex maps a state to the coarse phase of seed 000 §7: waiting
-// states count as the phase they wait after.
-func phaseIndex(s State) int {
-	switch s {
-	case Initializing:
-		return 0
-	case Sampling, WaitingForPartitionConfig:
-		return 1
-	case Sorting, WaitingForShuffleSignal:
-		return 2
-	case Shuffling, WaitingForMergeSignal:
-		return 3
-	case Merging:
-		return 4
-	case Completed:
-		return 5
+// serve starts srv on ln in its own goroutine and returns a function that
+// stops it (gracefully, forcefully after 2s) and waits for that goroutine.
+func serve(srv *grpc.Server, ln net.Listener) (stop func()) {
+	done := make(chan struct{})
+	go func() { defer close(done); srv.Serve(ln) }()
+	return func() {
+		lifecycle.StopWithin(2*time.Second, srv.GracefulStop, srv.Stop)
+		<-done
 	}
-	return 6
 }

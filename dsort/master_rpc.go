@@ -1,0 +1,197 @@
+package dsort
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gantryhq/gantry/dsort/dsortpb"
+	"github.com/gantryhq/gantry/record"
+)
+
+// masterRPC is the gRPC face of a Master: it converts messages (pbconv.go),
+// calls the master's logic and maps its errors to status codes (statusOf).
+type masterRPC struct {
+	dsortpb.UnimplementedMasterServer
+	m *Master
+}
+
+func (r *masterRPC) RegisterWorker(ctx context.Context, req *dsortpb.RegisterRequest) (*dsortpb.RegisterReply, error) {
+	reply, err := r.m.register(req)
+	return reply, statusOf(err)
+}
+
+func (r *masterRPC) SubmitSample(ctx context.Context, req *dsortpb.SampleRequest) (*dsortpb.Ack, error) {
+	if err := r.m.submitSample(int(req.GetIndex()), req.GetEpoch(), req.GetKeys(), req.GetRecords()); err != nil {
+		return nil, statusOf(err)
+	}
+	return &dsortpb.Ack{}, nil
+}
+
+func (r *masterRPC) Heartbeat(ctx context.Context, req *dsortpb.HeartbeatRequest) (*dsortpb.HeartbeatReply, error) {
+	reply, err := r.m.heartbeat(req)
+	return reply, statusOf(err)
+}
+
+func (r *masterRPC) GetPeers(ctx context.Context, req *dsortpb.PeersRequest) (*dsortpb.PeersReply, error) {
+	r.m.mu.Lock()
+	defer r.m.mu.Unlock()
+	return &dsortpb.PeersReply{Peers: peersToPB(r.m.peersLocked(time.Now()))}, nil
+}
+
+func (r *masterRPC) GetJobStatus(ctx context.Context, req *dsortpb.JobStatusRequest) (*dsortpb.JobStatus, error) {
+	return jobInfoToPB(r.m.Job()), nil
+}
+
+// identity is what makes a registration the same worker as an earlier
+// one: its host, input dirs and output dir.
+func identity(host string, in []string, out string) string {
+	return host + "\x00" + strings.Join(in, "\x00") + "\x00\x00" + out
+}
+
+// register takes a worker into the job: a new slot while there are fewer
+// than N, the same slot with a new epoch for a known identity.
+func (m *Master) register(req *dsortpb.RegisterRequest) (*dsortpb.RegisterReply, error) {
+	host := hostOf(req.GetAddress())
+	if host == "" || req.GetOutputDir() == "" || len(req.GetInputDirs()) == 0 {
+		return nil, errorf(ErrBadRequest, "dsort: register: address, input dirs and output dir are required")
+	}
+	conn, err := dialMetered(req.GetAddress(), m.cfg.Token, m.metrics)
+	if err != nil {
+		return nil, errorf(ErrBadRequest, "%v", err)
+	}
+	m.mu.Lock()
+	mb, err := m.slotLocked(req, host)
+	if err != nil {
+		m.mu.Unlock()
+		conn.Close()
+		return nil, err
+	}
+	mb.addr, mb.conn, mb.client = req.GetAddress(), conn, dsortpb.NewWorkerClient(conn)
+	mb.machine = cmp.Or(req.GetMachineId(), host)
+	mb.cores, mb.inputBytes = int(max(req.GetCores(), 1)), req.GetInputBytes()
+	mb.state, mb.progress, mb.message, mb.errMsg, mb.phases = Initializing, 0, "registered", "", nil
+	mb.lastSeen, mb.lost, mb.sent, mb.heardEnd = time.Now(), false, [numSignals]sendState{}, false
+	reply := &dsortpb.RegisterReply{JobId: m.cfg.JobID, Index: int32(mb.index), Epoch: mb.epoch,
+		NumWorkers: int32(m.cfg.Workers), NeedSample: !mb.sampled,
+		HeartbeatIntervalMs: m.cfg.HeartbeatInterval.Milliseconds()}
+	var ips []string
+	if len(m.members) == m.cfg.Workers && !m.announced {
+		m.announced = true
+		for _, x := range m.members {
+			ips = append(ips, x.host)
+		}
+	}
+	m.mu.Unlock()
+	if ips != nil && m.cfg.OnRegistered != nil {
+		m.cfg.OnRegistered(ips)
+	}
+	m.wake()
+	return reply, nil
+}
+
+// slotLocked returns the member slot for a registration: the known one
+// with its epoch bumped (a restarted worker), or a new one.
+func (m *Master) slotLocked(req *dsortpb.RegisterRequest, host string) (*member, error) {
+	if m.phase.Ended() {
+		return nil, errorf(ErrJobEnded, "dsort: the job has ended")
+	}
+	id := identity(host, req.GetInputDirs(), req.GetOutputDir())
+	if idx := slices.IndexFunc(m.members, func(mb *member) bool { return mb.identity == id }); idx >= 0 {
+		mb := m.members[idx]
+		if mb.conn != nil {
+			mb.conn.Close()
+		}
+		mb.epoch++
+		m.metrics.rejoin()
+		m.cfg.Logger.Info("worker came back", "worker", mb.index, "addr", req.GetAddress(), "epoch", mb.epoch,
+			"was", mb.state)
+		return mb, nil
+	}
+	if len(m.members) >= m.cfg.Workers {
+		return nil, errorf(ErrJobFull, "dsort: the job already has its %d workers and %s (inputs %v, output %s) is not one of them",
+			m.cfg.Workers, req.GetAddress(), req.GetInputDirs(), req.GetOutputDir())
+	}
+	mb := &member{index: len(m.members), identity: id, host: host, epoch: 1}
+	m.members = append(m.members, mb)
+	m.cfg.Logger.Info("worker registered", "worker", mb.index, "addr", req.GetAddress())
+	return mb, nil
+}
+
+// memberForLocked returns the member for (index, epoch): ErrUnknownWorker
+// for an index the job does not have, ErrStaleEpoch for a superseded epoch.
+func (m *Master) memberForLocked(index int, epoch int64) (*member, error) {
+	if index < 0 || index >= len(m.members) {
+		return nil, errorf(ErrUnknownWorker, "dsort: no worker %d", index)
+	}
+	mb := m.members[index]
+	if epoch != mb.epoch {
+		return nil, errorf(ErrStaleEpoch, "dsort: worker %d epoch %d is superseded by epoch %d", index, epoch, mb.epoch)
+	}
+	return mb, nil
+}
+
+// submitSample stores a worker's sample (once: sampling is deterministic,
+// so a restarted worker's sample would be the same).
+func (m *Master) submitSample(index int, epoch int64, keys []byte, records int64) error {
+	if len(keys)%record.KeySize != 0 {
+		return errorf(ErrBadRequest, "dsort: sample of %d bytes is not whole %d-byte keys", len(keys), record.KeySize)
+	}
+	m.mu.Lock()
+	defer m.wake()
+	defer m.mu.Unlock()
+	mb, err := m.memberForLocked(index, epoch)
+	if err != nil {
+		return err
+	}
+	if !mb.sampled {
+		mb.sample, mb.records, mb.sampled = slices.Clone(keys), records, true
+	}
+	return nil
+}
+
+// heartbeat records a worker's report and tells it whether the job has
+// ended. A superseded process is told to stop.
+func (m *Master) heartbeat(req *dsortpb.HeartbeatRequest) (*dsortpb.HeartbeatReply, error) {
+	m.mu.Lock()
+	mb, err := m.memberForLocked(int(req.GetIndex()), req.GetEpoch())
+	if err != nil {
+		m.mu.Unlock()
+		if errors.Is(err, ErrStaleEpoch) {
+			return &dsortpb.HeartbeatReply{ShouldAbort: true, Reason: "a newer process of this worker has registered"}, nil
+		}
+		return nil, err
+	}
+	now := time.Now()
+	if mb.lost {
+		m.cfg.Logger.Info("worker is back", "worker", mb.index)
+	}
+	mb.lastSeen, mb.lost = now, false
+	newState := stateFromPB(req.GetState())
+	changed := newState != mb.state
+	mb.state, mb.progress, mb.message, mb.errMsg = newState, req.GetProgress(), req.GetMessage(), req.GetError()
+	mb.phases = phasesFromPB(req.GetPhases())
+	reply := &dsortpb.HeartbeatReply{}
+	if m.phase.Ended() {
+		ok := m.phase == JobSucceeded
+		reply.ShouldAbort, reply.JobSucceeded, reply.Reason = true, ok, m.abortReason
+		if ok {
+			reply.Reason = "the job succeeded"
+		}
+		mb.heardEnd = true
+	}
+	info := m.infoLocked(mb, now)
+	m.mu.Unlock()
+	if changed {
+		m.cfg.Logger.Info("worker state", "worker", info.Index, "state", info.State, "progress", fmt.Sprintf("%.0f%%", info.Progress))
+		if m.cfg.OnChange != nil {
+			m.cfg.OnChange(info)
+		}
+		m.wake()
+	}
+	return reply, nil
+}

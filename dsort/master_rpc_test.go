@@ -1,0 +1,97 @@
+package dsort
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/gantryhq/gantry/dsort/dsortpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// startMaster runs a master on loopback and returns a client and a stop
+// function that returns Run's error.
+func startMaster(t *testing.T, cfg MasterConfig) (dsortpb.MasterClient, func() error) {
+	t.Helper()
+	addrCh := make(chan string, 1)
+	cfg.Addr, cfg.OnListen = "127.0.0.1:0", func(a string) { addrCh <- a }
+	cfg.ShutdownGrace = time.Millisecond
+	m, err := NewMaster(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	addr := <-addrCh
+	cc, err := dial(addr, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dsortpb.NewMasterClient(cc), func() error {
+		cancel()
+		cc.Close()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(30 * time.Second):
+			t.Fatal("master did not stop")
+			return nil
+		}
+	}
+}
+
+func TestMasterRefusesExtraWorkersButTakesBackKnownOnes(t *testing.T) {
+	c, stop := startMaster(t, MasterConfig{Workers: 1})
+	ctx := context.Background()
+	reg := func(addr, out string) (*dsortpb.RegisterReply, error) {
+		return c.RegisterWorker(ctx, &dsortpb.RegisterRequest{Address: addr, InputDirs: []string{"/in"}, OutputDir: out})
+	}
+	first, err := reg("127.0.0.2:1000", "/out")
+	if err != nil || first.GetIndex() != 0 || first.GetEpoch() != 1 || !first.GetNeedSample() {
+		t.Fatalf("first registration: %v, %v", first, err)
+	}
+	if _, err := reg("127.0.0.3:1000", "/out"); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("a registration beyond N: err = %v, want ResourceExhausted", err)
+	}
+	// Same host and dirs, new port: the worker restarted.
+	again, err := reg("127.0.0.2:2000", "/out")
+	if err != nil || again.GetIndex() != 0 || again.GetEpoch() != 2 {
+		t.Fatalf("re-registration: %v, %v", again, err)
+	}
+	// The old process's heartbeats are told to stop.
+	hb, err := c.Heartbeat(ctx, &dsortpb.HeartbeatRequest{JobId: first.GetJobId(), Index: 0, Epoch: 1})
+	if err != nil || !hb.GetShouldAbort() {
+		t.Fatalf("stale heartbeat: %v, %v", hb, err)
+	}
+	// Calls must carry the job's ID.
+	_, err = c.SubmitSample(ctx, &dsortpb.SampleRequest{JobId: "other", Index: 0, Epoch: 2})
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("wrong job ID: err = %v", err)
+	}
+	var ae *AbortError
+	if err := stop(); !errors.As(err, &ae) || !errors.Is(err, ErrAborted) {
+		t.Fatalf("Run after cancel = %v, want an AbortError", err)
+	}
+}
+
+func TestTokenIsCheckedOnEveryCall(t *testing.T) {
+	c, stop := startMaster(t, MasterConfig{Workers: 1, Token: "s3cret"})
+	defer stop()
+	ctx := context.Background()
+	if _, err := c.GetJobStatus(ctx, &dsortpb.JobStatusRequest{}); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("no token: err = %v", err)
+	}
+	bad := metadata.AppendToOutgoingContext(ctx, tokenKey, "wrong")
+	if _, err := c.GetJobStatus(bad, &dsortpb.JobStatusRequest{}); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("wrong token: err = %v", err)
+	}
+	good := metadata.AppendToOutgoingContext(ctx, tokenKey, "s3cret")
+	js, err := c.GetJobStatus(good, &dsortpb.JobStatusRequest{})
+	if err != nil || js.GetNumWorkers() != 1 || js.GetPhase() != "registering" {
+		t.Fatalf("right token: %v, %v", js, err)
+	}
+}

@@ -1,0 +1,124 @@
+package dsort
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/gantryhq/gantry/record"
+)
+
+// scrape fetches url and returns every sample as "name{labels}" → value.
+func scrape(t *testing.T, url string) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			t.Fatalf("scrape: %q: %v", line, err)
+		}
+		out[line[:i]] = v
+	}
+	return out
+}
+
+// TestMetricsDuringAJob scrapes a master's and its workers' registry over
+// HTTP while the job is merging (a fault hook holds the workers there), and
+// again once it has succeeded.
+func TestMetricsDuringAJob(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer srv.Close()
+
+	root := t.TempDir()
+	rng := rand.New(rand.NewPCG(5, 6))
+	var sum dataSum
+	const workers, perWorker = 2, 4000
+	reached := make(chan struct{}, workers)
+	release := make(chan struct{})
+	hook := func(ctx context.Context, point string) {
+		if point != "merge-partition" {
+			return
+		}
+		reached <- struct{}{}
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+	}
+	var wcfgs []WorkerConfig
+	var outs []string
+	for w := range workers {
+		dir := filepath.Join(root, fmt.Sprint("w", w))
+		writeRecords(t, filepath.Join(dir, "in", "data"), perWorker, rng, genOpts{}, &sum)
+		outs = append(outs, filepath.Join(dir, "out"))
+		wcfgs = append(wcfgs, WorkerConfig{Inputs: []string{filepath.Join(dir, "in")}, Output: outs[w], Memory: 32 << 20,
+			TempDir: filepath.Join(dir, "tmp"), FaultHook: hook, Metrics: reg})
+	}
+	c := startCluster(t, context.Background(), MasterConfig{Workers: workers, HeartbeatInterval: 100 * time.Millisecond, Metrics: reg}, wcfgs)
+	for range workers {
+		select {
+		case <-reached:
+		case <-time.After(2 * time.Minute):
+			t.Fatal("the workers did not reach the merge")
+		}
+	}
+	input := float64(workers * perWorker * record.Size)
+	during := scrape(t, srv.URL)
+	for name, want := range map[string]float64{
+		"gantry_dsort_bytes_read_total":                         input,
+		"gantry_dsort_bytes_sorted_total":                       input,
+		`gantry_dsort_phase_seconds_count{phase="Sorting"}`:     workers,
+		`gantry_dsort_phase_seconds_count{phase="Shuffling"}`:   workers,
+		`gantry_dsort_job_phase_seconds_count{phase="sorting"}`: 1,
+	} {
+		if got := during[name]; got != want {
+			t.Errorf("during the merge: %s = %v, want %v", name, got, want)
+		}
+	}
+	for _, name := range []string{"gantry_dsort_bytes_shuffled_total", "gantry_dsort_bytes_written_total"} {
+		if got := during[name]; got <= 0 || got > input {
+			t.Errorf("during the merge: %s = %v, want in (0, %v]", name, got, input)
+		}
+	}
+	close(release)
+	werrs, merr := c.wait(t)
+	if merr != nil {
+		t.Fatalf("master: %v", merr)
+	}
+	for i, err := range werrs {
+		if err != nil {
+			t.Fatalf("worker %d: %v", i, err)
+		}
+	}
+	checkOutput(t, outs, sum)
+	after := scrape(t, srv.URL)
+	if got := after["gantry_dsort_bytes_written_total"]; got != input {
+		t.Errorf("after the job: bytes written = %v, want %v", got, input)
+	}
+	if got := after[`gantry_dsort_phase_seconds_count{phase="Merging"}`]; got != workers {
+		t.Errorf("after the job: %v merging phases measured, want %d", got, workers)
+	}
+}

@@ -1,0 +1,180 @@
+package fsutil
+
+import (
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestWriteFileAtomic(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "f")
+	if err := WriteFileAtomic(path, []byte("one"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteFileAtomic(path, []byte("two"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(path)
+	st, _ := os.Stat(path)
+	if string(got) != "two" || st.Mode().Perm() != 0o600 {
+		t.Fatalf("content %q perm %v", got, st.Mode().Perm())
+	}
+	assertOnly(t, dir, "f")
+}
+
+func TestWriteAtomicFailureKeepsOld(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "f")
+	os.WriteFile(path, []byte("old"), 0o644)
+	boom := errors.New("boom")
+	err := WriteAtomic(path, 0o644, func(w io.Writer) error {
+		w.Write([]byte("half of the new"))
+		return boom
+	})
+	if !errors.Is(err, boom) || !strings.Contains(err.Error(), path) {
+		t.Fatalf("err = %v, want boom naming the path", err)
+	}
+	got, _ := os.ReadFile(path)
+	if string(got) != "old" {
+		t.Fatalf("old content replaced by %q", got)
+	}
+	assertOnly(t, dir, "f")
+	if err := WriteFileAtomic(filepath.Join(dir, "missing", "f"), nil, 0o644); err == nil {
+		t.Fatal("write into a missing dir succeeded")
+	}
+}
+
+func TestRenameSync(t *testing.T) {
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a"), filepath.Join(dir, "sub", "b")
+	os.Mkdir(filepath.Join(dir, "sub"), 0o755)
+	os.WriteFile(a, []byte("x"), 0o644)
+	if err := RenameSync(a, b); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestOwnedDirExclusiveAndClose(t *testing.T) {
+	parent := t.TempDir()
+	d, err := CreateOwnedDir(parent, "job-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LockDir(d.Path); !errors.Is(err, ErrBusy) {
+		t.Fatalf("second LockDir on a live dir = %v, want ErrBusy", err)
+	}
+	if removed, err := SweepStale(parent, "job-"); err != nil || len(removed) != 0 {
+		t.Fatalf("sweep removed a live dir: %v %v", removed, err)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(d.Path); !os.IsNotExist(err) {
+		t.Fatalf("Close left the dir: %v", err)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+}
+
+func TestReleaseKeepsContentsForTakeover(t *testing.T) {
+	parent := t.TempDir()
+	d, _ := CreateOwnedDir(parent, "job-")
+	os.WriteFile(filepath.Join(d.Path, "state"), []byte("s"), 0o644)
+	d.Release()
+	again, err := LockDir(d.Path)
+	if err != nil {
+		t.Fatalf("takeover of a released dir: %v", err)
+	}
+	defer again.Close()
+	if b, _ := os.ReadFile(filepath.Join(again.Path, "state")); string(b) != "s" {
+		t.Fatal("takeover lost the predecessor's files")
+	}
+}
+
+// TestSweepStaleRemovesDeadOwners kills the owning process for real: the kernel drops its
+// flock, and only then may the sweep remove the directory.
+func TestSweepStaleRemovesDeadOwners(t *testing.T) {
+	parent := t.TempDir()
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), "FSUTIL_HELPER_PARENT="+parent)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("helper: %v", err)
+	}
+	dead := strings.TrimSpace(string(out))
+	if !strings.HasPrefix(dead, filepath.Join(parent, "job-")) {
+		t.Fatalf("helper printed %q", out)
+	}
+	live, _ := CreateOwnedDir(parent, "job-")
+	defer live.Close()
+	other := filepath.Join(parent, "keep-me")
+	os.Mkdir(other, 0o755)
+	young := filepath.Join(parent, "job-young-unlocked")
+	os.Mkdir(young, 0o755)
+	old := filepath.Join(parent, "job-old-unlocked")
+	os.Mkdir(old, 0o755)
+	past := time.Now().Add(-2 * StaleGrace)
+	os.Chtimes(old, past, past)
+	file := filepath.Join(parent, "job-file")
+	os.WriteFile(file, nil, 0o644)
+
+	removed, err := SweepStale(parent, "job-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{dead: true, old: true}
+	if len(removed) != len(want) {
+		t.Fatalf("removed %v, want %v", removed, want)
+	}
+	for _, r := range removed {
+		if !want[r] {
+			t.Fatalf("removed %s, want only %v", r, want)
+		}
+	}
+	for _, p := range []string{live.Path, other, young, file} {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("sweep removed %s", p)
+		}
+	}
+	if r, err := SweepStale(filepath.Join(parent, "nope"), "job-"); err != nil || r != nil {
+		t.Fatalf("missing parent: %v %v", r, err)
+	}
+}
+
+// TestMain doubles as the child process of TestSweepStaleRemovesDeadOwners: with
+// FSUTIL_HELPER_PARENT set it creates an owned dir, prints it and exits without releasing it.
+func TestMain(m *testing.M) {
+	parent := os.Getenv("FSUTIL_HELPER_PARENT")
+	if parent == "" {
+		os.Exit(m.Run())
+	}
+	d, err := CreateOwnedDir(parent, "job-")
+	if err != nil {
+		os.Exit(2)
+	}
+	os.WriteFile(filepath.Join(d.Path, "spill"), make([]byte, 1024), 0o644)
+	os.Stdout.WriteString(d.Path + "\n")
+	os.Exit(0)
+}
+
+func assertOnly(t *testing.T, dir string, names ...string) {
+	t.Helper()
+	entries, _ := os.ReadDir(dir)
+	var got []string
+	for _, e := range entries {
+		got = append(got, e.Name())
+	}
+	if strings.Join(got, ",") != strings.Join(names, ",") {
+		t.Fatalf("%s holds %v, want %v", dir, got, names)
+	}
+}

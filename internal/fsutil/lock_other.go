@@ -1,0 +1,13 @@
+//go:build !unix
+
+package fsutil
+
+import (
+	"errors"
+	"os"
+)
+
+// tryLock is unsupported off unix: owned directories need flock semantics.
+func tryLock(*os.File) (bool, error) {
+	return false, errors.New("fsutil: directory locks need a unix system")
+}

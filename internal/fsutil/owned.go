@@ -1,0 +1,145 @@
+package fsutil
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// OwnerFile is the name of the lock file inside an owned directory. It holds the owner's pid
+// and start time (for people reading it; the lock, not the text, decides ownership).
+const OwnerFile = ".gantry-owner"
+
+// ErrBusy is returned by LockDir when another live process owns the directory.
+var ErrBusy = errors.New("fsutil: directory is owned by another live process")
+
+// StaleGrace is how old a directory without an owner file must be before SweepStale removes
+// it: younger ones may be in the instant between creation and locking.
+const StaleGrace = time.Minute
+
+// OwnedDir is a directory this process holds an exclusive lock on. The lock is released by
+// Close, Release, or the kernel when the process dies, which is what lets SweepStale tell a
+// dead owner's directory from a live one's.
+type OwnedDir struct {
+	Path string
+	lock *os.File // the open, flock'd owner file; nil after Close/Release
+}
+
+// CreateOwnedDir creates a fresh directory parent/prefix<random> and locks it.
+func CreateOwnedDir(parent, prefix string) (*OwnedDir, error) {
+	path, err := os.MkdirTemp(parent, prefix)
+	if err != nil {
+		return nil, fmt.Errorf("fsutil: create temp dir in %s: %w", parent, err)
+	}
+	d, err := LockDir(path)
+	if err != nil {
+		os.RemoveAll(path)
+		return nil, err
+	}
+	return d, nil
+}
+
+// LockDir takes ownership of path, creating it if missing. It fails with ErrBusy (wrapped,
+// naming the owner) when a live process holds it; a directory left by a dead owner is taken
+// over with its contents, which is how a restarted process resumes from its predecessor's files.
+func LockDir(path string) (*OwnedDir, error) {
+	if err := os.MkdirAll(path, 0o755); err != nil {
+		return nil, fmt.Errorf("fsutil: %w", err)
+	}
+	f, err := os.OpenFile(filepath.Join(path, OwnerFile), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("fsutil: lock %s: %w", path, err)
+	}
+	ok, err := tryLock(f)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("fsutil: lock %s: %w", path, err)
+	}
+	if !ok {
+		owner, _ := os.ReadFile(f.Name())
+		f.Close()
+		return nil, fmt.Errorf("%w: %s (owner: %s)", ErrBusy, path, strings.TrimSpace(string(owner)))
+	}
+	info := "pid " + strconv.Itoa(os.Getpid()) + " started " + time.Now().UTC().Format(time.RFC3339Nano) + "\n"
+	if err := f.Truncate(0); err == nil {
+		f.WriteAt([]byte(info), 0)
+	}
+	return &OwnedDir{Path: path, lock: f}, nil
+}
+
+// Close removes the directory and everything in it, then releases the lock. Safe to call
+// twice; a no-op after Release.
+func (d *OwnedDir) Close() error {
+	if d == nil || d.lock == nil {
+		return nil
+	}
+	err := os.RemoveAll(d.Path) // while still locked: no sweeper can race us
+	d.lock.Close()
+	d.lock = nil
+	return err
+}
+
+// Release gives up ownership and keeps the directory and its contents (for a later LockDir
+// by a restarted process). Safe to call twice.
+func (d *OwnedDir) Release() error {
+	if d == nil || d.lock == nil {
+		return nil
+	}
+	err := d.lock.Close()
+	d.lock = nil
+	return err
+}
+
+// SweepStale removes the directories directly under parent whose name starts with prefix and
+// whose owner is gone (its lock is free), or that have no owner file and are older than
+// StaleGrace. It returns the removed paths. A missing parent is not an error. Entries that
+// are not directories, and directories owned by live processes, are left alone.
+func SweepStale(parent, prefix string) ([]string, error) {
+	entries, err := os.ReadDir(parent)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("fsutil: sweep %s: %w", parent, err)
+	}
+	var removed []string
+	var errs []error
+	for _, e := range entries {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), prefix) {
+			continue
+		}
+		path := filepath.Join(parent, e.Name())
+		gone, err := sweepOne(path)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if gone {
+			removed = append(removed, path)
+		}
+	}
+	return removed, errors.Join(errs...)
+}
+
+func sweepOne(path string) (bool, error) {
+	f, err := os.OpenFile(filepath.Join(path, OwnerFile), os.O_RDWR, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		st, serr := os.Stat(path)
+		if serr != nil || time.Since(st.ModTime()) < StaleGrace {
+			return false, nil
+		}
+		return true, os.RemoveAll(path)
+	}
+	if err != nil {
+		return false, fmt.Errorf("fsutil: sweep %s: %w", path, err)
+	}
+	defer f.Close()
+	ok, err := tryLock(f)
+	if err != nil || !ok {
+		return false, err // live owner (or a lock we cannot judge): leave it
+	}
+	return true, os.RemoveAll(path)
+}

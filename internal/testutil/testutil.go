@@ -1,0 +1,140 @@
+// Package testutil holds what gantry's tests share: the repository root, the one build of the
+// gantry binary for process-level tests, and real services (Redis, Postgres) found through
+// GANTRY_TEST_REDIS / GANTRY_TEST_POSTGRES or started on loopback by scripts/services.sh.
+//
+// A test that needs a service calls Redis(t) or Postgres(t): it gets an address that answers,
+// or the test fails with the reason. It never skips: CI must not count a missing service as a
+// pass.
+package testutil
+
+import (
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/fsutil"
+)
+
+// Defaults used when the environment variables are unset.
+const (
+	DefaultRedis    = "127.0.0.1:6379"
+	DefaultPostgres = "postgres://gantry:gantry@127.0.0.1:5432/gantry?sslmode=disable"
+)
+
+// RepoRoot returns the module's root directory (where go.mod is).
+func RepoRoot(tb testing.TB) string {
+	tb.Helper()
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		tb.Fatal("testutil: cannot locate the source tree")
+	}
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)
+
+// GantryBinary builds cmd/gantry once per test process and returns its path. The build lives
+// in a temp dir owned by this process; dirs left by earlier test processes are swept first.
+func GantryBinary(tb testing.TB) string {
+	tb.Helper()
+	binOnce.Do(func() {
+		fsutil.SweepStale(os.TempDir(), "gantry-testbin-")
+		var dir *fsutil.OwnedDir
+		dir, binErr = fsutil.CreateOwnedDir(os.TempDir(), "gantry-testbin-")
+		if binErr != nil {
+			return
+		}
+		// The lock stays held (dir is never closed) until this process exits; the next test
+		// process's sweep then removes the dir.
+		binPath = filepath.Join(dir.Path, "gantry")
+		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/gantry")
+		cmd.Dir = RepoRoot(tb)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			binErr = &buildError{err: err, out: string(out)}
+		}
+	})
+	if binErr != nil {
+		tb.Fatalf("testutil: build gantry: %v", binErr)
+	}
+	return binPath
+}
+
+type buildError struct {
+	err error
+	out string
+}
+
+func (e *buildError) Error() string { return e.err.Error() + "\n" + e.out }
+
+// Redis returns the address (host:port) of a Redis server for tests: GANTRY_TEST_REDIS, or
+// DefaultRedis started by scripts/services.sh when nothing answers there.
+func Redis(tb testing.TB) string {
+	tb.Helper()
+	addr := os.Getenv("GANTRY_TEST_REDIS")
+	if addr == "" {
+		addr = DefaultRedis
+	}
+	Ensure(tb, "redis", addr)
+	return addr
+}
+
+// Postgres returns a connection URL for a Postgres database for tests: GANTRY_TEST_POSTGRES,
+// or DefaultPostgres started by scripts/services.sh when nothing answers there.
+func Postgres(tb testing.TB) string {
+	tb.Helper()
+	dsn := os.Getenv("GANTRY_TEST_POSTGRES")
+	if dsn == "" {
+		dsn = DefaultPostgres
+	}
+	u, err := url.Parse(dsn)
+	if err != nil || u.Host == "" {
+		tb.Fatalf("testutil: GANTRY_TEST_POSTGRES=%q is not a postgres:// URL with a host", dsn)
+	}
+	host := u.Host
+	if u.Port() == "" {
+		host = net.JoinHostPort(u.Hostname(), "5432")
+	}
+	Ensure(tb, "postgres", host)
+	return dsn
+}
+
+var startMu sync.Mutex // serialises service starts within one test process
+
+// Ensure makes sure something answers on addr (host:port), running `scripts/services.sh name`
+// once if not; the test fails if the service still does not answer.
+func Ensure(tb testing.TB, name, addr string) {
+	tb.Helper()
+	if reachable(addr) {
+		return
+	}
+	startMu.Lock()
+	defer startMu.Unlock()
+	if reachable(addr) {
+		return
+	}
+	cmd := exec.Command("bash", filepath.Join(RepoRoot(tb), "scripts", "services.sh"), name)
+	out, err := cmd.CombinedOutput()
+	if err != nil || !reachable(addr) {
+		tb.Fatalf("testutil: %s is not reachable at %s and scripts/services.sh %s could not start it: %v\n%s",
+			name, addr, name, err, out)
+	}
+}
+
+func reachable(addr string) bool {
+	c, err := net.DialTimeout("tcp", addr, 500*time.Millisecond)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
+}
