@@ -10,46 +10,18 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/gantryhq/gantry/internal/testutil"
 	"github.com/gantryhq/gantry/workspace/provider/archive"
 )
 
-var (
-	binOnce sync.Once
-	binPath string
-	binErr  error
-)
-
-// gantryBinary builds cmd/gantry once per test process.
-func gantryBinary(t *testing.T) string {
-	t.Helper()
-	binOnce.Do(func() {
-		_, file, _, _ := runtime.Caller(0)
-		root := filepath.Dir(filepath.Dir(file))
-		dir, err := os.MkdirTemp("", "gantry-ws-e2e-")
-		if err != nil {
-			binErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "gantry")
-		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/gantry")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			binErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
-	}
-	return binPath
-}
+// gantryBinary is the test process's one build of cmd/gantry.
+func gantryBinary(t *testing.T) string { return testutil.GantryBinary(t) }
 
 func freeAddr(t *testing.T) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

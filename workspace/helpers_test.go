@@ -13,6 +13,8 @@ import (
 
 	"github.com/google/uuid"
 	"go.uber.org/goleak"
+
+	"github.com/gantryhq/gantry/internal/testutil"
 )
 
 func TestMain(m *testing.M) {
@@ -23,14 +25,11 @@ func TestMain(m *testing.M) {
 	)
 }
 
-// pgDSN returns the test Postgres DSN (GANTRY_TEST_POSTGRES or the project
-// default) with a fresh schema of its own on the search path.
+// pgDSN returns the test Postgres DSN (testutil.Postgres) with a fresh
+// schema of its own on the search path.
 func pgDSN(t testing.TB) string {
 	t.Helper()
-	base := os.Getenv("GANTRY_TEST_POSTGRES")
-	if base == "" {
-		base = "postgres://gantry:gantry@127.0.0.1:5432/gantry?sslmode=disable"
-	}
+	base := testutil.Postgres(t) // starts it through scripts/services.sh if needed
 	db, err := sql.Open("pgx", base)
 	if err != nil {
 		t.Fatal(err)

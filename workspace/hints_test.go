@@ -2,12 +2,13 @@ package workspace
 
 import (
 	"context"
-	"os"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/gantryhq/gantry/internal/testutil"
 )
 
 // Each Hints implementation delivers a published id to a subscriber of the
@@ -22,10 +23,7 @@ func TestHintsDeliver(t *testing.T) {
 			return &PGHints{DB: st.db, DSN: dsn}
 		},
 		"redis": func(t *testing.T) Hints {
-			addr := os.Getenv("GANTRY_TEST_REDIS")
-			if addr == "" {
-				addr = "127.0.0.1:6379"
-			}
+			addr := testutil.Redis(t) // starts it through scripts/services.sh if needed
 			c := redis.NewClient(&redis.Options{Addr: addr})
 			t.Cleanup(func() { c.Close() })
 			if err := c.Ping(context.Background()).Err(); err != nil {
