@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/gantryhq/gantry/internal/par"
 )
 
 // Stats describes a finished sort.
@@ -207,7 +209,7 @@ func sortRuns(ctx context.Context, cfg Config, inputs []Input, out *partOutput, 
 		defer a.free()
 		arenas <- a
 	}
-	err = parallelTasks(ctx, len(ranges), cfg.Workers, func(ctx context.Context, i int) error {
+	err = par.Do(ctx, len(ranges), cfg.Workers, func(ctx context.Context, i int) error {
 		a := <-arenas
 		defer func() { arenas <- a }()
 		var off int64 // the range starts after everything before it in every run
