@@ -185,6 +185,21 @@ func (c *cluster) wait(t *testing.T) (workers []error, master error) {
 	return workers, master
 }
 
+// mustSucceed waits for the job and fails the test unless the master and
+// every worker returned nil.
+func (c *cluster) mustSucceed(t *testing.T) {
+	t.Helper()
+	werrs, merr := c.wait(t)
+	if merr != nil {
+		t.Fatalf("master: %v", merr)
+	}
+	for i, err := range werrs {
+		if err != nil {
+			t.Fatalf("worker %d: %v", i, err)
+		}
+	}
+}
+
 // TestInProcessJob runs a master and three workers in this process on
 // binary and ASCII data, with several input dirs, tiny and empty files.
 func TestInProcessJob(t *testing.T) {
@@ -206,15 +221,7 @@ func TestInProcessJob(t *testing.T) {
 			TempDir: filepath.Join(root, fmt.Sprint("w", w), "tmp")})
 	}
 	c := startCluster(t, context.Background(), MasterConfig{Workers: 3, HeartbeatInterval: 100 * time.Millisecond}, wcfgs)
-	werrs, merr := c.wait(t)
-	if merr != nil {
-		t.Fatalf("master: %v", merr)
-	}
-	for i, err := range werrs {
-		if err != nil {
-			t.Fatalf("worker %d: %v", i, err)
-		}
-	}
+	c.mustSucceed(t)
 	checkOutput(t, outs, sum)
 	for w := range 3 {
 		ents, _ := os.ReadDir(filepath.Join(root, fmt.Sprint("w", w), "tmp"))

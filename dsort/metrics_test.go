@@ -106,15 +106,7 @@ func TestMetricsDuringAJob(t *testing.T) {
 		}
 	}
 	close(release)
-	werrs, merr := c.wait(t)
-	if merr != nil {
-		t.Fatalf("master: %v", merr)
-	}
-	for i, err := range werrs {
-		if err != nil {
-			t.Fatalf("worker %d: %v", i, err)
-		}
-	}
+	c.mustSucceed(t)
 	checkOutput(t, outs, sum)
 	after := scrape(t, srv.URL)
 	if got := after["gantry_dsort_bytes_written_total"]; got != input {
