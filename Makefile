@@ -19,6 +19,12 @@ demo: ## Sort 1 GB of generated data on a local cluster (1 master, 4 workers) an
 bench-sort: ## Benchmark sort local against GNU sort on 1 GB (figures in docs/BENCHMARKS.md)
 	bash scripts/bench-sort-local.sh
 
+bench-queue: ## Benchmark taskq against asynq on a private Redis: tasks/s, ratio, enqueue→start p50/p99
+	cd bench && $(GO) run ./cmd/queuebench $(QUEUEBENCHFLAGS)
+
+bench-dsort: ## End-to-end dsort (4 workers, 2 GB) and sort local (1 GB) vs GNU sort (figures in docs/BENCHMARKS.md)
+	bash scripts/bench-dsort.sh
+
 test: services lint ## Install what the tests need, lint, run every test with -race (what CI runs)
 	$(GO) test -race $(TESTFLAGS) $(PKGS)
 
@@ -53,4 +59,4 @@ generate: ## Regenerate protobuf/gRPC code (needs protoc: apt-get install protob
 clean: ## Remove build output
 	rm -rf bin
 
-.PHONY: help build demo bench-sort services test test-short test-race bench lint generate clean
+.PHONY: help build demo bench-sort bench-queue bench-dsort services test test-short test-race bench lint generate clean

@@ -1,10 +1,14 @@
 package extsort
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"syscall"
+	"time"
 
 	"github.com/gantryhq/gantry/record"
 )
@@ -84,10 +88,14 @@ func (w *offsetWriter) Write(p []byte) (int, error) {
 }
 
 // prepareOutputDir makes sure dir exists and holds nothing but output of an
-// earlier sort (partition.<n> files, which the new output replaces, and
-// staging directories left by a killed sort, which are removed).
+// earlier sort (partition.<n> files, which the new output replaces) and
+// staging directories. Staging directories of dead sorts (SIGKILLed, or the
+// machine went down) are removed; those of a live sort are left alone.
 func prepareOutputDir(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("extsort: output directory: %w", err)
+	}
+	if _, err := sweepStale(dir, stagingPrefix); err != nil {
 		return fmt.Errorf("extsort: output directory: %w", err)
 	}
 	ents, err := os.ReadDir(dir)
@@ -98,10 +106,7 @@ func prepareOutputDir(dir string) error {
 		name := e.Name()
 		switch {
 		case isPartition(name) && e.Type().IsRegular():
-		case len(name) > len(stagingPrefix) && name[:len(stagingPrefix)] == stagingPrefix && e.IsDir():
-			if err := os.RemoveAll(filepath.Join(dir, name)); err != nil {
-				return fmt.Errorf("extsort: output directory: %w", err)
-			}
+		case strings.HasPrefix(name, stagingPrefix) && e.IsDir(): // a live sort's
 		default:
 			return fmt.Errorf("%w: output directory %s holds %q, which is not a partition file; use an empty directory", ErrConfig, dir, name)
 		}
@@ -109,7 +114,114 @@ func prepareOutputDir(dir string) error {
 	return nil
 }
 
-const stagingPrefix = ".gantry-staging-"
+// Prefixes of the directories a sort owns: the staging directory in the
+// output directory (the new partitions, renamed into place at commit) and
+// the spill directory in the temp directory (sorted runs).
+const (
+	stagingPrefix = ".gantry-staging-"
+	spillPrefix   = "gantry-sort-"
+)
+
+// ownerName is the lock file inside an owned directory. The owning process
+// holds an exclusive flock on it for its whole life; the kernel drops the
+// lock when the process dies however it dies, so a lock that can be taken
+// marks a directory nobody owns any more.
+//
+// TODO(fsutil): this is the contract of internal/fsutil's OwnedDir and
+// SweepStale, written here because fsutil had not landed on main when this
+// was; switch to it when it does.
+const ownerName = ".gantry-owner"
+
+// ownedDir is a directory this process created and holds the lock of.
+type ownedDir struct {
+	path string
+	lock *os.File
+}
+
+// createOwnedDir makes a new directory prefix* under parent and takes its
+// lock. The lock file is locked under a temporary name and only then
+// renamed to ownerName, so a concurrent sweep never sees an unlocked owner
+// file of a live directory.
+func createOwnedDir(parent, prefix string) (*ownedDir, error) {
+	dir, err := os.MkdirTemp(parent, prefix+"*")
+	if err != nil {
+		return nil, err
+	}
+	tmp := filepath.Join(dir, ownerName+".new")
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o644)
+	if err == nil {
+		if err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err == nil {
+			fmt.Fprintf(f, "pid %d\nstarted %s\n", os.Getpid(), time.Now().UTC().Format(time.RFC3339Nano))
+			err = os.Rename(tmp, filepath.Join(dir, ownerName))
+		}
+		if err != nil {
+			f.Close()
+		}
+	}
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return &ownedDir{path: dir, lock: f}, nil
+}
+
+// Close removes the directory and everything in it, then releases the
+// lock. Safe to call twice.
+func (d *ownedDir) Close() error {
+	if d == nil || d.lock == nil {
+		return nil
+	}
+	err := os.RemoveAll(d.path)
+	d.lock.Close()
+	d.lock = nil
+	return err
+}
+
+// ownerlessGrace is how old a prefix* directory without an owner file must
+// be before a sweep takes it for the leftover of an older gantry (or of a
+// process killed between mkdir and locking) rather than one being created.
+const ownerlessGrace = time.Minute
+
+// sweepStale removes the prefix* directories under parent whose owner is
+// gone and returns their paths. A missing parent has nothing to sweep.
+func sweepStale(parent, prefix string) ([]string, error) {
+	ents, err := os.ReadDir(parent)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var swept []string
+	for _, e := range ents {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), prefix) {
+			continue
+		}
+		dir := filepath.Join(parent, e.Name())
+		f, err := os.OpenFile(filepath.Join(dir, ownerName), os.O_RDWR, 0)
+		if errors.Is(err, os.ErrNotExist) {
+			if info, err := e.Info(); err != nil || time.Since(info.ModTime()) < ownerlessGrace {
+				continue
+			}
+		} else if err != nil {
+			return swept, err
+		} else {
+			if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+				f.Close() // a live owner holds it
+				continue
+			}
+		}
+		err = os.RemoveAll(dir)
+		if f != nil {
+			f.Close()
+		}
+		if err != nil {
+			return swept, err
+		}
+		swept = append(swept, dir)
+	}
+	return swept, nil
+}
 
 // commitOutput replaces the partition files in dir by those in staging.
 // The new files are renamed into place first (each rename is atomic and
@@ -123,10 +235,16 @@ func commitOutput(dir, staging string) (int, error) {
 	}
 	fresh := map[string]bool{}
 	for _, e := range files {
+		if !isPartition(e.Name()) { // the owner lock stays with the staging dir
+			continue
+		}
 		if err := os.Rename(filepath.Join(staging, e.Name()), filepath.Join(dir, e.Name())); err != nil {
 			return 0, fmt.Errorf("extsort: output directory: %w", err)
 		}
 		fresh[e.Name()] = true
+	}
+	if err := syncDir(dir); err != nil {
+		return 0, err
 	}
 	ents, err := os.ReadDir(dir)
 	if err != nil {
@@ -139,5 +257,78 @@ func commitOutput(dir, staging string) (int, error) {
 			}
 		}
 	}
-	return len(files), nil
+	return len(fresh), nil
+}
+
+// syncDir makes the renames into dir durable before old files go.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("extsort: output directory: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("extsort: output directory: %w", err)
+	}
+	return nil
+}
+
+// CheckSeparate returns an error wrapping ErrConfig, naming both
+// directories, if the output or temp directory lies in an input directory
+// (the next sort would read its files as input, a crash would leave spilled
+// runs among them, and sorting a directory "in place" would replace its
+// files), if an input directory lies in the output directory (the commit
+// would replace input files), or if the temp directory lies in the output
+// directory (it would hold more than partitions). Paths are compared after
+// resolving symbolic links, so aliases of one directory are caught. It
+// touches nothing, so callers run it before anything else: `sort local`
+// does, and a dsort worker should.
+func CheckSeparate(inputs []string, output, tmp string) error {
+	inside := func(path, dir string) bool {
+		return path == dir || strings.HasPrefix(path, dir+string(filepath.Separator))
+	}
+	resolve := func(p string) string {
+		if a, err := filepath.Abs(p); err == nil {
+			p = a
+		}
+		if r, err := filepath.EvalSymlinks(p); err == nil {
+			p = r
+		}
+		return p
+	}
+	out, tmpR := resolve(output), resolve(tmp)
+	if tmp != "" && inside(tmpR, out) {
+		return fmt.Errorf("%w: the temp directory %s is inside the output directory %s", ErrConfig, tmp, output)
+	}
+	seen := map[string]bool{}
+	for _, input := range inputs {
+		in := resolve(input)
+		if seen[in] {
+			continue
+		}
+		seen[in] = true
+		switch {
+		case out == in:
+			return fmt.Errorf("%w: the output directory %s is the input directory %s; sorting in place would replace the input", ErrConfig, output, input)
+		case inside(out, in):
+			return fmt.Errorf("%w: the output directory %s is inside the input directory %s", ErrConfig, output, input)
+		case inside(in, out):
+			return fmt.Errorf("%w: the input directory %s is inside the output directory %s", ErrConfig, input, output)
+		case tmp != "" && inside(tmpR, in):
+			return fmt.Errorf("%w: the temp directory %s is inside the input directory %s", ErrConfig, tmp, input)
+		}
+	}
+	return nil
+}
+
+// checkSeparate is CheckSeparate on the directories the inputs were found
+// under.
+func checkSeparate(inputs []Input, outDir, tempDir string) error {
+	var roots []string
+	for _, in := range inputs {
+		if in.Root != "" {
+			roots = append(roots, in.Root)
+		}
+	}
+	return CheckSeparate(roots, outDir, tempDir)
 }

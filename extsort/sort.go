@@ -3,9 +3,6 @@ package extsort
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/gantryhq/gantry/internal/par"
@@ -33,7 +30,7 @@ type Stats struct {
 //
 // Empty input (no records) writes no partition (and removes those of an
 // earlier sort) and returns zero Stats. Output or temp directories inside an
-// input directory are an error (see checkSeparate).
+// input directory are an error (see CheckSeparate).
 func Sort(ctx context.Context, cfg Config, inputs []Input, outDir string) (Stats, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -53,11 +50,17 @@ func Sort(ctx context.Context, cfg Config, inputs []Input, outDir string) (Stats
 	if err := prepareOutputDir(outDir); err != nil {
 		return Stats{}, err
 	}
-	staging, err := os.MkdirTemp(outDir, stagingPrefix+"*")
+	if swept, err := sweepStale(cfg.TempDir, spillPrefix); err != nil {
+		return Stats{}, fmt.Errorf("extsort: temp directory: %w", err)
+	} else if len(swept) > 0 {
+		cfg.Logger.Info("removed the temp dirs of dead sorts", "dirs", swept)
+	}
+	stage, err := createOwnedDir(outDir, stagingPrefix)
 	if err != nil {
 		return Stats{}, fmt.Errorf("extsort: output directory: %w", err)
 	}
-	defer os.RemoveAll(staging)
+	defer stage.Close()
+	staging := stage.path
 	if st.Bytes == 0 {
 		// No records, so no partitions: committing the empty staging dir
 		// removes the partition files of an earlier sort.
@@ -84,42 +87,6 @@ func Sort(ctx context.Context, cfg Config, inputs []Input, outDir string) (Stats
 	return st, nil
 }
 
-// checkSeparate returns an error if the output or temp directory lies in
-// an input directory (the next sort would read its files as input, and a
-// crash would leave spilled runs there), or an input directory lies in the
-// output directory.
-func checkSeparate(inputs []Input, outDir, tempDir string) error {
-	inside := func(path, dir string) bool {
-		return path == dir || strings.HasPrefix(path, dir+string(filepath.Separator))
-	}
-	resolve := func(p string) string {
-		if a, err := filepath.Abs(p); err == nil {
-			p = a
-		}
-		if r, err := filepath.EvalSymlinks(p); err == nil {
-			p = r
-		}
-		return p
-	}
-	out, tmp := resolve(outDir), resolve(tempDir)
-	seen := map[string]bool{}
-	for _, in := range inputs {
-		if in.Root == "" || seen[in.Root] {
-			continue
-		}
-		seen[in.Root] = true
-		switch {
-		case inside(out, in.Root):
-			return fmt.Errorf("%w: the output directory %s is inside the input directory %s", ErrConfig, outDir, in.Root)
-		case inside(in.Root, out):
-			return fmt.Errorf("%w: the input directory %s is inside the output directory %s", ErrConfig, in.Root, outDir)
-		case inside(tmp, in.Root):
-			return fmt.Errorf("%w: the temp directory %s is inside the input directory %s", ErrConfig, tempDir, in.Root)
-		}
-	}
-	return nil
-}
-
 // memRunRecords bounds a chunk when the runs stay in memory. The gather of
 // a sorted chunk reads its records in key order, i.e. at random; within a
 // chunk of this size those reads mostly hit the TLB and the merge that
@@ -143,12 +110,12 @@ func sortRuns(ctx context.Context, cfg Config, inputs []Input, out *partOutput, 
 		st.InMemory = true
 		chunk = min(memRunRecords, st.Records)
 	} else {
-		tmp, err := os.MkdirTemp(cfg.TempDir, "gantry-sort-*")
+		tmp, err := createOwnedDir(cfg.TempDir, spillPrefix)
 		if err != nil {
 			return fmt.Errorf("extsort: temp directory: %w", err)
 		}
-		defer os.RemoveAll(tmp)
-		spillDir = tmp
+		defer tmp.Close()
+		spillDir = tmp.path
 	}
 	s := newSorter(cfg, chunk)
 	runs, err := s.generateRuns(ctx, inputs, spillDir)

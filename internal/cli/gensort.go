@@ -3,9 +3,12 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"strconv"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/gantryhq/gantry/internal/progress"
 	"github.com/gantryhq/gantry/record"
@@ -19,6 +22,7 @@ func newGensortCmd(env *Env) *cobra.Command {
 		parts   int
 		workers int
 		quiet   bool
+		verbose bool
 	)
 	cmd := &cobra.Command{
 		Use:   "gensort [-a] [-s] [-c] [-b N] [--parts K] NUM_RECORDS FILE",
@@ -32,7 +36,11 @@ file appears under its name only when complete.
 With --parts K the records go to K files FILE.0000, FILE.0001, … holding
 consecutive ranges (as if each were made with its own -b), a ready input for a
 multi-file sort. -c prints the checksum of all records to stderr, in gensort's
-form, as the last line.`,
+form.
+
+Output is gensort 1.5's, byte for byte: nothing on stdout, and on stderr only
+the -c checksum. A progress bar and a speed line are added when stderr is a
+terminal, or anywhere with -v.`,
 		Example: `  gantry gensort 10000000 input.bin          # 1 GB of binary records 0..9999999
   gantry gensort -a 1000000 input.txt        # ASCII records (for GNU sort, or any line tool)
   gantry gensort -b2000 -c 1000 part2        # records 2000..2999, checksum on stderr
@@ -63,11 +71,7 @@ form, as the last line.`,
 				firsts, counts = record.SplitCount(first, count, parts)
 			}
 
-			var out = env.Stderr
-			if quiet {
-				out = nil
-			}
-			p := progress.Start(out, "gensort", int64(count)*record.Size, progress.Bytes)
+			p := progress.Start(speedOut(env, verbose, quiet), "gensort", int64(count)*record.Size, progress.Bytes)
 			var total record.Checksum
 			for i, path := range paths {
 				s, err := record.GenerateFile(cmd.Context(), path, firsts[i], counts[i], opt, workers, p.Add)
@@ -95,8 +99,26 @@ form, as the last line.`,
 	f.StringVarP(&firstS, "begin", "b", "0", "start at record number `N` (gensort -bN)")
 	f.IntVar(&parts, "parts", 1, "write `K` files FILE.0000… with consecutive record ranges")
 	f.IntVarP(&workers, "threads", "t", 0, "`N` generator goroutines (0 = one per core)")
-	f.BoolVarP(&quiet, "quiet", "q", false, "no progress or summary on stderr (only the -c checksum)")
+	f.BoolVarP(&verbose, "verbose", "v", false, "progress and a speed line on stderr even when it is not a terminal")
+	f.BoolVarP(&quiet, "quiet", "q", false, "no progress or speed line, even on a terminal (only the -c checksum)")
 	return cmd
+}
+
+// speedOut is where gensort and valsort print progress and their speed line:
+// nowhere by default, so that stdout and stderr stay byte-identical to
+// gensort/valsort 1.5 for scripts that read them; stderr when it is a
+// terminal (a person is watching) or when asked with -v.
+func speedOut(env *Env, verbose, quiet bool) io.Writer {
+	switch {
+	case quiet:
+		return nil
+	case verbose:
+		return env.Stderr
+	}
+	if f, ok := env.Stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		return env.Stderr
+	}
+	return nil
 }
 
 // parseRecordCount parses a non-negative decimal record count or number.

@@ -21,10 +21,16 @@ func (env *Env) registerer() prometheus.Registerer {
 	return env.Registry
 }
 
-// serveMetrics serves env's registry at http://addr/metrics until the
-// returned stop is called. An empty addr serves nothing.
-func serveMetrics(env *Env, addr string) (stop func(), err error) {
-	if addr == "" || env.Registry == nil {
+// route is one extra handler a daemon serves beside /metrics (e.g. /healthz).
+type route struct {
+	pattern string
+	handler http.Handler
+}
+
+// serveMetrics serves env's registry at http://addr/metrics, plus the extra
+// routes, until the returned stop is called. An empty addr serves nothing.
+func serveMetrics(env *Env, addr string, extra ...route) (stop func(), err error) {
+	if addr == "" || (env.Registry == nil && len(extra) == 0) {
 		return func() {}, nil
 	}
 	ln, err := net.Listen("tcp", addr)
@@ -32,7 +38,12 @@ func serveMetrics(env *Env, addr string) (stop func(), err error) {
 		return nil, fmt.Errorf("--metrics-addr: %w", err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(env.Registry, promhttp.HandlerOpts{}))
+	if env.Registry != nil {
+		mux.Handle("/metrics", promhttp.HandlerFor(env.Registry, promhttp.HandlerOpts{}))
+	}
+	for _, r := range extra {
+		mux.Handle(r.pattern, r.handler)
+	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	done := make(chan struct{})
 	go func() {

@@ -64,11 +64,11 @@ func TestGensortCmdMatchesGensort(t *testing.T) {
 			t.Errorf("%v: stderr %q stdout %q, want only the checksum %q on stderr", tc.args, stderr, stdout, tc.sum)
 		}
 	}
-	// Without -q a summary line comes first and the checksum stays last.
-	code, _, stderr := runRecordCmd(t, "gensort", "-c", "1000", filepath.Join(dir, "x"))
+	// With -v a speed line comes first and the checksum stays last.
+	code, _, stderr := runRecordCmd(t, "gensort", "-v", "-c", "1000", filepath.Join(dir, "x"))
 	lines := strings.Split(strings.TrimSpace(stderr), "\n")
-	if code != 0 || lines[len(lines)-1] != "1ea6370b955" || !strings.HasPrefix(lines[0], "gensort: ") {
-		t.Errorf("exit %d, stderr %q", code, stderr)
+	if code != 0 || lines[len(lines)-1] != "1ea6370b955" || !strings.HasPrefix(lines[0], "gensort: 100.0 kB in ") {
+		t.Errorf("-v: exit %d, stderr %q", code, stderr)
 	}
 }
 
@@ -174,44 +174,43 @@ func TestValsortCmd(t *testing.T) {
 
 	success := fmt.Sprintf("Records: 1000\nChecksum: %s\nDuplicate keys: 0\nSUCCESS - all records are in order\n", sum)
 	for _, tc := range []struct {
-		name       string
-		args       []string
-		code       int
-		stdout     string // exact, if set
-		stderrHas  string
-		stdoutHas  string
-		stdoutNone bool
+		name      string
+		args      []string
+		code      int
+		stderr    string // exact, if set
+		stderrHas string
 	}{
-		{"sorted file", []string{sorted}, 0, success, "", "", false},
-		{"directory in numeric order", []string{out}, 0, success, "", "", false},
-		{"unsorted", []string{raw}, 1, "First unordered record is record 2\nRecords: 1000\nChecksum: 1ea6370b955\nERROR - there are 483 unordered records\n", "", "", false},
-		{"unordered at a file boundary", []string{swapped}, 1, "", "", "First unordered record is record 600\n  (the first record of " + filepath.Join(swapped, "partition.1"), false},
-		{"checksum only", []string{"--checksum-only", raw}, 0, "Records: 1000\nChecksum: 1ea6370b955\n", "", "", false},
-		{"quiet", []string{"-q", raw}, 1, "", "", "", true},
-		{"partial record", []string{sorted, partial}, 1, "", "partial record found at end: 250 bytes is 2 whole 100-byte records and 50 bytes over", "", true},
-		{"empty", []string{empty}, 1, "", "there must be at least one record to be validated: " + empty + " holds no records", "", true},
-		{"empty allowed", []string{"--allow-empty", empty}, 0, "Records: 0\nChecksum: 0\nDuplicate keys: 0\nSUCCESS - all records are in order\n", "", "", false},
-		{"missing", []string{filepath.Join(dir, "nope")}, 1, "", "no such file or directory", "", true},
-		{"stray file in a directory", []string{stray}, 1, "", filepath.Join(stray, "README") + ": not a partition.<n> file", "", true},
-		{"no args", nil, 1, "", "requires at least 1 arg", "", true},
-		{"-s with --checksum-only", []string{"-s", "--checksum-only", sorted}, 1, "", "do not go together", "", true},
+		{"sorted file", []string{sorted}, 0, success, ""},
+		{"directory in numeric order", []string{out}, 0, success, ""},
+		{"unsorted", []string{raw}, 1, "First unordered record is record 2\nRecords: 1000\nChecksum: 1ea6370b955\nERROR - there are 483 unordered records\n", ""},
+		{"unordered at a file boundary", []string{swapped}, 1, "", "First unordered record is record 600\n  (the first record of " + filepath.Join(swapped, "partition.1")},
+		{"checksum only", []string{"--checksum-only", raw}, 0, "Records: 1000\nChecksum: 1ea6370b955\n", ""},
+		{"quiet", []string{"-q", raw}, 1, "", ""},
+		{"verbose adds the speed line first", []string{"-v", sorted}, 0, "", "valsort: 100.0 kB in "},
+		{"partial record", []string{sorted, partial}, 1, "", "partial record found at end: 250 bytes is 2 whole 100-byte records and 50 bytes over"},
+		{"empty", []string{empty}, 1, "", "there must be at least one record to be validated: " + empty + " holds no records"},
+		{"empty allowed", []string{"--allow-empty", empty}, 0, "Records: 0\nChecksum: 0\nDuplicate keys: 0\nSUCCESS - all records are in order\n", ""},
+		{"missing", []string{filepath.Join(dir, "nope")}, 1, "", "no such file or directory"},
+		{"stray file in a directory", []string{stray}, 1, "", filepath.Join(stray, "README") + ": not a partition.<n> file"},
+		{"no args", nil, 1, "", "requires at least 1 arg"},
+		{"-s with --checksum-only", []string{"-s", "--checksum-only", sorted}, 1, "", "do not go together"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, stdout, stderr := runRecordCmd(t, append([]string{"valsort"}, tc.args...)...)
 			if code != tc.code {
 				t.Errorf("exit %d, want %d; stderr %q", code, tc.code, stderr)
 			}
-			if tc.stdout != "" && stdout != tc.stdout {
-				t.Errorf("stdout\n%s\nwant\n%s", stdout, tc.stdout)
+			if stdout != "" {
+				t.Errorf("stdout %q, want nothing (valsort reports on stderr)", stdout)
 			}
-			if !strings.Contains(stdout, tc.stdoutHas) {
-				t.Errorf("stdout %q lacks %q", stdout, tc.stdoutHas)
-			}
-			if tc.stdoutNone && stdout != "" {
-				t.Errorf("stdout %q, want nothing", stdout)
+			if tc.stderr != "" && stderr != tc.stderr {
+				t.Errorf("stderr\n%s\nwant\n%s", stderr, tc.stderr)
 			}
 			if !strings.Contains(stderr, tc.stderrHas) {
 				t.Errorf("stderr %q lacks %q", stderr, tc.stderrHas)
+			}
+			if tc.name == "quiet" && stderr != "" {
+				t.Errorf("-q: stderr %q, want nothing", stderr)
 			}
 		})
 	}
@@ -236,8 +235,8 @@ func TestValsortCmdSummaries(t *testing.T) {
 	sum.AddAll(data)
 	code, stdout, stderr := runRecordCmd(t, append([]string{"valsort", "-s"}, sums...)...)
 	want := fmt.Sprintf("Records: 900\nChecksum: %s\nDuplicate keys: 0\nSUCCESS - all records are in order\n", sum)
-	if code != 0 || stdout != want {
-		t.Errorf("-s in order: exit %d\n%s%s", code, stdout, stderr)
+	if code != 0 || stderr != want || stdout != "" {
+		t.Errorf("-s in order: exit %d\nstdout %q\nstderr %s", code, stdout, stderr)
 	}
 	// valsort's own workflow: concatenate the summaries into one file.
 	var all []byte
@@ -247,14 +246,14 @@ func TestValsortCmdSummaries(t *testing.T) {
 	}
 	allPath := filepath.Join(dir, "all.sum")
 	os.WriteFile(allPath, all, 0o644)
-	if code, stdout, _ := runRecordCmd(t, "valsort", "-s", allPath); code != 0 || stdout != want {
-		t.Errorf("-s all.sum: exit %d\n%s", code, stdout)
+	if code, _, stderr := runRecordCmd(t, "valsort", "-s", allPath); code != 0 || stderr != want {
+		t.Errorf("-s all.sum: exit %d\n%s", code, stderr)
 	}
 	// Out of order: the seam between the first two summaries breaks.
-	code, stdout, _ = runRecordCmd(t, "valsort", "-s", sums[1], sums[0], sums[2])
-	if code != 1 || !strings.HasPrefix(stdout, "First unordered record is record 300\n") ||
-		!strings.Contains(stdout, "ERROR - there are 1 unordered records") {
-		t.Errorf("-s out of order: exit %d\n%s", code, stdout)
+	code, _, stderr = runRecordCmd(t, "valsort", "-s", sums[1], sums[0], sums[2])
+	if code != 1 || !strings.HasPrefix(stderr, "First unordered record is record 300\n") ||
+		!strings.Contains(stderr, "ERROR - there are 1 unordered records") {
+		t.Errorf("-s out of order: exit %d\n%s", code, stderr)
 	}
 	// A records file given to -s is a clear error.
 	code, _, stderr = runRecordCmd(t, "valsort", "-s", filepath.Join(dir, "w0"))

@@ -120,6 +120,8 @@ func newRoot(env *Env) *cobra.Command {
 		newValsortCmd(env),
 		newSortCmd(env),
 		newSchedCmd(env),
+		newQueueCmd(env),
+		newWSCmd(env),
 	)
 	return root
 }

@@ -21,6 +21,7 @@ func newValsortCmd(env *Env) *cobra.Command {
 		checksumOnly bool
 		allowEmpty   bool
 		workers      int
+		verbose      bool
 	)
 	cmd := &cobra.Command{
 		Use:   "valsort [-q] [-o SUMMARY] [-s] [--checksum-only] FILE|DIR...",
@@ -40,7 +41,9 @@ records, so each machine can validate its own output and one command checks
 the seams between them. --checksum-only skips the order check, to compare an
 unsorted input's checksum with its sorted output's.
 
-The report goes to stdout (valsort 1.5 prints the same lines on stderr).`,
+The report goes to stderr and stdout stays empty, byte for byte what valsort
+1.5 prints for one file. A progress bar and a speed line are added when stderr
+is a terminal, or anywhere with -v.`,
 		Example: `  gantry valsort sorted.bin                  # one file
   gantry valsort out/                        # out/partition.0, partition.1, … as one sequence
   gantry valsort w1/out w2/out w3/out        # a whole multi-worker output
@@ -90,11 +93,7 @@ The report goes to stdout (valsort 1.5 prints the same lines on stderr).`,
 					counts = append(counts, uint64(size/record.Size))
 					total += size
 				}
-				var out io.Writer = env.Stderr
-				if quiet {
-					out = nil
-				}
-				p := progress.Start(out, "valsort", total, progress.Bytes)
+				p := progress.Start(speedOut(env, verbose, quiet), "valsort", total, progress.Bytes)
 				sum, err = record.Validate(cmd.Context(), names, record.ValidateOptions{
 					Workers: workers, ChecksumOnly: checksumOnly, Progress: p.Add,
 				})
@@ -118,7 +117,7 @@ The report goes to stdout (valsort 1.5 prints the same lines on stderr).`,
 				}
 			}
 			if !quiet {
-				printValsortReport(env.Stdout, sum, names, counts)
+				printValsortReport(env.Stderr, sum, names, counts)
 			}
 			if sum.Unordered > 0 {
 				return withCode(1, errors.New(""))
@@ -134,10 +133,11 @@ The report goes to stdout (valsort 1.5 prints the same lines on stderr).`,
 	f.BoolVar(&checksumOnly, "checksum-only", false, "count records and sum checksums without checking order")
 	f.BoolVar(&allowEmpty, "allow-empty", false, "accept input with no records (valsort refuses it)")
 	f.IntVarP(&workers, "threads", "t", 0, "`N` validator goroutines (0 = one per core)")
+	f.BoolVarP(&verbose, "verbose", "v", false, "progress and a speed line on stderr even when it is not a terminal")
 	return cmd
 }
 
-// printValsortReport prints valsort 1.5's lines, with where the first
+// printValsortReport prints valsort 1.5's lines (to stderr, as valsort does), with where the first
 // unordered record is when there are several inputs.
 func printValsortReport(w io.Writer, s record.Summary, names []string, counts []uint64) {
 	if s.FirstUnordered >= 0 {

@@ -1,0 +1,257 @@
+// Command queuebench runs taskq and asynq side by side on one private
+// redis-server (started on a free loopback port, no persistence): the same
+// no-op handler, the same concurrency, the same number of tasks, one run.
+// It prints tasks/s of each and the ratio, then the enqueue→start latency
+// of a task enqueued into an idle worker (p50/p99), and, with -clients, a
+// rueidis vs go-redis comparison of the dequeue-shaped script call.
+//
+//	go run ./cmd/queuebench -tasks 100000 -concurrency 10 -runs 3
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/gantryhq/gantry/taskq"
+)
+
+func main() {
+	tasks := flag.Int("tasks", 100_000, "tasks per throughput run")
+	conc := flag.Int("concurrency", 10, "handler concurrency of both workers")
+	runs := flag.Int("runs", 3, "throughput runs of each (medians reported)")
+	samples := flag.Int("latency-samples", 1000, "enqueue→start samples for taskq")
+	asynqSamples := flag.Int("asynq-latency-samples", 20, "enqueue→start samples for asynq (it sleeps up to 1s when idle)")
+	clients := flag.Bool("clients", false, "also compare rueidis and go-redis on the dequeue-shaped script")
+	flag.Parse()
+
+	srv := startRedis()
+	defer srv.stop()
+	addr := srv.addr
+	fmt.Printf("redis-server on %s (private, no persistence); %d tasks, concurrency %d, %d runs\n", addr, *tasks, *conc, *runs)
+
+	if *clients {
+		clientBench(addr)
+	}
+	var tq, aq []float64
+	for i := range *runs {
+		a := asynqThroughput(addr, *tasks, *conc)
+		flush(addr)
+		t := taskqThroughput(addr, *tasks, *conc)
+		flush(addr)
+		fmt.Printf("run %d: taskq %8.0f tasks/s   asynq %8.0f tasks/s   ratio %.2fx\n", i+1, t, a, t/a)
+		tq, aq = append(tq, t), append(aq, a)
+	}
+	mt, ma := median(tq), median(aq)
+	fmt.Printf("THROUGHPUT median: taskq %.0f tasks/s, asynq %.0f tasks/s, ratio %.2fx\n", mt, ma, mt/ma)
+
+	p50, p99 := taskqLatency(addr, *samples)
+	fmt.Printf("LATENCY taskq enqueue→start into an idle worker (%d samples): p50 %s p99 %s\n", *samples, p50, p99)
+	flush(addr)
+	if *asynqSamples > 0 {
+		a50, a99 := asynqLatency(addr, *asynqSamples)
+		fmt.Printf("LATENCY asynq enqueue→start into an idle worker (%d samples): p50 %s p99 %s\n", *asynqSamples, a50, a99)
+	}
+}
+
+func median(xs []float64) float64 {
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	return s[len(s)/2]
+}
+
+type redisProc struct {
+	addr string
+	cmd  *exec.Cmd
+	dir  string
+}
+
+func startRedis() *redisProc {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	dir, _ := os.MkdirTemp("", "queuebench-")
+	cmd := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
+	cmd.Stdout, _ = os.Create(filepath.Join(dir, "redis.log"))
+	if err := cmd.Start(); err != nil {
+		log.Fatalf("start redis-server (apt-get install redis-server): %v", err)
+	}
+	a := "127.0.0.1:" + strconv.Itoa(port)
+	for i := 0; ; i++ {
+		if c, err := net.Dial("tcp", a); err == nil {
+			c.Close()
+			break
+		}
+		if i > 200 {
+			log.Fatal("redis-server did not start")
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	return &redisProc{addr: a, cmd: cmd, dir: dir}
+}
+
+func (r *redisProc) stop() {
+	r.cmd.Process.Kill()
+	r.cmd.Wait()
+	os.RemoveAll(r.dir)
+}
+
+func flush(addr string) {
+	if out, err := exec.Command("redis-cli", "-h", "127.0.0.1", "-p", portOf(addr), "FLUSHALL").CombinedOutput(); err != nil {
+		log.Fatalf("flushall: %v %s", err, out)
+	}
+}
+
+func portOf(addr string) string { _, p, _ := net.SplitHostPort(addr); return p }
+
+func taskqThroughput(addr string, n, conc int) float64 {
+	ctx := context.Background()
+	c, err := taskq.NewClient(taskq.ClientConfig{Redis: addr})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	batch := make([]*taskq.Task, 0, 1000)
+	for i := 0; i < n; i++ {
+		batch = append(batch, taskq.NewTask("noop", nil))
+		if len(batch) == cap(batch) || i == n-1 {
+			if _, err := c.EnqueueBatch(ctx, batch); err != nil {
+				log.Fatal(err)
+			}
+			batch = batch[:0]
+		}
+	}
+	w, err := taskq.NewWorker(taskq.WorkerConfig{Redis: addr, Concurrency: conc, DisableSteal: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	var done atomic.Int64
+	finished := make(chan struct{})
+	w.Handle("noop", func(context.Context, *taskq.Task) error {
+		if done.Add(1) == int64(n) {
+			close(finished)
+		}
+		return nil
+	})
+	rctx, cancel := context.WithCancel(ctx)
+	start := time.Now()
+	runDone := make(chan struct{})
+	go func() { w.Run(rctx); close(runDone) }()
+	<-finished
+	el := time.Since(start)
+	cancel()
+	<-runDone
+	return float64(n) / el.Seconds()
+}
+
+func asynqThroughput(addr string, n, conc int) float64 {
+	opt := asynq.RedisClientOpt{Addr: addr}
+	c := asynq.NewClient(opt)
+	defer c.Close()
+	var wg sync.WaitGroup
+	per := n / 8
+	for g := range 8 {
+		cnt := per
+		if g == 7 {
+			cnt = n - 7*per
+		}
+		wg.Go(func() {
+			for range cnt {
+				if _, err := c.Enqueue(asynq.NewTask("noop", nil)); err != nil {
+					log.Fatal(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	var done atomic.Int64
+	finished := make(chan struct{})
+	srv := asynq.NewServer(opt, asynq.Config{Concurrency: conc, LogLevel: asynq.FatalLevel})
+	start := time.Now()
+	if err := srv.Start(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
+		if done.Add(1) == int64(n) {
+			close(finished)
+		}
+		return nil
+	})); err != nil {
+		log.Fatal(err)
+	}
+	<-finished
+	el := time.Since(start)
+	srv.Shutdown()
+	return float64(n) / el.Seconds()
+}
+
+func percentiles(d []time.Duration) (time.Duration, time.Duration) {
+	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+	return d[len(d)/2].Round(time.Microsecond), d[(len(d)*99)/100].Round(time.Microsecond)
+}
+
+func taskqLatency(addr string, samples int) (time.Duration, time.Duration) {
+	ctx := context.Background()
+	c, err := taskq.NewClient(taskq.ClientConfig{Redis: addr})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	w, err := taskq.NewWorker(taskq.WorkerConfig{Redis: addr, Concurrency: 10, DisableSteal: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	started := make(chan time.Time, 1)
+	w.Handle("noop", func(context.Context, *taskq.Task) error { started <- time.Now(); return nil })
+	rctx, cancel := context.WithCancel(ctx)
+	runDone := make(chan struct{})
+	go func() { w.Run(rctx); close(runDone) }()
+	time.Sleep(300 * time.Millisecond) // let the worker go idle (blocked on its wake-up list)
+	lat := make([]time.Duration, 0, samples)
+	for range samples {
+		t0 := time.Now()
+		if _, err := c.Enqueue(ctx, taskq.NewTask("noop", nil)); err != nil {
+			log.Fatal(err)
+		}
+		lat = append(lat, (<-started).Sub(t0))
+		time.Sleep(2 * time.Millisecond) // idle again before the next
+	}
+	cancel()
+	<-runDone
+	return percentiles(lat)
+}
+
+func asynqLatency(addr string, samples int) (time.Duration, time.Duration) {
+	opt := asynq.RedisClientOpt{Addr: addr}
+	c := asynq.NewClient(opt)
+	defer c.Close()
+	started := make(chan time.Time, 1)
+	srv := asynq.NewServer(opt, asynq.Config{Concurrency: 10, LogLevel: asynq.FatalLevel})
+	if err := srv.Start(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { started <- time.Now(); return nil })); err != nil {
+		log.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	lat := make([]time.Duration, 0, samples)
+	for range samples {
+		t0 := time.Now()
+		if _, err := c.Enqueue(asynq.NewTask("noop", nil)); err != nil {
+			log.Fatal(err)
+		}
+		lat = append(lat, (<-started).Sub(t0))
+		time.Sleep(2 * time.Millisecond)
+	}
+	srv.Shutdown()
+	return percentiles(lat)
+}

@@ -1,0 +1,445 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gantryhq/gantry/extsort"
+	"github.com/gantryhq/gantry/internal/backoff"
+	"github.com/gantryhq/gantry/taskq"
+)
+
+func newQueueCmd(env *Env) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "queue",
+		Short: "Fair Redis task queue: run workers, enqueue tasks, inspect stats, dead letters and health",
+	}
+	cmd.AddCommand(newQueueWorkerCmd(env), newQueueEnqueueCmd(), newQueueStatsCmd(), newQueueDLQCmd(), newQueueHealthCmd())
+	return cmd
+}
+
+const redisFlagHelp = "Redis address: host:port, redis://host:port/db, or comma-separated cluster nodes"
+
+// parseQueues parses "a,b:3" into queue specs (weight defaults to 1).
+func parseQueues(s string) ([]taskq.QueueSpec, error) {
+	var out []taskq.QueueSpec
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		name, w, hasW := strings.Cut(part, ":")
+		spec := taskq.QueueSpec{Name: name, Weight: 1}
+		if hasW {
+			n, err := strconv.Atoi(w)
+			if err != nil || n <= 0 {
+				return nil, fmt.Errorf("--queues: %q: weight %q is not a positive integer", part, w)
+			}
+			spec.Weight = n
+		}
+		out = append(out, spec)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("--queues: no queue named (want e.g. a,b:3)")
+	}
+	return out, nil
+}
+
+func newQueueWorkerCmd(env *Env) *cobra.Command {
+	var (
+		cfg             taskq.WorkerConfig
+		queues, metrics string
+	)
+	cmd := &cobra.Command{
+		Use:   "worker --redis URL [--queues a,b:3] [--strict] [--concurrency N] [--metrics-addr ADDR]",
+		Short: "Run a worker with the built-in task types noop, sleep, fail and sort until SIGINT/SIGTERM",
+		Long: `Worker serves the given queues (weighted by default, in order with --strict),
+steals from other queues when its own are empty, and runs the built-in task
+types: noop; sleep {"ms": N}; fail {"times": N} (fails the first N attempts);
+sort {"input": [dirs], "output": dir} (gantry sort local).
+On SIGINT/SIGTERM it stops fetching, waits --shutdown-timeout for running
+tasks, cancels the rest and puts them back; a second signal exits at once.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			qs, err := parseQueues(queues)
+			if err != nil {
+				return err
+			}
+			cfg.Queues = qs
+			cfg.Logger = env.Logger
+			if env.Registry != nil {
+				cfg.Registry = env.Registry
+			}
+			w, err := newWorkerWaiting(cmd.Context(), env, cfg)
+			if err != nil {
+				return err
+			}
+			if w == nil {
+				return nil // signalled before Redis answered
+			}
+			taskq.RegisterBuiltins(w)
+			w.Handle("sort", sortTask(env))
+			ctx := cmd.Context()
+			if metrics != "" {
+				stop, err := serveQueueMetrics(env, metrics, cfg.Redis)
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
+			return w.Run(ctx)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.Redis, "redis", "127.0.0.1:6379", redisFlagHelp)
+	f.StringVar(&queues, "queues", "default", "queues to serve, name[:weight], comma-separated")
+	f.BoolVar(&cfg.Strict, "strict", false, "strict priority: serve a queue only when every earlier one is empty")
+	f.IntVar(&cfg.Concurrency, "concurrency", 10, "tasks run at once")
+	f.StringVar(&metrics, "metrics-addr", "", "serve Prometheus /metrics and /healthz here (e.g. 127.0.0.1:9108)")
+	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 8*time.Second, "how long running tasks may finish after a signal")
+	f.DurationVar(&cfg.LeaseDuration, "lease", 30*time.Second, "lease of a taken task; a dead worker's tasks rerun after it")
+	f.BoolVar(&cfg.DisableSteal, "no-steal", false, "never take tasks from queues not listed in --queues")
+	f.DurationVar(&cfg.DeadRetention, "dead-retention", 7*24*time.Hour, "how long dead-letter tasks are kept")
+	f.IntVar(&cfg.DeadMax, "dead-max", 10000, "most dead-letter tasks kept per queue (oldest dropped first)")
+	return cmd
+}
+
+// newWorkerWaiting creates the worker, waiting with capped backoff while
+// Redis is unreachable (a daemon started before its Redis should not exit).
+// It returns nil, nil when ctx ends first.
+func newWorkerWaiting(ctx context.Context, env *Env, cfg taskq.WorkerConfig) (*taskq.Worker, error) {
+	wait := backoff.Policy{Initial: 100 * time.Millisecond, Max: 5 * time.Second}
+	for attempt := 0; ; attempt++ {
+		w, err := taskq.NewWorker(cfg)
+		if err == nil {
+			return w, nil
+		}
+		if errors.Is(err, taskq.ErrInvalidTask) || !strings.Contains(err.Error(), "connect") {
+			return nil, err // a configuration error, not an outage
+		}
+		if attempt == 0 {
+			env.Logger.Warn("redis unreachable, waiting for it", "redis", cfg.Redis, "err", err)
+		}
+		if backoff.Sleep(ctx, wait.Delay(attempt)) != nil {
+			return nil, nil
+		}
+	}
+}
+
+// serveQueueMetrics serves /metrics and the queue's /healthz on addr.
+func serveQueueMetrics(env *Env, addr, redis string) (func(), error) {
+	c, err := taskq.NewClient(taskq.ClientConfig{Redis: redis})
+	if err != nil {
+		return nil, err
+	}
+	stop, err := serveMetrics(env, addr, route{"/healthz", taskq.HealthHandler(c, taskq.HealthConfig{})})
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	return func() { stop(); c.Close() }, nil
+}
+
+// sortTask runs `sort local` on {"input": [dirs], "output": dir}.
+func sortTask(env *Env) taskq.HandlerFunc {
+	return func(ctx context.Context, t *taskq.Task) error {
+		var p struct {
+			Input  []string `json:"input"`
+			Output string   `json:"output"`
+		}
+		if err := json.Unmarshal(t.Payload, &p); err != nil || len(p.Input) == 0 || p.Output == "" {
+			return fmt.Errorf("sort: payload must be {\"input\": [dirs], \"output\": dir}: %w", taskq.SkipRetry)
+		}
+		in, _, err := extsort.ScanInputs(p.Input)
+		if err != nil {
+			return fmt.Errorf("sort: %v: %w", err, taskq.SkipRetry)
+		}
+		st, err := extsort.Sort(ctx, extsort.Config{Logger: env.Logger}, in, p.Output)
+		if err != nil {
+			return err
+		}
+		b, _ := json.Marshal(map[string]any{"records": st.Records, "partitions": st.Partitions})
+		t.SetResult(b)
+		return nil
+	}
+}
+
+func newQueueEnqueueCmd() *cobra.Command {
+	var (
+		redis, queue, tenant, typ, payload string
+		weight                             float64
+		priority, count, maxRetries        int
+		timeout, in, retention             time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "enqueue --redis URL --queue Q [--tenant T] [--weight W] [--priority P] --type TYPE [--payload JSON] [--count N]",
+		Short: "Add tasks to a queue",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if typ == "" {
+				return errors.New("enqueue: --type is required (e.g. noop, sleep, fail, sort)")
+			}
+			if count < 1 {
+				return fmt.Errorf("enqueue: --count %d, want >= 1", count)
+			}
+			var body []byte
+			if payload != "" {
+				if !json.Valid([]byte(payload)) {
+					return fmt.Errorf("enqueue: --payload is not valid JSON: %s", payload)
+				}
+				body = []byte(payload)
+			}
+			opts := []taskq.Option{taskq.Queue(queue), taskq.Tenant(tenant), taskq.Weight(weight),
+				taskq.Priority(priority), taskq.MaxRetries(maxRetries), taskq.Timeout(timeout),
+				taskq.ProcessIn(in), taskq.Retention(retention)}
+			c, err := taskq.NewClient(taskq.ClientConfig{Redis: redis})
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx := cmd.Context()
+			start := time.Now()
+			if count == 1 {
+				info, err := c.Enqueue(ctx, taskq.NewTask(typ, body), opts...)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), info.ID)
+				return nil
+			}
+			const chunk = 5000
+			for done := 0; done < count; {
+				n := min(chunk, count-done)
+				tasks := make([]*taskq.Task, n)
+				for i := range tasks {
+					tasks[i] = taskq.NewTask(typ, body)
+				}
+				if _, err := c.EnqueueBatch(ctx, tasks, opts...); err != nil {
+					return fmt.Errorf("enqueue: after %d of %d tasks: %w", done, count, err)
+				}
+				done += n
+			}
+			el := time.Since(start)
+			fmt.Fprintf(cmd.OutOrStdout(), "enqueued %d %s tasks into %s (tenant %s) in %s (%.0f tasks/s)\n",
+				count, typ, queue, tenant, el.Round(time.Millisecond), float64(count)/el.Seconds())
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&redis, "redis", "127.0.0.1:6379", redisFlagHelp)
+	f.StringVar(&queue, "queue", taskq.DefaultQueue, "queue name")
+	f.StringVar(&tenant, "tenant", taskq.DefaultTenant, "tenant (fairness key)")
+	f.Float64Var(&weight, "weight", 0, "tenant weight in the queue (default: keep, 1 for a new tenant)")
+	f.IntVar(&priority, "priority", 0, "priority inside the tenant, 0..255 (higher first)")
+	f.StringVar(&typ, "type", "", "task type (required)")
+	f.StringVar(&payload, "payload", "", "task payload (JSON)")
+	f.IntVar(&count, "count", 1, "number of identical tasks")
+	f.IntVar(&maxRetries, "max-retries", taskq.DefaultMaxRetries, "retries before the dead-letter set")
+	f.DurationVar(&timeout, "timeout", 0, "timeout of one attempt (default: the worker's, 30m)")
+	f.DurationVar(&in, "in", 0, "run after this delay")
+	f.DurationVar(&retention, "retention", 0, "keep the completed task and its result this long")
+	return cmd
+}
+
+func newQueueStatsCmd() *cobra.Command {
+	var (
+		redis         string
+		asJSON, watch bool
+	)
+	cmd := &cobra.Command{
+		Use:   "stats --redis URL [--json] [--watch]",
+		Short: "Print every queue's sizes, counters and tenants",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := taskq.NewClient(taskq.ClientConfig{Redis: redis})
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx := cmd.Context()
+			for {
+				st, err := c.Stats(ctx)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					enc := json.NewEncoder(cmd.OutOrStdout())
+					if err := enc.Encode(st); err != nil {
+						return err
+					}
+				} else {
+					if watch {
+						fmt.Fprintf(cmd.OutOrStdout(), "--- %s\n", time.Now().Format(time.TimeOnly))
+					}
+					printStats(cmd.OutOrStdout(), st)
+				}
+				if !watch {
+					return nil
+				}
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(time.Second):
+				}
+			}
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&redis, "redis", "127.0.0.1:6379", redisFlagHelp)
+	f.BoolVar(&asJSON, "json", false, "print one JSON object (per refresh with --watch)")
+	f.BoolVar(&watch, "watch", false, "refresh every second until Ctrl-C")
+	return cmd
+}
+
+func printStats(w io.Writer, st *taskq.Stats) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "queue\tpending\tactive\tscheduled\tretry\tdead\tcompleted\tprocessed\tfailed\tduplicates\t")
+	names := make([]string, 0, len(st.Queues))
+	for q := range st.Queues {
+		names = append(names, q)
+	}
+	sort.Strings(names)
+	for _, q := range names {
+		s := st.Queues[q]
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", q, s.Pending, s.Active, s.Scheduled, s.Retry, s.Dead,
+			s.Completed, s.ProcessedTotal, s.FailedTotal, s.DuplicatesTotal)
+		tenants := make([]string, 0, len(s.Tenants))
+		for t := range s.Tenants {
+			tenants = append(tenants, t)
+		}
+		sort.Strings(tenants)
+		for _, t := range tenants {
+			ts := s.Tenants[t]
+			fmt.Fprintf(tw, "  tenant %s (w=%g)\t%d\t%d\t\t\t\t%d\t\t\t\t\n", t, ts.Weight, ts.Pending, ts.Active, ts.Completed)
+		}
+	}
+	tw.Flush()
+	for _, wr := range st.Workers {
+		fmt.Fprintf(w, "worker %s: %s, queues %s, active %d, processed %d, failed %d, steals %d, %.0f tasks/s\n",
+			wr.ID, wr.State, strings.Join(wr.Queues, ","), wr.Active, wr.Processed, wr.Failed, wr.Steals, wr.RatePerSec)
+	}
+}
+
+func newQueueDLQCmd() *cobra.Command {
+	var (
+		redis, queue string
+		ids          []string
+		limit        int
+		asJSON       bool
+	)
+	run := func(op string) func(cmd *cobra.Command, _ []string) error {
+		return func(cmd *cobra.Command, _ []string) error {
+			if queue == "" {
+				return errors.New("dlq: --queue is required")
+			}
+			c, err := taskq.NewClient(taskq.ClientConfig{Redis: redis})
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx := cmd.Context()
+			out := cmd.OutOrStdout()
+			switch op {
+			case "list":
+				dead, err := c.DeadLetters(ctx, queue, limit)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return json.NewEncoder(out).Encode(dead)
+				}
+				for _, d := range dead {
+					fmt.Fprintf(out, "%s  %s  type=%s tenant=%s  reason=%q  last_error=%q\n",
+						d.ID, d.DiedAt.Format(time.RFC3339), d.Type, d.Tenant, d.Reason, d.LastError)
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "%d dead task(s) listed in %s\n", len(dead), queue)
+			case "requeue":
+				n, err := c.RequeueDead(ctx, queue, ids...)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(out, "requeued %d task(s) in %s\n", n, queue)
+			case "delete":
+				n, err := c.DeleteDead(ctx, queue, ids...)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(out, "deleted %d task(s) from %s\n", n, queue)
+			}
+			return nil
+		}
+	}
+	cmd := &cobra.Command{Use: "dlq", Short: "List, requeue or delete dead-letter tasks of a queue"}
+	for _, op := range []struct{ name, short string }{
+		{"list", "List dead tasks with their reason and last error"},
+		{"requeue", "Put dead tasks back (all, or those given with --id) with a fresh retry budget"},
+		{"delete", "Delete dead tasks (all, or those given with --id)"},
+	} {
+		sub := &cobra.Command{Use: op.name + " --redis URL --queue Q", Short: op.short, Args: cobra.NoArgs, RunE: run(op.name)}
+		f := sub.Flags()
+		f.StringVar(&redis, "redis", "127.0.0.1:6379", redisFlagHelp)
+		f.StringVar(&queue, "queue", "", "queue name (required)")
+		if op.name == "list" {
+			f.IntVar(&limit, "limit", 100, "list at most this many")
+			f.BoolVar(&asJSON, "json", false, "print JSON")
+		} else {
+			f.StringSliceVar(&ids, "id", nil, "task ids (default: all dead tasks of the queue)")
+		}
+		cmd.AddCommand(sub)
+	}
+	return cmd
+}
+
+func newQueueHealthCmd() *cobra.Command {
+	var (
+		redis  string
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "health --redis URL [--json]",
+		Short: "Print OK, Warning or Critical with the reasons; exit 2 when Critical",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := taskq.NewClient(taskq.ClientConfig{Redis: redis})
+			if err != nil {
+				h := taskq.Health{Status: taskq.Critical, Reasons: []string{"Critical: redis unreachable: " + err.Error()}}
+				printHealth(cmd.OutOrStdout(), h, asJSON)
+				return withCode(2, errors.New(""))
+			}
+			defer c.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Second)
+			defer cancel()
+			h := c.Health(ctx, taskq.HealthConfig{})
+			printHealth(cmd.OutOrStdout(), h, asJSON)
+			if h.Status == taskq.Critical {
+				return withCode(2, errors.New(""))
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&redis, "redis", "127.0.0.1:6379", redisFlagHelp)
+	f.BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func printHealth(w io.Writer, h taskq.Health, asJSON bool) {
+	if asJSON {
+		json.NewEncoder(w).Encode(h)
+		return
+	}
+	fmt.Fprintln(w, h.Status)
+	for _, r := range h.Reasons {
+		fmt.Fprintln(w, "  "+r)
+	}
+}

@@ -1,0 +1,166 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/gantryhq/gantry/record"
+	"github.com/gantryhq/gantry/taskq"
+)
+
+func TestParseQueues(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    []taskq.QueueSpec
+		wantErr string
+	}{
+		{"a", []taskq.QueueSpec{{Name: "a", Weight: 1}}, ""},
+		{"a,b:3", []taskq.QueueSpec{{Name: "a", Weight: 1}, {Name: "b", Weight: 3}}, ""},
+		{" a , b:2 ,", []taskq.QueueSpec{{Name: "a", Weight: 1}, {Name: "b", Weight: 2}}, ""},
+		{"a:0", nil, `"a:0": weight "0" is not a positive integer`},
+		{"a:x", nil, `weight "x"`},
+		{",", nil, "no queue named"},
+	}
+	for _, tt := range tests {
+		got, err := parseQueues(tt.in)
+		if tt.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("parseQueues(%q) error = %v, want %q", tt.in, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("parseQueues(%q): %v", tt.in, err)
+		}
+		if d := cmp.Diff(tt.want, got); d != "" {
+			t.Errorf("parseQueues(%q) -want +got:\n%s", tt.in, d)
+		}
+	}
+}
+
+// TestQueueEnqueueStatsJSON checks the `stats --json` contract other tools
+// rely on, against the shared test Redis.
+func TestQueueEnqueueStatsJSON(t *testing.T) {
+	addr := os.Getenv("GANTRY_TEST_REDIS")
+	if addr == "" {
+		addr = "127.0.0.1:6379"
+	}
+	if c, err := net.DialTimeout("tcp", addr, time.Second); err != nil {
+		t.Fatalf("redis at %s: %v (run scripts/services.sh redis)", addr, err)
+	} else {
+		c.Close()
+	}
+	q := fmt.Sprintf("clitest-%d", os.Getpid())
+	run := func(args ...string) (string, int) {
+		var out, errb bytes.Buffer
+		code := Execute(context.Background(), Env{Args: args, Stdout: &out, Stderr: &errb})
+		return out.String() + errb.String(), code
+	}
+	if out, code := run("queue", "enqueue", "--redis", addr, "--queue", q, "--tenant", "t1", "--type", "noop", "--count", "3"); code != 0 {
+		t.Fatalf("enqueue: %d %s", code, out)
+	}
+	if out, code := run("queue", "enqueue", "--redis", addr, "--queue", q, "--type", "noop", "--payload", "{bad"); code == 0 || !strings.Contains(out, "--payload is not valid JSON") {
+		t.Errorf("bad payload: exit %d, %s", code, out)
+	}
+	out, code := run("queue", "stats", "--redis", addr, "--json")
+	if code != 0 {
+		t.Fatalf("stats: %d %s", code, out)
+	}
+	var st struct {
+		Queues map[string]map[string]any `json:"queues"`
+	}
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("stats --json is not one object: %v\n%s", err, out)
+	}
+	qs := st.Queues[q]
+	for _, k := range []string{"pending", "active", "scheduled", "retry", "dead", "completed", "processed_total", "failed_total", "duplicates_total", "tenants"} {
+		if _, ok := qs[k]; !ok {
+			t.Errorf("stats --json: queue object lacks %q: %v", k, qs)
+		}
+	}
+	if qs["pending"] != float64(3) {
+		t.Errorf("pending = %v, want 3", qs["pending"])
+	}
+	tenant := qs["tenants"].(map[string]any)["t1"].(map[string]any)
+	for _, k := range []string{"pending", "active", "completed"} {
+		if _, ok := tenant[k]; !ok {
+			t.Errorf("tenant object lacks %q", k)
+		}
+	}
+	if out, code := run("queue", "dlq", "delete", "--redis", addr, "--queue", q); code != 0 {
+		t.Errorf("dlq delete: %d %s", code, out)
+	}
+	// Clean up the queue's keys through a worker-free path: delete them.
+	c, err := taskq.NewClient(taskq.ClientConfig{Redis: addr})
+	if err == nil {
+		c.Purge(context.Background(), q)
+		c.Close()
+	}
+}
+
+// TestQueueSortTask submits a sort job through the queue: a worker (the
+// real `queue worker` command, in-process) runs `sort local` on it.
+func TestQueueSortTask(t *testing.T) {
+	addr := os.Getenv("GANTRY_TEST_REDIS")
+	if addr == "" {
+		addr = "127.0.0.1:6379"
+	}
+	dir := t.TempDir()
+	in, out := filepath.Join(dir, "in"), filepath.Join(dir, "out")
+	sortTestRecords(t, filepath.Join(in, "a"), 0, 20000, record.GenOptions{})
+	q := fmt.Sprintf("clisort-%d", os.Getpid())
+	defer func() {
+		if c, err := taskq.NewClient(taskq.ClientConfig{Redis: addr}); err == nil {
+			c.Purge(context.Background(), q)
+			c.Close()
+		}
+	}()
+	payload, _ := json.Marshal(map[string]any{"input": []string{in}, "output": out})
+	if code, msg := sortTestRun(t, "queue", "enqueue", "--redis", addr, "--queue", q, "--type", "sort",
+		"--payload", string(payload), "--retention", "1m", "--max-retries", "0"); code != 0 {
+		t.Fatalf("enqueue: %d %s", code, msg)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() {
+		var o, e bytes.Buffer
+		done <- Execute(ctx, Env{Args: []string{"queue", "worker", "--redis", addr, "--queues", q, "--no-steal"}, Stdout: &o, Stderr: &e})
+	}()
+	c, err := taskq.NewClient(taskq.ClientConfig{Redis: addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		st, err := c.Stats(context.Background())
+		if err == nil && st.Queues[q].Completed+st.Queues[q].Dead == 1 {
+			if st.Queues[q].Dead == 1 {
+				dead, _ := c.DeadLetters(context.Background(), q, 1)
+				t.Fatalf("sort task died: %+v", dead)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("sort task not done in 60s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Errorf("worker exit %d", code)
+	}
+	if got, want := sortTestChecksum(t, out), sortTestChecksum(t, in); got.Checksum != want.Checksum || got.Records != 20000 {
+		t.Errorf("output %d records checksum %x, want 20000 and %x", got.Records, got.Checksum, want.Checksum)
+	}
+}

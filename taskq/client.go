@@ -1,0 +1,237 @@
+package taskq
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/gantryhq/gantry/taskq/internal/rdb"
+)
+
+// ClientConfig configures a Client.
+type ClientConfig struct {
+	// Redis is "host:port", "redis://host:port/db", or comma-separated
+	// cluster seeds. Required.
+	Redis string
+}
+
+// Client enqueues tasks and inspects queues.
+type Client struct {
+	r *rdb.RDB
+
+	// mu protects registered.
+	mu         sync.Mutex
+	registered map[string]bool
+}
+
+// NewClient connects to Redis.
+func NewClient(cfg ClientConfig) (*Client, error) {
+	if cfg.Redis == "" {
+		return nil, fmt.Errorf("taskq: ClientConfig.Redis is empty (want host:port or redis://…)")
+	}
+	r, err := rdb.Open(cfg.Redis)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{r: r, registered: map[string]bool{}}, nil
+}
+
+// Close releases the connections.
+func (c *Client) Close() { c.r.Close() }
+
+// TaskInfo describes an enqueued task.
+type TaskInfo struct {
+	ID, Queue, Tenant string
+	Due               time.Time // zero when pending at once
+}
+
+type prepared struct {
+	queue string
+	msg   rdb.EnqMsg
+	info  *TaskInfo
+}
+
+func prepare(t *Task, now time.Time, extra []Option) (prepared, error) {
+	o := options{queue: DefaultQueue, tenant: DefaultTenant, maxRetries: DefaultMaxRetries}
+	for _, f := range t.opts {
+		f(&o)
+	}
+	for _, f := range extra {
+		f(&o)
+	}
+	if o.id == "" {
+		o.id = newID()
+	}
+	for _, c := range []struct{ f, v string }{{"queue", o.queue}, {"tenant", o.tenant}, {"task id", o.id}, {"type", t.Type}} {
+		if err := checkName(c.f, c.v); err != nil {
+			return prepared{}, err
+		}
+	}
+	switch {
+	case o.priority < 0 || o.priority > MaxPriority:
+		return prepared{}, fmt.Errorf("%w: priority %d, want 0..%d", ErrInvalidTask, o.priority, MaxPriority)
+	case o.weight < 0:
+		return prepared{}, fmt.Errorf("%w: weight %g, want > 0", ErrInvalidTask, o.weight)
+	case o.maxRetries < 0:
+		return prepared{}, fmt.Errorf("%w: max retries %d, want >= 0", ErrInvalidTask, o.maxRetries)
+	case o.timeout < 0 || o.retention < 0:
+		return prepared{}, fmt.Errorf("%w: negative timeout or retention", ErrInvalidTask)
+	}
+	due := o.processAt
+	if o.processIn > 0 {
+		due = now.Add(o.processIn)
+	}
+	if !due.After(now) {
+		due = time.Time{}
+	}
+	b, err := json.Marshal(message{
+		ID: o.id, Type: t.Type, Payload: t.Payload, Queue: o.queue, Tenant: o.tenant,
+		MaxRetries: o.maxRetries, TimeoutMS: o.timeout.Milliseconds(), RetentionMS: o.retention.Milliseconds(),
+		DeadlineMS: deadlineMS(o.deadline),
+		EnqueuedAt: now.UnixMilli(),
+	})
+	if err != nil {
+		return prepared{}, err
+	}
+	return prepared{
+		queue: o.queue,
+		msg:   rdb.EnqMsg{ID: o.id, Msg: string(b), Tenant: o.tenant, Weight: o.weight, Priority: o.priority, Due: due},
+		info:  &TaskInfo{ID: o.id, Queue: o.queue, Tenant: o.tenant, Due: due},
+	}, nil
+}
+
+func (c *Client) register(ctx context.Context, q string) error {
+	c.mu.Lock()
+	done := c.registered[q]
+	c.mu.Unlock()
+	if done {
+		return nil
+	}
+	if err := c.r.RegisterQueues(ctx, q); err != nil {
+		return fmt.Errorf("taskq: register queue %q: %w", q, err)
+	}
+	c.mu.Lock()
+	c.registered[q] = true
+	c.mu.Unlock()
+	return nil
+}
+
+// Enqueue adds t; when Enqueue returns nil the task is in Redis (durable as
+// far as Redis's persistence setting makes it: see the README).
+func (c *Client) Enqueue(ctx context.Context, t *Task, opts ...Option) (*TaskInfo, error) {
+	p, err := prepare(t, time.Now(), opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.register(ctx, p.queue); err != nil {
+		return nil, err
+	}
+	n, err := c.r.Enqueue(ctx, p.queue, time.Now(), []rdb.EnqMsg{p.msg})
+	if err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		return nil, fmt.Errorf("%w: %s", ErrDuplicateTask, p.info.ID)
+	}
+	return p.info, nil
+}
+
+// EnqueueBatch adds many tasks with one script call per queue (and per 500
+// tasks). Tasks whose id already exists are skipped; the infos returned are
+// those of the tasks given, in order.
+func (c *Client) EnqueueBatch(ctx context.Context, tasks []*Task, opts ...Option) ([]*TaskInfo, error) {
+	now := time.Now()
+	byQueue := map[string][]rdb.EnqMsg{}
+	var order []string
+	infos := make([]*TaskInfo, len(tasks))
+	for i, t := range tasks {
+		p, err := prepare(t, now, opts)
+		if err != nil {
+			return nil, fmt.Errorf("task %d: %w", i, err)
+		}
+		if _, ok := byQueue[p.queue]; !ok {
+			order = append(order, p.queue)
+		}
+		byQueue[p.queue] = append(byQueue[p.queue], p.msg)
+		infos[i] = p.info
+	}
+	for _, q := range order {
+		if err := c.register(ctx, q); err != nil {
+			return nil, err
+		}
+		msgs := byQueue[q]
+		for len(msgs) > 0 {
+			n := min(len(msgs), 500)
+			if _, err := c.r.Enqueue(ctx, q, time.Now(), msgs[:n]); err != nil {
+				return nil, err
+			}
+			msgs = msgs[n:]
+		}
+	}
+	return infos, nil
+}
+
+// Result returns the stored result of a completed task (nil if none or expired).
+func (c *Client) Result(ctx context.Context, queue, id string) ([]byte, error) {
+	return c.r.Result(ctx, queue, id)
+}
+
+// DeadTask is one entry of a queue's dead-letter set.
+type DeadTask struct {
+	ID        string    `json:"id"`
+	Type      string    `json:"type,omitempty"`
+	Tenant    string    `json:"tenant,omitempty"`
+	Reason    string    `json:"reason"`
+	LastError string    `json:"last_error,omitempty"`
+	DiedAt    time.Time `json:"died_at"`
+	Message   string    `json:"message,omitempty"` // the raw stored message when it is not valid
+}
+
+// DeadLetters lists up to limit dead tasks of queue, oldest first.
+func (c *Client) DeadLetters(ctx context.Context, queue string, limit int) ([]DeadTask, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	raw, err := c.r.DeadList(ctx, queue, limit)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]DeadTask, len(raw))
+	for i, d := range raw {
+		out[i] = DeadTask{ID: d.ID, Reason: d.Reason, LastError: d.LastError, DiedAt: d.DiedAt}
+		var m message
+		if json.Unmarshal(d.Msg, &m) == nil && m.Type != "" {
+			out[i].Type, out[i].Tenant = m.Type, m.Tenant
+		} else {
+			out[i].Message = string(d.Msg)
+		}
+	}
+	return out, nil
+}
+
+// RequeueDead puts dead tasks of queue back to pending with a fresh retry
+// budget; no ids means all. It returns how many moved.
+func (c *Client) RequeueDead(ctx context.Context, queue string, ids ...string) (int, error) {
+	return c.r.DLQ(ctx, queue, "requeue", ids)
+}
+
+// DeleteDead deletes dead tasks of queue; no ids means all.
+func (c *Client) DeleteDead(ctx context.Context, queue string, ids ...string) (int, error) {
+	return c.r.DLQ(ctx, queue, "delete", ids)
+}
+
+// Purge deletes queue q and everything in it (pending, running, dead,
+// counters) and forgets its name. Workers holding its tasks will find their
+// leases gone.
+func (c *Client) Purge(ctx context.Context, q string) error {
+	return c.r.Purge(ctx, q)
+}
+
+func deadlineMS(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}

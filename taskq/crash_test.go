@@ -1,0 +1,129 @@
+package taskq
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)
+
+// gantryBinary builds bin/gantry once per test process.
+// TODO: switch to internal/testutil.GantryBinary once it lands on main.
+func gantryBinary(t *testing.T) string {
+	t.Helper()
+	binOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "taskq-gantry-")
+		if err != nil {
+			binErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "gantry")
+		out, err := exec.Command("go", "build", "-o", binPath, "../cmd/gantry").CombinedOutput()
+		if err != nil {
+			binErr = err
+			t.Logf("%s", out)
+		}
+	})
+	if binErr != nil {
+		t.Fatalf("build gantry: %v", binErr)
+	}
+	return binPath
+}
+
+type workerProc struct {
+	cmd *exec.Cmd
+	log *bytes.Buffer
+}
+
+func startWorkerProc(t *testing.T, bin string, args ...string) *workerProc {
+	t.Helper()
+	var buf bytes.Buffer
+	cmd := exec.Command(bin, append([]string{"queue", "worker"}, args...)...)
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &workerProc{cmd: cmd, log: &buf}
+	t.Cleanup(func() {
+		if p.cmd.ProcessState == nil {
+			p.cmd.Process.Kill()
+			p.cmd.Wait()
+		}
+	})
+	return p
+}
+
+// TestCrashKill9 runs 50,000 tasks on two worker processes, SIGKILLs one of
+// them midway and restarts it: every task completes, none is lost, and the
+// re-runs of the tasks the killed worker held are reported as duplicates.
+func TestCrashKill9(t *testing.T) {
+	if testing.Short() {
+		t.Skip("process-level crash test")
+	}
+	bin := gantryBinary(t)
+	red := startPrivateRedis(t, "--appendonly", "no")
+	addr := red.addr()
+	c := newClient(t, addr)
+	ctx := context.Background()
+	const total = 50_000
+	q := "crash"
+	enqueueTenant(t, c, q, "a", 0, total/2, Queue(q))
+	tasks := make([]*Task, total/2)
+	for i := range tasks {
+		tasks[i] = NewTask("sleep", []byte(`{"ms":1}`), Queue(q), Tenant("b"))
+	}
+	if _, err := c.EnqueueBatch(ctx, tasks); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--redis", addr, "--queues", q, "--concurrency", "16", "--lease", "2s"}
+	a := startWorkerProc(t, bin, args...)
+	b := startWorkerProc(t, bin, args...)
+	waitFor(t, 120*time.Second, "a third of the tasks done", func() bool {
+		return queueStats(t, c, q).Completed >= total/3
+	})
+	held := queueStats(t, c, q).Active
+	if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	a.cmd.Wait()
+	t.Logf("killed worker 1 with SIGKILL; %d tasks were active (both workers)", held)
+	a2 := startWorkerProc(t, bin, args...)
+	waitFor(t, 180*time.Second, "all tasks completed", func() bool {
+		st := queueStats(t, c, q)
+		return st.Completed == total && st.Pending == 0 && st.Active == 0
+	})
+	for _, p := range []*workerProc{b, a2} {
+		p.cmd.Process.Signal(syscall.SIGTERM)
+		if err := p.cmd.Wait(); err != nil {
+			t.Errorf("worker exit after SIGTERM: %v\n%s", err, p.log)
+		}
+	}
+	st := queueStats(t, c, q)
+	r := openRDB(t, addr)
+	left, err := r.Client().Do(ctx, r.Client().B().Hlen().Key("tq:{crash}:tasks").Build()).AsInt64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("completed %d, processed %d, duplicates %d, reaped %d, dead %d, retry %d, task records left %d",
+		st.Completed, st.ProcessedTotal, st.DuplicatesTotal, st.ReapedTotal, st.Dead, st.Retry, left)
+	if st.Dead != 0 || st.Retry != 0 || st.FailedTotal != 0 || left != 0 {
+		t.Errorf("dead %d retry %d failed %d records left %d; want all 0", st.Dead, st.Retry, st.FailedTotal, left)
+	}
+	if st.DuplicatesTotal == 0 || st.ReapedTotal == 0 {
+		t.Errorf("duplicates %d reaped %d: the killed worker's tasks should have been re-delivered and reported", st.DuplicatesTotal, st.ReapedTotal)
+	}
+	if st.Tenants["a"].Completed != total/2 || st.Tenants["b"].Completed != total/2 {
+		t.Errorf("tenant completions a=%d b=%d, want %d each", st.Tenants["a"].Completed, st.Tenants["b"].Completed, total/2)
+	}
+}

@@ -1,0 +1,40 @@
+// Package taskq is a fair, crash-safe task queue on Redis (seed 004, the
+// FairQueue worker).
+//
+// A Client enqueues tasks into queues; a Worker serves queues with handlers
+// registered by task type:
+//
+//	c, _ := taskq.NewClient(taskq.ClientConfig{Redis: "127.0.0.1:6379"})
+//	c.Enqueue(ctx, taskq.NewTask("email", payload), taskq.Queue("mail"), taskq.Tenant("acme"))
+//
+//	w, _ := taskq.NewWorker(taskq.WorkerConfig{Redis: "127.0.0.1:6379", Queues: []taskq.QueueSpec{{Name: "mail"}}})
+//	w.Handle("email", func(ctx context.Context, t *taskq.Task) error { … })
+//	w.Run(ctx) // until ctx ends, then drains
+//
+// Tour:
+//   - task.go: Task, enqueue options, the stored message and its validation.
+//   - client.go, stats.go: enqueue (single and batch), dead letters, results, stats.
+//   - worker.go: WorkerConfig, lifecycle (State), Run and the graceful shutdown.
+//   - fetch.go: the fetch loop (one dequeue script call per batch across all
+//     eligible queues, blocking on wake-up lists when idle), queue order,
+//     work stealing, heartbeats (leases) and maintenance (reaping, promotion,
+//     retention).
+//   - process.go: running a handler with its timeout, grace and panic
+//     recovery; ack batching, retries with backoff, dead letters.
+//   - adaptive.go: the adaptive controller; health.go: OK/Warning/Critical.
+//   - internal/rdb: the only code that knows Redis; lua/ holds one script
+//     per operation.
+//
+// Fairness: inside a queue, tenants (the fairness key) are served in
+// weighted start-time fair order: each tenant with pending work has a
+// virtual start tag, the smallest is served, and serving advances the
+// tenant's tag by 1/weight. A tenant that becomes active starts at the
+// queue's current virtual time, so 100 tasks queued behind 100,000 of
+// another tenant are served at once, interleaved. Inside a tenant, higher
+// priority first, then FIFO. Each step is O(log n) in Redis sorted sets.
+//
+// Delivery is at least once: a task taken by a worker holds a lease that
+// heartbeats extend; if the worker dies, any worker's maintenance puts the
+// task back after the lease expires and its next start is counted as a
+// duplicate.
+package taskq

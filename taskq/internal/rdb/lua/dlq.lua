@@ -1,0 +1,24 @@
+-- dlq: requeue or delete dead tasks of one queue.
+-- KEYS: the queue's 12 keys. ARGV: op ('requeue' | 'delete'), ids... (none = all)
+-- Returns the number of tasks affected.
+-- Guarantees: atomic; a requeued task starts over (retried and starts reset)
+-- in its tenant's order; a deleted task leaves no field behind.
+local op = ARGV[1]
+local ids = {}
+for i = 2, #ARGV do ids[#ids + 1] = ARGV[i] end
+if #ids == 0 then ids = redis.call('ZRANGE', KEYS[9], 0, -1) end
+local n = 0
+for _, id in ipairs(ids) do
+  if redis.call('ZREM', KEYS[9], id) == 1 then
+    n = n + 1
+    local m = redis.call('HGET', KEYS[4], id .. '|m')
+    if op == 'requeue' and m then
+      redis.call('HDEL', KEYS[4], id .. '|r', id .. '|n', id .. '|e', id .. '|d', id .. '|m')
+      activate(0, m)
+    else
+      forget(0, id)
+    end
+  end
+end
+if op == 'requeue' and n > 0 then wake(0) end
+return n

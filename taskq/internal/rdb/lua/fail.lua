@@ -1,0 +1,26 @@
+-- fail: record one failed attempt of a task of one queue.
+-- KEYS: the queue's 12 keys.
+-- ARGV: now_ms, id, error, retry_at_ms (0 = no retry: dead), reason (for dead)
+-- Returns 1 if retried, 2 if dead, 0 if the worker no longer held the task.
+-- Guarantees: atomic; a retried task waits in retry until retry_at_ms and its
+-- retried count grows; a dead task keeps its message, last error, reason and
+-- member (for dlq requeue) until dlq delete or retention trims it.
+local now = tonumber(ARGV[1])
+local id, err, at, reason = ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
+local m = release(0, id)
+if not m then
+  redis.call('HINCRBY', KEYS[3], 'late', 1)
+  return 0
+end
+redis.call('HINCRBY', KEYS[3], 'processed', 1)
+redis.call('HINCRBY', KEYS[3], 'failed', 1)
+redis.call('HSET', KEYS[4], id .. '|e', err)
+if at > 0 then
+  redis.call('HINCRBY', KEYS[4], id .. '|r', 1)
+  redis.call('ZADD', KEYS[8], at, m)
+  return 1
+end
+redis.call('HSET', KEYS[4], id .. '|d', reason, id .. '|m', m)
+redis.call('ZADD', KEYS[9], now, id)
+redis.call('HINCRBY', KEYS[3], 'deadtotal', 1)
+return 2

@@ -1,0 +1,76 @@
+-- lib.lua is prepended to every operation script (it is not an operation).
+--
+-- Every queue's keys share the hash tag {queue} and arrive as 12 consecutive
+-- KEYS, in the order of rdb.queueKeys:
+--   +1 pending   ZSET, all scores 0, member = tenant \0 prio(2 hex, inverted) seq(16 hex) \0 id
+--                (lexicographic order = FIFO per tenant, higher priority first)
+--   +2 tenants   ZSET tenant -> virtual start tag of its head task (only tenants with pending work)
+--   +3 state     HASH vt, seq, counters, w:<t> weight, f:<t> last finish tag, a:<t> active, c:<t> completed
+--   +4 tasks     HASH id -> message; id|r retried, id|n starts, id|e last error, id|d dead reason, id|m member
+--   +5 active    HASH id -> member (tasks a worker holds)
+--   +6 lease     ZSET id -> lease expiry (ms)
+--   +7 scheduled ZSET member -> due time (ms)
+--   +8 retry     ZSET member -> due time (ms)
+--   +9 dead      ZSET id -> time of death (ms)
+--   +10 completed ZSET id -> expiry of the retained record (ms)
+--   +11 results  HASH id -> result bytes
+--   +12 wake     LIST of wake-up tokens idle workers BLPOP on
+local NKEYS = 12
+
+local function tenant_of(member)
+  return string.match(member, '^([^%z]*)')
+end
+
+local function id_of(member)
+  return string.match(member, '%z([^%z]*)$')
+end
+
+-- activate puts member into pending and gives its tenant a virtual start tag
+-- if the tenant had no backlog: max(queue virtual time, tenant's last finish).
+-- This is start-time fair queuing: a newly active tenant starts "now", so a
+-- small tenant behind a huge backlog is served at once.
+local function activate(k, member)
+  local t = tenant_of(member)
+  redis.call('ZADD', KEYS[k + 1], 0, member)
+  if not redis.call('ZSCORE', KEYS[k + 2], t) then
+    local vt = tonumber(redis.call('HGET', KEYS[k + 3], 'vt') or '0')
+    local f = tonumber(redis.call('HGET', KEYS[k + 3], 'f:' .. t) or '0')
+    if f > vt then vt = f end
+    redis.call('ZADD', KEYS[k + 2], vt, t)
+  end
+end
+
+-- promote moves due scheduled and retry tasks into pending (at most limit each).
+local function promote(k, now, limit)
+  local n = 0
+  for _, src in ipairs({k + 7, k + 8}) do
+    local due = redis.call('ZRANGEBYSCORE', KEYS[src], '-inf', now, 'LIMIT', 0, limit)
+    for _, m in ipairs(due) do
+      redis.call('ZREM', KEYS[src], m)
+      activate(k, m)
+      n = n + 1
+    end
+  end
+  return n
+end
+
+local function wake(k)
+  redis.call('LPUSH', KEYS[k + 12], '1')
+  redis.call('LTRIM', KEYS[k + 12], 0, 63)
+end
+
+-- release takes id out of active/lease and returns its member (false if the
+-- worker no longer holds it: its lease expired and the reaper took it back).
+local function release(k, id)
+  local m = redis.call('HGET', KEYS[k + 5], id)
+  if not m then return false end
+  redis.call('HDEL', KEYS[k + 5], id)
+  redis.call('ZREM', KEYS[k + 6], id)
+  redis.call('HINCRBY', KEYS[k + 3], 'a:' .. tenant_of(m), -1)
+  return m
+end
+
+local function forget(k, id)
+  redis.call('HDEL', KEYS[k + 4], id, id .. '|r', id .. '|n', id .. '|e', id .. '|d', id .. '|m')
+  redis.call('HDEL', KEYS[k + 11], id)
+end

@@ -1,0 +1,47 @@
+-- maintain: periodic housekeeping of one queue, run by every worker.
+-- KEYS: the queue's 12 keys.
+-- ARGV: now_ms, limit, dead_before_ms (dead tasks older are deleted), dead_max
+-- Returns {reaped, promoted, trimmed}.
+-- Guarantees: tasks whose lease expired before now (their worker died or
+-- lost Redis) go back to pending in their old place (at-least-once; the next
+-- start is counted as a duplicate); due scheduled/retry tasks become pending;
+-- expired completed records and results, and dead tasks past retention or
+-- beyond dead_max, are deleted. At most limit of each per call.
+local now, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
+local dead_before, dead_max = tonumber(ARGV[3]), tonumber(ARGV[4])
+local reaped = 0
+local expired = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now, 'LIMIT', 0, limit)
+for _, id in ipairs(expired) do
+  local m = release(0, id)
+  if m then
+    activate(0, m)
+    reaped = reaped + 1
+  else
+    redis.call('ZREM', KEYS[6], id)
+  end
+end
+if reaped > 0 then
+  redis.call('HINCRBY', KEYS[3], 'reaped', reaped)
+  wake(0)
+end
+local promoted = promote(0, now, limit)
+if promoted > 0 then wake(0) end
+local trimmed = 0
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[10], '-inf', now, 'LIMIT', 0, limit)) do
+  redis.call('ZREM', KEYS[10], id)
+  forget(0, id)
+  trimmed = trimmed + 1
+end
+local old = redis.call('ZRANGEBYSCORE', KEYS[9], '-inf', dead_before, 'LIMIT', 0, limit)
+local over = redis.call('ZCARD', KEYS[9]) - dead_max
+if over > 0 then
+  local extra = redis.call('ZRANGE', KEYS[9], 0, math.min(over, limit) - 1)
+  for _, id in ipairs(extra) do old[#old + 1] = id end
+end
+for _, id in ipairs(old) do
+  if redis.call('ZREM', KEYS[9], id) == 1 then
+    forget(0, id)
+    trimmed = trimmed + 1
+  end
+end
+return {reaped, promoted, trimmed}

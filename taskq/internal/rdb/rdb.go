@@ -1,0 +1,532 @@
+// Package rdb is the only part of taskq that knows Redis: key names, the
+// embedded Lua scripts (one file per operation under lua/, each headed by its
+// KEYS, ARGV and guarantees) and the calls that run them.
+//
+// Every key of a queue carries the hash tag {queue}, and every script gets
+// all the keys it touches in KEYS, so a queue lives on one Redis Cluster slot
+// and works behind proxies that check keys. On a single node, one dequeue
+// call covers all queues a worker serves; on a cluster the queues sit on
+// different slots and are tried one call per queue, in the same order.
+package rdb
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+//go:embed lua/*.lua
+var luaFS embed.FS
+
+// NKeys is the number of keys of one queue passed to every script.
+const NKeys = 12
+
+// QueuesKey is the set of known queue names (outside any queue's slot; it is
+// only touched by plain commands, never inside a script).
+const QueuesKey = "tq:queues"
+
+// WorkersKey is the hash of worker records (id -> JSON).
+const WorkersKey = "tq:workers"
+
+// QueueKeys returns the keys of queue q in the order the scripts expect.
+func QueueKeys(q string) []string {
+	p := "tq:{" + q + "}:"
+	return []string{
+		p + "pending", p + "tenants", p + "state", p + "tasks", p + "active", p + "lease",
+		p + "scheduled", p + "retry", p + "dead", p + "completed", p + "results", p + "wake",
+	}
+}
+
+// Key indexes into QueueKeys.
+const (
+	KPending = iota
+	KTenants
+	KState
+	KTasks
+	KActive
+	KLease
+	KScheduled
+	KRetry
+	KDead
+	KCompleted
+	KResults
+	KWake
+)
+
+func script(name string) *rueidis.Lua {
+	lib, err := luaFS.ReadFile("lua/lib.lua")
+	if err != nil {
+		panic(err)
+	}
+	op, err := luaFS.ReadFile("lua/" + name + ".lua")
+	if err != nil {
+		panic(err)
+	}
+	return rueidis.NewLuaScript(string(lib) + "\n" + string(op))
+}
+
+var (
+	enqueueScript  = script("enqueue")
+	dequeueScript  = script("dequeue")
+	ackScript      = script("ack")
+	failScript     = script("fail")
+	requeueScript  = script("requeue")
+	extendScript   = script("extend")
+	maintainScript = script("maintain")
+	dlqScript      = script("dlq")
+)
+
+// RDB wraps a Redis client (single node or cluster).
+type RDB struct {
+	c       rueidis.Client
+	cluster bool
+}
+
+// Open connects to addr: "host:port", "redis://host:port/db", or several
+// comma-separated "host:port" seeds of a cluster.
+func Open(addr string) (*RDB, error) {
+	var opt rueidis.ClientOption
+	if strings.Contains(addr, "://") {
+		o, err := rueidis.ParseURL(addr)
+		if err != nil {
+			return nil, fmt.Errorf("rdb: redis address %q: %w", addr, err)
+		}
+		opt = o
+	} else {
+		opt.InitAddress = strings.Split(addr, ",")
+	}
+	opt.DisableCache = true
+	opt.Dialer.Timeout = 2 * time.Second
+	opt.ConnWriteTimeout = 5 * time.Second
+	c, err := rueidis.NewClient(opt)
+	if err != nil {
+		return nil, fmt.Errorf("rdb: connect %s: %w", addr, err)
+	}
+	return &RDB{c: c, cluster: c.Mode() == rueidis.ClientModeCluster}, nil
+}
+
+// Close closes the connections.
+func (r *RDB) Close() { r.c.Close() }
+
+// Cluster reports whether the server is a Redis Cluster.
+func (r *RDB) Cluster() bool { return r.cluster }
+
+// Client exposes the raw client to tests of this module.
+func (r *RDB) Client() rueidis.Client { return r.c }
+
+func ms(t time.Time) string { return strconv.FormatInt(t.UnixMilli(), 10) }
+
+// Ping checks that Redis answers.
+func (r *RDB) Ping(ctx context.Context) error {
+	return r.c.Do(ctx, r.c.B().Ping().Build()).Error()
+}
+
+// EnqMsg is one task to add.
+type EnqMsg struct {
+	ID, Msg, Tenant string
+	Weight          float64 // 0 = leave the tenant's weight as is (default 1)
+	Priority        int     // 0..255, higher first
+	Due             time.Time
+}
+
+// Enqueue adds tasks to queue q in one script call and registers q.
+func (r *RDB) Enqueue(ctx context.Context, q string, now time.Time, msgs []EnqMsg) (int, error) {
+	args := make([]string, 0, 1+6*len(msgs))
+	args = append(args, ms(now))
+	for _, m := range msgs {
+		due := "0"
+		if !m.Due.IsZero() {
+			due = ms(m.Due)
+		}
+		args = append(args, m.ID, m.Msg, m.Tenant, strconv.FormatFloat(m.Weight, 'g', -1, 64),
+			fmt.Sprintf("%02x", 255-m.Priority), due)
+	}
+	n, err := enqueueScript.Exec(ctx, r.c, QueueKeys(q), args).AsInt64()
+	if err != nil {
+		return 0, fmt.Errorf("rdb: enqueue into %q: %w", q, err)
+	}
+	return int(n), nil
+}
+
+// RegisterQueues adds names to the set of known queues.
+func (r *RDB) RegisterQueues(ctx context.Context, qs ...string) error {
+	return r.c.Do(ctx, r.c.B().Sadd().Key(QueuesKey).Member(qs...).Build()).Error()
+}
+
+// Queues lists the known queues.
+func (r *RDB) Queues(ctx context.Context) ([]string, error) {
+	return r.c.Do(ctx, r.c.B().Smembers().Key(QueuesKey).Build()).AsStrSlice()
+}
+
+// Dequeued is one task handed to a worker.
+type Dequeued struct {
+	Queue   string
+	ID      string
+	Msg     []byte // empty when the task's message is missing
+	Retried int
+	Starts  int
+}
+
+// Dequeue takes up to n tasks from queues, serving them in the given order,
+// in one script call (one per queue on a cluster).
+func (r *RDB) Dequeue(ctx context.Context, queues []string, n int, now, leaseUntil time.Time) ([]Dequeued, error) {
+	if len(queues) == 0 || n <= 0 {
+		return nil, nil
+	}
+	args := []string{strconv.Itoa(n), ms(now), ms(leaseUntil), "100"}
+	if !r.cluster {
+		keys := make([]string, 0, NKeys*len(queues))
+		for _, q := range queues {
+			keys = append(keys, QueueKeys(q)...)
+		}
+		return r.dequeue(ctx, queues, keys, args)
+	}
+	var out []Dequeued
+	for _, q := range queues {
+		args[0] = strconv.Itoa(n - len(out))
+		d, err := r.dequeue(ctx, []string{q}, QueueKeys(q), args)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, d...)
+		if len(out) >= n {
+			break
+		}
+	}
+	return out, nil
+}
+
+func (r *RDB) dequeue(ctx context.Context, queues, keys, args []string) ([]Dequeued, error) {
+	vals, err := dequeueScript.Exec(ctx, r.c, keys, args).ToArray()
+	if err != nil {
+		return nil, fmt.Errorf("rdb: dequeue: %w", err)
+	}
+	out := make([]Dequeued, 0, len(vals)/5)
+	for i := 0; i+4 < len(vals); i += 5 {
+		qi, _ := vals[i].AsInt64()
+		id, _ := vals[i+1].ToString()
+		msg, _ := vals[i+2].ToString()
+		retried, _ := vals[i+3].AsInt64()
+		starts, _ := vals[i+4].AsInt64()
+		if qi < 1 || int(qi) > len(queues) {
+			return nil, fmt.Errorf("rdb: dequeue: queue index %d out of range", qi)
+		}
+		out = append(out, Dequeued{Queue: queues[qi-1], ID: id, Msg: []byte(msg), Retried: int(retried), Starts: int(starts)})
+	}
+	return out, nil
+}
+
+// AckItem is one successful task.
+type AckItem struct {
+	ID        string
+	KeepUntil time.Time // zero: delete the task at once
+	Result    []byte
+}
+
+// Ack records successful tasks of queue q; it returns how many were still held.
+func (r *RDB) Ack(ctx context.Context, q string, now time.Time, items []AckItem) (int, error) {
+	args := make([]string, 0, 1+3*len(items))
+	args = append(args, ms(now))
+	for _, it := range items {
+		keep := "0"
+		if !it.KeepUntil.IsZero() {
+			keep = ms(it.KeepUntil)
+		}
+		args = append(args, it.ID, keep, string(it.Result))
+	}
+	n, err := ackScript.Exec(ctx, r.c, QueueKeys(q), args).AsInt64()
+	if err != nil {
+		return 0, fmt.Errorf("rdb: ack in %q: %w", q, err)
+	}
+	return int(n), nil
+}
+
+// Fail outcomes.
+const (
+	FailLost    = 0
+	FailRetried = 1
+	FailDead    = 2
+)
+
+// Fail records a failed attempt: retried at retryAt, or dead with reason
+// when retryAt is zero.
+func (r *RDB) Fail(ctx context.Context, q, id string, now time.Time, errMsg string, retryAt time.Time, reason string) (int, error) {
+	at := "0"
+	if !retryAt.IsZero() {
+		at = ms(retryAt)
+	}
+	n, err := failScript.Exec(ctx, r.c, QueueKeys(q), []string{ms(now), id, errMsg, at, reason}).AsInt64()
+	if err != nil {
+		return 0, fmt.Errorf("rdb: fail %s in %q: %w", id, q, err)
+	}
+	return int(n), nil
+}
+
+// Requeue gives held tasks back without counting a failure.
+func (r *RDB) Requeue(ctx context.Context, q string, ids []string) (int, error) {
+	n, err := requeueScript.Exec(ctx, r.c, QueueKeys(q), ids).AsInt64()
+	if err != nil {
+		return 0, fmt.Errorf("rdb: requeue in %q: %w", q, err)
+	}
+	return int(n), nil
+}
+
+// Extend pushes the leases of ids out to until and returns the ids whose
+// lease was already lost.
+func (r *RDB) Extend(ctx context.Context, q string, until time.Time, ids []string) ([]string, error) {
+	lost, err := extendScript.Exec(ctx, r.c, QueueKeys(q), append([]string{ms(until)}, ids...)).AsStrSlice()
+	if err != nil {
+		return nil, fmt.Errorf("rdb: extend leases in %q: %w", q, err)
+	}
+	return lost, nil
+}
+
+// MaintainResult counts what one maintain call did.
+type MaintainResult struct{ Reaped, Promoted, Trimmed int64 }
+
+// Maintain reaps expired leases, promotes due tasks and trims retention.
+func (r *RDB) Maintain(ctx context.Context, q string, now time.Time, limit int, deadBefore time.Time, deadMax int) (MaintainResult, error) {
+	v, err := maintainScript.Exec(ctx, r.c, QueueKeys(q),
+		[]string{ms(now), strconv.Itoa(limit), ms(deadBefore), strconv.Itoa(deadMax)}).AsIntSlice()
+	if err != nil || len(v) != 3 {
+		return MaintainResult{}, fmt.Errorf("rdb: maintain %q: %w", q, err)
+	}
+	return MaintainResult{v[0], v[1], v[2]}, nil
+}
+
+// DLQ requeues ("requeue") or deletes ("delete") dead tasks; no ids = all.
+func (r *RDB) DLQ(ctx context.Context, q, op string, ids []string) (int, error) {
+	n, err := dlqScript.Exec(ctx, r.c, QueueKeys(q), append([]string{op}, ids...)).AsInt64()
+	if err != nil {
+		return 0, fmt.Errorf("rdb: dlq %s in %q: %w", op, q, err)
+	}
+	return int(n), nil
+}
+
+// WaitWake blocks up to timeout on the wake-up lists of queues and reports
+// whether a token arrived. On a cluster only the first queue's list is
+// watched (a blocking pop cannot span slots); the others are seen on the
+// next timeout.
+func (r *RDB) WaitWake(ctx context.Context, queues []string, timeout time.Duration) (bool, error) {
+	if len(queues) == 0 {
+		return false, nil
+	}
+	if r.cluster {
+		queues = queues[:1]
+	}
+	keys := make([]string, len(queues))
+	for i, q := range queues {
+		keys[i] = QueueKeys(q)[KWake]
+	}
+	res := r.c.Do(ctx, r.c.B().Blpop().Key(keys...).Timeout(timeout.Seconds()).Build())
+	if rueidis.IsRedisNil(res.Error()) {
+		return false, nil
+	}
+	if err := res.Error(); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// QueueStats is the raw state of one queue.
+type QueueStats struct {
+	Pending, Active, Scheduled, Retry, Dead, Retained int64
+	Counters                                          map[string]int64 // processed, failed, completed, dup, ...
+	Tenants                                           map[string]TenantStats
+}
+
+// TenantStats is one tenant's share of a queue.
+type TenantStats struct {
+	Pending, Active, Completed int64
+	Weight                     float64
+}
+
+// Stats reads queue q's sizes and counters in one pipelined round trip (plus
+// one for per-tenant pending counts).
+func (r *RDB) Stats(ctx context.Context, q string) (QueueStats, error) {
+	k := QueueKeys(q)
+	b := r.c.B()
+	res := r.c.DoMulti(ctx,
+		b.Zcard().Key(k[KPending]).Build(), b.Hlen().Key(k[KActive]).Build(),
+		b.Zcard().Key(k[KScheduled]).Build(), b.Zcard().Key(k[KRetry]).Build(),
+		b.Zcard().Key(k[KDead]).Build(), b.Zcard().Key(k[KCompleted]).Build(),
+		b.Hgetall().Key(k[KState]).Build())
+	var st QueueStats
+	for i, p := range []*int64{&st.Pending, &st.Active, &st.Scheduled, &st.Retry, &st.Dead, &st.Retained} {
+		v, err := res[i].AsInt64()
+		if err != nil {
+			return st, fmt.Errorf("rdb: stats of %q: %w", q, err)
+		}
+		*p = v
+	}
+	h, err := res[6].AsStrMap()
+	if err != nil {
+		return st, fmt.Errorf("rdb: stats of %q: %w", q, err)
+	}
+	st.Counters = map[string]int64{}
+	st.Tenants = map[string]TenantStats{}
+	for f, v := range h {
+		name, field, ok := strings.Cut(f, ":")
+		if !ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			st.Counters[f] = n
+			continue
+		}
+		ts := st.Tenants[field]
+		switch name {
+		case "w":
+			ts.Weight, _ = strconv.ParseFloat(v, 64)
+		case "a":
+			ts.Active, _ = strconv.ParseInt(v, 10, 64)
+		case "c":
+			ts.Completed, _ = strconv.ParseInt(v, 10, 64)
+		default:
+			continue
+		}
+		st.Tenants[field] = ts
+	}
+	if len(st.Tenants) > 0 {
+		names := make([]string, 0, len(st.Tenants))
+		cmds := make(rueidis.Commands, 0, len(st.Tenants))
+		for t := range st.Tenants {
+			names = append(names, t)
+			cmds = append(cmds, b.Zlexcount().Key(k[KPending]).Min("["+t+"\x00").Max("("+t+"\x01").Build())
+		}
+		for i, rr := range r.c.DoMulti(ctx, cmds...) {
+			n, err := rr.AsInt64()
+			if err != nil {
+				return st, fmt.Errorf("rdb: stats of %q: %w", q, err)
+			}
+			ts := st.Tenants[names[i]]
+			ts.Pending = n
+			st.Tenants[names[i]] = ts
+		}
+	}
+	return st, nil
+}
+
+// Sizes returns the pending count of each queue (for steal decisions).
+func (r *RDB) Sizes(ctx context.Context, queues []string) (map[string]int64, error) {
+	cmds := make(rueidis.Commands, len(queues))
+	for i, q := range queues {
+		cmds[i] = r.c.B().Zcard().Key(QueueKeys(q)[KPending]).Build()
+	}
+	out := make(map[string]int64, len(queues))
+	for i, res := range r.c.DoMulti(ctx, cmds...) {
+		n, err := res.AsInt64()
+		if err != nil {
+			return nil, err
+		}
+		out[queues[i]] = n
+	}
+	return out, nil
+}
+
+// DeadTask is one entry of the dead-letter set.
+type DeadTask struct {
+	ID, Reason, LastError string
+	Msg                   []byte
+	DiedAt                time.Time
+}
+
+// DeadList returns up to limit dead tasks of q, oldest first.
+func (r *RDB) DeadList(ctx context.Context, q string, limit int) ([]DeadTask, error) {
+	k := QueueKeys(q)
+	ids, err := r.c.Do(ctx, r.c.B().Zrange().Key(k[KDead]).Min("0").Max(strconv.Itoa(limit-1)).Withscores().Build()).AsZScores()
+	if err != nil {
+		return nil, fmt.Errorf("rdb: dlq list %q: %w", q, err)
+	}
+	out := make([]DeadTask, 0, len(ids))
+	for _, z := range ids {
+		v, err := r.c.Do(ctx, r.c.B().Hmget().Key(k[KTasks]).Field(z.Member, z.Member+"|d", z.Member+"|e").Build()).ToArray()
+		if err != nil || len(v) != 3 {
+			return nil, fmt.Errorf("rdb: dlq list %q: %w", q, err)
+		}
+		msg, _ := v[0].ToString()
+		reason, _ := v[1].ToString()
+		last, _ := v[2].ToString()
+		out = append(out, DeadTask{ID: z.Member, Reason: reason, LastError: last, Msg: []byte(msg), DiedAt: time.UnixMilli(int64(z.Score))})
+	}
+	return out, nil
+}
+
+// Result returns the stored result of task id in q (nil if none).
+func (r *RDB) Result(ctx context.Context, q, id string) ([]byte, error) {
+	v, err := r.c.Do(ctx, r.c.B().Hget().Key(QueueKeys(q)[KResults]).Field(id).Build()).AsBytes()
+	if rueidis.IsRedisNil(err) {
+		return nil, nil
+	}
+	return v, err
+}
+
+// SetWorker writes a worker's record (JSON) into the workers hash.
+func (r *RDB) SetWorker(ctx context.Context, id, record string) error {
+	return r.c.Do(ctx, r.c.B().Hset().Key(WorkersKey).FieldValue().FieldValue(id, record).Build()).Error()
+}
+
+// Workers returns all worker records.
+func (r *RDB) Workers(ctx context.Context) (map[string]string, error) {
+	return r.c.Do(ctx, r.c.B().Hgetall().Key(WorkersKey).Build()).AsStrMap()
+}
+
+// DeleteWorker removes a worker's record.
+func (r *RDB) DeleteWorker(ctx context.Context, id string) error {
+	return r.c.Do(ctx, r.c.B().Hdel().Key(WorkersKey).Field(id).Build()).Error()
+}
+
+// UsedMemory returns Redis's used_memory and maxmemory (0 = unlimited),
+// summed over the nodes of a cluster.
+func (r *RDB) UsedMemory(ctx context.Context) (used, max int64, err error) {
+	for _, n := range r.c.Nodes() {
+		s, err := n.Do(ctx, n.B().Info().Section("memory").Build()).ToString()
+		if err != nil {
+			return 0, 0, err
+		}
+		for _, line := range strings.Split(s, "\n") {
+			line = strings.TrimSpace(line)
+			if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
+				x, _ := strconv.ParseInt(v, 10, 64)
+				used += x
+			} else if v, ok := strings.CutPrefix(line, "maxmemory:"); ok {
+				x, _ := strconv.ParseInt(v, 10, 64)
+				max += x
+			}
+		}
+	}
+	return used, max, nil
+}
+
+// ErrClosed is returned by rueidis after Close.
+var ErrClosed = rueidis.ErrClosing
+
+// IsNil reports whether err is a Redis nil reply.
+func IsNil(err error) bool { return rueidis.IsRedisNil(err) }
+
+// IsRedisError reports whether err is an error reply from Redis (as opposed
+// to a network error).
+func IsRedisError(err error) bool {
+	var re *rueidis.RedisError
+	return errors.As(err, &re)
+}
+
+// Purge deletes all keys of queue q and removes it from the known queues.
+func (r *RDB) Purge(ctx context.Context, q string) error {
+	b := r.c.B()
+	cmds := make(rueidis.Commands, 0, NKeys+1)
+	for _, k := range QueueKeys(q) {
+		cmds = append(cmds, b.Del().Key(k).Build())
+	}
+	cmds = append(cmds, b.Srem().Key(QueuesKey).Member(q).Build())
+	for _, res := range r.c.DoMulti(ctx, cmds...) {
+		if err := res.Error(); err != nil {
+			return fmt.Errorf("rdb: purge %q: %w", q, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,56 @@
+package taskq
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// metrics are the worker's Prometheus collectors. With a nil registry they
+// exist but are not registered, so the code never checks for nil.
+type metrics struct {
+	processed   *prometheus.CounterVec // queue, tenant, outcome
+	duration    *prometheus.HistogramVec
+	wait        *prometheus.HistogramVec
+	retried     *prometheus.CounterVec
+	dead        *prometheus.CounterVec
+	invalid     *prometheus.CounterVec
+	duplicates  *prometheus.CounterVec
+	abandoned   *prometheus.CounterVec
+	requeued    *prometheus.CounterVec
+	reaped      *prometheus.CounterVec
+	steals      *prometheus.CounterVec
+	stealMisses prometheus.Counter
+	dequeues    prometheus.Counter
+	redisErrors prometheus.Counter
+	retryScale  prometheus.Gauge
+	queueSize   *prometheus.GaugeVec // queue, state
+	tenantSize  *prometheus.GaugeVec // queue, tenant
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	cv := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: "taskq_" + name, Help: help}, labels)
+	}
+	buckets := []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}
+	m := &metrics{
+		processed:   cv("tasks_processed_total", "Attempts that ended, by queue, tenant and outcome (success, failure).", "queue", "tenant", "outcome"),
+		duration:    prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "taskq_task_duration_seconds", Help: "Handler run time.", Buckets: buckets}, []string{"queue"}),
+		wait:        prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "taskq_task_wait_seconds", Help: "Enqueue to first start (queue latency).", Buckets: buckets}, []string{"queue"}),
+		retried:     cv("tasks_retried_total", "Failed attempts scheduled for retry.", "queue"),
+		dead:        cv("tasks_dead_total", "Tasks moved to the dead-letter set.", "queue"),
+		invalid:     cv("tasks_invalid_total", "Malformed tasks or unknown types (dead-lettered).", "queue"),
+		duplicates:  cv("tasks_duplicate_total", "Re-deliveries after a lost lease (at-least-once duplicates).", "queue"),
+		abandoned:   cv("tasks_abandoned_total", "Handlers that ignored cancellation past the grace period.", "queue"),
+		requeued:    cv("tasks_requeued_total", "Tasks given back on shutdown.", "queue"),
+		reaped:      cv("leases_expired_total", "Tasks taken back after their lease expired.", "queue"),
+		steals:      cv("steals_total", "Tasks taken from queues the worker is not assigned to, by source queue.", "queue"),
+		stealMisses: prometheus.NewCounter(prometheus.CounterOpts{Name: "taskq_steal_misses_total", Help: "Dequeues that found steal targets but no task (contention)."}),
+		dequeues:    prometheus.NewCounter(prometheus.CounterOpts{Name: "taskq_dequeue_calls_total", Help: "Dequeue script calls."}),
+		redisErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "taskq_redis_errors_total", Help: "Failed Redis calls."}),
+		retryScale:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "taskq_retry_delay_scale", Help: "Adaptive factor applied to retry delays."}),
+		queueSize:   prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "taskq_queue_size", Help: "Tasks per queue and state."}, []string{"queue", "state"}),
+		tenantSize:  prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "taskq_tenant_pending", Help: "Pending tasks per queue and tenant."}, []string{"queue", "tenant"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.processed, m.duration, m.wait, m.retried, m.dead, m.invalid, m.duplicates, m.abandoned,
+			m.requeued, m.reaped, m.steals, m.stealMisses, m.dequeues, m.redisErrors, m.retryScale, m.queueSize, m.tenantSize)
+	}
+	return m
+}

@@ -1,0 +1,221 @@
+package taskq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"github.com/gantryhq/gantry/taskq/internal/rdb"
+)
+
+// panicError is a handler panic turned into an error. A panic is a bug that
+// a retry will not fix, so the task goes straight to the dead-letter set.
+type panicError struct {
+	v     any
+	stack []byte
+}
+
+func (e *panicError) Error() string { return fmt.Sprintf("handler panicked: %v", e.v) }
+
+type ackReq struct {
+	queue string
+	item  rdb.AckItem
+}
+
+// process runs one dequeued task to an outcome: ack, retry, dead letter or
+// (on shutdown) requeue. handlerCtx ends when shutdown cancels handlers;
+// persist outlives it so the outcome still reaches Redis.
+func (w *Worker) process(handlerCtx, persist context.Context, d rdb.Dequeued) {
+	if d.Starts > d.Retried+1 {
+		w.m.duplicates.WithLabelValues(d.Queue).Inc()
+	}
+	m, err := decodeMessage(d.ID, d.Queue, d.Msg)
+	if err != nil {
+		w.m.invalid.WithLabelValues(d.Queue).Inc()
+		w.log.Warn("taskq: invalid task sent to dead letters", "queue", d.Queue, "id", d.ID, "reason", err)
+		w.bury(persist, d.Queue, d.ID, "", err.Error(), err.Error())
+		return
+	}
+	t := &Task{Type: m.Type, Payload: m.Payload, id: m.ID, queue: m.Queue, tenant: m.Tenant, retried: d.Retried, max: m.MaxRetries}
+	if m.EnqueuedAt > 0 && d.Retried == 0 {
+		w.m.wait.WithLabelValues(d.Queue).Observe(time.Since(time.UnixMilli(m.EnqueuedAt)).Seconds())
+	}
+	h := w.handler(m.Type)
+	if h == nil {
+		w.m.invalid.WithLabelValues(d.Queue).Inc()
+		reason := fmt.Sprintf("unknown task type %q", m.Type)
+		w.bury(persist, d.Queue, d.ID, m.Tenant, reason, reason)
+		w.failed.Add(1)
+		w.callFailure(t, errors.New(reason), true)
+		return
+	}
+	timeout := w.cfg.DefaultTimeout
+	if m.TimeoutMS > 0 {
+		timeout = time.Duration(m.TimeoutMS) * time.Millisecond
+	}
+	tctx, cancel := context.WithTimeout(handlerCtx, timeout)
+	if m.DeadlineMS > 0 {
+		var cancelTimeout context.CancelFunc = cancel
+		tctx, cancel = context.WithDeadline(tctx, time.UnixMilli(m.DeadlineMS))
+		defer cancelTimeout()
+	}
+	key := inflightKey{d.Queue, d.ID}
+	it := &inflightTask{cancel: cancel}
+	w.mu.Lock()
+	w.inflight[key] = it
+	w.mu.Unlock()
+
+	start := time.Now()
+	err, abandoned := w.runHandler(tctx, h, t)
+	cancel()
+	w.mu.Lock()
+	delete(w.inflight, key)
+	w.mu.Unlock()
+	w.m.duration.WithLabelValues(d.Queue).Observe(time.Since(start).Seconds())
+
+	switch {
+	case it.lost.Load():
+		// Another worker may be running it: whatever we report is moot.
+		w.log.Warn("taskq: lease lost while running", "queue", d.Queue, "id", d.ID)
+	case err != nil && handlerCtx.Err() != nil:
+		// Shutdown cancelled it: give it back, not a failure.
+		if err := w.retryPersist(persist, "requeue", func(c context.Context) error {
+			_, err := w.r.Requeue(c, d.Queue, []string{d.ID})
+			return err
+		}); err == nil {
+			w.m.requeued.WithLabelValues(d.Queue).Inc()
+		}
+	case err == nil:
+		w.processed.Add(1)
+		w.m.processed.WithLabelValues(d.Queue, m.Tenant, "success").Inc()
+		var keep time.Time
+		if m.RetentionMS > 0 {
+			keep = time.Now().Add(time.Duration(m.RetentionMS) * time.Millisecond)
+		}
+		w.ackCh <- ackReq{d.Queue, rdb.AckItem{ID: d.ID, KeepUntil: keep, Result: t.result}}
+		if w.cfg.OnSuccess != nil {
+			w.cfg.OnSuccess(t)
+		}
+	default:
+		w.processed.Add(1)
+		w.failed.Add(1)
+		w.m.processed.WithLabelValues(d.Queue, m.Tenant, "failure").Inc()
+		var pe *panicError
+		reason := ""
+		switch {
+		case errors.As(err, &pe):
+			reason = pe.Error()
+			w.log.Error("taskq: handler panicked", "queue", d.Queue, "id", d.ID, "type", m.Type, "panic", pe.v, "stack", string(pe.stack))
+		case errors.Is(err, SkipRetry):
+			reason = "handler asked to skip retry"
+		case d.Retried >= m.MaxRetries:
+			reason = fmt.Sprintf("retries exhausted (max %d)", m.MaxRetries)
+		}
+		if abandoned {
+			w.m.abandoned.WithLabelValues(d.Queue).Inc()
+		}
+		if reason != "" {
+			w.bury(persist, d.Queue, d.ID, m.Tenant, err.Error(), reason)
+			w.callFailure(t, err, true)
+			return
+		}
+		delay := time.Duration(float64(w.cfg.Retry.Delay(d.Retried)) * w.getRetryScale())
+		at := time.Now().Add(delay)
+		_ = w.retryPersist(persist, "retry", func(c context.Context) error {
+			_, err := w.r.Fail(c, d.Queue, d.ID, time.Now(), err.Error(), at, "")
+			return err
+		})
+		w.m.retried.WithLabelValues(d.Queue).Inc()
+		w.callFailure(t, err, false)
+	}
+}
+
+// runHandler runs h in its own goroutine so that a handler that ignores
+// cancellation cannot hang the worker: after ctx ends it gets CancelGrace,
+// then it is abandoned (left running, its task retried).
+func (w *Worker) runHandler(ctx context.Context, h HandlerFunc, t *Task) (err error, abandoned bool) {
+	done := make(chan error, 1)
+	go func() {
+		defer func() {
+			if v := recover(); v != nil {
+				done <- &panicError{v: v, stack: debug.Stack()}
+			}
+		}()
+		done <- h(ctx, t)
+	}()
+	select {
+	case err := <-done:
+		if err == nil && ctx.Err() == context.DeadlineExceeded {
+			return nil, false // finished just in time
+		}
+		return err, false
+	case <-ctx.Done():
+	}
+	grace := time.NewTimer(w.cfg.CancelGrace)
+	defer grace.Stop()
+	select {
+	case err := <-done:
+		if err == nil {
+			err = ctx.Err()
+		}
+		return err, false
+	case <-grace.C:
+		return fmt.Errorf("abandoned: handler still running %s after %v", w.cfg.CancelGrace, context.Cause(ctx)), true
+	}
+}
+
+func (w *Worker) callFailure(t *Task, err error, dead bool) {
+	if w.cfg.OnFailure != nil {
+		w.cfg.OnFailure(t, err, dead)
+	}
+}
+
+// bury moves a held task to the dead-letter set.
+func (w *Worker) bury(persist context.Context, queue, id, tenant, lastErr, reason string) {
+	if err := w.retryPersist(persist, "dead-letter", func(c context.Context) error {
+		_, err := w.r.Fail(c, queue, id, time.Now(), lastErr, time.Time{}, reason)
+		return err
+	}); err == nil {
+		w.m.dead.WithLabelValues(queue).Inc()
+	}
+}
+
+// retryPersist retries a Redis write through an outage until persist ends.
+func (w *Worker) retryPersist(persist context.Context, what string, fn func(context.Context) error) error {
+	return w.retryRedis(persist, what, func(c context.Context) error {
+		c, cancel := context.WithTimeout(c, 5*time.Second)
+		defer cancel()
+		return fn(c)
+	})
+}
+
+// ackLoop batches acknowledgements: one script call per queue for whatever
+// has accumulated while the previous call was in flight. It returns when
+// ackCh is closed and drained.
+func (w *Worker) ackLoop(persist context.Context) {
+	byQueue := map[string][]rdb.AckItem{}
+	for req := range w.ackCh {
+		byQueue[req.queue] = append(byQueue[req.queue], req.item)
+	more:
+		for n := 1; n < 1024; n++ {
+			select {
+			case r, ok := <-w.ackCh:
+				if !ok {
+					break more
+				}
+				byQueue[r.queue] = append(byQueue[r.queue], r.item)
+			default:
+				break more
+			}
+		}
+		for q, items := range byQueue {
+			_ = w.retryPersist(persist, "ack", func(c context.Context) error {
+				_, err := w.r.Ack(c, q, time.Now(), items)
+				return err
+			})
+			delete(byQueue, q)
+		}
+	}
+}

@@ -1,0 +1,135 @@
+package taskq
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Strict priority: a later queue is served only when every earlier one is
+// empty; weighted: both queues are served from the start, in proportion.
+// On a cluster the queues sit on different slots.
+func TestMultipleQueuesStrictAndWeighted(t *testing.T) {
+	addr := testRedis(t)
+	c := newClient(t, addr)
+	hi, lo := uniq(t, "hi"), uniq(t, "lo")
+	enqueueTenant(t, c, lo, "x", 0, 100, Queue(lo))
+	enqueueTenant(t, c, hi, "x", 0, 100, Queue(hi))
+
+	w := newTestWorker(t, addr, WorkerConfig{Queues: []QueueSpec{{Name: hi}, {Name: lo}}, Strict: true, Concurrency: 1})
+	var mu sync.Mutex
+	var order []string
+	w.Handle("noop", func(ctx context.Context, tk *Task) error {
+		mu.Lock()
+		order = append(order, tk.Queue())
+		mu.Unlock()
+		return nil
+	})
+	stop := runWorker(t, w)
+	waitFor(t, 20*time.Second, "200 done", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(order) == 200
+	})
+	stop()
+	for i, q := range order {
+		if (i < 100) != (q == hi) {
+			t.Fatalf("strict: task %d from %s; want all of %s first", i, q, hi)
+		}
+	}
+
+	enqueueTenant(t, c, lo, "x", 0, 300, Queue(lo))
+	enqueueTenant(t, c, hi, "x", 0, 300, Queue(hi))
+	w2 := newTestWorker(t, addr, WorkerConfig{Queues: []QueueSpec{{Name: hi, Weight: 3}, {Name: lo, Weight: 1}}, Concurrency: 1, BatchSize: 1})
+	order = nil
+	w2.Handle("noop", w.handler("noop"))
+	stop = runWorker(t, w2)
+	waitFor(t, 20*time.Second, "200 done", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(order) >= 200
+	})
+	stop()
+	mu.Lock()
+	defer mu.Unlock()
+	nhi := 0
+	for _, q := range order[:200] {
+		if q == hi {
+			nhi++
+		}
+	}
+	// Weighted random order per dequeue: expect 150 of 200 from hi (3:1).
+	if nhi < 120 || nhi > 180 {
+		t.Errorf("weighted 3:1: %d of the first 200 from %s, want about 150", nhi, hi)
+	}
+}
+
+// TestClusterIntegration starts the 3-master cluster of
+// scripts/services.d/redis_cluster.sh and runs this package's Redis tests
+// against it (a child `go test` with GANTRY_TEST_REDIS_CLUSTER set).
+func TestClusterIntegration(t *testing.T) {
+	if testing.Short() || os.Getenv("GANTRY_TEST_REDIS_CLUSTER") != "" {
+		t.Skip("runs the suite against a Redis Cluster in a child go test")
+	}
+	addrs := "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003"
+	// The same shims scripts/services.sh provides, so the service file can
+	// be sourced on its own.
+	shim := `set -euo pipefail
+state=${GANTRY_SERVICES_DIR:-${TMPDIR:-/tmp}/gantry-services}; mkdir -p "$state"
+log() { echo "services: $*" >&2; }
+apt_install() { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null; }
+wait_port() { local i; for ((i = 0; i <= $3 * 10; i++)); do (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null && return 0; sleep 0.1; done; return 1; }
+SERVICES=()
+source ../scripts/services.d/redis_cluster.sh
+service_redis_cluster`
+	if out, err := exec.Command("bash", "-c", shim).CombinedOutput(); err != nil {
+		t.Fatalf("start the redis cluster: %v\n%s", err, out)
+	}
+	cmd := exec.Command("go", "test", "-count=1", "-short", "-run",
+		"Fairness|Retries|BadInput|Timeout|Graceful|Lease|Priority|Results|MultipleQueues", ".")
+	cmd.Env = append(os.Environ(), "GANTRY_TEST_REDIS_CLUSTER="+addrs)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("suite against the cluster failed: %v\n%s", err, out)
+	}
+	t.Logf("suite against the cluster %s: %s", addrs, strings.TrimSpace(string(out)))
+}
+
+// One dequeue is one script call, however many of the worker's queues are
+// empty before the one with work (asynq makes one call per queue).
+func TestDequeueOneRoundTripOverQueues(t *testing.T) {
+	red := startPrivateRedis(t)
+	c := newClient(t, red.addr())
+	r := openRDB(t, red.addr())
+	enqueueTenant(t, c, "q5", "x", 0, 3, Queue("q5"))
+	totalCalls(t, r)
+	evalsha := func() int64 {
+		s, err := r.Client().Do(context.Background(), r.Client().B().Info().Section("commandstats").Build()).ToString()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(s, "\n") {
+			if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:calls="); ok {
+				v, _, _ := strings.Cut(rest, ",")
+				n, _ := strconv.ParseInt(v, 10, 64)
+				return n
+			}
+		}
+		return 0
+	}
+	now := time.Now()
+	r.Dequeue(context.Background(), []string{"warm"}, 1, now, now) // loads the script (EVALSHA → NOSCRIPT → EVAL)
+	before := evalsha()
+	ds, err := r.Dequeue(context.Background(), []string{"q1", "q2", "q3", "q4", "q5"}, 10, now, now.Add(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := evalsha() - before; len(ds) != 3 || n != 1 {
+		t.Errorf("got %d tasks with %d script calls, want 3 with 1", len(ds), n)
+	}
+}

@@ -1,0 +1,187 @@
+package taskq
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Defaults applied at enqueue time.
+const (
+	DefaultQueue      = "default"
+	DefaultTenant     = "default"
+	DefaultMaxRetries = 25
+	MaxPriority       = 255
+)
+
+// Sentinel errors.
+var (
+	// SkipRetry, returned (or wrapped) by a handler, sends the task to the
+	// dead-letter set at once instead of retrying it.
+	//lint:ignore ST1012 it reads as an instruction ("return SkipRetry"), the name asynq users know
+	SkipRetry = errors.New("taskq: skip retry")
+	// ErrDuplicateTask is returned by Enqueue when the task id exists.
+	ErrDuplicateTask = errors.New("taskq: task id already exists")
+	// ErrInvalidTask is returned for a task that cannot be enqueued.
+	ErrInvalidTask = errors.New("taskq: invalid task")
+)
+
+// Task is a unit of work: a type naming its handler and an opaque payload.
+// A worker hands handlers a Task with its queue, tenant, id and attempt.
+type Task struct {
+	Type    string
+	Payload []byte
+
+	opts []Option
+
+	// Set on tasks a worker hands to a handler.
+	id, queue, tenant string
+	retried, max      int
+	result            []byte
+}
+
+// NewTask returns a task of type typ; opts are applied at enqueue.
+func NewTask(typ string, payload []byte, opts ...Option) *Task {
+	return &Task{Type: typ, Payload: payload, opts: opts}
+}
+
+// ID is the task's id (set for tasks handed to a handler).
+func (t *Task) ID() string { return t.id }
+
+// Queue is the task's queue.
+func (t *Task) Queue() string { return t.queue }
+
+// Tenant is the task's fairness key.
+func (t *Task) Tenant() string { return t.tenant }
+
+// Retried is how many times the task failed before this attempt.
+func (t *Task) Retried() int { return t.retried }
+
+// MaxRetries is the task's retry budget.
+func (t *Task) MaxRetries() int { return t.max }
+
+// SetResult stores b as the task's result; it is kept in Redis for the
+// task's Retention when the handler succeeds.
+func (t *Task) SetResult(b []byte) { t.result = append([]byte(nil), b...) }
+
+// Result returns what the handler stored with SetResult.
+func (t *Task) Result() []byte { return t.result }
+
+// Option configures a task at enqueue.
+type Option func(*options)
+
+type options struct {
+	queue, tenant, id string
+	weight            float64
+	priority          int
+	maxRetries        int
+	timeout           time.Duration
+	deadline          time.Time
+	processAt         time.Time
+	processIn         time.Duration
+	retention         time.Duration
+}
+
+// Queue puts the task into queue q (default "default").
+func Queue(q string) Option { return func(o *options) { o.queue = q } }
+
+// Tenant sets the fairness key (default "default").
+func Tenant(t string) Option { return func(o *options) { o.tenant = t } }
+
+// Weight sets the tenant's weight in its queue (default 1; 0 leaves it as is).
+func Weight(w float64) Option { return func(o *options) { o.weight = w } }
+
+// Priority orders the task before lower ones of the same tenant (0..255, default 0).
+func Priority(p int) Option { return func(o *options) { o.priority = p } }
+
+// MaxRetries sets how many times a failed task is retried (default 25).
+func MaxRetries(n int) Option { return func(o *options) { o.maxRetries = n } }
+
+// Timeout bounds one attempt (default: the worker's DefaultTimeout).
+func Timeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
+
+// Deadline ends every attempt at t at the latest (with Timeout, whichever
+// comes first); an attempt started after t fails at once and is retried or
+// dead-lettered like any failure.
+func Deadline(t time.Time) Option { return func(o *options) { o.deadline = t } }
+
+// ProcessIn delays the task by d.
+func ProcessIn(d time.Duration) Option { return func(o *options) { o.processIn = d } }
+
+// ProcessAt delays the task until t.
+func ProcessAt(t time.Time) Option { return func(o *options) { o.processAt = t } }
+
+// Retention keeps the completed task and its result for d (default 0: deleted at once).
+func Retention(d time.Duration) Option { return func(o *options) { o.retention = d } }
+
+// TaskID sets the task's id (default: random); enqueueing an existing id fails.
+func TaskID(id string) Option { return func(o *options) { o.id = id } }
+
+// message is the task as stored in Redis (JSON).
+type message struct {
+	ID          string `json:"id"`
+	Type        string `json:"type"`
+	Payload     []byte `json:"payload,omitempty"`
+	Queue       string `json:"queue"`
+	Tenant      string `json:"tenant"`
+	MaxRetries  int    `json:"max_retries"`
+	TimeoutMS   int64  `json:"timeout_ms,omitempty"`
+	RetentionMS int64  `json:"retention_ms,omitempty"`
+	DeadlineMS  int64  `json:"deadline_ms,omitempty"` // unix ms
+	EnqueuedAt  int64  `json:"enqueued_at"`           // unix ms
+}
+
+func newID() string {
+	var b [12]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func checkName(field, s string) error {
+	if s == "" {
+		return fmt.Errorf("%w: %s is empty", ErrInvalidTask, field)
+	}
+	if len(s) > 256 || strings.ContainsAny(s, "\x00\x01{}") {
+		return fmt.Errorf("%w: %s %q must be at most 256 bytes without NUL, \\x01, '{' or '}'", ErrInvalidTask, field, s)
+	}
+	return nil
+}
+
+// validationError is why a dequeued message cannot run.
+type validationError struct{ reason string }
+
+func (e *validationError) Error() string { return e.reason }
+
+// decodeMessage parses and checks a stored message; a failure says why.
+func decodeMessage(id, queue string, b []byte) (*message, error) {
+	if len(b) == 0 {
+		return nil, &validationError{"malformed task: message missing"}
+	}
+	var m message
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, &validationError{fmt.Sprintf("malformed task: bad JSON: %v", err)}
+	}
+	switch {
+	case m.Type == "":
+		return nil, &validationError{"malformed task: missing field \"type\""}
+	case m.ID != id:
+		return nil, &validationError{fmt.Sprintf("malformed task: field \"id\" is %q, stored under %q", m.ID, id)}
+	case m.Queue != queue:
+		return nil, &validationError{fmt.Sprintf("malformed task: field \"queue\" is %q, stored in %q", m.Queue, queue)}
+	case m.MaxRetries < 0:
+		return nil, &validationError{"malformed task: field \"max_retries\" is negative"}
+	case m.TimeoutMS < 0 || m.RetentionMS < 0:
+		return nil, &validationError{"malformed task: negative timeout_ms or retention_ms"}
+	}
+	return &m, nil
+}
+
+// HandlerFunc runs one task. Returning nil completes it; an error retries
+// it (or dead-letters it when wrapping SkipRetry or out of retries). It
+// must return soon after ctx ends.
+type HandlerFunc func(ctx context.Context, t *Task) error

@@ -1,0 +1,430 @@
+package taskq
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gantryhq/gantry/taskq/internal/backoff"
+	"github.com/gantryhq/gantry/taskq/internal/rdb"
+)
+
+// QueueSpec names a queue a worker serves and its weight (weighted mode) or
+// its rank (strict mode: earlier specs first).
+type QueueSpec struct {
+	Name   string
+	Weight int // default 1
+}
+
+// WorkerConfig configures a Worker. Zero values are the documented defaults.
+type WorkerConfig struct {
+	// Redis is "host:port", "redis://host:port/db" or comma-separated
+	// cluster seeds. Required.
+	Redis string
+	// Queues the worker is assigned to (default: "default" with weight 1).
+	Queues []QueueSpec
+	// Strict serves queues in the order given (a later queue only when every
+	// earlier one is empty) instead of a weighted random order per dequeue.
+	Strict bool
+	// Concurrency is the number of tasks run at once (default 10).
+	Concurrency int
+	// Prefetch is how many tasks may wait, leased, for a free handler
+	// (default Concurrency): it lets one dequeue call take a larger batch.
+	// On shutdown, waiting tasks go back to their queues.
+	Prefetch int
+	// BatchSize caps the tasks taken per dequeue call (default
+	// min(Concurrency+Prefetch, 64)).
+	BatchSize int
+	// DisableSteal stops the worker from taking tasks of queues it is not
+	// assigned to when its own are empty.
+	DisableSteal bool
+	// StealInterval is how often the steal targets (other queues, by
+	// backlog) are refreshed (default 1s).
+	StealInterval time.Duration
+
+	// LeaseDuration is how long a task stays with a worker without a
+	// heartbeat before another worker may run it (default 30s).
+	LeaseDuration time.Duration
+	// HeartbeatInterval is how often leases are extended (default LeaseDuration/3).
+	HeartbeatInterval time.Duration
+	// MaintainInterval is how often expired leases are reaped and due tasks
+	// promoted (default 1s).
+	MaintainInterval time.Duration
+	// IdleWait is the longest an idle worker blocks on the wake-up lists
+	// before looking again (default 1s).
+	IdleWait time.Duration
+
+	// DefaultTimeout bounds an attempt of a task that has no Timeout (default 30m).
+	DefaultTimeout time.Duration
+	// CancelGrace is how long a handler may run on after its context ended
+	// before the worker abandons it and retries the task (default 5s).
+	CancelGrace time.Duration
+	// ShutdownTimeout is how long Run waits for running tasks after ctx
+	// ends before cancelling them (default 8s).
+	ShutdownTimeout time.Duration
+
+	// Retry is the delay policy between attempts (default: 1s initial, 10m
+	// max, x2, 20% jitter).
+	Retry backoff.Policy
+	// RedisBackoff paces reconnect attempts while Redis is unreachable
+	// (default: 100ms initial, 5s max).
+	RedisBackoff backoff.Policy
+	// DeadRetention is how long dead tasks are kept (default 7 days);
+	// DeadMax caps their number per queue (default 10,000).
+	DeadRetention time.Duration
+	DeadMax       int
+
+	// OnSuccess and OnFailure are called after each attempt (nil = none).
+	// dead is true when the task went to the dead-letter set.
+	OnSuccess func(t *Task)
+	OnFailure func(t *Task, err error, dead bool)
+
+	// Adaptive tunes the controller (see AdaptiveConfig).
+	Adaptive AdaptiveConfig
+
+	// ID names the worker in Redis (default host:pid:random).
+	ID string
+	// Logger receives operational logs (nil = discard).
+	Logger *slog.Logger
+	// Registry receives the Prometheus metrics (nil = none).
+	Registry prometheus.Registerer
+}
+
+func (c *WorkerConfig) validate() error {
+	if c.Redis == "" {
+		return errors.New("taskq: WorkerConfig.Redis is empty (want host:port or redis://…)")
+	}
+	if len(c.Queues) == 0 {
+		c.Queues = []QueueSpec{{Name: DefaultQueue, Weight: 1}}
+	}
+	seen := map[string]bool{}
+	for i := range c.Queues {
+		q := &c.Queues[i]
+		if err := checkName("queue", q.Name); err != nil {
+			return err
+		}
+		if seen[q.Name] {
+			return fmt.Errorf("taskq: queue %q listed twice", q.Name)
+		}
+		seen[q.Name] = true
+		if q.Weight < 0 {
+			return fmt.Errorf("taskq: queue %q has weight %d, want > 0", q.Name, q.Weight)
+		}
+		if q.Weight == 0 {
+			q.Weight = 1
+		}
+	}
+	if c.Concurrency < 0 {
+		return fmt.Errorf("taskq: Concurrency %d, want > 0", c.Concurrency)
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 10
+	}
+	if c.Prefetch < 0 {
+		return fmt.Errorf("taskq: Prefetch %d, want >= 0", c.Prefetch)
+	}
+	if c.Prefetch == 0 {
+		c.Prefetch = c.Concurrency
+	}
+	if c.BatchSize <= 0 {
+		c.BatchSize = min(c.Concurrency+c.Prefetch, 64)
+	}
+	def(&c.StealInterval, time.Second)
+	def(&c.LeaseDuration, 30*time.Second)
+	def(&c.HeartbeatInterval, c.LeaseDuration/3)
+	def(&c.MaintainInterval, time.Second)
+	def(&c.IdleWait, time.Second)
+	def(&c.DefaultTimeout, 30*time.Minute)
+	def(&c.CancelGrace, 5*time.Second)
+	def(&c.ShutdownTimeout, 8*time.Second)
+	def(&c.DeadRetention, 7*24*time.Hour)
+	if c.DeadMax <= 0 {
+		c.DeadMax = 10000
+	}
+	if c.Retry == (backoff.Policy{}) {
+		c.Retry = backoff.Policy{Initial: time.Second, Max: 10 * time.Minute}
+	}
+	if c.RedisBackoff == (backoff.Policy{}) {
+		c.RedisBackoff = backoff.Policy{Initial: 100 * time.Millisecond, Max: 5 * time.Second}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.ID == "" {
+		host, _ := os.Hostname()
+		c.ID = fmt.Sprintf("%s:%d:%s", host, os.Getpid(), newID()[:6])
+	}
+	c.Adaptive.defaults()
+	return nil
+}
+
+// State is a worker's lifecycle state.
+//
+//	New --Run--> Running --ctx ends--> Stopping --drained--> Stopped
+type State int32
+
+// Worker states.
+const (
+	StateNew State = iota
+	StateRunning
+	StateStopping
+	StateStopped
+)
+
+func (s State) String() string {
+	switch s {
+	case StateNew:
+		return "new"
+	case StateRunning:
+		return "running"
+	case StateStopping:
+		return "stopping"
+	case StateStopped:
+		return "stopped"
+	}
+	return fmt.Sprintf("State(%d)", int32(s))
+}
+
+// ErrWorkerStarted is returned by a second Run.
+var ErrWorkerStarted = errors.New("taskq: worker already started")
+
+// Worker takes tasks from Redis and runs their handlers.
+type Worker struct {
+	cfg      WorkerConfig
+	r        *rdb.RDB
+	log      *slog.Logger
+	m        *metrics
+	assigned map[string]bool
+	state    atomic.Int32
+	started  time.Time
+
+	// hmu protects handlers.
+	hmu      sync.RWMutex
+	handlers map[string]HandlerFunc
+
+	// mu protects inflight.
+	mu       sync.Mutex
+	inflight map[inflightKey]*inflightTask
+
+	// smu protects the steal state.
+	smu          sync.Mutex
+	stealTargets []string
+	lastStolen   string
+	stealMisses  int
+
+	processed, failed, steals, redisErrs atomic.Int64
+	retryScale                           atomic.Uint64 // float64 bits; adaptive retry delay factor (≥ 1)
+	stealEvery                           atomic.Int64  // ns; adaptive steal refresh interval
+	window                               atomic.Pointer[windowStats]
+	redisDown                            atomic.Bool
+
+	ackCh chan ackReq
+}
+
+type inflightKey struct{ queue, id string }
+
+type inflightTask struct {
+	cancel context.CancelFunc
+	lost   atomic.Bool // the lease was lost: another worker may run the task
+}
+
+// NewWorker checks cfg and connects to Redis.
+func NewWorker(cfg WorkerConfig) (*Worker, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	r, err := rdb.Open(cfg.Redis)
+	if err != nil {
+		return nil, err
+	}
+	w := &Worker{
+		cfg: cfg, r: r, log: cfg.Logger, m: newMetrics(cfg.Registry),
+		assigned: map[string]bool{}, handlers: map[string]HandlerFunc{},
+		inflight: map[inflightKey]*inflightTask{},
+		ackCh:    make(chan ackReq, 4096),
+	}
+	for _, q := range cfg.Queues {
+		w.assigned[q.Name] = true
+	}
+	w.setRetryScale(1)
+	w.stealEvery.Store(int64(cfg.StealInterval))
+	w.window.Store(&windowStats{})
+	return w, nil
+}
+
+// Handle registers h for tasks of type typ (replacing an earlier one).
+func (w *Worker) Handle(typ string, h HandlerFunc) {
+	w.hmu.Lock()
+	defer w.hmu.Unlock()
+	w.handlers[typ] = h
+}
+
+func (w *Worker) handler(typ string) HandlerFunc {
+	w.hmu.RLock()
+	defer w.hmu.RUnlock()
+	return w.handlers[typ]
+}
+
+// ID is the worker's id in Redis.
+func (w *Worker) ID() string { return w.cfg.ID }
+
+// State reports the lifecycle state.
+func (w *Worker) State() State { return State(w.state.Load()) }
+
+func (w *Worker) queueNames() []string {
+	out := make([]string, len(w.cfg.Queues))
+	for i, q := range w.cfg.Queues {
+		out[i] = q.Name
+	}
+	return out
+}
+
+// Run serves tasks until ctx ends, then shuts down gracefully: it stops
+// fetching, waits up to ShutdownTimeout for running tasks, cancels the rest
+// and gives their tasks back to their queues without counting a failure,
+// marks the worker stopped in Redis and closes the connections. A task
+// whose handler ignores cancellation is abandoned after CancelGrace.
+func (w *Worker) Run(ctx context.Context) error {
+	if !w.state.CompareAndSwap(int32(StateNew), int32(StateRunning)) {
+		return ErrWorkerStarted
+	}
+	w.started = time.Now()
+	defer w.r.Close()
+	if err := w.retryRedis(ctx, "register queues", func(c context.Context) error {
+		return w.r.RegisterQueues(c, w.queueNames()...)
+	}); err != nil {
+		w.state.Store(int32(StateStopped))
+		return nil // ctx ended before Redis answered: nothing was taken
+	}
+	w.writeRecord(ctx)
+	w.log.Info("taskq worker started", "id", w.cfg.ID, "queues", w.queueNames(), "concurrency", w.cfg.Concurrency, "strict", w.cfg.Strict)
+
+	// persist outlives ctx so that acks, fails and requeues of the drain
+	// still reach Redis; it ends once the drain is over.
+	persist, stopPersist := context.WithCancel(context.Background())
+	defer stopPersist()
+	handlerCtx, cancelHandlers := context.WithCancel(context.Background())
+	defer cancelHandlers()
+	bgCtx, stopBg := context.WithCancel(context.Background())
+
+	// A slot is a place for one leased task: running or waiting in tasks.
+	tasks := make(chan rdb.Dequeued, w.cfg.Prefetch)
+	slots := make(chan struct{}, w.cfg.Concurrency+w.cfg.Prefetch)
+	for range cap(slots) {
+		slots <- struct{}{}
+	}
+	var procs, bg, fetch sync.WaitGroup
+	fetch.Go(func() { w.fetchLoop(ctx, persist, tasks, slots) })
+	for range w.cfg.Concurrency {
+		procs.Go(func() {
+			for d := range tasks {
+				w.process(handlerCtx, persist, d)
+				slots <- struct{}{}
+			}
+		})
+	}
+	ackDone := make(chan struct{})
+	go func() { w.ackLoop(persist); close(ackDone) }()
+	bg.Go(func() { w.heartbeatLoop(bgCtx) })
+	bg.Go(func() { w.maintainLoop(bgCtx) })
+	bg.Go(func() { w.adaptiveLoop(bgCtx) })
+	if !w.cfg.DisableSteal {
+		bg.Go(func() { w.stealLoop(bgCtx) })
+	}
+
+	<-ctx.Done()
+	w.state.Store(int32(StateStopping))
+	w.log.Info("taskq worker stopping", "id", w.cfg.ID, "running", w.running())
+	fetch.Wait()
+	var waiting []rdb.Dequeued
+drain:
+	for {
+		select {
+		case d := <-tasks:
+			waiting = append(waiting, d)
+		default:
+			break drain
+		}
+	}
+	w.giveBack(persist, waiting)
+	close(tasks)
+	drained := make(chan struct{})
+	go func() { procs.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(w.cfg.ShutdownTimeout):
+		w.log.Warn("taskq shutdown timeout: cancelling running tasks", "running", w.running())
+		cancelHandlers()
+		<-drained // every process() returns within CancelGrace after the cancel
+	}
+	close(w.ackCh)
+	<-ackDone
+	stopBg()
+	bg.Wait()
+	w.state.Store(int32(StateStopped))
+	recCtx, cancelRec := context.WithTimeout(context.Background(), 3*time.Second)
+	w.writeRecord(recCtx)
+	cancelRec()
+	stopPersist()
+	w.log.Info("taskq worker stopped", "id", w.cfg.ID, "processed", w.processed.Load(), "failed", w.failed.Load())
+	return nil
+}
+
+func (w *Worker) running() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.inflight)
+}
+
+// retryRedis runs fn until it succeeds or ctx ends, backing off (capped)
+// between failures; it logs the first failure and the recovery.
+func (w *Worker) retryRedis(ctx context.Context, what string, fn func(context.Context) error) error {
+	for attempt := 0; ; attempt++ {
+		err := fn(ctx)
+		if err == nil {
+			if attempt > 0 {
+				w.log.Info("taskq: redis reachable again", "op", what, "attempts", attempt+1)
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		w.m.redisErrors.Inc()
+		w.redisErrs.Add(1)
+		if attempt == 0 {
+			w.log.Warn("taskq: redis call failed, backing off", "op", what, "err", err)
+		}
+		if backoff.Sleep(ctx, w.cfg.RedisBackoff.Delay(attempt)) != nil {
+			return ctx.Err()
+		}
+	}
+}
+
+func (w *Worker) writeRecord(ctx context.Context) {
+	win := w.window.Load()
+	rec := WorkerRecord{
+		ID: w.cfg.ID, PID: os.Getpid(), Queues: w.queueNames(), State: w.State().String(),
+		Started: w.started, Heartbeat: time.Now(), Active: w.running(),
+		Processed: w.processed.Load(), Failed: w.failed.Load(), Steals: w.steals.Load(),
+		WindowEnd: win.at, RatePerSec: win.rate, ErrorRate: win.errRate, RetryScale: w.getRetryScale(),
+	}
+	rec.Host, _ = os.Hostname()
+	b, _ := json.Marshal(rec)
+	if err := w.r.SetWorker(ctx, w.cfg.ID, string(b)); err != nil {
+		w.log.Debug("taskq: write worker record", "err", err)
+	}
+}

@@ -1,0 +1,63 @@
+package workspace
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// Bad input gets a 4xx with a message and changes nothing.
+func TestAPIBadInput(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			st := openStore(t, b.dsn(t))
+			srv := httptest.NewServer(NewAPI(st, nil, nil, nil))
+			defer srv.Close()
+			w, err := st.Create(context.Background(), NewWorkspace{Name: "taken"}, time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			before, _ := st.List(context.Background())
+			tests := []struct {
+				method, path, body string
+				code               int
+				msg                string
+			}{
+				{"PUT", "/v1/workspaces/" + w.ID + "/desired", `{"desired_state":"FLYING"}`, 400, "desired_state"},
+				{"PUT", "/v1/workspaces/" + w.ID + "/desired", `{"desired_state":`, 400, "request body"},
+				{"PUT", "/v1/workspaces/" + w.ID + "/desired", `{"desired":"RUNNING"}`, 400, "unknown field"},
+				{"PUT", "/v1/workspaces/nope/desired", `{"desired_state":"RUNNING"}`, 404, "not found"},
+				{"GET", "/v1/workspaces/nope", ``, 404, "not found"},
+				{"DELETE", "/v1/workspaces/nope", ``, 404, "not found"},
+				{"POST", "/v1/workspaces/nope/recover", ``, 404, "not found"},
+				{"POST", "/v1/workspaces", `{"name":"taken"}`, 409, "already taken"},
+				{"POST", "/v1/workspaces", `{"name":""}`, 400, "name"},
+				{"POST", "/v1/workspaces", `{"name":"x","desired_state":"ERROR"}`, 400, "desired_state"},
+				{"POST", "/v1/workspaces", `not json`, 400, "request body"},
+				{"POST", "/v1/workspaces", `{"name":"x"} {"name":"y"}`, 400, "trailing"},
+			}
+			for _, tt := range tests {
+				req, _ := http.NewRequest(tt.method, srv.URL+tt.path, strings.NewReader(tt.body))
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != tt.code || !strings.Contains(string(body), tt.msg) {
+					t.Errorf("%s %s %s: %d %s, want %d containing %q", tt.method, tt.path, tt.body, resp.StatusCode, body, tt.code, tt.msg)
+				}
+			}
+			after, _ := st.List(context.Background())
+			if d := cmp.Diff(before, after); d != "" {
+				t.Fatalf("database changed (-before +after):\n%s", d)
+			}
+		})
+	}
+}

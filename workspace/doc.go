@@ -1,0 +1,25 @@
+// Package workspace is gantry's workspace lifecycle: seed 001's
+// level-triggered StateReconciler over SQL, with its HealthMonitor, hints
+// and HTTP API.
+//
+// A workspace has a desired_state (written by users through the API) and
+// an observed_status (written only by the HealthMonitor, from what the
+// providers report). The Reconciler reads only the database: it judges an
+// operation in flight complete (observed == target) or timed out, or plans
+// the next one (Plan), claims it with a compare-and-set that writes a fresh
+// op_id, calls the provider, and hints the monitor to observe at once.
+//
+// Tour:
+//
+//	types.go      states, operations, ErrorInfo, Workspace, sentinels
+//	plan.go       Plan: the seed's table + PROVISIONING (pure)
+//	store.go      Store: SQL on SQLite (default) or Postgres, migrations/
+//	reconciler.go Reconciler: one sched process per workspace
+//	monitor.go    HealthMonitor: the sole writer of observed_status
+//	hints.go      Hints: in-process, Postgres LISTEN/NOTIFY, Redis pub/sub
+//	api.go        HTTP JSON API (routes in one table; SSE/page add files)
+//	client.go     the API's Go client, used by `gantry ws`
+//	server.go     Server: store + providers + reconciler + monitor + API
+//
+// Providers live in provider/ (Container, Storage, BlobStore seams).
+package workspace

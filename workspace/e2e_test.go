@@ -1,0 +1,295 @@
+package workspace
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gantryhq/gantry/workspace/provider/archive"
+)
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)
+
+// gantryBinary builds cmd/gantry once per test process.
+func gantryBinary(t *testing.T) string {
+	t.Helper()
+	binOnce.Do(func() {
+		_, file, _, _ := runtime.Caller(0)
+		root := filepath.Dir(filepath.Dir(file))
+		dir, err := os.MkdirTemp("", "gantry-ws-e2e-")
+		if err != nil {
+			binErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "gantry")
+		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/gantry")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			binErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
+}
+
+func freeAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+type e2eServer struct {
+	t    *testing.T
+	bin  string
+	args []string
+	url  string
+	data string
+	cmd  *exec.Cmd
+	log  *bytes.Buffer
+}
+
+func startServe(t *testing.T, db, data string, extra ...string) *e2eServer {
+	addr := freeAddr(t)
+	s := &e2eServer{t: t, bin: gantryBinary(t), url: "http://" + addr, data: data,
+		args: append([]string{"ws", "serve", "--listen", addr, "--data", data, "--interval", "300ms", "--monitor-interval", "300ms",
+			"--retry-backoff", "100ms", "--op-lease", "1s", "--log-level", "debug"}, extra...)}
+	if db != "" {
+		s.args = append(s.args, "--db", db)
+	}
+	s.start()
+	t.Cleanup(func() { s.stop(syscall.SIGTERM) })
+	return s
+}
+
+func (s *e2eServer) start() {
+	s.log = new(bytes.Buffer)
+	s.cmd = exec.Command(s.bin, s.args...)
+	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
+	if err := s.cmd.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	waitFor(s.t, 20*time.Second, "server up", func() (bool, string) {
+		c, err := net.Dial("tcp", strings.TrimPrefix(s.url, "http://"))
+		if err == nil {
+			c.Close()
+		}
+		return err == nil, fmt.Sprint(err)
+	})
+}
+
+func (s *e2eServer) stop(sig syscall.Signal) {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return
+	}
+	s.cmd.Process.Signal(sig)
+	s.cmd.Wait()
+	s.cmd = nil
+}
+
+// cli runs `gantry --server URL ARGS…` and returns stdout; it fails the
+// test on a non-zero exit.
+func (s *e2eServer) cli(args ...string) string {
+	s.t.Helper()
+	out, err := s.cliErr(args...)
+	if err != nil {
+		s.t.Fatalf("gantry %s: %v\n%s\nserver log:\n%s", strings.Join(args, " "), err, out, tail(s.log.String(), 3000))
+	}
+	return out
+}
+
+func (s *e2eServer) cliErr(args ...string) (string, error) {
+	cmd := exec.Command(s.bin, append([]string{"ws", "--server", s.url}, args...)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	if err != nil {
+		return stdout.String() + stderr.String(), err
+	}
+	return stdout.String(), nil
+}
+
+func (s *e2eServer) get(id string) Workspace {
+	var w Workspace
+	if err := json.Unmarshal([]byte(s.cli("get", id, "--json")), &w); err != nil {
+		s.t.Fatal(err)
+	}
+	return w
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+func writeTree(t *testing.T, dir string, bigMB int) {
+	os.MkdirAll(filepath.Join(dir, "src/pkg"), 0o755)
+	os.WriteFile(filepath.Join(dir, "src/pkg/a.go"), []byte("package pkg\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "script.sh"), []byte("#!/bin/sh\necho hi\n"), 0o755)
+	os.Symlink("src/pkg/a.go", filepath.Join(dir, "link"))
+	big := make([]byte, bigMB<<20)
+	rand.Read(big)
+	if err := os.WriteFile(filepath.Join(dir, "big.bin"), big, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func countArchives(t *testing.T, data, id string) int {
+	n := 0
+	filepath.WalkDir(filepath.Join(data, "blobs", "archives", id), func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.Name() == "home.tar.zst" {
+			n++
+		}
+		return nil
+	})
+	return n
+}
+
+func pidAlive(t *testing.T, data, id string) bool {
+	b, err := os.ReadFile(filepath.Join(data, "run", id+".pid"))
+	if err != nil {
+		return false
+	}
+	pid, _ := strconv.Atoi(strings.Fields(string(b))[0])
+	return syscall.Kill(pid, 0) == nil
+}
+
+// TestFullCycleThroughCLI: create → up → write → archive → up, through the
+// CLI against `gantry ws serve` with the process and fs providers.
+func TestFullCycleThroughCLI(t *testing.T) {
+	if testing.Short() {
+		t.Skip("process-level test")
+	}
+	for _, b := range []struct{ name, db string }{{"sqlite", ""}, {"postgres", "pg"}} {
+		t.Run(b.name, func(t *testing.T) {
+			data := t.TempDir()
+			db := b.db
+			if db == "pg" {
+				db = pgDSN(t)
+			}
+			s := startServe(t, db, data)
+			id := strings.TrimSpace(s.cli("create", "cycle", "--cmd", "echo started > started.txt; exec sleep 600"))
+			if strings.ContainsAny(id, " \n") || id == "" {
+				t.Fatalf("create printed %q, want the id alone", id)
+			}
+			s.cli("up", id)
+			s.cli("wait", id, "RUNNING", "--timeout", "30s")
+			if !pidAlive(t, data, id) {
+				t.Fatal("RUNNING but no live process")
+			}
+			w := s.get(id)
+			if w.Volume != filepath.Join(data, "volumes", id) {
+				t.Fatalf("volume = %q", w.Volume)
+			}
+			writeTree(t, w.Volume, 2)
+			before := treeDigest(t, w.Volume)
+
+			s.cli("archive", id)
+			s.cli("wait", id, "PENDING", "--timeout", "30s")
+			w = s.get(id)
+			if _, err := os.Stat(w.Volume); !os.IsNotExist(err) {
+				t.Fatalf("volume still there after archive: %v", err)
+			}
+			if pidAlive(t, data, id) {
+				t.Fatal("process alive after archive")
+			}
+			blob := filepath.Join(data, "blobs", filepath.FromSlash(w.ArchiveKey))
+			for _, p := range []string{blob, blob + ".meta"} {
+				if _, err := os.Stat(p); err != nil {
+					t.Fatalf("archive file missing: %v", err)
+				}
+			}
+			s.cli("up", id)
+			s.cli("wait", id, "RUNNING", "--timeout", "30s")
+			if after := treeDigest(t, w.Volume); after != before {
+				t.Fatalf("tree sha256 after restore %s, before %s", after, before)
+			}
+			s.cli("delete", id)
+			s.cli("wait", id, "DELETED", "--timeout", "30s")
+			if pidAlive(t, data, id) {
+				t.Fatal("process alive after delete")
+			}
+		})
+	}
+}
+
+// TestCrashDuringArchivingAndRestoring SIGKILLs the server while the
+// operation is in flight, restarts it, and checks convergence, the data and
+// that exactly one archive was written.
+func TestCrashDuringArchivingAndRestoring(t *testing.T) {
+	if testing.Short() {
+		t.Skip("process-level test")
+	}
+	data := t.TempDir()
+	s := startServe(t, "", data)
+	id := strings.TrimSpace(s.cli("create", "crash"))
+	s.cli("wait", id, "STANDBY", "--timeout", "30s")
+	vol := s.get(id).Volume
+	writeTree(t, vol, 96)
+	before := treeDigest(t, vol)
+
+	killDuring := func(op Operation, desired string, want Status) {
+		s.cli(desired, id)
+		c := &Client{Base: s.url}
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			w, err := c.Get(context.Background(), id)
+			if err == nil && w.Operation == op {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("never saw %s in flight (last %s)", op, describe(w))
+			}
+			time.Sleep(time.Millisecond)
+		}
+		s.stop(syscall.SIGKILL)
+		s.start()
+		s.cli("wait", id, string(want), "--timeout", "60s")
+	}
+	killDuring(OpArchiving, "archive", Pending)
+	if n := countArchives(t, data, id); n != 1 {
+		t.Fatalf("%d archives written, want 1", n)
+	}
+	if _, err := os.Stat(vol); !os.IsNotExist(err) {
+		t.Fatal("volume survived the archive")
+	}
+	killDuring(OpRestoring, "down", Standby)
+	if after := treeDigest(t, vol); after != before {
+		t.Fatalf("tree after crash+restore %s, before %s", after, before)
+	}
+	if n := countArchives(t, data, id); n != 1 {
+		t.Fatalf("%d archives after restore, want 1", n)
+	}
+}
+
+func treeDigest(t *testing.T, dir string) string {
+	t.Helper()
+	d, err := archive.TreeDigest(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}

@@ -1,0 +1,254 @@
+package live
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+
+	"github.com/gantryhq/gantry/workspace"
+	"github.com/gantryhq/gantry/workspace/provider/archive"
+	"github.com/gantryhq/gantry/workspace/provider/fs"
+	"github.com/gantryhq/gantry/workspace/provider/process"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreAnyFunction("database/sql.(*DB).connectionOpener"),
+		goleak.IgnoreTopFunction("time.Sleep"),
+		goleak.IgnoreAnyFunction("internal/poll.runtime_pollWait"),
+	)
+}
+
+// stack is a whole single-process gantry: SQLite, process containers, fs
+// archives, the reconciler, the monitor, and the live server over httptest
+// with a short WriteTimeout (that SSE must survive).
+type stack struct {
+	st  *workspace.Store
+	srv *Server
+	url string
+	reg *prometheus.Registry
+}
+
+func newStack(t *testing.T, hintsOn bool) *stack {
+	t.Helper()
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	st, err := workspace.OpenStore(ctx, "sqlite:"+filepath.Join(dir, "ws.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hints workspace.Hints = workspace.DropHints{}
+	if hintsOn {
+		hints = workspace.NewLocalHints()
+	}
+	c := &process.Container{RunDir: filepath.Join(dir, "run"), StopGrace: time.Second}
+	storage := &archive.Storage{Root: filepath.Join(dir, "volumes"), Blobs: &fs.BlobStore{Dir: filepath.Join(dir, "blobs")}}
+	rec, err := workspace.NewReconciler(workspace.Config{Interval: 150 * time.Millisecond, RetryBackoff: 100 * time.Millisecond}, st, c, storage, hints)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mon := workspace.NewHealthMonitor(workspace.MonitorConfig{Interval: 150 * time.Millisecond}, st, c, storage, hints)
+	reg := prometheus.NewRegistry()
+	var srvHints workspace.Hints
+	if hintsOn {
+		srvHints = hints
+	}
+	srv, err := NewServer(Config{Store: st, Hints: srvHints, ResyncInterval: 25 * time.Millisecond, KeepAlive: 100 * time.Millisecond, Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewUnstartedServer(srv)
+	hs.Config.WriteTimeout = 500 * time.Millisecond
+	hs.Start()
+	var wg sync.WaitGroup
+	for _, run := range []func(context.Context) error{rec.Run, mon.Run, srv.Run} {
+		wg.Add(1)
+		go func() { defer wg.Done(); run(ctx) }()
+	}
+	t.Cleanup(func() {
+		// Down every workspace's process before the temp dir goes.
+		ws, _ := st.List(context.Background())
+		for _, w := range ws {
+			c.Stop(context.Background(), w.ID)
+		}
+		hs.CloseClientConnections()
+		hs.Close()
+		cancel()
+		wg.Wait()
+		st.Close()
+	})
+	return &stack{st: st, srv: srv, url: hs.URL, reg: reg}
+}
+
+func (s *stack) post(t *testing.T, path string, body any) map[string]any {
+	t.Helper()
+	b, _ := json.Marshal(body)
+	resp, err := http.Post(s.url+path, "application/json", bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	json.NewDecoder(resp.Body).Decode(&out)
+	if resp.StatusCode >= 300 {
+		t.Fatalf("POST %s: %s %v", path, resp.Status, out)
+	}
+	return out
+}
+
+// statusStream follows /workspaces/{id}/events and sends each distinct
+// observed status, in order, on the returned channel.
+func statusStream(t *testing.T, ctx context.Context, url string) <-chan workspace.Status {
+	req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("GET %s: %s %s", url, resp.Status, resp.Header.Get("Content-Type"))
+	}
+	out := make(chan workspace.Status, 64)
+	go func() {
+		defer resp.Body.Close()
+		defer close(out)
+		var last workspace.Status
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			data, ok := strings.CutPrefix(sc.Text(), "data: ")
+			if !ok {
+				continue
+			}
+			var e Event
+			if err := json.Unmarshal([]byte(data), &e); err != nil || e.Workspace == nil {
+				continue
+			}
+			if s := e.Workspace.ObservedStatus; s != last {
+				last = s
+				out <- s
+			}
+		}
+	}()
+	return out
+}
+
+// An SSE client sees every status transition of PENDING → RUNNING →
+// PENDING in order, with hints on and with hints off (resync only), on a
+// server whose WriteTimeout is far shorter than the stream.
+func TestSSETransitionsInOrder(t *testing.T) {
+	for _, hintsOn := range []bool{true, false} {
+		t.Run(fmt.Sprintf("hints=%v", hintsOn), func(t *testing.T) {
+			s := newStack(t, hintsOn)
+			w := s.post(t, "/workspaces", map[string]any{"name": "demo", "desired_state": "PENDING"})
+			id := w["id"].(string)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			statuses := statusStream(t, ctx, s.url+"/workspaces/"+id+"/events")
+			var seen []workspace.Status
+			next := func() workspace.Status {
+				select {
+				case st, ok := <-statuses:
+					if !ok {
+						t.Fatalf("stream ended after %v", seen)
+					}
+					seen = append(seen, st)
+					return st
+				case <-ctx.Done():
+					t.Fatalf("timed out; saw %v", seen)
+				}
+				return ""
+			}
+			if st := next(); st != workspace.Pending {
+				t.Fatalf("first event %s, want PENDING", st)
+			}
+			s.post(t, "/workspaces/"+id+"/desired", map[string]string{"desired_state": "RUNNING"})
+			for next() != workspace.Running {
+			}
+			time.Sleep(700 * time.Millisecond) // longer than the server's WriteTimeout
+			s.post(t, "/workspaces/"+id+"/desired", map[string]string{"desired_state": "PENDING"})
+			for next() != workspace.Pending {
+			}
+			want := []workspace.Status{workspace.Pending, workspace.Standby, workspace.Running, workspace.Standby, workspace.Pending}
+			if fmt.Sprint(seen) != fmt.Sprint(want) {
+				t.Fatalf("transitions seen %v, want %v", seen, want)
+			}
+		})
+	}
+}
+
+func TestProbesAndMetrics(t *testing.T) {
+	s := newStack(t, true)
+	w := s.post(t, "/workspaces", map[string]any{"name": "m1", "desired_state": "RUNNING"})
+	id := w["id"].(string)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ws, err := s.st.Get(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ws.ObservedStatus == workspace.Running && ws.Operation == workspace.OpNone {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("never RUNNING: %+v", ws)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	get := func(path string) (int, string) {
+		resp, err := http.Get(s.url + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, _ := get("/healthz"); code != 200 {
+		t.Errorf("/healthz %d", code)
+	}
+	if code, body := get("/readyz"); code != 200 {
+		t.Errorf("/readyz %d %s", code, body)
+	}
+	// The hub may trail the row by one resync.
+	for {
+		_, body := get("/metrics")
+		if strings.Contains(body, `gantry_ws_workspaces{status="RUNNING"} 1`) &&
+			strings.Contains(body, `gantry_ws_operations_total{result="ok",type=`) {
+			for _, m := range []string{"gantry_ws_operation_duration_seconds_bucket", "gantry_ws_hint_lag_seconds_count", "gantry_ws_sse_clients"} {
+				if !strings.Contains(body, m) {
+					t.Errorf("/metrics lacks %s", m)
+				}
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/metrics never showed the RUNNING workspace and a finished op:\n%s", body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if code, _ := get("/workspaces/nope/events"); code != 404 {
+		t.Errorf("events of an unknown workspace: %d, want 404", code)
+	}
+	resp, _ := http.Post(s.url+"/workspaces/"+id+"/desired", "application/json", strings.NewReader(`{"desired_state":"FLYING"}`))
+	if resp.StatusCode != 400 {
+		t.Errorf("bad desired state: %d, want 400", resp.StatusCode)
+	}
+	resp.Body.Close()
+	resp, _ = http.Post(s.url+"/workspaces/"+id+"/touch", "", nil)
+	if resp.StatusCode != 204 {
+		t.Errorf("touch: %d", resp.StatusCode)
+	}
+	resp.Body.Close()
+}

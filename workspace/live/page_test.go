@@ -1,0 +1,127 @@
+package live
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// chromiumPath finds Debian's chromium, installing it with
+// scripts/services.d/chromium.sh when missing; the test fails without it.
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	if p, err := exec.LookPath("chromium"); err == nil {
+		return p
+	}
+	root, _ := os.Getwd()
+	for {
+		if _, err := os.Stat(filepath.Join(root, "go.mod")); err == nil {
+			break
+		}
+		root = filepath.Dir(root)
+	}
+	out, err := exec.Command("bash", filepath.Join(root, "scripts/services.d/chromium.sh")).CombinedOutput()
+	p, lerr := exec.LookPath("chromium")
+	if lerr != nil {
+		t.Fatalf("chromium needed and scripts/services.d/chromium.sh could not install it: %v\n%s", err, out)
+	}
+	return p
+}
+
+// The page end to end in headless Chromium: create a workspace in the form,
+// press "up", and see RUNNING appear without a reload (SSE). The screenshot
+// goes to $GANTRY_SCREENSHOT (e.g. docs/ws-page.png) or the test's temp dir.
+func TestPageInChromium(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a browser")
+	}
+	s := newStack(t, true)
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromiumPath(t)),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.NoFirstRun,
+		chromedp.WindowSize(1000, 420),
+	)
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelA()
+	ctx, cancelC := chromedp.NewContext(actx)
+	defer cancelC()
+	if err := chromedp.Do(ctx); err != nil { // start the browser
+		t.Fatalf("start chromium: %v", err)
+	}
+
+	// A second workspace that stays archived, so the screenshot shows both.
+	s.post(t, "/workspaces", map[string]any{"name": "archived-demo", "desired_state": "PENDING"})
+
+	row := `tr[data-name="demo"]`
+	steps := []struct {
+		name string
+		a    chromedp.Action[chromedp.Void]
+	}{
+		{"open the page", chromedp.Navigate(s.url + "/")},
+		{"SSE connected", chromedp.WaitVisible(`#conn.on`)},
+		{"list shows the archived workspace", chromedp.WaitVisible(`tr[data-name="archived-demo"] .status.PENDING`)},
+		// Mark the document: a reload would lose this property.
+		{"mark the document", chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			_, err := chromedp.Evaluate[string](`window.__noReload = "same-document"`)(ctx, tg)
+			return err
+		})},
+		{"type a name", chromedp.SendKeys(`#name`, "demo")},
+		{"press create", chromedp.Click(`#create-btn`)},
+		{"see it STANDBY", chromedp.WaitVisible(row + ` .status.STANDBY`)},
+		{"press up", chromedp.Click(row + ` button[data-action="up"]`)},
+		{"see it RUNNING", chromedp.WaitVisible(row + ` .status.RUNNING`)},
+	}
+	for _, st := range steps {
+		sctx, scancel := context.WithTimeout(ctx, 20*time.Second)
+		_, err := chromedp.Run(sctx, st.a)
+		scancel()
+		if err != nil {
+			t.Logf("browser step %q failed: %v", st.name, err)
+			ws, _ := s.st.List(context.Background())
+			for _, w := range ws {
+				t.Logf("store: %s %s observed=%s desired=%s op=%s err=%+v", w.ID, w.Name, w.ObservedStatus, w.DesiredState, w.Operation, w.ErrorInfo)
+			}
+			hctx, hcancel := context.WithTimeout(ctx, 5*time.Second)
+			html, herr := chromedp.Run(hctx, chromedp.Evaluate[string](`String(window.__events) + " " + location.href + " " + document.documentElement.outerHTML.length + " " + document.getElementById("rows").outerHTML`))
+			hcancel()
+			t.Logf("debug err %v", herr)
+			t.Fatalf("browser step %q: %v\npage: %s", st.name, err, html)
+		}
+	}
+	status, err := chromedp.Run(ctx, chromedp.Text(row+` .status`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	marker, err := chromedp.Run(ctx, chromedp.Evaluate[string](`window.__noReload || "reloaded"`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(status) != "RUNNING" || marker != "same-document" {
+		t.Fatalf("status %q, document %q; want RUNNING in the same document", status, marker)
+	}
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := os.Getenv("GANTRY_SCREENSHOT")
+	if out == "" {
+		out = filepath.Join(t.TempDir(), "ws-page.png")
+	}
+	if err := os.WriteFile(out, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s (%d bytes)", out, len(png))
+}

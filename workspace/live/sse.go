@@ -1,0 +1,69 @@
+package live
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+)
+
+// serveEvents streams hub events for one workspace (id != "") or all as
+// text/event-stream: "event: state|deleted", "id: seq", "data: json".
+// Long streams survive a server WriteTimeout because the handler clears its
+// own write deadline through http.ResponseController, and every event is
+// flushed at once. A comment line every keepAlive keeps proxies and the
+// browser from timing the stream out.
+func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request, id string) {
+	rc := http.NewResponseController(w)
+	if err := rc.SetWriteDeadline(time.Time{}); err != nil && err != http.ErrNotSupported {
+		http.Error(w, "live: cannot stream: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	if id != "" {
+		if _, err := s.cfg.Store.Get(r.Context(), id); err != nil {
+			writeError(w, err)
+			return
+		}
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	sub, cancel := s.hub.Subscribe(id)
+	defer cancel()
+	if s.sseClients != nil {
+		s.sseClients.Inc()
+		defer s.sseClients.Dec()
+	}
+	fmt.Fprintf(w, "retry: 1000\n: connected\n\n")
+	if err := rc.Flush(); err != nil {
+		return
+	}
+	ka := time.NewTicker(s.cfg.KeepAlive)
+	defer ka.Stop()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case e, ok := <-sub.C:
+			if !ok {
+				return
+			}
+			b, _ := json.Marshal(e)
+			if _, err := fmt.Fprintf(w, "event: %s\nid: %d\ndata: %s\n\n", e.Type, e.Seq, b); err != nil {
+				return
+			}
+			if err := rc.Flush(); err != nil {
+				return
+			}
+		case <-ka.C:
+			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
+				return
+			}
+			if err := rc.Flush(); err != nil {
+				return
+			}
+		}
+	}
+}

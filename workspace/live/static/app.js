@@ -1,0 +1,123 @@
+// The workspace page: the list comes from GET /workspaces, then every change
+// arrives over SSE (/events); buttons call the JSON API and let the stream
+// show the result. No framework, no build step.
+"use strict";
+
+const rows = new Map(); // id → workspace
+const tbody = document.getElementById("rows");
+const msg = document.getElementById("msg");
+const conn = document.getElementById("conn");
+
+async function api(method, path, body) {
+  const res = await fetch(path, {
+    method,
+    headers: body ? { "Content-Type": "application/json" } : {},
+    body: body ? JSON.stringify(body) : undefined,
+  });
+  if (!res.ok) {
+    let text = res.statusText;
+    try { text = (await res.json()).error || text; } catch (e) {}
+    throw new Error(text);
+  }
+  return res.status === 204 ? null : res.json();
+}
+
+function act(fn) {
+  return async () => {
+    msg.textContent = "";
+    try { await fn(); } catch (e) { msg.textContent = e.message; }
+  };
+}
+
+function button(label, title, fn) {
+  const b = document.createElement("button");
+  b.textContent = label;
+  b.title = title;
+  b.dataset.action = label;
+  b.addEventListener("click", act(fn));
+  return b;
+}
+
+function render() {
+  tbody.textContent = "";
+  const list = [...rows.values()].sort((a, b) => a.name.localeCompare(b.name));
+  if (list.length === 0) {
+    tbody.innerHTML = '<tr class="empty"><td colspan="5">no workspaces yet</td></tr>';
+    return;
+  }
+  for (const w of list) {
+    const tr = document.createElement("tr");
+    tr.dataset.id = w.id;
+    tr.dataset.name = w.name;
+    const name = document.createElement("td");
+    name.textContent = w.name;
+    const status = document.createElement("td");
+    const badge = document.createElement("span");
+    badge.className = "status " + w.observed_status;
+    badge.textContent = w.observed_status;
+    status.appendChild(badge);
+    if (w.error_info) {
+      const info = document.createElement("div");
+      info.className = "error-info";
+      const e = w.error_info;
+      info.textContent = `${e.reason}${e.is_terminal ? " (terminal)" : ""} during ${e.operation}, ` +
+        `${e.error_count} error(s)${e.last_error ? ": " + e.last_error : ""}`;
+      status.appendChild(info);
+    }
+    const desired = document.createElement("td");
+    desired.textContent = w.desired_state;
+    const op = document.createElement("td");
+    op.textContent = w.operation === "NONE" ? "" : w.operation;
+    const actions = document.createElement("td");
+    actions.className = "actions";
+    const set = (s) => () => api("POST", `/workspaces/${w.id}/desired`, { desired_state: s });
+    actions.append(
+      button("up", "run it (desired RUNNING)", set("RUNNING")),
+      button("down", "stop it, keep the volume (desired STANDBY)", set("STANDBY")),
+      button("archive", "archive it and free the volume (desired PENDING)", set("PENDING")),
+      button("recover", "clear the error and retry", () => api("POST", `/workspaces/${w.id}/recover`)),
+      button("delete", "delete it with its archives", () => {
+        if (confirm(`Delete ${w.name}?`)) return api("DELETE", `/workspaces/${w.id}`);
+      }),
+    );
+    tr.append(name, status, desired, op, actions);
+    tbody.appendChild(tr);
+  }
+}
+
+document.getElementById("create").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  const name = document.getElementById("name");
+  const command = document.getElementById("command");
+  act(async () => {
+    const w = await api("POST", "/workspaces", { name: name.value, command: command.value || undefined });
+    // The stream may already have delivered newer states of this row
+    // than the POST's answer: never let the answer overwrite them.
+    const seen = rows.get(w.id);
+    if (!seen || Date.parse(w.updated_at) > Date.parse(seen.updated_at)) rows.set(w.id, w);
+    render();
+    name.value = "";
+    command.value = "";
+  })();
+});
+
+function connect() {
+  const es = new EventSource("/events");
+  es.onopen = () => { conn.textContent = "live"; conn.className = "conn on"; };
+  es.onerror = () => { conn.textContent = "reconnecting…"; conn.className = "conn off"; };
+  es.addEventListener("state", (ev) => {
+    window.__events = (window.__events || 0) + 1;
+    const e = JSON.parse(ev.data);
+    rows.set(e.id, e.workspace);
+    render();
+  });
+  es.addEventListener("deleted", (ev) => {
+    rows.delete(JSON.parse(ev.data).id);
+    render();
+  });
+}
+
+api("GET", "/workspaces").then((list) => {
+  for (const w of list) if (!rows.has(w.id)) rows.set(w.id, w);
+  render();
+}).catch((e) => { msg.textContent = e.message; }).finally(connect);

@@ -1,0 +1,169 @@
+package workspace
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/gantryhq/gantry/workspace/provider"
+)
+
+// MonitorConfig configures a HealthMonitor. Zero values are the defaults.
+type MonitorConfig struct {
+	// Interval between full passes (HEALTH_MONITOR_INTERVAL); 0 = 30 s.
+	Interval time.Duration
+	// Concurrency of observations within a pass; 0 = 64.
+	Concurrency int
+	Logger      *slog.Logger
+	Now         func() time.Time // nil = time.Now
+}
+
+// HealthMonitor is the only writer of observed_status. It maps what the
+// providers report to a status:
+//
+//	error_info.is_terminal          → ERROR
+//	container running, no volume    → ERROR (invariant broken)
+//	container running               → RUNNING
+//	volume                          → STANDBY
+//	nothing                         → PENDING (archived, or new: PROVISIONING follows)
+//
+// It observes every workspace each Interval and one workspace at once when
+// a hint arrives on ChanMonitor; it publishes ChanWorkspace on each change.
+type HealthMonitor struct {
+	cfg       MonitorConfig
+	store     *Store
+	container provider.Container
+	storage   provider.Storage
+	hints     Hints
+}
+
+// NewHealthMonitor checks cfg and returns a monitor.
+func NewHealthMonitor(cfg MonitorConfig, st *Store, c provider.Container, s provider.Storage, h Hints) *HealthMonitor {
+	if cfg.Interval <= 0 {
+		cfg.Interval = 30 * time.Second
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 64
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if h == nil {
+		h = DropHints{}
+	}
+	return &HealthMonitor{cfg: cfg, store: st, container: c, storage: s, hints: h}
+}
+
+// Observe computes w's status from the providers.
+func (m *HealthMonitor) Observe(ctx context.Context, w Workspace) (Status, error) {
+	if w.ErrorInfo != nil && w.ErrorInfo.IsTerminal {
+		return Error, nil
+	}
+	cs, err := m.container.Observe(ctx, w.ID)
+	if err != nil {
+		return "", err
+	}
+	vol, err := m.storage.VolumeExists(ctx, w.ID)
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case cs == provider.Running && !vol:
+		return Error, nil
+	case cs == provider.Running:
+		return Running, nil
+	case vol:
+		return Standby, nil
+	}
+	return Pending, nil
+}
+
+// observeOne observes and writes one workspace.
+func (m *HealthMonitor) observeOne(ctx context.Context, w Workspace) {
+	// observed_at is when the observation began: a takeover trusts only
+	// observations begun after the dead owner's lease lapsed.
+	at := m.cfg.Now()
+	st, err := m.Observe(ctx, w)
+	if err != nil {
+		m.cfg.Logger.Warn("workspace: observe failed", "id", w.ID, "err", err)
+		return
+	}
+	// Unchanged: write only to date an observation a takeover waits for
+	// (an unexecuted operation whose owner's lease has lapsed).
+	if st == w.ObservedStatus && (w.Operation == OpNone || w.OpExecuted || w.OpLeaseUntil == nil || at.Before(*w.OpLeaseUntil)) {
+		return
+	}
+	changed, err := m.store.SetObserved(ctx, w, st, at)
+	if err != nil {
+		m.cfg.Logger.Warn("workspace: write observed_status", "id", w.ID, "err", err)
+		return
+	}
+	if changed {
+		m.cfg.Logger.Debug("workspace: observed", "id", w.ID, "status", st)
+		m.hints.Publish(ctx, ChanWorkspace, w.ID)
+	}
+}
+
+// Pass observes every workspace once.
+func (m *HealthMonitor) Pass(ctx context.Context) error {
+	all, err := m.store.List(ctx)
+	if err != nil {
+		return err
+	}
+	sem := make(chan struct{}, m.cfg.Concurrency)
+	var wg sync.WaitGroup
+	for _, w := range all {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			m.observeOne(ctx, w)
+		}()
+	}
+	wg.Wait()
+	return nil
+}
+
+// Run passes every Interval and observes hinted workspaces at once, until
+// ctx ends; it then waits for observations in progress.
+func (m *HealthMonitor) Run(ctx context.Context) error {
+	hints, cancel := m.hints.Subscribe(ChanMonitor)
+	defer cancel()
+	t := time.NewTicker(m.cfg.Interval)
+	defer t.Stop()
+	sem := make(chan struct{}, m.cfg.Concurrency)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	if err := m.Pass(ctx); err != nil && ctx.Err() == nil {
+		m.cfg.Logger.Warn("workspace: monitor pass", "err", err)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			if err := m.Pass(ctx); err != nil && ctx.Err() == nil {
+				m.cfg.Logger.Warn("workspace: monitor pass", "err", err)
+			}
+		case id := <-hints:
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				return nil
+			}
+			wg.Add(1)
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				w, err := m.store.Get(ctx, id)
+				if err != nil {
+					return
+				}
+				m.observeOne(ctx, w)
+			}()
+		}
+	}
+}

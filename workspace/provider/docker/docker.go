@@ -1,0 +1,425 @@
+// Package docker runs workspaces as Docker containers: the provider.Container
+// the reconciler uses when `gantry ws serve --provider docker` is chosen.
+//
+// One workspace is one container named "ws-{id}", labelled
+// "gantry.workspace-id={id}", with the workspace's volume mounted at
+// /home/coder (a bind mount of the host directory the Storage owns, or a
+// Docker volume "ws-{id}-home"), restart policy "no" and no published port.
+// "Stop" in the reconciler's sense removes the container and keeps the volume,
+// as the seed's InstanceController does.
+//
+// Tour:
+//
+//	docker.go   Config, New, Start (idempotent, waits for running/healthy),
+//	            Stop (remove, keep volume), Observe (by label), errors
+//
+// The engine is found again after a gantry restart because every fact lives
+// in Docker itself: Observe lists containers by label, never from memory.
+//
+// Client version: github.com/moby/moby/client v0.6.2 speaks API 1.40 to 1.56
+// and negotiates down on the first request, so the Docker 20.10 engine on the
+// project's machines (API 1.41) works with the newest client; the test
+// TestNegotiatesEngineAPI checks this against the real engine.
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
+	"github.com/moby/moby/client"
+
+	"github.com/gantryhq/gantry/workspace/provider"
+)
+
+// LabelWorkspaceID is put on every container and volume this package
+// creates; its value is the workspace id.
+const LabelWorkspaceID = "gantry.workspace-id"
+
+// VolumeMode says how the workspace's files reach the container.
+type VolumeMode int
+
+const (
+	// BindMount mounts Spec.VolumeDir (the Storage's host directory), so the
+	// archive code reads the same files the container wrote. The default.
+	BindMount VolumeMode = iota
+	// DockerVolume mounts a named Docker volume "ws-{id}-home" (created on
+	// first Start, labelled, never removed by Stop).
+	DockerVolume
+)
+
+func (m VolumeMode) String() string {
+	switch m {
+	case BindMount:
+		return "bind"
+	case DockerVolume:
+		return "volume"
+	}
+	return fmt.Sprintf("VolumeMode(%d)", int(m))
+}
+
+// Errors.
+var (
+	// ErrEngineUnreachable: the Docker engine did not answer (daemon down,
+	// wrong DOCKER_HOST). Retryable.
+	ErrEngineUnreachable = errors.New("docker: engine unreachable")
+	// ErrStartTimeout: the container did not run (or turn healthy) in time.
+	ErrStartTimeout = errors.New("docker: container did not become ready in time")
+	// ErrExited: the container exited or turned unhealthy while starting.
+	ErrExited = errors.New("docker: container stopped while starting")
+)
+
+// Config configures a Provider. Zero values are the documented defaults.
+type Config struct {
+	// Client is the engine client; nil = client.New(client.FromEnv) with
+	// API version negotiation (DOCKER_HOST, or the local socket).
+	Client *client.Client
+	// Host overrides DOCKER_HOST when Client is nil ("unix:///…", "tcp://…").
+	Host string
+	// Image is the default image when Spec.Image is empty. Required unless
+	// every Spec names one.
+	Image string
+	// MountPath is where the volume appears inside the container; zero =
+	// "/home/coder" (the seed's mount point).
+	MountPath string
+	// Volumes selects bind mount (zero) or Docker volume.
+	Volumes VolumeMode
+	// NetworkMode is the container's network ("none", "bridge", a network
+	// the caller created); zero = the engine's default.
+	NetworkMode string
+	// User runs the container's process as "uid:gid"; zero = the image's.
+	User string
+	// StartupTimeout bounds Start from create to running; zero = 300s.
+	StartupTimeout time.Duration
+	// HealthTimeout bounds the wait for a HEALTHCHECK to report healthy
+	// once running (images without one skip it); zero = 30s.
+	HealthTimeout time.Duration
+	// PollInterval is how often Start re-inspects a starting container;
+	// zero = 100ms.
+	PollInterval time.Duration
+	// Logger; nil = discard.
+	Logger *slog.Logger
+}
+
+func (c *Config) validate() error {
+	if c.MountPath == "" {
+		c.MountPath = "/home/coder"
+	}
+	if !strings.HasPrefix(c.MountPath, "/") {
+		return fmt.Errorf("docker: Config.MountPath %q: want an absolute path", c.MountPath)
+	}
+	if c.StartupTimeout == 0 {
+		c.StartupTimeout = 300 * time.Second
+	}
+	if c.HealthTimeout == 0 {
+		c.HealthTimeout = 30 * time.Second
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = 100 * time.Millisecond
+	}
+	if c.StartupTimeout < 0 || c.HealthTimeout < 0 || c.PollInterval < 0 {
+		return errors.New("docker: Config timeouts must not be negative")
+	}
+	if c.Volumes != BindMount && c.Volumes != DockerVolume {
+		return fmt.Errorf("docker: Config.Volumes %v: want BindMount or DockerVolume", c.Volumes)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// Provider is a provider.Container on a Docker engine. Safe for concurrent
+// use; calls for one id are expected not to overlap (the reconciler's
+// contract), but overlapping Starts still converge on one container.
+type Provider struct {
+	cfg  Config
+	cli  *client.Client
+	owns bool // cli was created here and is closed by Close
+
+	// mu protects locks.
+	mu    sync.Mutex
+	locks map[string]*sync.Mutex // per-id, so a Start and a Stop do not interleave
+}
+
+var _ provider.Container = (*Provider)(nil)
+
+// New returns a Provider. It does not contact the engine: a Docker engine
+// that is down makes each call fail with ErrEngineUnreachable instead.
+func New(cfg Config) (*Provider, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	p := &Provider{cfg: cfg, cli: cfg.Client, locks: map[string]*sync.Mutex{}}
+	if p.cli == nil {
+		opts := []client.Opt{client.FromEnv}
+		if cfg.Host != "" {
+			opts = append(opts, client.WithHost(cfg.Host))
+		}
+		cli, err := client.New(opts...)
+		if err != nil {
+			return nil, fmt.Errorf("docker: client: %w", err)
+		}
+		p.cli, p.owns = cli, true
+	}
+	return p, nil
+}
+
+// Close releases the client if New created it.
+func (p *Provider) Close() error {
+	if p.owns {
+		return p.cli.Close()
+	}
+	return nil
+}
+
+// ContainerName is the container's name for workspace id.
+func ContainerName(id string) string { return "ws-" + id }
+
+// VolumeName is the Docker volume's name for workspace id (DockerVolume mode).
+func VolumeName(id string) string { return "ws-" + id + "-home" }
+
+func (p *Provider) lock(id string) func() {
+	p.mu.Lock()
+	l, ok := p.locks[id]
+	if !ok {
+		l = &sync.Mutex{}
+		p.locks[id] = l
+	}
+	p.mu.Unlock()
+	l.Lock()
+	return l.Unlock
+}
+
+// wrap turns engine errors into ones that name the reason.
+func (p *Provider) wrap(op, id string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if client.IsErrConnectionFailed(err) || isDialError(err) {
+		return fmt.Errorf("%w: %s workspace %s: %v", ErrEngineUnreachable, op, id, err)
+	}
+	return fmt.Errorf("docker: %s workspace %s: %w", op, id, err)
+}
+
+func isDialError(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "connect: no such file or directory") ||
+		strings.Contains(s, "connect: connection refused") ||
+		strings.Contains(s, "Cannot connect to the Docker daemon")
+}
+
+// Start creates and starts the workspace's container and returns once it
+// runs (and, if the image has a HEALTHCHECK, once it is healthy). A running
+// container is left alone; a stopped or exited one is removed and created
+// again, since containers hold no data (the volume does).
+func (p *Provider) Start(ctx context.Context, spec provider.Spec) error {
+	if spec.ID == "" {
+		return errors.New("docker: Spec.ID is empty")
+	}
+	image := spec.Image
+	if image == "" {
+		image = p.cfg.Image
+	}
+	if image == "" {
+		return fmt.Errorf("docker: workspace %s: no image (Spec.Image and Config.Image are empty)", spec.ID)
+	}
+	if p.cfg.Volumes == BindMount && spec.VolumeDir == "" {
+		return fmt.Errorf("docker: workspace %s: Spec.VolumeDir is empty (bind mount needs a host directory)", spec.ID)
+	}
+	defer p.lock(spec.ID)()
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.StartupTimeout+p.cfg.HealthTimeout)
+	defer cancel()
+
+	name := ContainerName(spec.ID)
+	in, err := p.cli.ContainerInspect(ctx, name, client.ContainerInspectOptions{})
+	switch {
+	case err == nil && in.Container.State != nil && in.Container.State.Running:
+		if in.Container.Config != nil && in.Container.Config.Labels[LabelWorkspaceID] != spec.ID {
+			return fmt.Errorf("docker: container %s exists but is not labelled %s=%s; refusing to touch it", name, LabelWorkspaceID, spec.ID)
+		}
+		return p.waitReady(ctx, spec.ID, in.Container.ID, time.Now())
+	case err == nil:
+		if in.Container.Config != nil && in.Container.Config.Labels[LabelWorkspaceID] != spec.ID {
+			return fmt.Errorf("docker: container %s exists but is not labelled %s=%s; refusing to touch it", name, LabelWorkspaceID, spec.ID)
+		}
+		if _, err := p.cli.ContainerRemove(ctx, in.Container.ID, client.ContainerRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
+			return p.wrap("remove stale container of", spec.ID, err)
+		}
+	case !cerrdefs.IsNotFound(err):
+		return p.wrap("inspect", spec.ID, err)
+	}
+
+	labels := map[string]string{LabelWorkspaceID: spec.ID}
+	if spec.Name != "" {
+		labels["gantry.workspace-name"] = spec.Name
+	}
+	hc := &container.HostConfig{
+		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyDisabled},
+		NetworkMode:   container.NetworkMode(p.cfg.NetworkMode),
+	}
+	switch p.cfg.Volumes {
+	case BindMount:
+		hc.Mounts = []mount.Mount{{Type: mount.TypeBind, Source: spec.VolumeDir, Target: p.cfg.MountPath}}
+	case DockerVolume:
+		if _, err := p.cli.VolumeCreate(ctx, client.VolumeCreateOptions{Name: VolumeName(spec.ID), Labels: labels}); err != nil {
+			return p.wrap("create volume of", spec.ID, err)
+		}
+		hc.Mounts = []mount.Mount{{Type: mount.TypeVolume, Source: VolumeName(spec.ID), Target: p.cfg.MountPath}}
+	}
+	cc := &container.Config{
+		Image:      image,
+		Labels:     labels,
+		Env:        append([]string{"HOME=" + p.cfg.MountPath, "GANTRY_WORKSPACE_ID=" + spec.ID}, spec.Env...),
+		WorkingDir: p.cfg.MountPath,
+		User:       p.cfg.User,
+	}
+	if spec.Command != "" {
+		cc.Cmd = []string{"sh", "-c", spec.Command}
+	}
+	created, err := p.cli.ContainerCreate(ctx, client.ContainerCreateOptions{Name: name, Config: cc, HostConfig: hc})
+	if err != nil {
+		if cerrdefs.IsConflict(err) {
+			// Another replica created it between our inspect and create
+			// (the reconciler's claim should prevent this); converge on it.
+			in, ierr := p.cli.ContainerInspect(ctx, name, client.ContainerInspectOptions{})
+			if ierr != nil {
+				return p.wrap("inspect after conflict", spec.ID, ierr)
+			}
+			created.ID = in.Container.ID
+		} else {
+			return p.wrap("create", spec.ID, err)
+		}
+	}
+	started := time.Now()
+	if _, err := p.cli.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
+		return p.wrap("start", spec.ID, err)
+	}
+	p.cfg.Logger.Info("docker: container started", "workspace", spec.ID, "container", created.ID[:12], "image", image)
+	return p.waitReady(ctx, spec.ID, created.ID, started)
+}
+
+// waitReady polls until the container runs and, if it has a health check,
+// reports healthy.
+func (p *Provider) waitReady(ctx context.Context, id, cid string, started time.Time) error {
+	t := time.NewTicker(p.cfg.PollInterval)
+	defer t.Stop()
+	var runningSince time.Time
+	for {
+		in, err := p.cli.ContainerInspect(ctx, cid, client.ContainerInspectOptions{})
+		if err != nil {
+			if ctx.Err() != nil {
+				return fmt.Errorf("%w: workspace %s: %v", ErrStartTimeout, id, ctx.Err())
+			}
+			return p.wrap("inspect", id, err)
+		}
+		st := in.Container.State
+		switch {
+		case st == nil:
+		case st.Running && (st.Health == nil || st.Health.Status == container.NoHealthcheck || st.Health.Status == container.Healthy):
+			return nil
+		case st.Running && st.Health != nil && st.Health.Status == container.Unhealthy:
+			return fmt.Errorf("%w: workspace %s: health check reports unhealthy", ErrExited, id)
+		case st.Running:
+			if runningSince.IsZero() {
+				runningSince = time.Now()
+			}
+			if time.Since(runningSince) > p.cfg.HealthTimeout {
+				return fmt.Errorf("%w: workspace %s: not healthy after %v", ErrStartTimeout, id, p.cfg.HealthTimeout)
+			}
+		case st.Status == container.StateExited || st.Status == container.StateDead:
+			return fmt.Errorf("%w: workspace %s: exit code %d %s", ErrExited, id, st.ExitCode, st.Error)
+		}
+		if runningSince.IsZero() && time.Since(started) > p.cfg.StartupTimeout {
+			return fmt.Errorf("%w: workspace %s: not running after %v", ErrStartTimeout, id, p.cfg.StartupTimeout)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: workspace %s: %v", ErrStartTimeout, id, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// Stop removes the workspace's containers (SIGKILL) and keeps the volume.
+// Missing containers are not an error.
+func (p *Provider) Stop(ctx context.Context, id string) error {
+	defer p.lock(id)()
+	ids, err := p.list(ctx, id)
+	if err != nil {
+		return p.wrap("list", id, err)
+	}
+	for _, c := range ids {
+		if _, err := p.cli.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
+			return p.wrap("remove", id, err)
+		}
+	}
+	return nil
+}
+
+// Observe reports Running when a labelled container of the workspace runs,
+// Stopped when one exists, Missing otherwise.
+func (p *Provider) Observe(ctx context.Context, id string) (provider.ContainerState, error) {
+	cs, err := p.list(ctx, id)
+	if err != nil {
+		return provider.Missing, p.wrap("observe", id, err)
+	}
+	state := provider.Missing
+	for _, c := range cs {
+		if c.State == container.StateRunning {
+			return provider.Running, nil
+		}
+		state = provider.Stopped
+	}
+	return state, nil
+}
+
+func (p *Provider) list(ctx context.Context, id string) ([]container.Summary, error) {
+	res, err := p.cli.ContainerList(ctx, client.ContainerListOptions{
+		All:     true,
+		Filters: client.Filters{}.Add("label", LabelWorkspaceID+"="+id),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res.Items, nil
+}
+
+// VolumeExists reports whether the Docker volume of id exists (DockerVolume
+// mode; in BindMount mode the Storage owns the directory).
+func (p *Provider) VolumeExists(ctx context.Context, id string) (bool, error) {
+	_, err := p.cli.VolumeInspect(ctx, VolumeName(id), client.VolumeInspectOptions{})
+	if cerrdefs.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, p.wrap("inspect volume of", id, err)
+	}
+	return true, nil
+}
+
+// DeleteVolume removes the Docker volume of id; no-op if absent.
+func (p *Provider) DeleteVolume(ctx context.Context, id string) error {
+	_, err := p.cli.VolumeRemove(ctx, VolumeName(id), client.VolumeRemoveOptions{})
+	if err != nil && !cerrdefs.IsNotFound(err) {
+		return p.wrap("remove volume of", id, err)
+	}
+	return nil
+}
+
+// Ping checks the engine and returns the negotiated API version.
+func (p *Provider) Ping(ctx context.Context) (string, error) {
+	res, err := p.cli.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true})
+	if err != nil {
+		return "", p.wrap("ping for", "-", err)
+	}
+	_ = res
+	return p.cli.ClientVersion(), nil
+}

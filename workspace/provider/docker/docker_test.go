@@ -1,0 +1,321 @@
+package docker
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/client"
+
+	"github.com/gantryhq/gantry/workspace/provider"
+)
+
+// wsProgram is the workspace image's only binary: it writes a marker into its
+// home (proving the mount), answers the HEALTHCHECK, and sleeps.
+const wsProgram = `package main
+
+import (
+	"os"
+	"path/filepath"
+	"time"
+)
+
+func main() {
+	home := os.Getenv("HOME")
+	if len(os.Args) > 1 && os.Args[1] == "health" {
+		if _, err := os.Stat(filepath.Join(home, ".ready")); err != nil {
+			os.Exit(1)
+		}
+		return
+	}
+	if err := os.WriteFile(filepath.Join(home, "started-by-"+os.Getenv("GANTRY_WORKSPACE_ID")), []byte(time.Now().String()), 0o644); err != nil {
+		os.Exit(3)
+	}
+	if os.Getenv("WS_FAIL") != "" {
+		os.Exit(7)
+	}
+	time.Sleep(300 * time.Millisecond)
+	os.WriteFile(filepath.Join(home, ".ready"), nil, 0o644)
+	for {
+		time.Sleep(time.Hour)
+	}
+}
+`
+
+// BuildTestImage builds a FROM-scratch image holding a static Go binary and
+// returns its tag; the image is removed when the test ends.
+func buildTestImage(t *testing.T, cli *client.Client) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "gantry-ws-image")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(wsProgram), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "ws")
+	cmd := exec.Command("go", "build", "-o", bin, "main.go")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GO111MODULE=off")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build workspace binary: %v\n%s", err, out)
+	}
+	binData, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dockerfile := "FROM scratch\nCOPY ws /ws\nHEALTHCHECK --interval=1s --timeout=2s --retries=30 CMD [\"/ws\", \"health\"]\nENTRYPOINT [\"/ws\"]\n"
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, f := range []struct {
+		name string
+		data []byte
+		mode int64
+	}{{"Dockerfile", []byte(dockerfile), 0o644}, {"ws", binData, 0o755}} {
+		if err := tw.WriteHeader(&tar.Header{Name: f.name, Mode: f.mode, Size: int64(len(f.data))}); err != nil {
+			t.Fatal(err)
+		}
+		tw.Write(f.data)
+	}
+	tw.Close()
+	tag := "gantry-test-ws:" + randID(t)
+	res, err := cli.ImageBuild(t.Context(), &buf, client.ImageBuildOptions{Tags: []string{tag}, Remove: true, ForceRemove: true,
+		Labels: map[string]string{"gantry.test": "1"}})
+	if err != nil {
+		t.Fatalf("image build: %v", err)
+	}
+	out, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if !bytes.Contains(out, []byte("Successfully tagged")) {
+		t.Fatalf("image build did not tag %s:\n%s", tag, out)
+	}
+	imageCleanup = func() {
+		cli.ImageRemove(context.Background(), tag, client.ImageRemoveOptions{Force: true, PruneChildren: true})
+	}
+	return tag
+}
+
+func randID(t *testing.T) string {
+	b := make([]byte, 6)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func newTestProvider(t *testing.T, cfg Config) (*Provider, *client.Client) {
+	t.Helper()
+	cli, err := client.New(client.FromEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	if _, err := cli.Ping(t.Context(), client.PingOptions{NegotiateAPIVersion: true}); err != nil {
+		t.Fatalf("docker engine needed for this test: %v", err)
+	}
+	cfg.Client = cli
+	if cfg.Image == "" {
+		cfg.Image = sharedImage(t, cli)
+	}
+	if cfg.StartupTimeout == 0 {
+		cfg.StartupTimeout = 60 * time.Second
+	}
+	p, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, cli
+}
+
+// testImage is built once per test process and removed by TestMain.
+var (
+	testImage    string
+	imageCleanup = func() {}
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	imageCleanup()
+	os.Exit(code)
+}
+
+func sharedImage(t *testing.T, cli *client.Client) string {
+	if testImage == "" {
+		testImage = buildTestImage(t, cli)
+	}
+	return testImage
+}
+
+// cleanupWorkspace removes exactly the containers and volume of id.
+func cleanupWorkspace(t *testing.T, p *Provider, id string) {
+	t.Cleanup(func() {
+		ctx := context.Background()
+		p.Stop(ctx, id)
+		p.DeleteVolume(ctx, id)
+	})
+}
+
+func TestNegotiatesEngineAPI(t *testing.T) {
+	p, cli := newTestProvider(t, Config{Image: "unused"})
+	v, err := p.Ping(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sv, err := cli.ServerVersion(t.Context(), client.ServerVersionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v != sv.APIVersion && !strings.HasPrefix(client.MaxAPIVersion, v) {
+		t.Fatalf("negotiated %s; engine speaks %s, client max %s", v, sv.APIVersion, client.MaxAPIVersion)
+	}
+	t.Logf("engine API %s, client max %s, negotiated %s", sv.APIVersion, client.MaxAPIVersion, v)
+}
+
+func TestStartStopObserve(t *testing.T) {
+	p, cli := newTestProvider(t, Config{NetworkMode: "none"})
+	id := "t" + randID(t)
+	cleanupWorkspace(t, p, id)
+	vol := t.TempDir()
+	ctx := t.Context()
+
+	if st, err := p.Observe(ctx, id); err != nil || st != provider.Missing {
+		t.Fatalf("Observe before start = %v, %v; want missing", st, err)
+	}
+	spec := provider.Spec{ID: id, Name: "demo", VolumeDir: vol}
+	if err := p.Start(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	// Start returns only once healthy: the program wrote .ready.
+	if _, err := os.Stat(filepath.Join(vol, ".ready")); err != nil {
+		t.Fatalf("Start returned before the container was healthy: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(vol, "started-by-"+id)); err != nil {
+		t.Fatalf("bind mount: %v", err)
+	}
+	in, err := cli.ContainerInspect(ctx, ContainerName(id), client.ContainerInspectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := in.Container
+	if c.Config.Labels[LabelWorkspaceID] != id {
+		t.Errorf("label %s = %q, want %q", LabelWorkspaceID, c.Config.Labels[LabelWorkspaceID], id)
+	}
+	if c.HostConfig.RestartPolicy.Name != "no" {
+		t.Errorf("restart policy %q, want no", c.HostConfig.RestartPolicy.Name)
+	}
+	if len(c.HostConfig.PortBindings) != 0 {
+		t.Errorf("published ports %v, want none", c.HostConfig.PortBindings)
+	}
+
+	// Idempotent: a second Start leaves the same container running.
+	if err := p.Start(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	in2, err := cli.ContainerInspect(ctx, ContainerName(id), client.ContainerInspectOptions{})
+	if err != nil || in2.Container.ID != c.ID {
+		t.Fatalf("second Start replaced the container: %v %s != %s", err, in2.Container.ID, c.ID)
+	}
+
+	// A new Provider (gantry restarted) finds it by label.
+	p2, err := New(Config{Client: cli, Image: p.cfg.Image})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := p2.Observe(ctx, id); err != nil || st != provider.Running {
+		t.Fatalf("Observe from a fresh provider = %v, %v; want running", st, err)
+	}
+
+	if err := p.Stop(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := p.Observe(ctx, id); err != nil || st != provider.Missing {
+		t.Fatalf("Observe after stop = %v, %v; want missing", st, err)
+	}
+	if _, err := os.Stat(filepath.Join(vol, "started-by-"+id)); err != nil {
+		t.Fatalf("stop lost the volume's files: %v", err)
+	}
+	if err := p.Stop(ctx, id); err != nil {
+		t.Fatalf("second Stop: %v", err)
+	}
+	// Start again after stop: a fresh container on the same files.
+	if err := p.Start(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := p.Observe(ctx, id); st != provider.Running {
+		t.Fatalf("Observe after restart = %v", st)
+	}
+}
+
+func TestDockerVolumeKeptOnStop(t *testing.T) {
+	p, _ := newTestProvider(t, Config{Volumes: DockerVolume, NetworkMode: "none"})
+	id := "t" + randID(t)
+	cleanupWorkspace(t, p, id)
+	ctx := t.Context()
+	if err := p.Start(ctx, provider.Spec{ID: id}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Stop(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	ok, err := p.VolumeExists(ctx, id)
+	if err != nil || !ok {
+		t.Fatalf("volume after stop: exists=%v err=%v; want kept", ok, err)
+	}
+	if err := p.DeleteVolume(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := p.VolumeExists(ctx, id); ok {
+		t.Fatal("volume still there after DeleteVolume")
+	}
+}
+
+func TestStartReportsExit(t *testing.T) {
+	p, _ := newTestProvider(t, Config{NetworkMode: "none"})
+	id := "t" + randID(t)
+	cleanupWorkspace(t, p, id)
+	err := p.Start(t.Context(), provider.Spec{ID: id, VolumeDir: t.TempDir(), Env: []string{"WS_FAIL=1"}})
+	if !errors.Is(err, ErrExited) || !strings.Contains(err.Error(), "exit code 7") {
+		t.Fatalf("Start of a crashing image = %v; want ErrExited with exit code 7", err)
+	}
+}
+
+func TestEngineDown(t *testing.T) {
+	p, err := New(Config{Host: "unix://" + filepath.Join(t.TempDir(), "no-docker.sock"), Image: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for name, call := range map[string]func() error{
+		"start":   func() error { return p.Start(t.Context(), provider.Spec{ID: "w1", VolumeDir: t.TempDir()}) },
+		"stop":    func() error { return p.Stop(t.Context(), "w1") },
+		"observe": func() error { _, err := p.Observe(t.Context(), "w1"); return err },
+	} {
+		err := call()
+		if !errors.Is(err, ErrEngineUnreachable) || !strings.Contains(err.Error(), "w1") {
+			t.Errorf("%s with the engine down = %v; want ErrEngineUnreachable naming the workspace", name, err)
+		}
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	if _, err := New(Config{MountPath: "home"}); err == nil || !strings.Contains(err.Error(), "MountPath") {
+		t.Fatalf("relative MountPath: %v", err)
+	}
+	p, err := New(Config{Image: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := p.Start(t.Context(), provider.Spec{ID: "a"}); err == nil || !strings.Contains(err.Error(), "VolumeDir") {
+		t.Fatalf("missing VolumeDir: %v", err)
+	}
+}

@@ -1,0 +1,174 @@
+// Package process is a provider.Container that runs a workspace's command
+// as a detached process (its own session) with the volume directory as
+// working directory and HOME. A pidfile holding "pid starttime" under
+// RunDir identifies the process, so a restarted server finds running
+// workspaces again and a recycled pid is never mistaken for one.
+package process
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/gantryhq/gantry/workspace/provider"
+)
+
+// DefaultCommand runs when a workspace has none.
+const DefaultCommand = "exec sleep infinity"
+
+// Container runs workspaces as processes.
+type Container struct {
+	// RunDir holds <id>.pid and <id>.log.
+	RunDir string
+	// StopGrace is how long Stop waits after SIGTERM before SIGKILL; 0 = 5 s.
+	StopGrace time.Duration
+}
+
+var _ provider.Container = (*Container)(nil)
+
+// ErrBadID is returned for ids that are not plain names.
+var ErrBadID = errors.New("process: bad workspace id")
+
+func (c *Container) pidfile(id string) (string, error) {
+	if id == "" || strings.ContainsAny(id, `/\`) || strings.HasPrefix(id, ".") {
+		return "", fmt.Errorf("%w: %q", ErrBadID, id)
+	}
+	return filepath.Join(c.RunDir, id+".pid"), nil
+}
+
+// procStart returns the process's start time (clock ticks since boot) and
+// whether it is alive (not a zombie).
+func procStart(pid int) (uint64, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 || f[0] == "Z" || f[0] == "X" {
+		return 0, false
+	}
+	st, err := strconv.ParseUint(f[19], 10, 64)
+	return st, err == nil
+}
+
+// alive reads the pidfile and reports the pid if that process still runs.
+func (c *Container) alive(id string) (pid int, exists bool, running bool, err error) {
+	pf, err := c.pidfile(id)
+	if err != nil {
+		return 0, false, false, err
+	}
+	b, err := os.ReadFile(pf)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, false, false, nil
+	}
+	if err != nil {
+		return 0, false, false, err
+	}
+	var start uint64
+	if _, err := fmt.Sscanf(string(b), "%d %d", &pid, &start); err != nil {
+		return 0, true, false, nil // a torn or foreign pidfile: not ours
+	}
+	got, ok := procStart(pid)
+	return pid, true, ok && got == start, nil
+}
+
+// Observe reports Running, Stopped (pidfile, no process) or Missing.
+func (c *Container) Observe(_ context.Context, id string) (provider.ContainerState, error) {
+	_, exists, running, err := c.alive(id)
+	switch {
+	case err != nil:
+		return provider.Missing, err
+	case running:
+		return provider.Running, nil
+	case exists:
+		return provider.Stopped, nil
+	}
+	return provider.Missing, nil
+}
+
+// Start runs spec.Command detached unless it already runs.
+func (c *Container) Start(ctx context.Context, spec provider.Spec) error {
+	if _, _, running, err := c.alive(spec.ID); err != nil || running {
+		return err
+	}
+	pf, _ := c.pidfile(spec.ID)
+	if fi, err := os.Stat(spec.VolumeDir); err != nil || !fi.IsDir() {
+		return fmt.Errorf("process: start %s: volume %s is not a directory: %v", spec.ID, spec.VolumeDir, err)
+	}
+	if err := os.MkdirAll(c.RunDir, 0o755); err != nil {
+		return err
+	}
+	logf, err := os.OpenFile(filepath.Join(c.RunDir, spec.ID+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	command := spec.Command
+	if command == "" {
+		command = DefaultCommand
+	}
+	cmd := exec.Command("/bin/sh", "-c", command)
+	cmd.Dir = spec.VolumeDir
+	cmd.Env = append(append(os.Environ(), "HOME="+spec.VolumeDir, "GANTRY_WORKSPACE_ID="+spec.ID, "GANTRY_WORKSPACE_NAME="+spec.Name), spec.Env...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("process: start %s: %w", spec.ID, err)
+	}
+	pid := cmd.Process.Pid
+	go cmd.Wait() // reap while this server lives; after a restart init does
+	start, ok := procStart(pid)
+	if !ok {
+		return fmt.Errorf("process: start %s: command exited at once (see %s)", spec.ID, logf.Name())
+	}
+	tmp := pf + ".tmp"
+	if err := os.WriteFile(tmp, []byte(fmt.Sprintf("%d %d\n", pid, start)), 0o644); err != nil {
+		syscall.Kill(-pid, syscall.SIGKILL)
+		return err
+	}
+	if err := os.Rename(tmp, pf); err != nil {
+		syscall.Kill(-pid, syscall.SIGKILL)
+		return err
+	}
+	return nil
+}
+
+// Stop sends SIGTERM to the process group, then SIGKILL after StopGrace.
+func (c *Container) Stop(ctx context.Context, id string) error {
+	pid, _, running, err := c.alive(id)
+	if err != nil || !running {
+		return err
+	}
+	grace := c.StopGrace
+	if grace == 0 {
+		grace = 5 * time.Second
+	}
+	syscall.Kill(-pid, syscall.SIGTERM)
+	deadline := time.Now().Add(grace)
+	for {
+		if _, _, running, _ := c.alive(id); !running {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			syscall.Kill(-pid, syscall.SIGKILL)
+			deadline = time.Now().Add(time.Hour)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,65 @@
+package process_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gantryhq/gantry/workspace/provider"
+	"github.com/gantryhq/gantry/workspace/provider/process"
+	"github.com/gantryhq/gantry/workspace/provider/providertest"
+)
+
+func TestConformance(t *testing.T) {
+	dir := t.TempDir()
+	vol := filepath.Join(dir, "vol")
+	os.Mkdir(vol, 0o755)
+	c := &process.Container{RunDir: filepath.Join(dir, "run"), StopGrace: time.Second}
+	providertest.Container(t, c, provider.Spec{ID: "ws1", VolumeDir: vol, Command: "exec sleep 60"})
+	ctx := context.Background()
+	if err := c.Start(ctx, provider.Spec{ID: "ws2", VolumeDir: vol, Command: "echo $HOME > home.tmp && mv home.tmp home.txt; exec sleep 60"}); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop(ctx, "ws2")
+	var b []byte
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if b, _ = os.ReadFile(filepath.Join(vol, "home.txt")); len(b) > 0 {
+			break
+		}
+	}
+	if strings.TrimSpace(string(b)) != vol {
+		t.Fatalf("HOME = %q, want %q", b, vol)
+	}
+}
+
+// A second Container over the same RunDir (a restarted server) finds the
+// running process, and a pidfile whose pid was recycled is not Running.
+func TestFoundAgainAfterRestart(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	vol := filepath.Join(dir, "vol")
+	os.Mkdir(vol, 0o755)
+	run := filepath.Join(dir, "run")
+	a := &process.Container{RunDir: run}
+	if err := a.Start(ctx, provider.Spec{ID: "ws1", VolumeDir: vol}); err != nil {
+		t.Fatal(err)
+	}
+	b := &process.Container{RunDir: run, StopGrace: time.Second}
+	if st, _ := b.Observe(ctx, "ws1"); st != provider.Running {
+		t.Fatalf("after restart: %v, want running", st)
+	}
+	if err := b.Start(ctx, provider.Spec{ID: "ws1", VolumeDir: vol}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Stop(ctx, "ws1"); err != nil {
+		t.Fatal(err)
+	}
+	// A pidfile naming a live process with another start time is not ours.
+	os.WriteFile(filepath.Join(run, "ws2.pid"), []byte("1 12345\n"), 0o644)
+	if st, _ := b.Observe(ctx, "ws2"); st != provider.Stopped {
+		t.Fatalf("foreign pid: %v, want stopped", st)
+	}
+}

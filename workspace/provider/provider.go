@@ -1,0 +1,169 @@
+// Package provider holds the seams between the workspace reconciler and the
+// outside world: a Container runtime (process, docker, fake) that runs a
+// workspace's command over its volume, and a Storage that owns volumes and
+// archives (volumes as directories; archives in a BlobStore: fs, s3, fake).
+//
+// The reconciler owns every database write; providers only act on the world
+// and must be idempotent, because a crash between "called" and "recorded"
+// makes the reconciler call again with the same arguments.
+//
+// Tour:
+//
+//	provider.go        the interfaces, ContainerState, Spec, sentinels
+//	archive/           the archive format (tar+zstd, sha256, .meta last) over a
+//	                   BlobStore, and Storage = volume directories + a BlobStore
+//	fs/                BlobStore on a local directory (atomic renames)
+//	process/           Container running the command as a detached process
+//	fake/              Container and Storage with injectable latency/failures
+//	docker/, s3/       Docker Container and S3 BlobStore (issue 13)
+package provider
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// ContainerState is what a Container observes for one workspace.
+type ContainerState int
+
+const (
+	// Missing: no container (or process) exists for the workspace.
+	Missing ContainerState = iota
+	// Stopped: a container exists but does not run.
+	Stopped
+	// Running: the workspace's command runs.
+	Running
+)
+
+func (s ContainerState) String() string {
+	switch s {
+	case Missing:
+		return "missing"
+	case Stopped:
+		return "stopped"
+	case Running:
+		return "running"
+	}
+	return fmt.Sprintf("ContainerState(%d)", int(s))
+}
+
+// Spec is everything a Container needs to start one workspace.
+type Spec struct {
+	ID        string   // workspace id: the container's identity, stable for its life
+	Name      string   // human name, for labels and logs only
+	Image     string   // container image (docker); ignored by process
+	Command   string   // shell command run with `sh -c`; empty = the provider's default
+	VolumeDir string   // host directory holding the workspace's files: cwd and HOME
+	Env       []string // extra KEY=VALUE environment
+}
+
+// Container runs workspaces. Every method is idempotent and safe to call
+// from several goroutines for different ids; the reconciler never calls two
+// methods for one id at once within a replica.
+type Container interface {
+	// Start makes the workspace's command run and returns once it does.
+	// Starting a running workspace is a no-op.
+	Start(ctx context.Context, spec Spec) error
+	// Stop stops the command and keeps the volume. Stopping a stopped or
+	// missing workspace is a no-op. After Stop, Observe reports Stopped or
+	// Missing.
+	Stop(ctx context.Context, id string) error
+	// Observe reports the workspace's container state. It must not fail
+	// for an unknown id: that is Missing.
+	Observe(ctx context.Context, id string) (ContainerState, error)
+}
+
+// BlobStore stores immutable blobs by key ("archives/<id>/<op>/home.tar.zst").
+// Keys use '/' separators and never contain "..".
+type BlobStore interface {
+	// Put stores r under key. The blob is visible under key only once it
+	// is complete (temp name + rename, or a single-object upload); a
+	// failed Put leaves nothing under key. Putting an existing key
+	// replaces it.
+	Put(ctx context.Context, key string, r io.Reader) error
+	// Get opens the blob; ErrNotFound if absent.
+	Get(ctx context.Context, key string) (io.ReadCloser, error)
+	// Stat reports the blob's size and whether it exists.
+	Stat(ctx context.Context, key string) (size int64, ok bool, err error)
+	// Delete removes the blob; deleting a missing key is not an error.
+	Delete(ctx context.Context, key string) error
+}
+
+// Storage owns a workspace's volume and archives (the seed's Storage
+// Provider). Every method is idempotent.
+type Storage interface {
+	// VolumePath is where the workspace's volume lives on this host; the
+	// Container mounts or uses it as the working directory.
+	VolumePath(id string) string
+	// VolumeExists reports whether the volume exists.
+	VolumeExists(ctx context.Context, id string) (bool, error)
+	// Provision creates an empty volume (the PROVISIONING fix: a new
+	// workspace has no archive). No-op if it exists.
+	Provision(ctx context.Context, id string) error
+	// Archive packs the volume into an archive whose key is derived from
+	// opID only, so a retry after a crash finds the committed archive and
+	// writes nothing again; then it deletes the volume. Returns the key.
+	Archive(ctx context.Context, id, opID string) (key string, err error)
+	// Restore fills the volume from the archive under key, verifying its
+	// checksum and refusing entries that would escape the volume. A
+	// complete volume is only ever in place when Restore returns nil.
+	Restore(ctx context.Context, id, key string) error
+	// DeleteVolume removes the volume; no-op if absent.
+	DeleteVolume(ctx context.Context, id string) error
+}
+
+// Errors a provider returns. The reconciler treats the ones wrapped in a
+// *PermanentError as terminal at once (no retries): they need an admin.
+var (
+	ErrNotFound         = errors.New("provider: not found")
+	ErrArchiveNotFound  = errors.New("provider: archive not found")
+	ErrMetaNotFound     = errors.New("provider: archive .meta not found")
+	ErrChecksumMismatch = errors.New("provider: archive checksum mismatch")
+	ErrUnsafePath       = errors.New("provider: archive entry escapes the volume")
+	ErrCorruptArchive   = errors.New("provider: corrupt archive")
+)
+
+// PermanentError marks a failure that retrying cannot fix. Reason is the
+// error_info.reason the reconciler records (e.g. "ChecksumMismatch").
+type PermanentError struct {
+	Reason string
+	Err    error
+}
+
+func (e *PermanentError) Error() string { return e.Reason + ": " + e.Err.Error() }
+func (e *PermanentError) Unwrap() error { return e.Err }
+
+// Permanent wraps err as a PermanentError with reason.
+func Permanent(reason string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &PermanentError{Reason: reason, Err: err}
+}
+
+// ArchiveKey is the key every Storage uses for the archive written by
+// operation opID of workspace id: deriving it from opID makes a repeated
+// Archive after a crash land on the same key.
+func ArchiveKey(id, opID string) string {
+	return "archives/" + id + "/" + opID + "/home.tar.zst"
+}
+
+// MetaKey is the commit marker written after the archive under key.
+func MetaKey(key string) string { return key + ".meta" }
+
+// ContainerFuncs adapts functions to a Container (for tests).
+type ContainerFuncs struct {
+	StartFunc   func(ctx context.Context, spec Spec) error
+	StopFunc    func(ctx context.Context, id string) error
+	ObserveFunc func(ctx context.Context, id string) (ContainerState, error)
+}
+
+func (f ContainerFuncs) Start(ctx context.Context, s Spec) error   { return f.StartFunc(ctx, s) }
+func (f ContainerFuncs) Stop(ctx context.Context, id string) error { return f.StopFunc(ctx, id) }
+func (f ContainerFuncs) Observe(ctx context.Context, id string) (ContainerState, error) {
+	return f.ObserveFunc(ctx, id)
+}
+
+var _ Container = ContainerFuncs{}

@@ -1,0 +1,348 @@
+// Package s3 is a provider.BlobStore on an S3-compatible object store
+// (MinIO, Ceph RGW, R2, AWS S3), the archive backend chosen by
+// `gantry ws serve --storage s3://bucket/prefix?endpoint=…`.
+//
+// The archive format and its ".meta" commit marker live once in
+// provider/archive over any BlobStore; this package only has to keep the
+// BlobStore promise that a blob is visible under its key only when complete:
+//
+//   - Put streams through minio-go's multipart upload (PartSize parts). The
+//     object appears only at CompleteMultipartUpload; a reader error, a
+//     cancelled context or a dropped connection aborts the upload, so a
+//     truncated archive never exists under its key, and archive.Write never
+//     reaches the .meta Put.
+//   - Small blobs (under one part, like .meta) go up in one PUT, which S3
+//     applies atomically.
+//
+// Tour:
+//
+//	s3.go    Config, ParseURL, New, Put/Get/Stat/Delete, error mapping
+//
+// Addressing is path-style (http://host:port/bucket/key), which every
+// S3-compatible server accepts; checksums are MinIO client defaults
+// (Content-MD5/sha256 as the server needs), not the CRC32 trailers that
+// aws-sdk-go-v2 ≥ 1.73 adds and some servers reject.
+package s3
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"path"
+	"strconv"
+	"strings"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/gantryhq/gantry/workspace/provider"
+)
+
+// Errors.
+var (
+	// ErrUnreachable: the endpoint did not answer (server down, wrong
+	// address). Retryable: the reconciler records reason S3AccessError.
+	ErrUnreachable = errors.New("s3: endpoint unreachable")
+	// ErrBadKey: an empty key, or one with "..", "\\" or a leading "/".
+	ErrBadKey = errors.New("s3: bad blob key")
+	// ErrBadURL: a storage URL that ParseURL cannot use.
+	ErrBadURL = errors.New("s3: bad storage URL")
+)
+
+// Config configures a BlobStore. Zero values are the documented defaults.
+type Config struct {
+	// Endpoint is "host:port" of the S3 API. Required.
+	Endpoint string
+	// Secure selects https; zero = plain http (loopback MinIO).
+	Secure bool
+	// Bucket holds the blobs. Required.
+	Bucket string
+	// Prefix is prepended (with "/") to every key; zero = none.
+	Prefix string
+	// Region; zero = "us-east-1".
+	Region string
+	// AccessKey and SecretKey; zero = AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY,
+	// else MINIO_ROOT_USER/MINIO_ROOT_PASSWORD from the environment.
+	AccessKey, SecretKey string
+	// PartSize is the multipart part size; zero = 16 MiB (the S3 minimum
+	// is 5 MiB, and 10000 parts of 16 MiB cover a 156 GiB archive).
+	PartSize uint64
+	// MaxRetries bounds minio-go's own retries of one request (network
+	// errors, 5xx); zero = 2. Longer outages are the reconciler's to retry,
+	// per its backoff policy, with the reason recorded.
+	MaxRetries int
+	// CreateBucket makes the bucket on New when it is missing.
+	CreateBucket bool
+	// Logger; nil = discard.
+	Logger *slog.Logger
+}
+
+func (c *Config) validate() error {
+	if c.Endpoint == "" {
+		return errors.New("s3: Config.Endpoint is empty (want host:port)")
+	}
+	if strings.Contains(c.Endpoint, "/") {
+		return fmt.Errorf("s3: Config.Endpoint %q: want host:port without a scheme or path", c.Endpoint)
+	}
+	if c.Bucket == "" {
+		return errors.New("s3: Config.Bucket is empty")
+	}
+	if c.Region == "" {
+		c.Region = "us-east-1"
+	}
+	if c.AccessKey == "" {
+		c.AccessKey, c.SecretKey = os.Getenv("AWS_ACCESS_KEY_ID"), os.Getenv("AWS_SECRET_ACCESS_KEY")
+	}
+	if c.AccessKey == "" {
+		c.AccessKey, c.SecretKey = os.Getenv("MINIO_ROOT_USER"), os.Getenv("MINIO_ROOT_PASSWORD")
+	}
+	if c.PartSize == 0 {
+		c.PartSize = 16 << 20
+	}
+	if c.PartSize < 5<<20 {
+		return fmt.Errorf("s3: Config.PartSize %d: S3 needs at least 5 MiB", c.PartSize)
+	}
+	if c.MaxRetries == 0 {
+		c.MaxRetries = 2
+	}
+	c.Prefix = strings.Trim(c.Prefix, "/")
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// ParseURL reads "s3://bucket[/prefix]?endpoint=http://host:port[&region=r]
+// [&create=1][&part_size=bytes]" into a Config. Credentials come from the
+// environment (see Config), never from the URL, so they stay out of process
+// listings and logs.
+func ParseURL(raw string) (Config, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return Config{}, fmt.Errorf("%w: %q: %v", ErrBadURL, raw, err)
+	}
+	if u.Scheme != "s3" {
+		return Config{}, fmt.Errorf("%w: %q: scheme %q, want s3://bucket?endpoint=http://host:port", ErrBadURL, raw, u.Scheme)
+	}
+	if u.Host == "" {
+		return Config{}, fmt.Errorf("%w: %q: no bucket (want s3://bucket?endpoint=…)", ErrBadURL, raw)
+	}
+	if u.User != nil {
+		return Config{}, fmt.Errorf("%w: %q: credentials in the URL; set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY instead", ErrBadURL, raw)
+	}
+	q := u.Query()
+	cfg := Config{Bucket: u.Host, Prefix: strings.Trim(u.Path, "/"), Region: q.Get("region")}
+	ep := q.Get("endpoint")
+	if ep == "" {
+		return Config{}, fmt.Errorf("%w: %q: endpoint= is required (e.g. endpoint=http://127.0.0.1:9000)", ErrBadURL, raw)
+	}
+	eu, err := url.Parse(ep)
+	if err != nil || (eu.Scheme != "http" && eu.Scheme != "https") || eu.Host == "" || (eu.Path != "" && eu.Path != "/") {
+		return Config{}, fmt.Errorf("%w: %q: endpoint %q, want http://host:port or https://host:port", ErrBadURL, raw, ep)
+	}
+	cfg.Endpoint, cfg.Secure = eu.Host, eu.Scheme == "https"
+	if v := q.Get("create"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return Config{}, fmt.Errorf("%w: %q: create=%q, want true or false", ErrBadURL, raw, v)
+		}
+		cfg.CreateBucket = b
+	}
+	if v := q.Get("part_size"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return Config{}, fmt.Errorf("%w: %q: part_size=%q, want a byte count", ErrBadURL, raw, v)
+		}
+		cfg.PartSize = n
+	}
+	for k := range q {
+		switch k {
+		case "endpoint", "region", "create", "part_size":
+		default:
+			return Config{}, fmt.Errorf("%w: %q: unknown parameter %q (known: endpoint, region, create, part_size)", ErrBadURL, raw, k)
+		}
+	}
+	return cfg, nil
+}
+
+// BlobStore is a provider.BlobStore on one bucket. Safe for concurrent use.
+type BlobStore struct {
+	cfg Config
+	cli *minio.Client
+}
+
+var _ provider.BlobStore = (*BlobStore)(nil)
+
+// New connects (lazily: no request is made unless CreateBucket is set).
+func New(ctx context.Context, cfg Config) (*BlobStore, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	cli, err := minio.New(cfg.Endpoint, &minio.Options{
+		Creds:        credentials.NewStaticV4(cfg.AccessKey, cfg.SecretKey, ""),
+		Secure:       cfg.Secure,
+		Region:       cfg.Region,
+		BucketLookup: minio.BucketLookupPath,
+		MaxRetries:   cfg.MaxRetries,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("s3: client for %s: %w", cfg.Endpoint, err)
+	}
+	b := &BlobStore{cfg: cfg, cli: cli}
+	if cfg.CreateBucket {
+		if err := b.ensureBucket(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+func (b *BlobStore) ensureBucket(ctx context.Context) error {
+	ok, err := b.cli.BucketExists(ctx, b.cfg.Bucket)
+	if err != nil {
+		return b.wrap("check bucket", "", err)
+	}
+	if ok {
+		return nil
+	}
+	err = b.cli.MakeBucket(ctx, b.cfg.Bucket, minio.MakeBucketOptions{Region: b.cfg.Region})
+	if err != nil {
+		if r := minio.ToErrorResponse(err); r.Code == "BucketAlreadyOwnedByYou" || r.Code == "BucketAlreadyExists" {
+			return nil
+		}
+		return b.wrap("create bucket", "", err)
+	}
+	return nil
+}
+
+func (b *BlobStore) object(key string) (string, error) {
+	if key == "" || strings.HasPrefix(key, "/") || strings.Contains(key, "\\") || path.Clean(key) != key {
+		return "", fmt.Errorf("%w: %q", ErrBadKey, key)
+	}
+	for _, p := range strings.Split(key, "/") {
+		if p == ".." {
+			return "", fmt.Errorf("%w: %q", ErrBadKey, key)
+		}
+	}
+	if b.cfg.Prefix == "" {
+		return key, nil
+	}
+	return b.cfg.Prefix + "/" + key, nil
+}
+
+// wrap names the operation, key and endpoint, and marks network failures
+// with ErrUnreachable.
+func (b *BlobStore) wrap(op, key string, err error) error {
+	where := fmt.Sprintf("s3://%s/%s at %s", b.cfg.Bucket, key, b.cfg.Endpoint)
+	var ne net.Error
+	var oe *net.OpError
+	if errors.As(err, &oe) || errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return fmt.Errorf("%w: %s %s: %v", ErrUnreachable, op, where, err)
+	}
+	if r := minio.ToErrorResponse(err); r.Code != "" {
+		return fmt.Errorf("s3: %s %s: %s: %s: %w", op, where, r.Code, r.Message, err)
+	}
+	return fmt.Errorf("s3: %s %s: %w", op, where, err)
+}
+
+// Put uploads r under key. Unknown length goes up in PartSize parts as one
+// multipart upload that is completed only after r returned io.EOF; any
+// error aborts it, leaving the previous blob under key (if any) untouched.
+func (b *BlobStore) Put(ctx context.Context, key string, r io.Reader) error {
+	obj, err := b.object(key)
+	if err != nil {
+		return err
+	}
+	// Cancel the upload's context on a reader error so minio-go aborts
+	// the multipart upload instead of completing a short object.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	er := &errTrackingReader{r: r, cancel: cancel}
+	info, err := b.cli.PutObject(ctx, b.cfg.Bucket, obj, er, -1, minio.PutObjectOptions{
+		PartSize:    b.cfg.PartSize,
+		ContentType: "application/octet-stream",
+	})
+	if er.err != nil {
+		return fmt.Errorf("s3: put s3://%s/%s: source: %w", b.cfg.Bucket, key, er.err)
+	}
+	if err != nil {
+		return b.wrap("put", key, err)
+	}
+	b.cfg.Logger.Debug("s3: put", "key", key, "bytes", info.Size)
+	return nil
+}
+
+type errTrackingReader struct {
+	r      io.Reader
+	cancel context.CancelFunc
+	err    error
+}
+
+func (e *errTrackingReader) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err != nil && err != io.EOF {
+		e.err = err
+		e.cancel()
+	}
+	return n, err
+}
+
+// Get opens the blob; provider.ErrNotFound if absent.
+func (b *BlobStore) Get(ctx context.Context, key string) (io.ReadCloser, error) {
+	obj, err := b.object(key)
+	if err != nil {
+		return nil, err
+	}
+	o, err := b.cli.GetObject(ctx, b.cfg.Bucket, obj, minio.GetObjectOptions{})
+	if err != nil {
+		return nil, b.wrap("get", key, err)
+	}
+	// GetObject is lazy; Stat makes the request so a missing key or a dead
+	// server is reported here rather than on the first Read.
+	if _, err := o.Stat(); err != nil {
+		o.Close()
+		if isNotFound(err) {
+			return nil, fmt.Errorf("%w: s3://%s/%s", provider.ErrNotFound, b.cfg.Bucket, key)
+		}
+		return nil, b.wrap("get", key, err)
+	}
+	return o, nil
+}
+
+// Stat reports the blob's size and whether it exists.
+func (b *BlobStore) Stat(ctx context.Context, key string) (int64, bool, error) {
+	obj, err := b.object(key)
+	if err != nil {
+		return 0, false, err
+	}
+	info, err := b.cli.StatObject(ctx, b.cfg.Bucket, obj, minio.StatObjectOptions{})
+	if err != nil {
+		if isNotFound(err) {
+			return 0, false, nil
+		}
+		return 0, false, b.wrap("stat", key, err)
+	}
+	return info.Size, true, nil
+}
+
+// Delete removes the blob; a missing key is not an error.
+func (b *BlobStore) Delete(ctx context.Context, key string) error {
+	obj, err := b.object(key)
+	if err != nil {
+		return err
+	}
+	if err := b.cli.RemoveObject(ctx, b.cfg.Bucket, obj, minio.RemoveObjectOptions{}); err != nil && !isNotFound(err) {
+		return b.wrap("delete", key, err)
+	}
+	return nil
+}
+
+func isNotFound(err error) bool {
+	r := minio.ToErrorResponse(err)
+	return r.Code == "NoSuchKey" || r.StatusCode == 404 && r.Code != "NoSuchBucket"
+}

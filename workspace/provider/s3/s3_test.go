@@ -1,0 +1,304 @@
+package s3
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/minio/minio-go/v7"
+
+	"github.com/gantryhq/gantry/workspace/provider"
+	"github.com/gantryhq/gantry/workspace/provider/archive"
+	"github.com/gantryhq/gantry/workspace/provider/fs"
+	"github.com/gantryhq/gantry/workspace/provider/providertest"
+)
+
+// testEndpoint returns the S3 endpoint (host:port) the tests use: from
+// GANTRY_TEST_S3, default 127.0.0.1:9000, started with
+// scripts/services.d/minio.sh when it does not answer. Fails if still down.
+func testEndpoint(t *testing.T) string {
+	t.Helper()
+	ep := os.Getenv("GANTRY_TEST_S3")
+	if ep == "" {
+		ep = "127.0.0.1:9000"
+	}
+	live := func() bool {
+		c := http.Client{Timeout: 2 * time.Second}
+		resp, err := c.Get("http://" + ep + "/minio/health/live")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	}
+	if live() {
+		return ep
+	}
+	root := repoRoot(t)
+	cmd := exec.Command("bash", filepath.Join(root, "scripts/services.d/minio.sh"))
+	cmd.Env = append(os.Environ(), "GANTRY_MINIO_ADDR="+ep)
+	if out, err := cmd.CombinedOutput(); err != nil || !live() {
+		t.Fatalf("S3 server at %s is down and scripts/services.d/minio.sh could not start it: %v\n%s", ep, err, out)
+	}
+	return ep
+}
+
+func repoRoot(t *testing.T) string {
+	dir, _ := os.Getwd()
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("no go.mod above the test directory")
+		}
+		dir = parent
+	}
+}
+
+// newTestStore makes a fresh bucket on the test server and removes exactly
+// it (and its objects) when the test ends.
+func newTestStore(t *testing.T, cfg Config) *BlobStore {
+	t.Helper()
+	cfg.Endpoint = testEndpoint(t)
+	if cfg.AccessKey == "" {
+		cfg.AccessKey, cfg.SecretKey = "gantry", "gantry-secret"
+	}
+	b := make([]byte, 5)
+	rand.Read(b)
+	cfg.Bucket = "gantry-test-" + hex.EncodeToString(b)
+	cfg.CreateBucket = true
+	bs, err := New(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx := context.Background()
+		for o := range bs.cli.ListObjects(ctx, cfg.Bucket, minio.ListObjectsOptions{Recursive: true}) {
+			if o.Err == nil {
+				bs.cli.RemoveObject(ctx, cfg.Bucket, o.Key, minio.RemoveObjectOptions{})
+			}
+		}
+		for u := range bs.cli.ListIncompleteUploads(ctx, cfg.Bucket, "", true) {
+			bs.cli.RemoveIncompleteUpload(ctx, cfg.Bucket, u.Key)
+		}
+		bs.cli.RemoveBucket(ctx, cfg.Bucket)
+	})
+	return bs
+}
+
+// stores is the one provider test matrix: every test below runs on the fs
+// BlobStore and on S3, so both keep the same promises.
+func stores(t *testing.T) map[string]func(t *testing.T) provider.BlobStore {
+	return map[string]func(t *testing.T) provider.BlobStore{
+		"fs": func(t *testing.T) provider.BlobStore { return &fs.BlobStore{Dir: t.TempDir()} },
+		"s3": func(t *testing.T) provider.BlobStore { return newTestStore(t, Config{Prefix: "pre/fix"}) },
+	}
+}
+
+func TestBlobStoreConformance(t *testing.T) {
+	for name, mk := range stores(t) {
+		t.Run(name, func(t *testing.T) { providertest.BlobStore(t, mk(t)) })
+	}
+}
+
+func TestArchiveRoundTrip(t *testing.T) {
+	for name, mk := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			root := t.TempDir()
+			s := &archive.Storage{Root: filepath.Join(root, "volumes"), Blobs: mk(t)}
+			if err := s.Provision(ctx, "ws1"); err != nil {
+				t.Fatal(err)
+			}
+			vol := s.VolumePath("ws1")
+			files := map[string]string{"a.txt": "alpha", "src/deep/main.go": "package main\n", "big.bin": strings.Repeat("z", 3<<20)}
+			for p, c := range files {
+				os.MkdirAll(filepath.Dir(filepath.Join(vol, p)), 0o755)
+				os.WriteFile(filepath.Join(vol, p), []byte(c), 0o644)
+			}
+			key, err := s.Archive(ctx, "ws1", "op-1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok, err := archive.Committed(ctx, s.Blobs, key); err != nil || !ok {
+				t.Fatalf("Committed = %v, %v", ok, err)
+			}
+			if err := s.DeleteVolume(ctx, "ws1"); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Restore(ctx, "ws1", key); err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]string{}
+			for p := range files {
+				b, err := os.ReadFile(filepath.Join(vol, p))
+				if err != nil {
+					t.Fatal(err)
+				}
+				got[p] = string(b)
+			}
+			if d := cmp.Diff(files, got); d != "" {
+				t.Fatalf("restored files differ (-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+// failAfter yields n random bytes, then an error: a tar stream cut short.
+type failAfter struct{ n int }
+
+func (f *failAfter) Read(p []byte) (int, error) {
+	if f.n <= 0 {
+		return 0, errors.New("source died")
+	}
+	if len(p) > f.n {
+		p = p[:f.n]
+	}
+	rand.Read(p)
+	f.n -= len(p)
+	return len(p), nil
+}
+
+// A multipart upload whose source fails after several parts were sent is
+// aborted: no object, no incomplete upload left, no .meta.
+func TestTruncatedMultipartNeverCommitted(t *testing.T) {
+	bs := newTestStore(t, Config{PartSize: 5 << 20})
+	ctx := t.Context()
+	key := provider.ArchiveKey("ws1", "op-9")
+	err := bs.Put(ctx, key, &failAfter{n: 12 << 20})
+	if err == nil || !strings.Contains(err.Error(), "source died") {
+		t.Fatalf("Put of a failing 12 MiB stream = %v; want the source error", err)
+	}
+	if _, ok, err := bs.Stat(ctx, key); ok || err != nil {
+		t.Fatalf("Stat after a failed multipart Put = %v, %v; want absent", ok, err)
+	}
+	if ok, _ := archive.Committed(ctx, bs, key); ok {
+		t.Fatal("a truncated archive counts as committed")
+	}
+	for u := range bs.cli.ListIncompleteUploads(ctx, bs.cfg.Bucket, "", true) {
+		t.Errorf("incomplete upload left behind: %s (%v)", u.Key, u.Err)
+	}
+	// And a large, complete stream does go up in parts.
+	data := make([]byte, 11<<20)
+	rand.Read(data)
+	if err := bs.Put(ctx, key, bytes.NewReader(data)); err != nil {
+		t.Fatal(err)
+	}
+	info, err := bs.cli.StatObject(ctx, bs.cfg.Bucket, key, minio.StatObjectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(info.ETag, "-3") {
+		t.Errorf("ETag %q: want a 3-part multipart upload", info.ETag)
+	}
+	rc, err := bs.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(rc)
+	rc.Close()
+	if !bytes.Equal(got, data) {
+		t.Fatal("multipart blob read back differs")
+	}
+}
+
+// With the server unreachable, Put/Get/Stat fail naming the endpoint, and
+// an archive attempt leaves nothing committed (checked after the fact on
+// the real server under the same key).
+func TestUnreachable(t *testing.T) {
+	down, err := New(t.Context(), Config{Endpoint: "127.0.0.1:1", Bucket: "bucket", AccessKey: "k", SecretKey: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "f"), []byte("data"), 0o644)
+	key := provider.ArchiveKey("ws1", "op-1")
+	_, err = archive.Write(ctx, down, key, dir)
+	if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), "127.0.0.1:1") {
+		t.Fatalf("archive.Write to a dead endpoint = %v; want ErrUnreachable naming it", err)
+	}
+	if _, _, err := down.Stat(ctx, key); !errors.Is(err, ErrUnreachable) {
+		t.Fatalf("Stat = %v; want ErrUnreachable", err)
+	}
+	if _, err := down.Get(ctx, key); !errors.Is(err, ErrUnreachable) {
+		t.Fatalf("Get = %v; want ErrUnreachable", err)
+	}
+}
+
+func TestParseURL(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		want    Config
+		wantErr string
+	}{
+		{in: "s3://archives?endpoint=http://127.0.0.1:9000", want: Config{Bucket: "archives", Endpoint: "127.0.0.1:9000"}},
+		{in: "s3://b/some/prefix/?endpoint=https://s3.example:443&region=eu-west-1&create=true&part_size=8388608",
+			want: Config{Bucket: "b", Prefix: "some/prefix", Endpoint: "s3.example:443", Secure: true, Region: "eu-west-1", CreateBucket: true, PartSize: 8 << 20}},
+		{in: "file:///x", wantErr: "scheme"},
+		{in: "s3://?endpoint=http://h:1", wantErr: "no bucket"},
+		{in: "s3://b", wantErr: "endpoint= is required"},
+		{in: "s3://b?endpoint=h:1", wantErr: "want http://host:port"},
+		{in: "s3://k:s@b?endpoint=http://h:1", wantErr: "credentials"},
+		{in: "s3://b?endpoint=http://h:1&create=maybe", wantErr: "create="},
+		{in: "s3://b?endpoint=http://h:1&bogus=1", wantErr: "unknown parameter"},
+	} {
+		got, err := ParseURL(tc.in)
+		if tc.wantErr != "" {
+			if !errors.Is(err, ErrBadURL) || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("ParseURL(%q) err = %v; want ErrBadURL mentioning %q", tc.in, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("ParseURL(%q): %v", tc.in, err)
+			continue
+		}
+		if d := cmp.Diff(tc.want, got, cmp.AllowUnexported(Config{})); d != "" {
+			t.Errorf("ParseURL(%q) (-want +got):\n%s", tc.in, d)
+		}
+	}
+}
+
+func FuzzParseURL(f *testing.F) {
+	f.Add("s3://b/p?endpoint=http://127.0.0.1:9000&region=r")
+	f.Add("s3://b?endpoint=https://h&part_size=99")
+	f.Fuzz(func(t *testing.T, s string) {
+		cfg, err := ParseURL(s)
+		if err != nil {
+			if !errors.Is(err, ErrBadURL) {
+				t.Fatalf("error %v does not wrap ErrBadURL", err)
+			}
+			return
+		}
+		if cfg.Bucket == "" || cfg.Endpoint == "" || strings.Contains(cfg.Endpoint, "/") {
+			t.Fatalf("accepted %q as %+v", s, cfg)
+		}
+	})
+}
+
+func TestBadKeys(t *testing.T) {
+	bs, err := New(t.Context(), Config{Endpoint: "127.0.0.1:1", Bucket: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"", "/abs", "a/../b", "a\\b", "a//b"} {
+		if err := bs.Put(t.Context(), k, strings.NewReader("x")); !errors.Is(err, ErrBadKey) {
+			t.Errorf("Put(%q) = %v; want ErrBadKey", k, err)
+		}
+	}
+}

@@ -1,0 +1,634 @@
+package workspace
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/gantryhq/gantry/sched"
+	"github.com/gantryhq/gantry/workspace/provider"
+)
+
+// Config configures a Reconciler. Zero values are the seed's defaults.
+type Config struct {
+	Interval     time.Duration // RECONCILER_INTERVAL, 0 = 10 s
+	MaxRetries   int           // RECONCILER_MAX_RETRIES, 0 = 3 (retries after the first attempt; <0 = none)
+	RetryBackoff time.Duration // RECONCILER_RETRY_BACKOFF: first retry delay, 0 = 30 s; doubles per retry
+	// RetryBackoffMax caps the exponential backoff; 0 = 32 × RetryBackoff.
+	RetryBackoffMax time.Duration
+	// Timeouts per operation (RECONCILER_{STARTING,STOPPING,ARCHIVING,
+	// RESTORING}_TIMEOUT); missing = 300 s for start/stop, 1800 s for
+	// archive/restore/provision/delete.
+	Timeouts map[Operation]time.Duration
+	// Lease is how long a claim survives its replica without renewal
+	// before another replica takes the operation over; 0 = 15 s.
+	Lease time.Duration
+	// Concurrency bounds provider calls in flight; 0 = 512.
+	Concurrency int
+	// Workers is the number of sched workers; 0 = GOMAXPROCS.
+	Workers int
+	// WorkerPool, if > 0, replaces the sched processes with a plain pool
+	// of that many goroutines and a per-workspace in-flight set: the
+	// baseline the benchmark compares against.
+	WorkerPool int
+	// Owner names this replica in op_owner; "" = hostname-pid-random.
+	Owner  string
+	Logger *slog.Logger
+	Now    func() time.Time // nil = time.Now
+}
+
+// ConfigFromEnv reads the seed's environment variables (seconds).
+func ConfigFromEnv(getenv func(string) string) (Config, error) {
+	var c Config
+	secs := func(name string) (time.Duration, error) {
+		v := getenv(name)
+		if v == "" {
+			return 0, nil
+		}
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f <= 0 || math.IsInf(f, 0) {
+			return 0, fmt.Errorf("%w: %s=%q, want a positive number of seconds", ErrBadInput, name, v)
+		}
+		return time.Duration(f * float64(time.Second)), nil
+	}
+	var err error
+	if c.Interval, err = secs("RECONCILER_INTERVAL"); err != nil {
+		return c, err
+	}
+	if c.RetryBackoff, err = secs("RECONCILER_RETRY_BACKOFF"); err != nil {
+		return c, err
+	}
+	if v := getenv("RECONCILER_MAX_RETRIES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return c, fmt.Errorf("%w: RECONCILER_MAX_RETRIES=%q, want an integer >= 0", ErrBadInput, v)
+		}
+		c.MaxRetries = n
+		if n == 0 {
+			c.MaxRetries = -1
+		}
+	}
+	c.Timeouts = map[Operation]time.Duration{}
+	for _, op := range []Operation{OpStarting, OpStopping, OpArchiving, OpRestoring} {
+		d, err := secs("RECONCILER_" + string(op) + "_TIMEOUT")
+		if err != nil {
+			return c, err
+		}
+		if d > 0 {
+			c.Timeouts[op] = d
+		}
+	}
+	return c, nil
+}
+
+func (c *Config) validate() error {
+	if c.Interval < 0 || c.RetryBackoff < 0 || c.Lease < 0 || c.Concurrency < 0 || c.Workers < 0 {
+		return fmt.Errorf("%w: negative reconciler setting", ErrBadInput)
+	}
+	if c.Interval == 0 {
+		c.Interval = 10 * time.Second
+	}
+	if c.MaxRetries == 0 {
+		c.MaxRetries = 3
+	} else if c.MaxRetries < 0 {
+		c.MaxRetries = 0
+	}
+	if c.RetryBackoff == 0 {
+		c.RetryBackoff = 30 * time.Second
+	}
+	if c.RetryBackoffMax == 0 {
+		c.RetryBackoffMax = 32 * c.RetryBackoff
+	}
+	t := map[Operation]time.Duration{
+		OpStarting: 300 * time.Second, OpStopping: 300 * time.Second,
+		OpArchiving: 1800 * time.Second, OpRestoring: 1800 * time.Second,
+		OpProvisioning: 1800 * time.Second, OpDeleting: 1800 * time.Second,
+	}
+	for op, d := range c.Timeouts {
+		t[op] = d
+	}
+	c.Timeouts = t
+	if c.Lease == 0 {
+		c.Lease = 15 * time.Second
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 512
+	}
+	if c.Owner == "" {
+		h, _ := os.Hostname()
+		c.Owner = fmt.Sprintf("%s-%d-%s", h, os.Getpid(), uuid.NewString()[:8])
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return nil
+}
+
+// retryDelay is the exponential backoff before retry n (0 = first retry).
+func (c *Config) retryDelay(n int) time.Duration {
+	d := float64(c.RetryBackoff) * math.Pow(2, float64(n))
+	if d > float64(c.RetryBackoffMax) {
+		return c.RetryBackoffMax
+	}
+	return time.Duration(d)
+}
+
+// Reconciler is seed 001's StateReconciler: it reads only the database and
+// runs each workspace as one sched process, so one workspace never has two
+// reconcile steps at once in a replica while thousands proceed together;
+// across replicas the CAS claim and the lease keep one executor per
+// operation.
+type Reconciler struct {
+	cfg       Config
+	store     *Store
+	container provider.Container
+	storage   provider.Storage
+	hints     Hints
+	sem       chan struct{}
+
+	// mu protects procs and sch.
+	mu     sync.Mutex
+	procs  map[string]sched.PID
+	timers map[string]time.Time // pending pokeAt due times
+	sch    *sched.Scheduler
+
+	runCtx context.Context
+	pool   *workerPool
+	calls  sync.WaitGroup // provider calls in flight
+	// Queries counts store queries issued by ticks (benchmarks).
+	tickQueries int64
+}
+
+// NewReconciler validates cfg.
+func NewReconciler(cfg Config, st *Store, c provider.Container, s provider.Storage, h Hints) (*Reconciler, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if h == nil {
+		h = DropHints{}
+	}
+	return &Reconciler{cfg: cfg, store: st, container: c, storage: s, hints: h,
+		sem: make(chan struct{}, cfg.Concurrency), procs: map[string]sched.PID{}, timers: map[string]time.Time{}, pool: newWorkerPool()}, nil
+}
+
+// Config returns the effective configuration.
+func (r *Reconciler) Config() Config { return r.cfg }
+
+const cmdReconcile sched.CommandType = 1001
+
+// reconcileCmd asks for one reconcile step of a workspace; w nil = re-read.
+type reconcileCmd struct {
+	id string
+	w  *Workspace
+}
+
+func (reconcileCmd) CommandType() sched.CommandType { return cmdReconcile }
+
+// stepResult is a reconcile step's outcome.
+type stepResult struct {
+	again bool // the row changed in a way that may allow the next step now
+	gone  bool // the workspace was deleted
+}
+
+// wsProc is one workspace's process. Messages are row snapshots (ticks),
+// nil (hints, timers); the yield is one reconcile step. While a step is in
+// flight newer messages are coalesced into one follow-up.
+type wsProc struct {
+	id      string
+	busy    bool
+	pending bool
+	latest  *Workspace
+	tag     uint64
+}
+
+func (p *wsProc) Init(context.Context, string, []any) error { return nil }
+func (p *wsProc) Close()                                    {}
+
+func (p *wsProc) Step(events []sched.Event, out *sched.StepOutput) error {
+	out.Status = sched.StatusWaitMessages
+	for _, ev := range events {
+		switch ev.Type {
+		case sched.EventCancel:
+			out.Status = sched.StatusDone
+			return nil
+		case sched.EventMessage:
+			w, _ := ev.Data.(*Workspace)
+			if p.busy {
+				w = nil // a snapshot taken during our own step is stale after it: re-read
+			}
+			p.pending, p.latest = true, w
+		case sched.EventYieldComplete:
+			p.busy = false
+			if res, ok := ev.Data.(stepResult); ok {
+				if res.gone {
+					out.Status = sched.StatusDone
+					return nil
+				}
+				if res.again {
+					p.pending, p.latest = true, nil
+				}
+			}
+		}
+	}
+	if p.pending && !p.busy {
+		p.tag++
+		out.Yield(p.tag, reconcileCmd{id: p.id, w: p.latest})
+		p.busy, p.pending, p.latest = true, false, nil
+	}
+	return nil
+}
+
+// poke sends w (nil = re-read) to id's process, spawning it if needed.
+func (r *Reconciler) poke(id string, w *Workspace) {
+	if r.cfg.WorkerPool > 0 {
+		r.pool.poke(id, w)
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.sch == nil {
+		return
+	}
+	pid, ok := r.procs[id]
+	if ok {
+		if err := r.sch.Send(pid, w); err == nil {
+			return
+		}
+	}
+	pid, err := r.sch.Spawn(&wsProc{id: id}, "reconcile", nil)
+	if err != nil {
+		return
+	}
+	r.procs[id] = pid
+	r.sch.Send(pid, w)
+}
+
+// pokeAt pokes id after d (retry backoff, lease expiry, timeout).
+// At most one timer per workspace is pending: the earliest wins.
+func (r *Reconciler) pokeAt(id string, d time.Duration) {
+	if d < 0 {
+		d = 0
+	}
+	due := time.Now().Add(d)
+	r.mu.Lock()
+	if cur, ok := r.timers[id]; ok && !cur.After(due) {
+		r.mu.Unlock()
+		return
+	}
+	r.timers[id] = due
+	r.mu.Unlock()
+	time.AfterFunc(d+time.Millisecond, func() {
+		r.mu.Lock()
+		if r.timers[id].Equal(due) {
+			delete(r.timers, id)
+		}
+		r.mu.Unlock()
+		if r.runCtx.Err() == nil {
+			r.poke(id, nil)
+		}
+	})
+}
+
+// Tick reads the actionable workspaces in one query and hands each to its
+// process.
+func (r *Reconciler) Tick(ctx context.Context) error {
+	ws, err := r.store.ListActionable(ctx)
+	r.mu.Lock()
+	r.tickQueries++
+	r.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	for i := range ws {
+		r.poke(ws[i].ID, &ws[i])
+	}
+	return nil
+}
+
+// TickQueries reports how many queries ticks have issued.
+func (r *Reconciler) TickQueries() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.tickQueries
+}
+
+// Run ticks every Interval and on ChanWorkspace hints until ctx ends, then
+// stops the processes and waits for provider calls in flight.
+func (r *Reconciler) Run(ctx context.Context) error {
+	r.runCtx = ctx
+	if r.cfg.WorkerPool > 0 {
+		return r.runPool(ctx)
+	}
+	handler := &stepHandler{r: r, ctx: ctx}
+	sch, err := sched.New(sched.Config{
+		Workers:  r.cfg.Workers,
+		Logger:   r.cfg.Logger,
+		Handlers: map[sched.CommandType]sched.Handler{cmdReconcile: handler},
+		OnExit: func(pid sched.PID, _ error) {
+			r.mu.Lock()
+			for id, p := range r.procs {
+				if p == pid {
+					delete(r.procs, id)
+					break
+				}
+			}
+			r.mu.Unlock()
+		},
+	})
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.sch = sch
+	r.mu.Unlock()
+	hints, cancel := r.hints.Subscribe(ChanWorkspace)
+	defer cancel()
+	t := time.NewTicker(r.cfg.Interval)
+	defer t.Stop()
+	if err := r.Tick(ctx); err != nil && ctx.Err() == nil {
+		r.cfg.Logger.Warn("workspace: tick", "err", err)
+	}
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case <-t.C:
+			if err := r.Tick(ctx); err != nil && ctx.Err() == nil {
+				r.cfg.Logger.Warn("workspace: tick", "err", err)
+			}
+		case id := <-hints:
+			r.poke(id, nil)
+		}
+	}
+	r.calls.Wait()
+	r.mu.Lock()
+	r.sch = nil
+	r.mu.Unlock()
+	stopCtx, stop := context.WithTimeout(context.Background(), 5*time.Second)
+	defer stop()
+	sch.Stop(stopCtx)
+	return nil
+}
+
+// step is one reconcile of one workspace (seed: reconcile(ws)).
+func (r *Reconciler) step(ctx context.Context, id string, w *Workspace) stepResult {
+	if w == nil {
+		got, err := r.store.Get(ctx, id)
+		if errors.Is(err, ErrNotFound) {
+			return stepResult{gone: true}
+		}
+		if err != nil {
+			r.cfg.Logger.Warn("workspace: read", "id", id, "err", err)
+			return stepResult{}
+		}
+		w = &got
+	}
+	// 1. ERROR: skip (deleting needs no recovery).
+	if w.ObservedStatus == Error && w.DesiredState != Deleted {
+		return stepResult{}
+	}
+	// 2. An operation in flight: completion, timeout, retry or takeover.
+	if w.Operation != OpNone {
+		return r.inFlight(ctx, w)
+	}
+	// 3. Converged.
+	if w.ObservedStatus == w.DesiredState {
+		return stepResult{}
+	}
+	// 4. Plan.
+	op := Plan(w.ObservedStatus, w.DesiredState, w.ArchiveKey != "")
+	if op == OpNone {
+		return stepResult{}
+	}
+	// 5. Claim (CAS with a fresh op_id), then execute.
+	opID, err := uuid.NewV7()
+	if err != nil {
+		return stepResult{}
+	}
+	now := r.cfg.Now()
+	ok, err := r.store.Claim(ctx, *w, op, opID.String(), r.cfg.Owner, now, now.Add(r.cfg.Lease))
+	if err != nil {
+		r.cfg.Logger.Warn("workspace: claim", "id", w.ID, "err", err)
+		return stepResult{}
+	}
+	if !ok {
+		// The row moved since the snapshot: plan again from a fresh read
+		// (another replica's claim then shows as an operation in flight).
+		return stepResult{again: true}
+	}
+	w.Operation, w.OpID, w.OpStartedAt, w.OpOwner = op, opID.String(), &now, r.cfg.Owner
+	r.cfg.Logger.Debug("workspace: claimed", "id", w.ID, "op", op, "op_id", w.OpID)
+	return r.execute(ctx, w)
+}
+
+func (r *Reconciler) complete(w *Workspace) bool {
+	if w.Operation == OpArchiving {
+		return w.ObservedStatus == Pending && w.ArchiveKey == provider.ArchiveKey(w.ID, w.OpID)
+	}
+	return w.ObservedStatus == w.Operation.Target()
+}
+
+func (r *Reconciler) inFlight(ctx context.Context, w *Workspace) stepResult {
+	now := r.cfg.Now()
+	if w.ErrorInfo != nil && w.ErrorInfo.IsTerminal && w.Operation != OpDeleting {
+		r.hints.Publish(ctx, ChanMonitor, w.ID) // let the monitor flip it to ERROR
+		return stepResult{}
+	}
+	if w.Operation != OpDeleting && r.complete(w) {
+		if ok, err := r.store.Complete(ctx, w.ID, w.OpID, now); err == nil && ok {
+			r.cfg.Logger.Info("workspace: operation completed", "id", w.ID, "op", w.Operation)
+			r.hints.Publish(ctx, ChanWorkspace, w.ID)
+			return stepResult{again: true}
+		}
+		return stepResult{}
+	}
+	timeout := r.cfg.Timeouts[w.Operation]
+	var started time.Time
+	if w.OpStartedAt != nil {
+		started = *w.OpStartedAt
+	}
+	if elapsed := now.Sub(started); elapsed > timeout {
+		info := &ErrorInfo{Reason: "Timeout", Operation: w.Operation, IsTerminal: true, ErrorCount: w.ErrorCount,
+			Elapsed: elapsed.Seconds(), OccurredAt: now.UTC()}
+		if err := r.store.Terminal(ctx, w.ID, w.OpID, info, now); err == nil {
+			r.cfg.Logger.Error("workspace: operation timed out", "id", w.ID, "op", w.Operation, "elapsed", elapsed)
+			r.hints.Publish(ctx, ChanMonitor, w.ID)
+		}
+		return stepResult{}
+	}
+	deadline := started.Add(timeout).Sub(now)
+	if w.OpExecuted {
+		// Waiting for the monitor: no retry here (the seed's defect 2).
+		r.pokeAt(w.ID, deadline)
+		return stepResult{}
+	}
+	// Not executed: a failure waiting for its retry, or a claim whose
+	// replica died before the provider call returned.
+	if w.NextRetryAt != nil && now.Before(*w.NextRetryAt) {
+		r.pokeAt(w.ID, w.NextRetryAt.Sub(now))
+		return stepResult{}
+	}
+	if w.OpOwner != r.cfg.Owner && w.OpLeaseUntil != nil && now.Before(*w.OpLeaseUntil) {
+		r.pokeAt(w.ID, w.OpLeaseUntil.Sub(now))
+		return stepResult{}
+	}
+	if w.OpOwner != r.cfg.Owner && w.OpLeaseUntil != nil && (w.ObservedAt == nil || !w.ObservedAt.After(*w.OpLeaseUntil)) {
+		// The dead owner's call may have taken effect before it could
+		// record it: take over only after an observation made since its
+		// lease lapsed (which completes the operation if it did).
+		r.hints.Publish(ctx, ChanMonitor, w.ID)
+		r.pokeAt(w.ID, min(r.cfg.Interval, 250*time.Millisecond))
+		return stepResult{}
+	}
+	ok, err := r.store.Acquire(ctx, w.ID, w.OpID, r.cfg.Owner, now, now.Add(r.cfg.Lease))
+	if err != nil || !ok {
+		return stepResult{}
+	}
+	if w.OpOwner != r.cfg.Owner {
+		r.cfg.Logger.Info("workspace: took over operation", "id", w.ID, "op", w.Operation, "from", w.OpOwner)
+	}
+	w.OpOwner = r.cfg.Owner
+	return r.execute(ctx, w)
+}
+
+// execute calls the provider for w's claimed operation, renewing the lease
+// meanwhile, and records the outcome.
+func (r *Reconciler) execute(ctx context.Context, w *Workspace) stepResult {
+	var started time.Time
+	if w.OpStartedAt != nil {
+		started = *w.OpStartedAt
+	}
+	deadline := started.Add(r.cfg.Timeouts[w.Operation])
+	callCtx, cancel := context.WithDeadline(ctx, deadline)
+	renewDone := make(chan struct{})
+	go func() {
+		t := time.NewTicker(r.cfg.Lease / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-renewDone:
+				return
+			case <-t.C:
+				r.store.Renew(ctx, w.ID, w.OpID, r.cfg.Owner, r.cfg.Now().Add(r.cfg.Lease))
+			}
+		}
+	}()
+	err := r.call(callCtx, w)
+	close(renewDone)
+	cancel()
+	now := r.cfg.Now()
+	if ctx.Err() != nil {
+		return stepResult{} // shutting down: the lease lapses, a restart takes over
+	}
+	if err == nil {
+		if w.Operation == OpDeleting {
+			if err := r.store.DeleteRow(ctx, w.ID, w.OpID); err != nil {
+				r.cfg.Logger.Warn("workspace: delete row", "id", w.ID, "err", err)
+				return stepResult{}
+			}
+			r.hints.Publish(ctx, ChanWorkspace, w.ID)
+			return stepResult{gone: true}
+		}
+		if err := r.store.Executed(ctx, w.ID, w.OpID, now); err != nil {
+			r.cfg.Logger.Warn("workspace: record executed", "id", w.ID, "err", err)
+		}
+		r.hints.Publish(ctx, ChanMonitor, w.ID)
+		r.pokeAt(w.ID, deadline.Sub(now))
+		return stepResult{}
+	}
+	count := w.ErrorCount + 1
+	info := &ErrorInfo{Reason: "ActionFailed", Operation: w.Operation, ErrorCount: count, LastError: err.Error(), OccurredAt: now.UTC()}
+	var next *time.Time
+	var pe *provider.PermanentError
+	switch {
+	case errors.As(err, &pe):
+		info.Reason, info.IsTerminal = pe.Reason, true
+	case errors.Is(err, context.DeadlineExceeded) && !now.Before(deadline):
+		info.Reason, info.IsTerminal = "Timeout", true
+		info.Elapsed = now.Sub(started).Seconds()
+	case count > r.cfg.MaxRetries:
+		info.Reason, info.IsTerminal = "RetryExceeded", true
+	default:
+		t := now.Add(r.cfg.retryDelay(count - 1))
+		next = &t
+	}
+	r.cfg.Logger.Warn("workspace: execute failed", "id", w.ID, "op", w.Operation, "error_count", count, "reason", info.Reason, "err", err)
+	if err := r.store.Failed(ctx, w.ID, w.OpID, count, info, now, next); err != nil {
+		r.cfg.Logger.Warn("workspace: record failure", "id", w.ID, "err", err)
+	}
+	if info.IsTerminal {
+		r.hints.Publish(ctx, ChanMonitor, w.ID)
+	} else {
+		r.pokeAt(w.ID, next.Sub(now))
+	}
+	return stepResult{}
+}
+
+// call is the provider side of each operation.
+func (r *Reconciler) call(ctx context.Context, w *Workspace) error {
+	switch w.Operation {
+	case OpProvisioning:
+		return r.storage.Provision(ctx, w.ID)
+	case OpRestoring:
+		return r.storage.Restore(ctx, w.ID, w.ArchiveKey)
+	case OpStarting:
+		return r.container.Start(ctx, provider.Spec{ID: w.ID, Name: w.Name, Image: w.Image, Command: w.Command, VolumeDir: r.storage.VolumePath(w.ID)})
+	case OpStopping:
+		return r.container.Stop(ctx, w.ID)
+	case OpArchiving:
+		// Order is the invariant: archive committed, key recorded, then
+		// the volume removed. A crash anywhere repeats only what is left.
+		key, err := r.storage.Archive(ctx, w.ID, w.OpID)
+		if err != nil {
+			return err
+		}
+		if err := r.store.SetArchiveKey(ctx, w.ID, w.OpID, key, r.cfg.Now()); err != nil {
+			return err
+		}
+		return r.storage.DeleteVolume(ctx, w.ID)
+	case OpDeleting:
+		if err := r.container.Stop(ctx, w.ID); err != nil {
+			return err
+		}
+		return r.storage.DeleteVolume(ctx, w.ID)
+	}
+	return fmt.Errorf("workspace: unknown operation %q", w.Operation)
+}
+
+// stepHandler runs a reconcile step off the sched worker (bounded by the
+// reconciler's semaphore) and completes the yield with its result.
+type stepHandler struct {
+	r   *Reconciler
+	ctx context.Context // Run's context, fixed before the scheduler starts
+}
+
+func (h *stepHandler) Handle(_ context.Context, cmd sched.Command, tag uint64, c sched.Completer) error {
+	rc := cmd.(reconcileCmd)
+	r, ctx := h.r, h.ctx
+	r.calls.Add(1)
+	go func() {
+		defer r.calls.Done()
+		select {
+		case r.sem <- struct{}{}:
+		case <-ctx.Done():
+			c.CompleteYield(tag, stepResult{}, ctx.Err())
+			return
+		}
+		res := r.step(ctx, rc.id, rc.w)
+		<-r.sem
+		c.CompleteYield(tag, res, nil)
+	}()
+	return nil
+}

@@ -1,0 +1,224 @@
+package workspace
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gantryhq/gantry/workspace/provider/fake"
+)
+
+type harness struct {
+	st   *Store
+	fake *fake.Provider
+	rec  *Reconciler
+	stop func()
+}
+
+// startHarness runs a reconciler and a monitor over st with the fake
+// provider, fast intervals and the given hints.
+func startHarness(t testing.TB, st *Store, fk *fake.Provider, hints Hints, cfg Config) *harness {
+	t.Helper()
+	if cfg.Interval == 0 {
+		cfg.Interval = 100 * time.Millisecond
+	}
+	if cfg.RetryBackoff == 0 {
+		cfg.RetryBackoff = 20 * time.Millisecond
+	}
+	rec, err := NewReconciler(cfg, st, fk, fk, hints)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mon := NewHealthMonitor(MonitorConfig{Interval: cfg.Interval}, st, fk, fk, hints)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); rec.Run(ctx) }()
+	go func() { defer wg.Done(); mon.Run(ctx) }()
+	if ph, ok := hints.(*PGHints); ok {
+		wg.Add(1)
+		go func() { defer wg.Done(); ph.Run(ctx) }()
+	}
+	var once sync.Once
+	stop := func() { once.Do(func() { cancel(); wg.Wait() }) }
+	t.Cleanup(stop)
+	return &harness{st: st, fake: fk, rec: rec, stop: stop}
+}
+
+func (h *harness) waitState(t testing.TB, id string, observed Status, d time.Duration) Workspace {
+	t.Helper()
+	var w Workspace
+	waitFor(t, d, fmt.Sprintf("%s to be %s", id, observed), func() (bool, string) {
+		var err error
+		w, err = h.st.Get(context.Background(), id)
+		if err != nil {
+			return false, err.Error()
+		}
+		return w.ObservedStatus == observed && (observed == Error || w.Operation == OpNone), describe(w)
+	})
+	return w
+}
+
+func TestLifecycleWithFakeProvider(t *testing.T) {
+	for _, b := range backends {
+		for _, hintsOn := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/hints=%v", b.name, hintsOn), func(t *testing.T) {
+				ctx := context.Background()
+				st := openStore(t, b.dsn(t))
+				var hints Hints = DropHints{}
+				if hintsOn {
+					hints = NewLocalHints()
+				}
+				h := startHarness(t, st, fake.New(time.Millisecond), hints, Config{})
+				w, err := st.Create(ctx, NewWorkspace{Name: "w", Desired: Running}, time.Now())
+				if err != nil {
+					t.Fatal(err)
+				}
+				// A new workspace is provisioned, never ERROR (the seed's defect 1).
+				h.waitState(t, w.ID, Running, 10*time.Second)
+				st.SetDesired(ctx, w.ID, Pending, time.Now())
+				got := h.waitState(t, w.ID, Pending, 10*time.Second)
+				if got.ArchiveKey == "" {
+					t.Fatal("archived without archive_key")
+				}
+				st.SetDesired(ctx, w.ID, Running, time.Now())
+				h.waitState(t, w.ID, Running, 10*time.Second)
+				for _, op := range []fake.Op{fake.Provision, fake.Start, fake.Stop, fake.Archive, fake.Restore} {
+					want := 1
+					if op == fake.Start {
+						want = 2
+					}
+					if n := h.fake.Calls(w.ID, op); n != want {
+						t.Errorf("%s calls = %d, want %d", op, n, want)
+					}
+				}
+				if d := h.fake.Duplicates(); len(d) > 0 {
+					t.Fatalf("duplicates: %v", d)
+				}
+				// Delete removes the row.
+				st.SetDesired(ctx, w.ID, Deleted, time.Now())
+				waitFor(t, 10*time.Second, "row deleted", func() (bool, string) {
+					_, err := st.Get(ctx, w.ID)
+					return err != nil, fmt.Sprint(err)
+				})
+			})
+		}
+	}
+}
+
+func TestFailurePolicy(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t, sqliteDSN(t))
+	fk := fake.New(0)
+	h := startHarness(t, st, fk, NewLocalHints(), Config{MaxRetries: 3, Timeouts: map[Operation]time.Duration{OpStarting: 3 * time.Second}})
+	mk := func(name string) Workspace {
+		w, err := st.Create(ctx, NewWorkspace{Name: name, Desired: Standby}, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.waitState(t, w.ID, Standby, 10*time.Second)
+		return w
+	}
+
+	// N = max failures: retried max times, converges, error_count reset.
+	ok := mk("retries-ok")
+	fk.Fail(fake.Start, ok.ID, 3)
+	st.SetDesired(ctx, ok.ID, Running, time.Now())
+	got := h.waitState(t, ok.ID, Running, 10*time.Second)
+	if got.ErrorCount != 0 || got.ErrorInfo != nil || fk.Calls(ok.ID, fake.Start) != 4 {
+		t.Fatalf("after 3 failures: %s, %d start calls (want 4)", describe(got), fk.Calls(ok.ID, fake.Start))
+	}
+
+	// max+1 failures: ERROR RetryExceeded, no more calls.
+	bad := mk("retries-exceeded")
+	fk.Fail(fake.Start, bad.ID, 100)
+	st.SetDesired(ctx, bad.ID, Running, time.Now())
+	got = h.waitState(t, bad.ID, Error, 10*time.Second)
+	if got.ErrorInfo == nil || got.ErrorInfo.Reason != "RetryExceeded" || !got.ErrorInfo.IsTerminal || got.ErrorCount != 4 {
+		t.Fatalf("retry exceeded: %s", describe(got))
+	}
+	calls := fk.Calls(bad.ID, fake.Start)
+	time.Sleep(300 * time.Millisecond) // several ticks: an ERROR workspace is skipped
+	if n := fk.Calls(bad.ID, fake.Start); n != calls || n != 4 {
+		t.Fatalf("start calls %d then %d, want 4 and no more", calls, n)
+	}
+	// recover brings it back.
+	fk.Fail(fake.Start, bad.ID, 0)
+	if _, err := st.Recover(ctx, bad.ID, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	h.rec.hints.Publish(ctx, ChanMonitor, bad.ID)
+	h.waitState(t, bad.ID, Running, 10*time.Second)
+
+	// A hung provider: ERROR Timeout.
+	hung := mk("hung")
+	fk.Hang(fake.Start, hung.ID, true)
+	st.SetDesired(ctx, hung.ID, Running, time.Now())
+	got = h.waitState(t, hung.ID, Error, 20*time.Second)
+	if got.ErrorInfo == nil || got.ErrorInfo.Reason != "Timeout" || !got.ErrorInfo.IsTerminal {
+		t.Fatalf("hung: %s", describe(got))
+	}
+	fk.Hang(fake.Start, hung.ID, false)
+	st.Recover(ctx, hung.ID, time.Now())
+	h.rec.hints.Publish(ctx, ChanMonitor, hung.ID)
+	h.waitState(t, hung.ID, Running, 10*time.Second)
+
+	// No failure, slow observation: never retried (the seed's defect 2).
+	if n := fk.Calls(hung.ID, fake.Start); n != 2 {
+		t.Fatalf("hung workspace start calls = %d, want 2 (one hung, one after recover)", n)
+	}
+}
+
+// TestConvergesUnderRandomChanges: many workspaces, random desired states,
+// injected failures; every one ends converged or in ERROR with a reason,
+// and no provider call is ever duplicated.
+func TestConvergesUnderRandomChanges(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := context.Background()
+			st := openStore(t, b.dsn(t))
+			fk := fake.New(time.Millisecond)
+			h := startHarness(t, st, fk, NewLocalHints(), Config{MaxRetries: 3})
+			states := []Status{Pending, Standby, Running}
+			var ids []string
+			for i := range 50 {
+				w, err := st.Create(ctx, NewWorkspace{Name: fmt.Sprint("w", i), Desired: states[i%3]}, time.Now())
+				if err != nil {
+					t.Fatal(err)
+				}
+				ids = append(ids, w.ID)
+				if i%7 == 0 {
+					fk.Fail(fake.Start, w.ID, 2)
+				}
+			}
+			rng := rand.New(rand.NewPCG(1, 2))
+			for range 300 {
+				id := ids[rng.IntN(len(ids))]
+				st.SetDesired(ctx, id, states[rng.IntN(3)], time.Now())
+				time.Sleep(2 * time.Millisecond)
+			}
+			waitFor(t, 30*time.Second, "all converged", func() (bool, string) {
+				all, _ := st.List(ctx)
+				for _, w := range all {
+					if w.ObservedStatus == Error {
+						if w.ErrorInfo == nil || w.ErrorInfo.Reason == "" {
+							return false, "ERROR without reason: " + describe(w)
+						}
+						continue
+					}
+					if w.ObservedStatus != w.DesiredState || w.Operation != OpNone {
+						return false, describe(w)
+					}
+				}
+				return true, ""
+			})
+			h.stop()
+			if d := fk.Duplicates(); len(d) > 0 {
+				t.Fatalf("%d duplicate calls: %v", len(d), d[:min(5, len(d))])
+			}
+		})
+	}
+}

@@ -1,0 +1,160 @@
+package workspace
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/gantryhq/gantry/workspace/provider"
+	"github.com/gantryhq/gantry/workspace/provider/archive"
+	"github.com/gantryhq/gantry/workspace/provider/fs"
+	"github.com/gantryhq/gantry/workspace/provider/process"
+)
+
+func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }
+func pathEscape(s string) string     { return url.PathEscape(s) }
+
+// ServerConfig configures `gantry ws serve`. Zero values are defaults.
+type ServerConfig struct {
+	// DB is "sqlite:PATH" or "postgres://…"; "" = sqlite:<Data>/workspaces.db.
+	DB string
+	// Data holds volumes/, archives/ and run/ (pidfiles); "" = "gantry-ws-data".
+	Data string
+	// Listen is the API address; "" = 127.0.0.1:7480.
+	Listen string
+	// Redis, if set (redis://…), carries hints instead of the in-process
+	// channel or Postgres LISTEN/NOTIFY.
+	Redis      string
+	Reconciler Config
+	Monitor    MonitorConfig
+	// Container and Storage override the process and fs providers.
+	Container provider.Container
+	Storage   provider.Storage
+	Logger    *slog.Logger
+	// Ready, if set, receives the bound API address once listening.
+	Ready func(addr string)
+}
+
+// Server is the API, reconciler, monitor and hints in one process.
+type Server struct {
+	cfg   ServerConfig
+	Store *Store
+	API   *API
+	Rec   *Reconciler
+	Mon   *HealthMonitor
+	hints Hints
+	runs  []func(context.Context) error
+}
+
+// NewServer opens the store and wires the parts.
+func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
+	if cfg.Data == "" {
+		cfg.Data = "gantry-ws-data"
+	}
+	if cfg.DB == "" {
+		cfg.DB = "sqlite:" + filepath.Join(cfg.Data, "workspaces.db")
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = "127.0.0.1:7480"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if abs, err := filepath.Abs(cfg.Data); err == nil {
+		cfg.Data = abs
+	}
+	if err := mkdirAll(cfg.Data); err != nil {
+		return nil, fmt.Errorf("--data %s: %w", cfg.Data, err)
+	}
+	st, err := OpenStore(ctx, cfg.DB)
+	if err != nil {
+		return nil, fmt.Errorf("--db: %w", err)
+	}
+	s := &Server{cfg: cfg, Store: st}
+	if cfg.Container == nil {
+		cfg.Container = &process.Container{RunDir: filepath.Join(cfg.Data, "run")}
+	}
+	if cfg.Storage == nil {
+		cfg.Storage = &archive.Storage{Root: filepath.Join(cfg.Data, "volumes"), Blobs: &fs.BlobStore{Dir: filepath.Join(cfg.Data, "blobs")}}
+	}
+	switch {
+	case cfg.Redis != "":
+		opt, err := redis.ParseURL(cfg.Redis)
+		if err != nil {
+			st.Close()
+			return nil, fmt.Errorf("--redis %q: %w", cfg.Redis, err)
+		}
+		rh := &RedisHints{Client: redis.NewClient(opt), Logger: cfg.Logger}
+		s.hints = rh
+		s.runs = append(s.runs, rh.Run)
+	case st.Dialect() == Postgres:
+		ph := &PGHints{DB: st.db, DSN: st.DSN(), Logger: cfg.Logger}
+		s.hints = ph
+		s.runs = append(s.runs, ph.Run)
+	default:
+		s.hints = NewLocalHints()
+	}
+	cfg.Reconciler.Logger = cfg.Logger
+	cfg.Monitor.Logger = cfg.Logger
+	s.Rec, err = NewReconciler(cfg.Reconciler, st, cfg.Container, cfg.Storage, s.hints)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	s.Mon = NewHealthMonitor(cfg.Monitor, st, cfg.Container, cfg.Storage, s.hints)
+	s.API = NewAPI(st, cfg.Storage, s.hints, cfg.Logger)
+	s.runs = append(s.runs, s.Rec.Run, s.Mon.Run)
+	s.cfg = cfg
+	return s, nil
+}
+
+// Run serves until ctx ends, then drains: the API stops accepting, the
+// reconciler waits for provider calls in flight, the store closes.
+func (s *Server) Run(ctx context.Context) error {
+	defer s.Store.Close()
+	ln, err := net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("--listen %s: %w", s.cfg.Listen, err)
+	}
+	srv := &http.Server{Handler: s.API, ReadHeaderTimeout: 10 * time.Second}
+	s.cfg.Logger.Info("workspace: serving", "addr", ln.Addr().String(), "db", s.Store.Dialect().String(), "data", s.cfg.Data)
+	if s.cfg.Ready != nil {
+		s.cfg.Ready(ln.Addr().String())
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, run := range s.runs {
+		wg.Add(1)
+		go func() { defer wg.Done(); run(runCtx) }()
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	shut, stop := context.WithTimeout(context.Background(), 5*time.Second)
+	defer stop()
+	srv.Shutdown(shut)
+	cancel()
+	wg.Wait()
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+func mkdirAll(dir string) error { return os.MkdirAll(dir, 0o755) }

@@ -1,0 +1,565 @@
+package workspace
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	_ "github.com/jackc/pgx/v5/stdlib" // driver "pgx"
+	_ "modernc.org/sqlite"             // driver "sqlite"
+)
+
+//go:embed migrations
+var migrationsFS embed.FS
+
+// Dialect is the SQL flavour of a Store.
+type Dialect int
+
+const (
+	SQLite Dialect = iota
+	Postgres
+)
+
+func (d Dialect) String() string {
+	if d == Postgres {
+		return "postgres"
+	}
+	return "sqlite"
+}
+
+// Store is the workspaces table on SQLite or Postgres. Every write that
+// races another writer is a single conditional UPDATE (compare-and-set), so
+// the same code is correct on one SQLite file and on a Postgres shared by
+// replicas. Times are passed in by the caller (its clock).
+type Store struct {
+	db      *sql.DB
+	dialect Dialect
+	dsn     string
+	// writes feeds the SQLite group-commit writer (nil on Postgres).
+	// SQLite allows one writer and a commit costs far more than a row
+	// update, so one goroutine runs every pending write in one BEGIN
+	// IMMEDIATE … COMMIT: no busy-handler sleeps inside this process, one
+	// commit per batch. Other processes on the file rely on busy_timeout.
+	writes    chan writeReq
+	writerWG  sync.WaitGroup
+	closeOnce sync.Once
+}
+
+type writeReq struct {
+	ctx  context.Context
+	q    string
+	args []any
+	res  chan writeRes
+}
+
+type writeRes struct {
+	n   int64
+	err error
+}
+
+// writer is the SQLite group-commit loop.
+func (s *Store) writer() {
+	defer s.writerWG.Done()
+	for first := range s.writes {
+		batch := []writeReq{first}
+	more:
+		for len(batch) < 512 {
+			select {
+			case r, ok := <-s.writes:
+				if !ok {
+					break more
+				}
+				batch = append(batch, r)
+			default:
+				break more
+			}
+		}
+		s.runBatch(batch)
+	}
+}
+
+func (s *Store) runBatch(batch []writeReq) {
+	tx, err := s.db.BeginTx(context.Background(), nil)
+	if err != nil {
+		for _, r := range batch {
+			r.res <- writeRes{err: err}
+		}
+		return
+	}
+	results := make([]writeRes, len(batch))
+	for i, r := range batch {
+		if err := r.ctx.Err(); err != nil {
+			results[i].err = err
+			continue
+		}
+		res, err := tx.ExecContext(r.ctx, r.q, r.args...)
+		if err != nil {
+			results[i].err = err
+			continue
+		}
+		results[i].n, results[i].err = res.RowsAffected()
+	}
+	if err := tx.Commit(); err != nil {
+		for i := range results {
+			results[i] = writeRes{err: err}
+		}
+	}
+	for i, r := range batch {
+		r.res <- results[i]
+	}
+}
+
+// OpenStore opens dsn ("sqlite:PATH", "postgres://…" or "postgresql://…")
+// and applies the embedded migrations.
+func OpenStore(ctx context.Context, dsn string) (*Store, error) {
+	var s *Store
+	switch {
+	case strings.HasPrefix(dsn, "sqlite:"):
+		path := strings.TrimPrefix(dsn, "sqlite:")
+		if path == "" {
+			return nil, fmt.Errorf("%w: --db sqlite: needs a path (sqlite:PATH)", ErrBadInput)
+		}
+		db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(20000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate")
+		if err != nil {
+			return nil, err
+		}
+		db.SetMaxOpenConns(8)
+		s = &Store{db: db, dialect: SQLite, dsn: dsn}
+	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
+		db, err := sql.Open("pgx", dsn)
+		if err != nil {
+			return nil, err
+		}
+		db.SetMaxOpenConns(32)
+		db.SetMaxIdleConns(32)
+		s = &Store{db: db, dialect: Postgres, dsn: dsn}
+	default:
+		return nil, fmt.Errorf("%w: --db %q, want sqlite:PATH or postgres://…", ErrBadInput, dsn)
+	}
+	if err := s.migrate(ctx); err != nil {
+		s.db.Close()
+		return nil, err
+	}
+	if s.dialect == SQLite {
+		s.writes = make(chan writeReq, 1024)
+		s.writerWG.Add(1)
+		go s.writer()
+	}
+	return s, nil
+}
+
+// Close stops the writer and closes the database.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		if s.writes != nil {
+			close(s.writes)
+			s.writerWG.Wait()
+		}
+	})
+	return s.db.Close()
+}
+
+// Dialect reports the store's SQL flavour.
+func (s *Store) Dialect() Dialect { return s.dialect }
+
+// DSN is the string the store was opened with.
+func (s *Store) DSN() string { return s.dsn }
+
+// rebind turns ? placeholders into $n for Postgres.
+func (s *Store) rebind(q string) string {
+	if s.dialect != Postgres {
+		return q
+	}
+	var b strings.Builder
+	n := 0
+	for _, c := range q {
+		if c == '?' {
+			n++
+			b.WriteString("$" + strconv.Itoa(n))
+			continue
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+func (s *Store) exec(ctx context.Context, q string, args ...any) (int64, error) {
+	if s.writes != nil {
+		r := writeReq{ctx: ctx, q: q, args: args, res: make(chan writeRes, 1)}
+		s.writes <- r
+		res := <-r.res
+		return res.n, res.err
+	}
+	res, err := s.db.ExecContext(ctx, s.rebind(q), args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+func (s *Store) migrate(ctx context.Context) error {
+	dir := "migrations/" + s.dialect.String()
+	entries, err := fs.ReadDir(migrationsFS, dir)
+	if err != nil {
+		return err
+	}
+	sort.Slice(entries, func(i, j int) bool { return entries[i].Name() < entries[j].Name() })
+	if _, err := s.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at BIGINT NOT NULL)`); err != nil {
+		return fmt.Errorf("workspace: migrate: %w", err)
+	}
+	for _, e := range entries {
+		v, err := strconv.Atoi(strings.SplitN(e.Name(), "_", 2)[0])
+		if err != nil {
+			return fmt.Errorf("workspace: migration %s: name must start with a number", e.Name())
+		}
+		body, err := fs.ReadFile(migrationsFS, dir+"/"+e.Name())
+		if err != nil {
+			return err
+		}
+		if err := s.applyMigration(ctx, v, string(body)); err != nil {
+			return fmt.Errorf("workspace: migration %s: %w", e.Name(), err)
+		}
+	}
+	return nil
+}
+
+func (s *Store) applyMigration(ctx context.Context, version int, body string) error {
+	tx, err := s.db.BeginTx(ctx, nil) // BEGIN IMMEDIATE on SQLite (_txlock)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if s.dialect == Postgres {
+		// Replicas starting together: one migrates, the others wait.
+		if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(7474001)`); err != nil {
+			return err
+		}
+	}
+	var n int
+	if err := tx.QueryRowContext(ctx, s.rebind(`SELECT COUNT(*) FROM schema_migrations WHERE version = ?`), version).Scan(&n); err != nil {
+		return err
+	}
+	if n > 0 {
+		return nil
+	}
+	for _, stmt := range strings.Split(body, ";") {
+		if strings.TrimSpace(stripComments(stmt)) == "" {
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, stmt); err != nil {
+			return err
+		}
+	}
+	if _, err := tx.ExecContext(ctx, s.rebind(`INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`), version, time.Now().UnixMilli()); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+func stripComments(s string) string {
+	var b strings.Builder
+	for _, line := range strings.Split(s, "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(line), "--") {
+			b.WriteString(line + "\n")
+		}
+	}
+	return b.String()
+}
+
+const cols = `id, name, image, command, desired_state, observed_status, observed_at, operation, op_id,
+	op_started_at, op_owner, op_lease_until, op_executed, archive_key, error_count, error_info,
+	previous_status, last_retry_at, next_retry_at, created_at, updated_at`
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanWorkspace(r scanner) (Workspace, error) {
+	var w Workspace
+	var observedAt, opStarted, lease, lastRetry, nextRetry sql.NullInt64
+	var opID, owner, key, info, prev sql.NullString
+	var executed int
+	var created, updated int64
+	err := r.Scan(&w.ID, &w.Name, &w.Image, &w.Command, &w.DesiredState, &w.ObservedStatus, &observedAt,
+		&w.Operation, &opID, &opStarted, &owner, &lease, &executed, &key, &w.ErrorCount, &info,
+		&prev, &lastRetry, &nextRetry, &created, &updated)
+	if err != nil {
+		return w, err
+	}
+	w.ObservedAt, w.OpStartedAt, w.OpLeaseUntil = msPtr(observedAt), msPtr(opStarted), msPtr(lease)
+	w.LastRetryAt, w.NextRetryAt = msPtr(lastRetry), msPtr(nextRetry)
+	w.OpID, w.OpOwner, w.ArchiveKey, w.PreviousStatus = opID.String, owner.String, key.String, Status(prev.String)
+	w.OpExecuted = executed != 0
+	w.CreatedAt, w.UpdatedAt = time.UnixMilli(created).UTC(), time.UnixMilli(updated).UTC()
+	if info.Valid && info.String != "" {
+		w.ErrorInfo = new(ErrorInfo)
+		if err := json.Unmarshal([]byte(info.String), w.ErrorInfo); err != nil {
+			return w, fmt.Errorf("workspace %s: error_info: %w", w.ID, err)
+		}
+	}
+	return w, nil
+}
+
+func msPtr(v sql.NullInt64) *time.Time {
+	if !v.Valid {
+		return nil
+	}
+	t := time.UnixMilli(v.Int64).UTC()
+	return &t
+}
+
+// NewWorkspace is what Create needs.
+type NewWorkspace struct {
+	Name    string `json:"name"`
+	Image   string `json:"image,omitempty"`
+	Command string `json:"command,omitempty"`
+	// Desired defaults to STANDBY: a new workspace gets an empty volume.
+	Desired Status `json:"desired_state,omitempty"`
+}
+
+func (n *NewWorkspace) validate() error {
+	if n.Name == "" || len(n.Name) > 128 || strings.ContainsAny(n.Name, "/\\\x00\n") {
+		return fmt.Errorf("%w: name %q: want 1–128 characters without / \\ or newlines", ErrBadInput, n.Name)
+	}
+	if n.Desired == "" {
+		n.Desired = Standby
+	}
+	_, err := ParseDesired(string(n.Desired))
+	return err
+}
+
+// Create inserts a new workspace (observed PENDING, no archive).
+func (s *Store) Create(ctx context.Context, n NewWorkspace, now time.Time) (Workspace, error) {
+	if err := n.validate(); err != nil {
+		return Workspace{}, err
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return Workspace{}, err
+	}
+	ms := now.UnixMilli()
+	_, err = s.exec(ctx, `INSERT INTO workspaces (id, name, image, command, desired_state, observed_status, created_at, updated_at)
+		VALUES (?, ?, ?, ?, ?, 'PENDING', ?, ?)`, id.String(), n.Name, n.Image, n.Command, string(n.Desired), ms, ms)
+	if err != nil {
+		if isUnique(err) {
+			return Workspace{}, fmt.Errorf("%w: %q", ErrNameTaken, n.Name)
+		}
+		return Workspace{}, err
+	}
+	return s.Get(ctx, id.String())
+}
+
+func isUnique(err error) bool {
+	m := err.Error()
+	return strings.Contains(m, "UNIQUE constraint") || strings.Contains(m, "23505")
+}
+
+// Get reads one workspace by id (or, failing that, by name).
+func (s *Store) Get(ctx context.Context, id string) (Workspace, error) {
+	w, err := scanWorkspace(s.db.QueryRowContext(ctx, s.rebind(`SELECT `+cols+` FROM workspaces WHERE id = ?`), id))
+	if errors.Is(err, sql.ErrNoRows) {
+		w, err = scanWorkspace(s.db.QueryRowContext(ctx, s.rebind(`SELECT `+cols+` FROM workspaces WHERE name = ?`), id))
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		return Workspace{}, fmt.Errorf("%w: %q", ErrNotFound, id)
+	}
+	return w, err
+}
+
+func (s *Store) query(ctx context.Context, q string, args ...any) ([]Workspace, error) {
+	rows, err := s.db.QueryContext(ctx, s.rebind(q), args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Workspace
+	for rows.Next() {
+		w, err := scanWorkspace(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, w)
+	}
+	return out, rows.Err()
+}
+
+// List reads every workspace, oldest first.
+func (s *Store) List(ctx context.Context) ([]Workspace, error) {
+	return s.query(ctx, `SELECT `+cols+` FROM workspaces ORDER BY id`)
+}
+
+// actionable is the reconciler's filter; it matches the partial index.
+const actionable = `operation <> 'NONE' OR (desired_state <> observed_status AND (observed_status <> 'ERROR' OR desired_state = 'DELETED'))`
+
+// ListActionable reads, in one query, the workspaces the reconciler may have
+// to act on: an operation in flight, or desired ≠ observed outside ERROR.
+func (s *Store) ListActionable(ctx context.Context) ([]Workspace, error) {
+	return s.query(ctx, `SELECT `+cols+` FROM workspaces WHERE `+actionable)
+}
+
+// SetDesired writes desired_state. A workspace being deleted is a conflict.
+func (s *Store) SetDesired(ctx context.Context, id string, desired Status, now time.Time) (Workspace, error) {
+	w, err := s.Get(ctx, id)
+	if err != nil {
+		return w, err
+	}
+	n, err := s.exec(ctx, `UPDATE workspaces SET desired_state = ?, updated_at = ?, desired_version = desired_version + 1, last_activity_at = ? WHERE id = ? AND desired_state <> 'DELETED'`, string(desired), now.UnixMilli(), now.UnixMilli(), w.ID) // desired_version, last_activity_at: the TTL manager's CAS (ttl.go)
+	if err != nil {
+		return w, err
+	}
+	if n == 0 {
+		return w, fmt.Errorf("%w: workspace %s is being deleted", ErrConflict, w.ID)
+	}
+	return s.Get(ctx, w.ID)
+}
+
+// Claim is the seed's CAS: it sets the operation only if none is in flight
+// and the row still shows what the plan was made from (observed, desired,
+// archive key and last op_id: a plan from a stale snapshot never runs).
+func (s *Store) Claim(ctx context.Context, w Workspace, op Operation, opID, owner string, now, leaseUntil time.Time) (bool, error) {
+	n, err := s.exec(ctx, `UPDATE workspaces SET operation = ?, op_id = ?, op_started_at = ?, op_owner = ?, op_lease_until = ?,
+		op_executed = 0, next_retry_at = NULL, updated_at = ?
+		WHERE id = ? AND operation = 'NONE' AND observed_status = ? AND desired_state = ?
+		  AND COALESCE(archive_key, '') = ? AND COALESCE(op_id, '') = ?`,
+		string(op), opID, now.UnixMilli(), owner, leaseUntil.UnixMilli(), now.UnixMilli(), w.ID, string(w.ObservedStatus), string(w.DesiredState),
+		w.ArchiveKey, w.OpID)
+	return n == 1, err
+}
+
+// Renew extends owner's lease on opID.
+func (s *Store) Renew(ctx context.Context, id, opID, owner string, leaseUntil time.Time) (bool, error) {
+	n, err := s.exec(ctx, `UPDATE workspaces SET op_lease_until = ? WHERE id = ? AND op_id = ? AND op_owner = ? AND operation <> 'NONE'`,
+		leaseUntil.UnixMilli(), id, opID, owner)
+	return n == 1, err
+}
+
+// Executed records that opID's provider call returned.
+func (s *Store) Executed(ctx context.Context, id, opID string, now time.Time) error {
+	_, err := s.exec(ctx, `UPDATE workspaces SET op_executed = 1, op_lease_until = NULL, updated_at = ? WHERE id = ? AND op_id = ?`, now.UnixMilli(), id, opID)
+	return err
+}
+
+// SetArchiveKey records the archive written by opID.
+func (s *Store) SetArchiveKey(ctx context.Context, id, opID, key string, now time.Time) error {
+	n, err := s.exec(ctx, `UPDATE workspaces SET archive_key = ?, updated_at = ? WHERE id = ? AND op_id = ?`, key, now.UnixMilli(), id, opID)
+	if err == nil && n == 0 {
+		err = fmt.Errorf("%w: %s: operation %s no longer in flight", ErrConflict, id, opID)
+	}
+	return err
+}
+
+// Failed records a failed provider call of opID: the new error count, the
+// time of the next attempt, and error info (terminal or not).
+func (s *Store) Failed(ctx context.Context, id, opID string, count int, info *ErrorInfo, now time.Time, next *time.Time) error {
+	var nextMS any
+	if next != nil {
+		nextMS = next.UnixMilli()
+	}
+	_, err := s.exec(ctx, `UPDATE workspaces SET error_count = ?, error_info = ?, last_retry_at = ?, next_retry_at = ?,
+		previous_status = CASE WHEN ? = 1 THEN observed_status ELSE previous_status END, updated_at = ?
+		WHERE id = ? AND op_id = ? AND operation <> 'NONE'`,
+		count, info.marshal(), now.UnixMilli(), nextMS, boolInt(info != nil && info.IsTerminal), now.UnixMilli(), id, opID)
+	return err
+}
+
+// Terminal records terminal error info for opID (Timeout); the operation
+// stays, as in the seed, until recover.
+func (s *Store) Terminal(ctx context.Context, id, opID string, info *ErrorInfo, now time.Time) error {
+	_, err := s.exec(ctx, `UPDATE workspaces SET error_info = ?, previous_status = observed_status, updated_at = ?
+		WHERE id = ? AND op_id = ? AND operation <> 'NONE'`, info.marshal(), now.UnixMilli(), id, opID)
+	return err
+}
+
+// Complete ends opID: operation NONE, error count and info cleared.
+func (s *Store) Complete(ctx context.Context, id, opID string, now time.Time) (bool, error) {
+	n, err := s.exec(ctx, `UPDATE workspaces SET operation = 'NONE', op_owner = NULL, op_lease_until = NULL, op_executed = 0,
+		error_count = 0, error_info = NULL, next_retry_at = NULL, updated_at = ?
+		WHERE id = ? AND op_id = ? AND operation <> 'NONE'`, now.UnixMilli(), id, opID)
+	return n == 1, err
+}
+
+// DeleteRow removes the workspace once DELETING opID has run.
+func (s *Store) DeleteRow(ctx context.Context, id, opID string) error {
+	_, err := s.exec(ctx, `DELETE FROM workspaces WHERE id = ? AND op_id = ? AND operation = 'DELETING'`, id, opID)
+	return err
+}
+
+// SetObserved writes observed_status (and observed_at) if it changed, or
+// if an operation is in flight (a takeover waits for an observation newer
+// than the dead owner's lease), and only while the operation is
+// still the one that was in flight when the observation started (so a slow
+// observation never overwrites a newer one across an operation boundary).
+func (s *Store) SetObserved(ctx context.Context, w Workspace, status Status, now time.Time) (bool, error) {
+	n, err := s.exec(ctx, `UPDATE workspaces SET observed_status = ?, observed_at = ?
+		WHERE id = ? AND (observed_status <> ? OR operation <> 'NONE') AND operation = ? AND COALESCE(op_id, '') = ?`,
+		string(status), now.UnixMilli(), w.ID, string(status), string(w.Operation), w.OpID)
+	return n == 1, err
+}
+
+// Recover is the seed's manual recovery: error info, count and operation
+// cleared (op_id kept). ErrNotFound for an unknown id.
+func (s *Store) Recover(ctx context.Context, id string, now time.Time) (Workspace, error) {
+	w, err := s.Get(ctx, id)
+	if err != nil {
+		return w, err
+	}
+	_, err = s.exec(ctx, `UPDATE workspaces SET error_info = NULL, error_count = 0, operation = 'NONE', op_owner = NULL,
+		op_lease_until = NULL, op_executed = 0, next_retry_at = NULL, updated_at = ? WHERE id = ?`, now.UnixMilli(), w.ID)
+	if err != nil {
+		return w, err
+	}
+	return s.Get(ctx, w.ID)
+}
+
+// ExplainActionable returns the query plan of ListActionable (for tests
+// and the benchmark: one indexed query per tick).
+func (s *Store) ExplainActionable(ctx context.Context) (string, error) {
+	q := `EXPLAIN QUERY PLAN SELECT ` + cols + ` FROM workspaces WHERE ` + actionable
+	if s.dialect == Postgres {
+		q = `EXPLAIN SELECT ` + cols + ` FROM workspaces WHERE ` + actionable
+	}
+	rows, err := s.db.QueryContext(ctx, q)
+	if err != nil {
+		return "", err
+	}
+	defer rows.Close()
+	colsN, _ := rows.Columns()
+	var b strings.Builder
+	for rows.Next() {
+		vals := make([]any, len(colsN))
+		ptrs := make([]any, len(colsN))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			return "", err
+		}
+		fmt.Fprintln(&b, vals...)
+	}
+	return b.String(), rows.Err()
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Acquire lets owner (re)execute opID that has not executed yet: its own
+// retry, or a takeover once the previous owner's lease lapsed.
+func (s *Store) Acquire(ctx context.Context, id, opID, owner string, now, leaseUntil time.Time) (bool, error) {
+	n, err := s.exec(ctx, `UPDATE workspaces SET op_owner = ?, op_lease_until = ?, updated_at = ?
+		WHERE id = ? AND op_id = ? AND operation <> 'NONE' AND op_executed = 0
+		  AND (op_owner = ? OR op_lease_until IS NULL OR op_lease_until < ?)`,
+		owner, leaseUntil.UnixMilli(), now.UnixMilli(), id, opID, owner, now.UnixMilli())
+	return n == 1, err
+}
