@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantryhq/gantry/internal/testutil"
+
 	"github.com/gantryhq/gantry/record"
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
@@ -22,7 +24,6 @@ import (
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	cleanupBinary()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
@@ -44,41 +45,18 @@ func (d *dataSum) add(rec []byte) {
 	d.Sum += uint64(crc32.ChecksumIEEE(rec))
 }
 
-// genOpts describes generated test records.
-type genOpts struct {
-	ascii    bool
-	hotKey   []byte  // when set, this fraction of records gets this key
-	hotShare float64 // fraction of records with hotKey
-}
-
-// writeRecords writes n random records to path and adds them to sum.
-func writeRecords(t *testing.T, path string, n int, rng *rand.Rand, o genOpts, sum *dataSum) {
+// writeRecords writes n random records (testutil.RandomRecords) to path
+// and adds them to sum.
+func writeRecords(t *testing.T, path string, n int, rng *rand.Rand, o testutil.RecordOptions, sum *dataSum) {
 	t.Helper()
-	buf := make([]byte, 0, n*record.Size)
-	rec := make([]byte, record.Size)
-	for range n {
-		for i := range rec {
-			if o.ascii {
-				rec[i] = byte(' ' + rng.IntN(95))
-			} else {
-				rec[i] = byte(rng.Uint32())
-			}
-		}
-		if o.ascii {
-			rec[record.Size-2], rec[record.Size-1] = '\r', '\n'
-		}
-		if o.hotKey != nil && rng.Float64() < o.hotShare {
-			copy(rec, o.hotKey)
-		}
-		sum.add(rec)
-		buf = append(buf, rec...)
+	var buf []byte
+	if n > 0 {
+		buf = testutil.RandomRecords(rng, n, o)
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		t.Fatal(err)
+	for off := 0; off < len(buf); off += record.Size {
+		sum.add(buf[off : off+record.Size])
 	}
-	if err := os.WriteFile(path, buf, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	testutil.WriteRecords(t, path, buf)
 }
 
 // checkOutput reads every worker's output dir in worker order (registration
@@ -207,6 +185,21 @@ func (c *cluster) wait(t *testing.T) (workers []error, master error) {
 	return workers, master
 }
 
+// mustSucceed waits for the job and fails the test unless the master and
+// every worker returned nil.
+func (c *cluster) mustSucceed(t *testing.T) {
+	t.Helper()
+	werrs, merr := c.wait(t)
+	if merr != nil {
+		t.Fatalf("master: %v", merr)
+	}
+	for i, err := range werrs {
+		if err != nil {
+			t.Fatalf("worker %d: %v", i, err)
+		}
+	}
+}
+
 // TestInProcessJob runs a master and three workers in this process on
 // binary and ASCII data, with several input dirs, tiny and empty files.
 func TestInProcessJob(t *testing.T) {
@@ -218,25 +211,17 @@ func TestInProcessJob(t *testing.T) {
 	for w := range 3 {
 		in1 := filepath.Join(root, fmt.Sprint("w", w), "in1")
 		in2 := filepath.Join(root, fmt.Sprint("w", w), "in2")
-		writeRecords(t, filepath.Join(in1, "a"), 3000+w*500, rng, genOpts{}, &sum)
-		writeRecords(t, filepath.Join(in1, "b.txt"), 2000, rng, genOpts{ascii: true}, &sum)
-		writeRecords(t, filepath.Join(in2, "tiny"), 1, rng, genOpts{}, &sum)
-		writeRecords(t, filepath.Join(in2, "empty"), 0, rng, genOpts{}, &sum)
+		writeRecords(t, filepath.Join(in1, "a"), 3000+w*500, rng, testutil.RecordOptions{}, &sum)
+		writeRecords(t, filepath.Join(in1, "b.txt"), 2000, rng, testutil.RecordOptions{ASCII: true}, &sum)
+		writeRecords(t, filepath.Join(in2, "tiny"), 1, rng, testutil.RecordOptions{}, &sum)
+		writeRecords(t, filepath.Join(in2, "empty"), 0, rng, testutil.RecordOptions{}, &sum)
 		out := filepath.Join(root, fmt.Sprint("w", w), "out")
 		outs = append(outs, out)
 		wcfgs = append(wcfgs, WorkerConfig{Inputs: []string{in1, in2}, Output: out, Memory: 32 << 20,
 			TempDir: filepath.Join(root, fmt.Sprint("w", w), "tmp")})
 	}
 	c := startCluster(t, context.Background(), MasterConfig{Workers: 3, HeartbeatInterval: 100 * time.Millisecond}, wcfgs)
-	werrs, merr := c.wait(t)
-	if merr != nil {
-		t.Fatalf("master: %v", merr)
-	}
-	for i, err := range werrs {
-		if err != nil {
-			t.Fatalf("worker %d: %v", i, err)
-		}
-	}
+	c.mustSucceed(t)
 	checkOutput(t, outs, sum)
 	for w := range 3 {
 		ents, _ := os.ReadDir(filepath.Join(root, fmt.Sprint("w", w), "tmp"))
@@ -257,7 +242,7 @@ func TestSkewBalance(t *testing.T) {
 	hot := []byte("HOTKEY0000")
 	for w := range 3 {
 		in := filepath.Join(root, fmt.Sprint("w", w), "in")
-		writeRecords(t, filepath.Join(in, "a"), 8000, rng, genOpts{hotKey: hot, hotShare: 0.9}, &sum)
+		writeRecords(t, filepath.Join(in, "a"), 8000, rng, testutil.RecordOptions{HotKey: hot, HotShare: 0.9}, &sum)
 		out := filepath.Join(root, fmt.Sprint("w", w), "out")
 		outs = append(outs, out)
 		wcfgs = append(wcfgs, WorkerConfig{Inputs: []string{in}, Output: out, Memory: 32 << 20,
@@ -287,7 +272,7 @@ func TestEmptyInputs(t *testing.T) {
 	for w := range 2 {
 		in := filepath.Join(root, fmt.Sprint("w", w), "in")
 		var sum dataSum
-		writeRecords(t, filepath.Join(in, "empty"), 0, nil, genOpts{}, &sum)
+		writeRecords(t, filepath.Join(in, "empty"), 0, nil, testutil.RecordOptions{}, &sum)
 		out := filepath.Join(root, fmt.Sprint("w", w), "out")
 		outs = append(outs, out)
 		wcfgs = append(wcfgs, WorkerConfig{Inputs: []string{in}, Output: out, Memory: 32 << 20,

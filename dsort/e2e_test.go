@@ -19,22 +19,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantryhq/gantry/internal/testutil"
+
 	"github.com/gantryhq/gantry/record"
 )
 
-// gantryBin is the binary under test, built on first use.
-var (
-	gantryBin string
-	binDir    string
-	binErr    error
-	binOnce   sync.Once
-)
-
-func cleanupBinary() {
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
-}
+// gantryBin is the binary under test (testutil.GantryBinary), set by
+// needBinary.
+var gantryBin string
 
 // needBinary skips a process-level test under -short and otherwise builds
 // the gantry binary (once per test process).
@@ -43,22 +35,7 @@ func needBinary(t *testing.T) {
 	if testing.Short() {
 		t.Skip("process-level test: skipped by -short")
 	}
-	binOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "gantry-dsort-test-bin-")
-		if err != nil {
-			binErr = err
-			return
-		}
-		binDir = dir
-		gantryBin = filepath.Join(dir, "gantry")
-		cmd := exec.Command("go", "build", "-o", gantryBin, "github.com/gantryhq/gantry/cmd/gantry")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			binErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if binErr != nil {
-		t.Fatalf("cannot build gantry: %v", binErr)
-	}
+	gantryBin = testutil.GantryBinary(t)
 }
 
 // line is one line of a process's output with when it was read.
@@ -232,8 +209,8 @@ func newJob(t *testing.T, n, recordsPerWorker int, masterArgs ...string) *job {
 		first := w * recordsPerWorker
 		j.gensort(filepath.Join(in1, "binary"), first, half)
 		j.gensort(filepath.Join(in2, "ascii"), first+half, recordsPerWorker-half-1, "-a")
-		writeRecords(t, filepath.Join(in2, "tiny"), 1, rng, genOpts{}, &j.sum)
-		writeRecords(t, filepath.Join(in1, "empty"), 0, rng, genOpts{}, &j.sum)
+		writeRecords(t, filepath.Join(in2, "tiny"), 1, rng, testutil.RecordOptions{}, &j.sum)
+		writeRecords(t, filepath.Join(in1, "empty"), 0, rng, testutil.RecordOptions{}, &j.sum)
 		j.workers = append(j.workers, &workerSpec{bind: fmt.Sprintf("127.0.0.%d", w+2),
 			inputs: []string{in1, in2}, out: filepath.Join(dir, "out"), tmp: filepath.Join(dir, "tmp")})
 	}
@@ -311,9 +288,9 @@ func (j *job) validate(order []*workerSpec) []int64 {
 	}
 	checksum := regexp.MustCompile(`^Checksum: (\S+)$`)
 	in := startProc(j.t, "valsort input", nil, append([]string{"valsort", "--checksum-only"}, inputs...)...)
-	inSum := checksum.FindStringSubmatch(in.waitLine(true, checksum, 30*time.Second).text)[1]
+	inSum := checksum.FindStringSubmatch(in.waitLine(false, checksum, 30*time.Second).text)[1]
 	out := startProc(j.t, "valsort output", nil, append([]string{"valsort"}, outs...)...)
-	outSum := checksum.FindStringSubmatch(out.waitLine(true, checksum, 30*time.Second).text)[1]
+	outSum := checksum.FindStringSubmatch(out.waitLine(false, checksum, 30*time.Second).text)[1]
 	if code := out.wait(30 * time.Second); code != 0 {
 		j.t.Fatalf("gantry valsort of the output exited %d:\n%s", code, strings.Join(out.stdoutLines(), "\n"))
 	}

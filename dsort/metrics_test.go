@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantryhq/gantry/internal/testutil"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -72,7 +74,7 @@ func TestMetricsDuringAJob(t *testing.T) {
 	var outs []string
 	for w := range workers {
 		dir := filepath.Join(root, fmt.Sprint("w", w))
-		writeRecords(t, filepath.Join(dir, "in", "data"), perWorker, rng, genOpts{}, &sum)
+		writeRecords(t, filepath.Join(dir, "in", "data"), perWorker, rng, testutil.RecordOptions{}, &sum)
 		outs = append(outs, filepath.Join(dir, "out"))
 		wcfgs = append(wcfgs, WorkerConfig{Inputs: []string{filepath.Join(dir, "in")}, Output: outs[w], Memory: 32 << 20,
 			TempDir: filepath.Join(dir, "tmp"), FaultHook: hook, Metrics: reg})
@@ -104,15 +106,7 @@ func TestMetricsDuringAJob(t *testing.T) {
 		}
 	}
 	close(release)
-	werrs, merr := c.wait(t)
-	if merr != nil {
-		t.Fatalf("master: %v", merr)
-	}
-	for i, err := range werrs {
-		if err != nil {
-			t.Fatalf("worker %d: %v", i, err)
-		}
-	}
+	c.mustSucceed(t)
 	checkOutput(t, outs, sum)
 	after := scrape(t, srv.URL)
 	if got := after["gantry_dsort_bytes_written_total"]; got != input {

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/gantryhq/gantry/extsort"
+	"github.com/gantryhq/gantry/internal/fsutil"
 	"github.com/gantryhq/gantry/record"
 )
 
@@ -54,7 +55,8 @@ func isPartitionName(name string) bool {
 	return ok && n != "" && strings.TrimLeft(n, "0123456789") == ""
 }
 
-// cleanOutput removes partition.<n> files and our temporaries from dir, so
+// cleanOutput removes partition.<n> files and our temporaries (an
+// interrupted atomic write's, and older versions' .partition.<n>.tmp) from dir, so
 // that a restarted worker never leaves an earlier attempt's files behind.
 func cleanOutput(dir string) error {
 	ents, err := os.ReadDir(dir)
@@ -62,7 +64,8 @@ func cleanOutput(dir string) error {
 		return fmt.Errorf("dsort: output dir: %w", err)
 	}
 	for _, e := range ents {
-		if isPartitionName(e.Name()) || strings.HasPrefix(e.Name(), "."+record.PartitionPrefix) {
+		if isPartitionName(e.Name()) || strings.HasPrefix(e.Name(), "."+record.PartitionPrefix) ||
+			strings.HasPrefix(e.Name(), fsutil.TempPrefix+record.PartitionPrefix) {
 			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
 				return fmt.Errorf("dsort: clean output dir: %w", err)
 			}

@@ -10,25 +10,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gantryhq/gantry/internal/testutil"
+
 	"github.com/gantryhq/gantry/extsort"
 	"github.com/gantryhq/gantry/record"
 	"github.com/google/go-cmp/cmp"
 )
-
-// makeRecords returns n random records; share of them carry hot's key.
-func makeRecords(rng *rand.Rand, n int, hot []byte, share float64) []byte {
-	buf := make([]byte, n*record.Size)
-	for i := range n {
-		rec := buf[i*record.Size : (i+1)*record.Size]
-		for j := range rec {
-			rec[j] = byte(rng.Uint32())
-		}
-		if hot != nil && rng.Float64() < share {
-			copy(rec, hot)
-		}
-	}
-	return buf
-}
 
 // writeRuns cuts data into runs of at most runRecords records, sorts each
 // stably by key and writes them to dir.
@@ -65,7 +52,7 @@ func TestBoundariesSplitEqualKeys(t *testing.T) {
 	var recs []int64
 	data := make([][]byte, workers)
 	for w := range workers {
-		data[w] = makeRecords(rng, perWorker, hot, 0.9)
+		data[w] = testutil.RandomRecords(rng, perWorker, testutil.RecordOptions{HotKey: hot, HotShare: 0.9})
 		in := filepath.Join(dir, fmt.Sprint("in", w))
 		if err := os.WriteFile(in, data[w], 0o644); err != nil {
 			t.Fatal(err)

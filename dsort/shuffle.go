@@ -8,12 +8,13 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/gantryhq/gantry/dsort/dsortpb"
 	"github.com/gantryhq/gantry/extsort"
+	"github.com/gantryhq/gantry/internal/backoff"
+	"github.com/gantryhq/gantry/internal/par"
 	"github.com/gantryhq/gantry/record"
 )
 
@@ -134,51 +135,22 @@ func (w *Worker) shuffle(ctx context.Context) error {
 	w.mu.Lock()
 	self, nw, ppw := w.index, w.numWorkers, w.ppw
 	w.mu.Unlock()
-	type task struct{ s, p int }
-	tasks := make(chan task)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		wg       sync.WaitGroup
-		once     sync.Once
-		firstErr error
-	)
-	var fetched atomic.Int64
-	for range w.cfg.FetchParallel {
-		wg.Go(func() {
-			for t := range tasks {
-				if err := w.fetchPiece(ctx, t.s, t.p); err != nil {
-					once.Do(func() { firstErr = err; cancel() })
-					continue
-				}
-				w.done.Add(1)
-				if fetched.Add(1) == 1 {
-					w.fault(ctx, "shuffle-piece")
-				}
-			}
-		})
-	}
 	// This worker's own pieces are not copied: the merge reads them
 	// straight from its runs. Take the others sender by sender, starting
 	// after ourselves, so the workers do not all pull from one sender.
 	w.done.Add(int64(ppw))
-feed:
-	for i := 1; i < nw; i++ {
-		s := (self + i) % nw
-		for p := self * ppw; p < (self+1)*ppw; p++ {
-			select {
-			case tasks <- task{s, p}:
-			case <-ctx.Done():
-				break feed
-			}
+	var fetched atomic.Int64
+	return par.Do(ctx, (nw-1)*ppw, w.cfg.FetchParallel, func(ctx context.Context, i int) error {
+		s, p := (self+1+i/ppw)%nw, self*ppw+i%ppw
+		if err := w.fetchPiece(ctx, s, p); err != nil {
+			return err
 		}
-	}
-	close(tasks)
-	wg.Wait()
-	if firstErr != nil {
-		return firstErr
-	}
-	return ctx.Err()
+		w.done.Add(1)
+		if fetched.Add(1) == 1 {
+			w.fault(ctx, "shuffle-piece")
+		}
+		return nil
+	})
 }
 
 // fetchPiece pulls partition p's piece from sender s, retrying (and asking
@@ -186,33 +158,36 @@ feed:
 // sender that never comes back makes the master abort the job, which ends
 // ctx.
 func (w *Worker) fetchPiece(ctx context.Context, s, p int) error {
-	backoff := 50 * time.Millisecond
-	for {
+	tries := 0
+	err := fetchRetry.Retry(ctx, func(ctx context.Context) error {
+		if tries++; tries > 1 {
+			w.refreshPeers(ctx)
+		}
 		addr := w.peerAddr(s)
-		var err error
-		if addr != "" {
-			if err = w.tryFetch(ctx, addr, s, p); err == nil {
-				return nil
-			}
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			var pe *pieceError
-			if errors.As(err, &pe) {
-				return err // a local failure (disk), not the sender's
-			}
-			if refused(err) {
-				return fmt.Errorf("dsort: worker %d at %s refused to send partition %d: %s", s, addr, p, statusMessage(err))
-			}
-			w.cfg.Logger.Debug("fetch failed; will retry", "sender", s, "partition", p, "err", err)
+		if addr == "" {
+			return errNoAddress
 		}
-		if err := sleepCtx(ctx, backoff); err != nil {
+		err := w.tryFetch(ctx, addr, s, p)
+		var pe *pieceError
+		switch {
+		case err == nil, ctx.Err() != nil:
 			return err
+		case errors.As(err, &pe):
+			return backoff.Permanent(err) // a local failure (disk), not the sender's
+		case refused(err):
+			return backoff.Permanent(fmt.Errorf("dsort: worker %d at %s refused to send partition %d: %s", s, addr, p, statusMessage(err)))
 		}
-		backoff = min(2*backoff, time.Second)
-		w.refreshPeers(ctx)
+		w.cfg.Logger.Debug("fetch failed; will retry", "sender", s, "partition", p, "err", err)
+		return err
+	})
+	if err != nil && ctx.Err() != nil {
+		return ctx.Err()
 	}
+	return err
 }
+
+// errNoAddress: the master has not told this worker a sender's address yet.
+var errNoAddress = errors.New("dsort: sender's address not known yet")
 
 // pieceError is a receiver-side failure while storing a piece.
 type pieceError struct{ err error }

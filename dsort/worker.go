@@ -23,6 +23,7 @@ import (
 
 	"github.com/gantryhq/gantry/dsort/dsortpb"
 	"github.com/gantryhq/gantry/extsort"
+	"github.com/gantryhq/gantry/internal/backoff"
 	"github.com/gantryhq/gantry/lifecycle"
 )
 
@@ -357,33 +358,38 @@ func (w *Worker) wake() {
 // register joins the job, retrying while the master is unreachable (up to
 // RegisterTimeout), and records what the master assigned.
 func (w *Worker) register(ctx context.Context, master dsortpb.MasterClient, addr string) (*dsortpb.RegisterReply, error) {
-	deadline := time.Now().Add(w.cfg.RegisterTimeout)
 	req := &dsortpb.RegisterRequest{Address: addr, InputDirs: w.cfg.Inputs, OutputDir: w.cfg.Output,
 		InputBytes: w.inputBytes, Cores: int32(w.cores), MachineId: machineID()}
-	backoff := 100 * time.Millisecond
-	for {
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		rep, err := master.RegisterWorker(cctx, req)
-		cancel()
-		if err == nil {
-			w.mu.Lock()
-			w.jobID, w.index, w.epoch, w.numWorkers, w.master = rep.GetJobId(), int(rep.GetIndex()), rep.GetEpoch(), int(rep.GetNumWorkers()), master
-			w.mu.Unlock()
-			w.cfg.Logger.Info("registered", "worker", w.index, "epoch", w.epoch, "job", w.jobID, "addr", addr)
-			return rep, nil
+	rctx, cancel := context.WithTimeout(ctx, w.cfg.RegisterTimeout)
+	defer cancel()
+	var rep *dsortpb.RegisterReply
+	var last error
+	err := registerRetry.Retry(rctx, func(rctx context.Context) error {
+		cctx, cancel := context.WithTimeout(rctx, 5*time.Second)
+		defer cancel()
+		rep, last = master.RegisterWorker(cctx, req)
+		if last != nil && !retryable(last) {
+			return backoff.Permanent(fmt.Errorf("dsort: register with master %s: %s", w.cfg.Master, statusMessage(last)))
 		}
-		if !retryable(err) {
-			return nil, fmt.Errorf("dsort: register with master %s: %s", w.cfg.Master, statusMessage(err))
+		if last != nil {
+			w.cfg.Logger.Debug("master not reachable yet", "err", last)
 		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("%w: cannot register with %s for %s: %s", ErrMasterLost, w.cfg.Master, w.cfg.RegisterTimeout, statusMessage(err))
-		}
-		w.cfg.Logger.Debug("master not reachable yet", "err", err)
-		if err := sleepCtx(ctx, backoff); err != nil {
-			return nil, err
-		}
-		backoff = min(2*backoff, 2*time.Second)
+		return last
+	})
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
+	case backoff.IsPermanent(err) || !retryable(last):
+		return nil, err
+	default:
+		return nil, fmt.Errorf("%w: cannot register with %s for %s: %s", ErrMasterLost, w.cfg.Master, w.cfg.RegisterTimeout, statusMessage(last))
 	}
+	w.mu.Lock()
+	w.jobID, w.index, w.epoch, w.numWorkers, w.master = rep.GetJobId(), int(rep.GetIndex()), rep.GetEpoch(), int(rep.GetNumWorkers()), master
+	w.mu.Unlock()
+	w.cfg.Logger.Info("registered", "worker", w.index, "epoch", w.epoch, "job", w.jobID, "addr", addr)
+	return rep, nil
 }
 
 // supervise runs the phases and the heartbeats, each in its own goroutine,
@@ -608,17 +614,6 @@ func waitFor[T any](ctx context.Context, ch <-chan T) (T, error) {
 	}
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // runPhases walks the seed's normal flow from Initializing to Completed.
 func (w *Worker) runPhases(ctx context.Context, needSample bool) error {
 	for _, phase := range []func(context.Context) error{
@@ -721,21 +716,32 @@ func (w *Worker) sample(ctx context.Context) error {
 	req := &dsortpb.SampleRequest{JobId: w.jobID, Index: int32(w.index), Epoch: w.epoch, Keys: keys, Records: records}
 	master := w.master
 	w.mu.Unlock()
-	for attempt := 0; ; attempt++ {
+	var last error
+	err = sampleRetry.Retry(ctx, func(ctx context.Context) error {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		_, err := master.SubmitSample(cctx, req)
-		cancel()
-		if err == nil {
-			return nil
+		defer cancel()
+		if _, last = master.SubmitSample(cctx, req); last != nil && !retryable(last) {
+			return backoff.Permanent(last)
 		}
-		if !retryable(err) || attempt == 10 {
-			return fmt.Errorf("dsort: submit sample: %s", statusMessage(err))
-		}
-		if err := sleepCtx(ctx, 200*time.Millisecond); err != nil {
-			return err
-		}
+		return last
+	})
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return ctx.Err()
 	}
+	return fmt.Errorf("dsort: submit sample: %s", statusMessage(last))
 }
+
+// The worker's retry policies: registering while the master starts (up to
+// RegisterTimeout), submitting the sample (a few quick tries), and pulling a
+// shuffle piece from a peer that may be restarting (until the job ends).
+var (
+	registerRetry = backoff.Policy{Initial: 100 * time.Millisecond, Max: 2 * time.Second}
+	sampleRetry   = backoff.Policy{Initial: 200 * time.Millisecond, Max: 200 * time.Millisecond, MaxAttempts: 11}
+	fetchRetry    = backoff.Policy{Initial: 50 * time.Millisecond, Max: time.Second}
+)
 
 func (w *Worker) sort(ctx context.Context) error {
 	runs, err := extsort.GenerateRuns(ctx, extsort.Config{Memory: w.memory().sort, TempDir: w.workDir, Logger: w.cfg.Logger},

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sync"
-	"sync/atomic"
+
+	"github.com/gantryhq/gantry/internal/par"
 )
 
 // source is a sorted byte range to merge: a segment of a file read through
@@ -182,7 +182,7 @@ func reduceSegments(ctx context.Context, memory int64, workers int, segs []Segme
 	for len(segs) > f {
 		groups := (len(segs) + f - 1) / f
 		next := make([]Segment, groups)
-		err := parallelTasks(ctx, groups, workers, func(ctx context.Context, g int) error {
+		err := par.Do(ctx, groups, workers, func(ctx context.Context, g int) error {
 			out, err := os.CreateTemp(dir, "gantry-merge-pass-*")
 			if err != nil {
 				return fmt.Errorf("extsort: merge: %w", err)
@@ -212,36 +212,6 @@ func reduceSegments(ctx context.Context, memory int64, workers int, segs []Segme
 		segs = next
 	}
 	return segs, cleanup, nil
-}
-
-// parallelTasks runs task(0..n-1) on up to workers goroutines. The first
-// error cancels the context the others see, and is returned.
-func parallelTasks(ctx context.Context, n, workers int, task func(ctx context.Context, i int) error) error {
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for w := 0; w < max(1, min(workers, n)); w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				i := int(next.Add(1) - 1)
-				if i >= n {
-					return
-				}
-				if err := task(ctx, i); err != nil {
-					cancel(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if err := context.Cause(ctx); err != nil {
-		return err
-	}
-	return nil
 }
 
 // mergeSegments opens the segments' files and merges them.

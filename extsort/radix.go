@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"slices"
 	"sync"
+
+	"github.com/gantryhq/gantry/internal/par"
 )
 
 // entry is what the in-memory sort moves instead of 100-byte records.
@@ -116,7 +118,7 @@ func sortEntries(es, tmp []entry, workers int) []entry {
 		}
 	}
 	slices.SortFunc(spans, func(a, b span) int { return (b.to - b.from) - (a.to - a.from) })
-	parallelTasks(context.Background(), len(spans), workers, func(_ context.Context, i int) error {
+	par.Do(context.Background(), len(spans), workers, func(_ context.Context, i int) error {
 		sortBucket(tmp[spans[i].from:spans[i].to], es[spans[i].from:spans[i].to], 1)
 		return nil
 	})

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/gantryhq/gantry/internal/par"
 )
 
 // Run is a sorted file of whole records, spilled by GenerateRuns.
@@ -69,7 +71,7 @@ func (r *chunkReader) fill(ctx context.Context, buf []byte, workers int) (int, e
 		r.off += int64(k)
 		n += k
 	}
-	err := parallelTasks(ctx, len(pieces), workers, func(_ context.Context, i int) error {
+	err := par.Do(ctx, len(pieces), workers, func(_ context.Context, i int) error {
 		return readAt(pieces[i], buf)
 	})
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gantryhq/gantry/internal/fsutil"
+	"github.com/gantryhq/gantry/internal/par"
 )
 
 // Stats describes a finished sort.
@@ -176,7 +177,7 @@ func sortRuns(ctx context.Context, cfg Config, inputs []Input, out *partOutput, 
 		defer a.free()
 		arenas <- a
 	}
-	err = parallelTasks(ctx, len(ranges), cfg.Workers, func(ctx context.Context, i int) error {
+	err = par.Do(ctx, len(ranges), cfg.Workers, func(ctx context.Context, i int) error {
 		a := <-arenas
 		defer func() { arenas <- a }()
 		var off int64 // the range starts after everything before it in every run

@@ -7,11 +7,12 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gantryhq/gantry/internal/fsutil"
 )
 
 // Sentinel errors. Test with errors.Is; the typed errors below carry details.
@@ -294,7 +295,10 @@ func (m *Machine[S]) persistLocked() error {
 	if err != nil {
 		return err
 	}
-	return WriteFileAtomic(m.cfg.PersistPath, append(data, '\n'), 0o644)
+	if err := fsutil.WriteFileAtomic(m.cfg.PersistPath, append(data, '\n'), 0o644); err != nil {
+		return fmt.Errorf("lifecycle: write %s: %w", m.cfg.PersistPath, err)
+	}
+	return nil
 }
 
 // LoadSnapshot reads a file written by a Machine with PersistPath. A missing
@@ -309,37 +313,4 @@ func LoadSnapshot(path string) (Snapshot, error) {
 		return s, fmt.Errorf("lifecycle: load snapshot %s: %w", path, err)
 	}
 	return s, nil
-}
-
-// WriteFileAtomic writes data to path so that a reader sees either the old
-// content or the new one, never a mix: it writes a temporary file in the
-// same directory, syncs it and renames it over path.
-func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	f, err := os.CreateTemp(dir, "."+base+".tmp*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if err == nil {
-		err = f.Chmod(perm)
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("lifecycle: write %s: %w", path, err)
-	}
-	return nil
 }

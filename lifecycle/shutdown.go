@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/gantryhq/gantry/internal/par"
 )
 
 // ErrStopTimeout: a graceful stop did not finish in time and the forced one
@@ -29,22 +31,11 @@ var _ Runner = RunnerFunc(nil)
 // returns after every runner has returned, with the first non-nil error
 // (nil when all returned nil).
 func Group(ctx context.Context, runners ...Runner) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		wg       sync.WaitGroup
-		once     sync.Once
-		firstErr error
-	)
+	g, ctx := par.NewGroup(ctx, len(runners))
 	for _, r := range runners {
-		wg.Go(func() {
-			if err := r.Run(ctx); err != nil {
-				once.Do(func() { firstErr = err; cancel() })
-			}
-		})
+		g.Go(func() error { return r.Run(ctx) })
 	}
-	wg.Wait()
-	return firstErr
+	return g.Wait()
 }
 
 // StopWithin calls graceful and waits up to d for it to return; if it has

@@ -7,9 +7,10 @@ import (
 	"io"
 	"math"
 	"os"
-	"path/filepath"
 	"runtime"
 	"sync"
+
+	"github.com/gantryhq/gantry/internal/fsutil"
 )
 
 // genBlockRecords is how many records one worker generates per block: large
@@ -66,41 +67,16 @@ func GenerateFile(ctx context.Context, path string, first, count uint64, opt Gen
 		return sum, err
 	}
 
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	tmp, err := os.CreateTemp(dir, "."+base+".*.partial")
+	// gensort's fopen gives 0666 less umask; 0644 is that under the usual umask.
+	var sum Checksum
+	err := fsutil.WriteAtomic(path, 0o644, func(w io.Writer) error {
+		var err error
+		sum, err = generateTo(ctx, w, first, count, opt, workers, progress)
+		return err
+	})
 	if err != nil {
-		// Name the file asked for, not the temporary one.
-		var pe *os.PathError
-		if errors.As(err, &pe) {
-			err = pe.Err
-		}
-		return Checksum{}, fmt.Errorf("record: create %s: %w", path, err)
-	}
-	ok := false
-	defer func() {
-		if !ok {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	sum, err := generateTo(ctx, tmp, first, count, opt, workers, progress)
-	if err != nil {
-		return Checksum{}, fmt.Errorf("record: write %s: %w", path, err)
-	}
-	// CreateTemp makes the file 0600; gensort's fopen gives 0666 less umask.
-	if err := tmp.Chmod(0o644); err != nil {
-		return Checksum{}, fmt.Errorf("record: %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return Checksum{}, fmt.Errorf("record: write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
 		return Checksum{}, fmt.Errorf("record: %w", err)
 	}
-	ok = true
 	return sum, nil
 }
 

@@ -10,7 +10,8 @@ import (
 	"math"
 	"math/bits"
 	"os"
-	"path/filepath"
+
+	"github.com/gantryhq/gantry/internal/fsutil"
 )
 
 // Summary is valsort's result for a sequence of records. It is also the JSON
@@ -289,27 +290,8 @@ func WriteSummaryFile(path string, s Summary) error {
 		return err
 	}
 	b = append(b, '\n')
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	tmp, err := os.CreateTemp(dir, "."+base+".*.partial")
-	if err != nil {
+	if err := fsutil.WriteFileAtomic(path, b, 0o644); err != nil {
 		return fmt.Errorf("record: write summary: %w", err)
-	}
-	_, werr := tmp.Write(b)
-	if werr == nil {
-		werr = tmp.Chmod(0o644)
-	}
-	if cerr := tmp.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr == nil {
-		werr = os.Rename(tmp.Name(), path)
-	}
-	if werr != nil {
-		os.Remove(tmp.Name())
-		return fmt.Errorf("record: write summary %s: %w", path, werr)
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gantryhq/gantry/internal/testutil"
 	"github.com/gantryhq/gantry/record"
 )
 
@@ -94,7 +95,7 @@ func TestValsortDropIn(t *testing.T) {
 			wantCode, _ := strconv.Atoi(h[4])
 			data := valsortInput(t, h[1], h[2], n)
 			in := filepath.Join(dir, strings.Join(h[1:4], "-"))
-			writeRecords(t, in, data)
+			testutil.WriteRecords(t, in, data)
 			code, stdout, stderr := runRecordCmd(t, "valsort", in)
 			if code != wantCode {
 				t.Errorf("exit %d, valsort 1.5 exited %d", code, wantCode)

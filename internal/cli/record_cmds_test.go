@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gantryhq/gantry/internal/testutil"
+
 	"github.com/gantryhq/gantry/record"
 )
 
@@ -129,13 +131,6 @@ func TestGensortCmdBadArgs(t *testing.T) {
 	}
 }
 
-func writeRecords(t *testing.T, path string, recs []byte) {
-	t.Helper()
-	if err := os.WriteFile(path, recs, 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // sortedRecords returns n generated records sorted by key.
 func sortedRecords(n int, first uint64) []byte {
 	b := make([]byte, n*record.Size)
@@ -155,27 +150,27 @@ func TestValsortCmd(t *testing.T) {
 	sum.AddAll(data)
 
 	sorted := filepath.Join(dir, "sorted")
-	writeRecords(t, sorted, data)
+	testutil.WriteRecords(t, sorted, data)
 	raw := filepath.Join(dir, "raw")
 	if code, _, e := runRecordCmd(t, "gensort", "-q", "1000", raw); code != 0 {
 		t.Fatal(e)
 	}
 	out := filepath.Join(dir, "out")
 	os.Mkdir(out, 0o755)
-	writeRecords(t, filepath.Join(out, "partition.3"), data[:400*record.Size])
-	writeRecords(t, filepath.Join(out, "partition.30"), data[400*record.Size:])
+	testutil.WriteRecords(t, filepath.Join(out, "partition.3"), data[:400*record.Size])
+	testutil.WriteRecords(t, filepath.Join(out, "partition.30"), data[400*record.Size:])
 	swapped := filepath.Join(dir, "swapped")
 	os.Mkdir(swapped, 0o755)
-	writeRecords(t, filepath.Join(swapped, "partition.0"), data[400*record.Size:])
-	writeRecords(t, filepath.Join(swapped, "partition.1"), data[:400*record.Size])
+	testutil.WriteRecords(t, filepath.Join(swapped, "partition.0"), data[400*record.Size:])
+	testutil.WriteRecords(t, filepath.Join(swapped, "partition.1"), data[:400*record.Size])
 	partial := filepath.Join(dir, "partial")
-	writeRecords(t, partial, data[:250])
+	testutil.WriteRecords(t, partial, data[:250])
 	empty := filepath.Join(dir, "empty")
-	writeRecords(t, empty, nil)
+	testutil.WriteRecords(t, empty, nil)
 	stray := filepath.Join(dir, "stray")
 	os.Mkdir(stray, 0o755)
-	writeRecords(t, filepath.Join(stray, "partition.0"), data)
-	writeRecords(t, filepath.Join(stray, "README"), nil)
+	testutil.WriteRecords(t, filepath.Join(stray, "partition.0"), data)
+	testutil.WriteRecords(t, filepath.Join(stray, "README"), nil)
 
 	success := fmt.Sprintf("Records: 1000\nChecksum: %s\nDuplicate keys: 0\nSUCCESS - all records are in order\n", sum)
 	for _, tc := range []struct {
@@ -241,7 +236,7 @@ func TestValsortCmdSummaries(t *testing.T) {
 	var sums []string
 	for w := range 3 {
 		p := filepath.Join(dir, fmt.Sprintf("w%d", w))
-		writeRecords(t, p, data[w*300*record.Size:(w+1)*300*record.Size])
+		testutil.WriteRecords(t, p, data[w*300*record.Size:(w+1)*300*record.Size])
 		s := p + ".sum"
 		if code, _, e := runRecordCmd(t, "valsort", "-q", "-o", s, p); code != 0 {
 			t.Fatalf("valsort -o: %s", e)

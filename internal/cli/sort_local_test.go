@@ -8,10 +8,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gantryhq/gantry/internal/testutil"
 
 	"github.com/gantryhq/gantry/record"
 )
@@ -185,36 +186,18 @@ func TestSortLocalUsageErrors(t *testing.T) {
 	}
 }
 
-var (
-	gantryOnce sync.Once
-	gantryPath string
-	gantryErr  error
-)
-
-// gantryBinary builds cmd/gantry once, into a directory any user can read,
-// for tests that need a separate process (signals, other users).
+// gantryBinary returns the gantry binary (testutil.GantryBinary), in a
+// directory any user can read, for the process-level tests (signals, other
+// users); -short skips them.
 func gantryBinary(t *testing.T) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("process-level test: skipped by -short")
 	}
-	gantryOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "gantry-bin-*")
-		if err != nil {
-			gantryErr = err
-			return
-		}
-		os.Chmod(dir, 0o755)
-		gantryPath = filepath.Join(dir, "gantry")
-		out, err := exec.Command("go", "build", "-o", gantryPath, "github.com/gantryhq/gantry/cmd/gantry").CombinedOutput()
-		if err != nil {
-			gantryErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if gantryErr != nil {
-		t.Fatal(gantryErr)
-	}
-	return gantryPath
+	bin := testutil.GantryBinary(t)
+	// Some tests run it as user nobody, who must reach it.
+	os.Chmod(filepath.Dir(bin), 0o755)
+	return bin
 }
 
 // asUnprivileged runs cmd as user nobody when the tests run as root, since
