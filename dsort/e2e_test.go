@@ -165,6 +165,23 @@ func (p *proc) waitLine(stdout bool, re *regexp.Regexp, timeout time.Duration) l
 	}
 }
 
+// checksum waits for a valsort process to exit and returns its exit code
+// and the checksum it reported, on either stream (valsort 1.5's own command
+// line reports on stderr, gantry's extended forms on stdout).
+func (p *proc) checksum() (int, string) {
+	p.t.Helper()
+	code := p.wait(30 * time.Second)
+	re := regexp.MustCompile(`^Checksum: (\S+)$`)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, l := range append(slices.Clone(p.stdout), p.stderr...) {
+		if m := re.FindStringSubmatch(l.text); m != nil {
+			return code, m[1]
+		}
+	}
+	return code, ""
+}
+
 // wait waits for the process to exit and returns its exit code.
 func (p *proc) wait(timeout time.Duration) int {
 	p.t.Helper()
@@ -254,7 +271,7 @@ func (j *job) startWorker(w int, env ...string) *proc {
 // workerOrder returns the workers in the master's order (its second line).
 func (j *job) workerOrder() []*workerSpec {
 	j.t.Helper()
-	l := j.master.waitLine(true, regexp.MustCompile(`^127\.`), 30*time.Second)
+	l := j.master.waitLine(true, regexp.MustCompile(`^127\.[0-9.]+(, 127\.[0-9.]+)*$`), 30*time.Second)
 	var out []*workerSpec
 	for ip := range strings.SplitSeq(l.text, ", ") {
 		i := slices.IndexFunc(j.workers, func(w *workerSpec) bool { return w.bind == ip })
@@ -286,16 +303,15 @@ func (j *job) validate(order []*workerSpec) []int64 {
 			}
 		}
 	}
-	checksum := regexp.MustCompile(`^Checksum: (\S+)$`)
 	in := startProc(j.t, "valsort input", nil, append([]string{"valsort", "--checksum-only"}, inputs...)...)
-	inSum := checksum.FindStringSubmatch(in.waitLine(false, checksum, 30*time.Second).text)[1]
 	out := startProc(j.t, "valsort output", nil, append([]string{"valsort"}, outs...)...)
-	outSum := checksum.FindStringSubmatch(out.waitLine(false, checksum, 30*time.Second).text)[1]
-	if code := out.wait(30 * time.Second); code != 0 {
-		j.t.Fatalf("gantry valsort of the output exited %d:\n%s", code, strings.Join(out.stdoutLines(), "\n"))
+	inCode, inSum := in.checksum()
+	outCode, outSum := out.checksum()
+	if outCode != 0 {
+		j.t.Fatalf("gantry valsort of the output exited %d:\n%s", outCode, strings.Join(out.stdoutLines(), "\n"))
 	}
-	if in.wait(30*time.Second) != 0 || inSum != outSum {
-		j.t.Fatalf("checksum of input %s, of output %s", inSum, outSum)
+	if inCode != 0 || inSum == "" || inSum != outSum {
+		j.t.Fatalf("checksum of input %q, of output %q", inSum, outSum)
 	}
 	return per
 }

@@ -24,7 +24,8 @@ import (
 type MasterConfig struct {
 	// Workers is the number of workers of the job (N). Required, >= 1.
 	Workers int
-	// Addr is the listen address. Default ":0" (all interfaces, any port).
+	// Addr is the listen address. Default "127.0.0.1:0" (loopback, any
+	// port): listening on other hosts' reach is the caller's choice.
 	Addr string
 	// Token, when set, must accompany every RPC (metadata gantry-token).
 	Token string
@@ -69,7 +70,7 @@ func (c *MasterConfig) validate() error {
 		return fmt.Errorf("%w: need at least 1 worker, got %d", ErrConfig, c.Workers)
 	}
 	if c.Addr == "" {
-		c.Addr = ":0"
+		c.Addr = "127.0.0.1:0"
 	}
 	if c.JobID == "" {
 		var b [8]byte

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -58,6 +59,7 @@ func armWatchdog(stderr io.Writer, what string) func(succeeded bool) {
 func newSortMasterCmd(env *Env) *cobra.Command {
 	var (
 		port        int
+		bind        string
 		metricsAddr string
 		cfg         dsort.MasterConfig
 	)
@@ -71,7 +73,7 @@ then the workers' IPs in worker order once all N have registered. Progress
 and logs go to stderr. A worker that crashes may be restarted with the same
 arguments and rejoins; one that stays away longer than --rejoin-timeout
 aborts the job. The exit status is 0 only when the whole job succeeded.`,
-		Example: `  gantry sort master 3 --port 30040
+		Example: `  gantry sort master 3 --bind 10.0.0.1 --port 30040
   GANTRY_TOKEN=s3cret gantry sort master 4 --rejoin-timeout 2m`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -82,8 +84,11 @@ aborts the job. The exit status is 0 only when the whole job succeeded.`,
 			if port < 0 || port > 65535 {
 				return fmt.Errorf("sort master: --port %d is not a TCP port", port)
 			}
+			if net.ParseIP(bind) == nil {
+				return fmt.Errorf("sort master: --bind %q is not an IP address (e.g. 127.0.0.1, 10.0.0.1 or 0.0.0.0 for every interface)", bind)
+			}
 			cfg.Workers = n
-			cfg.Addr = ":" + strconv.Itoa(port)
+			cfg.Addr = net.JoinHostPort(bind, strconv.Itoa(port))
 			cfg.Logger = env.Logger
 			// On a terminal the redrawn bars replace the info log, which
 			// would scroll them away; --log-level still wins when given.
@@ -101,6 +106,7 @@ aborts the job. The exit status is 0 only when the whole job succeeded.`,
 	}
 	f := cmd.Flags()
 	f.IntVar(&port, "port", 0, "TCP port to listen on (0: any free port)")
+	f.StringVar(&bind, "bind", "127.0.0.1", "IP to listen on and print (the address workers dial; 0.0.0.0: every interface)")
 	f.StringVar(&cfg.Token, "token", os.Getenv("GANTRY_TOKEN"), "shared secret every RPC must carry (default $GANTRY_TOKEN)")
 	f.DurationVar(&cfg.RejoinTimeout, "rejoin-timeout", 60*time.Second, "abort the job when a worker stays silent this long")
 	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat", 500*time.Millisecond, "how often workers report")
