@@ -102,6 +102,11 @@ func (c *WorkerConfig) validate() error {
 	if c.TempDir == "" {
 		c.TempDir = os.TempDir()
 	}
+	// Before anything is touched: an output or temp dir inside an input
+	// (or the reverse) would have this worker delete or read its own files.
+	if err := extsort.CheckSeparate(c.Inputs, c.Output, c.TempDir); err != nil {
+		return fmt.Errorf("%w: %s", ErrConfig, strings.TrimPrefix(err.Error(), extsort.ErrConfig.Error()+": "))
+	}
 	if c.Memory == 0 {
 		c.sharedMemory = true
 		c.Memory = extsort.DefaultMemory()
