@@ -84,6 +84,9 @@ func checkOutput(t *testing.T, outDirs []string, want dataSum) []int64 {
 		}
 		var nums []int
 		for _, e := range ents {
+			if e.Name() == record.DoneMarker {
+				continue
+			}
 			n, ok := strings.CutPrefix(e.Name(), "partition.")
 			k, err := strconv.Atoi(n)
 			if !ok || err != nil {

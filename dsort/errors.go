@@ -30,6 +30,9 @@ var (
 	ErrWrongState = errors.New("dsort: call not allowed in this state")
 	// ErrJobEnded: the job has already succeeded or aborted.
 	ErrJobEnded = errors.New("dsort: the job has ended")
+	// ErrJobSucceeded: a worker of a job that has already succeeded
+	// registers again; its partitions are final and it must leave them.
+	ErrJobSucceeded = errors.New("dsort: the job succeeded, your partitions are final")
 	// ErrJobFull: the job already has its N workers and the caller is not
 	// one of them.
 	ErrJobFull = errors.New("dsort: the job has all its workers")

@@ -1,6 +1,7 @@
 package dsort
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -9,6 +10,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -39,6 +41,9 @@ type MasterConfig struct {
 	// RejoinTimeout is the silence after which a worker that has not come
 	// back aborts the job. Default 60s.
 	RejoinTimeout time.Duration
+	// RegisterTimeout is how long the master waits for all N workers to
+	// register before it aborts the job, naming the missing ones. Default 2m.
+	RegisterTimeout time.Duration
 	// PartitionSize bounds the expected size of one partition. Each worker
 	// gets max(cores, ⌈input/(N·PartitionSize)⌉) partitions. Default 64 MiB.
 	PartitionSize int64
@@ -88,6 +93,9 @@ func (c *MasterConfig) validate() error {
 	}
 	if c.PartitionSize <= 0 {
 		c.PartitionSize = 64 << 20
+	}
+	if c.RegisterTimeout <= 0 {
+		c.RegisterTimeout = 2 * time.Minute
 	}
 	if c.ShutdownGrace <= 0 {
 		c.ShutdownGrace = 5 * time.Second
@@ -225,7 +233,7 @@ func (m *Master) Run(ctx context.Context) error {
 		open: map[string]bool{
 			dsortpb.Master_RegisterWorker_FullMethodName: true,
 			dsortpb.Master_GetJobStatus_FullMethodName:   true,
-		}}
+		}, logger: m.cfg.Logger}
 	srv := grpc.NewServer(g.serverOptions()...)
 	dsortpb.RegisterMasterServer(srv, &masterRPC{m: m})
 	stopServer := serve(srv, ln)
@@ -375,6 +383,18 @@ func (m *Master) step(ctx context.Context, now time.Time) {
 // failureLocked returns why the job must abort now, or "": a worker
 // reported Failed, or stayed silent past RejoinTimeout.
 func (m *Master) failureLocked(now time.Time) string {
+	if m.phase == JobRegistering && now.Sub(m.start) > m.cfg.RegisterTimeout {
+		var got []string
+		for _, mb := range m.members {
+			got = append(got, fmt.Sprintf("worker %d %s", mb.index, mb.addr))
+		}
+		var missing []string
+		for i := len(m.members); i < m.cfg.Workers; i++ {
+			missing = append(missing, fmt.Sprintf("worker %d", i))
+		}
+		return fmt.Sprintf("only %d of %d workers registered within the register timeout %s; missing: %s (registered: %s)",
+			len(m.members), m.cfg.Workers, m.cfg.RegisterTimeout, strings.Join(missing, ", "), cmp.Or(strings.Join(got, ", "), "none"))
+	}
 	for _, mb := range m.members {
 		silent := now.Sub(mb.lastSeen)
 		if mb.state == Failed {

@@ -97,10 +97,14 @@ func (m *Master) register(req *dsortpb.RegisterRequest) (*dsortpb.RegisterReply,
 // slotLocked returns the member slot for a registration: the known one
 // with its epoch bumped (a restarted worker), or a new one.
 func (m *Master) slotLocked(req *dsortpb.RegisterRequest, host string) (*member, error) {
-	if m.phase.Ended() {
-		return nil, errorf(ErrJobEnded, "dsort: the job has ended")
-	}
 	id := identity(host, req.GetInputDirs(), req.GetOutputDir())
+	if m.phase.Ended() {
+		known := slices.IndexFunc(m.members, func(mb *member) bool { return mb.identity == id })
+		if m.phase == JobSucceeded && known >= 0 {
+			return nil, errorf(ErrJobSucceeded, "dsort: job %s succeeded; worker %d's partitions are final", m.cfg.JobID, known)
+		}
+		return nil, errorf(ErrJobEnded, "dsort: job %s has ended (%s)", m.cfg.JobID, m.phase)
+	}
 	if idx := slices.IndexFunc(m.members, func(mb *member) bool { return mb.identity == id }); idx >= 0 {
 		mb := m.members[idx]
 		if mb.conn != nil {

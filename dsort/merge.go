@@ -35,8 +35,8 @@ func (w *Worker) merge(ctx context.Context) error {
 	})
 }
 
-// mergePartition merges partition p's pieces into its partition.<p> file,
-// written atomically: the file appears complete or not at all.
+// mergePartition merges partition p's pieces into its staged partition
+// file, written atomically: the file appears complete or not at all.
 func (w *Worker) mergePartition(ctx context.Context, p, nw int, mem int64) error {
 	var segs []extsort.Segment
 	for s := range nw {
@@ -53,7 +53,9 @@ func (w *Worker) mergePartition(ctx context.Context, p, nw int, mem int64) error
 			segs = append(segs, extsort.Segment{Path: path, Length: info.Size()})
 		}
 	}
-	err := fsutil.WriteAtomic(filepath.Join(w.cfg.Output, partitionName(p)), 0o644, func(f io.Writer) error {
+	// Staged under a hidden name: it becomes partition.<p> only when the
+	// master has committed the job (commitOutput).
+	err := fsutil.WriteAtomic(filepath.Join(w.cfg.Output, w.stagedName(p)), 0o644, func(f io.Writer) error {
 		if len(segs) == 0 {
 			return nil
 		}

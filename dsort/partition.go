@@ -7,13 +7,11 @@ import (
 	"io"
 	"math"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/gantryhq/gantry/extsort"
-	"github.com/gantryhq/gantry/internal/fsutil"
 	"github.com/gantryhq/gantry/record"
 )
 
@@ -53,25 +51,6 @@ func partitionName(p int) string { return record.PartitionPrefix + strconv.Itoa(
 func isPartitionName(name string) bool {
 	n, ok := strings.CutPrefix(name, record.PartitionPrefix)
 	return ok && n != "" && strings.TrimLeft(n, "0123456789") == ""
-}
-
-// cleanOutput removes partition.<n> files and our temporaries (an
-// interrupted atomic write's, and older versions' .partition.<n>.tmp) from dir, so
-// that a restarted worker never leaves an earlier attempt's files behind.
-func cleanOutput(dir string) error {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return fmt.Errorf("dsort: output dir: %w", err)
-	}
-	for _, e := range ents {
-		if isPartitionName(e.Name()) || strings.HasPrefix(e.Name(), "."+record.PartitionPrefix) ||
-			strings.HasPrefix(e.Name(), fsutil.TempPrefix+record.PartitionPrefix) {
-			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
-				return fmt.Errorf("dsort: clean output dir: %w", err)
-			}
-		}
-	}
-	return nil
 }
 
 // infiniteBoundary lies after every record of a job with n workers.

@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"path"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	grpcpeer "google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/gantryhq/gantry/dsort/dsortpb"
@@ -44,6 +46,21 @@ type guard struct {
 	jobID func() string
 	// open lists the full method names that accept an empty job ID.
 	open map[string]bool
+	// logger, when set, hears every refused call with its reason, so that
+	// a worker turned away is never silent on the master's side.
+	logger *slog.Logger
+}
+
+// refusedCall logs a call the server answered with an error.
+func (g *guard) refusedCall(ctx context.Context, method string, err error) {
+	if g.logger == nil || err == nil {
+		return
+	}
+	from := "unknown"
+	if p, ok := grpcpeer.FromContext(ctx); ok {
+		from = p.Addr.String()
+	}
+	g.logger.Warn("refused call", "method", path.Base(method), "from", from, "code", status.Code(err), "reason", statusMessage(err))
 }
 
 func (g *guard) checkToken(ctx context.Context) error {
@@ -77,14 +94,17 @@ func (g *guard) checkJob(method string, req any) error {
 
 func (g *guard) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 	if err := g.checkToken(ctx); err != nil {
+		g.refusedCall(ctx, info.FullMethod, err)
 		return nil, err
 	}
 	if err := g.checkJob(info.FullMethod, req); err != nil {
+		g.refusedCall(ctx, info.FullMethod, err)
 		return nil, err
 	}
 	resp, err := h(ctx, req)
 	if err != nil {
 		g.metrics.rpcError("server", path.Base(info.FullMethod))
+		g.refusedCall(ctx, info.FullMethod, err)
 	}
 	return resp, err
 }
@@ -142,6 +162,7 @@ func codeOf(err error) codes.Code {
 		{ErrStaleEpoch, codes.FailedPrecondition},
 		{ErrWrongState, codes.FailedPrecondition},
 		{ErrJobEnded, codes.FailedPrecondition},
+		{ErrJobSucceeded, codes.AlreadyExists},
 		{ErrJobFull, codes.ResourceExhausted},
 		{ErrNotReady, codes.Unavailable},
 		{ErrNotOwner, codes.PermissionDenied},
@@ -163,6 +184,10 @@ func retryable(err error) bool {
 	}
 	return false
 }
+
+// succeeded reports whether the master answered that the job has already
+// succeeded (ErrJobSucceeded on its side).
+func succeeded(err error) bool { return status.Code(err) == codes.AlreadyExists }
 
 // refused reports whether a peer rejected a call for a reason that retrying
 // will not change (another job, a wrong token, a bad request).

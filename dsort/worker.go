@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -24,6 +25,7 @@ import (
 	"github.com/gantryhq/gantry/dsort/dsortpb"
 	"github.com/gantryhq/gantry/extsort"
 	"github.com/gantryhq/gantry/internal/backoff"
+	"github.com/gantryhq/gantry/internal/fsutil"
 	"github.com/gantryhq/gantry/lifecycle"
 )
 
@@ -53,7 +55,7 @@ type WorkerConfig struct {
 	// SampleSize is how many keys the worker samples. Default 10000.
 	SampleSize int
 	// RegisterTimeout is how long to keep trying to reach the master at
-	// start. Default 60s.
+	// start. Default 30s.
 	RegisterTimeout time.Duration
 	// MasterTimeout is how long the master may stay unreachable before the
 	// worker gives up. Default 30s.
@@ -118,7 +120,7 @@ func (c *WorkerConfig) validate() error {
 		c.SampleSize = 10000
 	}
 	if c.RegisterTimeout <= 0 {
-		c.RegisterTimeout = 60 * time.Second
+		c.RegisterTimeout = 30 * time.Second
 	}
 	if c.MasterTimeout <= 0 {
 		c.MasterTimeout = 30 * time.Second
@@ -139,7 +141,8 @@ func (c *WorkerConfig) validate() error {
 type Worker struct {
 	cfg     WorkerConfig
 	sm      *StateMachine
-	workDir string // cfg.TempDir/gantry-dsort-<id>: state file, runs/, recv/
+	workDir string           // cfg.TempDir/gantry-dsort-<id>: state file, runs/, recv/
+	owned   *fsutil.OwnedDir // the lock on workDir, held for the process's lifetime
 	kick    chan struct{}
 	cores   int
 	metrics *metrics
@@ -206,7 +209,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	w.serveSem = make(chan struct{}, w.cores)
 	w.mem = newMemoryPlan(cfg.Memory, false, 1, w.cores, 1)
 	sum := sha256.Sum256([]byte(strings.Join(cfg.Inputs, "\x00") + "\x00\x00" + cfg.Output))
-	w.workDir = filepath.Join(cfg.TempDir, "gantry-dsort-"+hex.EncodeToString(sum[:6]))
+	w.workDir = filepath.Join(cfg.TempDir, workDirPrefix+hex.EncodeToString(sum[:6]))
 	return w, nil
 }
 
@@ -281,33 +284,17 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 	defer conn.Close()
 	defer w.closeConns()
 	reg, err := w.register(ctx, dsortpb.NewMasterClient(conn), addr)
+	if errors.Is(err, ErrJobSucceeded) {
+		return w.alreadySucceeded(err)
+	}
 	if err != nil {
+		return err
+	}
+	// Only now, accepted into a live job, may the worker touch its output.
+	if err := w.prepareOutput(); err != nil {
 		return err
 	}
 	return w.supervise(ctx, time.Duration(reg.GetHeartbeatIntervalMs())*time.Millisecond, reg.GetNeedSample())
-}
-
-// prepare reads the inputs' sizes, cleans what a previous process of this
-// worker left behind and creates the directories.
-func (w *Worker) prepare() error {
-	inputs, total, err := extsort.ScanInputs(w.cfg.Inputs)
-	if err != nil {
-		return err
-	}
-	w.inputs, w.inputBytes = inputs, total
-	if snap, err := lifecycle.LoadSnapshot(filepath.Join(w.workDir, StateFileName)); err == nil {
-		w.cfg.Logger.Warn("a previous run of this worker stopped here; cleaning up and starting again",
-			"previous_state", snap.State, "at", snap.Updated.Format(time.RFC3339))
-	}
-	if err := os.RemoveAll(w.workDir); err != nil {
-		return fmt.Errorf("dsort: clean temp dir: %w", err)
-	}
-	for _, d := range []string{w.runDir(), w.recvDir(), w.cfg.Output} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return fmt.Errorf("dsort: %w", err)
-		}
-	}
-	return cleanOutput(w.cfg.Output)
 }
 
 // start creates the state machine and serves the worker's RPCs; it returns
@@ -339,20 +326,6 @@ func (w *Worker) start() (addr string, stop func(), err error) {
 	return ln.Addr().String(), serve(srv, ln), nil
 }
 
-// cleanup removes the runs and received pieces; on failure it keeps the
-// state file so a restart can report where this process stopped.
-func (w *Worker) cleanup(errp *error) {
-	if *errp == nil {
-		os.RemoveAll(w.workDir)
-		return
-	}
-	os.RemoveAll(w.runDir())
-	os.RemoveAll(w.recvDir())
-	if w.sm == nil || !w.sm.Is(Completed) {
-		cleanOutput(w.cfg.Output)
-	}
-}
-
 func (w *Worker) wake() {
 	select {
 	case w.kick <- struct{}{}:
@@ -373,6 +346,9 @@ func (w *Worker) register(ctx context.Context, master dsortpb.MasterClient, addr
 		cctx, cancel := context.WithTimeout(rctx, 5*time.Second)
 		defer cancel()
 		rep, last = master.RegisterWorker(cctx, req)
+		if succeeded(last) {
+			return backoff.Permanent(errorf(ErrJobSucceeded, "dsort: master %s: %s", w.cfg.Master, statusMessage(last)))
+		}
 		if last != nil && !retryable(last) {
 			return backoff.Permanent(fmt.Errorf("dsort: register with master %s: %s", w.cfg.Master, statusMessage(last)))
 		}
@@ -388,7 +364,8 @@ func (w *Worker) register(ctx context.Context, master dsortpb.MasterClient, addr
 	case backoff.IsPermanent(err) || !retryable(last):
 		return nil, err
 	default:
-		return nil, fmt.Errorf("%w: cannot register with %s for %s: %s", ErrMasterLost, w.cfg.Master, w.cfg.RegisterTimeout, statusMessage(last))
+		return nil, fmt.Errorf("%w: cannot register with %s for %s: %s; the output directory %s was left as it was",
+			ErrMasterLost, w.cfg.Master, w.cfg.RegisterTimeout, statusMessage(last), w.cfg.Output)
 	}
 	w.mu.Lock()
 	w.jobID, w.index, w.epoch, w.numWorkers, w.master = rep.GetJobId(), int(rep.GetIndex()), rep.GetEpoch(), int(rep.GetNumWorkers()), master
@@ -466,7 +443,7 @@ func (s *supervisor) end(rep *dsortpb.HeartbeatReply) error {
 	s.shuttingDown(ok)
 	s.stopPhases()
 	if ok {
-		return nil
+		return s.w.commitOutput()
 	}
 	return &AbortError{Reason: rep.GetReason()}
 }
@@ -517,7 +494,8 @@ func (w *Worker) heartbeat(ctx context.Context, interval time.Duration, end chan
 		case ctx.Err() != nil:
 			return
 		case time.Since(lastOK) > w.cfg.MasterTimeout:
-			lost <- fmt.Errorf("%w: no reply from %s for %s: %s", ErrMasterLost, w.cfg.Master, w.cfg.MasterTimeout, statusMessage(err))
+			lost <- fmt.Errorf("%w: no reply from %s for %s: %s; the output directory %s was left as it was",
+				ErrMasterLost, w.cfg.Master, w.cfg.MasterTimeout, statusMessage(err), w.cfg.Output)
 			return
 		}
 		select {

@@ -13,6 +13,10 @@ import (
 // directory: partition.0, partition.1, …
 const PartitionPrefix = "partition."
 
+// DoneMarker is the file a sort writes into its output directory when it
+// commits, naming the job that wrote the partitions. ExpandPaths skips it.
+const DoneMarker = ".gantry-sort-done"
+
 // PartitionNumber returns n for a file named partition.<n> (n decimal, no
 // sign, no leading zeros unless n is 0).
 func PartitionNumber(name string) (uint64, bool) {
@@ -56,6 +60,9 @@ func ExpandPaths(args []string) ([]string, error) {
 		}
 		parts := make([]part, 0, len(ents))
 		for _, e := range ents {
+			if e.Name() == DoneMarker {
+				continue
+			}
 			p := filepath.Join(a, e.Name())
 			n, ok := PartitionNumber(e.Name())
 			if !ok {

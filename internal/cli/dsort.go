@@ -109,6 +109,7 @@ aborts the job. The exit status is 0 only when the whole job succeeded.`,
 	f.StringVar(&bind, "bind", "127.0.0.1", "IP to listen on and print (the address workers dial; 0.0.0.0: every interface)")
 	f.StringVar(&cfg.Token, "token", os.Getenv("GANTRY_TOKEN"), "shared secret every RPC must carry (default $GANTRY_TOKEN)")
 	f.DurationVar(&cfg.RejoinTimeout, "rejoin-timeout", 60*time.Second, "abort the job when a worker stays silent this long")
+	f.DurationVar(&cfg.RegisterTimeout, "register-timeout", 2*time.Minute, "abort the job, naming the missing workers, when not all N have registered by then")
 	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat", 500*time.Millisecond, "how often workers report")
 	f.Var(sizeValue{&cfg.PartitionSize}, "partition-size", "target partition size (default 64MiB; at least one partition per core)")
 	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9090; default: off)")
@@ -300,7 +301,7 @@ with its temp dir wiped) it rejoins the job.`,
 	f.StringVar(&cfg.Bind, "bind", "", "IP to listen on and advertise (default: the interface that reaches the master)")
 	f.IntVar(&cfg.Port, "port", 0, "TCP port to listen on (0: any free port)")
 	f.StringVar(&cfg.Token, "token", os.Getenv("GANTRY_TOKEN"), "shared secret every RPC must carry (default $GANTRY_TOKEN)")
-	f.DurationVar(&cfg.RegisterTimeout, "register-timeout", 60*time.Second, "how long to keep trying to reach the master")
+	f.DurationVar(&cfg.RegisterTimeout, "register-timeout", 30*time.Second, "how long to keep trying to reach the master at start (the output dir is left as it was)")
 	f.DurationVar(&cfg.MasterTimeout, "master-timeout", 30*time.Second, "give up when the master stays unreachable this long")
 	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9091; default: off)")
 	return cmd
