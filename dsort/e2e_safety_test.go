@@ -13,8 +13,11 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gantryhq/gantry/record"
 )
 
 // TestMasterBind checks that `sort master` listens on loopback by default,
@@ -124,4 +127,176 @@ func treeSum(t *testing.T, root string) map[string]string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// startWorkerWith starts worker w like startWorker, with extra arguments.
+func (j *job) startWorkerWith(w int, env []string, extra ...string) *proc {
+	ws := j.workers[w]
+	args := append([]string{"sort", "worker", j.addr, "-I"}, ws.inputs...)
+	args = append(args, "-O", ws.out, "--tmp", ws.tmp, "--memory", "32MiB", "--bind", ws.bind, "--master-timeout", "3s")
+	ws.proc = startProc(j.t, fmt.Sprintf("worker %d (%s)", w, ws.bind), env, append(args, extra...)...)
+	return ws.proc
+}
+
+// workDirs lists the worker temp dirs under tmp.
+func workDirs(t *testing.T, tmp string) []string {
+	t.Helper()
+	dirs, err := filepath.Glob(filepath.Join(tmp, "gantry-dsort-*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dirs
+}
+
+// TestRestartAfterCompletedAndRerunKeepOutput kills a worker after it has
+// reported Completed, before it heard that the job succeeded (its
+// partitions are still staged under hidden names, not partition.<n>), and
+// restarts it with the same arguments while the master is still there: the
+// master answers that the job succeeded, the new process commits the staged
+// partitions and exits 0, and the output is valid. Then, with the master
+// gone, it re-runs a worker's exact command: the worker gives up naming the
+// master, exits non-zero and leaves the output, marker included, unchanged.
+func TestRestartAfterCompletedAndRerunKeepOutput(t *testing.T) {
+	j := newJob(t, 2, 8000)
+	victim := 0
+	j.startWorker(victim, "GANTRY_DSORT_FAULT=completed")
+	j.startWorker(1)
+	v := j.workers[victim].proc
+	v.waitLine(false, regexp.MustCompile(`fault point completed reached`), time.Minute)
+	j.master.waitLine(false, regexp.MustCompile(`every worker completed`), time.Minute)
+	if parts, _ := filepath.Glob(filepath.Join(j.workers[victim].out, "partition.*")); len(parts) != 0 {
+		t.Errorf("before commit the output already holds %v", parts)
+	}
+	if err := v.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	v.wait(10 * time.Second)
+	again := j.startWorker(victim)
+	if code := again.wait(time.Minute); code != 0 {
+		t.Fatalf("restarted worker exited %d", code)
+	}
+	again.waitLine(false, regexp.MustCompile(`the job already succeeded`), time.Second)
+	order := j.workerOrder()
+	if code := j.master.wait(time.Minute); code != 0 {
+		t.Fatalf("master exited %d", code)
+	}
+	if code := j.workers[1].proc.wait(30 * time.Second); code != 0 {
+		t.Fatalf("worker 1 exited %d", code)
+	}
+	j.validate(order)
+	for _, w := range j.workers {
+		if _, err := os.Stat(filepath.Join(w.out, record.DoneMarker)); err != nil {
+			t.Errorf("no completion marker: %v", err)
+		}
+		if d := workDirs(t, w.tmp); len(d) != 0 {
+			t.Errorf("temp dirs left behind: %v", d)
+		}
+	}
+
+	// The master has exited: a re-run must leave everything as it is.
+	before := treeSum(t, j.root)
+	rerun := j.startWorkerWith(victim, nil, "--register-timeout", "2s")
+	if code := rerun.wait(time.Minute); code == 0 {
+		t.Fatal("a worker whose master is gone exited 0")
+	}
+	msg := rerun.tail(20)
+	if !strings.Contains(msg, j.addr) || !strings.Contains(msg, "left as it was") {
+		t.Errorf("the worker should name the master %s and say the output was left as it was:\n%s", j.addr, msg)
+	}
+	if after := treeSum(t, j.root); !maps.Equal(before, after) {
+		t.Errorf("a re-run after success changed files:\nbefore %v\nafter  %v", before, after)
+	}
+	j.validate(order)
+}
+
+// TestTurnedAwayWorkersDeleteNothing starts a two-worker job with a token
+// whose workers are held in Sampling, then workers that must be turned
+// away (a wrong token; one worker too many) and worker 0's command a second
+// time (its temp dir is locked): each exits non-zero with a clear message,
+// every earlier output file stays as it was, and the master logs each
+// refused call and keeps its job.
+func TestTurnedAwayWorkersDeleteNothing(t *testing.T) {
+	j := newJob(t, 3, 2000, "--token", "s3cret")
+	// Three workers' data, a master for two: worker 2 is one too many.
+	j.master.cmd.Process.Kill()
+	j.master.wait(10 * time.Second)
+	j.master = startProc(t, "master", nil, "sort", "master", "2", "--heartbeat", "200ms", "--token", "s3cret")
+	j.addr = j.master.waitLine(true, regexp.MustCompile(`^\S+:\d+$`), 30*time.Second).text
+	for _, w := range j.workers {
+		writeFile(t, filepath.Join(w.out, "partition.0"), "an earlier job's output\n")
+	}
+	before := treeSum(t, j.root)
+
+	wrong := j.startWorkerWith(2, nil, "--token", "wrong")
+	if code := wrong.wait(time.Minute); code == 0 {
+		t.Fatal("a worker with a wrong token exited 0")
+	}
+	if got := wrong.tail(10); !strings.Contains(got, "token") {
+		t.Errorf("the turned-away worker should say why:\n%s", got)
+	}
+	j.master.waitLine(false, regexp.MustCompile(`refused call.*RegisterWorker.*token`), 10*time.Second)
+
+	for w := range 2 {
+		j.startWorkerWith(w, []string{"GANTRY_DSORT_FAULT=Sampling"}, "--token", "s3cret")
+		j.workers[w].proc.waitLine(false, regexp.MustCompile(`fault point Sampling reached`), time.Minute)
+	}
+	extra := j.startWorkerWith(2, nil, "--token", "s3cret")
+	if code := extra.wait(time.Minute); code == 0 {
+		t.Fatal("a third worker for a two-worker job exited 0")
+	}
+	if got := extra.tail(10); !strings.Contains(got, "already has its 2 workers") {
+		t.Errorf("the extra worker should say the job is full:\n%s", got)
+	}
+	j.master.waitLine(false, regexp.MustCompile(`refused call.*RegisterWorker.*already has its 2 workers`), 10*time.Second)
+
+	dup := startProc(t, "duplicate worker 0", nil, append([]string{"sort", "worker", j.addr, "-I"},
+		append(j.workers[0].inputs, "-O", j.workers[0].out, "--tmp", j.workers[0].tmp, "--memory", "32MiB",
+			"--bind", j.workers[0].bind, "--token", "s3cret")...)...)
+	if code := dup.wait(time.Minute); code == 0 {
+		t.Fatal("a second process of worker 0 exited 0")
+	}
+	if got := dup.tail(10); !strings.Contains(got, "another process of this worker") {
+		t.Errorf("the duplicate should say another process owns the temp dir:\n%s", got)
+	}
+	if after := treeSum(t, j.root); !maps.Equal(before, withoutTmp(after, before)) {
+		t.Errorf("turned-away workers changed files:\nbefore %v\nafter  %v", before, after)
+	}
+	if strings.Contains(j.master.tail(1000), "worker came back") {
+		t.Error("the duplicate process replaced worker 0 in the job")
+	}
+}
+
+// withoutTmp drops from after the entries under the workers' temp dirs that
+// before does not have: live workers own files there.
+func withoutTmp(after, before map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range after {
+		if _, ok := before[k]; ok || !strings.Contains(k, "tmp") {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// TestMasterAbortsWhenWorkerNeverRegisters runs a 2-worker job where only
+// one worker starts: the master aborts after --register-timeout naming the
+// missing worker, the worker exits non-zero, and its earlier output stays.
+func TestMasterAbortsWhenWorkerNeverRegisters(t *testing.T) {
+	j := newJob(t, 2, 2000, "--register-timeout", "3s")
+	writeFile(t, filepath.Join(j.workers[0].out, "partition.0"), "an earlier job's output\n")
+	before := treeSum(t, j.workers[0].out)
+	w := j.startWorker(0)
+	if code := j.master.wait(time.Minute); code == 0 {
+		t.Fatal("master exited 0 with a worker missing")
+	}
+	j.master.waitLine(false, regexp.MustCompile(`only 1 of 2 workers registered.*missing: worker 1`), time.Second)
+	if code := w.wait(time.Minute); code == 0 {
+		t.Fatal("worker exited 0 after the job aborted")
+	}
+	if after := treeSum(t, j.workers[0].out); !maps.Equal(before, after) {
+		t.Errorf("an aborted job changed the output:\nbefore %v\nafter  %v", before, after)
+	}
+	if d := workDirs(t, j.workers[0].tmp); len(d) != 0 {
+		t.Errorf("temp dirs left behind: %v", d)
+	}
 }

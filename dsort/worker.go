@@ -480,6 +480,7 @@ func (w *Worker) heartbeat(ctx context.Context, interval time.Duration, end chan
 			next = interval / 5
 		}
 		t.Reset(next)
+		sent := w.sm.State() // states only move forward: sendHeartbeat sends this or later
 		rep, err := w.sendHeartbeat(ctx, max(4*interval, 2*time.Second), "")
 		if err != nil && ctx.Err() == nil {
 			w.metrics.heartbeatMissed()
@@ -490,6 +491,9 @@ func (w *Worker) heartbeat(ctx context.Context, interval time.Duration, end chan
 			if rep.GetShouldAbort() {
 				end <- rep
 				return
+			}
+			if sent == Completed {
+				w.fault(ctx, "completed") // the master knows; the job's end is not heard yet
 			}
 		case ctx.Err() != nil:
 			return
