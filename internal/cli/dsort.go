@@ -253,8 +253,12 @@ func newSortWorkerCmd(env *Env) *cobra.Command {
 directories (read-only; any number of files of any size, ASCII or binary
 gensort records), exchanges partitions with the other workers and writes
 partition.<n> files into the output directory, which holds nothing else
-when the job is done. Restarted with the same arguments after a crash (even
-with its temp dir wiped) it rejoins the job.`,
+when the job is done but a .gantry-sort-done marker naming the job. It
+touches the output only once the master accepted it, and replaces earlier
+partitions only when the job has succeeded; -I, -O and --tmp must not
+overlap. Restarted with the same arguments after a crash (even with its
+temp dir wiped) it rejoins the job; restarted after the job succeeded it
+leaves the output as it is.`,
 		Example: `  gantry sort worker 10.0.0.1:30040 -I /data/in1 /data/in2 -O /data/out
   gantry sort worker 127.0.0.1:30040 -I in -O out --bind 127.0.0.2 --memory 512MiB`,
 		Args: cobra.ExactArgs(1),

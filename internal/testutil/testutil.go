@@ -41,6 +41,10 @@ var (
 	binOnce sync.Once
 	binPath string
 	binErr  error
+	// binDir keeps the owned dir reachable: once unreachable, its lock file
+	// is closed by a finalizer, the lock drops, and another test process's
+	// sweep deletes the binary under this one's feet.
+	binDir *fsutil.OwnedDir
 )
 
 // GantryBinary builds cmd/gantry once per test process and returns its path. The build lives
@@ -49,11 +53,11 @@ func GantryBinary(tb testing.TB) string {
 	tb.Helper()
 	binOnce.Do(func() {
 		fsutil.SweepStale(os.TempDir(), "gantry-testbin-")
-		var dir *fsutil.OwnedDir
-		dir, binErr = fsutil.CreateOwnedDir(os.TempDir(), "gantry-testbin-")
+		binDir, binErr = fsutil.CreateOwnedDir(os.TempDir(), "gantry-testbin-")
 		if binErr != nil {
 			return
 		}
+		dir := binDir
 		// The lock stays held (dir is never closed) until this process exits; the next test
 		// process's sweep then removes the dir.
 		binPath = filepath.Join(dir.Path, "gantry")
