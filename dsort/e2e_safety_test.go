@@ -300,3 +300,52 @@ func TestMasterAbortsWhenWorkerNeverRegisters(t *testing.T) {
 		t.Errorf("temp dirs left behind: %v", d)
 	}
 }
+
+// TestMasterRestartResumesJob SIGKILLs the master while worker 0 is held
+// in each phase (sampling, sorting, shuffling, merging), restarts it with the
+// same --state file and port, then releases worker 0: the restarted master
+// re-adopts the running workers, the job succeeds, every process exits 0
+// and the output's checksum equals the input's.
+func TestMasterRestartResumesJob(t *testing.T) {
+	for _, c := range []struct{ phase, point string }{
+		{"sampling", "Sampling"}, {"sorting", "Sorting"}, {"shuffling", "shuffle-piece"}, {"merging", "merge-partition"},
+	} {
+		t.Run(c.phase, func(t *testing.T) {
+			state := filepath.Join(t.TempDir(), "master.json")
+			j := newJob(t, 3, 6000, "--state", state)
+			release := filepath.Join(j.root, "release")
+			j.startWorkerWith(0, []string{"GANTRY_DSORT_FAULT=" + c.point, "GANTRY_DSORT_FAULT_UNTIL=" + release}, "--master-timeout", "30s")
+			for w := 1; w < len(j.workers); w++ {
+				j.startWorkerWith(w, nil, "--master-timeout", "30s")
+			}
+			order := j.workerOrder()
+			j.workers[0].proc.waitLine(false, regexp.MustCompile(`fault point `+c.point+` reached`), time.Minute)
+			// Every worker has its registration reply: one still in flight
+			// would (rightly) register again with the new master.
+			for _, w := range j.workers {
+				w.proc.waitLine(false, regexp.MustCompile(`msg=registered`), time.Minute)
+			}
+			if err := j.master.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			j.master.wait(10 * time.Second)
+			_, port, _ := net.SplitHostPort(j.addr)
+			j.master = startProc(t, "restarted master", nil, "sort", "master", "3", "--heartbeat", "200ms",
+				"--state", state, "--port", port)
+			j.master.waitLine(false, regexp.MustCompile(`resuming the job from its state file`), 30*time.Second)
+			writeFile(t, release, "go\n")
+			if code := j.master.wait(2 * time.Minute); code != 0 {
+				t.Fatalf("restarted master exited %d", code)
+			}
+			for i, w := range j.workers {
+				if code := w.proc.wait(30 * time.Second); code != 0 {
+					t.Fatalf("worker %d exited %d", i, code)
+				}
+			}
+			if log := j.master.tail(1000); regexp.MustCompile(`worker registered|worker came back`).MatchString(log) {
+				t.Errorf("the restarted master took workers in again instead of re-adopting them:\n%s", log)
+			}
+			j.validate(order)
+		})
+	}
+}

@@ -41,6 +41,11 @@ type MasterConfig struct {
 	// RejoinTimeout is the silence after which a worker that has not come
 	// back aborts the job. Default 60s.
 	RejoinTimeout time.Duration
+	// StateFile, when set, is where the master saves the job's state at
+	// each transition (atomically) and, at start, resumes a job saved
+	// there: restarted with the same file and port it re-adopts the running
+	// workers. Default: none (a master crash ends the job).
+	StateFile string
 	// RegisterTimeout is how long the master waits for all N workers to
 	// register before it aborts the job, naming the missing ones. Default 2m.
 	RegisterTimeout time.Duration
@@ -225,6 +230,9 @@ func (m *Master) Run(ctx context.Context) error {
 	m.mu.Lock()
 	m.phaseStart = m.start
 	m.mu.Unlock()
+	if err := m.restore(); err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", m.cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("dsort: master listen: %w", err)
@@ -238,6 +246,7 @@ func (m *Master) Run(ctx context.Context) error {
 	dsortpb.RegisterMasterServer(srv, &masterRPC{m: m})
 	stopServer := serve(srv, ln)
 	m.announce(ln.Addr().(*net.TCPAddr).Port)
+	m.announceResumed()
 
 	sendCtx, cancelSends := context.WithCancel(context.WithoutCancel(ctx))
 	m.loop(ctx, sendCtx)
@@ -341,6 +350,7 @@ func (m *Master) setPhaseLocked(p JobPhase) {
 	if p.Ended() {
 		close(m.ended)
 	}
+	m.persistLocked()
 }
 
 func (m *Master) allHeardEnd() bool {

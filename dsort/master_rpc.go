@@ -79,6 +79,7 @@ func (m *Master) register(req *dsortpb.RegisterRequest) (*dsortpb.RegisterReply,
 	reply := &dsortpb.RegisterReply{JobId: m.cfg.JobID, Index: int32(mb.index), Epoch: mb.epoch,
 		NumWorkers: int32(m.cfg.Workers), NeedSample: !mb.sampled,
 		HeartbeatIntervalMs: m.cfg.HeartbeatInterval.Milliseconds()}
+	m.persistLocked()
 	var ips []string
 	if len(m.members) == m.cfg.Workers && !m.announced {
 		m.announced = true
@@ -154,6 +155,7 @@ func (m *Master) submitSample(index int, epoch int64, keys []byte, records int64
 	}
 	if !mb.sampled {
 		mb.sample, mb.records, mb.sampled = slices.Clone(keys), records, true
+		m.persistLocked()
 	}
 	return nil
 }
@@ -179,6 +181,9 @@ func (m *Master) heartbeat(req *dsortpb.HeartbeatRequest) (*dsortpb.HeartbeatRep
 	changed := newState != mb.state
 	mb.state, mb.progress, mb.message, mb.errMsg = newState, req.GetProgress(), req.GetMessage(), req.GetError()
 	mb.phases = phasesFromPB(req.GetPhases())
+	if changed {
+		m.persistLocked()
+	}
 	reply := &dsortpb.HeartbeatReply{}
 	if m.phase.Ended() {
 		ok := m.phase == JobSucceeded

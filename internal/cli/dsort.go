@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -109,6 +110,7 @@ aborts the job. The exit status is 0 only when the whole job succeeded.`,
 	f.StringVar(&bind, "bind", "127.0.0.1", "IP to listen on and print (the address workers dial; 0.0.0.0: every interface)")
 	f.StringVar(&cfg.Token, "token", os.Getenv("GANTRY_TOKEN"), "shared secret every RPC must carry (default $GANTRY_TOKEN)")
 	f.DurationVar(&cfg.RejoinTimeout, "rejoin-timeout", 60*time.Second, "abort the job when a worker stays silent this long")
+	f.StringVar(&cfg.StateFile, "state", "", "save the job's state to FILE at each transition and resume the job saved there (restart with the same --state and --port)")
 	f.DurationVar(&cfg.RegisterTimeout, "register-timeout", 2*time.Minute, "abort the job, naming the missing workers, when not all N have registered by then")
 	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat", 500*time.Millisecond, "how often workers report")
 	f.Var(sizeValue{&cfg.PartitionSize}, "partition-size", "target partition size (default 64MiB; at least one partition per core)")
@@ -313,14 +315,26 @@ leaves the output as it is.`,
 
 // faultHook is for fault-injection tests (GANTRY_DSORT_FAULT=point,...):
 // at each listed point the worker says so on stderr and stops there until
-// it is killed or its context ends.
+// it is killed, its context ends or, when GANTRY_DSORT_FAULT_UNTIL names a
+// file, that file exists.
 func faultHook(stderr io.Writer, points []string) func(context.Context, string) {
+	until := os.Getenv("GANTRY_DSORT_FAULT_UNTIL")
 	return func(ctx context.Context, point string) {
-		for _, p := range points {
-			if p == point {
-				fmt.Fprintf(stderr, "fault point %s reached\n", point)
-				<-ctx.Done()
+		if !slices.Contains(points, point) {
+			return
+		}
+		fmt.Fprintf(stderr, "fault point %s reached\n", point)
+		t := time.NewTicker(20 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
 				return
+			case <-t.C:
+				if _, err := os.Stat(until); until != "" && err == nil {
+					fmt.Fprintf(stderr, "fault point %s released\n", point)
+					return
+				}
 			}
 		}
 	}

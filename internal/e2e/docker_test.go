@@ -208,6 +208,29 @@ func TestDockerMultiHost(t *testing.T) {
 		j.succeed()
 	})
 
+	t.Run("master killed mid-shuffle and restarted with --state", func(t *testing.T) {
+		t.Parallel()
+		if !c.masterBind {
+			t.Skip("this gantry has no sort master --state (issue 9)")
+		}
+		j := newDockerJob(t, c, 6, "--state", "/data/master.json")
+		j.master.dir = t.TempDir()
+		// Worker 1 holds inside the shuffle until released; the master is
+		// SIGKILLed meanwhile and a new container (same address, same
+		// state file) resumes the job with the running workers.
+		w := j.workers[1]
+		j.start(map[int][]string{1: {"GANTRY_DSORT_FAULT=shuffle-piece", "GANTRY_DSORT_FAULT_UNTIL=/data/release"}})
+		w.waitLog("fault point shuffle-piece reached", 60*time.Second)
+		c.docker("kill", j.master.name)
+		c.docker("rm", j.master.name)
+		j.master.run()
+		j.master.waitLog("resuming the job from its state file", 30*time.Second)
+		if err := os.WriteFile(filepath.Join(w.dir, "release"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		j.succeed()
+	})
+
 	t.Run("worker cut off past the rejoin timeout", func(t *testing.T) {
 		t.Parallel()
 		j := newDockerJob(t, c, 5, "--rejoin-timeout", "2s")
