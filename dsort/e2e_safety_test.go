@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantryhq/gantry/internal/fsutil"
 	"github.com/gantryhq/gantry/record"
 )
 
@@ -280,12 +281,21 @@ func withoutTmp(after, before map[string]string) map[string]string {
 
 // TestMasterAbortsWhenWorkerNeverRegisters runs a 2-worker job where only
 // one worker starts: the master aborts after --register-timeout naming the
-// missing worker, the worker exits non-zero, and its earlier output stays.
+// missing worker, the worker exits non-zero, and its earlier output stays;
+// the worker swept a dead worker's temp dir at start and removed its own.
 func TestMasterAbortsWhenWorkerNeverRegisters(t *testing.T) {
 	j := newJob(t, 2, 2000, "--register-timeout", "3s")
 	writeFile(t, filepath.Join(j.workers[0].out, "partition.0"), "an earlier job's output\n")
 	before := treeSum(t, j.workers[0].out)
+	// A temp dir left by a dead worker (its lock is free): swept at start.
+	stale, err := fsutil.LockDir(filepath.Join(j.workers[0].tmp, "gantry-dsort-0123456789ab"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(stale.Path, "runs", "run-0"), "spilled run\n")
+	stale.Release()
 	w := j.startWorker(0)
+	w.waitLine(false, regexp.MustCompile(`removed temp dirs of workers that are gone`), time.Minute)
 	if code := j.master.wait(time.Minute); code == 0 {
 		t.Fatal("master exited 0 with a worker missing")
 	}
