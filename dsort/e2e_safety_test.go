@@ -359,3 +359,43 @@ func TestMasterRestartResumesJob(t *testing.T) {
 		})
 	}
 }
+
+// TestMasterRestartAfterSuccessLetsWorkerCommit covers the narrowest
+// window: worker 0 has reported Completed but has not heard that the job
+// succeeded (its partitions are still staged) when both it and the master
+// are SIGKILLed. A master restarted with the same --state knows the job
+// succeeded; worker 0's restarted process hears "the job succeeded, your
+// partitions are final", commits the staged partitions and exits 0, and the
+// output is valid.
+func TestMasterRestartAfterSuccessLetsWorkerCommit(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "master.json")
+	j := newJob(t, 2, 4000, "--state", state)
+	j.startWorker(0, "GANTRY_DSORT_FAULT=completed")
+	j.startWorker(1)
+	order := j.workerOrder()
+	j.workers[0].proc.waitLine(false, regexp.MustCompile(`fault point completed reached`), time.Minute)
+	j.master.waitLine(false, regexp.MustCompile(`every worker completed`), time.Minute)
+	j.workers[1].proc.waitLine(false, regexp.MustCompile(`output committed`), time.Minute)
+	for _, p := range []*proc{j.master, j.workers[0].proc} {
+		if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		p.wait(10 * time.Second)
+	}
+	if code := j.workers[1].proc.wait(30 * time.Second); code != 0 {
+		t.Fatalf("worker 1 exited %d", code)
+	}
+	_, port, _ := net.SplitHostPort(j.addr)
+	j.master = startProc(t, "restarted master", nil, "sort", "master", "2", "--heartbeat", "200ms",
+		"--state", state, "--port", port)
+	j.master.waitLine(false, regexp.MustCompile(`resuming the job from its state file.*phase=succeeded`), 30*time.Second)
+	again := j.startWorker(0)
+	if code := again.wait(time.Minute); code != 0 {
+		t.Fatalf("restarted worker 0 exited %d", code)
+	}
+	again.waitLine(false, regexp.MustCompile(`output committed`), time.Second)
+	if code := j.master.wait(time.Minute); code != 0 {
+		t.Fatalf("restarted master exited %d", code)
+	}
+	j.validate(order)
+}
