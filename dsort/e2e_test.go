@@ -288,9 +288,9 @@ func (j *job) validate(order []*workerSpec) []int64 {
 	}
 	checksum := regexp.MustCompile(`^Checksum: (\S+)$`)
 	in := startProc(j.t, "valsort input", nil, append([]string{"valsort", "--checksum-only"}, inputs...)...)
-	inSum := checksum.FindStringSubmatch(in.waitLine(false, checksum, 30*time.Second).text)[1]
+	inSum := checksum.FindStringSubmatch(in.waitLine(true, checksum, 30*time.Second).text)[1]
 	out := startProc(j.t, "valsort output", nil, append([]string{"valsort"}, outs...)...)
-	outSum := checksum.FindStringSubmatch(out.waitLine(false, checksum, 30*time.Second).text)[1]
+	outSum := checksum.FindStringSubmatch(out.waitLine(true, checksum, 30*time.Second).text)[1]
 	if code := out.wait(30 * time.Second); code != 0 {
 		j.t.Fatalf("gantry valsort of the output exited %d:\n%s", code, strings.Join(out.stdoutLines(), "\n"))
 	}

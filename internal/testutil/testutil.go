@@ -39,6 +39,7 @@ func RepoRoot(tb testing.TB) string {
 
 var (
 	binOnce sync.Once
+	binDir  *fsutil.OwnedDir // kept reachable: a collected *os.File would close and unlock it
 	binPath string
 	binErr  error
 )
@@ -49,14 +50,14 @@ func GantryBinary(tb testing.TB) string {
 	tb.Helper()
 	binOnce.Do(func() {
 		fsutil.SweepStale(os.TempDir(), "gantry-testbin-")
-		var dir *fsutil.OwnedDir
-		dir, binErr = fsutil.CreateOwnedDir(os.TempDir(), "gantry-testbin-")
+		binDir, binErr = fsutil.CreateOwnedDir(os.TempDir(), "gantry-testbin-")
 		if binErr != nil {
 			return
 		}
-		// The lock stays held (dir is never closed) until this process exits; the next test
-		// process's sweep then removes the dir.
-		binPath = filepath.Join(dir.Path, "gantry")
+		// The lock stays held (binDir is never closed, and stays reachable so no finalizer
+		// closes its file) until this process exits; a later test process's sweep then
+		// removes the dir.
+		binPath = filepath.Join(binDir.Path, "gantry")
 		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/gantry")
 		cmd.Dir = RepoRoot(tb)
 		if out, err := cmd.CombinedOutput(); err != nil {
