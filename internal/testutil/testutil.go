@@ -39,12 +39,9 @@ func RepoRoot(tb testing.TB) string {
 
 var (
 	binOnce sync.Once
+	binDir  *fsutil.OwnedDir // kept reachable: a collected *os.File would close and unlock it
 	binPath string
 	binErr  error
-	// binDir keeps the owned dir reachable: once unreachable, its lock file
-	// is closed by a finalizer, the lock drops, and another test process's
-	// sweep deletes the binary under this one's feet.
-	binDir *fsutil.OwnedDir
 )
 
 // GantryBinary builds cmd/gantry once per test process and returns its path. The build lives
@@ -57,10 +54,10 @@ func GantryBinary(tb testing.TB) string {
 		if binErr != nil {
 			return
 		}
-		dir := binDir
-		// The lock stays held (dir is never closed) until this process exits; the next test
-		// process's sweep then removes the dir.
-		binPath = filepath.Join(dir.Path, "gantry")
+		// The lock stays held (binDir is never closed, and stays reachable so no finalizer
+		// closes its file) until this process exits; a later test process's sweep then
+		// removes the dir.
+		binPath = filepath.Join(binDir.Path, "gantry")
 		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/gantry")
 		cmd.Dir = RepoRoot(tb)
 		if out, err := cmd.CombinedOutput(); err != nil {

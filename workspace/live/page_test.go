@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -81,7 +82,12 @@ func TestPageInChromium(t *testing.T) {
 		{"type a name", chromedp.SendKeys(`#name`, "demo")},
 		{"press create", chromedp.Click(`#create-btn`)},
 		{"see it STANDBY", chromedp.WaitVisible(row + ` .status.STANDBY`)},
-		{"press up", chromedp.Click(row + ` button[data-action="up"]`)},
+		// Clicked from inside the page: the row is re-rendered on every SSE event, so a
+		// node id looked up by chromedp can be gone by the time it clicks it.
+		{"press up", chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			_, err := chromedp.Evaluate[bool](`(() => { document.querySelector(`+strconv.Quote(row+` button[data-action="up"]`)+`).click(); return true })()`)(ctx, tg)
+			return err
+		})},
 		{"see it RUNNING", chromedp.WaitVisible(row + ` .status.RUNNING`)},
 	}
 	for _, st := range steps {
