@@ -84,11 +84,12 @@ service_postgres() {
 		mkdir -p "$data"
 		chown postgres: "$data" 2>/dev/null || true
 		chmod 700 "$data"
-		runuser -u postgres -- "$bin/initdb" -D "$data" -A trust -U postgres >/dev/null
+		(cd / && runuser -u postgres -- "$bin/initdb" -D "$data" -A trust -U postgres >/dev/null)
 	fi
 	# fsync off: a test database, thrown away with the machine; it makes the suite much faster.
-	runuser -u postgres -- "$bin/pg_ctl" -D "$data" -l "$data/server.log" -w -o \
-		"-c listen_addresses=127.0.0.1 -p 5432 -k $data -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300" start >/dev/null
+	# From /: the postgres user may not be able to enter the caller's working directory.
+	(cd / && runuser -u postgres -- "$bin/pg_ctl" -D "$data" -l "$data/server.log" -w -o \
+		"-c listen_addresses=127.0.0.1 -p 5432 -k $data -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300" start >/dev/null)
 	wait_port 127.0.0.1 5432 20 || { log "postgres did not start (see $data/server.log)"; return 1; }
 	psql -h 127.0.0.1 -U postgres -qAtc "select 1 from pg_roles where rolname='gantry'" | grep -q 1 ||
 		psql -h 127.0.0.1 -U postgres -qc "create role gantry login superuser password 'gantry'"

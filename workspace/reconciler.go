@@ -166,6 +166,9 @@ type Reconciler struct {
 	runCtx context.Context
 	pool   *workerPool
 	calls  sync.WaitGroup // provider calls in flight
+	// closing (under mu) is set when Run stops: Handle then starts no call,
+	// so calls.Add never races calls.Wait.
+	closing bool
 	// Queries counts store queries issued by ticks (benchmarks).
 	tickQueries int64
 }
@@ -351,6 +354,7 @@ func (r *Reconciler) Run(ctx context.Context) error {
 	}
 	r.mu.Lock()
 	r.sch = sch
+	r.closing = false
 	r.mu.Unlock()
 	hints, cancel := r.hints.Subscribe(ChanWorkspace)
 	defer cancel()
@@ -372,6 +376,9 @@ loop:
 			r.poke(id, nil)
 		}
 	}
+	r.mu.Lock()
+	r.closing = true
+	r.mu.Unlock()
 	r.calls.Wait()
 	r.mu.Lock()
 	r.sch = nil
@@ -617,7 +624,14 @@ type stepHandler struct {
 func (h *stepHandler) Handle(_ context.Context, cmd sched.Command, tag uint64, c sched.Completer) error {
 	rc := cmd.(reconcileCmd)
 	r, ctx := h.r, h.ctx
+	r.mu.Lock()
+	if r.closing {
+		r.mu.Unlock()
+		c.CompleteYield(tag, stepResult{}, ctx.Err())
+		return nil
+	}
 	r.calls.Add(1)
+	r.mu.Unlock()
 	go func() {
 		defer r.calls.Done()
 		select {
