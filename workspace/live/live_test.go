@@ -79,15 +79,21 @@ func newStack(t *testing.T, hintsOn bool) *stack {
 		go func() { defer wg.Done(); run(ctx) }()
 	}
 	t.Cleanup(func() {
-		// Down every workspace's process before the temp dir goes.
-		ws, _ := st.List(context.Background())
-		for _, w := range ws {
-			c.Stop(context.Background(), w.ID)
-		}
+		// Stop the reconciler first (it would start a stopped process
+		// again), then down every workspace's process before the temp dir
+		// goes.
 		hs.CloseClientConnections()
 		hs.Close()
 		cancel()
 		wg.Wait()
+		ws, _ := st.List(context.Background())
+		for _, w := range ws {
+			stopCtx, stop := context.WithTimeout(context.Background(), 10*time.Second)
+			if err := c.Stop(stopCtx, w.ID); err != nil {
+				t.Errorf("stop %s: %v", w.ID, err)
+			}
+			stop()
+		}
 		st.Close()
 	})
 	return &stack{st: st, srv: srv, url: hs.URL, reg: reg}

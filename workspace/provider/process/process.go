@@ -158,12 +158,13 @@ func (c *Container) Stop(ctx context.Context, id string) error {
 	syscall.Kill(-pid, syscall.SIGTERM)
 	deadline := time.Now().Add(grace)
 	for {
-		if _, _, running, _ := c.alive(id); !running {
+		cur, _, running, _ := c.alive(id)
+		if !running {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			syscall.Kill(-pid, syscall.SIGKILL)
-			deadline = time.Now().Add(time.Hour)
+			// Every round, to the process the pidfile names now.
+			syscall.Kill(-cur, syscall.SIGKILL)
 		}
 		select {
 		case <-ctx.Done():
