@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/gantryhq/gantry/internal/fsutil"
 	"github.com/gantryhq/gantry/workspace/provider"
 )
 
@@ -31,14 +32,14 @@ func (b *BlobStore) path(key string) (string, error) {
 		return "", fmt.Errorf("%w: %q", ErrBadKey, key)
 	}
 	for _, p := range strings.Split(key, "/") {
-		if p == ".." || strings.HasPrefix(p, ".tmp-") {
+		if p == ".." || strings.HasPrefix(p, fsutil.TempPrefix) {
 			return "", fmt.Errorf("%w: %q", ErrBadKey, key)
 		}
 	}
 	return filepath.Join(b.Dir, filepath.FromSlash(key)), nil
 }
 
-// Put writes r to a temp file beside key's path, syncs it and renames it.
+// Put writes r to key atomically (fsutil.WriteAtomic: temp file, fsync, rename, dir fsync).
 func (b *BlobStore) Put(ctx context.Context, key string, r io.Reader) error {
 	p, err := b.path(key)
 	if err != nil {
@@ -47,30 +48,10 @@ func (b *BlobStore) Put(ctx context.Context, key string, r io.Reader) error {
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(filepath.Dir(p), ".tmp-"+filepath.Base(p)+"-")
-	if err != nil {
+	return fsutil.WriteAtomic(p, 0o644, func(w io.Writer) error {
+		_, err := io.Copy(w, ctxReader{ctx, r})
 		return err
-	}
-	tmp := f.Name()
-	_, err = io.Copy(f, ctxReader{ctx, r})
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, p)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	if d, err := os.Open(filepath.Dir(p)); err == nil {
-		d.Sync()
-		d.Close()
-	}
-	return nil
+	})
 }
 
 // Get opens key's file.

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gantryhq/gantry/internal/fsutil"
 	"github.com/gantryhq/gantry/workspace/provider"
 )
 
@@ -133,12 +134,7 @@ func (c *Container) Start(ctx context.Context, spec provider.Spec) error {
 	if !ok {
 		return fmt.Errorf("process: start %s: command exited at once (see %s)", spec.ID, logf.Name())
 	}
-	tmp := pf + ".tmp"
-	if err := os.WriteFile(tmp, []byte(fmt.Sprintf("%d %d\n", pid, start)), 0o644); err != nil {
-		syscall.Kill(-pid, syscall.SIGKILL)
-		return err
-	}
-	if err := os.Rename(tmp, pf); err != nil {
+	if err := fsutil.WriteFileAtomic(pf, []byte(fmt.Sprintf("%d %d\n", pid, start)), 0o644); err != nil {
 		syscall.Kill(-pid, syscall.SIGKILL)
 		return err
 	}
