@@ -80,10 +80,17 @@ service_postgres() {
 	fi
 	command -v psql >/dev/null 2>&1 || apt_install postgresql-client
 	local data="$state/postgres"
+	mkdir -p "$data"
+	chown postgres: "$data" 2>/dev/null || true
+	chmod 700 "$data"
+	if ! runuser -u postgres -- test -w "$data" 2>/dev/null; then
+		# A private state dir (e.g. TMPDIR=$(mktemp -d)): the postgres user cannot
+		# reach it, so the cluster lives in that user's home instead.
+		data="$(getent passwd postgres | cut -d: -f6)/gantry-test-cluster"
+		mkdir -p "$data" && chown postgres: "$data" && chmod 700 "$data"
+		log "postgres cannot enter $state; its data dir is $data"
+	fi
 	if [ ! -s "$data/PG_VERSION" ]; then
-		mkdir -p "$data"
-		chown postgres: "$data" 2>/dev/null || true
-		chmod 700 "$data"
 		(cd / && runuser -u postgres -- "$bin/initdb" -D "$data" -A trust -U postgres >/dev/null)
 	fi
 	# fsync off: a test database, thrown away with the machine; it makes the suite much faster.
