@@ -6,8 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/gantryhq/gantry/sched/internal/mpsc"
 )
 
 // State is a process's scheduling state.
@@ -23,10 +21,10 @@ import (
 //	Blocked  → Ready     event producer or the worker's re-check, CAS
 //	any      → Complete  Stop, after every worker has exited (force-close)
 //
-// While Running, a producer does not change the state; it sets the wake flag
-// (CAS Running → Running|wake) so the worker knows an event arrived after it
-// drained the queue. Whoever moves a process to Ready queues it, and only
-// that party: a process is in at most one run queue, exactly while Ready.
+// While Running, a producer does not change the state; it only queues its
+// event in the word, and the worker's CAS out of Running sees it. Whoever
+// moves a process to Ready queues it, and only that party: a process is in at
+// most one run queue, exactly while Ready.
 type State uint32
 
 const (
@@ -53,25 +51,18 @@ func (s State) String() string {
 	return fmt.Sprintf("State(%d)", uint32(s))
 }
 
-const (
-	stateMask = 0x7
-	wakeFlag  = 0x8 // only ever set together with StateRunning
-)
-
 // proc is the scheduler's record of one process.
 type proc struct {
 	pid PID
 	s   *Scheduler
 	p   Process
 
-	// state holds a State in the low bits and wakeFlag. Any goroutine
-	// loads and CASes it (seq-cst); see State for who may make which
-	// transition.
-	state atomic.Uint32
-
-	// events is the inbox. Any goroutine pushes; only the worker that has
-	// the process Running swaps it out; complete closes it.
-	events mpsc.Queue[Event]
+	// state is the process's word: its State and its inbox (the index of
+	// the newest queued event node; see inbox.go). Any goroutine loads and
+	// CASes it (seq-cst); see State for who may make which transition.
+	// Producers push events with a CAS; the worker takes them all with the
+	// CAS that makes the process Running.
+	state atomic.Uint64
 
 	// ctx is the process's context (Init, handlers, StepOutput.Context):
 	// cancelled by Cancel, by Stop and when the process completes.
@@ -87,50 +78,52 @@ type proc struct {
 	// process Running (the Ready → Running CAS hands them over; the
 	// transition out of Running hands them back).
 	started bool       // the first Step has run
-	batch   []Event    // the slice the previous Swap returned
+	batch   []Event    // the events of the current step; reused
 	out     StepOutput // reused every step
 }
 
-func (p *proc) loadState() State { return State(p.state.Load() & stateMask) }
+func (p *proc) loadState() State { return wordState(p.state.Load()) }
 
-// deliver pushes ev and makes sure the process will see it: an Idle or
+// deliver queues ev and makes sure the process will see it: an Idle or
 // Blocked process is made Ready and queued (next on w when the caller is
-// worker w after a step, otherwise on the global queue); a Running process
-// gets the wake flag; a Ready process will drain it when it runs. It returns
-// false if the inbox was already closed (the process completed); true means
-// the event was queued while the process was live, so either a step takes it
-// or complete finds it in the inbox and accounts for it (Stats.Dropped).
+// worker w after a step, otherwise on the global queue); a Running or Ready
+// process will take it at its next transition. It returns false if the
+// process had completed; true means the event was queued while the process
+// was live, so either a step takes it or complete finds it and accounts for
+// it (Stats.Dropped).
 //
-// Publish-then-check pair #1 (with the worker's transition out of Running,
-// see worker.finishWait): we push the event (publish), then load the state
-// (check). The worker CASes the state to Idle/Blocked (publish), then checks
-// the queue. Both are seq-cst, so at least one side sees the other: either we
-// see Idle/Blocked and wake it, or the worker sees the event and requeues it.
-// If both do, the Idle/Blocked → Ready CAS lets exactly one of them queue it.
+// Publish-then-check pair #1 is a single word here: the push and the wake
+// are one CAS, and the worker's move to Idle/Blocked is a CAS that expects an
+// empty inbox (worker.finishWait), so one of the two CASes comes first and
+// the other sees it.
 func (p *proc) deliver(ev Event, w *worker) bool {
-	if !p.events.Push(ev) {
-		return false
-	}
+	s := p.s
+	i := s.allocNode(w)
+	n := s.nodes.node(i)
+	n.ev = ev
 	for {
-		s := p.state.Load()
-		switch State(s & stateMask) {
-		case StateIdle, StateBlocked:
-			if p.state.CompareAndSwap(s, uint32(StateReady)) {
-				p.s.makeReady(p, w)
-				return true
+		old := p.state.Load()
+		st := wordState(old)
+		if st == StateComplete {
+			s.freeNode(i, w)
+			return false
+		}
+		n.next = wordTop(old)
+		nw := withTop(old, i)
+		if st == StateIdle || st == StateBlocked {
+			nw = withState(nw, StateReady)
+		}
+		if p.state.CompareAndSwap(old, nw) {
+			if nw != withTop(old, i) {
+				s.makeReady(p, w)
 			}
-		case StateRunning:
-			// Retry while still Running: the worker may have moved it
-			// on between our load and CAS (the original runtime lost a
-			// wake-up by giving up after one failed CAS here).
-			if s&wakeFlag != 0 || p.state.CompareAndSwap(s, s|wakeFlag) {
-				return true
-			}
-		default: // Ready, or Complete with the inbox not yet closed
 			return true
 		}
 	}
 }
+
+// hasEvents reports whether the inbox held an event at the load.
+func (p *proc) hasEvents() bool { return wordTop(p.state.Load()) != 0 }
 
 // CompleteYield delivers the completion of the yield tagged tag. Any
 // goroutine. Only the first completion of a dispatched yield is delivered;

@@ -19,6 +19,7 @@ type Scheduler struct {
 
 	global globalQueue
 	procs  pidMap
+	nodes  nodeArena // every process's inbox nodes
 
 	// ext counts spawns and completions made off the workers (Spawn from
 	// other goroutines, Stop's force-close); each worker has its own
@@ -136,7 +137,7 @@ func (s *Scheduler) spawn(p Process, method string, input []any, w *worker) (PID
 		s.procs.release(pid)
 		return 0, fmt.Errorf("sched: spawn %q: init: %w", method, err)
 	}
-	pr.state.Store(uint32(StateReady))
+	pr.state.Store(uint64(StateReady))
 	c := &s.ext
 	if w != nil {
 		c = &w.counts
@@ -149,7 +150,7 @@ func (s *Scheduler) spawn(p Process, method string, input []any, w *worker) (PID
 	if s.stopping.Load() {
 		// Stop's force-close may have found pr in the table already;
 		// forceClose lets exactly one of us close (and report) it.
-		s.forceClose(pr, c)
+		s.forceClose(pr, w, c)
 		return 0, ErrStopped
 	}
 	if w != nil {
@@ -251,19 +252,35 @@ func (s *Scheduler) hasWork() bool {
 	return false
 }
 
-// complete finishes p: Complete state, out of the PID map, inbox closed,
-// context cancelled, Close, report. Called by the worker that had p Running
-// (c is its shard), by a forceClose winner, or by Spawn undoing itself.
-func (s *Scheduler) complete(p *proc, err error, c *counts) {
-	p.state.Store(uint32(StateComplete))
+// complete finishes p, which the caller has Running: Complete state (taking
+// what is left in the inbox), then finish. Called by the worker that had p
+// Running (w, c its shard) or by Spawn undoing itself (w nil).
+func (s *Scheduler) complete(p *proc, err error, w *worker, c *counts) {
+	for {
+		old := p.state.Load()
+		if p.state.CompareAndSwap(old, withTop(withState(old, StateComplete), 0)) {
+			s.finish(p, wordTop(old), err, w, c)
+			return
+		}
+	}
+}
+
+// finish is the rest of completing p once the caller has CASed it to
+// Complete and taken its inbox (top): out of the PID map, leftover events
+// counted, context cancelled, Close, report.
+func (s *Scheduler) finish(p *proc, top uint32, err error, w *worker, c *counts) {
 	s.procs.del(p)
 	p.ctx.cancel()
 	// Events still queued were accepted (deliver returned true) and will
 	// never be stepped: count the messages so Send's nil stays honest.
-	for _, ev := range p.events.Close() {
-		if ev.Type == EventMessage {
+	for i := top; i != 0; {
+		n := s.nodes.node(i)
+		if n.ev.Type == EventMessage {
 			s.dropped.Add(1)
 		}
+		next := n.next
+		s.freeNode(i, w)
+		i = next
 	}
 	clear(p.batch)
 	p.batch = nil
@@ -300,17 +317,18 @@ func (s *Scheduler) onExit(pid PID, err error) {
 }
 
 // forceClose completes p with ErrStopped unless it is Running (its worker
-// will) or already Complete. It returns whether it closed p. Any goroutine;
+// will) or already Complete. It returns whether it closed p. Any goroutine
+// (w is the calling worker or nil);
 // the CAS lets exactly one closer win.
-func (s *Scheduler) forceClose(p *proc, c *counts) bool {
+func (s *Scheduler) forceClose(p *proc, w *worker, c *counts) bool {
 	for {
-		st := p.state.Load()
-		switch State(st & stateMask) {
+		old := p.state.Load()
+		switch wordState(old) {
 		case StateRunning, StateComplete:
 			return false
 		}
-		if p.state.CompareAndSwap(st, uint32(StateComplete)) {
-			s.complete(p, ErrStopped, c)
+		if p.state.CompareAndSwap(old, withTop(withState(old, StateComplete), 0)) {
+			s.finish(p, wordTop(old), ErrStopped, w, c)
 			return true
 		}
 	}
@@ -397,7 +415,7 @@ func (s *Scheduler) stop(ctx context.Context) error {
 	s.global.drain()
 	forced := 0
 	for _, p := range s.procs.all() {
-		if s.forceClose(p, &s.ext) {
+		if s.forceClose(p, nil, &s.ext) {
 			forced++
 		}
 	}
@@ -412,7 +430,7 @@ type Stats struct {
 	Ready, Running, Blocked, Idle int
 	// Since New.
 	Spawned, Completed, Failed uint64
-	Steps                      uint64 // Step calls
+	Steps                      uint64 // Step calls (each worker publishes its count every 64 steps and when it runs out of work)
 	Steals                     uint64 // processes moved by steal-half
 	StealOps                   uint64 // successful steal-half calls
 	GlobalPops                 uint64 // processes taken from the global queue (batches included)
