@@ -5,9 +5,9 @@ import (
 	"sync/atomic"
 )
 
-// A process's inbox lives in its state word (see proc.word): the word holds
-// the State in its low bits and the index of the newest queued event node
-// above them, so one CAS both queues an event and, for an Idle or Blocked
+// A process's inbox lives in its state word (see proc.state): the word holds
+// the State in bits 0–2, the index of the newest queued event node in bits
+// 3–31 and the record's generation (see pidMap) in bits 32–63, so one CAS both queues an event and, for an Idle or Blocked
 // process, makes it Ready; one CAS takes every queued event and marks the
 // process Running; one CAS moves it to a wait only if nothing is queued.
 // The nodes form a stack (newest first, linked by index); the worker that
@@ -32,6 +32,7 @@ const (
 	topMask   = (1<<topBits - 1) << stateBits
 )
 
+func wordGen(w uint64) uint32            { return uint32(w >> 32) }
 func wordState(w uint64) State           { return State(w & stateMask) }
 func wordTop(w uint64) uint32            { return uint32((w & topMask) >> stateBits) }
 func withState(w uint64, s State) uint64 { return w&^stateMask | uint64(s) }

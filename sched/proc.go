@@ -53,8 +53,16 @@ func (s State) String() string {
 
 // proc is the scheduler's record of one process.
 type proc struct {
-	pid PID
+	// idx (the record's index in the pidMap), s and out.p are set when the
+	// record's segment is made and never change; the record is reused by
+	// later processes (see pidMap).
+	idx uint32
 	s   *Scheduler
+
+	// pid and p are this incarnation's, written by the spawner before it
+	// publishes the record and read only by whoever has it Running (or
+	// completes it); a stale reference must use the word's generation.
+	pid PID
 	p   Process
 
 	// state is the process's word: its State and its inbox (the index of
@@ -64,15 +72,20 @@ type proc struct {
 	// CAS that makes the process Running.
 	state atomic.Uint64
 
-	// ctx is the process's context (Init, handlers, StepOutput.Context):
-	// cancelled by Cancel, by Stop and when the process completes.
-	ctx procCtx
+	// ctx is this incarnation's context (Init, handlers,
+	// StepOutput.Context) and the Completer its handlers get: cancelled by
+	// Cancel, by Stop and when the process completes. One small object
+	// per spawn, because a handler or a context may outlive the process
+	// while the record is reused. Stored by the spawner; loaded by anyone.
+	ctx atomic.Pointer[procCtx]
 
 	ymu sync.Mutex
-	// ymu protects pending: the tags of yields dispatched and not yet
-	// completed (a multiset; usually a handful). A completion whose tag is
-	// not pending is a second completion and is dropped.
-	pending []uint64
+	// ymu protects pending, the tags of yields dispatched and not yet
+	// completed (a multiset; usually a handful), and pendingPID, the
+	// incarnation they belong to (0 once it completed). A completion whose
+	// PID and tag are not pending is a second or stale one and is dropped.
+	pending    []uint64
+	pendingPID PID
 
 	// The fields below are touched only by the worker that has the
 	// process Running (the Ready → Running CAS hands them over; the
@@ -96,7 +109,10 @@ func (p *proc) loadState() State { return wordState(p.state.Load()) }
 // are one CAS, and the worker's move to Idle/Blocked is a CAS that expects an
 // empty inbox (worker.finishWait), so one of the two CASes comes first and
 // the other sees it.
-func (p *proc) deliver(ev Event, w *worker) bool {
+//
+// gen is the generation of the PID the caller means: a record reused by a
+// later process refuses an event meant for an earlier one.
+func (p *proc) deliver(gen uint32, ev Event, w *worker) bool {
 	s := p.s
 	i := s.allocNode(w)
 	n := s.nodes.node(i)
@@ -104,7 +120,7 @@ func (p *proc) deliver(ev Event, w *worker) bool {
 	for {
 		old := p.state.Load()
 		st := wordState(old)
-		if st == StateComplete {
+		if wordGen(old) != gen || !live(st) {
 			s.freeNode(i, w)
 			return false
 		}
@@ -129,25 +145,31 @@ func (p *proc) hasEvents() bool { return wordTop(p.state.Load()) != 0 }
 // goroutine. Only the first completion of a dispatched yield is delivered;
 // a second one, or one for a tag never yielded, is dropped and counted in
 // Stats.DroppedCompletions, and one for a finished process is dropped.
-func (p *proc) CompleteYield(tag uint64, data any, err error) {
-	if !p.takePending(tag) {
+func (c *procCtx) CompleteYield(tag uint64, data any, err error) {
+	p := c.p
+	if !p.takePending(c.pid, tag) {
 		p.s.droppedCompletions.Add(1)
 		return
 	}
-	p.deliver(Event{Type: EventYieldComplete, Tag: tag, Data: data, Error: err}, nil)
+	p.deliver(uint32(c.pid>>32), Event{Type: EventYieldComplete, Tag: tag, Data: data, Error: err}, nil)
 }
 
 // addPending records a dispatched yield. Worker only (while Running).
 func (p *proc) addPending(tag uint64) {
 	p.ymu.Lock()
 	p.pending = append(p.pending, tag)
+	p.pendingPID = p.pid
 	p.ymu.Unlock()
 }
 
-// takePending removes one pending yield with that tag; false if none.
-func (p *proc) takePending(tag uint64) bool {
+// takePending removes one pending yield of process pid with that tag; false
+// if none.
+func (p *proc) takePending(pid PID, tag uint64) bool {
 	p.ymu.Lock()
 	defer p.ymu.Unlock()
+	if p.pendingPID != pid {
+		return false
+	}
 	for i, t := range p.pending {
 		if t == tag {
 			last := len(p.pending) - 1
@@ -159,11 +181,23 @@ func (p *proc) takePending(tag uint64) bool {
 	return false
 }
 
-// procCtx is a process's context. It is part of proc (no allocation per
-// spawn) and creates its Done channel only when someone asks for it, so a
-// process whose context nobody watches pays two atomics to cancel it.
+// dropPending forgets the pending yields of the incarnation that just
+// completed, so its late completions are dropped. Whoever completes p.
+func (p *proc) dropPending() {
+	p.ymu.Lock()
+	p.pending = p.pending[:0]
+	p.pendingPID = 0
+	p.ymu.Unlock()
+}
+
+// procCtx is one incarnation of a process: its context and the Completer
+// its handlers get. It is the only allocation per spawn (the record is
+// reused; this may be held by a handler long after) and creates its Done
+// channel only when someone asks for it, so a process whose context nobody
+// watches pays two atomics to cancel it.
 type procCtx struct {
-	pid PID
+	pid PID   // immutable
+	p   *proc // the record; check pid against it before acting
 	// flags holds ctxCancelled and ctxClosed; set with CAS, loaded by
 	// anyone.
 	flags atomic.Uint32

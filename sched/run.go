@@ -48,7 +48,7 @@ func (w *worker) run(p *proc) {
 	// Messages first, so a reply to them can never overtake them.
 	for i := range out.sends {
 		m := &out.sends[i]
-		if to := s.procs.get(m.to); to == nil || !to.deliver(Event{Type: EventMessage, From: p.pid, Data: m.data}, w) {
+		if to := s.procs.get(m.to); to == nil || !to.deliver(uint32(m.to>>32), Event{Type: EventMessage, From: p.pid, Data: m.data}, w) {
 			s.undeliverable.Add(1)
 		}
 	}
@@ -80,8 +80,8 @@ func (w *worker) run(p *proc) {
 		y := &out.yields[i]
 		p.addPending(y.Tag)
 		if herr := w.dispatch(p, y); herr != nil {
-			if p.takePending(y.Tag) {
-				p.deliver(Event{Type: EventYieldComplete, Tag: y.Tag, Error: herr}, w)
+			if p.takePending(p.pid, y.Tag) {
+				p.deliver(uint32(p.pid>>32), Event{Type: EventYieldComplete, Tag: y.Tag, Error: herr}, w)
 			} else {
 				s.droppedCompletions.Add(1)
 				s.log.Warn("sched: handler failed after completing its yield; error dropped",
@@ -201,5 +201,6 @@ func (w *worker) dispatch(p *proc, y *Yielded) (err error) {
 			err = panicErr(r)
 		}
 	}()
-	return h.Handle(&p.ctx, y.Command, y.Tag, p)
+	c := p.ctx.Load()
+	return h.Handle(c, y.Command, y.Tag, c)
 }

@@ -97,6 +97,7 @@ func newScheduler(cfg Config) (*Scheduler, error) {
 		s.handlers[t] = h
 	}
 	s.workers = make([]*worker, cfg.Workers)
+	s.procs.s = s
 	for i := range s.workers {
 		s.workers[i] = newWorker(s, i)
 	}
@@ -129,24 +130,29 @@ func (s *Scheduler) spawn(p Process, method string, input []any, w *worker) (PID
 	if s.stopping.Load() {
 		return 0, ErrStopped
 	}
-	pid, sl := s.procs.alloc()
-	pr := &proc{pid: pid, s: s, p: p}
-	pr.ctx.pid = pid
-	pr.out.p = pr
-	if err := safeInit(&pr.ctx, p, method, input); err != nil {
-		s.procs.release(pid)
+	pr, pid := s.procs.alloc(w)
+	ctx := &procCtx{pid: pid, p: pr}
+	pr.pid, pr.p = pid, p
+	pr.started = false
+	pr.ctx.Store(ctx)
+	if err := safeInit(ctx, p, method, input); err != nil {
+		ctx.cancel()
+		pr.p = nil
+		// Burn the generation: Init may have kept Self(ctx).
+		pr.state.Store(uint64(pid>>32)<<32 | uint64(StateComplete))
+		s.procs.release(pr, w)
 		return 0, fmt.Errorf("sched: spawn %q: init: %w", method, err)
 	}
-	pr.state.Store(uint64(StateReady))
 	c := &s.ext
 	if w != nil {
 		c = &w.counts
 	}
 	c.spawned.Add(1)
-	s.procs.put(pr, sl)
-	// Check after publishing in the PID map: Stop stores stopping before
-	// it snapshots the map, so either Stop's snapshot has pr (and cancels
-	// it) or this load sees stopping.
+	// Publish: from this store the PID reaches the record.
+	pr.state.Store(uint64(pid>>32)<<32 | uint64(StateReady))
+	// Check after publishing: Stop stores stopping before it snapshots
+	// the map, so either Stop's snapshot has pr (and cancels it) or this
+	// load sees stopping.
 	if s.stopping.Load() {
 		// Stop's force-close may have found pr in the table already;
 		// forceClose lets exactly one of us close (and report) it.
@@ -171,7 +177,7 @@ func (s *Scheduler) spawn(p Process, method string, input []any, w *worker) (PID
 // receiver may be in the middle of its last step.
 func (s *Scheduler) Send(to PID, msg any) error {
 	p := s.procs.get(to)
-	if p == nil || !p.deliver(Event{Type: EventMessage, Data: msg}, nil) {
+	if p == nil || !p.deliver(uint32(to>>32), Event{Type: EventMessage, Data: msg}, nil) {
 		return fmt.Errorf("sched: send to %v: %w", to, ErrNoProcess)
 	}
 	return nil
@@ -187,8 +193,10 @@ func (s *Scheduler) Cancel(pid PID) error {
 	}
 	// Deliver first: cancelling the context can end a handler's wait, and
 	// its completion can finish the process before our event is queued.
-	ok := p.deliver(Event{Type: EventCancel}, nil)
-	p.ctx.cancel()
+	ok := p.deliver(uint32(pid>>32), Event{Type: EventCancel}, nil)
+	if c := p.ctx.Load(); c != nil && c.pid == pid {
+		c.cancel()
+	}
 	if !ok {
 		return fmt.Errorf("sched: cancel %v: %w", pid, ErrNoProcess)
 	}
@@ -267,10 +275,15 @@ func (s *Scheduler) complete(p *proc, err error, w *worker, c *counts) {
 
 // finish is the rest of completing p once the caller has CASed it to
 // Complete and taken its inbox (top): out of the PID map, leftover events
-// counted, context cancelled, Close, report.
+// counted, context cancelled, Close, report, and the record freed for reuse.
 func (s *Scheduler) finish(p *proc, top uint32, err error, w *worker, c *counts) {
-	s.procs.del(p)
-	p.ctx.cancel()
+	pid := p.pid
+	if ctx := p.ctx.Load(); ctx != nil {
+		ctx.cancel()
+	}
+	if p.pendingPID != 0 {
+		p.dropPending()
+	}
 	// Events still queued were accepted (deliver returned true) and will
 	// never be stepped: count the messages so Send's nil stays honest.
 	for i := top; i != 0; {
@@ -283,21 +296,25 @@ func (s *Scheduler) finish(p *proc, top uint32, err error, w *worker, c *counts)
 		i = next
 	}
 	clear(p.batch)
-	p.batch = nil
+	p.batch = p.batch[:0]
 	if cerr := safeClose(p.p); cerr != nil && err == nil {
 		err = cerr
 	}
 	if err != nil {
 		s.failed.Add(1)
 		if err != ErrStopped {
-			s.log.Error("sched: process failed", "pid", p.pid.String(), "err", err)
+			s.log.Error("sched: process failed", "pid", pid.String(), "err", err)
 		}
 	}
 	// Counted before OnExit, so a Stats taken after OnExit sees it; Stop
 	// still waits for this worker (workersDone) before it returns.
 	c.completed.Add(1)
+	// Nothing of this incarnation is read after this: the record may be
+	// reused at once.
+	p.p = nil
+	s.procs.release(p, w)
 	if s.cfg.OnExit != nil {
-		s.onExit(p.pid, err)
+		s.onExit(pid, err)
 	}
 	if s.stopping.Load() && s.live() == 0 {
 		s.drainMu.Do(func() { close(s.drained) })
@@ -369,8 +386,11 @@ func (s *Scheduler) Stop(ctx context.Context) error {
 func (s *Scheduler) stop(ctx context.Context) error {
 	s.stopping.Store(true)
 	for _, p := range s.procs.all() {
-		p.deliver(Event{Type: EventCancel}, nil)
-		p.ctx.cancel()
+		// Whichever incarnation is live now: Stop cancels them all.
+		p.deliver(wordGen(p.state.Load()), Event{Type: EventCancel}, nil)
+		if c := p.ctx.Load(); c != nil {
+			c.cancel()
+		}
 	}
 	if s.live() == 0 {
 		s.drainMu.Do(func() { close(s.drained) })
@@ -398,8 +418,8 @@ func (s *Scheduler) stop(ctx context.Context) error {
 			// (A worker that is only on its way out is not stuck.)
 			var stuck []string
 			for _, p := range s.procs.all() {
-				if p.loadState() == StateRunning {
-					stuck = append(stuck, p.pid.String())
+				if st := p.state.Load(); wordState(st) == StateRunning {
+					stuck = append(stuck, PID(uint64(wordGen(st))<<32|uint64(p.idx)).String())
 				}
 			}
 			if len(stuck) > 0 {

@@ -21,7 +21,7 @@ func TestEventBetweenLoadAndWaitCAS(t *testing.T) {
 	hooks := &testHooks{beforeWaitCAS: func(p *proc) {
 		if fired.CompareAndSwap(false, true) {
 			// A producer's whole delivery, inside the window.
-			if !p.deliver(Event{Type: EventMessage, Data: "in the window"}, nil) {
+			if !p.deliver(wordGen(p.state.Load()), Event{Type: EventMessage, Data: "in the window"}, nil) {
 				t.Error("deliver to a running process failed")
 			}
 			if st := p.state.Load(); wordState(st) != StateRunning || wordTop(st) == 0 {
@@ -83,7 +83,7 @@ func workQueuedWhileParking(t *testing.T, spinner bool) {
 		if spinner && s.nspin.Load() == 0 {
 			t.Error("nspin == 0 inside the spinner window")
 		}
-		p.deliver(Event{Type: EventMessage, Data: "posted while parking"}, nil)
+		p.deliver(wordGen(p.state.Load()), Event{Type: EventMessage, Data: "posted while parking"}, nil)
 	}
 	hooks := &testHooks{beforePark: post}
 	if spinner {

@@ -33,6 +33,9 @@ type worker struct {
 	// nodes caches free event nodes (see inbox.go) for this worker's
 	// sends and takes.
 	nodes []uint32
+	// free caches free process records (indices, see pidMap) for this
+	// worker's spawns and completions.
+	free []uint32
 	// nsteps counts steps; published to steps every stepPublish steps
 	// and whenever the worker searches in vain, so the hot path has no
 	// atomic add.
