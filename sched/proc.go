@@ -138,9 +138,6 @@ func (p *proc) deliver(gen uint32, ev Event, w *worker) bool {
 	}
 }
 
-// hasEvents reports whether the inbox held an event at the load.
-func (p *proc) hasEvents() bool { return wordTop(p.state.Load()) != 0 }
-
 // CompleteYield delivers the completion of the yield tagged tag. Any
 // goroutine. Only the first completion of a dispatched yield is delivered;
 // a second one, or one for a tag never yielded, is dropped and counted in
