@@ -3,6 +3,8 @@ package sched
 import (
 	"context"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -39,6 +41,12 @@ func TestStaleReferencesToAReusedRecordAreHarmless(t *testing.T) {
 		return nil
 	}})
 	k := <-handled
+	// A lookup made while A is live: the window between get and deliver
+	// in which A finishes and B takes the record.
+	recA := s.procs.get(a)
+	if recA == nil {
+		t.Fatal("A not found while live")
+	}
 	if err := s.Send(a, "finish"); err != nil {
 		t.Fatal(err)
 	}
@@ -106,6 +114,9 @@ func TestStaleReferencesToAReusedRecordAreHarmless(t *testing.T) {
 	if Self(k.ctx) != a {
 		t.Errorf("Self(A's context) = %v, want %v", Self(k.ctx), a)
 	}
+	if recA.deliver(uint32(a>>32), Event{Type: EventMessage, Data: "stale"}, nil) {
+		t.Error("a delivery for A through a lookup made before A finished was accepted by B's record")
+	}
 	if err := s.Send(a, "stale"); !errors.Is(err, ErrNoProcess) {
 		t.Errorf("Send to A's PID: %v, want ErrNoProcess", err)
 	}
@@ -132,3 +143,92 @@ func TestStaleReferencesToAReusedRecordAreHarmless(t *testing.T) {
 type cmd7 struct{}
 
 func (cmd7) CommandType() CommandType { return 7 }
+
+// TestMessagesNeverReachALaterProcessOnTheSameRecord: short-lived processes
+// are spawned from steps (so records are reused at once) while outside
+// goroutines keep sending to PIDs of processes that have already finished
+// or are about to. Each message carries the PID it was sent to, and every
+// process checks it got only its own: a delivery that slipped past the
+// generation checks (get's, then deliver's CAS) would reach a later process
+// on the same record. A stress test for -race; the deterministic window is
+// in TestStaleReferencesToAReusedRecordAreHarmless.
+func TestMessagesNeverReachALaterProcessOnTheSameRecord(t *testing.T) {
+	const total = 5000
+	s := start(t, Config{Workers: 2})
+	pids := make(chan PID, 1024)
+	spawned := make(chan struct{})
+	var misrouted atomicCount
+	var mkChild func() Process
+	mkChild = func() Process {
+		return &fnProc{step: func(events []Event, out *StepOutput) error {
+			for _, ev := range events {
+				if ev.Type == EventMessage && ev.Data.(PID) != out.Self() {
+					misrouted.add()
+				}
+			}
+			out.Status = StatusDone // one or two steps, then the record is free
+			if events == nil {
+				out.Status = StatusContinue
+			}
+			return nil
+		}}
+	}
+	n := 0
+	mustSpawn(t, s, &fnProc{step: func(events []Event, out *StepOutput) error {
+		for range 64 {
+			pid, err := out.Spawn(mkChild(), "child", nil)
+			if err != nil {
+				return err
+			}
+			select {
+			case pids <- pid:
+			default:
+			}
+			if n++; n == total {
+				close(spawned)
+				out.Status = StatusDone
+				return nil
+			}
+		}
+		out.Status = StatusContinue
+		return nil
+	}})
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var recent []PID
+			for {
+				select {
+				case <-stop:
+					return
+				case pid := <-pids:
+					recent = append(recent, pid)
+					if len(recent) > 32 {
+						recent = recent[1:]
+					}
+				}
+				for _, pid := range recent {
+					_ = s.Send(pid, pid) // ErrNoProcess is expected for most
+				}
+			}
+		}()
+	}
+	select {
+	case <-spawned:
+	case <-time.After(30 * time.Second):
+		t.Fatal("spawner did not finish")
+	}
+	close(stop)
+	wg.Wait()
+	if m := misrouted.load(); m != 0 {
+		t.Fatalf("%d messages reached a process they were not sent to", m)
+	}
+}
+
+type atomicCount struct{ n atomic.Int64 }
+
+func (c *atomicCount) add()        { c.n.Add(1) }
+func (c *atomicCount) load() int64 { return c.n.Load() }
