@@ -33,10 +33,18 @@ type pidMap struct {
 	mu sync.Mutex
 	// mu guards free (indices of free records) and fresh (the next
 	// never-used index). Workers keep private caches of free indices
-	// (worker.free) and come here in batches; other goroutines (Spawn
-	// from outside, Stop) come one at a time.
+	// (worker.free) and come here in batches, and so does ext.
 	free  []uint32
 	fresh uint32
+	_     [64]byte
+
+	// ext is the cache of free indices for spawns from goroutines that
+	// are not workers: its own lock, so an outside spawner takes pm.mu
+	// (which completing workers need) once per freeRefill spawns.
+	ext struct {
+		mu  sync.Mutex
+		idx []uint32 // guarded by mu
+	}
 }
 
 const (
@@ -70,20 +78,6 @@ func (pm *pidMap) take(dst []uint32, n int) []uint32 {
 	}
 	pm.mu.Unlock()
 	return dst
-}
-
-// one returns one free record index. Any goroutine.
-func (pm *pidMap) one() uint32 {
-	pm.mu.Lock()
-	var i uint32
-	if n := len(pm.free); n > 0 {
-		i = pm.free[n-1]
-		pm.free = pm.free[:n-1]
-	} else {
-		i = pm.freshLocked()
-	}
-	pm.mu.Unlock()
-	return i
 }
 
 // give returns free record indices. Any goroutine.
@@ -128,7 +122,13 @@ func (pm *pidMap) freshLocked() uint32 {
 func (pm *pidMap) alloc(w *worker) (*proc, PID) {
 	var idx uint32
 	if w == nil {
-		idx = pm.one()
+		pm.ext.mu.Lock()
+		if len(pm.ext.idx) == 0 {
+			pm.ext.idx = pm.take(pm.ext.idx, freeRefill)
+		}
+		idx = pm.ext.idx[len(pm.ext.idx)-1]
+		pm.ext.idx = pm.ext.idx[:len(pm.ext.idx)-1]
+		pm.ext.mu.Unlock()
 	} else {
 		if len(w.free) == 0 {
 			w.free = pm.take(w.free, freeRefill)
@@ -144,20 +144,28 @@ func (pm *pidMap) alloc(w *worker) (*proc, PID) {
 	return p, PID(uint64(gen)<<32 | uint64(idx))
 }
 
-// release returns p's record to a free list (w's cache when w is the calling
-// worker). The caller has finished with p: it is Complete (or was never
+// release returns p's record to a free cache (w's when w is the calling
+// worker, else ext), so the next spawn there reuses it while it is warm. The caller has finished with p: it is Complete (or was never
 // published) and nothing of this incarnation is read after this.
 func (pm *pidMap) release(p *proc, w *worker) {
 	if w == nil {
-		pm.give(p.idx)
+		pm.ext.mu.Lock()
+		pm.ext.idx = pm.spill(append(pm.ext.idx, p.idx))
+		pm.ext.mu.Unlock()
 		return
 	}
-	w.free = append(w.free, p.idx)
-	if len(w.free) > freeCacheMax {
-		half := len(w.free) / 2
-		pm.give(w.free[half:]...)
-		w.free = w.free[:half]
+	w.free = pm.spill(append(w.free, p.idx))
+}
+
+// spill gives half of a cache back to the shared list once it holds more
+// than freeCacheMax, and returns what is left.
+func (pm *pidMap) spill(cache []uint32) []uint32 {
+	if len(cache) <= freeCacheMax {
+		return cache
 	}
+	half := len(cache) / 2
+	pm.give(cache[half:]...)
+	return cache[:half]
 }
 
 // get returns the record of the live process with that PID, or nil. The

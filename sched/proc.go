@@ -79,6 +79,10 @@ type proc struct {
 	// while the record is reused. Stored by the spawner; loaded by anyone.
 	ctx atomic.Pointer[procCtx]
 
+	// gnext links the record in the global queue (see globalQueue) while
+	// it is queued there.
+	gnext atomic.Pointer[proc]
+
 	ymu sync.Mutex
 	// ymu protects pending, the tags of yields dispatched and not yet
 	// completed (a multiset; usually a handful), and pendingPID, the

@@ -158,8 +158,7 @@ func TestMessagesNeverReachALaterProcessOnTheSameRecord(t *testing.T) {
 	pids := make(chan PID, 1024)
 	spawned := make(chan struct{})
 	var misrouted atomicCount
-	var mkChild func() Process
-	mkChild = func() Process {
+	mkChild := func() Process {
 		return &fnProc{step: func(events []Event, out *StepOutput) error {
 			for _, ev := range events {
 				if ev.Type == EventMessage && ev.Data.(PID) != out.Self() {

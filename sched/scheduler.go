@@ -98,6 +98,7 @@ func newScheduler(cfg Config) (*Scheduler, error) {
 	}
 	s.workers = make([]*worker, cfg.Workers)
 	s.procs.s = s
+	s.global.init()
 	for i := range s.workers {
 		s.workers[i] = newWorker(s, i)
 	}
