@@ -262,8 +262,8 @@ func (s *Scheduler) hasWork() bool {
 }
 
 // complete finishes p, which the caller has Running: Complete state (taking
-// what is left in the inbox), then finish. Called by the worker that had p
-// Running (w, c its shard) or by Spawn undoing itself (w nil).
+// what is left in the inbox), then finish. Called by the worker w that had p
+// Running (c its shard).
 func (s *Scheduler) complete(p *proc, err error, w *worker, c *counts) {
 	for {
 		old := p.state.Load()
@@ -275,8 +275,9 @@ func (s *Scheduler) complete(p *proc, err error, w *worker, c *counts) {
 }
 
 // finish is the rest of completing p once the caller has CASed it to
-// Complete and taken its inbox (top): out of the PID map, leftover events
-// counted, context cancelled, Close, report, and the record freed for reuse.
+// Complete (from then on get and deliver miss it) and taken its inbox (top):
+// context cancelled, leftover events counted, Close, report, and the record
+// freed for reuse. w is the calling worker or nil.
 func (s *Scheduler) finish(p *proc, top uint32, err error, w *worker, c *counts) {
 	pid := p.pid
 	if ctx := p.ctx.Load(); ctx != nil {
