@@ -40,9 +40,11 @@ func withTop(w uint64, top uint32) uint64 {
 	return w&^topMask | uint64(top)<<stateBits
 }
 
-// evNode is one queued event.
+// evNode is one queued event. ev is a one-element array so that a step
+// with exactly one event can be handed ev[:] itself, without a copy (see
+// worker.begin).
 type evNode struct {
-	ev   Event
+	ev   [1]Event
 	next uint32 // the next older node, 0 = none
 }
 
@@ -152,7 +154,7 @@ func (s *Scheduler) allocNode(w *worker) uint32 {
 // worker) or to the arena.
 func (s *Scheduler) freeNode(i uint32, w *worker) {
 	n := s.nodes.node(i)
-	n.ev.Data, n.ev.Error = nil, nil // a free node must not keep garbage alive
+	n.ev[0].Data, n.ev[0].Error = nil, nil // a free node must not keep garbage alive
 	if w == nil {
 		s.nodes.give(i)
 		return
@@ -172,7 +174,7 @@ func (s *Scheduler) takeEvents(top uint32, dst []Event, w *worker) []Event {
 	start := len(dst)
 	for i := top; i != 0; {
 		n := s.nodes.node(i)
-		dst = append(dst, n.ev)
+		dst = append(dst, n.ev[0])
 		next := n.next
 		s.freeNode(i, w)
 		i = next

@@ -95,6 +95,7 @@ type proc struct {
 	// process Running (the Ready → Running CAS hands them over; the
 	// transition out of Running hands them back).
 	started bool       // the first Step has run
+	held    uint32     // the event node lent to the current step as its events, or 0
 	batch   []Event    // the events of the current step; reused
 	out     StepOutput // reused every step
 }
@@ -120,7 +121,7 @@ func (p *proc) deliver(gen uint32, ev Event, w *worker) bool {
 	s := p.s
 	i := s.allocNode(w)
 	n := s.nodes.node(i)
-	n.ev = ev
+	n.ev[0] = ev
 	for {
 		old := p.state.Load()
 		st := wordState(old)

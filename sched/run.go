@@ -26,6 +26,10 @@ func (w *worker) run(p *proc) {
 	out.w = w
 	err := w.step(p, events, out)
 	out.w = nil
+	if p.held != 0 {
+		s.freeNode(p.held, w)
+		p.held = 0
+	}
 	w.countStep()
 
 	if s.exit.Load() {
@@ -115,8 +119,9 @@ func (w *worker) run(p *proc) {
 
 // begin moves p from Ready to Running and returns the events its step gets:
 // nil on the first step (the inbox is left for the next one), otherwise
-// every queued event in push order (noEvents if none). ok is false if p was
-// not Ready. Worker only.
+// every queued event in push order (noEvents if none; a single event is the
+// node's own one-element array, lent until the step returns). ok is false if
+// p was not Ready. Worker only.
 //
 // One CAS makes p Running and takes the whole inbox: an event pushed before
 // it is in the batch, one pushed after it is in the word for finishWait.
@@ -137,6 +142,12 @@ func (w *worker) begin(p *proc) (events []Event, ok bool) {
 			top := wordTop(old)
 			if top == 0 {
 				return noEvents, true
+			}
+			if n := w.s.nodes.node(top); n.next == 0 {
+				// One event (the usual case): lend the node itself
+				// for this step; run frees it when the step returns.
+				p.held = top
+				return n.ev[:], true
 			}
 			prev := len(p.batch)
 			p.batch = w.s.takeEvents(top, p.batch[:0], w)

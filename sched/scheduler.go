@@ -290,7 +290,7 @@ func (s *Scheduler) finish(p *proc, top uint32, err error, w *worker, c *counts)
 	// never be stepped: count the messages so Send's nil stays honest.
 	for i := top; i != 0; {
 		n := s.nodes.node(i)
-		if n.ev.Type == EventMessage {
+		if n.ev[0].Type == EventMessage {
 			s.dropped.Add(1)
 		}
 		next := n.next
