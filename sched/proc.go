@@ -14,11 +14,11 @@ import (
 //
 //	Ready    → Running   worker, CAS (only the worker that dequeued it)
 //	Running  → Ready     worker, after StatusContinue or a wait with events pending
-//	Running  → Idle      worker, CAS from exactly Running (no wake flag)
-//	Running  → Blocked   worker, CAS from exactly Running (no wake flag)
+//	Running  → Idle      worker, CAS from Running with an empty inbox
+//	Running  → Blocked   worker, CAS from Running with an empty inbox
 //	Running  → Complete  worker, after StatusDone, an error or a panic
-//	Idle     → Ready     event producer or the worker's re-check, CAS
-//	Blocked  → Ready     event producer or the worker's re-check, CAS
+//	Idle     → Ready     event producer (the CAS that queues its event)
+//	Blocked  → Ready     event producer (the CAS that queues its event)
 //	any      → Complete  Stop, after every worker has exited (force-close)
 //
 // While Running, a producer does not change the state; it only queues its
