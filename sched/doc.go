@@ -27,7 +27,10 @@
 // then park on a condition variable; a parked worker is woken whenever a
 // process becomes Ready where its owner cannot start it at once (the Go
 // runtime's wakep rule, at most one searching worker). Processes move between the states
-// Ready, Running, Blocked, Idle and Complete by CAS. README.md has the
+// Ready, Running, Blocked, Idle and Complete by CAS on one word per process,
+// which also holds its inbox (a stack of event nodes) and the generation of
+// its reused record, so a message costs one CAS to queue and a stale PID or
+// Completer misses. README.md has the
 // vocabulary, the state diagram, and the memory-ordering arguments for the
 // deque and for the park/wake protocol.
 package sched

@@ -5,58 +5,61 @@ import (
 	"sync/atomic"
 )
 
-// pidMap routes PIDs to processes without hashing: a PID is a slot index in
-// its low 32 bits and that slot's generation in the high 32 bits. Lookups
-// are lock-free (two atomic loads and a compare); freed slots are reused with
-// the next generation, so a stale PID finds either nil or a process whose
-// PID differs, and misses. A PID can recur only after its slot has been
-// reused 2^32 times.
+// pidMap owns every process record and routes PIDs to them without hashing:
+// a PID is a record's index in its low 32 bits and the record's generation
+// in the high 32 bits. Records live in fixed segments and are reused: a
+// completed record goes back to a free list and its next spawn takes the
+// next generation. Nothing is allocated per spawn but the process's context.
 //
+// Reuse is safe because the generation is part of the record's state word
+// (proc.state, bits 32–63): every operation a stale reference can make on a
+// record (deliver, a yield completion, a context cancel) either CASes the
+// word expecting its own generation or checks the PID kept in its own
+// per-incarnation procCtx, so a reference to an earlier incarnation misses
+// (ErrNoProcess, a dropped completion) and never reaches the new one. A PID
+// can recur only after its record has been reused 2^32 times.
+//
+// Records are never freed; the map holds as many as were ever live at once.
 // A hash map was the first version; under spawn/complete churn its probe
-// sequences through deleted entries took a fifth of the spawn benchmark.
+// sequences took a fifth of the spawn benchmark, and allocating a record per
+// spawn another quarter (issue 11).
 type pidMap struct {
+	s *Scheduler // set in every record when its segment is made
+
 	// dir is the directory of segments, replaced (copy-on-write, under
-	// growMu) when it fills; loaded by anyone. Segments never move.
+	// mu) when it fills; loaded by anyone. Segments never move.
 	dir atomic.Pointer[[]*segment]
 
-	growMu sync.Mutex
-	// growMu serializes directory growth; fresh is the next never-used
-	// slot index and is guarded by growMu.
+	mu sync.Mutex
+	// mu guards free (indices of free records) and fresh (the next
+	// never-used index). Workers keep private caches of free indices
+	// (worker.free) and come here in batches, and so does ext.
+	free  []uint32
 	fresh uint32
+	_     [64]byte
 
-	// free lists, sharded so that the spawning goroutine and the workers
-	// completing processes rarely meet on one lock.
-	free [freeShards]freeList
-	// next picks the shard a put allocates from (Add by any Spawn).
-	next atomic.Uint32
+	// ext is the cache of free indices for spawns from goroutines that
+	// are not workers: its own lock, so an outside spawner takes pm.mu
+	// (which completing workers need) once per freeRefill spawns.
+	ext struct {
+		mu  sync.Mutex
+		idx []uint32 // guarded by mu
+	}
 }
 
 const (
-	segBits    = 12
-	segSize    = 1 << segBits
-	freeShards = 16
-	freshChunk = 64 // slots a shard takes from fresh at a time
+	segBits = 12
+	segSize = 1 << segBits
+	// freeRefill is how many free records a worker takes at once;
+	// freeCacheMax bounds its cache (above it, half goes back).
+	freeRefill   = 64
+	freeCacheMax = 512
 )
 
-type segment [segSize]slot
+type segment [segSize]proc
 
-type slot struct {
-	// p is the live process in this slot or nil. Stored by put/del
-	// (whoever spawns or completes), loaded by anyone.
-	p atomic.Pointer[proc]
-	// gen is the generation of the slot's current or last PID. Written
-	// only by the holder of the slot (between alloc and free).
-	gen uint32
-}
-
-type freeList struct {
-	mu sync.Mutex
-	// idx is a stack of free slot indices, guarded by mu.
-	idx []uint32
-	_   [40]byte // one lock per cache line
-}
-
-func (pm *pidMap) slotOf(idx uint32) *slot {
+// rec returns the record with index idx, or nil if there is none yet.
+func (pm *pidMap) rec(idx uint32) *proc {
 	d := pm.dir.Load()
 	if d == nil || int(idx>>segBits) >= len(*d) {
 		return nil
@@ -64,89 +67,125 @@ func (pm *pidMap) slotOf(idx uint32) *slot {
 	return &(*d)[idx>>segBits][idx&(segSize-1)]
 }
 
-// alloc reserves a slot and returns the PID for it.
-func (pm *pidMap) alloc() (PID, *slot) {
-	fl := &pm.free[pm.next.Add(1)%freeShards]
-	fl.mu.Lock()
-	if len(fl.idx) == 0 {
-		fl.idx = pm.freshChunk(fl.idx)
+// take appends n free record indices to dst. Any goroutine.
+func (pm *pidMap) take(dst []uint32, n int) []uint32 {
+	pm.mu.Lock()
+	k := min(n, len(pm.free))
+	dst = append(dst, pm.free[len(pm.free)-k:]...)
+	pm.free = pm.free[:len(pm.free)-k]
+	for ; k < n; k++ {
+		dst = append(dst, pm.freshLocked())
 	}
-	idx := fl.idx[len(fl.idx)-1]
-	fl.idx = fl.idx[:len(fl.idx)-1]
-	fl.mu.Unlock()
-	sl := pm.slotOf(idx)
-	sl.gen++
-	if sl.gen == 0 { // PID 0 is never assigned
-		sl.gen = 1
-	}
-	return PID(uint64(sl.gen)<<32 | uint64(idx)), sl
+	pm.mu.Unlock()
+	return dst
 }
 
-// freshChunk appends never-used slot indices to dst, growing the directory
-// when needed.
-func (pm *pidMap) freshChunk(dst []uint32) []uint32 {
-	pm.growMu.Lock()
-	defer pm.growMu.Unlock()
-	first := pm.fresh
-	pm.fresh += freshChunk
-	need := int((pm.fresh-1)>>segBits) + 1
+// give returns free record indices. Any goroutine.
+func (pm *pidMap) give(idx ...uint32) {
+	pm.mu.Lock()
+	pm.free = append(pm.free, idx...)
+	pm.mu.Unlock()
+}
+
+// freshLocked returns a never-used index, adding a segment when needed; a
+// new segment's records get their index and scheduler before the directory
+// publishes them, so those two fields never change afterwards. Requires mu.
+func (pm *pidMap) freshLocked() uint32 {
+	if pm.fresh == ^uint32(0) {
+		panic("sched: more than 2^32-1 processes live at once")
+	}
+	i := pm.fresh
+	pm.fresh++
 	var d []*segment
 	if p := pm.dir.Load(); p != nil {
 		d = *p
 	}
-	if need > len(d) {
-		nd := make([]*segment, need, max(need, 2*len(d)))
-		copy(nd, d)
-		for i := len(d); i < need; i++ {
-			nd[i] = new(segment)
+	if int(i>>segBits) >= len(d) {
+		seg := new(segment)
+		base := uint32(len(d)) << segBits
+		for j := range seg {
+			seg[j].idx = base + uint32(j)
+			seg[j].s = pm.s
+			seg[j].out.p = &seg[j]
 		}
+		nd := make([]*segment, len(d)+1, max(len(d)+1, 2*len(d)))
+		copy(nd, d)
+		nd[len(d)] = seg
 		pm.dir.Store(&nd)
 	}
-	for i := pm.fresh; i > first; i-- {
-		dst = append(dst, i-1)
-	}
-	return dst
+	return i
 }
 
-// put publishes p (whose pid came from alloc) in its slot.
-func (pm *pidMap) put(p *proc, sl *slot) { sl.p.Store(p) }
+// alloc reserves a free record for a spawn by worker w (the calling worker,
+// or nil) and returns it with its next PID. The record is not live until
+// its state word is stored with that generation (publish).
+func (pm *pidMap) alloc(w *worker) (*proc, PID) {
+	var idx uint32
+	if w == nil {
+		pm.ext.mu.Lock()
+		if len(pm.ext.idx) == 0 {
+			pm.ext.idx = pm.take(pm.ext.idx, freeRefill)
+		}
+		idx = pm.ext.idx[len(pm.ext.idx)-1]
+		pm.ext.idx = pm.ext.idx[:len(pm.ext.idx)-1]
+		pm.ext.mu.Unlock()
+	} else {
+		if len(w.free) == 0 {
+			w.free = pm.take(w.free, freeRefill)
+		}
+		idx = w.free[len(w.free)-1]
+		w.free = w.free[:len(w.free)-1]
+	}
+	p := pm.rec(idx)
+	gen := wordGen(p.state.Load()) + 1
+	if gen == 0 { // PID 0 is never assigned
+		gen = 1
+	}
+	return p, PID(uint64(gen)<<32 | uint64(idx))
+}
 
-// get returns the live process with that PID, or nil.
+// release returns p's record to a free cache (w's when w is the calling
+// worker, else ext), so the next spawn there reuses it while it is warm. The caller has finished with p: it is Complete (or was never
+// published) and nothing of this incarnation is read after this.
+func (pm *pidMap) release(p *proc, w *worker) {
+	if w == nil {
+		pm.ext.mu.Lock()
+		pm.ext.idx = pm.spill(append(pm.ext.idx, p.idx))
+		pm.ext.mu.Unlock()
+		return
+	}
+	w.free = pm.spill(append(w.free, p.idx))
+}
+
+// spill gives half of a cache back to the shared list once it holds more
+// than freeCacheMax, and returns what is left.
+func (pm *pidMap) spill(cache []uint32) []uint32 {
+	if len(cache) <= freeCacheMax {
+		return cache
+	}
+	half := len(cache) / 2
+	pm.give(cache[half:]...)
+	return cache[:half]
+}
+
+// get returns the record of the live process with that PID, or nil. The
+// process may complete at any moment after; operations on the record check
+// the generation again (deliver's CAS), so a stale result only misses.
 func (pm *pidMap) get(pid PID) *proc {
-	sl := pm.slotOf(uint32(pid))
-	if sl == nil {
+	p := pm.rec(uint32(pid))
+	if p == nil {
 		return nil
 	}
-	if p := sl.p.Load(); p != nil && p.pid == pid {
-		return p
+	if w := p.state.Load(); wordGen(w) != uint32(pid>>32) || !live(wordState(w)) {
+		return nil
 	}
-	return nil
+	return p
 }
 
-// del removes p and frees its slot for the next generation.
-func (pm *pidMap) del(p *proc) {
-	idx := uint32(p.pid)
-	sl := pm.slotOf(idx)
-	if sl == nil || !sl.p.CompareAndSwap(p, nil) {
-		return // already removed
-	}
-	fl := &pm.free[idx%freeShards]
-	fl.mu.Lock()
-	fl.idx = append(fl.idx, idx)
-	fl.mu.Unlock()
-}
+// live reports whether st is the state of a published, unfinished process.
+func live(st State) bool { return st >= StateReady && st < StateComplete }
 
-// release frees the slot of a PID that alloc returned and put never
-// published (its process failed Init).
-func (pm *pidMap) release(pid PID) {
-	idx := uint32(pid)
-	fl := &pm.free[idx%freeShards]
-	fl.mu.Lock()
-	fl.idx = append(fl.idx, idx)
-	fl.mu.Unlock()
-}
-
-// all returns a snapshot of every live process.
+// all returns a snapshot of every live process's record.
 func (pm *pidMap) all() []*proc {
 	d := pm.dir.Load()
 	if d == nil {
@@ -155,8 +194,8 @@ func (pm *pidMap) all() []*proc {
 	var out []*proc
 	for _, seg := range *d {
 		for i := range seg {
-			if p := seg[i].p.Load(); p != nil {
-				out = append(out, p)
+			if live(seg[i].loadState()) {
+				out = append(out, &seg[i])
 			}
 		}
 	}

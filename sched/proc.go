@@ -6,8 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/gantryhq/gantry/sched/internal/mpsc"
 )
 
 // State is a process's scheduling state.
@@ -16,17 +14,17 @@ import (
 //
 //	Ready    → Running   worker, CAS (only the worker that dequeued it)
 //	Running  → Ready     worker, after StatusContinue or a wait with events pending
-//	Running  → Idle      worker, CAS from exactly Running (no wake flag)
-//	Running  → Blocked   worker, CAS from exactly Running (no wake flag)
+//	Running  → Idle      worker, CAS from Running with an empty inbox
+//	Running  → Blocked   worker, CAS from Running with an empty inbox
 //	Running  → Complete  worker, after StatusDone, an error or a panic
-//	Idle     → Ready     event producer or the worker's re-check, CAS
-//	Blocked  → Ready     event producer or the worker's re-check, CAS
+//	Idle     → Ready     event producer (the CAS that queues its event)
+//	Blocked  → Ready     event producer (the CAS that queues its event)
 //	any      → Complete  Stop, after every worker has exited (force-close)
 //
-// While Running, a producer does not change the state; it sets the wake flag
-// (CAS Running → Running|wake) so the worker knows an event arrived after it
-// drained the queue. Whoever moves a process to Ready queues it, and only
-// that party: a process is in at most one run queue, exactly while Ready.
+// While Running, a producer does not change the state; it only queues its
+// event in the word, and the worker's CAS out of Running sees it. Whoever
+// moves a process to Ready queues it, and only that party: a process is in at
+// most one run queue, exactly while Ready.
 type State uint32
 
 const (
@@ -53,80 +51,93 @@ func (s State) String() string {
 	return fmt.Sprintf("State(%d)", uint32(s))
 }
 
-const (
-	stateMask = 0x7
-	wakeFlag  = 0x8 // only ever set together with StateRunning
-)
-
 // proc is the scheduler's record of one process.
 type proc struct {
-	pid PID
+	// idx (the record's index in the pidMap), s and out.p are set when the
+	// record's segment is made and never change; the record is reused by
+	// later processes (see pidMap).
+	idx uint32
 	s   *Scheduler
+
+	// pid and p are this incarnation's, written by the spawner before it
+	// publishes the record and read only by whoever has it Running (or
+	// completes it); a stale reference must use the word's generation.
+	pid PID
 	p   Process
 
-	// state holds a State in the low bits and wakeFlag. Any goroutine
-	// loads and CASes it (seq-cst); see State for who may make which
-	// transition.
-	state atomic.Uint32
+	// state is the process's word: its State and its inbox (the index of
+	// the newest queued event node; see inbox.go). Any goroutine loads and
+	// CASes it (seq-cst); see State for who may make which transition.
+	// Producers push events with a CAS; the worker takes them all with the
+	// CAS that makes the process Running.
+	state atomic.Uint64
 
-	// events is the inbox. Any goroutine pushes; only the worker that has
-	// the process Running swaps it out; complete closes it.
-	events mpsc.Queue[Event]
+	// ctx is this incarnation's context (Init, handlers,
+	// StepOutput.Context) and the Completer its handlers get: cancelled by
+	// Cancel, by Stop and when the process completes. One small object
+	// per spawn, because a handler or a context may outlive the process
+	// while the record is reused. Stored by the spawner; loaded by anyone.
+	ctx atomic.Pointer[procCtx]
 
-	// ctx is the process's context (Init, handlers, StepOutput.Context):
-	// cancelled by Cancel, by Stop and when the process completes.
-	ctx procCtx
+	// gnext links the record in the global queue (see globalQueue) while
+	// it is queued there.
+	gnext atomic.Pointer[proc]
 
 	ymu sync.Mutex
-	// ymu protects pending: the tags of yields dispatched and not yet
-	// completed (a multiset; usually a handful). A completion whose tag is
-	// not pending is a second completion and is dropped.
-	pending []uint64
+	// ymu protects pending, the tags of yields dispatched and not yet
+	// completed (a multiset; usually a handful), and pendingPID, the
+	// incarnation they belong to (0 once it completed). A completion whose
+	// PID and tag are not pending is a second or stale one and is dropped.
+	pending    []uint64
+	pendingPID PID
 
 	// The fields below are touched only by the worker that has the
 	// process Running (the Ready → Running CAS hands them over; the
 	// transition out of Running hands them back).
 	started bool       // the first Step has run
-	batch   []Event    // the slice the previous Swap returned
+	held    uint32     // the event node lent to the current step as its events, or 0
+	batch   []Event    // the events of the current step; reused
 	out     StepOutput // reused every step
 }
 
-func (p *proc) loadState() State { return State(p.state.Load() & stateMask) }
+func (p *proc) loadState() State { return wordState(p.state.Load()) }
 
-// deliver pushes ev and makes sure the process will see it: an Idle or
+// deliver queues ev and makes sure the process will see it: an Idle or
 // Blocked process is made Ready and queued (next on w when the caller is
-// worker w after a step, otherwise on the global queue); a Running process
-// gets the wake flag; a Ready process will drain it when it runs. It returns
-// false if the inbox was already closed (the process completed); true means
-// the event was queued while the process was live, so either a step takes it
-// or complete finds it in the inbox and accounts for it (Stats.Dropped).
+// worker w after a step, otherwise on the global queue); a Running or Ready
+// process will take it at its next transition. It returns false if the
+// process had completed; true means the event was queued while the process
+// was live, so either a step takes it or complete finds it and accounts for
+// it (Stats.Dropped).
 //
-// Publish-then-check pair #1 (with the worker's transition out of Running,
-// see worker.finishWait): we push the event (publish), then load the state
-// (check). The worker CASes the state to Idle/Blocked (publish), then checks
-// the queue. Both are seq-cst, so at least one side sees the other: either we
-// see Idle/Blocked and wake it, or the worker sees the event and requeues it.
-// If both do, the Idle/Blocked → Ready CAS lets exactly one of them queue it.
-func (p *proc) deliver(ev Event, w *worker) bool {
-	if !p.events.Push(ev) {
-		return false
-	}
+// Publish-then-check pair #1 is a single word here: the push and the wake
+// are one CAS, and the worker's move to Idle/Blocked is a CAS that expects an
+// empty inbox (worker.finishWait), so one of the two CASes comes first and
+// the other sees it.
+//
+// gen is the generation of the PID the caller means: a record reused by a
+// later process refuses an event meant for an earlier one.
+func (p *proc) deliver(gen uint32, ev Event, w *worker) bool {
+	s := p.s
+	i := s.allocNode(w)
+	n := s.nodes.node(i)
+	n.ev[0] = ev
 	for {
-		s := p.state.Load()
-		switch State(s & stateMask) {
-		case StateIdle, StateBlocked:
-			if p.state.CompareAndSwap(s, uint32(StateReady)) {
-				p.s.makeReady(p, w)
-				return true
+		old := p.state.Load()
+		st := wordState(old)
+		if wordGen(old) != gen || !live(st) {
+			s.freeNode(i, w)
+			return false
+		}
+		n.next = wordTop(old)
+		nw := withTop(old, i)
+		if st == StateIdle || st == StateBlocked {
+			nw = withState(nw, StateReady)
+		}
+		if p.state.CompareAndSwap(old, nw) {
+			if nw != withTop(old, i) {
+				s.makeReady(p, w)
 			}
-		case StateRunning:
-			// Retry while still Running: the worker may have moved it
-			// on between our load and CAS (the original runtime lost a
-			// wake-up by giving up after one failed CAS here).
-			if s&wakeFlag != 0 || p.state.CompareAndSwap(s, s|wakeFlag) {
-				return true
-			}
-		default: // Ready, or Complete with the inbox not yet closed
 			return true
 		}
 	}
@@ -136,25 +147,31 @@ func (p *proc) deliver(ev Event, w *worker) bool {
 // goroutine. Only the first completion of a dispatched yield is delivered;
 // a second one, or one for a tag never yielded, is dropped and counted in
 // Stats.DroppedCompletions, and one for a finished process is dropped.
-func (p *proc) CompleteYield(tag uint64, data any, err error) {
-	if !p.takePending(tag) {
+func (c *procCtx) CompleteYield(tag uint64, data any, err error) {
+	p := c.p
+	if !p.takePending(c.pid, tag) {
 		p.s.droppedCompletions.Add(1)
 		return
 	}
-	p.deliver(Event{Type: EventYieldComplete, Tag: tag, Data: data, Error: err}, nil)
+	p.deliver(uint32(c.pid>>32), Event{Type: EventYieldComplete, Tag: tag, Data: data, Error: err}, nil)
 }
 
 // addPending records a dispatched yield. Worker only (while Running).
 func (p *proc) addPending(tag uint64) {
 	p.ymu.Lock()
 	p.pending = append(p.pending, tag)
+	p.pendingPID = p.pid
 	p.ymu.Unlock()
 }
 
-// takePending removes one pending yield with that tag; false if none.
-func (p *proc) takePending(tag uint64) bool {
+// takePending removes one pending yield of process pid with that tag; false
+// if none.
+func (p *proc) takePending(pid PID, tag uint64) bool {
 	p.ymu.Lock()
 	defer p.ymu.Unlock()
+	if p.pendingPID != pid {
+		return false
+	}
 	for i, t := range p.pending {
 		if t == tag {
 			last := len(p.pending) - 1
@@ -166,11 +183,23 @@ func (p *proc) takePending(tag uint64) bool {
 	return false
 }
 
-// procCtx is a process's context. It is part of proc (no allocation per
-// spawn) and creates its Done channel only when someone asks for it, so a
-// process whose context nobody watches pays two atomics to cancel it.
+// dropPending forgets the pending yields of the incarnation that just
+// completed, so its late completions are dropped. Whoever completes p.
+func (p *proc) dropPending() {
+	p.ymu.Lock()
+	p.pending = p.pending[:0]
+	p.pendingPID = 0
+	p.ymu.Unlock()
+}
+
+// procCtx is one incarnation of a process: its context and the Completer
+// its handlers get. It is the only allocation per spawn (the record is
+// reused; this may be held by a handler long after) and creates its Done
+// channel only when someone asks for it, so a process whose context nobody
+// watches pays two atomics to cancel it.
 type procCtx struct {
-	pid PID
+	pid PID   // immutable
+	p   *proc // the record; check pid against it before acting
 	// flags holds ctxCancelled and ctxClosed; set with CAS, loaded by
 	// anyone.
 	flags atomic.Uint32

@@ -151,7 +151,7 @@ func (o *StepOutput) Self() PID { return o.p.pid }
 
 // Context returns the process's context (see Process.Init): cancelled by
 // Cancel, by Stop and when the process completes.
-func (o *StepOutput) Context() context.Context { return &o.p.ctx }
+func (o *StepOutput) Context() context.Context { return o.p.ctx.Load() }
 
 // Spawn starts a child process from inside Step: it runs p's Init now, on
 // this worker, and queues the child on this worker's deque (where an idle
@@ -218,6 +218,6 @@ type Receiver interface {
 
 var (
 	_ Receiver  = (*Scheduler)(nil)
-	_ Completer = (*proc)(nil)
+	_ Completer = (*procCtx)(nil)
 	_ Handler   = HandlerFunc(nil)
 )

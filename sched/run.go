@@ -9,7 +9,8 @@ var noEvents = make([]Event, 0)
 // run executes one step of p and moves it to its next state. Worker only.
 func (w *worker) run(p *proc) {
 	s := w.s
-	if !p.state.CompareAndSwap(uint32(StateReady), uint32(StateRunning)) {
+	events, ok := w.begin(p)
+	if !ok {
 		// Invariant broken: only Ready processes are queued, once. Drop
 		// the entry rather than run a process twice at once.
 		s.log.Error("sched: dequeued a process that was not ready", "pid", p.pid.String(), "state", p.loadState())
@@ -20,26 +21,16 @@ func (w *worker) run(p *proc) {
 	} else {
 		w.last, w.streak = p, 1
 	}
-
-	// Drain after the CAS: an event pushed before this point is in the
-	// batch; one pushed after it sees Running and sets the wake flag.
-	// The first step gets nil and leaves the inbox alone (the contract in
-	// Process.Step); finishWait requeues the process if it is not empty.
-	var events []Event
-	if !p.started {
-		p.started = true
-	} else if !p.events.Empty() {
-		p.batch = p.events.Swap(p.batch)
-		events = p.batch
-	} else {
-		events = noEvents
-	}
 	out := &p.out
 	out.Status = 0
 	out.w = w
 	err := w.step(p, events, out)
 	out.w = nil
-	w.steps.Add(1)
+	if p.held != 0 {
+		s.freeNode(p.held, w)
+		p.held = 0
+	}
+	w.countStep()
 
 	if s.exit.Load() {
 		// Stop has given up on this step (or is about to stop the
@@ -54,14 +45,14 @@ func (w *worker) run(p *proc) {
 		} else if out.Status != StatusDone {
 			err = ErrStopped
 		}
-		s.complete(p, err, &w.counts)
+		s.complete(p, err, w, &w.counts)
 		return
 	}
 
 	// Messages first, so a reply to them can never overtake them.
 	for i := range out.sends {
 		m := &out.sends[i]
-		if to := s.procs.get(m.to); to == nil || !to.deliver(Event{Type: EventMessage, From: p.pid, Data: m.data}, w) {
+		if to := s.procs.get(m.to); to == nil || !to.deliver(uint32(m.to>>32), Event{Type: EventMessage, From: p.pid, Data: m.data}, w) {
 			s.undeliverable.Add(1)
 		}
 	}
@@ -81,7 +72,7 @@ func (w *worker) run(p *proc) {
 		if err != nil {
 			err = fmt.Errorf("sched: process %v: %w", p.pid, err)
 		}
-		s.complete(p, err, &w.counts)
+		s.complete(p, err, w, &w.counts)
 		return
 	}
 
@@ -93,8 +84,8 @@ func (w *worker) run(p *proc) {
 		y := &out.yields[i]
 		p.addPending(y.Tag)
 		if herr := w.dispatch(p, y); herr != nil {
-			if p.takePending(y.Tag) {
-				p.deliver(Event{Type: EventYieldComplete, Tag: y.Tag, Error: herr}, w)
+			if p.takePending(p.pid, y.Tag) {
+				p.deliver(uint32(p.pid>>32), Event{Type: EventYieldComplete, Tag: y.Tag, Error: herr}, w)
 			} else {
 				s.droppedCompletions.Add(1)
 				s.log.Warn("sched: handler failed after completing its yield; error dropped",
@@ -107,10 +98,10 @@ func (w *worker) run(p *proc) {
 
 	switch out.Status {
 	case StatusContinue:
-		// Only the worker moves a process out of Running; producers only
-		// CAS the wake flag, which fails after this store and then sees
-		// Ready. So a plain store is enough.
-		p.state.Store(uint32(StateReady))
+		// Producers only push while Running (the state bits stay), so
+		// this CAS fails only on a push and the retry sees it.
+		for old := p.state.Load(); !p.state.CompareAndSwap(old, withState(old, StateReady)); old = p.state.Load() {
+		}
 		if w.streak >= maxRunStreak {
 			// Fairness: let everything queued before it run first.
 			w.last, w.streak = nil, 0
@@ -126,41 +117,73 @@ func (w *worker) run(p *proc) {
 	}
 }
 
+// begin moves p from Ready to Running and returns the events its step gets:
+// nil on the first step (the inbox is left for the next one), otherwise
+// every queued event in push order (noEvents if none; a single event is the
+// node's own one-element array, lent until the step returns). ok is false if
+// p was not Ready. Worker only.
+//
+// One CAS makes p Running and takes the whole inbox: an event pushed before
+// it is in the batch, one pushed after it is in the word for finishWait.
+func (w *worker) begin(p *proc) (events []Event, ok bool) {
+	for {
+		old := p.state.Load()
+		if wordState(old) != StateReady {
+			return nil, false
+		}
+		if !p.started {
+			if p.state.CompareAndSwap(old, withState(old, StateRunning)) {
+				p.started = true
+				return nil, true
+			}
+			continue
+		}
+		if p.state.CompareAndSwap(old, withTop(withState(old, StateRunning), 0)) {
+			top := wordTop(old)
+			if top == 0 {
+				return noEvents, true
+			}
+			if n := w.s.nodes.node(top); n.next == 0 {
+				// One event (the usual case): lend the node itself
+				// for this step; run frees it when the step returns.
+				p.held = top
+				return n.ev[:], true
+			}
+			prev := len(p.batch)
+			p.batch = w.s.takeEvents(top, p.batch[:0], w)
+			if n := len(p.batch); n < prev {
+				clear(p.batch[n:prev]) // drop the references of the previous batch
+			}
+			return p.batch, true
+		}
+	}
+}
+
 // finishWait moves p from Running to wait (Idle or Blocked), or back to Ready
 // if events arrived during the step. Worker only.
 //
-// This is the worker's half of publish-then-check pair #1 (see deliver): the
-// CAS to wait publishes that producers must wake the process themselves; the
-// re-check of the queue after it catches an event pushed just before.
+// This is the worker's half of pair #1 (see deliver): the CAS to wait
+// expects an empty inbox, so an event pushed before it makes it fail (and
+// the retry requeues p), and a producer pushing after it sees Idle/Blocked
+// and wakes p itself.
 func (w *worker) finishWait(p *proc, wait State) {
 	for {
-		s := p.state.Load()
-		if s&wakeFlag != 0 {
-			if !p.events.Empty() {
-				// Producers leave a flagged state alone, so this
-				// CAS cannot fail today; the loop keeps it correct
-				// if that ever changes.
-				if p.state.CompareAndSwap(s, uint32(StateReady)) {
-					w.pushLocal(p)
-					return
-				}
-				continue
+		old := p.state.Load()
+		if wordTop(old) != 0 {
+			if p.state.CompareAndSwap(old, withState(old, StateReady)) {
+				w.pushLocal(p)
+				return
 			}
-			// The flagged events were already in this step's batch.
-			p.state.CompareAndSwap(s, uint32(StateRunning))
 			continue
 		}
 		if h := w.s.cfg.hooks; h != nil && h.beforeWaitCAS != nil {
 			h.beforeWaitCAS(p)
 		}
-		if p.state.CompareAndSwap(uint32(StateRunning), uint32(wait)) {
-			if !p.events.Empty() && p.state.CompareAndSwap(uint32(wait), uint32(StateReady)) {
-				w.pushLocal(p)
-			}
+		if p.state.CompareAndSwap(old, withState(old, wait)) {
 			return
 		}
-		// A producer set the flag between the load and the CAS: retry
-		// rather than give up (the original runtime's lost wake-up).
+		// A producer pushed between the load and the CAS: retry rather
+		// than give up (the original runtime's lost wake-up).
 	}
 }
 
@@ -189,5 +212,6 @@ func (w *worker) dispatch(p *proc, y *Yielded) (err error) {
 			err = panicErr(r)
 		}
 	}()
-	return h.Handle(&p.ctx, y.Command, y.Tag, p)
+	c := p.ctx.Load()
+	return h.Handle(c, y.Command, y.Tag, c)
 }

@@ -19,6 +19,7 @@ type Scheduler struct {
 
 	global globalQueue
 	procs  pidMap
+	nodes  nodeArena // every process's inbox nodes
 
 	// ext counts spawns and completions made off the workers (Spawn from
 	// other goroutines, Stop's force-close); each worker has its own
@@ -96,6 +97,8 @@ func newScheduler(cfg Config) (*Scheduler, error) {
 		s.handlers[t] = h
 	}
 	s.workers = make([]*worker, cfg.Workers)
+	s.procs.s = s
+	s.global.init()
 	for i := range s.workers {
 		s.workers[i] = newWorker(s, i)
 	}
@@ -128,28 +131,33 @@ func (s *Scheduler) spawn(p Process, method string, input []any, w *worker) (PID
 	if s.stopping.Load() {
 		return 0, ErrStopped
 	}
-	pid, sl := s.procs.alloc()
-	pr := &proc{pid: pid, s: s, p: p}
-	pr.ctx.pid = pid
-	pr.out.p = pr
-	if err := safeInit(&pr.ctx, p, method, input); err != nil {
-		s.procs.release(pid)
+	pr, pid := s.procs.alloc(w)
+	ctx := &procCtx{pid: pid, p: pr}
+	pr.pid, pr.p = pid, p
+	pr.started = false
+	pr.ctx.Store(ctx)
+	if err := safeInit(ctx, p, method, input); err != nil {
+		ctx.cancel()
+		pr.p = nil
+		// Burn the generation: Init may have kept Self(ctx).
+		pr.state.Store(uint64(pid>>32)<<32 | uint64(StateComplete))
+		s.procs.release(pr, w)
 		return 0, fmt.Errorf("sched: spawn %q: init: %w", method, err)
 	}
-	pr.state.Store(uint32(StateReady))
 	c := &s.ext
 	if w != nil {
 		c = &w.counts
 	}
 	c.spawned.Add(1)
-	s.procs.put(pr, sl)
-	// Check after publishing in the PID map: Stop stores stopping before
-	// it snapshots the map, so either Stop's snapshot has pr (and cancels
-	// it) or this load sees stopping.
+	// Publish: from this store the PID reaches the record.
+	pr.state.Store(uint64(pid>>32)<<32 | uint64(StateReady))
+	// Check after publishing: Stop stores stopping before it snapshots
+	// the map, so either Stop's snapshot has pr (and cancels it) or this
+	// load sees stopping.
 	if s.stopping.Load() {
 		// Stop's force-close may have found pr in the table already;
 		// forceClose lets exactly one of us close (and report) it.
-		s.forceClose(pr, c)
+		s.forceClose(pr, w, c)
 		return 0, ErrStopped
 	}
 	if w != nil {
@@ -170,7 +178,7 @@ func (s *Scheduler) spawn(p Process, method string, input []any, w *worker) (PID
 // receiver may be in the middle of its last step.
 func (s *Scheduler) Send(to PID, msg any) error {
 	p := s.procs.get(to)
-	if p == nil || !p.deliver(Event{Type: EventMessage, Data: msg}, nil) {
+	if p == nil || !p.deliver(uint32(to>>32), Event{Type: EventMessage, Data: msg}, nil) {
 		return fmt.Errorf("sched: send to %v: %w", to, ErrNoProcess)
 	}
 	return nil
@@ -186,8 +194,10 @@ func (s *Scheduler) Cancel(pid PID) error {
 	}
 	// Deliver first: cancelling the context can end a handler's wait, and
 	// its completion can finish the process before our event is queued.
-	ok := p.deliver(Event{Type: EventCancel}, nil)
-	p.ctx.cancel()
+	ok := p.deliver(uint32(pid>>32), Event{Type: EventCancel}, nil)
+	if c := p.ctx.Load(); c != nil && c.pid == pid {
+		c.cancel()
+	}
 	if !ok {
 		return fmt.Errorf("sched: cancel %v: %w", pid, ErrNoProcess)
 	}
@@ -251,36 +261,62 @@ func (s *Scheduler) hasWork() bool {
 	return false
 }
 
-// complete finishes p: Complete state, out of the PID map, inbox closed,
-// context cancelled, Close, report. Called by the worker that had p Running
-// (c is its shard), by a forceClose winner, or by Spawn undoing itself.
-func (s *Scheduler) complete(p *proc, err error, c *counts) {
-	p.state.Store(uint32(StateComplete))
-	s.procs.del(p)
-	p.ctx.cancel()
-	// Events still queued were accepted (deliver returned true) and will
-	// never be stepped: count the messages so Send's nil stays honest.
-	for _, ev := range p.events.Close() {
-		if ev.Type == EventMessage {
-			s.dropped.Add(1)
+// complete finishes p, which the caller has Running: Complete state (taking
+// what is left in the inbox), then finish. Called by the worker w that had p
+// Running (c its shard).
+func (s *Scheduler) complete(p *proc, err error, w *worker, c *counts) {
+	for {
+		old := p.state.Load()
+		if p.state.CompareAndSwap(old, withTop(withState(old, StateComplete), 0)) {
+			s.finish(p, wordTop(old), err, w, c)
+			return
 		}
 	}
+}
+
+// finish is the rest of completing p once the caller has CASed it to
+// Complete (from then on get and deliver miss it) and taken its inbox (top):
+// context cancelled, leftover events counted, Close, report, and the record
+// freed for reuse. w is the calling worker or nil.
+func (s *Scheduler) finish(p *proc, top uint32, err error, w *worker, c *counts) {
+	pid := p.pid
+	if ctx := p.ctx.Load(); ctx != nil {
+		ctx.cancel()
+	}
+	if p.pendingPID != 0 {
+		p.dropPending()
+	}
+	// Events still queued were accepted (deliver returned true) and will
+	// never be stepped: count the messages so Send's nil stays honest.
+	for i := top; i != 0; {
+		n := s.nodes.node(i)
+		if n.ev[0].Type == EventMessage {
+			s.dropped.Add(1)
+		}
+		next := n.next
+		s.freeNode(i, w)
+		i = next
+	}
 	clear(p.batch)
-	p.batch = nil
+	p.batch = p.batch[:0]
 	if cerr := safeClose(p.p); cerr != nil && err == nil {
 		err = cerr
 	}
 	if err != nil {
 		s.failed.Add(1)
 		if err != ErrStopped {
-			s.log.Error("sched: process failed", "pid", p.pid.String(), "err", err)
+			s.log.Error("sched: process failed", "pid", pid.String(), "err", err)
 		}
 	}
 	// Counted before OnExit, so a Stats taken after OnExit sees it; Stop
 	// still waits for this worker (workersDone) before it returns.
 	c.completed.Add(1)
+	// Nothing of this incarnation is read after this: the record may be
+	// reused at once.
+	p.p = nil
+	s.procs.release(p, w)
 	if s.cfg.OnExit != nil {
-		s.onExit(p.pid, err)
+		s.onExit(pid, err)
 	}
 	if s.stopping.Load() && s.live() == 0 {
 		s.drainMu.Do(func() { close(s.drained) })
@@ -300,17 +336,18 @@ func (s *Scheduler) onExit(pid PID, err error) {
 }
 
 // forceClose completes p with ErrStopped unless it is Running (its worker
-// will) or already Complete. It returns whether it closed p. Any goroutine;
+// will) or already Complete. It returns whether it closed p. Any goroutine
+// (w is the calling worker or nil);
 // the CAS lets exactly one closer win.
-func (s *Scheduler) forceClose(p *proc, c *counts) bool {
+func (s *Scheduler) forceClose(p *proc, w *worker, c *counts) bool {
 	for {
-		st := p.state.Load()
-		switch State(st & stateMask) {
+		old := p.state.Load()
+		switch wordState(old) {
 		case StateRunning, StateComplete:
 			return false
 		}
-		if p.state.CompareAndSwap(st, uint32(StateComplete)) {
-			s.complete(p, ErrStopped, c)
+		if p.state.CompareAndSwap(old, withTop(withState(old, StateComplete), 0)) {
+			s.finish(p, wordTop(old), ErrStopped, w, c)
 			return true
 		}
 	}
@@ -351,8 +388,11 @@ func (s *Scheduler) Stop(ctx context.Context) error {
 func (s *Scheduler) stop(ctx context.Context) error {
 	s.stopping.Store(true)
 	for _, p := range s.procs.all() {
-		p.deliver(Event{Type: EventCancel}, nil)
-		p.ctx.cancel()
+		// Whichever incarnation is live now: Stop cancels them all.
+		p.deliver(wordGen(p.state.Load()), Event{Type: EventCancel}, nil)
+		if c := p.ctx.Load(); c != nil {
+			c.cancel()
+		}
 	}
 	if s.live() == 0 {
 		s.drainMu.Do(func() { close(s.drained) })
@@ -380,8 +420,8 @@ func (s *Scheduler) stop(ctx context.Context) error {
 			// (A worker that is only on its way out is not stuck.)
 			var stuck []string
 			for _, p := range s.procs.all() {
-				if p.loadState() == StateRunning {
-					stuck = append(stuck, p.pid.String())
+				if st := p.state.Load(); wordState(st) == StateRunning {
+					stuck = append(stuck, PID(uint64(wordGen(st))<<32|uint64(p.idx)).String())
 				}
 			}
 			if len(stuck) > 0 {
@@ -397,7 +437,7 @@ func (s *Scheduler) stop(ctx context.Context) error {
 	s.global.drain()
 	forced := 0
 	for _, p := range s.procs.all() {
-		if s.forceClose(p, &s.ext) {
+		if s.forceClose(p, nil, &s.ext) {
 			forced++
 		}
 	}
@@ -412,7 +452,7 @@ type Stats struct {
 	Ready, Running, Blocked, Idle int
 	// Since New.
 	Spawned, Completed, Failed uint64
-	Steps                      uint64 // Step calls
+	Steps                      uint64 // Step calls (each worker publishes its count every 64 steps and when it runs out of work)
 	Steals                     uint64 // processes moved by steal-half
 	StealOps                   uint64 // successful steal-half calls
 	GlobalPops                 uint64 // processes taken from the global queue (batches included)

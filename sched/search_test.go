@@ -16,7 +16,7 @@ func readyProcs(s *Scheduler, n int) []*proc {
 	ps := make([]*proc, n)
 	for i := range ps {
 		ps[i] = &proc{pid: PID(i + 1), s: s}
-		ps[i].state.Store(uint32(StateReady))
+		ps[i].state.Store(uint64(StateReady))
 	}
 	return ps
 }

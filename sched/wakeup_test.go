@@ -11,9 +11,9 @@ import (
 // pairs with a hook and put the other side's action exactly there.
 
 // TestEventBetweenLoadAndWaitCAS is the original runtime's lost wake-up
-// (Wippy PR #325): the worker loads Running, a producer sets the wake flag,
-// the worker's CAS to Idle fails. A single CAS gave up there and the process
-// slept forever with a message queued; ours retries, sees the flag and the
+// (Wippy PR #325): the worker loads Running with an empty inbox, a producer
+// queues an event, the worker's CAS to Idle fails. A single CAS gave up there
+// and the process slept forever with a message queued; ours retries, sees the
 // event, and runs the process again.
 func TestEventBetweenLoadAndWaitCAS(t *testing.T) {
 	var fired atomic.Bool
@@ -21,11 +21,11 @@ func TestEventBetweenLoadAndWaitCAS(t *testing.T) {
 	hooks := &testHooks{beforeWaitCAS: func(p *proc) {
 		if fired.CompareAndSwap(false, true) {
 			// A producer's whole delivery, inside the window.
-			if !p.deliver(Event{Type: EventMessage, Data: "in the window"}, nil) {
+			if !p.deliver(wordGen(p.state.Load()), Event{Type: EventMessage, Data: "in the window"}, nil) {
 				t.Error("deliver to a running process failed")
 			}
-			if p.state.Load()&wakeFlag == 0 {
-				t.Error("delivery to a Running process did not set the wake flag")
+			if st := p.state.Load(); wordState(st) != StateRunning || wordTop(st) == 0 {
+				t.Errorf("delivery to a Running process: state %v, inbox top %d; want running with the event queued", wordState(st), wordTop(st))
 			}
 		}
 	}}
@@ -83,7 +83,7 @@ func workQueuedWhileParking(t *testing.T, spinner bool) {
 		if spinner && s.nspin.Load() == 0 {
 			t.Error("nspin == 0 inside the spinner window")
 		}
-		p.deliver(Event{Type: EventMessage, Data: "posted while parking"}, nil)
+		p.deliver(wordGen(p.state.Load()), Event{Type: EventMessage, Data: "posted while parking"}, nil)
 	}
 	hooks := &testHooks{beforePark: post}
 	if spinner {

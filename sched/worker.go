@@ -30,6 +30,16 @@ type worker struct {
 	// process this worker is about to run; the fairness ticks in tryFind
 	// keep a pair of processes that wake each other from starving the rest.
 	runnext *proc
+	// nodes caches free event nodes (see inbox.go) for this worker's
+	// sends and takes.
+	nodes []uint32
+	// free caches free process records (indices, see pidMap) for this
+	// worker's spawns and completions.
+	free []uint32
+	// nsteps counts steps; published to steps every stepPublish steps
+	// and whenever the worker searches in vain, so the hot path has no
+	// atomic add.
+	nsteps uint64
 
 	// Guarded by s.idleMu.
 	cond   *sync.Cond // L = &s.idleMu
@@ -38,6 +48,18 @@ type worker struct {
 
 	// Counters for Stats: Add by this worker only, Load by anyone.
 	steps, steals, stealOps, globalPops, parks atomic.Uint64
+}
+
+// stepPublish: a worker publishes its step count (Stats.Steps) every this
+// many steps.
+const stepPublish = 64
+
+// countStep counts one step. Owner only.
+func (w *worker) countStep() {
+	w.nsteps++
+	if w.nsteps%stepPublish == 0 {
+		w.steps.Store(w.nsteps)
+	}
 }
 
 func newWorker(s *Scheduler, id int) *worker {
@@ -69,13 +91,13 @@ func (w *worker) exitLoop() {
 	s := w.s
 	if p := w.runnext; p != nil {
 		w.runnext = nil
-		s.forceClose(p, &w.counts)
+		s.forceClose(p, w, &w.counts)
 	}
 	for p := w.dq.Pop(); p != nil; p = w.dq.Pop() {
-		s.forceClose(p, &w.counts)
+		s.forceClose(p, w, &w.counts)
 	}
 	for p := s.global.pop(); p != nil; p = s.global.pop() {
-		s.forceClose(p, &w.counts)
+		s.forceClose(p, w, &w.counts)
 	}
 	if s.running.Add(-1) == 0 {
 		close(s.workersDone)
@@ -149,6 +171,7 @@ func (w *worker) findWork() *proc {
 			w.stopSpinning(true)
 			return p
 		}
+		w.steps.Store(w.nsteps)
 		if !w.spinning {
 			w.spinning = true
 			s.nspin.Add(1)
