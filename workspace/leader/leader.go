@@ -68,6 +68,11 @@ func (s State) String() string {
 // the lock connection fails.
 var ErrLostLeadership = errors.New("leader: lost the lock connection")
 
+// ErrNotLeader is returned by Session.Exec when the session no longer holds
+// the lock (its connection died, or the lock was released): the write was
+// refused, not applied.
+var ErrNotLeader = errors.New("leader: this replica no longer holds the leader lock")
+
 // Config configures an Elector. Zero values are the documented defaults.
 type Config struct {
 	// DSN of the Postgres database. Required.
@@ -132,17 +137,67 @@ func (e *Elector) set(s State) {
 
 // Session is the leader's lock connection. Do serialises its use: the
 // elector's pings and the loops' writes share it, because the connection
-// must be the one holding the lock.
+// must be the one holding the lock. Once the term ends the session is
+// closed: Do and Exec return ErrNotLeader.
 type Session struct {
-	mu   sync.Mutex // mu protects conn
-	conn *pgx.Conn
+	lockID int64
+	mu     sync.Mutex // mu protects conn
+	conn   *pgx.Conn  // nil once the term ended
 }
 
 // Do runs fn with the lock connection.
 func (s *Session) Do(ctx context.Context, fn func(ctx context.Context, conn *pgx.Conn) error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.conn == nil {
+		return ErrNotLeader
+	}
 	return fn(ctx, s.conn)
+}
+
+// close ends the session: the connection closes (releasing the lock if it
+// still held it) under mu, so no Do or Exec uses it at the same time.
+func (s *Session) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn != nil {
+		s.conn.Close(context.Background())
+		s.conn = nil
+	}
+}
+
+// Exec runs one statement through the lock connection, but only while that
+// connection still holds the lock; otherwise it returns ErrNotLeader and
+// runs nothing. Checking first and then executing is safe because a session
+// advisory lock can only be released by its own session (which mu
+// serialises) or by that session's death (which fails the statement too):
+// a write either happens under the lock or not at all.
+func (s *Session) Exec(ctx context.Context, sql string, args ...any) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn == nil {
+		return 0, ErrNotLeader
+	}
+	held, err := holds(ctx, s.conn, s.lockID)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %v", ErrNotLeader, err)
+	}
+	if !held {
+		return 0, ErrNotLeader
+	}
+	tag, err := s.conn.Exec(ctx, sql, args...)
+	if err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), nil
+}
+
+// holds reports whether conn's session holds advisory lock id.
+func holds(ctx context.Context, conn *pgx.Conn, id int64) (bool, error) {
+	var held bool
+	err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()
+		AND granted AND ((classid::bigint << 32) | objid::bigint) = $1)`, id).Scan(&held)
+	return held, err
 }
 
 // Run campaigns until ctx ends. Whenever this replica wins, it calls
@@ -201,7 +256,8 @@ func (e *Elector) term(ctx context.Context, lead func(context.Context, *Session)
 	e.set(Leader)
 	defer e.set(Standby)
 
-	s := &Session{conn: conn}
+	s := &Session{lockID: e.cfg.LockID, conn: conn}
+	defer s.close() // before the deferred conn.Close, and under the session's lock
 	leadCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	done := make(chan error, 1)
@@ -235,9 +291,7 @@ func (e *Elector) ping(ctx context.Context, s *Session) error {
 	pctx, cancel := context.WithTimeout(ctx, e.cfg.Lease)
 	defer cancel()
 	return s.Do(pctx, func(ctx context.Context, conn *pgx.Conn) error {
-		var held bool
-		err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()
-			AND granted AND ((classid::bigint << 32) | objid::bigint) = $1)`, e.cfg.LockID).Scan(&held)
+		held, err := holds(ctx, conn, e.cfg.LockID)
 		if err != nil {
 			return err
 		}
