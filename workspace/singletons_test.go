@@ -240,3 +240,79 @@ func TestSingletonsFailoverAfterSIGKILL(t *testing.T) {
 		return w.DesiredState == Standby && w.ObservedStatus == Standby && w.Operation == OpNone, describe(w)
 	})
 }
+
+// A leader that loses its lock connection stops its monitor and TTL manager
+// within the lease, and they stay stopped while another holds the lock.
+func TestSingletonsStopWhenLeadershipLost(t *testing.T) {
+	dsn := pgDSN(t)
+	st := openStore(t, dsn)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	lockID, err := tableLockID(ctx, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fkMon := NewHealthMonitor(MonitorConfig{Interval: time.Hour}, st, provider.ContainerFuncs{
+		ObserveFunc: func(context.Context, string) (provider.ContainerState, error) { return provider.Missing, nil }},
+		&archive.Storage{Root: t.TempDir(), Blobs: &fs.BlobStore{Dir: t.TempDir()}}, nil)
+	ttl, err := NewTTLManager(TTLConfig{Interval: time.Hour}, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	const lease = 400 * time.Millisecond
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		RunSingletons(ctx, SingletonsConfig{Store: st, Monitor: fkMon, TTL: ttl, Lease: lease, NodeID: "stopper", Metrics: NewMetrics(reg)})
+	}()
+	defer wg.Wait()
+	defer cancel()
+	running := func() bool {
+		return metricValue(t, reg, "gantry_ws_singleton_running", "loop", "monitor") == 1 &&
+			metricValue(t, reg, "gantry_ws_singleton_running", "loop", "ttl") == 1
+	}
+	stopped := func() bool {
+		return metricValue(t, reg, "gantry_ws_singleton_running", "loop", "monitor") == 0 &&
+			metricValue(t, reg, "gantry_ws_singleton_running", "loop", "ttl") == 0 &&
+			metricValue(t, reg, "gantry_ws_leader") == 0
+	}
+	waitFor(t, 10*time.Second, "elected", func() (bool, string) { return running(), "" })
+
+	// Another session waits to take the lock; the leader's session is
+	// ended by the server. Retry if the old leader wins the lock back.
+	rival, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rival.Close(context.Background())
+	for attempt := 0; ; attempt++ {
+		if attempt == 5 {
+			t.Fatal("the deposed leader won the lock back 5 times in a row")
+		}
+		if _, err := rival.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'gantry-leader-stopper'`); err != nil {
+			t.Fatal(err)
+		}
+		var got bool
+		deadline := time.Now().Add(2 * time.Second)
+		for !got && time.Now().Before(deadline) {
+			if err := rival.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, lockID).Scan(&got); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got {
+			break
+		}
+		waitFor(t, 10*time.Second, "re-elected", func() (bool, string) { return running(), "" })
+	}
+	lost := time.Now()
+	waitFor(t, 2*lease, "the loops to stop", func() (bool, string) { return stopped(), "" })
+	t.Logf("singletons stopped ≤ %v after the rival took the lock (lease %v)", time.Since(lost), lease)
+	time.Sleep(3 * lease) // the old leader keeps campaigning and keeps losing
+	if !stopped() {
+		t.Fatal("the singletons ran again while another session held the lock")
+	}
+	rival.Exec(ctx, `SELECT pg_advisory_unlock($1)`, lockID)
+	waitFor(t, 10*time.Second, "re-elected after the rival let go", func() (bool, string) { return running(), "" })
+}
