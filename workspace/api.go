@@ -19,7 +19,11 @@ import (
 //	GET    /v1/workspaces/{id}          → workspace (id or name)
 //	PUT    /v1/workspaces/{id}/desired  {"desired_state":"RUNNING|STANDBY|PENDING"} → workspace
 //	POST   /v1/workspaces/{id}/recover  → workspace (error info, count, operation cleared)
+//	POST   /v1/workspaces/{id}/touch    → 204 (activity: resets the TTL idle clock)
 //	DELETE /v1/workspaces/{id}          → 202 workspace (desired DELETED)
+//
+// The web page (package live) drives these same routes, so a click and a
+// CLI command get the same validation and hints.
 //
 // Errors are {"error": "..."} with 400 (bad JSON, unknown field or state,
 // bad name), 404 (unknown id), 409 (name taken, workspace being deleted).
@@ -59,6 +63,7 @@ func (a *API) routes() []route {
 		{"GET /v1/workspaces/{id}", a.get},
 		{"PUT /v1/workspaces/{id}/desired", a.setDesired},
 		{"POST /v1/workspaces/{id}/recover", a.recover},
+		{"POST /v1/workspaces/{id}/touch", a.touch},
 		{"DELETE /v1/workspaces/{id}", a.delete},
 	}
 }
@@ -185,6 +190,21 @@ func (a *API) recover(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, a.fill(ws))
 }
 
+// touch records user activity (`gantry ws touch ID`): the TTL manager
+// measures idleness from it, and a TTL decision read before it cannot land.
+func (a *API) touch(w http.ResponseWriter, r *http.Request) {
+	ws, err := a.store.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		a.fail(w, err)
+		return
+	}
+	if err := a.store.Touch(r.Context(), ws.ID, a.now()); err != nil {
+		a.fail(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
 func (a *API) delete(w http.ResponseWriter, r *http.Request) {
 	ws, err := a.store.Get(r.Context(), r.PathValue("id"))
 	if err != nil {
@@ -279,4 +299,9 @@ func (c *Client) Recover(ctx context.Context, id string) (Workspace, error) {
 func (c *Client) Delete(ctx context.Context, id string) (Workspace, error) {
 	var w Workspace
 	return w, c.do(ctx, "DELETE", "/v1/workspaces/"+pathEscape(id), nil, &w)
+}
+
+// Touch records activity on a workspace (resets its TTL idle clock).
+func (c *Client) Touch(ctx context.Context, id string) error {
+	return c.do(ctx, "POST", "/v1/workspaces/"+pathEscape(id)+"/touch", nil, nil)
 }

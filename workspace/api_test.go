@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -36,6 +37,7 @@ func TestAPIBadInput(t *testing.T) {
 				{"GET", "/v1/workspaces/nope", ``, 404, "not found"},
 				{"DELETE", "/v1/workspaces/nope", ``, 404, "not found"},
 				{"POST", "/v1/workspaces/nope/recover", ``, 404, "not found"},
+				{"POST", "/v1/workspaces/nope/touch", ``, 404, "not found"},
 				{"POST", "/v1/workspaces", `{"name":"taken"}`, 409, "already taken"},
 				{"POST", "/v1/workspaces", `{"name":""}`, 400, "name"},
 				{"POST", "/v1/workspaces", `{"name":"x","desired_state":"ERROR"}`, 400, "desired_state"},
@@ -59,5 +61,32 @@ func TestAPIBadInput(t *testing.T) {
 				t.Fatalf("database changed (-before +after):\n%s", d)
 			}
 		})
+	}
+}
+
+// Touch through the client (`gantry ws touch`) records activity: the idle
+// clock restarts and the desired version moves (a TTL decision read
+// before it cannot land).
+func TestAPITouch(t *testing.T) {
+	st := openStore(t, sqliteDSN(t))
+	srv := httptest.NewServer(NewAPI(st, nil, nil, nil))
+	defer srv.Close()
+	ctx := context.Background()
+	w, err := st.Create(ctx, NewWorkspace{Name: "busy"}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	v0, act0, _ := st.DesiredVersion(ctx, w.ID)
+	c := &Client{Base: srv.URL}
+	if err := c.Touch(ctx, w.Name); err != nil {
+		t.Fatal(err)
+	}
+	v1, act1, _ := st.DesiredVersion(ctx, w.ID)
+	if v1 != v0+1 || act1 == nil || (act0 != nil && !act1.After(*act0)) {
+		t.Fatalf("after touch: version %d → %d, activity %v → %v", v0, v1, act0, act1)
+	}
+	var ae *APIError
+	if err := c.Touch(ctx, "nope"); !errors.As(err, &ae) || ae.Status != 404 {
+		t.Fatalf("touch of an unknown id = %v; want a 404", err)
 	}
 }

@@ -15,11 +15,16 @@
 //	plan.go       Plan: the seed's table + PROVISIONING (pure)
 //	store.go      Store: SQL on SQLite (default) or Postgres, migrations/
 //	reconciler.go Reconciler: one sched process per workspace
+//	reasons.go    error_info reasons (Unreachable, ObserveFailed, …)
 //	monitor.go    HealthMonitor: the sole writer of observed_status
+//	store_monitor.go  the monitor's error_info writes (observe failures)
+//	ttl.go        TTLManager: idle RUNNING → STANDBY, long STANDBY → PENDING
+//	singletons.go RunSingletons: monitor + TTL once per cluster (leader/)
+//	metrics.go    Metrics: operations and loop latency, recorded at the source
 //	hints.go      Hints: in-process, Postgres LISTEN/NOTIFY, Redis pub/sub
-//	api.go        HTTP JSON API (routes in one table; SSE/page add files)
-//	client.go     the API's Go client, used by `gantry ws`
-//	server.go     Server: store + providers + reconciler + monitor + API
+//	api.go        HTTP JSON API and its Go client (routes in one table; the
+//	              live/ page, SSE and probes are mounted on it)
+//	server.go     Server: store + providers + reconciler + singletons + API
 //
 // Providers live in provider/ (Container, Storage, BlobStore seams).
 package workspace

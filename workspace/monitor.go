@@ -30,6 +30,8 @@ type MonitorConfig struct {
 //
 // It observes every workspace each Interval and one workspace at once when
 // a hint arrives on ChanMonitor; it publishes ChanWorkspace on each change.
+// A failed observation leaves observed_status alone and shows in
+// error_info (reason ObserveFailed) until an observation succeeds.
 type HealthMonitor struct {
 	cfg       MonitorConfig
 	store     *Store
@@ -89,8 +91,16 @@ func (m *HealthMonitor) observeOne(ctx context.Context, w Workspace) {
 	at := m.cfg.Now()
 	st, err := m.Observe(ctx, w)
 	if err != nil {
-		m.cfg.Logger.Warn("workspace: observe failed", "id", w.ID, "err", err)
+		if ctx.Err() == nil {
+			m.observeFailed(ctx, w, err, at)
+		}
 		return
+	}
+	if w.ErrorInfo != nil && w.ErrorInfo.Reason == ReasonObserveFailed {
+		if ok, err := m.store.ClearObserveError(ctx, w.ID, at); err == nil && ok {
+			m.cfg.Logger.Info("workspace: observing again", "id", w.ID)
+			m.hints.Publish(ctx, ChanWorkspace, w.ID)
+		}
 	}
 	// Unchanged: write only to date an observation a takeover waits for
 	// (an unexecuted operation whose owner's lease has lapsed).
@@ -104,6 +114,37 @@ func (m *HealthMonitor) observeOne(ctx context.Context, w Workspace) {
 	}
 	if changed {
 		m.cfg.Logger.Debug("workspace: observed", "id", w.ID, "status", st)
+		m.hints.Publish(ctx, ChanWorkspace, w.ID)
+	}
+}
+
+// observeFailed makes a failed observation visible in error_info (reason
+// ObserveFailed, the provider's error as last_error) without touching
+// observed_status: the status stays what was last seen. It is not
+// terminal: an operation in flight still ends by its own timeout (the
+// policy), and the next successful observation clears it. It writes only
+// when the message changes, so a backend that stays down costs no write
+// per pass, and occurred_at keeps the first failure.
+func (m *HealthMonitor) observeFailed(ctx context.Context, w Workspace, err error, at time.Time) {
+	m.cfg.Logger.Warn("workspace: observe failed", "id", w.ID, "err", err)
+	prev := w.ErrorInfo
+	if prev != nil && prev.Reason != ReasonObserveFailed {
+		return // the reconciler's error info says more; keep it
+	}
+	if prev != nil && prev.LastError == err.Error() {
+		return
+	}
+	info := &ErrorInfo{Reason: ReasonObserveFailed, Operation: w.Operation, ErrorCount: w.ErrorCount,
+		LastError: err.Error(), OccurredAt: at.UTC()}
+	if prev != nil {
+		info.OccurredAt = prev.OccurredAt
+	}
+	ok, werr := m.store.SetObserveError(ctx, w.ID, info, at)
+	if werr != nil {
+		m.cfg.Logger.Warn("workspace: write observe error", "id", w.ID, "err", werr)
+		return
+	}
+	if ok {
 		m.hints.Publish(ctx, ChanWorkspace, w.ID)
 	}
 }

@@ -43,6 +43,9 @@ type Config struct {
 	Owner  string
 	Logger *slog.Logger
 	Now    func() time.Time // nil = time.Now
+
+	// Metrics records operations at their source; nil = none (NewMetrics).
+	Metrics *Metrics
 }
 
 // ConfigFromEnv reads the seed's environment variables (seconds).
@@ -162,13 +165,14 @@ type Reconciler struct {
 	procs  map[string]sched.PID
 	timers map[string]time.Time // pending pokeAt due times
 	sch    *sched.Scheduler
+	// draining (under mu) is set before Run waits for calls: a step
+	// dispatched after it is not started, so calls.Add never races
+	// calls.Wait (a WaitGroup rule the race detector enforces).
+	draining bool
 
 	runCtx context.Context
 	pool   *workerPool
 	calls  sync.WaitGroup // provider calls in flight
-	// closing (under mu) is set when Run stops: Handle then starts no call,
-	// so calls.Add never races calls.Wait.
-	closing bool
 	// Queries counts store queries issued by ticks (benchmarks).
 	tickQueries int64
 }
@@ -306,6 +310,7 @@ func (r *Reconciler) pokeAt(id string, d time.Duration) {
 // Tick reads the actionable workspaces in one query and hands each to its
 // process.
 func (r *Reconciler) Tick(ctx context.Context) error {
+	defer r.cfg.Metrics.observeTick(time.Now())
 	ws, err := r.store.ListActionable(ctx)
 	r.mu.Lock()
 	r.tickQueries++
@@ -354,7 +359,6 @@ func (r *Reconciler) Run(ctx context.Context) error {
 	}
 	r.mu.Lock()
 	r.sch = sch
-	r.closing = false
 	r.mu.Unlock()
 	hints, cancel := r.hints.Subscribe(ChanWorkspace)
 	defer cancel()
@@ -377,7 +381,7 @@ loop:
 		}
 	}
 	r.mu.Lock()
-	r.closing = true
+	r.draining = true
 	r.mu.Unlock()
 	r.calls.Wait()
 	r.mu.Lock()
@@ -391,6 +395,7 @@ loop:
 
 // step is one reconcile of one workspace (seed: reconcile(ws)).
 func (r *Reconciler) step(ctx context.Context, id string, w *Workspace) stepResult {
+	defer r.cfg.Metrics.observeStep(time.Now())
 	if w == nil {
 		got, err := r.store.Get(ctx, id)
 		if errors.Is(err, ErrNotFound) {
@@ -436,6 +441,7 @@ func (r *Reconciler) step(ctx context.Context, id string, w *Workspace) stepResu
 		return stepResult{again: true}
 	}
 	w.Operation, w.OpID, w.OpStartedAt, w.OpOwner = op, opID.String(), &now, r.cfg.Owner
+	r.cfg.Metrics.opStarted(op)
 	r.cfg.Logger.Debug("workspace: claimed", "id", w.ID, "op", op, "op_id", w.OpID)
 	return r.execute(ctx, w)
 }
@@ -456,6 +462,7 @@ func (r *Reconciler) inFlight(ctx context.Context, w *Workspace) stepResult {
 	if w.Operation != OpDeleting && r.complete(w) {
 		if ok, err := r.store.Complete(ctx, w.ID, w.OpID, now); err == nil && ok {
 			r.cfg.Logger.Info("workspace: operation completed", "id", w.ID, "op", w.Operation)
+			r.cfg.Metrics.opEnded(w.Operation, resultOK, w.OpStartedAt, now)
 			r.hints.Publish(ctx, ChanWorkspace, w.ID)
 			return stepResult{again: true}
 		}
@@ -471,6 +478,7 @@ func (r *Reconciler) inFlight(ctx context.Context, w *Workspace) stepResult {
 			Elapsed: elapsed.Seconds(), OccurredAt: now.UTC()}
 		if err := r.store.Terminal(ctx, w.ID, w.OpID, info, now); err == nil {
 			r.cfg.Logger.Error("workspace: operation timed out", "id", w.ID, "op", w.Operation, "elapsed", elapsed)
+			r.cfg.Metrics.opEnded(w.Operation, resultTimeout, w.OpStartedAt, now)
 			r.hints.Publish(ctx, ChanMonitor, w.ID)
 		}
 		return stepResult{}
@@ -532,19 +540,23 @@ func (r *Reconciler) execute(ctx context.Context, w *Workspace) stepResult {
 			}
 		}
 	}()
+	t0 := time.Now()
 	err := r.call(callCtx, w)
+	callTime := time.Since(t0)
 	close(renewDone)
 	cancel()
 	now := r.cfg.Now()
 	if ctx.Err() != nil {
 		return stepResult{} // shutting down: the lease lapses, a restart takes over
 	}
+	r.cfg.Metrics.providerCall(w.Operation, err, callTime)
 	if err == nil {
 		if w.Operation == OpDeleting {
 			if err := r.store.DeleteRow(ctx, w.ID, w.OpID); err != nil {
 				r.cfg.Logger.Warn("workspace: delete row", "id", w.ID, "err", err)
 				return stepResult{}
 			}
+			r.cfg.Metrics.opEnded(OpDeleting, resultOK, w.OpStartedAt, now)
 			r.hints.Publish(ctx, ChanWorkspace, w.ID)
 			return stepResult{gone: true}
 		}
@@ -556,7 +568,7 @@ func (r *Reconciler) execute(ctx context.Context, w *Workspace) stepResult {
 		return stepResult{}
 	}
 	count := w.ErrorCount + 1
-	info := &ErrorInfo{Reason: "ActionFailed", Operation: w.Operation, ErrorCount: count, LastError: err.Error(), OccurredAt: now.UTC()}
+	info := &ErrorInfo{Reason: failureReason(err), Operation: w.Operation, ErrorCount: count, LastError: err.Error(), OccurredAt: now.UTC()}
 	var next *time.Time
 	var pe *provider.PermanentError
 	switch {
@@ -576,6 +588,7 @@ func (r *Reconciler) execute(ctx context.Context, w *Workspace) stepResult {
 		r.cfg.Logger.Warn("workspace: record failure", "id", w.ID, "err", err)
 	}
 	if info.IsTerminal {
+		r.cfg.Metrics.opEnded(w.Operation, terminalResult(info), w.OpStartedAt, now)
 		r.hints.Publish(ctx, ChanMonitor, w.ID)
 	} else {
 		r.pokeAt(w.ID, next.Sub(now))
@@ -625,10 +638,9 @@ func (h *stepHandler) Handle(_ context.Context, cmd sched.Command, tag uint64, c
 	rc := cmd.(reconcileCmd)
 	r, ctx := h.r, h.ctx
 	r.mu.Lock()
-	if r.closing {
+	if r.draining {
 		r.mu.Unlock()
-		c.CompleteYield(tag, stepResult{}, ctx.Err())
-		return nil
+		return context.Canceled // becomes the yield's completion
 	}
 	r.calls.Add(1)
 	r.mu.Unlock()

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/gantryhq/gantry/workspace/provider"
@@ -39,6 +40,15 @@ type ServerConfig struct {
 	Redis      string
 	Reconciler Config
 	Monitor    MonitorConfig
+	// TTL configures the TTL manager (idle → STANDBY, long STANDBY →
+	// PENDING); its zero value has the documented defaults.
+	TTL TTLConfig
+	// LeaderLease bounds the handover of the monitor and the TTL manager
+	// between replicas on Postgres; zero = 10 s. Unused on SQLite.
+	LeaderLease time.Duration
+	// Registry, if set, receives the reconciler's and the singletons'
+	// metrics (NewMetrics).
+	Registry prometheus.Registerer
 	// Container and Storage override the process and fs providers.
 	Container provider.Container
 	Storage   provider.Storage
@@ -47,16 +57,22 @@ type ServerConfig struct {
 	Ready func(addr string)
 }
 
-// Server is the API, reconciler, monitor and hints in one process.
+// Server is the API, reconciler, monitor, TTL manager and hints in one
+// process. The reconciler runs on every replica; the monitor and the TTL
+// manager only on the leader (RunSingletons).
 type Server struct {
 	cfg   ServerConfig
 	Store *Store
 	API   *API
 	Rec   *Reconciler
 	Mon   *HealthMonitor
+	TTL   *TTLManager
 	hints Hints
 	runs  []func(context.Context) error
 }
+
+// Hints is the server's hint bus (the live page's event hub subscribes).
+func (s *Server) Hints() Hints { return s.hints }
 
 // NewServer opens the store and wires the parts.
 func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
@@ -106,16 +122,25 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	default:
 		s.hints = NewLocalHints()
 	}
+	metrics := NewMetrics(cfg.Registry)
 	cfg.Reconciler.Logger = cfg.Logger
+	cfg.Reconciler.Metrics = metrics
 	cfg.Monitor.Logger = cfg.Logger
+	cfg.TTL.Logger, cfg.TTL.Hints = cfg.Logger, s.hints
 	s.Rec, err = NewReconciler(cfg.Reconciler, st, cfg.Container, cfg.Storage, s.hints)
 	if err != nil {
 		st.Close()
 		return nil, err
 	}
 	s.Mon = NewHealthMonitor(cfg.Monitor, st, cfg.Container, cfg.Storage, s.hints)
+	if s.TTL, err = NewTTLManager(cfg.TTL, st); err != nil {
+		st.Close()
+		return nil, err
+	}
 	s.API = NewAPI(st, cfg.Storage, s.hints, cfg.Logger)
-	s.runs = append(s.runs, s.Rec.Run, s.Mon.Run)
+	singletons := SingletonsConfig{Store: st, Monitor: s.Mon, TTL: s.TTL, Lease: cfg.LeaderLease,
+		NodeID: s.Rec.Config().Owner, Metrics: metrics, Logger: cfg.Logger}
+	s.runs = append(s.runs, s.Rec.Run, func(ctx context.Context) error { return RunSingletons(ctx, singletons) })
 	s.cfg = cfg
 	return s, nil
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/gantryhq/gantry/workspace/leader"
 )
 
 // TTL defaults (Codespaces/Gitpod idle 30 min; Daytona archives after 7 days
@@ -60,10 +62,14 @@ func (c *TTLConfig) validate() error {
 // TTLManager is the seed's TTL Manager: it writes only desired_state, and
 // only by compare-and-set on the desired state's version, so it never
 // overrides a user request that raced it. It runs on the leader (Postgres)
-// or in the single process (SQLite).
+// or in the single process (SQLite); see RunSingletons. On the leader its
+// writes go through the leader's lock connection (WithSession), so a
+// replica that has lost the lock cannot write.
 type TTLManager struct {
 	cfg TTLConfig
 	st  *Store
+	// sess, if set, carries the writes (the leader's lock connection).
+	sess *leader.Session
 
 	beforeWrite func(id string) // test hook: runs between a pass's read and its CAS
 }
@@ -105,7 +111,7 @@ func (m *TTLManager) Pass(ctx context.Context) (int, error) {
 		if m.beforeWrite != nil {
 			m.beforeWrite(c.id)
 		}
-		ok, err := m.st.SetDesiredIfVersion(ctx, c.id, c.observed, c.version, to, now)
+		ok, err := m.setDesired(ctx, c, to, now)
 		if err != nil {
 			return changed, err
 		}
@@ -120,6 +126,23 @@ func (m *TTLManager) Pass(ctx context.Context) (int, error) {
 		}
 	}
 	return changed, nil
+}
+
+// WithSession returns a copy of m whose writes go through the leader's lock
+// connection: Session.Exec refuses them (leader.ErrNotLeader) once the lock
+// is lost, so a deposed leader's TTL decision never lands.
+func (m *TTLManager) WithSession(s *leader.Session) *TTLManager {
+	c := *m
+	c.sess = s
+	return &c
+}
+
+func (m *TTLManager) setDesired(ctx context.Context, c ttlCandidate, to Status, now time.Time) (bool, error) {
+	if m.sess == nil {
+		return m.st.SetDesiredIfVersion(ctx, c.id, c.observed, c.version, to, now)
+	}
+	n, err := m.sess.Exec(ctx, m.st.rebind(setDesiredIfVersionSQL), string(to), now.UnixMilli(), c.id, string(c.observed), c.version)
+	return n == 1, err
 }
 
 // Run makes a pass every Interval until ctx ends.
@@ -171,11 +194,14 @@ func (s *Store) ttlCandidates(ctx context.Context) ([]ttlCandidate, error) {
 // to, if the row's desired_state is still from and its desired_version is
 // still version. It bumps the version. Reports whether it wrote.
 func (s *Store) SetDesiredIfVersion(ctx context.Context, id string, from Status, version int64, to Status, now time.Time) (bool, error) {
-	n, err := s.exec(ctx, `UPDATE workspaces SET desired_state = ?, desired_version = desired_version + 1, updated_at = ?
-		WHERE id = ? AND desired_state = ? AND desired_version = ? AND operation = 'NONE'`,
-		string(to), now.UnixMilli(), id, string(from), version)
+	n, err := s.exec(ctx, setDesiredIfVersionSQL, string(to), now.UnixMilli(), id, string(from), version)
 	return n == 1, err
 }
+
+// setDesiredIfVersionSQL is the TTL manager's CAS (arguments: to, now, id,
+// from, version), run by the store or through the leader's session.
+const setDesiredIfVersionSQL = `UPDATE workspaces SET desired_state = ?, desired_version = desired_version + 1, updated_at = ?
+	WHERE id = ? AND desired_state = ? AND desired_version = ? AND operation = 'NONE'`
 
 // Touch records user activity on a workspace (`gantry ws touch ID`, and
 // every API call that acts on it): it resets the idle clock and bumps the

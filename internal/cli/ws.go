@@ -54,7 +54,7 @@ func newWSServeCmd(env *Env) *cobra.Command {
 	var backends wsBackendFlags
 	cmd := &cobra.Command{
 		Use:   "serve",
-		Short: "Run the API, reconciler and health monitor (SQLite under --data by default)",
+		Short: "Run the API, web page, reconciler, health monitor and TTL manager (SQLite under --data by default)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			rc, err := workspace.ConfigFromEnv(os.Getenv)
@@ -99,15 +99,16 @@ func newWSServeCmd(env *Env) *cobra.Command {
 			if err := backends.apply(cmd.Context(), &cfg, prov, env.Logger); err != nil { // issue 13: docker, --storage s3://…
 				return err
 			}
+			if err := backends.singletons(&cfg); err != nil { // issue 13: TTL manager, leader lease
+				return err
+			}
 			cfg.Logger = env.Logger
+			cfg.Registry = env.registerer()
 			srv, err := workspace.NewServer(cmd.Context(), cfg)
 			if err != nil {
 				return err
 			}
 			if err := mountLive(cmd.Context(), srv, env); err != nil { // issue 13: page, SSE, metrics, probes
-				return err
-			}
-			if err := backends.runTTL(cmd.Context(), srv, env.Logger); err != nil { // issue 13: TTL manager (leader-elected on Postgres)
 				return err
 			}
 			return srv.Run(cmd.Context())

@@ -3,10 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
-	"net/http"
-	"net/url"
 	"path/filepath"
 	"strings"
 	"time"
@@ -15,7 +12,6 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/gantryhq/gantry/workspace"
-	"github.com/gantryhq/gantry/workspace/leader"
 	"github.com/gantryhq/gantry/workspace/live"
 	"github.com/gantryhq/gantry/workspace/provider/archive"
 	"github.com/gantryhq/gantry/workspace/provider/docker"
@@ -29,6 +25,8 @@ type wsBackendFlags struct {
 	dockerImage  string
 	idleTimeout  time.Duration
 	archiveAfter time.Duration
+	ttlInterval  time.Duration
+	leaderLease  time.Duration
 }
 
 func (b *wsBackendFlags) register(f *pflag.FlagSet) {
@@ -36,6 +34,18 @@ func (b *wsBackendFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&b.dockerImage, "docker-image", "", "default image for --provider docker when a workspace names none")
 	f.DurationVar(&b.idleTimeout, "idle-timeout", workspace.DefaultIdleTimeout, "TTL: a RUNNING workspace idle this long gets desired STANDBY (negative = never)")
 	f.DurationVar(&b.archiveAfter, "archive-after", workspace.DefaultArchiveAfter, "TTL: a workspace STANDBY this long gets desired PENDING (negative = never)")
+	f.DurationVar(&b.ttlInterval, "ttl-interval", workspace.DefaultTTLInterval, "TTL: time between the TTL manager's passes")
+	f.DurationVar(&b.leaderLease, "leader-lease", 10*time.Second, "Postgres: the monitor and TTL manager run on one replica (leader lock); a standby takes over within this after the leader dies")
+}
+
+// singletons sets the TTL manager's and the leader election's settings.
+func (b *wsBackendFlags) singletons(cfg *workspace.ServerConfig) error {
+	if b.ttlInterval <= 0 || b.leaderLease <= 0 {
+		return fmt.Errorf("--ttl-interval %v, --leader-lease %v: want positive durations", b.ttlInterval, b.leaderLease)
+	}
+	cfg.TTL = workspace.TTLConfig{IdleTimeout: b.idleTimeout, ArchiveAfter: b.archiveAfter, Interval: b.ttlInterval}
+	cfg.LeaderLease = b.leaderLease
+	return nil
 }
 
 // apply sets cfg.Storage for --storage s3://… (volumes stay directories
@@ -82,11 +92,11 @@ func (b *wsBackendFlags) apply(ctx context.Context, cfg *workspace.ServerConfig,
 }
 
 // mountLive adds the issue-13 operators' surface to `ws serve`: the web
-// page at /, SSE at /events and /workspaces/{id}/events, /metrics (on the
-// process registry), /healthz and /readyz. Its event hub resyncs every
-// second (the server's hint bus is internal to it).
+// page at / (it drives the /v1 API), SSE at /events and
+// /workspaces/{id}/events, /metrics (on the process registry), /healthz and
+// /readyz. Its event hub follows the server's hints and resyncs every second.
 func mountLive(ctx context.Context, srv *workspace.Server, env *Env) error {
-	l, err := live.NewServer(live.Config{Store: srv.Store, Registry: env.Registry, ResyncInterval: time.Second, Logger: env.Logger})
+	l, err := live.NewServer(live.Config{Store: srv.Store, Hints: srv.Hints(), Registry: env.Registry, ResyncInterval: time.Second, Logger: env.Logger})
 	if err != nil {
 		return err
 	}
@@ -102,40 +112,7 @@ func newWSTouchCmd(client func() *workspace.Client) *cobra.Command {
 		Short: "Record activity on a workspace so the TTL manager does not stop or archive it",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c := client()
-			req, err := http.NewRequestWithContext(cmd.Context(), "POST", c.Base+"/workspaces/"+url.PathEscape(args[0])+"/touch", nil)
-			if err != nil {
-				return err
-			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				return err
-			}
-			defer resp.Body.Close()
-			if resp.StatusCode != http.StatusNoContent {
-				b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-				return fmt.Errorf("touch %s: %s: %s", args[0], resp.Status, strings.TrimSpace(string(b)))
-			}
-			return nil
+			return client().Touch(cmd.Context(), args[0])
 		},
 	}
-}
-
-// runTTL runs the TTL manager: directly on SQLite (one process), and only
-// while this replica holds the leader lock on Postgres.
-func (b *wsBackendFlags) runTTL(ctx context.Context, srv *workspace.Server, log *slog.Logger) error {
-	ttl, err := workspace.NewTTLManager(workspace.TTLConfig{IdleTimeout: b.idleTimeout, ArchiveAfter: b.archiveAfter, Logger: log}, srv.Store)
-	if err != nil {
-		return err
-	}
-	if srv.Store.Dialect() != workspace.Postgres {
-		go ttl.Run(ctx)
-		return nil
-	}
-	el, err := leader.New(leader.Config{DSN: srv.Store.DSN(), Logger: log})
-	if err != nil {
-		return err
-	}
-	go el.Run(ctx, func(lctx context.Context, _ *leader.Session) error { return ttl.Run(lctx) })
-	return nil
 }

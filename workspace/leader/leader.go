@@ -16,7 +16,9 @@
 //
 // Handover bound: a leader that is SIGKILLed has its socket closed by the
 // kernel, Postgres ends the session and frees the lock, and a standby polls
-// every Lease/2, so it takes over within Lease. A leader cut off without a
+// every Lease/4 on a connection it keeps open (no connect or authentication
+// on the handover path), so it takes over within about Lease/4 plus one
+// query, well inside Lease even on a loaded machine. A leader cut off without a
 // close (a partition) is dropped by the server after tcp_user_timeout = Lease
 // and steps down itself when a ping takes longer than Lease; the standby
 // then wins within its next poll: worst case about 1.5 × Lease.
@@ -68,6 +70,11 @@ func (s State) String() string {
 // the lock connection fails.
 var ErrLostLeadership = errors.New("leader: lost the lock connection")
 
+// ErrNotLeader is returned by Session.Exec when the session no longer holds
+// the lock (its connection died, or the lock was released): the write was
+// refused, not applied.
+var ErrNotLeader = errors.New("leader: this replica no longer holds the leader lock")
+
 // Config configures an Elector. Zero values are the documented defaults.
 type Config struct {
 	// DSN of the Postgres database. Required.
@@ -75,7 +82,7 @@ type Config struct {
 	// LockID is the advisory lock key; zero = DefaultLockID.
 	LockID int64
 	// Lease bounds how long leadership can outlive a dead leader; zero = 10s.
-	// Standbys poll every Lease/2; the leader pings every Lease/4.
+	// Standbys poll every Lease/4; the leader pings every Lease/4.
 	Lease time.Duration
 	// NodeID names this replica in logs and application_name; zero = "gantry".
 	NodeID string
@@ -132,17 +139,67 @@ func (e *Elector) set(s State) {
 
 // Session is the leader's lock connection. Do serialises its use: the
 // elector's pings and the loops' writes share it, because the connection
-// must be the one holding the lock.
+// must be the one holding the lock. Once the term ends the session is
+// closed: Do and Exec return ErrNotLeader.
 type Session struct {
-	mu   sync.Mutex // mu protects conn
-	conn *pgx.Conn
+	lockID int64
+	mu     sync.Mutex // mu protects conn
+	conn   *pgx.Conn  // nil once the term ended
 }
 
 // Do runs fn with the lock connection.
 func (s *Session) Do(ctx context.Context, fn func(ctx context.Context, conn *pgx.Conn) error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.conn == nil {
+		return ErrNotLeader
+	}
 	return fn(ctx, s.conn)
+}
+
+// close ends the session: the connection closes (releasing the lock if it
+// still held it) under mu, so no Do or Exec uses it at the same time.
+func (s *Session) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn != nil {
+		s.conn.Close(context.Background())
+		s.conn = nil
+	}
+}
+
+// Exec runs one statement through the lock connection, but only while that
+// connection still holds the lock; otherwise it returns ErrNotLeader and
+// runs nothing. Checking first and then executing is safe because a session
+// advisory lock can only be released by its own session (which mu
+// serialises) or by that session's death (which fails the statement too):
+// a write either happens under the lock or not at all.
+func (s *Session) Exec(ctx context.Context, sql string, args ...any) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn == nil {
+		return 0, ErrNotLeader
+	}
+	held, err := holds(ctx, s.conn, s.lockID)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %v", ErrNotLeader, err)
+	}
+	if !held {
+		return 0, ErrNotLeader
+	}
+	tag, err := s.conn.Exec(ctx, sql, args...)
+	if err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), nil
+}
+
+// holds reports whether conn's session holds advisory lock id.
+func holds(ctx context.Context, conn *pgx.Conn, id int64) (bool, error) {
+	var held bool
+	err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()
+		AND granted AND ((classid::bigint << 32) | objid::bigint) = $1)`, id).Scan(&held)
+	return held, err
 }
 
 // Run campaigns until ctx ends. Whenever this replica wins, it calls
@@ -152,7 +209,7 @@ func (s *Session) Do(ctx context.Context, fn func(ctx context.Context, conn *pgx
 // leadership; Run then campaigns again. Run returns nil when ctx ends.
 func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context, s *Session) error) error {
 	defer e.set(Standby)
-	poll := e.cfg.Lease / 2
+	poll := e.cfg.Lease / 4 // after a failed connection; term polls the lock itself
 	for ctx.Err() == nil {
 		won, err := e.term(ctx, lead)
 		if err != nil && ctx.Err() == nil {
@@ -171,8 +228,8 @@ func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context, s *Ses
 	return nil
 }
 
-// term is one attempt: connect, try the lock, and if it is ours lead until
-// the connection or ctx fails.
+// term is one attempt: connect, wait for the lock on that connection, and
+// once it is ours lead until the connection or ctx fails.
 func (e *Elector) term(ctx context.Context, lead func(context.Context, *Session) error) (won bool, err error) {
 	cc, err := pgx.ParseConfig(e.cfg.DSN)
 	if err != nil {
@@ -190,18 +247,15 @@ func (e *Elector) term(ctx context.Context, lead func(context.Context, *Session)
 		return false, fmt.Errorf("leader: connect: %w", err)
 	}
 	defer conn.Close(context.Background())
-	var ok bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, e.cfg.LockID).Scan(&ok); err != nil {
-		return false, fmt.Errorf("leader: try lock: %w", err)
-	}
-	if !ok {
-		return false, nil
+	if ok, err := e.waitLock(ctx, conn); !ok {
+		return false, err
 	}
 	e.cfg.Logger.Info("leader: elected", "node", e.cfg.NodeID, "lock", e.cfg.LockID)
 	e.set(Leader)
 	defer e.set(Standby)
 
-	s := &Session{conn: conn}
+	s := &Session{lockID: e.cfg.LockID, conn: conn}
+	defer s.close() // before the deferred conn.Close, and under the session's lock
 	leadCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	done := make(chan error, 1)
@@ -229,15 +283,38 @@ func (e *Elector) term(ctx context.Context, lead func(context.Context, *Session)
 	}
 }
 
+// waitLock tries the lock on conn every Lease/4 until it is ours (true),
+// the connection fails (the error) or ctx ends (false, nil). Keeping one
+// connection makes a standby's takeover one query, not a new session.
+func (e *Elector) waitLock(ctx context.Context, conn *pgx.Conn) (bool, error) {
+	t := time.NewTicker(e.cfg.Lease / 4)
+	defer t.Stop()
+	for {
+		var ok bool
+		if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, e.cfg.LockID).Scan(&ok); err != nil {
+			if ctx.Err() != nil {
+				return false, nil
+			}
+			return false, fmt.Errorf("leader: try lock: %w", err)
+		}
+		if ok {
+			return true, nil
+		}
+		select {
+		case <-ctx.Done():
+			return false, nil
+		case <-t.C:
+		}
+	}
+}
+
 // ping checks, through the session, that the connection still holds the
 // lock; it fails if that takes longer than Lease.
 func (e *Elector) ping(ctx context.Context, s *Session) error {
 	pctx, cancel := context.WithTimeout(ctx, e.cfg.Lease)
 	defer cancel()
 	return s.Do(pctx, func(ctx context.Context, conn *pgx.Conn) error {
-		var held bool
-		err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()
-			AND granted AND ((classid::bigint << 32) | objid::bigint) = $1)`, e.cfg.LockID).Scan(&held)
+		held, err := holds(ctx, conn, e.cfg.LockID)
 		if err != nil {
 			return err
 		}

@@ -213,9 +213,12 @@ func TestStepDownOnLostConnection(t *testing.T) {
 	if e.State() != Leader {
 		t.Fatalf("State = %v while leading", e.State())
 	}
-	// A second elector on the same lock stays standby.
+	// A second elector on the same lock stays standby: its term keeps
+	// polling the busy lock until its context ends.
 	e2, _ := New(Config{DSN: dsn, LockID: lock, Lease: 400 * time.Millisecond, NodeID: "y"})
-	won, err := e2.term(t.Context(), func(context.Context, *Session) error { return nil })
+	tctx, tcancel := context.WithTimeout(t.Context(), time.Second)
+	won, err := e2.term(tctx, func(context.Context, *Session) error { return nil })
+	tcancel()
 	if err != nil || won {
 		t.Fatalf("second elector term = %v, %v; want lock busy", won, err)
 	}

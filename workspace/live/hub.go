@@ -7,8 +7,10 @@
 //	hub.go      Hub: one poller per process turns hints + a periodic resync
 //	            into ordered per-workspace change events for all subscribers
 //	sse.go      GET /events, GET /workspaces/{id}/events (text/event-stream)
-//	actions.go  the small JSON API the page drives (create, desired, touch, recover, delete)
-//	page.go     GET / and /static/: the embedded page (plain HTML/JS/CSS)
+//	page.go     GET / and /static/: the embedded page (plain HTML/JS/CSS); it
+//	            drives the main HTTP API (/v1/workspaces…, workspace.API), the
+//	            same endpoints and validation the CLI uses
+//	server.go   Server: the routes above, mounted by `gantry ws serve` on the API
 //	metrics.go  Prometheus collectors, /healthz, /readyz
 //
 // Why a hub and not a query per client: a hint says only "row id changed";
@@ -56,10 +58,7 @@ type HubConfig struct {
 	// OnHint, if set, is called with the lag from a row's commit
 	// (updated_at) to the hub reading it after a hint (for metrics).
 	OnHint func(lag time.Duration)
-	// OnEvent, if set, sees each change (old is zero for a new row), under
-	// the hub's lock: keep it quick.
-	OnEvent func(old, cur workspace.Workspace, now time.Time)
-	Logger  *slog.Logger
+	Logger *slog.Logger
 }
 
 // Hub fans committed workspace changes out to subscribers.
@@ -235,9 +234,6 @@ func (h *Hub) updateLocked(w workspace.Workspace) {
 		return // a slower read of an older row version
 	}
 	h.last[w.ID] = w
-	if h.cfg.OnEvent != nil {
-		h.cfg.OnEvent(old, w, time.Now())
-	}
 	h.seq++
 	h.broadcastLocked(Event{Seq: h.seq, Type: "state", Workspace: &w, ID: w.ID})
 }

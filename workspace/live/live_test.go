@@ -32,9 +32,10 @@ func TestMain(m *testing.M) {
 	)
 }
 
-// stack is a whole single-process gantry: SQLite, process containers, fs
-// archives, the reconciler, the monitor, and the live server over httptest
-// with a short WriteTimeout (that SSE must survive).
+// stack is a whole single-process gantry wired as `gantry ws serve` wires
+// it: SQLite, process containers, fs archives, the reconciler (with its
+// metrics), the monitor, the main API with the live server mounted on it,
+// over httptest with a short WriteTimeout (that SSE must survive).
 type stack struct {
 	st  *workspace.Store
 	srv *Server
@@ -56,12 +57,13 @@ func newStack(t *testing.T, hintsOn bool) *stack {
 	}
 	c := &process.Container{RunDir: filepath.Join(dir, "run"), StopGrace: time.Second}
 	storage := &archive.Storage{Root: filepath.Join(dir, "volumes"), Blobs: &fs.BlobStore{Dir: filepath.Join(dir, "blobs")}}
-	rec, err := workspace.NewReconciler(workspace.Config{Interval: 150 * time.Millisecond, RetryBackoff: 100 * time.Millisecond}, st, c, storage, hints)
+	reg := prometheus.NewRegistry()
+	rec, err := workspace.NewReconciler(workspace.Config{Interval: 150 * time.Millisecond, RetryBackoff: 100 * time.Millisecond,
+		Metrics: workspace.NewMetrics(reg)}, st, c, storage, hints)
 	if err != nil {
 		t.Fatal(err)
 	}
 	mon := workspace.NewHealthMonitor(workspace.MonitorConfig{Interval: 150 * time.Millisecond}, st, c, storage, hints)
-	reg := prometheus.NewRegistry()
 	var srvHints workspace.Hints
 	if hintsOn {
 		srvHints = hints
@@ -70,7 +72,9 @@ func newStack(t *testing.T, hintsOn bool) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := httptest.NewUnstartedServer(srv)
+	api := workspace.NewAPI(st, storage, hints, nil)
+	api.Handle("/", srv)
+	hs := httptest.NewUnstartedServer(api)
 	hs.Config.WriteTimeout = 500 * time.Millisecond
 	hs.Start()
 	var wg sync.WaitGroup
@@ -101,8 +105,15 @@ func newStack(t *testing.T, hintsOn bool) *stack {
 
 func (s *stack) post(t *testing.T, path string, body any) map[string]any {
 	t.Helper()
+	return s.send(t, "POST", path, body)
+}
+
+func (s *stack) send(t *testing.T, method, path string, body any) map[string]any {
+	t.Helper()
 	b, _ := json.Marshal(body)
-	resp, err := http.Post(s.url+path, "application/json", bytes.NewReader(b))
+	req, _ := http.NewRequest(method, s.url+path, bytes.NewReader(b))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +121,7 @@ func (s *stack) post(t *testing.T, path string, body any) map[string]any {
 	var out map[string]any
 	json.NewDecoder(resp.Body).Decode(&out)
 	if resp.StatusCode >= 300 {
-		t.Fatalf("POST %s: %s %v", path, resp.Status, out)
+		t.Fatalf("%s %s: %s %v", method, path, resp.Status, out)
 	}
 	return out
 }
@@ -157,7 +168,7 @@ func TestSSETransitionsInOrder(t *testing.T) {
 	for _, hintsOn := range []bool{true, false} {
 		t.Run(fmt.Sprintf("hints=%v", hintsOn), func(t *testing.T) {
 			s := newStack(t, hintsOn)
-			w := s.post(t, "/workspaces", map[string]any{"name": "demo", "desired_state": "PENDING"})
+			w := s.post(t, "/v1/workspaces", map[string]any{"name": "demo", "desired_state": "PENDING"})
 			id := w["id"].(string)
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
@@ -179,11 +190,11 @@ func TestSSETransitionsInOrder(t *testing.T) {
 			if st := next(); st != workspace.Pending {
 				t.Fatalf("first event %s, want PENDING", st)
 			}
-			s.post(t, "/workspaces/"+id+"/desired", map[string]string{"desired_state": "RUNNING"})
+			s.send(t, "PUT", "/v1/workspaces/"+id+"/desired", map[string]string{"desired_state": "RUNNING"})
 			for next() != workspace.Running {
 			}
 			time.Sleep(700 * time.Millisecond) // longer than the server's WriteTimeout
-			s.post(t, "/workspaces/"+id+"/desired", map[string]string{"desired_state": "PENDING"})
+			s.send(t, "PUT", "/v1/workspaces/"+id+"/desired", map[string]string{"desired_state": "PENDING"})
 			for next() != workspace.Pending {
 			}
 			want := []workspace.Status{workspace.Pending, workspace.Standby, workspace.Running, workspace.Standby, workspace.Pending}
@@ -196,7 +207,7 @@ func TestSSETransitionsInOrder(t *testing.T) {
 
 func TestProbesAndMetrics(t *testing.T) {
 	s := newStack(t, true)
-	w := s.post(t, "/workspaces", map[string]any{"name": "m1", "desired_state": "RUNNING"})
+	w := s.post(t, "/v1/workspaces", map[string]any{"name": "m1", "desired_state": "RUNNING"})
 	id := w["id"].(string)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -227,34 +238,64 @@ func TestProbesAndMetrics(t *testing.T) {
 	if code, body := get("/readyz"); code != 200 {
 		t.Errorf("/readyz %d %s", code, body)
 	}
-	// The hub may trail the row by one resync.
+	// Operations are counted by the reconciler when they end (right after
+	// the row says so); the status gauge may trail by one hub resync.
+	want := []string{
+		`gantry_ws_workspaces{status="RUNNING"} 1`,
+		`gantry_ws_operations_started_total{type="PROVISIONING"} 1`,
+		`gantry_ws_operations_started_total{type="STARTING"} 1`,
+		`gantry_ws_operations_total{result="ok",type="PROVISIONING"} 1`,
+		`gantry_ws_operations_total{result="ok",type="STARTING"} 1`,
+		`gantry_ws_operation_duration_seconds_count{result="ok",type="STARTING"} 1`,
+		`gantry_ws_provider_calls_total{result="ok",type="STARTING"} 1`,
+		`gantry_ws_provider_call_duration_seconds_count{type="STARTING"} 1`,
+	}
 	for {
 		_, body := get("/metrics")
-		if strings.Contains(body, `gantry_ws_workspaces{status="RUNNING"} 1`) &&
-			strings.Contains(body, `gantry_ws_operations_total{result="ok",type=`) {
-			for _, m := range []string{"gantry_ws_operation_duration_seconds_bucket", "gantry_ws_hint_lag_seconds_count", "gantry_ws_sse_clients"} {
+		missing := ""
+		for _, m := range want {
+			if !strings.Contains(body, m+"\n") {
+				missing = m
+				break
+			}
+		}
+		if missing == "" {
+			for _, m := range []string{"gantry_ws_reconcile_tick_seconds_count", "gantry_ws_reconcile_step_seconds_count", "gantry_ws_hint_lag_seconds_count", "gantry_ws_sse_clients"} {
 				if !strings.Contains(body, m) {
 					t.Errorf("/metrics lacks %s", m)
 				}
 			}
+			if strings.Contains(body, `result="error"`) {
+				t.Errorf("/metrics counts an error for a clean run:\n%s", body)
+			}
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("/metrics never showed the RUNNING workspace and a finished op:\n%s", body)
+			t.Fatalf("/metrics never showed %s:\n%s", missing, body)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	if code, _ := get("/workspaces/nope/events"); code != 404 {
 		t.Errorf("events of an unknown workspace: %d, want 404", code)
 	}
-	resp, _ := http.Post(s.url+"/workspaces/"+id+"/desired", "application/json", strings.NewReader(`{"desired_state":"FLYING"}`))
+	// Writes go through the main API only (its validation, its hints).
+	req, _ := http.NewRequest("PUT", s.url+"/v1/workspaces/"+id+"/desired", strings.NewReader(`{"desired_state":"FLYING"}`))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if resp.StatusCode != 400 {
 		t.Errorf("bad desired state: %d, want 400", resp.StatusCode)
 	}
 	resp.Body.Close()
-	resp, _ = http.Post(s.url+"/workspaces/"+id+"/touch", "", nil)
+	resp, _ = http.Post(s.url+"/v1/workspaces/"+id+"/touch", "", nil)
 	if resp.StatusCode != 204 {
 		t.Errorf("touch: %d", resp.StatusCode)
+	}
+	resp.Body.Close()
+	resp, _ = http.Post(s.url+"/workspaces", "application/json", strings.NewReader(`{"name":"side-door"}`))
+	if resp.StatusCode/100 == 2 {
+		t.Errorf("POST /workspaces (the page's old private API) answered %d; want only /v1", resp.StatusCode)
 	}
 	resp.Body.Close()
 }

@@ -64,7 +64,7 @@ func TestPageInChromium(t *testing.T) {
 	}
 
 	// A second workspace that stays archived, so the screenshot shows both.
-	s.post(t, "/workspaces", map[string]any{"name": "archived-demo", "desired_state": "PENDING"})
+	s.post(t, "/v1/workspaces", map[string]any{"name": "archived-demo", "desired_state": "PENDING"})
 
 	row := `tr[data-name="demo"]`
 	steps := []struct {

@@ -125,6 +125,25 @@ var (
 	ErrCorruptArchive   = errors.New("provider: corrupt archive")
 )
 
+// ErrUnreachable matches (errors.Is) every provider error that means "the
+// backend did not answer": the Docker engine is down, the S3 endpoint
+// refuses connections. Such failures are retryable; the reconciler records
+// them with error_info.reason "Unreachable" and retries them per its
+// backoff policy, and the HealthMonitor shows them as "ObserveFailed".
+// Backends declare their own sentinel with NewUnreachable so that callers
+// can test for either.
+var ErrUnreachable = errors.New("provider: backend unreachable")
+
+// NewUnreachable returns a sentinel error with message msg that also
+// matches ErrUnreachable under errors.Is (docker.ErrEngineUnreachable,
+// s3.ErrUnreachable).
+func NewUnreachable(msg string) error { return &unreachableError{msg: msg} }
+
+type unreachableError struct{ msg string }
+
+func (e *unreachableError) Error() string        { return e.msg }
+func (e *unreachableError) Is(target error) bool { return target == ErrUnreachable }
+
 // PermanentError marks a failure that retrying cannot fix. Reason is the
 // error_info.reason the reconciler records (e.g. "ChecksumMismatch").
 type PermanentError struct {

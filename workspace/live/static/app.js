@@ -1,5 +1,6 @@
-// The workspace page: the list comes from GET /workspaces, then every change
-// arrives over SSE (/events); buttons call the JSON API and let the stream
+// The workspace page: the list comes from GET /v1/workspaces, then every
+// change arrives over SSE (/events); buttons call the main HTTP API (the
+// same /v1 endpoints, validation and hints as the CLI) and let the stream
 // show the result. No framework, no build step.
 "use strict";
 
@@ -70,14 +71,15 @@ function render() {
     op.textContent = w.operation === "NONE" ? "" : w.operation;
     const actions = document.createElement("td");
     actions.className = "actions";
-    const set = (s) => () => api("POST", `/workspaces/${w.id}/desired`, { desired_state: s });
+    const ws = `/v1/workspaces/${encodeURIComponent(w.id)}`;
+    const set = (s) => () => api("PUT", `${ws}/desired`, { desired_state: s });
     actions.append(
       button("up", "run it (desired RUNNING)", set("RUNNING")),
       button("down", "stop it, keep the volume (desired STANDBY)", set("STANDBY")),
       button("archive", "archive it and free the volume (desired PENDING)", set("PENDING")),
-      button("recover", "clear the error and retry", () => api("POST", `/workspaces/${w.id}/recover`)),
+      button("recover", "clear the error and retry", () => api("POST", `${ws}/recover`)),
       button("delete", "delete it with its archives", () => {
-        if (confirm(`Delete ${w.name}?`)) return api("DELETE", `/workspaces/${w.id}`);
+        if (confirm(`Delete ${w.name}?`)) return api("DELETE", ws);
       }),
     );
     tr.append(name, status, desired, op, actions);
@@ -90,7 +92,7 @@ document.getElementById("create").addEventListener("submit", (ev) => {
   const name = document.getElementById("name");
   const command = document.getElementById("command");
   act(async () => {
-    const w = await api("POST", "/workspaces", { name: name.value, command: command.value || undefined });
+    const w = await api("POST", "/v1/workspaces", { name: name.value, command: command.value || undefined });
     // The stream may already have delivered newer states of this row
     // than the POST's answer: never let the answer overwrite them.
     const seen = rows.get(w.id);
@@ -117,7 +119,7 @@ function connect() {
   });
 }
 
-api("GET", "/workspaces").then((list) => {
+api("GET", "/v1/workspaces").then((list) => {
   for (const w of list) if (!rows.has(w.id)) rows.set(w.id, w);
   render();
 }).catch((e) => { msg.textContent = e.message; }).finally(connect);

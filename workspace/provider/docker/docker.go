@@ -69,7 +69,8 @@ func (m VolumeMode) String() string {
 var (
 	// ErrEngineUnreachable: the Docker engine did not answer (daemon down,
 	// wrong DOCKER_HOST). Retryable.
-	ErrEngineUnreachable = errors.New("docker: engine unreachable")
+	// It matches provider.ErrUnreachable.
+	ErrEngineUnreachable = provider.NewUnreachable("docker: engine unreachable")
 	// ErrStartTimeout: the container did not run (or turn healthy) in time.
 	ErrStartTimeout = errors.New("docker: container did not become ready in time")
 	// ErrExited: the container exited or turned unhealthy while starting.

@@ -46,8 +46,9 @@ import (
 // Errors.
 var (
 	// ErrUnreachable: the endpoint did not answer (server down, wrong
-	// address). Retryable: the reconciler records reason S3AccessError.
-	ErrUnreachable = errors.New("s3: endpoint unreachable")
+	// address). Retryable; it matches provider.ErrUnreachable, which the
+	// reconciler records as reason Unreachable.
+	ErrUnreachable = provider.NewUnreachable("s3: endpoint unreachable")
 	// ErrBadKey: an empty key, or one with "..", "\\" or a leading "/".
 	ErrBadKey = errors.New("s3: bad blob key")
 	// ErrBadURL: a storage URL that ParseURL cannot use.

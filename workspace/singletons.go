@@ -1,0 +1,112 @@
+package workspace
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/gantryhq/gantry/workspace/leader"
+)
+
+// SingletonsConfig configures RunSingletons. Zero values are the defaults.
+type SingletonsConfig struct {
+	Store   *Store         // required
+	Monitor *HealthMonitor // required
+	TTL     *TTLManager    // nil = no TTL manager
+	// Lease bounds how long the loops can outlive a dead leader (Postgres);
+	// zero = 10 s (leader.Config.Lease). A standby takes over within it
+	// after the leader's process dies.
+	Lease time.Duration
+	// LockID is the advisory lock key; zero = one derived from the
+	// database and schema, so each workspaces table elects its own leader.
+	LockID int64
+	// NodeID names this replica in logs and pg_stat_activity.
+	NodeID  string
+	Metrics *Metrics
+	Logger  *slog.Logger
+}
+
+// RunSingletons runs the loops that must run once per cluster, the
+// HealthMonitor (the only writer of observed_status) and the TTL manager,
+// until ctx ends.
+//
+// On SQLite there is one process and no election: both run at once. On
+// Postgres they run only while this replica holds the leader lock (a session
+// advisory lock on a dedicated connection, package leader): they start when
+// the lock is won and are cancelled as soon as it is lost (the lock
+// connection fails a ping, or its session ends); RunSingletons waits for
+// them to return before campaigning again. The TTL manager's writes go
+// through the lock connection, so a deposed leader's write is refused.
+func RunSingletons(ctx context.Context, cfg SingletonsConfig) error {
+	if cfg.Store == nil || cfg.Monitor == nil {
+		return errors.New("workspace: RunSingletons needs a Store and a Monitor")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Store.Dialect() != Postgres {
+		cfg.Metrics.setLeader(true)
+		defer cfg.Metrics.setLeader(false)
+		runLoops(ctx, cfg, nil)
+		return nil
+	}
+	if cfg.LockID == 0 {
+		id, err := tableLockID(ctx, cfg.Store)
+		if err != nil {
+			return err
+		}
+		cfg.LockID = id
+	}
+	el, err := leader.New(leader.Config{DSN: cfg.Store.DSN(), LockID: cfg.LockID, Lease: cfg.Lease, NodeID: cfg.NodeID,
+		Logger: cfg.Logger, OnChange: func(s leader.State) { cfg.Metrics.setLeader(s == leader.Leader) }})
+	if err != nil {
+		return err
+	}
+	return el.Run(ctx, func(lctx context.Context, s *leader.Session) error {
+		runLoops(lctx, cfg, s)
+		return nil
+	})
+}
+
+// runLoops runs the monitor and the TTL manager until ctx ends; sess, if
+// set, carries the TTL manager's writes.
+func runLoops(ctx context.Context, cfg SingletonsConfig, sess *leader.Session) {
+	var wg sync.WaitGroup
+	run := func(name string, loop func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cfg.Metrics.setSingleton(name, true)
+			defer cfg.Metrics.setSingleton(name, false)
+			cfg.Logger.Info("workspace: singleton started", "loop", name, "node", cfg.NodeID)
+			loop(ctx)
+			cfg.Logger.Info("workspace: singleton stopped", "loop", name, "node", cfg.NodeID)
+		}()
+	}
+	run("monitor", cfg.Monitor.Run)
+	if cfg.TTL != nil {
+		ttl := cfg.TTL
+		if sess != nil {
+			ttl = ttl.WithSession(sess)
+		}
+		run("ttl", ttl.Run)
+	}
+	wg.Wait()
+}
+
+// tableLockID derives the leader lock key from the database and schema the
+// store uses: replicas of one deployment agree on it, and two deployments
+// (or two tests) in one Postgres never contend.
+func tableLockID(ctx context.Context, st *Store) (int64, error) {
+	var where string
+	if err := st.db.QueryRowContext(ctx, `SELECT current_database() || '/' || current_schema()`).Scan(&where); err != nil {
+		return 0, fmt.Errorf("workspace: leader lock id: %w", err)
+	}
+	h := fnv.New64a()
+	h.Write([]byte("gantry-ws-leader/" + where))
+	return int64(h.Sum64() >> 2), nil // positive, and its high half fits pg_locks.classid as a non-negative int
+}
