@@ -54,6 +54,9 @@ const (
 	// maxCachedStmts bounds the SQLite writer's prepared statements (the
 	// store has a dozen distinct writes).
 	maxCachedStmts = 64
+	// lingerAfter and lingerFor: see linger.
+	lingerAfter = 16
+	lingerFor   = 500 * time.Microsecond
 )
 
 // readBuckets are the IN-list sizes of batched reads: a batch is padded up
@@ -201,6 +204,7 @@ func (s *Store) execDirect(ctx context.Context, q string, args []any) (int64, er
 
 func (b *batcher) writeLoop(run func([]*writeReq)) {
 	defer b.wg.Done()
+	prev := 0 // size of the previous batch
 	for {
 		var first *writeReq
 		select {
@@ -218,10 +222,34 @@ func (b *batcher) writeLoop(run func([]*writeReq)) {
 				break more
 			}
 		}
+		if prev >= lingerAfter && len(batch) < prev {
+			batch = b.linger(batch, prev)
+		}
+		prev = len(batch)
 		b.writeBatches.Add(1)
 		b.writeStmts.Add(int64(len(batch)))
 		run(batch)
 	}
+}
+
+// linger waits up to lingerFor for batch to grow to want. It runs only
+// while writes stream in (the previous batch had ≥ lingerAfter): then one
+// commit carries more of them, at the cost of well under a millisecond of
+// latency; a lone write after a quiet spell never waits.
+func (b *batcher) linger(batch []*writeReq, want int) []*writeReq {
+	t := time.NewTimer(lingerFor)
+	defer t.Stop()
+	for len(batch) < min(want, maxWriteBatch) {
+		select {
+		case r := <-b.writes:
+			batch = append(batch, r)
+		case <-t.C:
+			return batch
+		case <-b.quit:
+			return batch
+		}
+	}
+	return batch
 }
 
 // live answers the requests whose caller gave up and returns the others.
