@@ -587,13 +587,13 @@ func (r *Reconciler) call(ctx context.Context, w *Workspace) error {
 		return r.container.Stop(ctx, w.ID)
 	case OpArchiving:
 		// Order is the invariant: archive committed, key recorded, then
-		// the volume removed. A crash anywhere repeats only what is left.
-		key, err := r.storage.Archive(ctx, w.ID, w.OpID)
-		if err != nil {
-			return err
-		}
-		if err := r.store.SetArchiveKey(ctx, w.ID, w.OpID, key, r.cfg.Clock.Now()); err != nil {
-			return err
+		// the volume removed. A crash anywhere repeats only what is left:
+		// a takeover that finds this op_id's key recorded only removes the
+		// volume.
+		if key := provider.ArchiveKey(w.ID, w.OpID); w.ArchiveKey != key {
+			if err := r.archive(ctx, w); err != nil {
+				return err
+			}
 		}
 		return r.storage.DeleteVolume(ctx, w.ID)
 	case OpDeleting:
@@ -603,6 +603,23 @@ func (r *Reconciler) call(ctx context.Context, w *Workspace) error {
 		return r.storage.DeleteVolume(ctx, w.ID)
 	}
 	return fmt.Errorf("workspace: unknown operation %q", w.Operation)
+}
+
+// archive writes w's archive and records its key. The key is recorded
+// even if ctx ends (shutdown) once the archive is committed: otherwise the
+// replica taking the operation over would write the archive again.
+func (r *Reconciler) archive(ctx context.Context, w *Workspace) error {
+	key, err := r.storage.Archive(ctx, w.ID, w.OpID)
+	if err != nil {
+		return err
+	}
+	rec, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := r.store.SetArchiveKey(rec, w.ID, w.OpID, key, r.cfg.Clock.Now()); err != nil {
+		return err
+	}
+	w.ArchiveKey = key
+	return nil
 }
 
 // stepHandler runs a reconcile step off the sched worker (bounded by the
