@@ -316,7 +316,14 @@ func (r *Reconciler) Run(ctx context.Context) error {
 	wakeCtx, stopWake := context.WithCancel(ctx)
 	var wakeDone sync.WaitGroup
 	wakeDone.Add(1)
-	go func() { defer wakeDone.Done(); r.wake.run(wakeCtx, func(id string) { r.poke(id, nil) }) }()
+	go func() {
+		defer wakeDone.Done()
+		r.wake.run(wakeCtx, func(id string) {
+			if ctx.Err() == nil { // no new steps once Run is stopping the scheduler
+				r.poke(id, nil)
+			}
+		})
+	}()
 	defer func() { stopWake(); wakeDone.Wait() }()
 	if r.cfg.WorkerPool > 0 {
 		return r.runPool(ctx)
