@@ -52,7 +52,9 @@ func TestHintsDeliver(t *testing.T) {
 			// theirs and ignored; this test's id is unique.
 			id := "ws-" + name + "-" + uuid.NewString()
 			// Subscriptions of the remote kinds start asynchronously: publish
-			// until one arrives.
+			// until one arrives. Other tests sharing the server publish on
+			// the same channels: their ids are skipped, ours must arrive on
+			// the right channel only.
 			deadline := time.After(10 * time.Second)
 			for got := false; !got; {
 				h.Publish(ctx, ChanWorkspace, id)

@@ -3,7 +3,6 @@ package workspace
 import (
 	"context"
 	"sync"
-	"time"
 )
 
 // workerPool is the benchmark baseline for the sched processes: a fixed
@@ -73,7 +72,7 @@ func (r *Reconciler) runPool(ctx context.Context) error {
 				delete(p.inflight, id)
 				if res.again && !p.queued[id] {
 					p.queued[id] = true
-					p.latest[id] = nil
+					p.latest[id] = res.next
 				}
 				if p.queued[id] {
 					p.queue = append(p.queue, id)
@@ -85,7 +84,7 @@ func (r *Reconciler) runPool(ctx context.Context) error {
 	}
 	hints, cancel := r.hints.Subscribe(ChanWorkspace)
 	defer cancel()
-	t := time.NewTicker(r.cfg.Interval)
+	t := r.cfg.Clock.NewTicker(r.cfg.Interval)
 	defer t.Stop()
 	r.Tick(ctx)
 loop:
@@ -93,7 +92,7 @@ loop:
 		select {
 		case <-ctx.Done():
 			break loop
-		case <-t.C:
+		case <-t.C():
 			r.Tick(ctx)
 		case id := <-hints:
 			r.poke(id, nil)

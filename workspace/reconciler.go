@@ -13,6 +13,8 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/gantryhq/gantry/internal/backoff"
+	"github.com/gantryhq/gantry/internal/clock"
 	"github.com/gantryhq/gantry/sched"
 	"github.com/gantryhq/gantry/workspace/provider"
 )
@@ -42,7 +44,9 @@ type Config struct {
 	// Owner names this replica in op_owner; "" = hostname-pid-random.
 	Owner  string
 	Logger *slog.Logger
-	Now    func() time.Time // nil = time.Now
+	// Clock times claims, leases, retries, deadlines and ticks; nil = the
+	// wall clock.
+	Clock clock.Clock
 
 	// Metrics records operations at their source; nil = none (NewMetrics).
 	Metrics *Metrics
@@ -132,19 +136,15 @@ func (c *Config) validate() error {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	if c.Now == nil {
-		c.Now = time.Now
-	}
+	c.Clock = clock.Or(c.Clock)
 	return nil
 }
 
-// retryDelay is the exponential backoff before retry n (0 = first retry).
-func (c *Config) retryDelay(n int) time.Duration {
-	d := float64(c.RetryBackoff) * math.Pow(2, float64(n))
-	if d > float64(c.RetryBackoffMax) {
-		return c.RetryBackoffMax
-	}
-	return time.Duration(d)
+// retryPolicy is the wait before each retry of a failed provider call:
+// RetryBackoff, doubling per retry, capped at RetryBackoffMax, without
+// jitter (one workspace's retries are its own; replicas never share one).
+func (c *Config) retryPolicy() backoff.Policy {
+	return backoff.Policy{Initial: c.RetryBackoff, Max: c.RetryBackoffMax, Multiplier: 2, Jitter: -1}
 }
 
 // Reconciler is seed 001's StateReconciler: it reads only the database and
@@ -160,19 +160,21 @@ type Reconciler struct {
 	hints     Hints
 	sem       chan struct{}
 
-	// mu protects procs and sch.
-	mu     sync.Mutex
-	procs  map[string]sched.PID
-	timers map[string]time.Time // pending pokeAt due times
-	sch    *sched.Scheduler
+	wake *wakeups // pokeAt's one timer
+
+	// mu protects procs, ids, sch and tickQueries.
+	// Invariant: ids is the inverse of procs (OnExit finds the id at once).
+	mu    sync.Mutex
+	procs map[string]sched.PID
+	ids   map[sched.PID]string
+	sch   *sched.Scheduler
 	// draining (under mu) is set before Run waits for calls: a step
 	// dispatched after it is not started, so calls.Add never races
 	// calls.Wait (a WaitGroup rule the race detector enforces).
 	draining bool
 
-	runCtx context.Context
-	pool   *workerPool
-	calls  sync.WaitGroup // provider calls in flight
+	pool  *workerPool
+	calls sync.WaitGroup // provider calls in flight
 	// Queries counts store queries issued by ticks (benchmarks).
 	tickQueries int64
 }
@@ -186,7 +188,7 @@ func NewReconciler(cfg Config, st *Store, c provider.Container, s provider.Stora
 		h = DropHints{}
 	}
 	return &Reconciler{cfg: cfg, store: st, container: c, storage: s, hints: h,
-		sem: make(chan struct{}, cfg.Concurrency), procs: map[string]sched.PID{}, timers: map[string]time.Time{}, pool: newWorkerPool()}, nil
+		sem: make(chan struct{}, cfg.Concurrency), procs: map[string]sched.PID{}, ids: map[sched.PID]string{}, wake: newWakeups(cfg.Clock), pool: newWorkerPool()}, nil
 }
 
 // Config returns the effective configuration.
@@ -206,6 +208,10 @@ func (reconcileCmd) CommandType() sched.CommandType { return cmdReconcile }
 type stepResult struct {
 	again bool // the row changed in a way that may allow the next step now
 	gone  bool // the workspace was deleted
+	// next, with again, is the row as this step left it: the follow-up
+	// plans from it without a read (its claim's CAS catches any change
+	// made meanwhile). nil = re-read.
+	next *Workspace
 }
 
 // wsProc is one workspace's process. Messages are row snapshots (ticks),
@@ -243,7 +249,10 @@ func (p *wsProc) Step(events []sched.Event, out *sched.StepOutput) error {
 					return nil
 				}
 				if res.again {
-					p.pending, p.latest = true, nil
+					if !p.pending { // a message during the step: the row may have moved, re-read
+						p.latest = res.next
+					}
+					p.pending = true
 				}
 			}
 		}
@@ -277,35 +286,13 @@ func (r *Reconciler) poke(id string, w *Workspace) {
 	if err != nil {
 		return
 	}
-	r.procs[id] = pid
+	r.procs[id], r.ids[pid] = pid, id
 	r.sch.Send(pid, w)
 }
 
 // pokeAt pokes id after d (retry backoff, lease expiry, timeout).
-// At most one timer per workspace is pending: the earliest wins.
-func (r *Reconciler) pokeAt(id string, d time.Duration) {
-	if d < 0 {
-		d = 0
-	}
-	due := time.Now().Add(d)
-	r.mu.Lock()
-	if cur, ok := r.timers[id]; ok && !cur.After(due) {
-		r.mu.Unlock()
-		return
-	}
-	r.timers[id] = due
-	r.mu.Unlock()
-	time.AfterFunc(d+time.Millisecond, func() {
-		r.mu.Lock()
-		if r.timers[id].Equal(due) {
-			delete(r.timers, id)
-		}
-		r.mu.Unlock()
-		if r.runCtx.Err() == nil {
-			r.poke(id, nil)
-		}
-	})
-}
+// At most one wake-up per workspace is pending: the earliest wins.
+func (r *Reconciler) pokeAt(id string, d time.Duration) { r.wake.at(id, d) }
 
 // Tick reads the actionable workspaces in one query and hands each to its
 // process.
@@ -334,7 +321,18 @@ func (r *Reconciler) TickQueries() int64 {
 // Run ticks every Interval and on ChanWorkspace hints until ctx ends, then
 // stops the processes and waits for provider calls in flight.
 func (r *Reconciler) Run(ctx context.Context) error {
-	r.runCtx = ctx
+	wakeCtx, stopWake := context.WithCancel(ctx)
+	var wakeDone sync.WaitGroup
+	wakeDone.Add(1)
+	go func() {
+		defer wakeDone.Done()
+		r.wake.run(wakeCtx, func(id string) {
+			if ctx.Err() == nil { // no new steps once Run is stopping the scheduler
+				r.poke(id, nil)
+			}
+		})
+	}()
+	defer func() { stopWake(); wakeDone.Wait() }()
 	if r.cfg.WorkerPool > 0 {
 		return r.runPool(ctx)
 	}
@@ -345,10 +343,10 @@ func (r *Reconciler) Run(ctx context.Context) error {
 		Handlers: map[sched.CommandType]sched.Handler{cmdReconcile: handler},
 		OnExit: func(pid sched.PID, _ error) {
 			r.mu.Lock()
-			for id, p := range r.procs {
-				if p == pid {
+			if id, ok := r.ids[pid]; ok {
+				delete(r.ids, pid)
+				if r.procs[id] == pid {
 					delete(r.procs, id)
-					break
 				}
 			}
 			r.mu.Unlock()
@@ -362,7 +360,7 @@ func (r *Reconciler) Run(ctx context.Context) error {
 	r.mu.Unlock()
 	hints, cancel := r.hints.Subscribe(ChanWorkspace)
 	defer cancel()
-	t := time.NewTicker(r.cfg.Interval)
+	t := r.cfg.Clock.NewTicker(r.cfg.Interval)
 	defer t.Stop()
 	if err := r.Tick(ctx); err != nil && ctx.Err() == nil {
 		r.cfg.Logger.Warn("workspace: tick", "err", err)
@@ -372,7 +370,7 @@ loop:
 		select {
 		case <-ctx.Done():
 			break loop
-		case <-t.C:
+		case <-t.C():
 			if err := r.Tick(ctx); err != nil && ctx.Err() == nil {
 				r.cfg.Logger.Warn("workspace: tick", "err", err)
 			}
@@ -429,7 +427,7 @@ func (r *Reconciler) step(ctx context.Context, id string, w *Workspace) stepResu
 	if err != nil {
 		return stepResult{}
 	}
-	now := r.cfg.Now()
+	now := r.cfg.Clock.Now()
 	ok, err := r.store.Claim(ctx, *w, op, opID.String(), r.cfg.Owner, now, now.Add(r.cfg.Lease))
 	if err != nil {
 		r.cfg.Logger.Warn("workspace: claim", "id", w.ID, "err", err)
@@ -446,6 +444,13 @@ func (r *Reconciler) step(ctx context.Context, id string, w *Workspace) stepResu
 	return r.execute(ctx, w)
 }
 
+// completed is w as Store.Complete leaves it.
+func completed(w Workspace) *Workspace {
+	w.Operation, w.OpOwner, w.OpLeaseUntil, w.OpExecuted = OpNone, "", nil, false
+	w.ErrorCount, w.ErrorInfo, w.NextRetryAt = 0, nil, nil
+	return &w
+}
+
 func (r *Reconciler) complete(w *Workspace) bool {
 	if w.Operation == OpArchiving {
 		return w.ObservedStatus == Pending && w.ArchiveKey == provider.ArchiveKey(w.ID, w.OpID)
@@ -454,7 +459,7 @@ func (r *Reconciler) complete(w *Workspace) bool {
 }
 
 func (r *Reconciler) inFlight(ctx context.Context, w *Workspace) stepResult {
-	now := r.cfg.Now()
+	now := r.cfg.Clock.Now()
 	if w.ErrorInfo != nil && w.ErrorInfo.IsTerminal && w.Operation != OpDeleting {
 		r.hints.Publish(ctx, ChanMonitor, w.ID) // let the monitor flip it to ERROR
 		return stepResult{}
@@ -464,7 +469,7 @@ func (r *Reconciler) inFlight(ctx context.Context, w *Workspace) stepResult {
 			r.cfg.Logger.Info("workspace: operation completed", "id", w.ID, "op", w.Operation)
 			r.cfg.Metrics.opEnded(w.Operation, resultOK, w.OpStartedAt, now)
 			r.hints.Publish(ctx, ChanWorkspace, w.ID)
-			return stepResult{again: true}
+			return stepResult{again: true, next: completed(*w)}
 		}
 		return stepResult{}
 	}
@@ -529,14 +534,14 @@ func (r *Reconciler) execute(ctx context.Context, w *Workspace) stepResult {
 	callCtx, cancel := context.WithDeadline(ctx, deadline)
 	renewDone := make(chan struct{})
 	go func() {
-		t := time.NewTicker(r.cfg.Lease / 3)
+		t := r.cfg.Clock.NewTicker(r.cfg.Lease / 3)
 		defer t.Stop()
 		for {
 			select {
 			case <-renewDone:
 				return
-			case <-t.C:
-				r.store.Renew(ctx, w.ID, w.OpID, r.cfg.Owner, r.cfg.Now().Add(r.cfg.Lease))
+			case <-t.C():
+				r.store.Renew(ctx, w.ID, w.OpID, r.cfg.Owner, r.cfg.Clock.Now().Add(r.cfg.Lease))
 			}
 		}
 	}()
@@ -545,7 +550,7 @@ func (r *Reconciler) execute(ctx context.Context, w *Workspace) stepResult {
 	callTime := time.Since(t0)
 	close(renewDone)
 	cancel()
-	now := r.cfg.Now()
+	now := r.cfg.Clock.Now()
 	if ctx.Err() != nil {
 		return stepResult{} // shutting down: the lease lapses, a restart takes over
 	}
@@ -580,7 +585,7 @@ func (r *Reconciler) execute(ctx context.Context, w *Workspace) stepResult {
 	case count > r.cfg.MaxRetries:
 		info.Reason, info.IsTerminal = "RetryExceeded", true
 	default:
-		t := now.Add(r.cfg.retryDelay(count - 1))
+		t := now.Add(r.cfg.retryPolicy().Delay(count - 1))
 		next = &t
 	}
 	r.cfg.Logger.Warn("workspace: execute failed", "id", w.ID, "op", w.Operation, "error_count", count, "reason", info.Reason, "err", err)
@@ -609,13 +614,13 @@ func (r *Reconciler) call(ctx context.Context, w *Workspace) error {
 		return r.container.Stop(ctx, w.ID)
 	case OpArchiving:
 		// Order is the invariant: archive committed, key recorded, then
-		// the volume removed. A crash anywhere repeats only what is left.
-		key, err := r.storage.Archive(ctx, w.ID, w.OpID)
-		if err != nil {
-			return err
-		}
-		if err := r.store.SetArchiveKey(ctx, w.ID, w.OpID, key, r.cfg.Now()); err != nil {
-			return err
+		// the volume removed. A crash anywhere repeats only what is left:
+		// a takeover that finds this op_id's key recorded only removes the
+		// volume.
+		if key := provider.ArchiveKey(w.ID, w.OpID); w.ArchiveKey != key {
+			if err := r.archive(ctx, w); err != nil {
+				return err
+			}
 		}
 		return r.storage.DeleteVolume(ctx, w.ID)
 	case OpDeleting:
@@ -625,6 +630,23 @@ func (r *Reconciler) call(ctx context.Context, w *Workspace) error {
 		return r.storage.DeleteVolume(ctx, w.ID)
 	}
 	return fmt.Errorf("workspace: unknown operation %q", w.Operation)
+}
+
+// archive writes w's archive and records its key. The key is recorded
+// even if ctx ends (shutdown) once the archive is committed: otherwise the
+// replica taking the operation over would write the archive again.
+func (r *Reconciler) archive(ctx context.Context, w *Workspace) error {
+	key, err := r.storage.Archive(ctx, w.ID, w.OpID)
+	if err != nil {
+		return err
+	}
+	rec, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := r.store.SetArchiveKey(rec, w.ID, w.OpID, key, r.cfg.Clock.Now()); err != nil {
+		return err
+	}
+	w.ArchiveKey = key
+	return nil
 }
 
 // stepHandler runs a reconcile step off the sched worker (bounded by the

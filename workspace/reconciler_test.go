@@ -25,6 +25,12 @@ func startHarness(t testing.TB, st *Store, fk *fake.Provider, hints Hints, cfg C
 	if cfg.Interval == 0 {
 		cfg.Interval = 100 * time.Millisecond
 	}
+	return startHarnessMon(t, st, fk, hints, cfg, MonitorConfig{Interval: cfg.Interval})
+}
+
+// startHarnessMon is startHarness with the monitor's own configuration.
+func startHarnessMon(t testing.TB, st *Store, fk *fake.Provider, hints Hints, cfg Config, mcfg MonitorConfig) *harness {
+	t.Helper()
 	if cfg.RetryBackoff == 0 {
 		cfg.RetryBackoff = 20 * time.Millisecond
 	}
@@ -32,7 +38,7 @@ func startHarness(t testing.TB, st *Store, fk *fake.Provider, hints Hints, cfg C
 	if err != nil {
 		t.Fatal(err)
 	}
-	mon := NewHealthMonitor(MonitorConfig{Interval: cfg.Interval}, st, fk, fk, hints)
+	mon := NewHealthMonitor(mcfg, st, fk, fk, hints)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(2)

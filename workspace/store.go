@@ -45,78 +45,12 @@ type Store struct {
 	db      *sql.DB
 	dialect Dialect
 	dsn     string
-	// writes feeds the SQLite group-commit writer (nil on Postgres).
-	// SQLite allows one writer and a commit costs far more than a row
-	// update, so one goroutine runs every pending write in one BEGIN
-	// IMMEDIATE … COMMIT: no busy-handler sleeps inside this process, one
-	// commit per batch. Other processes on the file rely on busy_timeout.
-	writes    chan writeReq
-	writerWG  sync.WaitGroup
+	// batch runs the statements of concurrent callers as one unit
+	// (store_batch.go): on SQLite one BEGIN IMMEDIATE … COMMIT per batch on
+	// the single writer, on Postgres one pipelined round trip; reads by id
+	// as one SELECT … IN (…).
+	batch     *batcher
 	closeOnce sync.Once
-}
-
-type writeReq struct {
-	ctx  context.Context
-	q    string
-	args []any
-	res  chan writeRes
-}
-
-type writeRes struct {
-	n   int64
-	err error
-}
-
-// writer is the SQLite group-commit loop.
-func (s *Store) writer() {
-	defer s.writerWG.Done()
-	for first := range s.writes {
-		batch := []writeReq{first}
-	more:
-		for len(batch) < 512 {
-			select {
-			case r, ok := <-s.writes:
-				if !ok {
-					break more
-				}
-				batch = append(batch, r)
-			default:
-				break more
-			}
-		}
-		s.runBatch(batch)
-	}
-}
-
-func (s *Store) runBatch(batch []writeReq) {
-	tx, err := s.db.BeginTx(context.Background(), nil)
-	if err != nil {
-		for _, r := range batch {
-			r.res <- writeRes{err: err}
-		}
-		return
-	}
-	results := make([]writeRes, len(batch))
-	for i, r := range batch {
-		if err := r.ctx.Err(); err != nil {
-			results[i].err = err
-			continue
-		}
-		res, err := tx.ExecContext(r.ctx, r.q, r.args...)
-		if err != nil {
-			results[i].err = err
-			continue
-		}
-		results[i].n, results[i].err = res.RowsAffected()
-	}
-	if err := tx.Commit(); err != nil {
-		for i := range results {
-			results[i] = writeRes{err: err}
-		}
-	}
-	for i, r := range batch {
-		r.res <- results[i]
-	}
 }
 
 // OpenStore opens dsn ("sqlite:PATH", "postgres://…" or "postgresql://…")
@@ -150,20 +84,15 @@ func OpenStore(ctx context.Context, dsn string) (*Store, error) {
 		s.db.Close()
 		return nil, err
 	}
-	if s.dialect == SQLite {
-		s.writes = make(chan writeReq, 1024)
-		s.writerWG.Add(1)
-		go s.writer()
-	}
+	s.batch = newBatcher(s)
 	return s, nil
 }
 
 // Close stops the writer and closes the database.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
-		if s.writes != nil {
-			close(s.writes)
-			s.writerWG.Wait()
+		if s.batch != nil {
+			s.batch.close()
 		}
 	})
 	return s.db.Close()
@@ -193,18 +122,9 @@ func (s *Store) rebind(q string) string {
 	return b.String()
 }
 
+// exec runs one write (with ? placeholders) through the batcher.
 func (s *Store) exec(ctx context.Context, q string, args ...any) (int64, error) {
-	if s.writes != nil {
-		r := writeReq{ctx: ctx, q: q, args: args, res: make(chan writeRes, 1)}
-		s.writes <- r
-		res := <-r.res
-		return res.n, res.err
-	}
-	res, err := s.db.ExecContext(ctx, s.rebind(q), args...)
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
+	return s.batch.exec(ctx, q, args)
 }
 
 func (s *Store) migrate(ctx context.Context) error {
@@ -364,8 +284,8 @@ func isUnique(err error) bool {
 
 // Get reads one workspace by id (or, failing that, by name).
 func (s *Store) Get(ctx context.Context, id string) (Workspace, error) {
-	w, err := scanWorkspace(s.db.QueryRowContext(ctx, s.rebind(`SELECT `+cols+` FROM workspaces WHERE id = ?`), id))
-	if errors.Is(err, sql.ErrNoRows) {
+	w, found, err := s.batch.get(ctx, id)
+	if err == nil && !found {
 		w, err = scanWorkspace(s.db.QueryRowContext(ctx, s.rebind(`SELECT `+cols+` FROM workspaces WHERE name = ?`), id))
 	}
 	if errors.Is(err, sql.ErrNoRows) {

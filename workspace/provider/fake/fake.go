@@ -45,6 +45,7 @@ type Provider struct {
 	failures   map[string]int // "op/id" → remaining injected failures
 	hang       map[string]bool
 	calls      map[string]map[Op]int
+	lastCall   map[string]time.Time // id → when its latest mutating call began
 	inflight   map[string]int
 	duplicates []string
 }
@@ -64,6 +65,7 @@ func New(latency time.Duration) *Provider {
 		failures:   map[string]int{},
 		hang:       map[string]bool{},
 		calls:      map[string]map[Op]int{},
+		lastCall:   map[string]time.Time{},
 		inflight:   map[string]int{},
 	}
 }
@@ -88,6 +90,15 @@ func (p *Provider) Calls(id string, op Op) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.calls[id][op]
+}
+
+// LastCall reports when id's latest mutating call began (zero if none):
+// benchmarks use it as the moment a claim had committed, since the
+// reconciler calls the provider only after its claim is written.
+func (p *Provider) LastCall(id string) time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.lastCall[id]
 }
 
 // TotalCalls reports all mutating calls.
@@ -119,6 +130,7 @@ func (p *Provider) begin(ctx context.Context, op Op, id string, redundant func()
 		p.calls[id] = map[Op]int{}
 	}
 	p.calls[id][op]++
+	p.lastCall[id] = time.Now()
 	p.inflight[id]++
 	if p.inflight[id] > 1 {
 		p.duplicates = append(p.duplicates, fmt.Sprintf("%s %s: overlaps another call", op, id))

@@ -1,0 +1,524 @@
+package workspace
+
+// Group execution of the store's one-row statements.
+//
+// Every reconcile step and observation issues one or two tiny statements (a
+// claim, "executed", an observation, a completion, a row read). Run one by
+// one, a fleet of 10,000 workspaces walking PENDING → RUNNING costs about
+// 170,000 round trips, and the database, not the 10 ms provider calls, sets
+// the pace. So the store queues statements from concurrent callers and a few
+// loops run whatever is queued as one unit:
+//
+//   - writes on SQLite: one BEGIN IMMEDIATE … COMMIT per batch on the single
+//     writer (SQLite has one writer anyway; a commit costs far more than a
+//     row update), with every statement prepared once;
+//   - writes on Postgres: one pipelined pgx batch (one round trip, one
+//     implicit transaction), its statements sorted by row id so two batches
+//     (of this replica or another) always lock rows in the same order and
+//     never deadlock. Only statements that write one row by id
+//     (`… WHERE id = ? …`) join a batch; any other runs alone;
+//   - reads by id (Get): one SELECT … WHERE id IN (…) per batch.
+//
+// Each statement keeps its own WHERE (the compare-and-set) and reports its
+// own rows affected, exactly as if it had run alone at the moment its batch
+// ran. A batch starts after every request in it was made, so a read sees
+// every write its caller finished before asking. A loop never waits for
+// more requests than are already queued: a lone statement runs at once (no
+// added latency), and batches grow only while the database is busy.
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
+)
+
+// errStoreClosed is returned by a statement issued after Close.
+var errStoreClosed = errors.New("workspace: store closed")
+
+const (
+	maxWriteBatch = 512
+	maxReadBatch  = 256
+	// batchTimeout bounds one batch on the database (callers' contexts are
+	// checked when the batch starts; a statement is never interrupted
+	// halfway, which on SQLite would roll back the whole batch).
+	batchTimeout = 30 * time.Second
+	// maxCachedStmts bounds the SQLite writer's prepared statements (the
+	// store has a dozen distinct writes).
+	maxCachedStmts = 64
+	// lingerAfter and lingerFor: see linger.
+	lingerAfter = 16
+	lingerFor   = 500 * time.Microsecond
+)
+
+// readBuckets are the IN-list sizes of batched reads: a batch is padded up
+// to the next size (repeating an id), so a handful of prepared statements
+// serve every batch.
+var readBuckets = []int{1, 4, 16, 64, maxReadBatch}
+
+type writeReq struct {
+	ctx  context.Context
+	key  string // the row id the statement writes (Postgres batches sort by it)
+	q    string
+	args []any
+	res  chan writeRes // buffered 1: the loop never blocks answering
+}
+
+type writeRes struct {
+	n   int64
+	err error
+}
+
+type readReq struct {
+	id  string
+	res chan readRes // buffered 1
+}
+
+type readRes struct {
+	w     Workspace
+	found bool
+	err   error
+}
+
+// batcher runs the store's queued statements. Requests are handed over on
+// unbuffered channels, so a loop that drains them takes exactly the callers
+// waiting at that moment, and no request is ever left in a buffer at Close.
+type batcher struct {
+	s      *Store
+	writes chan *writeReq
+	reads  chan *readReq
+	quit   chan struct{}
+	wg     sync.WaitGroup
+
+	// prepared is the SQLite writer's statement cache; only the writer
+	// goroutine touches it.
+	prepared map[string]*sql.Stmt
+
+	// mu protects readStmts.
+	mu        sync.Mutex
+	readStmts map[int]*sql.Stmt
+
+	pgText sync.Map // statement text → its Postgres spelling ($n placeholders)
+
+	// Counters for benchmarks (atomic, any goroutine).
+	writeStmts, writeBatches, readRows, readBatches atomic.Int64
+}
+
+// batchStats is what the benchmark reports: statements and the round
+// trips (batches) they took.
+type batchStats struct {
+	WriteStmts, WriteBatches, ReadRows, ReadBatches int64
+}
+
+func newBatcher(s *Store) *batcher {
+	b := &batcher{s: s, writes: make(chan *writeReq), reads: make(chan *readReq), quit: make(chan struct{}),
+		prepared: map[string]*sql.Stmt{}, readStmts: map[int]*sql.Stmt{}}
+	// SQLite: one writer, as the file allows, and one reader (in-process
+	// reads cost CPU, not waiting: a second loop only halves the batches).
+	// Postgres: two of each, so one batch travels while the next is built.
+	loops, run := 1, b.runSQLite
+	if s.dialect == Postgres {
+		loops, run = 2, b.runPostgres
+	}
+	for range loops {
+		b.wg.Add(1)
+		go b.writeLoop(run)
+	}
+	for range loops {
+		b.wg.Add(1)
+		go b.readLoop()
+	}
+	return b
+}
+
+func (b *batcher) stats() batchStats {
+	return batchStats{b.writeStmts.Load(), b.writeBatches.Load(), b.readRows.Load(), b.readBatches.Load()}
+}
+
+// close stops the loops (each finishes the batch in hand) and releases
+// the prepared statements.
+func (b *batcher) close() {
+	close(b.quit)
+	b.wg.Wait()
+	for _, st := range b.prepared {
+		st.Close()
+	}
+	b.mu.Lock()
+	for _, st := range b.readStmts {
+		st.Close()
+	}
+	b.mu.Unlock()
+}
+
+// rowKey returns the id a statement writes when it writes one row by id:
+// its WHERE begins with `id = ?` (every row write of the store is spelled
+// `… WHERE id = ? AND …`).
+func rowKey(q string, args []any) (string, bool) {
+	i := strings.Index(q, "WHERE id = ?")
+	if i < 0 {
+		return "", false
+	}
+	n := strings.Count(q[:i], "?")
+	if n >= len(args) {
+		return "", false
+	}
+	id, ok := args[n].(string)
+	return id, ok
+}
+
+// exec runs one write through a batch (SQLite: every write; Postgres: a
+// one-row write) or, on Postgres, alone.
+func (b *batcher) exec(ctx context.Context, q string, args []any) (int64, error) {
+	key, oneRow := rowKey(q, args)
+	if b.s.dialect == Postgres && !oneRow {
+		return b.s.execDirect(ctx, q, args)
+	}
+	r := &writeReq{ctx: ctx, key: key, q: q, args: args, res: make(chan writeRes, 1)}
+	select {
+	case b.writes <- r:
+	case <-b.quit:
+		return 0, errStoreClosed
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	res := <-r.res // always answered: the outcome is known once the batch ends
+	return res.n, res.err
+}
+
+// execDirect runs one statement on its own.
+func (s *Store) execDirect(ctx context.Context, q string, args []any) (int64, error) {
+	res, err := s.db.ExecContext(ctx, s.rebind(q), args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+func (b *batcher) writeLoop(run func([]*writeReq)) {
+	defer b.wg.Done()
+	prev := 0 // size of the previous batch
+	for {
+		var first *writeReq
+		select {
+		case first = <-b.writes:
+		case <-b.quit:
+			return
+		}
+		batch := append(make([]*writeReq, 0, 64), first)
+	more:
+		for len(batch) < maxWriteBatch {
+			select {
+			case r := <-b.writes:
+				batch = append(batch, r)
+			default:
+				break more
+			}
+		}
+		if prev >= lingerAfter && len(batch) < prev {
+			batch = b.linger(batch, prev)
+		}
+		prev = len(batch)
+		b.writeBatches.Add(1)
+		b.writeStmts.Add(int64(len(batch)))
+		run(batch)
+	}
+}
+
+// linger waits up to lingerFor for batch to grow to want. It runs only
+// while writes stream in (the previous batch had ≥ lingerAfter): then one
+// commit carries more of them, at the cost of well under a millisecond of
+// latency; a lone write after a quiet spell never waits.
+func (b *batcher) linger(batch []*writeReq, want int) []*writeReq {
+	t := time.NewTimer(lingerFor)
+	defer t.Stop()
+	for len(batch) < min(want, maxWriteBatch) {
+		select {
+		case r := <-b.writes:
+			batch = append(batch, r)
+		case <-t.C:
+			return batch
+		case <-b.quit:
+			return batch
+		}
+	}
+	return batch
+}
+
+// live answers the requests whose caller gave up and returns the others.
+func live(batch []*writeReq) []*writeReq {
+	out := batch[:0]
+	for _, r := range batch {
+		if err := r.ctx.Err(); err != nil {
+			r.res <- writeRes{err: err}
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// runSQLite runs batch in one write transaction.
+func (b *batcher) runSQLite(batch []*writeReq) {
+	batch = live(batch)
+	if len(batch) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
+	defer cancel()
+	tx, err := b.s.db.BeginTx(ctx, nil) // BEGIN IMMEDIATE (_txlock)
+	if err != nil {
+		for _, r := range batch {
+			r.res <- writeRes{err: err}
+		}
+		return
+	}
+	inTx := map[string]*sql.Stmt{}
+	results := make([]writeRes, len(batch))
+	for i, r := range batch {
+		var res sql.Result
+		if st := b.txStmt(ctx, tx, inTx, r.q); st != nil {
+			res, err = st.ExecContext(ctx, r.args...)
+		} else {
+			res, err = tx.ExecContext(ctx, r.q, r.args...)
+		}
+		if err != nil {
+			results[i].err = err
+			continue
+		}
+		results[i].n, results[i].err = res.RowsAffected()
+	}
+	if err := tx.Commit(); err != nil {
+		for i := range results {
+			results[i] = writeRes{err: err}
+		}
+	}
+	for i, r := range batch {
+		r.res <- results[i]
+	}
+}
+
+// txStmt returns q prepared (once per store, re-bound to tx once per
+// batch), or nil to run it unprepared.
+func (b *batcher) txStmt(ctx context.Context, tx *sql.Tx, inTx map[string]*sql.Stmt, q string) *sql.Stmt {
+	if st, ok := inTx[q]; ok {
+		return st
+	}
+	st, ok := b.prepared[q]
+	if !ok {
+		if len(b.prepared) >= maxCachedStmts {
+			return nil
+		}
+		var err error
+		if st, err = b.s.db.PrepareContext(ctx, q); err != nil {
+			return nil // the unprepared run reports the error to its caller
+		}
+		b.prepared[q] = st
+	}
+	ts := tx.StmtContext(ctx, st)
+	inTx[q] = ts
+	return ts
+}
+
+// runPostgres runs batch as one pipeline. If a statement fails on the
+// server the implicit transaction rolled every statement of the batch
+// back, so each runs again alone and only the failing one reports it.
+func (b *batcher) runPostgres(batch []*writeReq) {
+	batch = live(batch)
+	if len(batch) == 1 {
+		r := batch[0]
+		n, err := b.s.execDirect(r.ctx, r.q, r.args)
+		r.res <- writeRes{n: n, err: err}
+		return
+	}
+	if len(batch) == 0 {
+		return
+	}
+	sort.SliceStable(batch, func(i, j int) bool { return batch[i].key < batch[j].key })
+	results, err := b.pipeline(batch)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		for _, r := range batch {
+			n, err := b.s.execDirect(r.ctx, r.q, r.args)
+			r.res <- writeRes{n: n, err: err}
+		}
+		return
+	}
+	for i, r := range batch {
+		if err != nil {
+			results[i] = writeRes{err: err} // connection trouble: as a lone statement would report it
+		}
+		r.res <- results[i]
+	}
+}
+
+// pipeline sends reqs in one pgx batch on one pooled connection.
+func (b *batcher) pipeline(reqs []*writeReq) ([]writeRes, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
+	defer cancel()
+	conn, err := b.s.db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	out := make([]writeRes, len(reqs))
+	err = conn.Raw(func(dc any) error {
+		pc := dc.(*stdlib.Conn).Conn()
+		var pb pgx.Batch
+		for _, r := range reqs {
+			pb.Queue(b.pgSQL(r.q), r.args...)
+		}
+		br := pc.SendBatch(ctx, &pb)
+		var first error
+		for i := range reqs {
+			tag, err := br.Exec()
+			if err != nil && first == nil {
+				first = err
+			}
+			out[i].n = tag.RowsAffected()
+		}
+		if err := br.Close(); err != nil && first == nil {
+			first = err
+		}
+		return first
+	})
+	return out, err
+}
+
+// pgSQL is s.rebind(q), remembered: the store has a dozen statements.
+func (b *batcher) pgSQL(q string) string {
+	if v, ok := b.pgText.Load(q); ok {
+		return v.(string)
+	}
+	pq := b.s.rebind(q)
+	b.pgText.Store(q, pq)
+	return pq
+}
+
+// get reads one row by id through a batch.
+func (b *batcher) get(ctx context.Context, id string) (Workspace, bool, error) {
+	r := &readReq{id: id, res: make(chan readRes, 1)}
+	select {
+	case b.reads <- r:
+	case <-b.quit:
+		return Workspace{}, false, errStoreClosed
+	case <-ctx.Done():
+		return Workspace{}, false, ctx.Err()
+	}
+	select {
+	case res := <-r.res:
+		return res.w, res.found, res.err
+	case <-ctx.Done():
+		return Workspace{}, false, ctx.Err()
+	}
+}
+
+func (b *batcher) readLoop() {
+	defer b.wg.Done()
+	for {
+		var first *readReq
+		select {
+		case first = <-b.reads:
+		case <-b.quit:
+			return
+		}
+		batch := append(make([]*readReq, 0, 64), first)
+	more:
+		for len(batch) < maxReadBatch {
+			select {
+			case r := <-b.reads:
+				batch = append(batch, r)
+			default:
+				break more
+			}
+		}
+		b.runReads(batch)
+	}
+}
+
+// runReads answers batch with one query per IN-list bucket.
+func (b *batcher) runReads(batch []*readReq) {
+	var ids []string
+	seen := map[string]bool{}
+	for _, r := range batch {
+		if !seen[r.id] {
+			seen[r.id] = true
+			ids = append(ids, r.id)
+		}
+	}
+	rows, err := b.readRowsByID(ids)
+	for _, r := range batch {
+		w, ok := rows[r.id]
+		r.res <- readRes{w: w, found: ok, err: err}
+	}
+}
+
+func (b *batcher) readRowsByID(ids []string) (map[string]Workspace, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
+	defer cancel()
+	out := make(map[string]Workspace, len(ids))
+	for len(ids) > 0 {
+		size := readBuckets[len(readBuckets)-1]
+		for _, n := range readBuckets {
+			if n >= len(ids) {
+				size = n
+				break
+			}
+		}
+		chunk := ids[:min(size, len(ids))]
+		ids = ids[len(chunk):]
+		args := make([]any, size)
+		for i := range args {
+			args[i] = chunk[min(i, len(chunk)-1)]
+		}
+		st, err := b.readStmt(ctx, size)
+		if err != nil {
+			return nil, err
+		}
+		b.readBatches.Add(1)
+		if err := scanInto(ctx, st, args, out); err != nil {
+			return nil, err
+		}
+		b.readRows.Add(int64(len(chunk)))
+	}
+	return out, nil
+}
+
+func scanInto(ctx context.Context, st *sql.Stmt, args []any, out map[string]Workspace) error {
+	rows, err := st.QueryContext(ctx, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		w, err := scanWorkspace(rows)
+		if err != nil {
+			return err
+		}
+		out[w.ID] = w
+	}
+	return rows.Err()
+}
+
+// readStmt returns the prepared read of n ids.
+func (b *batcher) readStmt(ctx context.Context, n int) (*sql.Stmt, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if st, ok := b.readStmts[n]; ok {
+		return st, nil
+	}
+	q := `SELECT ` + cols + ` FROM workspaces WHERE id IN (?` + strings.Repeat(", ?", n-1) + `)`
+	st, err := b.s.db.PrepareContext(ctx, b.s.rebind(q))
+	if err != nil {
+		return nil, err
+	}
+	b.readStmts[n] = st
+	return st, nil
+}

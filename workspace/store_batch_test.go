@@ -1,0 +1,101 @@
+package workspace
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestStoreBatchesKeepEachOutcome: many concurrent statements, batched by
+// the store, each keep the outcome they would have alone: of two racing
+// claims per workspace exactly one wins, a statement that fails on the
+// server (a name clash) fails alone without taking its batch with it, and
+// concurrent reads return each its own row.
+func TestStoreBatchesKeepEachOutcome(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := context.Background()
+			st := openStore(t, b.dsn(t))
+			now := time.UnixMilli(1_700_000_000_000)
+			const n = 64
+			ws := make([]Workspace, n)
+			for i := range ws {
+				w, err := st.Create(ctx, NewWorkspace{Name: fmt.Sprint("b", i)}, now)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ws[i] = w
+			}
+			s0 := st.batch.stats()
+			start := make(chan struct{})
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			wins := map[string]int{}
+			renameErrs := 0
+			var firstErr error
+			for i, w := range ws {
+				for _, owner := range []string{"r1", "r2"} {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						<-start
+						ok, err := st.Claim(ctx, w, OpProvisioning, "op-"+owner, owner, now, now.Add(time.Minute))
+						mu.Lock()
+						defer mu.Unlock()
+						if err != nil && firstErr == nil {
+							firstErr = err
+						}
+						if ok {
+							wins[w.ID]++
+						}
+					}()
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					// Takes the next workspace's name: a unique violation.
+					_, err := st.exec(ctx, `UPDATE workspaces SET name = ? WHERE id = ?`, fmt.Sprint("b", (i+1)%n), w.ID)
+					mu.Lock()
+					defer mu.Unlock()
+					if err != nil {
+						renameErrs++
+					}
+				}()
+			}
+			close(start)
+			wg.Wait()
+			if firstErr != nil {
+				t.Fatalf("a claim failed: %v", firstErr)
+			}
+			for _, w := range ws {
+				if wins[w.ID] != 1 {
+					t.Fatalf("workspace %s: %d claim winners, want 1", w.ID, wins[w.ID])
+				}
+			}
+			if renameErrs != n {
+				t.Fatalf("%d of %d clashing renames failed, want all", renameErrs, n)
+			}
+			s1 := st.batch.stats()
+			if stmts, batches := s1.WriteStmts-s0.WriteStmts, s1.WriteBatches-s0.WriteBatches; batches >= stmts {
+				t.Fatalf("%d statements in %d batches: nothing was batched", stmts, batches)
+			}
+
+			// Concurrent reads: each gets its own row, as written.
+			got := make([]Workspace, n)
+			errs := make([]error, n)
+			for i, w := range ws {
+				wg.Add(1)
+				go func() { defer wg.Done(); got[i], errs[i] = st.Get(ctx, w.ID) }()
+			}
+			wg.Wait()
+			for i, w := range ws {
+				if errs[i] != nil || got[i].ID != w.ID || got[i].Name != w.Name || got[i].Operation != OpProvisioning {
+					t.Fatalf("Get(%s) = %s name=%s, %v", w.ID, describe(got[i]), got[i].Name, errs[i])
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,58 @@
+package workspace
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/gantryhq/gantry/workspace/provider/fake"
+)
+
+// TestArchiveTakeoverOnlyRemovesTheVolume: a replica died after its
+// ARCHIVING had committed the archive and recorded the key, before it
+// removed the volume. The replica taking over must not write the archive
+// again (its key is recorded): it only removes the volume.
+func TestArchiveTakeoverOnlyRemovesTheVolume(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t, sqliteDSN(t))
+	fk := fake.New(0)
+	now := time.Now()
+	w, err := st.Create(ctx, NewWorkspace{Name: "w", Desired: Pending}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The world and the row as the dead replica left them: STANDBY with a
+	// volume, ARCHIVING op-dead claimed, archive committed, key recorded,
+	// lease lapsed.
+	if err := fk.Provision(ctx, w.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.exec(ctx, `UPDATE workspaces SET observed_status = 'STANDBY' WHERE id = ?`, w.ID); err != nil {
+		t.Fatal(err)
+	}
+	w.ObservedStatus = Standby
+	if ok, err := st.Claim(ctx, w, OpArchiving, "op-dead", "dead-replica", now, now.Add(-time.Second)); err != nil || !ok {
+		t.Fatalf("claim: %v %v", ok, err)
+	}
+	key, err := fk.Archive(ctx, w.ID, "op-dead")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetArchiveKey(ctx, w.ID, "op-dead", key, now); err != nil {
+		t.Fatal(err)
+	}
+	h := startHarness(t, st, fk, NewLocalHints(), Config{Lease: time.Second})
+	got := h.waitState(t, w.ID, Pending, 20*time.Second)
+	if got.ArchiveKey != key || got.OpID != "op-dead" {
+		t.Fatalf("after takeover: %s key=%s op_id=%s, want key %s of op-dead", describe(got), got.ArchiveKey, got.OpID, key)
+	}
+	if n := fk.Calls(w.ID, fake.Archive); n != 1 {
+		t.Fatalf("archive calls = %d, want 1 (the dead replica's)", n)
+	}
+	if n := fk.Calls(w.ID, fake.DeleteVol); n != 1 {
+		t.Fatalf("delete_volume calls = %d, want 1", n)
+	}
+	if d := fk.Duplicates(); len(d) > 0 {
+		t.Fatalf("duplicates: %v", d)
+	}
+}
