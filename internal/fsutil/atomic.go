@@ -49,7 +49,7 @@ func WriteAtomic(path string, perm os.FileMode, write func(w io.Writer) error) (
 			err = fmt.Errorf("fsutil: write %s: %w", path, err)
 		}
 	}()
-	bw := bufio.NewWriterSize(f, 256<<10)
+	bw := bufio.NewWriterSize(&writebackWriter{f: f}, 256<<10)
 	if err = write(bw); err != nil {
 		return err
 	}
@@ -98,4 +98,27 @@ func SyncDir(dir string) error {
 		return fmt.Errorf("fsutil: sync dir %s: %w", dir, err)
 	}
 	return nil
+}
+
+// writebackStep is how many bytes a WriteAtomic writes between two writeback kicks.
+const writebackStep = 16 << 20
+
+// writebackWriter writes to f and, every writebackStep bytes, starts the disk writing them
+// (startWriteback): a large file then goes to disk while the rest of it is being produced,
+// and the final fsync waits only for the tail instead of the whole file. Small files never
+// reach a step and are left to the fsync alone.
+type writebackWriter struct {
+	f       *os.File
+	off     int64 // bytes written
+	flushed int64 // bytes whose writeback was started
+}
+
+func (w *writebackWriter) Write(p []byte) (int, error) {
+	n, err := w.f.Write(p)
+	w.off += int64(n)
+	if w.off-w.flushed >= writebackStep {
+		startWriteback(w.f, w.flushed, w.off-w.flushed)
+		w.flushed = w.off
+	}
+	return n, err
 }
