@@ -119,7 +119,10 @@ func TestFailurePolicy(t *testing.T) {
 	ctx := context.Background()
 	st := openStore(t, sqliteDSN(t))
 	fk := fake.New(0)
-	h := startHarness(t, st, fk, NewLocalHints(), Config{MaxRetries: 3, Timeouts: map[Operation]time.Duration{OpStarting: 3 * time.Second}})
+	// STARTING times out after 8 s: long enough that a loaded machine's slow
+	// observation never turns a successful start into a timeout (and a
+	// fifth call), short enough for the hung case below.
+	h := startHarness(t, st, fk, NewLocalHints(), Config{MaxRetries: 3, Timeouts: map[Operation]time.Duration{OpStarting: 8 * time.Second}})
 	mk := func(name string) Workspace {
 		w, err := st.Create(ctx, NewWorkspace{Name: name, Desired: Standby}, time.Now())
 		if err != nil {
