@@ -22,7 +22,8 @@
 # machine may be shared. Logs of the last dsort round (master phase table,
 # worker phase durations) are printed at the end. Everything talks over
 # loopback. Work files live in a temp dir under $TMPDIR (default /tmp),
-# removed at the end unless KEEP=1.
+# removed at the end unless KEEP=1. PROFILE=DIR writes CPU profiles of the
+# master and every worker of each round to DIR (master.R.prof, wI.R.prof).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-20000000}
@@ -67,7 +68,9 @@ run_dsort() {
 	pids=()
 	local start end status=0
 	start=$(date +%s.%N)
-	"$G" sort master "$W" >"$work/master.out" 2>"$work/master.err" &
+	local prof=() wprof=()
+	[ -n "${PROFILE:-}" ] && mkdir -p "$PROFILE" && prof=(--cpuprofile "$PROFILE/master.$r.prof")
+	"$G" sort master "$W" "${prof[@]}" >"$work/master.out" 2>"$work/master.err" &
 	local master=$!
 	pids+=("$master")
 	for _ in $(seq 200); do [ -s "$work/master.out" ] && break; sleep 0.05; done
@@ -75,7 +78,8 @@ run_dsort() {
 	port=$(head -1 "$work/master.out")
 	port=${port##*:}
 	for i in $(seq 0 $((W - 1))); do
-		"$G" sort worker "127.0.0.1:$port" --bind "127.0.0.$((i + 2))" \
+		[ -n "${PROFILE:-}" ] && wprof=(--cpuprofile "$PROFILE/w$i.$r.prof")
+		"$G" sort worker "127.0.0.1:$port" --bind "127.0.0.$((i + 2))" "${wprof[@]}" \
 			-I "$work/w$i/in" -O "$work/w$i/out" --tmp "$work/tmp" 2>"$work/w$i.err" &
 		pids+=($!)
 	done
