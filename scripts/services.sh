@@ -113,6 +113,14 @@ done
 
 want=("$@")
 [ ${#want[@]} -gt 0 ] || want=("${SERVICES[@]}")
+# Slow builds (a service's prepare_<name>, e.g. MinIO's go install) start in the
+# background now, so they overlap the apt-get installs of the others; the
+# service's own function waits for its build under the build's lock.
+for s in "${want[@]}"; do
+	if declare -F "prepare_${s//-/_}" >/dev/null; then
+		"prepare_${s//-/_}" &
+	fi
+done
 for s in "${want[@]}"; do
 	fn="service_${s//-/_}"
 	if ! declare -F "$fn" >/dev/null; then

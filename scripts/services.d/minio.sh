@@ -10,21 +10,47 @@
 #   GANTRY_MINIO_ADDR   listen address (default 127.0.0.1:9000)
 #   GANTRY_CACHE        cache root     (default ${XDG_CACHE_HOME:-$HOME/.cache}/gantry)
 
-service_minio() {
-	local cache="${GANTRY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gantry}"
+minio_cache() { echo "${GANTRY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gantry}"; }
+
+# build_minio installs the pinned MinIO into the cache unless it is there. It
+# holds the cache's build lock, so a background build (prepare_minio) and
+# service_minio never build twice: the second waits and finds the binary.
+build_minio() {
+	local cache bin
+	cache=$(minio_cache)
+	bin="$cache/bin/minio"
+	mkdir -p "$cache/bin"
+	(
+		flock 9
+		[ -x "$bin" ] && exit 0
+		echo "services.sh: building minio into $bin (go install, a few minutes)" >&2
+		GOBIN="$cache/bin" go install github.com/minio/minio@v0.0.0-20260212201848-7aac2a2c5b7c || {
+			echo "services.sh: go install github.com/minio/minio failed" >&2
+			exit 1
+		}
+	) 9>"$cache/minio.build.lock"
+}
+
+# prepare_minio starts the build early (scripts/services.sh runs it in the
+# background) when MinIO is neither running nor built.
+prepare_minio() {
 	local addr="${GANTRY_MINIO_ADDR:-127.0.0.1:9000}"
-	local bin="$cache/bin/minio"
+	[ -x "$(minio_cache)/bin/minio" ] && return 0
+	curl -fsS -m 2 "http://$addr/minio/health/live" >/dev/null 2>&1 && return 0
+	build_minio >/dev/null 2>&1 || true
+}
+
+service_minio() {
+	local cache addr bin
+	cache=$(minio_cache)
+	addr="${GANTRY_MINIO_ADDR:-127.0.0.1:9000}"
+	bin="$cache/bin/minio"
 	if curl -fsS -m 2 "http://$addr/minio/health/live" >/dev/null 2>&1; then
 		return 0
 	fi
 	mkdir -p "$cache/bin" "$cache/minio-data"
-	if [ ! -x "$bin" ]; then
-		echo "services.sh: building minio into $bin (go install, a few minutes)" >&2
-		GOBIN="$cache/bin" go install github.com/minio/minio@v0.0.0-20260212201848-7aac2a2c5b7c || {
-			echo "services.sh: go install github.com/minio/minio failed" >&2
-			return 1
-		}
-	fi
+	[ -x "$bin" ] || echo "services.sh: minio is being built (go install, a few minutes)" >&2
+	build_minio || return 1
 	echo "services.sh: starting minio on $addr (data $cache/minio-data)" >&2
 	MINIO_ROOT_USER=gantry MINIO_ROOT_PASSWORD=gantry-secret \
 		MINIO_BROWSER=off MINIO_UPDATE=off \
