@@ -479,7 +479,7 @@ func (r *Reconciler) inFlight(ctx context.Context, w *Workspace) stepResult {
 		started = *w.OpStartedAt
 	}
 	if elapsed := now.Sub(started); elapsed > timeout {
-		info := &ErrorInfo{Reason: "Timeout", Operation: w.Operation, IsTerminal: true, ErrorCount: w.ErrorCount,
+		info := &ErrorInfo{Reason: ReasonTimeout, Operation: w.Operation, IsTerminal: true, ErrorCount: w.ErrorCount,
 			Elapsed: elapsed.Seconds(), OccurredAt: now.UTC()}
 		if err := r.store.Terminal(ctx, w.ID, w.OpID, info, now); err == nil {
 			r.cfg.Logger.Error("workspace: operation timed out", "id", w.ID, "op", w.Operation, "elapsed", elapsed)
@@ -580,10 +580,10 @@ func (r *Reconciler) execute(ctx context.Context, w *Workspace) stepResult {
 	case errors.As(err, &pe):
 		info.Reason, info.IsTerminal = pe.Reason, true
 	case errors.Is(err, context.DeadlineExceeded) && !now.Before(deadline):
-		info.Reason, info.IsTerminal = "Timeout", true
+		info.Reason, info.IsTerminal = ReasonTimeout, true
 		info.Elapsed = now.Sub(started).Seconds()
 	case count > r.cfg.MaxRetries:
-		info.Reason, info.IsTerminal = "RetryExceeded", true
+		info.Reason, info.IsTerminal = ReasonRetryExceeded, true
 	default:
 		t := now.Add(r.cfg.retryPolicy().Delay(count - 1))
 		next = &t

@@ -202,6 +202,21 @@ func (s *Store) execDirect(ctx context.Context, q string, args []any) (int64, er
 	return res.RowsAffected()
 }
 
+// gather is a batch of first and the requests already waiting on ch, at
+// most limit: it never waits for more.
+func gather[T any](first T, ch <-chan T, limit int) []T {
+	batch := append(make([]T, 0, 64), first)
+	for len(batch) < limit {
+		select {
+		case r := <-ch:
+			batch = append(batch, r)
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
 func (b *batcher) writeLoop(run func([]*writeReq)) {
 	defer b.wg.Done()
 	prev := 0 // size of the previous batch
@@ -212,16 +227,7 @@ func (b *batcher) writeLoop(run func([]*writeReq)) {
 		case <-b.quit:
 			return
 		}
-		batch := append(make([]*writeReq, 0, 64), first)
-	more:
-		for len(batch) < maxWriteBatch {
-			select {
-			case r := <-b.writes:
-				batch = append(batch, r)
-			default:
-				break more
-			}
-		}
+		batch := gather(first, b.writes, maxWriteBatch)
 		if prev >= lingerAfter && len(batch) < prev {
 			batch = b.linger(batch, prev)
 		}
@@ -429,16 +435,7 @@ func (b *batcher) readLoop() {
 		case <-b.quit:
 			return
 		}
-		batch := append(make([]*readReq, 0, 64), first)
-	more:
-		for len(batch) < maxReadBatch {
-			select {
-			case r := <-b.reads:
-				batch = append(batch, r)
-			default:
-				break more
-			}
-		}
+		batch := gather(first, b.reads, maxReadBatch)
 		b.runReads(batch)
 	}
 }
