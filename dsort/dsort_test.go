@@ -204,8 +204,19 @@ func (c *cluster) mustSucceed(t *testing.T) {
 }
 
 // TestInProcessJob runs a master and three workers in this process on
-// binary and ASCII data, with several input dirs, tiny and empty files.
+// binary and ASCII data, with several input dirs, tiny and empty files,
+// once with each worker's sorted input kept in memory (what a worker whose
+// input fits half its budget does) and once with it spilled as runs.
 func TestInProcessJob(t *testing.T) {
+	t.Run("kept", testInProcessJob)
+	t.Run("spilled", func(t *testing.T) {
+		neverKeep = true
+		defer func() { neverKeep = false }()
+		testInProcessJob(t)
+	})
+}
+
+func testInProcessJob(t *testing.T) {
 	root := t.TempDir()
 	rng := rand.New(rand.NewPCG(1, 2))
 	var sum dataSum

@@ -23,26 +23,46 @@ const minMergeMemory = 4 << 20
 //
 // Serving and merging overlap only with each other's tails, so the three
 // shares never add up past the budget plus the reserve.
+//
+// keep: the worker's whole input is sorted as one chunk and kept in memory
+// (extsort.Sorted) through Shuffling and Merging instead of being spilled
+// as a run: no run is written, read back or cached. It is chosen when the
+// kept data (extsort.SortedCost) fits half the budget; serve and merge then
+// get half their usual shares, so kept + serve + merge stays within the
+// budget.
 type memoryPlan struct {
 	budget int64 // the budget in force (after sharing with the machine's other workers)
-	sort   int64 // extsort.GenerateRuns
+	sort   int64 // extsort.GenerateRuns or extsort.SortInMemory
 	serve  int64 // each ShuffleData stream
 	merge  int64 // each partition's merge
+	keep   bool  // sort in memory and keep the sorted input (see above)
 }
 
-// newMemoryPlan plans budget for a worker with cores cores and ppw
-// partitions. When the budget was defaulted (shared), it is first divided
-// among the job's onMachine workers on this machine, keeping at least what
-// a sort needs; a budget the user set is kept as given.
-func newMemoryPlan(budget int64, shared bool, onMachine, cores, ppw int) memoryPlan {
+// neverKeep makes every plan spill; tests set it to run the spilled path on
+// small inputs.
+var neverKeep bool
+
+// newMemoryPlan plans budget for a worker with cores cores, ppw partitions
+// and records input records. When the budget was defaulted (shared), it is
+// first divided among the job's onMachine workers on this machine, keeping
+// at least what a sort needs; a budget the user set is kept as given.
+func newMemoryPlan(budget int64, shared bool, onMachine, cores, ppw int, records int64) memoryPlan {
 	if shared && onMachine > 1 {
 		budget = max(budget/int64(onMachine), extsort.MinMemory+runtimeReserve)
 	}
 	cores, ppw = max(cores, 1), max(ppw, 1)
+	sort := max(budget-runtimeReserve, extsort.MinMemory)
+	keep := !neverKeep && records > 0 && extsort.SortedCost(records) <= budget/2 &&
+		extsort.FitsOneChunk(extsort.Config{Memory: sort, Workers: cores}, records)
+	share := int64(1)
+	if keep {
+		share = 2
+	}
 	return memoryPlan{
 		budget: budget,
-		sort:   max(budget-runtimeReserve, extsort.MinMemory),
-		serve:  max(budget/4/int64(cores), minMergeMemory),
-		merge:  max(budget/2/int64(min(cores, ppw)), minMergeMemory),
+		sort:   sort,
+		serve:  max(budget/4/share/int64(cores), minMergeMemory),
+		merge:  max(budget/2/share/int64(min(cores, ppw)), minMergeMemory),
+		keep:   keep,
 	}
 }

@@ -1,7 +1,6 @@
 package dsort
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -55,16 +54,14 @@ func (w *Worker) mergePartition(ctx context.Context, p, nw int, mem int64) error
 	}
 	// Staged under a hidden name: it becomes partition.<p> only when the
 	// master has committed the job (commitOutput).
-	err := fsutil.WriteAtomic(filepath.Join(w.cfg.Output, w.stagedName(p)), 0o644, func(f io.Writer) error {
+	// The output is written past the page cache (WriteAtomicDirect): it
+	// is not read again by this job, and must reach the disk anyway.
+	err := fsutil.WriteAtomicDirect(filepath.Join(w.cfg.Output, w.stagedName(p)), 0o644, func(f io.Writer) error {
 		if len(segs) == 0 {
 			return nil
 		}
-		bw := bufio.NewWriterSize(f, 1<<20)
-		if err := extsort.Merge(ctx, extsort.Config{Memory: mem, TempDir: w.workDir, Workers: 1}, segs, bw,
-			func(n int64) { w.done.Add(n); w.metrics.written(n) }); err != nil {
-			return err
-		}
-		return bw.Flush()
+		return extsort.Merge(ctx, extsort.Config{Memory: mem, TempDir: w.workDir, Workers: 1}, segs, f,
+			func(n int64) { w.done.Add(n); w.metrics.written(n) })
 	})
 	if err != nil {
 		return fmt.Errorf("dsort: merge partition %d: %w", p, err)

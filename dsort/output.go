@@ -215,13 +215,21 @@ func jobOf(msg string) string {
 // cleanup runs on every exit that can run code: it removes the staged
 // partitions of a job that did not commit (an aborted job leaves no
 // complete-looking output; the previous output stays) and the worker's own
-// temp dir, then releases its lock.
+// temp dir, frees the input it kept sorted in memory, then releases its
+// lock.
 func (w *Worker) cleanup(errp *error) {
 	w.mu.Lock()
 	job := w.jobID
 	w.mu.Unlock()
 	if *errp != nil && job != "" {
 		removeStaged(w.cfg.Output, stagedPrefix(job))
+	}
+	w.mu.Lock()
+	kept := w.kept
+	w.kept = nil
+	w.mu.Unlock()
+	if kept != nil {
+		kept.Free() // the server is stopped (Run's defers): nothing reads it
 	}
 	if w.owned != nil {
 		w.owned.Close()

@@ -169,11 +169,16 @@ func runSplits(runs []extsort.Run, bounds []Boundary, self int) ([][]int64, erro
 	// the rank of a run's first such record in the worker's sorted order.
 	seen := make([]int64, len(bounds))
 	for r, run := range runs {
-		f, err := os.Open(run.Path)
-		if err != nil {
-			return nil, fmt.Errorf("dsort: open run: %w", err)
+		ra := run.Reader
+		if ra == nil {
+			f, err := os.Open(run.Path)
+			if err != nil {
+				return nil, fmt.Errorf("dsort: open run: %w", err)
+			}
+			defer f.Close()
+			ra = f
 		}
-		kr := &keyReader{r: f}
+		kr := &keyReader{r: ra}
 		s := make([]int64, 0, len(bounds)+2)
 		s = append(s, 0)
 		for b, bd := range bounds {
@@ -195,7 +200,6 @@ func runSplits(runs []extsort.Run, bounds []Boundary, self int) ([][]int64, erro
 			s = append(s, cut)
 		}
 		s = append(s, run.Records)
-		f.Close()
 		if kr.err != nil {
 			return nil, fmt.Errorf("dsort: read run %s: %w", run.Path, kr.err)
 		}

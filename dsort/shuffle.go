@@ -68,7 +68,7 @@ func (w *Worker) ownSegments(p int) []extsort.Segment {
 	for i, run := range w.runs {
 		lo, hi := w.splits[i][p], w.splits[i][p+1]
 		if hi > lo {
-			segs = append(segs, extsort.Segment{Path: run.Path, Offset: lo * record.Size, Length: (hi - lo) * record.Size})
+			segs = append(segs, extsort.Segment{Path: run.Path, Offset: lo * record.Size, Length: (hi - lo) * record.Size, Reader: run.Reader})
 		}
 	}
 	return segs

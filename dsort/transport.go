@@ -136,7 +136,10 @@ func (s *guardedStream) RecvMsg(m any) error {
 
 func (g *guard) serverOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(g.unary), grpc.ChainStreamInterceptor(g.stream),
-		grpc.WriteBufferSize(ioBufferSize), grpc.ReadBufferSize(ioBufferSize)}
+		grpc.WriteBufferSize(ioBufferSize), grpc.ReadBufferSize(ioBufferSize),
+		// Stop waits for the handlers too: a worker frees the memory its
+		// ShuffleData handlers read only after stopping its server.
+		grpc.WaitForHandlers(true)}
 }
 
 // statusOf turns an error a handler returns into a gRPC status: dsort's

@@ -27,6 +27,7 @@ import (
 	"github.com/gantryhq/gantry/internal/backoff"
 	"github.com/gantryhq/gantry/internal/fsutil"
 	"github.com/gantryhq/gantry/lifecycle"
+	"github.com/gantryhq/gantry/record"
 )
 
 // WorkerConfig configures a Worker. Zero values are the documented defaults.
@@ -184,6 +185,9 @@ type Worker struct {
 	runs   []extsort.Run
 	splits [][]int64
 	sorted bool // runs and splits are set
+	// kept is the input sorted in memory when the plan keeps it (then
+	// runs is its one run); cleanup frees it once the server has stopped.
+	kept *extsort.Sorted
 	// peers is the latest worker table (from StartShuffle or GetPeers).
 	peers []peer
 	conns map[string]*grpc.ClientConn
@@ -207,7 +211,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		cfgCh: make(chan partitionConfig, 1), shuffleCh: make(chan []peer, 1),
 		mergeCh: make(chan struct{}, 1), conns: map[string]*grpc.ClientConn{}, metrics: newMetrics(cfg.Metrics)}
 	w.serveSem = make(chan struct{}, w.cores)
-	w.mem = newMemoryPlan(cfg.Memory, false, 1, w.cores, 1)
+	w.mem = newMemoryPlan(cfg.Memory, false, 1, w.cores, 1, 0)
 	sum := sha256.Sum256([]byte(strings.Join(cfg.Inputs, "\x00") + "\x00\x00" + cfg.Output))
 	w.workDir = filepath.Join(cfg.TempDir, workDirPrefix+hex.EncodeToString(sum[:6]))
 	return w, nil
@@ -227,7 +231,7 @@ func (w *Worker) budget() int64 { return w.memory().budget }
 // machine: a defaulted budget is divided among them.
 func (w *Worker) shareMemory(n int) {
 	w.mu.Lock()
-	w.mem = newMemoryPlan(w.cfg.Memory, w.cfg.sharedMemory, n, w.cores, max(w.ppw, 1))
+	w.mem = newMemoryPlan(w.cfg.Memory, w.cfg.sharedMemory, n, w.cores, max(w.ppw, 1), w.inputBytes/record.Size)
 	mem := w.mem
 	w.mu.Unlock()
 	if w.cfg.sharedMemory && n > 1 {
@@ -730,11 +734,27 @@ var (
 	fetchRetry    = backoff.Policy{Initial: 50 * time.Millisecond, Max: time.Second}
 )
 
+// sort sorts the input into runs: one run kept in memory when the memory
+// plan allows (no spill at all), else runs spilled to the temp dir.
 func (w *Worker) sort(ctx context.Context) error {
-	runs, err := extsort.GenerateRuns(ctx, extsort.Config{Memory: w.memory().sort, TempDir: w.workDir, Logger: w.cfg.Logger},
-		w.inputs, w.runDir(), func(n int64) { w.done.Add(n); w.metrics.read(n) })
-	if err != nil {
-		return err
+	plan := w.memory()
+	cfg := extsort.Config{Memory: plan.sort, TempDir: w.workDir, Logger: w.cfg.Logger}
+	progress := func(n int64) { w.done.Add(n); w.metrics.read(n) }
+	var runs []extsort.Run
+	if plan.keep {
+		kept, err := extsort.SortInMemory(ctx, cfg, w.inputs, progress)
+		if err != nil {
+			return err
+		}
+		w.mu.Lock()
+		w.kept = kept
+		w.mu.Unlock()
+		runs = []extsort.Run{{Path: "sorted input in memory", Records: kept.Records(), Reader: kept}}
+	} else {
+		var err error
+		if runs, err = extsort.GenerateRuns(ctx, cfg, w.inputs, w.runDir(), progress); err != nil {
+			return err
+		}
 	}
 	w.metrics.sorted(w.inputBytes)
 	w.fault(ctx, "Sorting")

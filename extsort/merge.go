@@ -214,7 +214,8 @@ func reduceSegments(ctx context.Context, memory int64, workers int, segs []Segme
 	return segs, cleanup, nil
 }
 
-// mergeSegments opens the segments' files and merges them.
+// mergeSegments opens the segments' files (or reads their Readers) and
+// merges them.
 func mergeSegments(ctx context.Context, memory int64, segs []Segment, w io.Writer, progress func(int64), a *arena) error {
 	files := map[string]*os.File{}
 	defer func() {
@@ -226,6 +227,10 @@ func mergeSegments(ctx context.Context, memory int64, segs []Segment, w io.Write
 	for _, s := range segs {
 		if s.Length%recSize != 0 || s.Offset%recSize != 0 || s.Offset < 0 || s.Length < 0 {
 			return fmt.Errorf("extsort: merge: segment %s [%d,+%d) is not whole records", s.Path, s.Offset, s.Length)
+		}
+		if s.Reader != nil {
+			srcs = append(srcs, source{name: s.Path, ra: s.Reader, off: s.Offset, length: s.Length})
+			continue
 		}
 		f := files[s.Path]
 		if f == nil {

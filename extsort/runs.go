@@ -11,10 +11,13 @@ import (
 	"github.com/gantryhq/gantry/internal/par"
 )
 
-// Run is a sorted file of whole records, spilled by GenerateRuns.
+// Run is a sorted file of whole records, spilled by GenerateRuns, or a
+// sorted input held in memory (Reader set, e.g. a *Sorted; Path is then
+// only its name).
 type Run struct {
 	Path    string
 	Records int64
+	Reader  io.ReaderAt
 
 	// data is the run itself when Sort keeps runs in memory (Path is then
 	// only a label); free unmaps it.
@@ -27,15 +30,19 @@ type memRun []byte
 
 func (m memRun) WriteAt(p []byte, off int64) (int, error) { return copy(m[off:], p), nil }
 
-// Segment is a byte range of a sorted file; Offset and Length are multiples
-// of the record size.
+// Segment is a byte range of a sorted file, or of Reader when it is set
+// (Path is then only its name); Offset and Length are multiples of the
+// record size.
 type Segment struct {
 	Path           string
 	Offset, Length int64
+	Reader         io.ReaderAt
 }
 
 // Segment returns the whole run as a segment.
-func (r Run) Segment() Segment { return Segment{Path: r.Path, Length: r.Records * recSize} }
+func (r Run) Segment() Segment {
+	return Segment{Path: r.Path, Length: r.Records * recSize, Reader: r.Reader}
+}
 
 // readPieceSize bounds one ReadAt, so a chunk is read by all workers at once
 // even when it comes from a single large file.

@@ -1,0 +1,103 @@
+package extsort
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"path/filepath"
+	"testing"
+)
+
+// SortInMemory is the stable sort of its inputs, read back through ReadAt
+// at any offset and length, and usable as a merge segment.
+func TestSortInMemoryReadsBackTheStableSort(t *testing.T) {
+	ctx := context.Background()
+	for name, d := range dists {
+		t.Run(name, func(t *testing.T) {
+			const n = 20011
+			all := makeRecords(3, n, d)
+			dir := t.TempDir()
+			writeInputs(t, dir, all, []int{7, 0, 10000, n - 10007})
+			inputs, _, err := ScanInputs([]string{dir})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var read int64
+			s, err := SortInMemory(ctx, Config{Memory: 64 << 20, Workers: 3}, inputs, func(b int64) { read += b })
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Free()
+			if s.Records() != n || read != int64(len(all)) {
+				t.Fatalf("%d records, %d bytes read; want %d and %d", s.Records(), read, n, len(all))
+			}
+			want := referenceSort(all)
+			got := make([]byte, len(want))
+			if k, err := s.ReadAt(got, 0); k != len(got) || err != nil {
+				t.Fatalf("ReadAt(all) = %d, %v", k, err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("sorted data differs from the stable reference at byte %d", firstDiff(got, want))
+			}
+			// Unaligned reads, and reads running past the end.
+			for _, r := range []struct{ off, n int }{{0, 1}, {5, 10}, {99, 2}, {150, 333}, {len(want) - 7, 7}, {len(want) - 50, 100}, {len(want), 10}} {
+				p := make([]byte, r.n)
+				k, err := s.ReadAt(p, int64(r.off))
+				end := min(r.off+r.n, len(want))
+				if k != end-r.off || !bytes.Equal(p[:k], want[r.off:end]) {
+					t.Errorf("ReadAt(%d bytes at %d) = %d bytes %q, want %q", r.n, r.off, k, p[:k], want[r.off:end])
+				}
+				if (end < r.off+r.n) != errors.Is(err, io.EOF) || (err != nil && !errors.Is(err, io.EOF)) {
+					t.Errorf("ReadAt(%d bytes at %d): err %v", r.n, r.off, err)
+				}
+			}
+			// As a segment of a merge, together with a file segment.
+			other := referenceSort(makeRecords(4, 5000, d))
+			path := filepath.Join(t.TempDir(), "run")
+			writeInputs(t, filepath.Dir(path), other, []int{5000})
+			files, _, _ := ScanInputs([]string{filepath.Dir(path)})
+			var out bytes.Buffer
+			segs := []Segment{{Path: "kept", Offset: 100 * recSize, Length: int64(len(want)) - 100*recSize, Reader: s}, {Path: files[0].Path, Length: int64(len(other))}}
+			if err := Merge(ctx, Config{Memory: MinMemory}, segs, &out, nil); err != nil {
+				t.Fatal(err)
+			}
+			ref := referenceSort(append(append([]byte(nil), want[100*recSize:]...), other...))
+			if !bytes.Equal(out.Bytes(), ref) {
+				t.Fatalf("merge with a Sorted segment differs from the reference at byte %d", firstDiff(out.Bytes(), ref))
+			}
+		})
+	}
+}
+
+func TestSortInMemoryRefusesWhatDoesNotFit(t *testing.T) {
+	dir := t.TempDir()
+	all := makeRecords(5, 200000, dists["uniform"])
+	writeInputs(t, dir, all, []int{200000})
+	inputs, _, err := ScanInputs([]string{dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Memory: MinMemory, Workers: 1}
+	if FitsOneChunk(cfg, 200000) {
+		t.Fatalf("200000 records fit one chunk of %d bytes", MinMemory)
+	}
+	if _, err := SortInMemory(context.Background(), cfg, inputs, nil); !errors.Is(err, ErrConfig) {
+		t.Fatalf("err = %v, want ErrConfig", err)
+	}
+	if !FitsOneChunk(Config{Memory: 64 << 20, Workers: 1}, 200000) {
+		t.Fatal("200000 records do not fit 64 MiB")
+	}
+}
+
+func TestSortInMemoryEmpty(t *testing.T) {
+	s, err := SortInMemory(context.Background(), Config{Memory: MinMemory}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k, err := s.ReadAt(make([]byte, 10), 0); k != 0 || err != io.EOF {
+		t.Fatalf("ReadAt on empty = %d, %v", k, err)
+	}
+	s.Free()
+	s.Free()
+}

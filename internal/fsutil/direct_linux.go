@@ -1,0 +1,146 @@
+//go:build linux
+
+package fsutil
+
+import (
+	"errors"
+	"os"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// Direct writes (WriteAtomicDirect) go out in blocks of directBlock bytes from directBufs
+// buffers: one being filled by the caller while the others are written. Offsets and
+// lengths are multiples of the page size, which O_DIRECT needs; the last block is padded
+// with zeros and the file cut back to its length.
+const (
+	directBlock = 4 << 20
+	directBufs  = 3
+	directAlign = 4096
+)
+
+// directWriter is an io.Writer over a second, O_DIRECT descriptor of a file. Write copies
+// into the current buffer; a full buffer goes to the writer goroutine, which writes it at
+// its offset. If the file system refuses a direct write (EINVAL), the goroutine turns
+// O_DIRECT off on its descriptor and writes through the page cache instead.
+type directWriter struct {
+	fd    *os.File
+	cur   []byte
+	off   int64 // bytes handed to the goroutine
+	bufs  [][]byte
+	free  chan []byte
+	queue chan directJob
+	done  chan struct{}
+
+	mu  sync.Mutex
+	err error // the goroutine's first error
+}
+
+type directJob struct {
+	buf []byte
+	off int64
+}
+
+// newDirectWriter opens f's file again with O_DIRECT; it fails where that is refused, and
+// the caller then writes f through the page cache.
+func newDirectWriter(f *os.File) (*directWriter, error) {
+	fd, err := os.OpenFile(f.Name(), os.O_WRONLY|unix.O_DIRECT, 0)
+	if err != nil {
+		return nil, err
+	}
+	w := &directWriter{fd: fd, free: make(chan []byte, directBufs), queue: make(chan directJob, directBufs),
+		done: make(chan struct{})}
+	for range directBufs {
+		b, err := unix.Mmap(-1, 0, directBlock, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+		if err != nil {
+			w.unmap()
+			fd.Close()
+			return nil, err
+		}
+		w.bufs = append(w.bufs, b)
+		w.free <- b[:0]
+	}
+	w.cur = <-w.free
+	go w.run()
+	return w, nil
+}
+
+func (w *directWriter) run() {
+	defer close(w.done)
+	for j := range w.queue {
+		if w.failed() == nil {
+			_, err := w.fd.WriteAt(j.buf, j.off)
+			if errors.Is(err, unix.EINVAL) && w.buffered() == nil {
+				_, err = w.fd.WriteAt(j.buf, j.off)
+			}
+			if err != nil {
+				w.mu.Lock()
+				w.err = err
+				w.mu.Unlock()
+			}
+		}
+		w.free <- j.buf[:0]
+	}
+}
+
+// buffered turns O_DIRECT off on w.fd.
+func (w *directWriter) buffered() error {
+	fl, err := unix.FcntlInt(w.fd.Fd(), unix.F_GETFL, 0)
+	if err != nil {
+		return err
+	}
+	_, err = unix.FcntlInt(w.fd.Fd(), unix.F_SETFL, fl&^unix.O_DIRECT)
+	return err
+}
+
+func (w *directWriter) failed() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
+}
+
+func (w *directWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		if err := w.failed(); err != nil {
+			return n - len(p), err
+		}
+		k := copy(w.cur[len(w.cur):cap(w.cur)], p)
+		w.cur, p = w.cur[:len(w.cur)+k], p[k:]
+		if len(w.cur) == cap(w.cur) {
+			w.queue <- directJob{buf: w.cur, off: w.off}
+			w.off += int64(len(w.cur))
+			w.cur = <-w.free
+		}
+	}
+	return n, nil
+}
+
+// finish writes the tail (if flush), waits for the goroutine, cuts the file to its length
+// and releases the buffers and the descriptor.
+func (w *directWriter) finish(flush bool) error {
+	size := w.off + int64(len(w.cur))
+	if flush && len(w.cur) > 0 {
+		n := (len(w.cur) + directAlign - 1) / directAlign * directAlign
+		tail := w.cur[:n]
+		clear(tail[len(w.cur):])
+		w.queue <- directJob{buf: tail, off: w.off}
+	}
+	close(w.queue)
+	<-w.done
+	err := w.failed()
+	if flush && err == nil {
+		err = w.fd.Truncate(size)
+	}
+	err = errors.Join(err, w.fd.Close())
+	w.unmap()
+	return err
+}
+
+func (w *directWriter) unmap() {
+	for _, b := range w.bufs {
+		unix.Munmap(b)
+	}
+	w.bufs = nil
+}
