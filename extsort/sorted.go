@@ -2,58 +2,41 @@ package extsort
 
 import (
 	"context"
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
-	"runtime/debug"
-	"sort"
 	"sync"
 )
 
 // Sorted is a whole input sorted in memory and left where it was read:
-// the records stay in input order, and the sorted entries say in which
-// order to read them. ReadAt gathers the records in sorted order on
-// demand, so a caller that reads the sorted data once (a merge, a network
-// send) pays for one gather and nothing else: no run is written to disk,
-// read back or copied into a second buffer.
-//
-// Where it can (Unix, up to maxMappedFiles files), SortInMemory does not
-// even copy the input: it maps the input files read-only into one range
-// (each file at an offset that is a multiple of both the page and the
-// record size, so record i of the range is at byte i*recSize) and sorts
-// entries that point into the page cache. Reading a mapped file that was
-// cut short meanwhile would fault; ReadAt turns that into an ErrBadInput
-// error instead of a crash.
+// the records stay in input order in the chunk buffer, and the sorted
+// entries say in which order to read them. ReadAt gathers the records in
+// sorted order on demand, so a caller that reads the sorted data once (a
+// merge, a network send) pays for one gather and nothing else: no run is
+// written to disk, read back or copied into a second buffer.
 //
 // It is what dsort keeps instead of a spilled run when a worker's input
 // fits its budget. ReadAt is safe for concurrent use; Free releases the
 // memory, after which nothing may read it.
 type Sorted struct {
-	buf    []byte  // the records, in input order (record i at i*recSize)
-	order  []entry // sorted; order[i].index() is the i-th record's position in buf
-	n      int64   // records
-	mapped bool    // buf maps the input files
+	buf   []byte  // the records, in input order
+	order []entry // sorted; order[i].index() is the i-th record's position in buf
+	n     int64   // records
 
 	mu   sync.Mutex
 	free func()
 }
 
 // SortedCost is the memory Sorted holds for records records: the records
-// (copied, or mapped from the page cache) and one entry each.
+// and one entry each.
 func SortedCost(records int64) int64 { return records * (recSize + entrySize) }
 
 const entrySize = entryOverhead / 2
 
-// span is one input's records in a Sorted's buf: n records from index first.
-type span struct{ first, n int }
-
-// SortInMemory sorts inputs (whole records) stably as one chunk, as
-// GenerateRuns does for each chunk; the budget must hold the whole input
-// (FitsOneChunk). The input is mapped where possible, else read into one
-// buffer. While sorting it also holds a scratch array of one entry per
-// record, which it frees before returning. progress, if set, receives
-// bytes read.
+// SortInMemory reads inputs (whole records) into one buffer and sorts them
+// stably, as GenerateRuns does for one chunk; the budget must hold the
+// whole input (FitsOneChunk). While sorting it also holds a scratch array
+// of one entry per record, which it frees before returning. progress, if
+// set, receives bytes read.
 func SortInMemory(ctx context.Context, cfg Config, inputs []Input, progress func(int64)) (*Sorted, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -73,36 +56,24 @@ func SortInMemory(ctx context.Context, cfg Config, inputs []Input, progress func
 	if recs == 0 {
 		return &Sorted{free: func() {}}, nil
 	}
-	s, spans, err := mapInputs(inputs)
-	if err != nil {
-		return nil, err
-	}
-	if s == nil { // not mapped: read the input into one buffer
-		buf, freeBuf := bigAlloc(int(recs * recSize))
-		s = &Sorted{buf: buf, free: freeBuf}
-		spans = []span{{0, int(recs)}}
-		rd := &chunkReader{inputs: inputs}
-		n, err := rd.fill(ctx, buf, cfg.Workers)
-		if err == nil && int64(n) != recs*recSize {
-			err = fmt.Errorf("%w: read %d bytes of input, expected %d", ErrBadInput, n, recs*recSize)
-		}
-		if err != nil {
-			s.Free()
-			return nil, err
-		}
-	}
-	s.n = recs
+	buf, freeBuf := bigAlloc(int(recs * recSize))
 	es, freeEs := bigEntries(int(recs))
 	tmp, freeTmp := bigEntries(int(recs))
-	if err := s.makeEntries(es, spans, cfg.Workers); err != nil {
+	rd := &chunkReader{inputs: inputs}
+	n, err := rd.fill(ctx, buf, cfg.Workers)
+	if err == nil && int64(n) != recs*recSize {
+		err = fmt.Errorf("%w: read %d bytes of input, expected %d", ErrBadInput, n, recs*recSize)
+	}
+	if err != nil {
+		freeBuf()
 		freeEs()
 		freeTmp()
-		s.Free()
 		return nil, err
 	}
 	if progress != nil {
-		progress(recs * recSize)
+		progress(int64(n))
 	}
+	makeEntries(buf, es, cfg.Workers)
 	order := sortEntries(es, tmp, cfg.Workers)
 	keep := freeEs
 	if &order[0] == &es[0] {
@@ -111,69 +82,7 @@ func SortInMemory(ctx context.Context, cfg Config, inputs []Input, progress func
 		freeEs()
 		keep = freeTmp
 	}
-	s.order = order
-	freeBuf := s.free
-	s.free = func() { freeBuf(); keep() }
-	return s, ctx.Err()
-}
-
-// makeEntries fills es with the entries of the records in spans (in
-// order), using up to workers goroutines; a fault on a mapped input that
-// was cut short becomes an error.
-func (s *Sorted) makeEntries(es []entry, spans []span, workers int) error {
-	starts := make([]int, len(spans)) // position in es of each span's first record
-	pos := 0
-	for i, sp := range spans {
-		starts[i] = pos
-		pos += sp.n
-	}
-	errs := make([]error, max(workers, 1))
-	parallelChunks(len(es), workers, func(w, from, to int) {
-		errs[w] = s.guard(func() {
-			k := sort.SearchInts(starts, from+1) - 1 // the span holding position from
-			for from < to {
-				sp := spans[k]
-				off := from - starts[k]
-				m := min(sp.n-off, to-from)
-				fillEntries(s.buf, es[from:from+m], sp.first+off)
-				from += m
-				k++
-			}
-		})
-	})
-	return errors.Join(errs...)
-}
-
-// fillEntries fills es from the records of buf starting at record first.
-func fillEntries(buf []byte, es []entry, first int) {
-	for i := range es {
-		j := first + i
-		r := buf[j*recSize : j*recSize+keySize]
-		es[i] = entry{
-			hi: binary.BigEndian.Uint64(r),
-			lo: uint64(r[8])<<56 | uint64(r[9])<<48 | uint64(j),
-		}
-	}
-}
-
-// guard runs f; when buf maps the input, a memory fault in f (a mapped
-// file cut short) becomes an ErrBadInput error.
-func (s *Sorted) guard(f func()) (err error) {
-	if !s.mapped {
-		f()
-		return nil
-	}
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer func() {
-		if r := recover(); r != nil {
-			if _, fault := r.(interface{ Addr() uintptr }); !fault {
-				panic(r)
-			}
-			err = fmt.Errorf("%w: an input file was cut short while it was being sorted", ErrBadInput)
-		}
-	}()
-	f()
-	return nil
+	return &Sorted{buf: buf, order: order, n: recs, free: func() { freeBuf(); keep() }}, nil
 }
 
 // FitsOneChunk reports whether SortInMemory can sort records records
@@ -189,14 +98,7 @@ func (s *Sorted) Records() int64 { return s.n }
 // ReadAt reads len(p) bytes of the sorted data starting at byte off. Any
 // offset and length are allowed; reads of whole records at record
 // boundaries take the fast path.
-func (s *Sorted) ReadAt(p []byte, off int64) (n int, err error) {
-	if ferr := s.guard(func() { n, err = s.readAt(p, off) }); ferr != nil {
-		return 0, ferr
-	}
-	return n, err
-}
-
-func (s *Sorted) readAt(p []byte, off int64) (int, error) {
+func (s *Sorted) ReadAt(p []byte, off int64) (int, error) {
 	size := s.n * recSize
 	if off < 0 {
 		return 0, fmt.Errorf("extsort: negative offset %d", off)

@@ -5,25 +5,13 @@ import (
 	"context"
 	"errors"
 	"io"
-	"os"
 	"path/filepath"
 	"testing"
 )
 
 // SortInMemory is the stable sort of its inputs, read back through ReadAt
-// at any offset and length, and usable as a merge segment; with the input
-// files mapped and with them read.
+// at any offset and length, and usable as a merge segment.
 func TestSortInMemoryReadsBackTheStableSort(t *testing.T) {
-	t.Run("mapped", testSortInMemory)
-	t.Run("read", func(t *testing.T) {
-		old := maxMappedFiles
-		maxMappedFiles = 0
-		defer func() { maxMappedFiles = old }()
-		testSortInMemory(t)
-	})
-}
-
-func testSortInMemory(t *testing.T) {
 	ctx := context.Background()
 	for name, d := range dists {
 		t.Run(name, func(t *testing.T) {
@@ -112,32 +100,4 @@ func TestSortInMemoryEmpty(t *testing.T) {
 	}
 	s.Free()
 	s.Free()
-}
-
-// An input file cut short after it was mapped makes ReadAt fail with
-// ErrBadInput; the process does not crash.
-func TestSortInMemoryInputCutShort(t *testing.T) {
-	dir := t.TempDir()
-	all := makeRecords(6, 100000, dists["uniform"])
-	writeInputs(t, dir, all, []int{50000, 50000})
-	inputs, _, err := ScanInputs([]string{dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := SortInMemory(context.Background(), Config{Memory: 64 << 20, Workers: 2}, inputs, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Free()
-	if !s.mapped {
-		t.Skip("the input was read, not mapped, on this system") // nothing can be cut short
-	}
-	if err := os.Truncate(inputs[1].Path, 0); err != nil {
-		t.Fatal(err)
-	}
-	_, err = s.ReadAt(make([]byte, len(all)), 0)
-	if !errors.Is(err, ErrBadInput) {
-		t.Fatalf("ReadAt after the input was cut short: err = %v, want ErrBadInput", err)
-	}
-	t.Log(err)
 }
