@@ -13,18 +13,30 @@ import (
 	"github.com/gantryhq/gantry/internal/par"
 )
 
-// merge merges, for each of this worker's partitions in parallel, the
-// pieces from all senders (in sender order, so that equal keys keep the
-// global order the boundaries assume; this worker's own piece is its runs'
-// slices, in run order) into partition.<n>.
-func (w *Worker) merge(ctx context.Context) error {
+// merge merges, for each of this worker's partitions not already merged
+// during the shuffle (skip), in parallel, the pieces from all senders (in
+// sender order, so that equal keys keep the global order the boundaries
+// assume; this worker's own piece is its runs' slices, in run order) into
+// partition.<n>. The fault point "merge-partition" is reached once the
+// first of them is written, or at once when none is left.
+func (w *Worker) merge(ctx context.Context, skip map[int]bool) error {
 	w.mu.Lock()
 	self, nw, ppw := w.index, w.numWorkers, w.ppw
 	w.mu.Unlock()
+	var todo []int
+	for p := self * ppw; p < (self+1)*ppw; p++ {
+		if !skip[p] {
+			todo = append(todo, p)
+		}
+	}
+	if len(todo) == 0 {
+		w.fault(ctx, "merge-partition")
+		return nil
+	}
 	mem := w.memory().merge
 	var merged atomic.Int64
-	return par.Do(ctx, ppw, min(w.cores, ppw), func(ctx context.Context, i int) error {
-		if err := w.mergePartition(ctx, self*ppw+i, nw, mem); err != nil {
+	return par.Do(ctx, len(todo), min(w.cores, len(todo)), func(ctx context.Context, i int) error {
+		if err := w.mergePartition(ctx, todo[i], nw, mem, func(n int64) { w.done.Add(n); w.metrics.written(n) }); err != nil {
 			return err
 		}
 		if merged.Add(1) == 1 {
@@ -36,7 +48,8 @@ func (w *Worker) merge(ctx context.Context) error {
 
 // mergePartition merges partition p's pieces into its staged partition
 // file, written atomically: the file appears complete or not at all.
-func (w *Worker) mergePartition(ctx context.Context, p, nw int, mem int64) error {
+// progress receives the bytes written.
+func (w *Worker) mergePartition(ctx context.Context, p, nw int, mem int64, progress func(int64)) error {
 	var segs []extsort.Segment
 	for s := range nw {
 		if s == w.index {
@@ -60,8 +73,7 @@ func (w *Worker) mergePartition(ctx context.Context, p, nw int, mem int64) error
 		if len(segs) == 0 {
 			return nil
 		}
-		return extsort.Merge(ctx, extsort.Config{Memory: mem, TempDir: w.workDir, Workers: 1}, segs, f,
-			func(n int64) { w.done.Add(n); w.metrics.written(n) })
+		return extsort.Merge(ctx, extsort.Config{Memory: mem, TempDir: w.workDir, Workers: 1}, segs, f, progress)
 	})
 	if err != nil {
 		return fmt.Errorf("dsort: merge partition %d: %w", p, err)

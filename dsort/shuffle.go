@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -131,17 +132,32 @@ func (w *Worker) piecePath(p, s int) string {
 // partition) and committed by rename only once the stream ended with its
 // last chunk and the byte count matched: a sender that crashes mid-stream
 // leaves nothing behind, and its restarted process's data replaces it.
+//
+// Pieces are taken partition by partition, so the first partitions are
+// complete early; each partition whose pieces are all in is merged at once
+// (earlyMerges) while the others arrive, and its output goes to disk while
+// the shuffle still runs. On error the early merges are stopped and waited
+// for before shuffle returns.
 func (w *Worker) shuffle(ctx context.Context) error {
 	w.mu.Lock()
 	self, nw, ppw := w.index, w.numWorkers, w.ppw
 	w.mu.Unlock()
 	// This worker's own pieces are not copied: the merge reads them
-	// straight from its runs. Take the others sender by sender, starting
-	// after ourselves, so the workers do not all pull from one sender.
+	// straight from its runs. For each partition, take the senders in turn
+	// starting after ourselves, so the workers do not all pull from one.
 	w.done.Add(int64(ppw))
+	em := newEarlyMerges(ctx, min(w.cores, ppw))
+	w.mu.Lock()
+	w.early = em
+	w.mu.Unlock()
+	mem := w.memory().merge
+	left := make([]atomic.Int32, ppw) // pieces still to come, per own partition
+	for i := range left {
+		left[i].Store(int32(nw - 1))
+	}
 	var fetched atomic.Int64
-	return par.Do(ctx, (nw-1)*ppw, w.cfg.FetchParallel, func(ctx context.Context, i int) error {
-		s, p := (self+1+i/ppw)%nw, self*ppw+i%ppw
+	err := par.Do(ctx, (nw-1)*ppw, w.cfg.FetchParallel, func(ctx context.Context, i int) error {
+		p, s := self*ppw+i/(nw-1), (self+1+i%(nw-1))%nw
 		if err := w.fetchPiece(ctx, s, p); err != nil {
 			return err
 		}
@@ -149,8 +165,73 @@ func (w *Worker) shuffle(ctx context.Context) error {
 		if fetched.Add(1) == 1 {
 			w.fault(ctx, "shuffle-piece")
 		}
+		if left[p-self*ppw].Add(-1) == 0 {
+			em.start(p, func(ctx context.Context) error {
+				return w.mergePartition(ctx, p, nw, mem, func(n int64) { em.bytes.Add(n); w.metrics.written(n) })
+			})
+		}
 		return nil
 	})
+	if err != nil {
+		em.stop()
+	}
+	return err
+}
+
+// earlyMerges runs the merges of partitions completed during the shuffle,
+// at most limit at once; mergePhase waits for them (wait) and merges only
+// the partitions they did not.
+type earlyMerges struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	sem    chan struct{}
+	wg     sync.WaitGroup
+	bytes  atomic.Int64 // output bytes written, for Merging's progress
+
+	mu   sync.Mutex
+	done map[int]bool // partitions merged
+	err  error        // the first failure
+}
+
+func newEarlyMerges(ctx context.Context, limit int) *earlyMerges {
+	ctx, cancel := context.WithCancel(ctx)
+	return &earlyMerges{ctx: ctx, cancel: cancel, sem: make(chan struct{}, max(limit, 1)), done: map[int]bool{}}
+}
+
+// start merges partition p in the background.
+func (e *earlyMerges) start(p int, merge func(context.Context) error) {
+	e.wg.Go(func() {
+		select {
+		case e.sem <- struct{}{}:
+			defer func() { <-e.sem }()
+		case <-e.ctx.Done():
+			return
+		}
+		err := merge(e.ctx)
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if err == nil {
+			e.done[p] = true
+		} else if e.err == nil {
+			e.err = err
+		}
+	})
+}
+
+// wait waits for the merges started and returns the partitions merged and
+// the first error.
+func (e *earlyMerges) wait() (map[int]bool, error) {
+	e.wg.Wait()
+	e.cancel()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.done, e.err
+}
+
+// stop cancels the merges and waits for them.
+func (e *earlyMerges) stop() {
+	e.cancel()
+	e.wg.Wait()
 }
 
 // fetchPiece pulls partition p's piece from sender s, retrying (and asking

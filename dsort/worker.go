@@ -188,6 +188,9 @@ type Worker struct {
 	// kept is the input sorted in memory when the plan keeps it (then
 	// runs is its one run); cleanup frees it once the server has stopped.
 	kept *extsort.Sorted
+	// early merges the partitions completed during the shuffle; set by
+	// shuffle, waited for by mergePhase.
+	early *earlyMerges
 	// peers is the latest worker table (from StartShuffle or GetPeers).
 	peers []peer
 	conns map[string]*grpc.ClientConn
@@ -606,7 +609,16 @@ func waitFor[T any](ctx context.Context, ch <-chan T) (T, error) {
 }
 
 // runPhases walks the seed's normal flow from Initializing to Completed.
+// However it ends, no merge started during the shuffle outlives it.
 func (w *Worker) runPhases(ctx context.Context, needSample bool) error {
+	defer func() {
+		w.mu.Lock()
+		early := w.early
+		w.mu.Unlock()
+		if early != nil {
+			early.stop()
+		}
+	}()
 	for _, phase := range []func(context.Context) error{
 		func(ctx context.Context) error { return w.samplePhase(ctx, needSample) },
 		w.sortPhase,
@@ -694,7 +706,18 @@ func (w *Worker) mergePhase(ctx context.Context) error {
 	if err := w.startPhase(Merging, "signal received, starting merge", recvBytes); err != nil {
 		return err
 	}
-	return w.merge(ctx)
+	w.mu.Lock()
+	early := w.early
+	w.mu.Unlock()
+	var merged map[int]bool
+	if early != nil { // nil only if this worker had nothing to shuffle
+		var err error
+		if merged, err = early.wait(); err != nil {
+			return err
+		}
+		w.done.Add(early.bytes.Load())
+	}
+	return w.merge(ctx, merged)
 }
 
 func (w *Worker) sample(ctx context.Context) error {
