@@ -46,7 +46,12 @@ func (w *Worker) servePiece(ctx context.Context, receiver, p int, send func(*dso
 	}
 	cw := &chunkWriter{send: send, sender: int32(self), epoch: epoch, partition: int32(p),
 		buf: make([]byte, 0, chunkBytes)}
-	if err := w.writePiece(ctx, p, cw, mem.serve); err != nil {
+	if segs := w.ownSegments(p); len(segs) == 1 && segs[0].Reader != nil {
+		// One run kept in memory: gather straight into each chunk.
+		if err := cw.readFrom(ctx, segs[0]); err != nil {
+			return err
+		}
+	} else if err := w.writePiece(ctx, p, cw, mem.serve); err != nil {
 		return err
 	}
 	if err := cw.flush(); err != nil {
@@ -107,6 +112,25 @@ func (c *chunkWriter) Write(p []byte) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// readFrom sends seg's bytes, read into the chunk buffer chunk by chunk.
+func (c *chunkWriter) readFrom(ctx context.Context, seg extsort.Segment) error {
+	for off := seg.Offset; off < seg.Offset+seg.Length; {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		n := int(min(int64(cap(c.buf)), seg.Offset+seg.Length-off))
+		c.buf = c.buf[:n]
+		if _, err := seg.Reader.ReadAt(c.buf, off); err != nil {
+			return fmt.Errorf("dsort: read %s: %w", seg.Path, err)
+		}
+		if err := c.flush(); err != nil {
+			return err
+		}
+		off += int64(n)
+	}
+	return nil
 }
 
 // flush sends the buffered bytes. gRPC marshals the message inside Send,

@@ -272,6 +272,15 @@ func (a *arena) carve(used *int, n int) []byte {
 // the memory budget (carved from a, if given); in-memory sources are read in
 // place.
 func mergeSources(ctx context.Context, memory int64, srcs []source, w io.Writer, progress func(int64), a *arena) error {
+	var only []source
+	for _, s := range srcs {
+		if s.length > 0 {
+			only = append(only, s)
+		}
+	}
+	if len(only) == 1 {
+		return copySource(ctx, only[0], w, progress, a)
+	}
 	var cur []*cursor
 	files := 0
 	for _, s := range srcs {
@@ -331,6 +340,32 @@ func mergeSources(ctx context.Context, memory int64, srcs []source, w io.Writer,
 			return fmt.Errorf("extsort: merge: write: %w", err)
 		}
 		progress(int64(n))
+	}
+	return nil
+}
+
+// copySource is the merge of a single source: a copy, block by block.
+func copySource(ctx context.Context, s source, w io.Writer, progress func(int64), a *arena) error {
+	used := 0
+	out := a.carve(&used, mergeOutBuf-mergeOutBuf%recSize)
+	for off := s.off; off < s.off+s.length; {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		n := int(min(int64(len(out)), s.off+s.length-off))
+		var err error
+		if s.mem != nil {
+			_, err = w.Write(s.mem[off : off+int64(n)])
+		} else if _, err = s.ra.ReadAt(out[:n], off); err != nil {
+			return fmt.Errorf("extsort: merge: read %s at %d: %w", s.name, off, err)
+		} else {
+			_, err = w.Write(out[:n])
+		}
+		if err != nil {
+			return fmt.Errorf("extsort: merge: write: %w", err)
+		}
+		progress(int64(n))
+		off += int64(n)
 	}
 	return nil
 }

@@ -101,3 +101,33 @@ func TestSortInMemoryEmpty(t *testing.T) {
 	s.Free()
 	s.Free()
 }
+
+// A merge of one segment (a file range, or a Sorted) is that segment.
+func TestMergeOneSegmentIsACopy(t *testing.T) {
+	dir := t.TempDir()
+	data := referenceSort(makeRecords(8, 30000, dists["fewkeys"]))
+	writeInputs(t, dir, data, []int{30000})
+	inputs, _, err := ScanInputs([]string{dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := SortInMemory(context.Background(), Config{Memory: 64 << 20}, inputs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Free()
+	for _, seg := range []Segment{
+		{Path: inputs[0].Path, Offset: 700 * recSize, Length: 25000 * recSize},
+		{Path: "kept", Offset: 700 * recSize, Length: 25000 * recSize, Reader: s},
+	} {
+		var out bytes.Buffer
+		var progress int64
+		empty := Segment{Path: inputs[0].Path}
+		if err := Merge(context.Background(), Config{Memory: MinMemory}, []Segment{empty, seg, empty}, &out, func(n int64) { progress += n }); err != nil {
+			t.Fatal(err)
+		}
+		if want := data[700*recSize : 25700*recSize]; !bytes.Equal(out.Bytes(), want) || progress != int64(len(want)) {
+			t.Fatalf("%s: merged %d bytes (progress %d), want the %d bytes of the segment", seg.Path, out.Len(), progress, len(want))
+		}
+	}
+}
