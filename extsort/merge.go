@@ -311,23 +311,25 @@ func mergeSources(ctx context.Context, memory int64, srcs []source, w io.Writer,
 		return nil
 	}
 	t := newLoserTree(cur)
-	out := a.carve(&used, mergeOutBuf-mergeOutBuf%recSize)
+	mo := &mergeOut{w: w, progress: progress, out: a.carve(&used, mergeOutBuf-mergeOutBuf%recSize)}
+	mo.bw, _ = w.(BlockWriter)
+	buf, lent := mo.next()
 	n := 0
 	for {
 		c := cur[t.nodes[0]]
 		if c.done {
 			break // the winner is exhausted, so all are
 		}
-		copy(out[n:n+recSize], c.buf[c.pos:c.pos+recSize])
+		copy(buf[n:n+recSize], c.buf[c.pos:c.pos+recSize])
 		n += recSize
-		if n == len(out) {
+		if n == len(buf) {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			if _, err := w.Write(out); err != nil {
-				return fmt.Errorf("extsort: merge: write: %w", err)
+			if err := mo.put(buf, lent, n); err != nil {
+				return err
 			}
-			progress(int64(n))
+			buf, lent = mo.next()
 			n = 0
 		}
 		if err := c.next(); err != nil {
@@ -335,36 +337,77 @@ func mergeSources(ctx context.Context, memory int64, srcs []source, w io.Writer,
 		}
 		t.fix()
 	}
-	if n > 0 {
-		if _, err := w.Write(out[:n]); err != nil {
-			return fmt.Errorf("extsort: merge: write: %w", err)
+	return mo.put(buf, lent, n)
+}
+
+// BlockWriter is an io.Writer that lends its own buffer: a merge then puts
+// records straight into it instead of copying them there through Write.
+// Block returns the free space of the current buffer (nil if none); Commit
+// says that its first n bytes were filled.
+type BlockWriter interface {
+	io.Writer
+	Block() []byte
+	Commit(n int) error
+}
+
+// mergeOut is where a merge puts its records: the writer's own buffer when
+// it lends one with room for a record, else out, then written with Write.
+type mergeOut struct {
+	w        io.Writer
+	bw       BlockWriter // w, if it lends buffers
+	out      []byte
+	progress func(int64)
+}
+
+// next returns a buffer of whole records to fill, and whether it is lent.
+func (m *mergeOut) next() ([]byte, bool) {
+	if m.bw != nil {
+		if b := m.bw.Block(); len(b) >= recSize {
+			return b[:len(b)-len(b)%recSize], true
 		}
-		progress(int64(n))
 	}
+	return m.out, false
+}
+
+// put hands over the first n bytes of buf (from next).
+func (m *mergeOut) put(buf []byte, lent bool, n int) error {
+	if n == 0 {
+		return nil
+	}
+	var err error
+	if lent {
+		err = m.bw.Commit(n)
+	} else {
+		_, err = m.w.Write(buf[:n])
+	}
+	if err != nil {
+		return fmt.Errorf("extsort: merge: write: %w", err)
+	}
+	m.progress(int64(n))
 	return nil
 }
 
 // copySource is the merge of a single source: a copy, block by block.
 func copySource(ctx context.Context, s source, w io.Writer, progress func(int64), a *arena) error {
 	used := 0
-	out := a.carve(&used, mergeOutBuf-mergeOutBuf%recSize)
+	mo := &mergeOut{w: w, progress: progress, out: a.carve(&used, mergeOutBuf-mergeOutBuf%recSize)}
+	mo.bw, _ = w.(BlockWriter)
 	for off := s.off; off < s.off+s.length; {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		n := int(min(int64(len(out)), s.off+s.length-off))
-		var err error
-		if s.mem != nil {
-			_, err = w.Write(s.mem[off : off+int64(n)])
-		} else if _, err = s.ra.ReadAt(out[:n], off); err != nil {
+		buf, lent := mo.next()
+		n := int(min(int64(len(buf)), s.off+s.length-off))
+		if s.mem != nil && !lent {
+			buf = s.mem[off : off+int64(n)]
+		} else if s.mem != nil {
+			copy(buf, s.mem[off:off+int64(n)])
+		} else if _, err := s.ra.ReadAt(buf[:n], off); err != nil {
 			return fmt.Errorf("extsort: merge: read %s at %d: %w", s.name, off, err)
-		} else {
-			_, err = w.Write(out[:n])
 		}
-		if err != nil {
-			return fmt.Errorf("extsort: merge: write: %w", err)
+		if err := mo.put(buf, lent, n); err != nil {
+			return err
 		}
-		progress(int64(n))
 		off += int64(n)
 	}
 	return nil

@@ -131,3 +131,47 @@ func TestMergeOneSegmentIsACopy(t *testing.T) {
 		}
 	}
 }
+
+// blockBuffer is a BlockWriter lending blocks of awkward sizes (some too
+// small for a record, some not a multiple of one).
+type blockBuffer struct {
+	bytes.Buffer
+	block []byte
+	sizes []int
+	i     int
+}
+
+func (b *blockBuffer) Block() []byte {
+	b.i++
+	b.block = make([]byte, b.sizes[b.i%len(b.sizes)])
+	return b.block
+}
+
+func (b *blockBuffer) Commit(n int) error {
+	b.Write(b.block[:n])
+	return nil
+}
+
+// A merge into a writer that lends its buffers writes the same bytes.
+func TestMergeIntoLentBlocks(t *testing.T) {
+	dir := t.TempDir()
+	all := makeRecords(9, 20000, dists["fewkeys"])
+	a, b := referenceSort(all[:12000*recSize]), referenceSort(all[12000*recSize:])
+	writeInputs(t, dir, append(append([]byte(nil), a...), b...), []int{20000})
+	path := filepath.Join(dir, "input-0000")
+	segs := []Segment{{Path: path, Length: int64(len(a))}, {Path: path, Offset: int64(len(a)), Length: int64(len(b))}}
+	want := referenceSort(all)
+	for _, segs := range [][]Segment{segs, segs[1:]} {
+		out := &blockBuffer{sizes: []int{250, 99, 4000, 100, 1 << 20, 0}}
+		if err := Merge(context.Background(), Config{Memory: MinMemory}, segs, out, nil); err != nil {
+			t.Fatal(err)
+		}
+		w := want
+		if len(segs) == 1 {
+			w = b
+		}
+		if !bytes.Equal(out.Bytes(), w) {
+			t.Fatalf("%d segments: merged %d bytes differ from the reference (%d bytes) at %d", len(segs), out.Len(), len(w), firstDiff(out.Bytes(), w))
+		}
+	}
+}

@@ -15,7 +15,10 @@ import (
 // lengths are multiples of the page size, which O_DIRECT needs; the last block is padded
 // with zeros and the file cut back to its length.
 const (
-	directBlock = 4 << 20
+	// 40 * lcm(4096, 100): a multiple of the record size of gantry's sorts
+	// too, so a merge filling the lent buffer (Block) never has a record
+	// left over at its end.
+	directBlock = 40 * 102400
 	directBufs  = 3
 	directAlign = 4096
 )
@@ -107,14 +110,31 @@ func (w *directWriter) Write(p []byte) (int, error) {
 			return n - len(p), err
 		}
 		k := copy(w.cur[len(w.cur):cap(w.cur)], p)
-		w.cur, p = w.cur[:len(w.cur)+k], p[k:]
-		if len(w.cur) == cap(w.cur) {
-			w.queue <- directJob{buf: w.cur, off: w.off}
-			w.off += int64(len(w.cur))
-			w.cur = <-w.free
-		}
+		p = p[k:]
+		w.Commit(k)
 	}
 	return n, nil
+}
+
+// Block lends the free space of the current buffer, to be filled in place
+// and handed over with Commit (extsort's merge does so).
+func (w *directWriter) Block() []byte {
+	if w.failed() != nil {
+		return nil
+	}
+	return w.cur[len(w.cur):cap(w.cur)]
+}
+
+// Commit takes the first n bytes of the space Block lent as written; a
+// full buffer goes to the writer goroutine.
+func (w *directWriter) Commit(n int) error {
+	w.cur = w.cur[:len(w.cur)+n]
+	if len(w.cur) == cap(w.cur) {
+		w.queue <- directJob{buf: w.cur, off: w.off}
+		w.off += int64(len(w.cur))
+		w.cur = <-w.free
+	}
+	return w.failed()
 }
 
 // finish writes the tail (if flush), waits for the goroutine, cuts the file to its length
