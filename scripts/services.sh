@@ -129,3 +129,4 @@ for s in "${want[@]}"; do
 	fi
 	"$fn"
 done
+log "ready in ${SECONDS}s"
