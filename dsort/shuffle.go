@@ -350,12 +350,21 @@ func (w *Worker) tryFetch(ctx context.Context, addr string, s, p int) (err error
 	w.mu.Unlock()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := c.ShuffleData(ctx, req)
+	stream, err := c.ShuffleData(ctx, req, recvChunks)
 	if err != nil {
 		return err
 	}
 	rc := &pieceReceiver{dir: w.recvDir(), addr: addr, sender: s, partition: p}
-	if err := rc.receive(stream.Recv); err != nil {
+	// One message for the whole stream: chunkCodec decodes each chunk into
+	// it, reusing its data buffer (rc.chunk keeps nothing of it).
+	msg := &dsortpb.ShuffleDataChunk{}
+	recv := func() (*dsortpb.ShuffleDataChunk, error) {
+		if err := stream.RecvMsg(msg); err != nil {
+			return nil, err
+		}
+		return msg, nil
+	}
+	if err := rc.receive(recv); err != nil {
 		if rc.f != nil {
 			w.cfg.Logger.Info("discarded an incomplete shuffle piece", "sender", s, "sender_epoch", rc.epoch,
 				"partition", p, "bytes", rc.off, "err", statusMessage(err))
