@@ -70,9 +70,7 @@ func decodeChunk(b []byte, m *dsortpb.ShuffleDataChunk) error {
 			if n < 0 {
 				return fmt.Errorf("dsort: decode ShuffleDataChunk field %d: %w", num, protowire.ParseError(n))
 			}
-			if err := setChunkField(m, num, v); err != nil {
-				return err
-			}
+			setChunkField(m, num, v)
 			b = b[n:]
 		default:
 			n := protowire.ConsumeFieldValue(num, typ, b)
@@ -86,7 +84,7 @@ func decodeChunk(b []byte, m *dsortpb.ShuffleDataChunk) error {
 }
 
 // setChunkField sets varint field num of m to v.
-func setChunkField(m *dsortpb.ShuffleDataChunk, num protowire.Number, v uint64) error {
+func setChunkField(m *dsortpb.ShuffleDataChunk, num protowire.Number, v uint64) {
 	switch num {
 	case 1:
 		m.Sender = int32(v)
@@ -100,8 +98,6 @@ func setChunkField(m *dsortpb.ShuffleDataChunk, num protowire.Number, v uint64) 
 		m.IsLastChunk = protowire.DecodeBool(v)
 	case 7:
 		m.TotalBytes = int64(v)
-	default:
-		return fmt.Errorf("dsort: decode ShuffleDataChunk: field %d is not a varint", num)
 	}
-	return nil
+	// Field 5 as a varint is, as for proto, an unknown field: skipped.
 }

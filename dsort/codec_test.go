@@ -65,3 +65,28 @@ func TestChunkCodecDecodesWhatProtoEncodes(t *testing.T) {
 		t.Fatal("a truncated data field decoded without error")
 	}
 }
+
+// FuzzDecodeChunk: on any input decodeChunk does not panic, and where
+// proto accepts the bytes as a ShuffleDataChunk, both decode the same.
+func FuzzDecodeChunk(f *testing.F) {
+	for _, m := range []*dsortpb.ShuffleDataChunk{{}, {Sender: 1, SenderEpoch: 2, Partition: 3, Offset: 400, Data: []byte("abc"), IsLastChunk: true, TotalBytes: 403}} {
+		b, _ := proto.Marshal(m)
+		f.Add(b)
+	}
+	f.Add([]byte{0x2a, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got := &dsortpb.ShuffleDataChunk{Data: make([]byte, 0, 8)}
+		err := decodeChunk(b, got)
+		var want dsortpb.ShuffleDataChunk
+		if proto.Unmarshal(b, &want) != nil {
+			return
+		}
+		if err != nil {
+			t.Fatalf("proto decodes %x, decodeChunk fails: %v", b, err)
+		}
+		if got.Sender != want.Sender || got.SenderEpoch != want.SenderEpoch || got.Partition != want.Partition ||
+			got.Offset != want.Offset || !bytes.Equal(got.Data, want.Data) || got.IsLastChunk != want.IsLastChunk || got.TotalBytes != want.TotalBytes {
+			t.Fatalf("%x: decodeChunk %v, proto %v", b, got, &want)
+		}
+	})
+}
