@@ -127,7 +127,7 @@ fi
 # service's own function waits for its build under the build's lock.
 for s in "${want[@]}"; do
 	if declare -F "prepare_${s//-/_}" >/dev/null; then
-		"prepare_${s//-/_}" &
+		"prepare_${s//-/_}" >>"$state/$s.prepare.log" 2>&1 </dev/null &
 	fi
 done
 for s in "${want[@]}"; do
