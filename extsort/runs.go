@@ -174,16 +174,9 @@ func (s *sorter) writeSorted(ctx context.Context, sorted []entry, w io.WriterAt,
 // a stable sort of the whole input. On error the runs written so far are
 // removed. progress, if set, receives bytes read.
 func GenerateRuns(ctx context.Context, cfg Config, inputs []Input, dir string, progress func(int64)) ([]Run, error) {
-	cfg, err := cfg.withDefaults()
+	cfg, total, err := prepareSort(cfg, inputs)
 	if err != nil {
 		return nil, err
-	}
-	if err := cfg.checkSortMemory(); err != nil {
-		return nil, err
-	}
-	var total int64
-	for _, in := range inputs {
-		total += in.Size
 	}
 	if total == 0 {
 		return nil, nil
@@ -205,6 +198,23 @@ func GenerateRuns(ctx context.Context, cfg Config, inputs []Input, dir string, p
 		return nil, err
 	}
 	return runs, nil
+}
+
+// prepareSort fills in cfg's defaults, checks that its budget can sort,
+// and returns it with the inputs' total size in bytes.
+func prepareSort(cfg Config, inputs []Input) (Config, int64, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return cfg, 0, err
+	}
+	if err := cfg.checkSortMemory(); err != nil {
+		return cfg, 0, err
+	}
+	var total int64
+	for _, in := range inputs {
+		total += in.Size
+	}
+	return cfg, total, nil
 }
 
 // generateRuns spills sorted runs into dir, or keeps them in memory if dir

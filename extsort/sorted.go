@@ -38,16 +38,9 @@ const entrySize = entryOverhead / 2
 // of one entry per record, which it frees before returning. progress, if
 // set, receives bytes read.
 func SortInMemory(ctx context.Context, cfg Config, inputs []Input, progress func(int64)) (*Sorted, error) {
-	cfg, err := cfg.withDefaults()
+	cfg, total, err := prepareSort(cfg, inputs)
 	if err != nil {
 		return nil, err
-	}
-	if err := cfg.checkSortMemory(); err != nil {
-		return nil, err
-	}
-	var total int64
-	for _, in := range inputs {
-		total += in.Size
 	}
 	recs := total / recSize
 	if recs > cfg.chunkRecords() {

@@ -34,13 +34,17 @@ func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
 // same directory (buffered), fsyncs it, renames it over path and fsyncs the directory. If
 // write or any step fails, path is left as it was and the temp file is removed.
 func WriteAtomic(path string, perm os.FileMode, write func(w io.Writer) error) error {
-	return writeAtomic(path, perm, func(f *os.File) error {
-		bw := bufio.NewWriterSize(&writebackWriter{f: f}, 256<<10)
-		if err := write(bw); err != nil {
-			return err
-		}
-		return bw.Flush()
-	})
+	return writeAtomic(path, perm, func(f *os.File) error { return writeBuffered(f, write) })
+}
+
+// writeBuffered writes what write produces to f through a buffer, starting the disk
+// writing every writebackStep bytes.
+func writeBuffered(f *os.File, write func(w io.Writer) error) error {
+	bw := bufio.NewWriterSize(&writebackWriter{f: f}, 256<<10)
+	if err := write(bw); err != nil {
+		return err
+	}
+	return bw.Flush()
 }
 
 // WriteAtomicDirect is WriteAtomic for a large file written once and not read back soon (a
@@ -54,11 +58,7 @@ func WriteAtomicDirect(path string, perm os.FileMode, write func(w io.Writer) er
 	return writeAtomic(path, perm, func(f *os.File) error {
 		dw, err := newDirectWriter(f)
 		if err != nil {
-			bw := bufio.NewWriterSize(&writebackWriter{f: f}, 256<<10)
-			if err := write(bw); err != nil {
-				return err
-			}
-			return bw.Flush()
+			return writeBuffered(f, write)
 		}
 		err = write(dw)
 		return errors.Join(err, dw.finish(err == nil))
