@@ -46,12 +46,7 @@ func (w *Worker) servePiece(ctx context.Context, receiver, p int, send func(*dso
 	}
 	cw := &chunkWriter{send: send, sender: int32(self), epoch: epoch, partition: int32(p),
 		buf: make([]byte, 0, chunkBytes)}
-	if segs := w.ownSegments(p); len(segs) == 1 && segs[0].Reader != nil {
-		// One run kept in memory: gather straight into each chunk.
-		if err := cw.readFrom(ctx, segs[0]); err != nil {
-			return err
-		}
-	} else if err := w.writePiece(ctx, p, cw, mem.serve); err != nil {
+	if err := w.writePiece(ctx, p, cw, mem.serve); err != nil {
 		return err
 	}
 	if err := cw.flush(); err != nil {
@@ -102,33 +97,25 @@ type chunkWriter struct {
 func (c *chunkWriter) Write(p []byte) (int, error) {
 	n := len(p)
 	for len(p) > 0 {
-		k := min(len(p), cap(c.buf)-len(c.buf))
-		c.buf = append(c.buf, p[:k]...)
+		k := copy(c.Block(), p)
 		p = p[k:]
-		if len(c.buf) == cap(c.buf) {
-			if err := c.flush(); err != nil {
-				return 0, err
-			}
+		if err := c.Commit(k); err != nil {
+			return 0, err
 		}
 	}
 	return n, nil
 }
 
-// readFrom sends seg's bytes, read into the chunk buffer chunk by chunk.
-func (c *chunkWriter) readFrom(ctx context.Context, seg extsort.Segment) error {
-	for off := seg.Offset; off < seg.Offset+seg.Length; {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		n := int(min(int64(cap(c.buf)), seg.Offset+seg.Length-off))
-		c.buf = c.buf[:n]
-		if _, err := seg.Reader.ReadAt(c.buf, off); err != nil {
-			return fmt.Errorf("dsort: read %s: %w", seg.Path, err)
-		}
-		if err := c.flush(); err != nil {
-			return err
-		}
-		off += int64(n)
+// Block lends the chunk buffer's free space (extsort.BlockWriter): the
+// merge of a piece gathers or merges its records straight into the chunk.
+// chunkBytes is whole records, so a block never ends mid-record.
+func (c *chunkWriter) Block() []byte { return c.buf[len(c.buf):cap(c.buf)] }
+
+// Commit takes n bytes of the lent space as written; a full chunk is sent.
+func (c *chunkWriter) Commit(n int) error {
+	c.buf = c.buf[:len(c.buf)+n]
+	if len(c.buf) == cap(c.buf) {
+		return c.flush()
 	}
 	return nil
 }

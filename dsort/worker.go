@@ -710,7 +710,7 @@ func (w *Worker) mergePhase(ctx context.Context) error {
 	early := w.early
 	w.mu.Unlock()
 	var merged map[int]bool
-	if early != nil { // nil only if this worker had nothing to shuffle
+	if early != nil { // set by shuffle, which always runs first
 		var err error
 		if merged, err = early.wait(); err != nil {
 			return err
