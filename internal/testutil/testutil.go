@@ -4,7 +4,7 @@
 //
 // A test that needs a service calls Redis(t) or Postgres(t): it gets an address that answers,
 // or the test fails with the reason. It never skips: CI must not count a missing service as a
-// pass.
+// pass. WaitFor is the shared wait on a condition (tests do not sleep for a guessed time).
 package testutil
 
 import (
@@ -138,4 +138,30 @@ func reachable(addr string) bool {
 	}
 	c.Close()
 	return true
+}
+
+// WaitFor polls cond every few milliseconds until it reports true, and fails the test when d
+// passes first, with what and the last state cond described. It is the one wait on a condition
+// that tests share instead of sleeping for a guessed time.
+//
+//	testutil.WaitFor(t, 5*time.Second, "task done", func() (bool, string) {
+//		st := get(); return st == "done", st
+//	})
+func WaitFor(tb testing.TB, d time.Duration, what string, cond func() (bool, string)) {
+	tb.Helper()
+	deadline := time.Now().Add(d)
+	step := time.Millisecond
+	last := ""
+	for {
+		ok, s := cond()
+		if ok {
+			return
+		}
+		last = s
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out after %v waiting for %s (last: %s)", d, what, last)
+		}
+		time.Sleep(step) // poll: the step of a wait on cond
+		step = min(2*step, 20*time.Millisecond)
+	}
 }

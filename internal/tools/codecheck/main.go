@@ -1,0 +1,239 @@
+// Command codecheck holds the module's own lint rules, the ones gofmt, go vet,
+// staticcheck and gocyclo do not cover (make lint runs it on ./...):
+//
+//   - funclen: no function in non-test, non-generated code is over 80 lines;
+//   - pkgdoc: every package has a doc comment;
+//   - testctx: tests take their context from t.Context() (b.Context(),
+//     f.Context()), not context.Background() or context.TODO(), except in
+//     TestMain, which has no t;
+//   - testsleep: a time.Sleep in a test says why on its line or the line
+//     above, with a comment that starts "real time:" (time itself is under
+//     test) or "poll:" (the step of a loop that waits for a condition);
+//   - issuerefs: comments and Markdown name no issue numbers of this
+//     project ("issue 12"): the history lives in git, the text must stand
+//     on its own.
+//
+// Usage: go run ./internal/tools/codecheck [dir]   (default ".")
+//
+// It walks dir, skipping hidden directories, testdata and nested modules,
+// and exits 1 with one line per finding.
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+)
+
+// maxFuncLines bounds every function so that each stays readable on one
+// screen; gocyclo bounds their complexity (make lint).
+const maxFuncLines = 80
+
+var issueRef = regexp.MustCompile(`\b[Ii]ssues? #?[0-9]+\b`)
+
+// generated reports whether f carries the standard "Code generated … DO NOT
+// EDIT." marker (https://go.dev/s/generatedcode).
+var generatedRE = regexp.MustCompile(`^// Code generated .* DO NOT EDIT\.$`)
+
+type checker struct {
+	fset     *token.FileSet
+	findings []string
+	docs     map[string]bool // package dir → has a doc comment
+}
+
+func main() {
+	root := "."
+	if len(os.Args) > 1 {
+		root = os.Args[1]
+	}
+	c := &checker{fset: token.NewFileSet(), docs: map[string]bool{}}
+	if err := filepath.WalkDir(root, c.visit(root)); err != nil {
+		fmt.Fprintln(os.Stderr, "codecheck:", err)
+		os.Exit(2)
+	}
+	for dir, ok := range c.docs {
+		if !ok {
+			c.report("%s: package has no doc comment", dir)
+		}
+	}
+	sort.Strings(c.findings)
+	for _, f := range c.findings {
+		fmt.Println(f)
+	}
+	if len(c.findings) > 0 {
+		os.Exit(1)
+	}
+}
+
+func (c *checker) report(format string, args ...any) {
+	c.findings = append(c.findings, fmt.Sprintf(format, args...))
+}
+
+func (c *checker) visit(root string) fs.WalkDirFunc {
+	return func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			return skipDir(root, path, d.Name())
+		}
+		switch {
+		case strings.HasSuffix(path, ".go"):
+			return c.goFile(path)
+		case strings.HasSuffix(path, ".md"):
+			return c.markdown(path)
+		}
+		return nil
+	}
+}
+
+// skipDir skips hidden directories, testdata and nested modules (bench/).
+func skipDir(root, path, name string) error {
+	if path == root {
+		return nil
+	}
+	if strings.HasPrefix(name, ".") || name == "testdata" {
+		return filepath.SkipDir
+	}
+	if _, err := os.Stat(filepath.Join(path, "go.mod")); err == nil {
+		return filepath.SkipDir
+	}
+	return nil
+}
+
+func (c *checker) goFile(path string) error {
+	f, err := parser.ParseFile(c.fset, path, nil, parser.ParseComments)
+	if err != nil {
+		return err
+	}
+	c.comments(f)
+	test := strings.HasSuffix(path, "_test.go")
+	if test {
+		c.testFile(path, f)
+		return nil
+	}
+	dir := filepath.Dir(path)
+	c.docs[dir] = c.docs[dir] || f.Doc != nil
+	if !isGenerated(f) {
+		c.funcLengths(f)
+	}
+	return nil
+}
+
+func isGenerated(f *ast.File) bool {
+	for _, g := range f.Comments {
+		if g.Pos() > f.Package {
+			break
+		}
+		for _, l := range g.List {
+			if generatedRE.MatchString(l.Text) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (c *checker) funcLengths(f *ast.File) {
+	for _, d := range f.Decls {
+		fn, ok := d.(*ast.FuncDecl)
+		if !ok || fn.Body == nil {
+			continue
+		}
+		lines := c.fset.Position(fn.End()).Line - c.fset.Position(fn.Pos()).Line + 1
+		if lines > maxFuncLines {
+			c.report("%s: funclen: %s is %d lines long, more than %d", c.fset.Position(fn.Pos()), fn.Name.Name, lines, maxFuncLines)
+		}
+	}
+}
+
+func (c *checker) comments(f *ast.File) {
+	for _, g := range f.Comments {
+		for _, l := range g.List {
+			if m := issueRef.FindString(l.Text); m != "" {
+				c.report("%s: issuerefs: comment names %q", c.fset.Position(l.Pos()), m)
+			}
+		}
+	}
+}
+
+// testFile checks the context and sleep rules of one test file.
+func (c *checker) testFile(path string, f *ast.File) {
+	justified := sleepJustifications(c.fset, f)
+	for _, d := range f.Decls {
+		fn, ok := d.(*ast.FuncDecl)
+		if !ok || fn.Body == nil {
+			continue
+		}
+		inMain := fn.Name.Name == "TestMain" && fn.Recv == nil
+		ast.Inspect(fn.Body, func(n ast.Node) bool {
+			call, ok := n.(*ast.CallExpr)
+			if !ok {
+				return true
+			}
+			switch selector(call.Fun) {
+			case "context.Background", "context.TODO":
+				if !inMain {
+					c.report("%s: testctx: use t.Context() (b.Context(), f.Context(); context.WithoutCancel(t.Context()) in cleanups)", c.fset.Position(call.Pos()))
+				}
+			case "time.Sleep":
+				if line := c.fset.Position(call.Pos()).Line; !justified[line] && !justified[line-1] {
+					c.report("%s: testsleep: wait for the condition instead, or say why with a \"// real time: …\" or \"// poll: …\" comment", c.fset.Position(call.Pos()))
+				}
+			}
+			return true
+		})
+	}
+}
+
+// sleepJustifications returns the lines that end with, or consist of, a
+// comment starting "real time:" or "poll:".
+func sleepJustifications(fset *token.FileSet, f *ast.File) map[int]bool {
+	lines := map[int]bool{}
+	for _, g := range f.Comments {
+		for _, l := range g.List {
+			t := strings.TrimSpace(strings.TrimPrefix(l.Text, "//"))
+			if strings.HasPrefix(t, "real time:") || strings.HasPrefix(t, "poll:") {
+				lines[fset.Position(l.Pos()).Line] = true
+			}
+		}
+	}
+	return lines
+}
+
+// selector returns "pkg.Name" for a call of pkg.Name, or "".
+func selector(e ast.Expr) string {
+	s, ok := e.(*ast.SelectorExpr)
+	if !ok {
+		return ""
+	}
+	id, ok := s.X.(*ast.Ident)
+	if !ok {
+		return ""
+	}
+	return id.Name + "." + s.Sel.Name
+}
+
+func (c *checker) markdown(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for n := 1; sc.Scan(); n++ {
+		if m := issueRef.FindString(sc.Text()); m != "" {
+			c.report("%s:%d: issuerefs: names %q", path, n, m)
+		}
+	}
+	return sc.Err()
+}
