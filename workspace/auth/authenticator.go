@@ -1,0 +1,174 @@
+package auth
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/clock"
+)
+
+// SessionCookie is the page's session cookie.
+const SessionCookie = "gantry_session"
+
+// touchEvery bounds how often a token's last-used time is written.
+const touchEvery = time.Minute
+
+// Errors of Authenticate. All mean 401 except *ThrottledError (429).
+var (
+	ErrNoToken      = errors.New("auth: no token (send Authorization: Bearer <token>)")
+	ErrUnknownToken = errors.New("auth: unknown token")
+	ErrRevoked      = errors.New("auth: token revoked")
+	ErrExpired      = errors.New("auth: token expired")
+	ErrNoSession    = errors.New("auth: session unknown or expired; log in again")
+)
+
+// ThrottledError is returned while a remote address has failed too often.
+type ThrottledError struct{ RetryAfter time.Duration }
+
+func (e *ThrottledError) Error() string {
+	return fmt.Sprintf("auth: too many failed authentications; retry in %s", e.RetryAfter.Round(time.Second))
+}
+
+// Store is what the authenticator reads; the workspace store implements it.
+// found is false (and err nil) for an id that has no row.
+type Store interface {
+	Token(ctx context.Context, id string) (t Token, found bool, err error)
+	Session(ctx context.Context, id string) (s Session, found bool, err error)
+	TokenUsed(ctx context.Context, id string, at time.Time) error
+}
+
+// Authenticator turns a request into a Principal.
+type Authenticator struct {
+	store   Store
+	clock   clock.Clock
+	limiter *Limiter
+
+	// mu protects touched: token id → last time its last-used was written.
+	mu      sync.Mutex
+	touched map[string]time.Time
+}
+
+// NewAuthenticator returns an authenticator over st. A nil clock is the real
+// clock; a nil limiter never throttles.
+func NewAuthenticator(st Store, c clock.Clock, l *Limiter) *Authenticator {
+	return &Authenticator{store: st, clock: clock.Or(c), limiter: l, touched: map[string]time.Time{}}
+}
+
+// Authenticate checks the request's bearer token, or failing that its
+// session cookie. Failures count against the remote address; while it is
+// throttled every request from it gets *ThrottledError without a lookup.
+func (a *Authenticator) Authenticate(r *http.Request) (Principal, error) {
+	ip := RemoteIP(r)
+	if wait := a.limiter.Wait(ip); wait > 0 {
+		return Principal{}, &ThrottledError{RetryAfter: wait}
+	}
+	p, err := a.authenticate(r)
+	if err != nil && !isStoreError(err) {
+		a.limiter.Fail(ip)
+	}
+	return p, err
+}
+
+type storeError struct{ err error }
+
+func (e storeError) Error() string { return "auth: token store: " + e.err.Error() }
+func (e storeError) Unwrap() error { return e.err }
+
+func isStoreError(err error) bool { var s storeError; return errors.As(err, &s) }
+
+func (a *Authenticator) authenticate(r *http.Request) (Principal, error) {
+	ctx := r.Context()
+	if h := r.Header.Get("Authorization"); h != "" {
+		scheme, secret, ok := strings.Cut(h, " ")
+		if !ok || !strings.EqualFold(scheme, "Bearer") {
+			return Principal{}, ErrMalformed
+		}
+		return a.ByToken(ctx, strings.TrimSpace(secret))
+	}
+	if c, err := r.Cookie(SessionCookie); err == nil {
+		return a.bySession(ctx, c.Value)
+	}
+	return Principal{}, ErrNoToken
+}
+
+// ByToken authenticates an API token secret.
+func (a *Authenticator) ByToken(ctx context.Context, secret string) (Principal, error) {
+	id, err := ParseSecret(TokenPrefix, secret)
+	if err != nil {
+		return Principal{}, err
+	}
+	t, found, err := a.store.Token(ctx, id)
+	if err != nil {
+		return Principal{}, storeError{err}
+	}
+	if !found || !MatchSecret(secret, t.Hash) {
+		return Principal{}, ErrUnknownToken
+	}
+	now := a.clock.Now()
+	if err := t.Usable(now); err != nil {
+		return Principal{}, err
+	}
+	a.touch(ctx, id, now)
+	return t.Principal(), nil
+}
+
+func (a *Authenticator) bySession(ctx context.Context, secret string) (Principal, error) {
+	id, err := ParseSecret(SessionPrefix, secret)
+	if err != nil {
+		return Principal{}, ErrNoSession
+	}
+	s, found, err := a.store.Session(ctx, id)
+	if err != nil {
+		return Principal{}, storeError{err}
+	}
+	now := a.clock.Now()
+	if !found || !MatchSecret(secret, s.Hash) || !now.Before(s.ExpiresAt) {
+		return Principal{}, ErrNoSession
+	}
+	t, found, err := a.store.Token(ctx, s.TokenID)
+	if err != nil {
+		return Principal{}, storeError{err}
+	}
+	if !found {
+		return Principal{}, ErrNoSession
+	}
+	if err := t.Usable(now); err != nil {
+		return Principal{}, err
+	}
+	a.touch(ctx, t.ID, now)
+	return t.Principal(), nil
+}
+
+// touch records last use at most once per touchEvery per token; a failed
+// write is not an authentication failure.
+func (a *Authenticator) touch(ctx context.Context, id string, now time.Time) {
+	a.mu.Lock()
+	last, ok := a.touched[id]
+	due := !ok || now.Sub(last) >= touchEvery
+	if due {
+		if len(a.touched) > 100_000 {
+			clear(a.touched)
+		}
+		a.touched[id] = now
+	}
+	a.mu.Unlock()
+	if due {
+		_ = a.store.TokenUsed(ctx, id, now)
+	}
+}
+
+// RemoteIP is the request's peer address without the port. Forwarded
+// headers are not trusted: a proxy in front is one address.
+func RemoteIP(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
