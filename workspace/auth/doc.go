@@ -18,6 +18,9 @@
 //     use at most once a minute per token.
 //   - limiter.go: [Limiter], a token bucket per remote address that throttles
 //     failed authentications (429 with Retry-After).
+//   - policy.go: [Quotas] and [QuotaError] (429), [AuditEntry] and
+//     [AuditFilter], and [CheckListen], which refuses plain HTTP on an
+//     address other than loopback.
 //
 // Invariant: no function in this package logs or returns a secret in an error;
 // errors name the token id at most.
