@@ -1,6 +1,10 @@
 package workspace
 
 import (
+	"github.com/gantryhq/gantry/internal/clock"
+	"github.com/gantryhq/gantry/workspace/hints"
+	"github.com/gantryhq/gantry/workspace/store"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +14,19 @@ import (
 	"net/http"
 	"time"
 )
+
+// APIStore is what the API reads and writes on users' behalf.
+type APIStore interface {
+	Create(ctx context.Context, n NewWorkspace, now time.Time) (Workspace, error)
+	Get(ctx context.Context, id string) (Workspace, error)
+	List(ctx context.Context) ([]Workspace, error)
+	SetDesired(ctx context.Context, id string, desired Status, now time.Time) (Workspace, error)
+	Recover(ctx context.Context, id string, now time.Time) (Workspace, error)
+	Touch(ctx context.Context, id string, now time.Time) error
+	MarkDeleted(ctx context.Context, id string, now time.Time) error
+}
+
+var _ APIStore = (*store.Store)(nil)
 
 // API is the HTTP JSON API. Routes are registered on one ServeMux from the
 // table in routes(); other files (SSE, the web page) add theirs with Handle.
@@ -28,23 +45,23 @@ import (
 // Errors are {"error": "..."} with 400 (bad JSON, unknown field or state,
 // bad name), 404 (unknown id), 409 (name taken, workspace being deleted).
 type API struct {
-	store   *Store
+	store   APIStore
 	storage interface{ VolumePath(string) string }
 	hints   Hints
 	log     *slog.Logger
-	now     func() time.Time
+	clock   clock.Clock
 	mux     *http.ServeMux
 }
 
 // NewAPI builds the API over st; volumePath fills each workspace's volume.
-func NewAPI(st *Store, storage interface{ VolumePath(string) string }, h Hints, log *slog.Logger) *API {
+func NewAPI(st APIStore, storage interface{ VolumePath(string) string }, h Hints, log *slog.Logger) *API {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	if h == nil {
-		h = DropHints{}
+		h = hints.Drop{}
 	}
-	a := &API{store: st, storage: storage, hints: h, log: log, now: time.Now, mux: http.NewServeMux()}
+	a := &API{store: st, storage: storage, hints: h, log: log, clock: clock.Real(), mux: http.NewServeMux()}
 	for _, r := range a.routes() {
 		a.mux.HandleFunc(r.pattern, r.h)
 	}
@@ -123,7 +140,7 @@ func (a *API) create(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, err)
 		return
 	}
-	ws, err := a.store.Create(r.Context(), n, a.now())
+	ws, err := a.store.Create(r.Context(), n, a.clock.Now())
 	if err != nil {
 		a.fail(w, err)
 		return
@@ -170,7 +187,7 @@ func (a *API) setDesired(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, err)
 		return
 	}
-	ws, err := a.store.SetDesired(r.Context(), r.PathValue("id"), st, a.now())
+	ws, err := a.store.SetDesired(r.Context(), r.PathValue("id"), st, a.clock.Now())
 	if err != nil {
 		a.fail(w, err)
 		return
@@ -180,7 +197,7 @@ func (a *API) setDesired(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *API) recover(w http.ResponseWriter, r *http.Request) {
-	ws, err := a.store.Recover(r.Context(), r.PathValue("id"), a.now())
+	ws, err := a.store.Recover(r.Context(), r.PathValue("id"), a.clock.Now())
 	if err != nil {
 		a.fail(w, err)
 		return
@@ -198,7 +215,7 @@ func (a *API) touch(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, err)
 		return
 	}
-	if err := a.store.Touch(r.Context(), ws.ID, a.now()); err != nil {
+	if err := a.store.Touch(r.Context(), ws.ID, a.clock.Now()); err != nil {
 		a.fail(w, err)
 		return
 	}
@@ -211,7 +228,7 @@ func (a *API) delete(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, err)
 		return
 	}
-	if _, err := a.store.exec(r.Context(), `UPDATE workspaces SET desired_state = 'DELETED', updated_at = ? WHERE id = ?`, a.now().UnixMilli(), ws.ID); err != nil {
+	if err := a.store.MarkDeleted(r.Context(), ws.ID, a.clock.Now()); err != nil {
 		a.fail(w, err)
 		return
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantryhq/gantry/workspace/store/storetest"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -68,7 +69,7 @@ func TestAPIBadInput(t *testing.T) {
 // clock restarts and the desired version moves (a TTL decision read
 // before it cannot land).
 func TestAPITouch(t *testing.T) {
-	st := openStore(t, sqliteDSN(t))
+	st := openStore(t, storetest.SQLiteDSN(t))
 	srv := httptest.NewServer(NewAPI(st, nil, nil, nil))
 	defer srv.Close()
 	ctx := context.Background()

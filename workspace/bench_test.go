@@ -5,14 +5,17 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/gantryhq/gantry/workspace/hints"
 	"github.com/gantryhq/gantry/workspace/provider/fake"
+	"github.com/gantryhq/gantry/workspace/store"
 )
 
 // createMany inserts n workspaces wanting desired.
-func createMany(tb testing.TB, st *Store, n int, desired Status) []string {
+func createMany(tb testing.TB, st *store.Store, n int, desired Status) []string {
 	ids := make([]string, n)
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 8)
@@ -21,7 +24,7 @@ func createMany(tb testing.TB, st *Store, n int, desired Status) []string {
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			w, err := st.Create(context.Background(), NewWorkspace{Name: fmt.Sprint("b", i), Desired: desired}, time.Now())
+			w, err := st.Create(tb.Context(), NewWorkspace{Name: fmt.Sprint("b", i), Desired: desired}, time.Now())
 			if err != nil {
 				tb.Error(err)
 				return
@@ -33,19 +36,21 @@ func createMany(tb testing.TB, st *Store, n int, desired Status) []string {
 	return ids
 }
 
-func countConverged(st *Store) int {
-	var n int
-	st.db.QueryRow(`SELECT COUNT(*) FROM workspaces WHERE observed_status = desired_state AND operation = 'NONE'`).Scan(&n)
+func countConverged(tb testing.TB, st *store.Store) int {
+	n, err := st.CountConverged(tb.Context())
+	if err != nil {
+		tb.Fatal(err)
+	}
 	return n
 }
 
 // waitConverged polls until all n workspaces are converged, cheaply: the
 // count of actionable rows is an index scan over what is left to do.
-func waitConverged(b *testing.B, st *Store, n int, limit time.Duration) {
+func waitConverged(b *testing.B, st *store.Store, n int, limit time.Duration) {
 	deadline := time.Now().Add(limit)
 	for {
-		var left int
-		if err := st.db.QueryRow(`SELECT COUNT(*) FROM workspaces WHERE ` + actionable).Scan(&left); err != nil {
+		left, err := st.CountActionable(b.Context())
+		if err != nil {
 			b.Fatal(err)
 		}
 		if left == 0 {
@@ -54,9 +59,9 @@ func waitConverged(b *testing.B, st *Store, n int, limit time.Duration) {
 		if time.Now().After(deadline) {
 			b.Fatalf("%d of %d workspaces still actionable after %v", left, n, limit)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // poll: a count per 50 ms costs the run nothing
 	}
-	if c := countConverged(st); c != n {
+	if c := countConverged(b, st); c != n {
 		b.Fatalf("only %d of %d workspaces converged (the rest in ERROR?)", c, n)
 	}
 }
@@ -79,17 +84,18 @@ func BenchmarkConverge(b *testing.B) {
 					// The seed's default intervals (reconciler 10 s, monitor
 					// 30 s): hints drive it, the periodic passes are the fallback.
 					cfg := Config{Interval: 10 * time.Second}
+					var setup func(*Reconciler)
 					if mode == "pool" {
-						cfg.WorkerPool = 512
+						setup = func(r *Reconciler) { usePool(r, 512) }
 					}
-					s0 := st.batch.stats()
+					s0 := st.BatchStats()
 					b.StartTimer()
 					start := time.Now()
-					h := startHarnessMon(b, st, fake.New(10*time.Millisecond), NewLocalHints(), cfg, MonitorConfig{Interval: 30 * time.Second})
+					h := startHarnessWith(b, st, fake.New(10*time.Millisecond), hints.NewLocal(), cfg, MonitorConfig{Interval: 30 * time.Second}, setup)
 					waitConverged(b, st, n, 5*time.Minute)
 					el := time.Since(start)
 					b.StopTimer()
-					s1 := st.batch.stats()
+					s1 := st.BatchStats()
 					h.stop()
 					b.ReportMetric(el.Seconds(), "s/converge")
 					b.ReportMetric(float64(n)/el.Seconds(), "workspaces/s")
@@ -119,25 +125,26 @@ func BenchmarkClaimLatency(b *testing.B) {
 			ctx := context.Background()
 			st := openStore(b, be.dsn(b))
 			ids := createMany(b, st, n, Standby)
-			var hints Hints = NewLocalHints()
-			if st.Dialect() == Postgres {
-				hints = &PGHints{DB: st.db, DSN: st.DSN()}
+			var hb Hints = hints.NewLocal()
+			if st.Dialect() == store.Postgres {
+				hb = &hints.Postgres{DB: st.DB(), DSN: st.DSN()}
 			}
-			h := startHarnessMon(b, st, fake.New(10*time.Millisecond), hints, Config{Interval: 10 * time.Second}, MonitorConfig{Interval: 30 * time.Second})
+			counted := &countingStore{Store: st}
+			h := startHarnessWith(b, counted, fake.New(10*time.Millisecond), hb, Config{Interval: 10 * time.Second}, MonitorConfig{Interval: 30 * time.Second}, nil)
 			waitConverged(b, st, n, 5*time.Minute)
-			q0 := h.rec.TickQueries()
+			q0 := counted.listed.Load()
 			t0 := time.Now()
 			if err := h.rec.Tick(ctx); err != nil {
 				b.Fatal(err)
 			}
 			tickDur := time.Since(t0)
-			if q := h.rec.TickQueries() - q0; q != 1 {
+			if q := counted.listed.Load() - q0; q != 1 {
 				b.Fatalf("tick over %d converged workspaces issued %d queries", n, q)
 			}
 			var claimed, called []time.Duration
 			i := 0
 			for b.Loop() {
-				c, k := claimSample(b, st, h.fake, hints, ids[i%len(ids)])
+				c, k := claimSample(b, st, h.fake, hb, ids[i%len(ids)])
 				claimed, called = append(claimed, c), append(called, k)
 				i++
 			}
@@ -165,7 +172,7 @@ func rank(ds []time.Duration, p int) time.Duration {
 // and returns how long after the change the claim was stamped
 // (op_started_at, ms resolution) and how long until the provider call
 // began (an upper bound of the claim's commit: the call follows it).
-func claimSample(b *testing.B, st *Store, fk *fake.Provider, hints Hints, id string) (claimed, called time.Duration) {
+func claimSample(b *testing.B, st *store.Store, fk *fake.Provider, hb Hints, id string) (claimed, called time.Duration) {
 	ctx := context.Background()
 	w, err := st.Get(ctx, id)
 	if err != nil {
@@ -179,7 +186,7 @@ func claimSample(b *testing.B, st *Store, fk *fake.Provider, hints Hints, id str
 	if _, err := st.SetDesired(ctx, id, next, t); err != nil {
 		b.Fatal(err)
 	}
-	hints.Publish(ctx, ChanWorkspace, id)
+	hb.Publish(ctx, ChanWorkspace, id)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		w, err = st.Get(ctx, id)
@@ -199,4 +206,15 @@ func envInt(name string, def int) int {
 		return v
 	}
 	return def
+}
+
+// countingStore counts ListActionable calls: one per tick.
+type countingStore struct {
+	*store.Store
+	listed atomic.Int64
+}
+
+func (c *countingStore) ListActionable(ctx context.Context) ([]Workspace, error) {
+	c.listed.Add(1)
+	return c.Store.ListActionable(ctx)
 }

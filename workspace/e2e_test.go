@@ -18,6 +18,7 @@ import (
 
 	"github.com/gantryhq/gantry/internal/testutil"
 	"github.com/gantryhq/gantry/workspace/provider/archive"
+	"github.com/gantryhq/gantry/workspace/store/storetest"
 )
 
 // gantryBinary is the test process's one build of cmd/gantry.
@@ -160,7 +161,7 @@ func TestFullCycleThroughCLI(t *testing.T) {
 			data := t.TempDir()
 			db := b.db
 			if db == "pg" {
-				db = pgDSN(t)
+				db = storetest.PostgresDSN(t)
 			}
 			s := startServe(t, db, data)
 			id := strings.TrimSpace(s.cli("create", "cycle", "--cmd", "echo started > started.txt; exec sleep 600"))

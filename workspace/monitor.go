@@ -1,6 +1,10 @@
 package workspace
 
 import (
+	"github.com/gantryhq/gantry/internal/clock"
+	"github.com/gantryhq/gantry/workspace/hints"
+	"github.com/gantryhq/gantry/workspace/store"
+
 	"context"
 	"log/slog"
 	"sync"
@@ -16,8 +20,20 @@ type MonitorConfig struct {
 	// Concurrency of observations within a pass; 0 = 64.
 	Concurrency int
 	Logger      *slog.Logger
-	Now         func() time.Time // nil = time.Now
+	Clock       clock.Clock // nil = the real clock
 }
+
+// MonitorStore is what the HealthMonitor reads and writes: it is the only
+// writer of observed_status and of the ObserveFailed error info.
+type MonitorStore interface {
+	Get(ctx context.Context, id string) (Workspace, error)
+	List(ctx context.Context) ([]Workspace, error)
+	SetObserved(ctx context.Context, w Workspace, status Status, now time.Time) (bool, error)
+	SetObserveError(ctx context.Context, id string, info *ErrorInfo, now time.Time) (bool, error)
+	ClearObserveError(ctx context.Context, id string, now time.Time) (bool, error)
+}
+
+var _ MonitorStore = (*store.Store)(nil)
 
 // HealthMonitor is the only writer of observed_status. It maps what the
 // providers report to a status:
@@ -34,14 +50,14 @@ type MonitorConfig struct {
 // error_info (reason ObserveFailed) until an observation succeeds.
 type HealthMonitor struct {
 	cfg       MonitorConfig
-	store     *Store
+	store     MonitorStore
 	container provider.Container
 	storage   provider.Storage
 	hints     Hints
 }
 
 // NewHealthMonitor checks cfg and returns a monitor.
-func NewHealthMonitor(cfg MonitorConfig, st *Store, c provider.Container, s provider.Storage, h Hints) *HealthMonitor {
+func NewHealthMonitor(cfg MonitorConfig, st MonitorStore, c provider.Container, s provider.Storage, h Hints) *HealthMonitor {
 	if cfg.Interval <= 0 {
 		cfg.Interval = 30 * time.Second
 	}
@@ -51,11 +67,9 @@ func NewHealthMonitor(cfg MonitorConfig, st *Store, c provider.Container, s prov
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	cfg.Clock = clock.Or(cfg.Clock)
 	if h == nil {
-		h = DropHints{}
+		h = hints.Drop{}
 	}
 	return &HealthMonitor{cfg: cfg, store: st, container: c, storage: s, hints: h}
 }
@@ -88,7 +102,7 @@ func (m *HealthMonitor) Observe(ctx context.Context, w Workspace) (Status, error
 func (m *HealthMonitor) observeOne(ctx context.Context, w Workspace) {
 	// observed_at is when the observation began: a takeover trusts only
 	// observations begun after the dead owner's lease lapsed.
-	at := m.cfg.Now()
+	at := m.cfg.Clock.Now()
 	st, err := m.Observe(ctx, w)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -172,9 +186,9 @@ func (m *HealthMonitor) Pass(ctx context.Context) error {
 // Run passes every Interval and observes hinted workspaces at once, until
 // ctx ends; it then waits for observations in progress.
 func (m *HealthMonitor) Run(ctx context.Context) error {
-	hints, cancel := m.hints.Subscribe(ChanMonitor)
+	hinted, cancel := m.hints.Subscribe(ChanMonitor)
 	defer cancel()
-	t := time.NewTicker(m.cfg.Interval)
+	t := m.cfg.Clock.NewTicker(m.cfg.Interval)
 	defer t.Stop()
 	sem := make(chan struct{}, m.cfg.Concurrency)
 	var wg sync.WaitGroup
@@ -186,11 +200,11 @@ func (m *HealthMonitor) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-t.C:
+		case <-t.C():
 			if err := m.Pass(ctx); err != nil && ctx.Err() == nil {
 				m.cfg.Logger.Warn("workspace: monitor pass", "err", err)
 			}
-		case id := <-hints:
+		case id := <-hinted:
 			select {
 			case sem <- struct{}{}:
 			case <-ctx.Done():

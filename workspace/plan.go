@@ -19,7 +19,7 @@ func Plan(observed, desired Status, hasArchive bool) Operation {
 	if observed == Error || observed == desired {
 		return OpNone
 	}
-	cur, tgt := observed.level(), desired.level()
+	cur, tgt := observed.Level(), desired.Level()
 	if cur < 0 || tgt < 0 {
 		return OpNone
 	}

@@ -62,7 +62,7 @@ func TestPlanConvergesInTwoSteps(t *testing.T) {
 			if op == OpNone {
 				t.Fatalf("stuck at %s wanting %s (archive %v)", observed, desired, archive)
 			}
-			if op.Target().level() < 0 {
+			if op.Target().Level() < 0 {
 				t.Fatalf("op %s has no target", op)
 			}
 			observed, archive = apply(op, archive)

@@ -1,6 +1,9 @@
 package workspace
 
 import (
+	"github.com/gantryhq/gantry/workspace/hints"
+	"github.com/gantryhq/gantry/workspace/store"
+
 	"context"
 	"errors"
 	"fmt"
@@ -37,10 +40,6 @@ type Config struct {
 	Concurrency int
 	// Workers is the number of sched workers; 0 = GOMAXPROCS.
 	Workers int
-	// WorkerPool, if > 0, replaces the sched processes with a plain pool
-	// of that many goroutines and a per-workspace in-flight set: the
-	// baseline the benchmark compares against.
-	WorkerPool int
 	// Owner names this replica in op_owner; "" = hostname-pid-random.
 	Owner  string
 	Logger *slog.Logger
@@ -147,6 +146,25 @@ func (c *Config) retryPolicy() backoff.Policy {
 	return backoff.Policy{Initial: c.RetryBackoff, Max: c.RetryBackoffMax, Multiplier: 2, Jitter: -1}
 }
 
+// ReconcilerStore is what the reconciler reads and writes: every write is
+// a compare-and-set on the operation it owns (store.Store; memstore in
+// tests).
+type ReconcilerStore interface {
+	Get(ctx context.Context, id string) (Workspace, error)
+	ListActionable(ctx context.Context) ([]Workspace, error)
+	Claim(ctx context.Context, w Workspace, op Operation, opID, owner string, now, leaseUntil time.Time) (bool, error)
+	Acquire(ctx context.Context, id, opID, owner string, now, leaseUntil time.Time) (bool, error)
+	Renew(ctx context.Context, id, opID, owner string, leaseUntil time.Time) (bool, error)
+	Executed(ctx context.Context, id, opID string, now time.Time) error
+	SetArchiveKey(ctx context.Context, id, opID, key string, now time.Time) error
+	Failed(ctx context.Context, id, opID string, count int, info *ErrorInfo, now time.Time, next *time.Time) error
+	Terminal(ctx context.Context, id, opID string, info *ErrorInfo, now time.Time) error
+	Complete(ctx context.Context, id, opID string, now time.Time) (bool, error)
+	DeleteRow(ctx context.Context, id, opID string) error
+}
+
+var _ ReconcilerStore = (*store.Store)(nil)
+
 // Reconciler is seed 001's StateReconciler: it reads only the database and
 // runs each workspace as one sched process, so one workspace never has two
 // reconcile steps at once in a replica while thousands proceed together;
@@ -154,7 +172,7 @@ func (c *Config) retryPolicy() backoff.Policy {
 // operation.
 type Reconciler struct {
 	cfg       Config
-	store     *Store
+	store     ReconcilerStore
 	container provider.Container
 	storage   provider.Storage
 	hints     Hints
@@ -162,7 +180,7 @@ type Reconciler struct {
 
 	wake *wakeups // pokeAt's one timer
 
-	// mu protects procs, ids, sch and tickQueries.
+	// mu protects procs, ids and sch.
 	// Invariant: ids is the inverse of procs (OnExit finds the id at once).
 	mu    sync.Mutex
 	procs map[string]sched.PID
@@ -173,22 +191,29 @@ type Reconciler struct {
 	// calls.Wait (a WaitGroup rule the race detector enforces).
 	draining bool
 
-	pool  *workerPool
 	calls sync.WaitGroup // provider calls in flight
-	// Queries counts store queries issued by ticks (benchmarks).
-	tickQueries int64
+
+	// alt, if set (by tests, before Run), replaces the sched processes:
+	// the benchmark's baseline dispatcher.
+	alt dispatcher
+}
+
+// dispatcher runs steps instead of the sched processes (pool_test.go).
+type dispatcher interface {
+	poke(id string, w *Workspace)
+	run(ctx context.Context) error
 }
 
 // NewReconciler validates cfg.
-func NewReconciler(cfg Config, st *Store, c provider.Container, s provider.Storage, h Hints) (*Reconciler, error) {
+func NewReconciler(cfg Config, st ReconcilerStore, c provider.Container, s provider.Storage, h Hints) (*Reconciler, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	if h == nil {
-		h = DropHints{}
+		h = hints.Drop{}
 	}
 	return &Reconciler{cfg: cfg, store: st, container: c, storage: s, hints: h,
-		sem: make(chan struct{}, cfg.Concurrency), procs: map[string]sched.PID{}, ids: map[sched.PID]string{}, wake: newWakeups(cfg.Clock), pool: newWorkerPool()}, nil
+		sem: make(chan struct{}, cfg.Concurrency), procs: map[string]sched.PID{}, ids: map[sched.PID]string{}, wake: newWakeups(cfg.Clock)}, nil
 }
 
 // Config returns the effective configuration.
@@ -267,8 +292,8 @@ func (p *wsProc) Step(events []sched.Event, out *sched.StepOutput) error {
 
 // poke sends w (nil = re-read) to id's process, spawning it if needed.
 func (r *Reconciler) poke(id string, w *Workspace) {
-	if r.cfg.WorkerPool > 0 {
-		r.pool.poke(id, w)
+	if r.alt != nil {
+		r.alt.poke(id, w)
 		return
 	}
 	r.mu.Lock()
@@ -299,9 +324,6 @@ func (r *Reconciler) pokeAt(id string, d time.Duration) { r.wake.at(id, d) }
 func (r *Reconciler) Tick(ctx context.Context) error {
 	defer r.cfg.Metrics.observeTick(time.Now())
 	ws, err := r.store.ListActionable(ctx)
-	r.mu.Lock()
-	r.tickQueries++
-	r.mu.Unlock()
 	if err != nil {
 		return err
 	}
@@ -309,13 +331,6 @@ func (r *Reconciler) Tick(ctx context.Context) error {
 		r.poke(ws[i].ID, &ws[i])
 	}
 	return nil
-}
-
-// TickQueries reports how many queries ticks have issued.
-func (r *Reconciler) TickQueries() int64 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.tickQueries
 }
 
 // Run ticks every Interval and on ChanWorkspace hints until ctx ends, then
@@ -333,8 +348,8 @@ func (r *Reconciler) Run(ctx context.Context) error {
 		})
 	}()
 	defer func() { stopWake(); wakeDone.Wait() }()
-	if r.cfg.WorkerPool > 0 {
-		return r.runPool(ctx)
+	if r.alt != nil {
+		return r.alt.run(ctx)
 	}
 	handler := &stepHandler{r: r, ctx: ctx}
 	sch, err := sched.New(sched.Config{

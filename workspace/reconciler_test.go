@@ -8,11 +8,39 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantryhq/gantry/workspace/hints"
 	"github.com/gantryhq/gantry/workspace/provider/fake"
+	"github.com/gantryhq/gantry/workspace/store"
+	"github.com/gantryhq/gantry/workspace/store/memstore"
+	"github.com/gantryhq/gantry/workspace/store/storetest"
 )
 
+// testStore is every store method the reconciler tests drive: what the
+// reconciler, monitor and API use. store.Store and memstore.Store have it.
+type testStore interface {
+	ReconcilerStore
+	MonitorStore
+	APIStore
+}
+
+var (
+	_ testStore = (*store.Store)(nil)
+	_ testStore = (*memstore.Store)(nil)
+)
+
+// recBackends are the stores the reconciler suite runs on: the in-memory
+// fake and both databases.
+var recBackends = []struct {
+	name string
+	open func(testing.TB) testStore
+}{
+	{"mem", func(testing.TB) testStore { return memstore.New() }},
+	{"sqlite", func(t testing.TB) testStore { return openStore(t, storetest.SQLiteDSN(t)) }},
+	{"postgres", func(t testing.TB) testStore { return openStore(t, storetest.PostgresDSN(t)) }},
+}
+
 type harness struct {
-	st   *Store
+	st   testStore
 	fake *fake.Provider
 	rec  *Reconciler
 	stop func()
@@ -20,31 +48,41 @@ type harness struct {
 
 // startHarness runs a reconciler and a monitor over st with the fake
 // provider, fast intervals and the given hints.
-func startHarness(t testing.TB, st *Store, fk *fake.Provider, hints Hints, cfg Config) *harness {
+func startHarness(t testing.TB, st testStore, fk *fake.Provider, hb Hints, cfg Config) *harness {
 	t.Helper()
 	if cfg.Interval == 0 {
 		cfg.Interval = 100 * time.Millisecond
 	}
-	return startHarnessMon(t, st, fk, hints, cfg, MonitorConfig{Interval: cfg.Interval})
+	return startHarnessMon(t, st, fk, hb, cfg, MonitorConfig{Interval: cfg.Interval})
 }
 
 // startHarnessMon is startHarness with the monitor's own configuration.
-func startHarnessMon(t testing.TB, st *Store, fk *fake.Provider, hints Hints, cfg Config, mcfg MonitorConfig) *harness {
+func startHarnessMon(t testing.TB, st testStore, fk *fake.Provider, hb Hints, cfg Config, mcfg MonitorConfig) *harness {
+	t.Helper()
+	return startHarnessWith(t, st, fk, hb, cfg, mcfg, nil)
+}
+
+// startHarnessWith is startHarnessMon with setup run on the reconciler
+// before it starts (the benchmark's pool baseline).
+func startHarnessWith(t testing.TB, st testStore, fk *fake.Provider, hb Hints, cfg Config, mcfg MonitorConfig, setup func(*Reconciler)) *harness {
 	t.Helper()
 	if cfg.RetryBackoff == 0 {
 		cfg.RetryBackoff = 20 * time.Millisecond
 	}
-	rec, err := NewReconciler(cfg, st, fk, fk, hints)
+	rec, err := NewReconciler(cfg, st, fk, fk, hb)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mon := NewHealthMonitor(mcfg, st, fk, fk, hints)
+	if setup != nil {
+		setup(rec)
+	}
+	mon := NewHealthMonitor(mcfg, st, fk, fk, hb)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); rec.Run(ctx) }()
 	go func() { defer wg.Done(); mon.Run(ctx) }()
-	if ph, ok := hints.(*PGHints); ok {
+	if ph, ok := hb.(*hints.Postgres); ok {
 		wg.Add(1)
 		go func() { defer wg.Done(); ph.Run(ctx) }()
 	}
@@ -71,14 +109,14 @@ func (h *harness) waitState(t testing.TB, id string, observed Status, d time.Dur
 func TestLifecycleWithFakeProvider(t *testing.T) {
 	for _, b := range backends {
 		for _, hintsOn := range []bool{true, false} {
-			t.Run(fmt.Sprintf("%s/hints=%v", b.name, hintsOn), func(t *testing.T) {
+			t.Run(fmt.Sprintf("%s/hb=%v", b.name, hintsOn), func(t *testing.T) {
 				ctx := context.Background()
 				st := openStore(t, b.dsn(t))
-				var hints Hints = DropHints{}
+				var hb Hints = hints.Drop{}
 				if hintsOn {
-					hints = NewLocalHints()
+					hb = hints.NewLocal()
 				}
-				h := startHarness(t, st, fake.New(time.Millisecond), hints, Config{})
+				h := startHarness(t, st, fake.New(time.Millisecond), hb, Config{})
 				w, err := st.Create(ctx, NewWorkspace{Name: "w", Desired: Running}, time.Now())
 				if err != nil {
 					t.Fatal(err)
@@ -117,12 +155,12 @@ func TestLifecycleWithFakeProvider(t *testing.T) {
 
 func TestFailurePolicy(t *testing.T) {
 	ctx := context.Background()
-	st := openStore(t, sqliteDSN(t))
+	st := openStore(t, storetest.SQLiteDSN(t))
 	fk := fake.New(0)
 	// STARTING times out after 8 s: long enough that a loaded machine's slow
 	// observation never turns a successful start into a timeout (and a
 	// fifth call), short enough for the hung case below.
-	h := startHarness(t, st, fk, NewLocalHints(), Config{MaxRetries: 3, Timeouts: map[Operation]time.Duration{OpStarting: 8 * time.Second}})
+	h := startHarness(t, st, fk, hints.NewLocal(), Config{MaxRetries: 3, Timeouts: map[Operation]time.Duration{OpStarting: 8 * time.Second}})
 	mk := func(name string) Workspace {
 		w, err := st.Create(ctx, NewWorkspace{Name: name, Desired: Standby}, time.Now())
 		if err != nil {
@@ -190,7 +228,7 @@ func TestConvergesUnderRandomChanges(t *testing.T) {
 			ctx := context.Background()
 			st := openStore(t, b.dsn(t))
 			fk := fake.New(time.Millisecond)
-			h := startHarness(t, st, fk, NewLocalHints(), Config{MaxRetries: 3})
+			h := startHarness(t, st, fk, hints.NewLocal(), Config{MaxRetries: 3})
 			states := []Status{Pending, Standby, Running}
 			var ids []string
 			for i := range 50 {

@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantryhq/gantry/workspace/hints"
 	"github.com/gantryhq/gantry/workspace/provider/fake"
+	"github.com/gantryhq/gantry/workspace/store/storetest"
 )
 
 // TestReplicasNeverDuplicate: 3 replicas (each its own pool, LISTEN
@@ -28,12 +30,12 @@ func TestReplicasNeverDuplicate(t *testing.T) {
 		secs = v
 	}
 	ctx := context.Background()
-	dsn := pgDSN(t)
+	dsn := storetest.PostgresDSN(t)
 	fk := fake.New(2 * time.Millisecond)
 	var hs []*harness
 	for i := range 3 {
 		st := openStore(t, dsn)
-		hs = append(hs, startHarness(t, st, fk, &PGHints{DB: st.db, DSN: dsn},
+		hs = append(hs, startHarness(t, st, fk, &hints.Postgres{DB: st.DB(), DSN: dsn},
 			Config{Owner: fmt.Sprint("replica-", i), Interval: 500 * time.Millisecond, Lease: 3 * time.Second, MaxRetries: 3, RetryBackoff: 50 * time.Millisecond}))
 	}
 	st := hs[0].st

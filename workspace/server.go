@@ -1,6 +1,9 @@
 package workspace
 
 import (
+	"github.com/gantryhq/gantry/workspace/hints"
+	"github.com/gantryhq/gantry/workspace/store"
+
 	"bytes"
 	"context"
 	"errors"
@@ -16,7 +19,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 
 	"github.com/gantryhq/gantry/workspace/provider"
 	"github.com/gantryhq/gantry/workspace/provider/archive"
@@ -62,13 +65,15 @@ type ServerConfig struct {
 // manager only on the leader (RunSingletons).
 type Server struct {
 	cfg   ServerConfig
-	Store *Store
+	Store *store.Store
 	API   *API
 	Rec   *Reconciler
 	Mon   *HealthMonitor
 	TTL   *TTLManager
 	hints Hints
 	runs  []func(context.Context) error
+	// closers run after Run has drained (the Redis client).
+	closers []func()
 }
 
 // Hints is the server's hint bus (the live page's event hub subscribes).
@@ -94,7 +99,7 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	if err := mkdirAll(cfg.Data); err != nil {
 		return nil, fmt.Errorf("--data %s: %w", cfg.Data, err)
 	}
-	st, err := OpenStore(ctx, cfg.DB)
+	st, err := store.Open(ctx, cfg.DB)
 	if err != nil {
 		return nil, fmt.Errorf("--db: %w", err)
 	}
@@ -107,20 +112,27 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	}
 	switch {
 	case cfg.Redis != "":
-		opt, err := redis.ParseURL(cfg.Redis)
+		opt, err := rueidis.ParseURL(cfg.Redis)
 		if err != nil {
 			st.Close()
 			return nil, fmt.Errorf("--redis %q: %w", cfg.Redis, err)
 		}
-		rh := &RedisHints{Client: redis.NewClient(opt), Logger: cfg.Logger}
+		opt.DisableCache = true
+		client, err := rueidis.NewClient(opt)
+		if err != nil {
+			st.Close()
+			return nil, fmt.Errorf("--redis %q: %w", cfg.Redis, err)
+		}
+		s.closers = append(s.closers, client.Close)
+		rh := &hints.Redis{Client: client, Logger: cfg.Logger}
 		s.hints = rh
 		s.runs = append(s.runs, rh.Run)
-	case st.Dialect() == Postgres:
-		ph := &PGHints{DB: st.db, DSN: st.DSN(), Logger: cfg.Logger}
+	case st.Dialect() == store.Postgres:
+		ph := &hints.Postgres{DB: st.DB(), DSN: st.DSN(), Logger: cfg.Logger}
 		s.hints = ph
 		s.runs = append(s.runs, ph.Run)
 	default:
-		s.hints = NewLocalHints()
+		s.hints = hints.NewLocal()
 	}
 	metrics := NewMetrics(cfg.Registry)
 	cfg.Reconciler.Logger = cfg.Logger
@@ -149,6 +161,11 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 // reconciler waits for provider calls in flight, the store closes.
 func (s *Server) Run(ctx context.Context) error {
 	defer s.Store.Close()
+	defer func() {
+		for _, c := range s.closers {
+			c()
+		}
+	}()
 	ln, err := net.Listen("tcp", s.cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", s.cfg.Listen, err)

@@ -1,10 +1,10 @@
 package workspace
 
 import (
+	"github.com/gantryhq/gantry/workspace/store"
+
 	"context"
 	"errors"
-	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"sync"
 	"time"
@@ -12,9 +12,19 @@ import (
 	"github.com/gantryhq/gantry/workspace/leader"
 )
 
+// LeaderStore is what the election needs of the store: on Postgres its DSN
+// (the lock connection) and the lock key; on SQLite no election runs.
+type LeaderStore interface {
+	Dialect() store.Dialect
+	DSN() string
+	LeaderLockID(ctx context.Context) (int64, error)
+}
+
+var _ LeaderStore = (*store.Store)(nil)
+
 // SingletonsConfig configures RunSingletons. Zero values are the defaults.
 type SingletonsConfig struct {
-	Store   *Store         // required
+	Store   LeaderStore    // required
 	Monitor *HealthMonitor // required
 	TTL     *TTLManager    // nil = no TTL manager
 	// Lease bounds how long the loops can outlive a dead leader (Postgres);
@@ -48,14 +58,14 @@ func RunSingletons(ctx context.Context, cfg SingletonsConfig) error {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if cfg.Store.Dialect() != Postgres {
+	if cfg.Store.Dialect() != store.Postgres {
 		cfg.Metrics.setLeader(true)
 		defer cfg.Metrics.setLeader(false)
 		runLoops(ctx, cfg, nil)
 		return nil
 	}
 	if cfg.LockID == 0 {
-		id, err := tableLockID(ctx, cfg.Store)
+		id, err := cfg.Store.LeaderLockID(ctx)
 		if err != nil {
 			return err
 		}
@@ -96,17 +106,4 @@ func runLoops(ctx context.Context, cfg SingletonsConfig, sess *leader.Session) {
 		run("ttl", ttl.Run)
 	}
 	wg.Wait()
-}
-
-// tableLockID derives the leader lock key from the database and schema the
-// store uses: replicas of one deployment agree on it, and two deployments
-// (or two tests) in one Postgres never contend.
-func tableLockID(ctx context.Context, st *Store) (int64, error) {
-	var where string
-	if err := st.db.QueryRowContext(ctx, `SELECT current_database() || '/' || current_schema()`).Scan(&where); err != nil {
-		return 0, fmt.Errorf("workspace: leader lock id: %w", err)
-	}
-	h := fnv.New64a()
-	h.Write([]byte("gantry-ws-leader/" + where))
-	return int64(h.Sum64() >> 2), nil // positive, and its high half fits pg_locks.classid as a non-negative int
 }

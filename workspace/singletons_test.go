@@ -16,17 +16,19 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gantryhq/gantry/internal/clock"
 	"github.com/gantryhq/gantry/workspace/leader"
 	"github.com/gantryhq/gantry/workspace/provider"
 	"github.com/gantryhq/gantry/workspace/provider/archive"
 	"github.com/gantryhq/gantry/workspace/provider/fs"
 	"github.com/gantryhq/gantry/workspace/provider/process"
+	"github.com/gantryhq/gantry/workspace/store/storetest"
 )
 
 // On SQLite there is one process and no election: the monitor and the TTL
 // manager run at once, and stop when the context ends.
 func TestSingletonsOnSQLiteNeedNoElection(t *testing.T) {
-	st := openStore(t, sqliteDSN(t))
+	st := openStore(t, storetest.SQLiteDSN(t))
 	id := seedConverged(t, st, "idle", Running)
 	// The monitor sees what the row says: a running container over its volume.
 	storage := &archive.Storage{Root: t.TempDir(), Blobs: &fs.BlobStore{Dir: t.TempDir()}}
@@ -35,7 +37,7 @@ func TestSingletonsOnSQLiteNeedNoElection(t *testing.T) {
 	}
 	running := provider.ContainerFuncs{ObserveFunc: func(context.Context, string) (provider.ContainerState, error) { return provider.Running, nil }}
 	mon := NewHealthMonitor(MonitorConfig{Interval: time.Hour}, st, running, storage, nil)
-	ttl, err := NewTTLManager(TTLConfig{Now: func() time.Time { return ttlT0.Add(time.Hour) }, Interval: time.Hour}, st)
+	ttl, err := NewTTLManager(TTLConfig{Clock: clock.NewFake(ttlT0.Add(time.Hour)), Interval: time.Hour}, st)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,16 +74,16 @@ func TestSingletonsOnSQLiteNeedNoElection(t *testing.T) {
 // it: the server ends the session (as after tcp_user_timeout), or the lock
 // is released while the connection lives.
 func TestDeposedLeaderTTLWriteRefused(t *testing.T) {
-	dsn := pgDSN(t)
+	dsn := storetest.PostgresDSN(t)
 	st := openStore(t, dsn)
-	lockID, err := tableLockID(context.Background(), st)
+	lockID, err := st.LeaderLockID(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, how := range []string{"session terminated", "lock released"} {
 		t.Run(how, func(t *testing.T) {
 			id := seedConverged(t, st, "idle-"+strings.ReplaceAll(how, " ", "-"), Running)
-			ttl, err := NewTTLManager(TTLConfig{Now: func() time.Time { return ttlT0.Add(time.Hour) }}, st)
+			ttl, err := NewTTLManager(TTLConfig{Clock: clock.NewFake(ttlT0.Add(time.Hour))}, st)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -121,12 +123,12 @@ func TestDeposedLeaderTTLWriteRefused(t *testing.T) {
 				}); err != nil {
 					t.Fatal(err)
 				}
-				if _, err := st.db.ExecContext(ctx, `SELECT pg_terminate_backend($1)`, pid); err != nil {
+				if _, err := st.DB().ExecContext(ctx, `SELECT pg_terminate_backend($1)`, pid); err != nil {
 					t.Fatal(err)
 				}
 				waitFor(t, 10*time.Second, "the terminated backend to exit", func() (bool, string) {
 					var n int
-					st.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&n)
+					st.DB().QueryRowContext(ctx, `SELECT COUNT(*) FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&n)
 					return n == 0, fmt.Sprint(n)
 				})
 			case "lock released":
@@ -197,7 +199,7 @@ func TestSingletonsFailoverAfterSIGKILL(t *testing.T) {
 	if testing.Short() {
 		t.Skip("process-level test")
 	}
-	dsn := pgDSN(t)
+	dsn := storetest.PostgresDSN(t)
 	data := t.TempDir()
 	const lease = time.Second
 	extra := []string{"--leader-lease", lease.String(), "--idle-timeout", "3s", "--ttl-interval", "200ms"}
@@ -244,11 +246,11 @@ func TestSingletonsFailoverAfterSIGKILL(t *testing.T) {
 // A leader that loses its lock connection stops its monitor and TTL manager
 // within the lease, and they stay stopped while another holds the lock.
 func TestSingletonsStopWhenLeadershipLost(t *testing.T) {
-	dsn := pgDSN(t)
+	dsn := storetest.PostgresDSN(t)
 	st := openStore(t, dsn)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	lockID, err := tableLockID(ctx, st)
+	lockID, err := st.LeaderLockID(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantryhq/gantry/workspace/hints"
 	"github.com/gantryhq/gantry/workspace/provider/fake"
+	"github.com/gantryhq/gantry/workspace/store/storetest"
 )
 
 // TestArchiveTakeoverOnlyRemovesTheVolume: a replica died after its
@@ -14,7 +16,7 @@ import (
 // again (its key is recorded): it only removes the volume.
 func TestArchiveTakeoverOnlyRemovesTheVolume(t *testing.T) {
 	ctx := context.Background()
-	st := openStore(t, sqliteDSN(t))
+	st := openStore(t, storetest.SQLiteDSN(t))
 	fk := fake.New(0)
 	now := time.Now()
 	w, err := st.Create(ctx, NewWorkspace{Name: "w", Desired: Pending}, now)
@@ -27,9 +29,7 @@ func TestArchiveTakeoverOnlyRemovesTheVolume(t *testing.T) {
 	if err := fk.Provision(ctx, w.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.exec(ctx, `UPDATE workspaces SET observed_status = 'STANDBY' WHERE id = ?`, w.ID); err != nil {
-		t.Fatal(err)
-	}
+	storetest.Force(t, st, w.ID, map[string]any{"observed_status": Standby})
 	w.ObservedStatus = Standby
 	if ok, err := st.Claim(ctx, w, OpArchiving, "op-dead", "dead-replica", now, now.Add(-time.Second)); err != nil || !ok {
 		t.Fatalf("claim: %v %v", ok, err)
@@ -41,7 +41,7 @@ func TestArchiveTakeoverOnlyRemovesTheVolume(t *testing.T) {
 	if err := st.SetArchiveKey(ctx, w.ID, "op-dead", key, now); err != nil {
 		t.Fatal(err)
 	}
-	h := startHarness(t, st, fk, NewLocalHints(), Config{Lease: time.Second})
+	h := startHarness(t, st, fk, hints.NewLocal(), Config{Lease: time.Second})
 	got := h.waitState(t, w.ID, Pending, 20*time.Second)
 	if got.ArchiveKey != key || got.OpID != "op-dead" {
 		t.Fatalf("after takeover: %s key=%s op_id=%s, want key %s of op-dead", describe(got), got.ArchiveKey, got.OpID, key)

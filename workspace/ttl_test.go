@@ -6,21 +6,23 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gantryhq/gantry/internal/clock"
+	"github.com/gantryhq/gantry/workspace/store"
+	"github.com/gantryhq/gantry/workspace/store/storetest"
 )
 
 var ttlT0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // seedConverged makes a workspace that converged to status at t0.
-func seedConverged(t *testing.T, st *Store, name string, status Status) string {
+func seedConverged(t *testing.T, st *store.Store, name string, status Status) string {
 	t.Helper()
 	ctx := context.Background()
 	w, err := st.Create(ctx, NewWorkspace{Name: name, Desired: status}, ttlT0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.exec(ctx, `UPDATE workspaces SET observed_status = ?, observed_at = ? WHERE id = ?`, string(status), ttlT0.UnixMilli(), w.ID); err != nil {
-		t.Fatal(err)
-	}
+	storetest.Force(t, st, w.ID, map[string]any{"observed_status": status, "observed_at": ttlT0})
 	return w.ID
 }
 
@@ -35,10 +37,10 @@ func TestTTLRules(t *testing.T) {
 			standby := seedConverged(t, st, "standby", Standby)
 			freshStandby := seedConverged(t, st, "fresh", Standby)
 			// freshStandby entered STANDBY 6 days in.
-			st.exec(ctx, `UPDATE workspaces SET observed_at = ? WHERE id = ?`, ttlT0.Add(6*24*time.Hour).UnixMilli(), freshStandby)
+			storetest.Force(t, st, freshStandby, map[string]any{"observed_at": ttlT0.Add(6 * 24 * time.Hour)})
 
-			var now time.Time
-			m, err := NewTTLManager(TTLConfig{IdleTimeout: idle, ArchiveAfter: archive, Now: func() time.Time { return now }}, st)
+			clk := clock.NewFake(ttlT0)
+			m, err := NewTTLManager(TTLConfig{IdleTimeout: idle, ArchiveAfter: archive, Clock: clk}, st)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -50,14 +52,14 @@ func TestTTLRules(t *testing.T) {
 				return w.DesiredState
 			}
 			// Just before the idle timeout: nothing.
-			now = ttlT0.Add(idle - time.Second)
+			clk.Set(ttlT0.Add(idle - time.Second))
 			if n, err := m.Pass(ctx); err != nil || n != 0 {
 				t.Fatalf("pass before the timeout changed %d (%v)", n, err)
 			}
-			if err := st.Touch(ctx, touched, now); err != nil {
+			if err := st.Touch(ctx, touched, clk.Now()); err != nil {
 				t.Fatal(err)
 			}
-			now = ttlT0.Add(idle)
+			clk.Set(ttlT0.Add(idle))
 			if n, err := m.Pass(ctx); err != nil || n != 1 {
 				t.Fatalf("pass at the idle timeout changed %d (%v); want 1", n, err)
 			}
@@ -67,7 +69,7 @@ func TestTTLRules(t *testing.T) {
 			if got := desired(touched); got != Running {
 				t.Errorf("touched RUNNING: desired %s, want RUNNING (activity resets the idle clock)", got)
 			}
-			now = ttlT0.Add(archive)
+			clk.Set(ttlT0.Add(archive))
 			m.Pass(ctx)
 			if got := desired(standby); got != Pending {
 				t.Errorf("STANDBY for 7d: desired %s, want PENDING", got)
@@ -75,7 +77,7 @@ func TestTTLRules(t *testing.T) {
 			if got := desired(freshStandby); got != Standby {
 				t.Errorf("STANDBY for 1d: desired %s, want STANDBY", got)
 			}
-			if err := st.Touch(ctx, "no-such-id", now); err == nil {
+			if err := st.Touch(ctx, "no-such-id", clk.Now()); err == nil {
 				t.Error("Touch of an unknown id succeeded")
 			}
 		})
@@ -91,7 +93,7 @@ func TestTTLLosesToUserRequest(t *testing.T) {
 			st := openStore(t, b.dsn(t))
 			id := seedConverged(t, st, "raced", Running)
 			now := ttlT0.Add(time.Hour)
-			m, err := NewTTLManager(TTLConfig{Now: func() time.Time { return now }}, st)
+			m, err := NewTTLManager(TTLConfig{Clock: clock.NewFake(now)}, st)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -125,7 +127,7 @@ func TestTTLRaceConcurrent(t *testing.T) {
 			}
 			userNow := ttlT0.Add(DefaultIdleTimeout)
 			ttlNow := userNow.Add(time.Second) // idle unless touched at userNow
-			m, err := NewTTLManager(TTLConfig{Now: func() time.Time { return ttlNow }}, st)
+			m, err := NewTTLManager(TTLConfig{Clock: clock.NewFake(ttlNow)}, st)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,141 +1,58 @@
 package workspace
 
 import (
-	"encoding/json"
-	"errors"
-	"fmt"
-	"time"
+	"github.com/gantryhq/gantry/workspace/hints"
+	"github.com/gantryhq/gantry/workspace/wstype"
 )
 
-// Status is a workspace's observed status, written only by the
-// HealthMonitor. It is also the vocabulary of desired_state (minus ERROR,
-// plus DELETED).
-//
-//	PENDING  nothing runs and no volume exists; the data is in the archive
-//	         (or, for a new workspace, nowhere yet: PROVISIONING makes it)
-//	STANDBY  the volume exists, nothing runs
-//	RUNNING  the container runs over the volume
-//	ERROR    error_info.is_terminal: the reconciler skips it until recover
-//	DELETED  desired only: stop, remove the volume and archives, drop the row
-type Status string
+// The vocabulary lives in wstype (so the store and the page share it
+// without importing the reconciler); these aliases keep workspace.X
+// working for callers.
+type (
+	Status       = wstype.Status
+	Operation    = wstype.Operation
+	ErrorInfo    = wstype.ErrorInfo
+	Workspace    = wstype.Workspace
+	NewWorkspace = wstype.NewWorkspace
+)
 
 const (
-	Pending Status = "PENDING"
-	Standby Status = "STANDBY"
-	Running Status = "RUNNING"
-	Error   Status = "ERROR"
-	Deleted Status = "DELETED"
+	Pending = wstype.Pending
+	Standby = wstype.Standby
+	Running = wstype.Running
+	Error   = wstype.Error
+	Deleted = wstype.Deleted
+
+	OpNone         = wstype.OpNone
+	OpProvisioning = wstype.OpProvisioning
+	OpRestoring    = wstype.OpRestoring
+	OpStarting     = wstype.OpStarting
+	OpStopping     = wstype.OpStopping
+	OpArchiving    = wstype.OpArchiving
+	OpDeleting     = wstype.OpDeleting
+
+	ReasonActionFailed  = wstype.ReasonActionFailed
+	ReasonUnreachable   = wstype.ReasonUnreachable
+	ReasonRetryExceeded = wstype.ReasonRetryExceeded
+	ReasonTimeout       = wstype.ReasonTimeout
+	ReasonObserveFailed = wstype.ReasonObserveFailed
 )
 
-func (s Status) String() string { return string(s) }
-
-// level orders the lifecycle: PENDING(0) < STANDBY(10) < RUNNING(20).
-func (s Status) level() int {
-	switch s {
-	case Pending:
-		return 0
-	case Standby:
-		return 10
-	case Running:
-		return 20
-	}
-	return -1
-}
+// Sentinel errors (wstype's).
+var (
+	ErrNotFound  = wstype.ErrNotFound
+	ErrNameTaken = wstype.ErrNameTaken
+	ErrBadInput  = wstype.ErrBadInput
+	ErrConflict  = wstype.ErrConflict
+)
 
 // ParseDesired parses a desired state as the API accepts it.
-func ParseDesired(s string) (Status, error) {
-	switch Status(s) {
-	case Pending, Standby, Running:
-		return Status(s), nil
-	}
-	return "", fmt.Errorf("%w: desired_state %q, want one of RUNNING, STANDBY, PENDING", ErrBadInput, s)
-}
+func ParseDesired(s string) (Status, error) { return wstype.ParseDesired(s) }
 
-// Operation is the one action in flight for a workspace.
-type Operation string
+// Hints is the hint bus (package hints); the channel names are its.
+type Hints = hints.Bus
 
 const (
-	OpNone         Operation = "NONE"
-	OpProvisioning Operation = "PROVISIONING" // PENDING without archive → STANDBY (empty volume)
-	OpRestoring    Operation = "RESTORING"    // PENDING → STANDBY
-	OpStarting     Operation = "STARTING"     // STANDBY → RUNNING
-	OpStopping     Operation = "STOPPING"     // RUNNING → STANDBY
-	OpArchiving    Operation = "ARCHIVING"    // STANDBY → PENDING (archive_key = key of op_id)
-	OpDeleting     Operation = "DELETING"     // any → row removed
-)
-
-func (o Operation) String() string { return string(o) }
-
-// Target is the observed status at which the operation is complete.
-func (o Operation) Target() Status {
-	switch o {
-	case OpProvisioning, OpRestoring, OpStopping:
-		return Standby
-	case OpStarting:
-		return Running
-	case OpArchiving:
-		return Pending
-	case OpDeleting:
-		return Deleted
-	}
-	return ""
-}
-
-// ErrorInfo is the seed's error_info JSON.
-type ErrorInfo struct {
-	Reason     string    `json:"reason"` // Timeout, RetryExceeded, ActionFailed, ChecksumMismatch, …
-	Operation  Operation `json:"operation"`
-	IsTerminal bool      `json:"is_terminal"`
-	ErrorCount int       `json:"error_count"`
-	LastError  string    `json:"last_error,omitempty"`
-	Elapsed    float64   `json:"elapsed_seconds,omitempty"`
-	OccurredAt time.Time `json:"occurred_at"`
-}
-
-func (e *ErrorInfo) marshal() any {
-	if e == nil {
-		return nil
-	}
-	b, _ := json.Marshal(e)
-	return string(b)
-}
-
-// Workspace is one row.
-type Workspace struct {
-	ID      string `json:"id"`
-	Name    string `json:"name"`
-	Image   string `json:"image,omitempty"`
-	Command string `json:"command,omitempty"`
-
-	DesiredState   Status     `json:"desired_state"`
-	ObservedStatus Status     `json:"observed_status"`
-	ObservedAt     *time.Time `json:"observed_at,omitempty"`
-	Operation      Operation  `json:"operation"`
-	OpID           string     `json:"op_id,omitempty"`
-	OpStartedAt    *time.Time `json:"op_started_at,omitempty"`
-	// OpOwner is the replica executing the operation, OpLeaseUntil when
-	// its claim lapses if it stops renewing, OpExecuted whether the
-	// provider call returned (then only observation is awaited).
-	OpOwner        string     `json:"op_owner,omitempty"`
-	OpLeaseUntil   *time.Time `json:"op_lease_until,omitempty"`
-	OpExecuted     bool       `json:"op_executed"`
-	ArchiveKey     string     `json:"archive_key"`
-	ErrorCount     int        `json:"error_count"`
-	ErrorInfo      *ErrorInfo `json:"error_info"`
-	PreviousStatus Status     `json:"previous_status,omitempty"`
-	LastRetryAt    *time.Time `json:"last_retry_at,omitempty"`
-	NextRetryAt    *time.Time `json:"next_retry_at,omitempty"`
-	CreatedAt      time.Time  `json:"created_at"`
-	UpdatedAt      time.Time  `json:"updated_at"`
-
-	// Volume is the volume's path on this server (filled by the API).
-	Volume string `json:"volume,omitempty"`
-}
-
-// Sentinel errors.
-var (
-	ErrNotFound  = errors.New("workspace: not found")
-	ErrNameTaken = errors.New("workspace: name already taken")
-	ErrBadInput  = errors.New("workspace: bad input")
-	ErrConflict  = errors.New("workspace: conflict")
+	ChanMonitor   = hints.ChanMonitor
+	ChanWorkspace = hints.ChanWorkspace
 )

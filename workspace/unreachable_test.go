@@ -21,11 +21,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gantryhq/gantry/internal/testutil"
+	"github.com/gantryhq/gantry/workspace/hints"
 	"github.com/gantryhq/gantry/workspace/provider"
 	"github.com/gantryhq/gantry/workspace/provider/archive"
 	"github.com/gantryhq/gantry/workspace/provider/docker"
 	"github.com/gantryhq/gantry/workspace/provider/fs"
 	"github.com/gantryhq/gantry/workspace/provider/s3"
+	"github.com/gantryhq/gantry/workspace/store"
+	"github.com/gantryhq/gantry/workspace/store/storetest"
 )
 
 // Acceptance 5 of issue 13: the Docker engine down or S3 unreachable.
@@ -44,17 +47,17 @@ func deadDocker(t *testing.T) *docker.Provider {
 }
 
 // runRecAndMon runs a reconciler and a monitor over st until the test ends.
-func runRecAndMon(t *testing.T, st *Store, c provider.Container, s provider.Storage, cfg Config) {
+func runRecAndMon(t *testing.T, st *store.Store, c provider.Container, s provider.Storage, cfg Config) {
 	t.Helper()
-	hints := NewLocalHints()
+	hb := hints.NewLocal()
 	if cfg.Interval == 0 {
 		cfg.Interval = 50 * time.Millisecond
 	}
-	rec, err := NewReconciler(cfg, st, c, s, hints)
+	rec, err := NewReconciler(cfg, st, c, s, hb)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mon := NewHealthMonitor(MonitorConfig{Interval: 50 * time.Millisecond}, st, c, s, hints)
+	mon := NewHealthMonitor(MonitorConfig{Interval: 50 * time.Millisecond}, st, c, s, hb)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for _, run := range []func(context.Context) error{rec.Run, mon.Run} {
@@ -66,7 +69,7 @@ func runRecAndMon(t *testing.T, st *Store, c provider.Container, s provider.Stor
 
 // seedObserved creates a workspace and sets its observed status as if the
 // monitor had seen it (with its volume provisioned when not PENDING).
-func seedObserved(t *testing.T, st *Store, s provider.Storage, name string, observed, desired Status) Workspace {
+func seedObserved(t *testing.T, st *store.Store, s provider.Storage, name string, observed, desired Status) Workspace {
 	t.Helper()
 	ctx := context.Background()
 	w, err := st.Create(ctx, NewWorkspace{Name: name, Desired: observed}, time.Now())
@@ -78,10 +81,7 @@ func seedObserved(t *testing.T, st *Store, s provider.Storage, name string, obse
 			t.Fatal(err)
 		}
 	}
-	if _, err := st.exec(ctx, `UPDATE workspaces SET observed_status = ?, observed_at = ?, desired_state = ? WHERE id = ?`,
-		string(observed), time.Now().UnixMilli(), string(desired), w.ID); err != nil {
-		t.Fatal(err)
-	}
+	storetest.Force(t, st, w.ID, map[string]any{"observed_status": observed, "observed_at": time.Now(), "desired_state": desired})
 	w, err = st.Get(ctx, w.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -93,7 +93,7 @@ func seedObserved(t *testing.T, st *Store, s provider.Storage, name string, obse
 // (ObserveFailed, the provider's error), keeps the last status seen, is not
 // terminal, and is cleared by the next successful observation.
 func TestObserveFailureIsVisibleAndCleared(t *testing.T) {
-	st := openStore(t, sqliteDSN(t))
+	st := openStore(t, storetest.SQLiteDSN(t))
 	dead := deadDocker(t)
 	var down atomic.Bool
 	down.Store(true)
@@ -143,16 +143,14 @@ func TestObserveFailureIsVisibleAndCleared(t *testing.T) {
 
 // The monitor never overwrites the reconciler's error info with its own.
 func TestObserveFailureKeepsReconcilerErrorInfo(t *testing.T) {
-	st := openStore(t, sqliteDSN(t))
+	st := openStore(t, storetest.SQLiteDSN(t))
 	ctx := context.Background()
 	w, err := st.Create(ctx, NewWorkspace{Name: "keep"}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
 	theirs := &ErrorInfo{Reason: ReasonActionFailed, Operation: OpStarting, ErrorCount: 1, LastError: "boom", OccurredAt: time.Now().UTC()}
-	if _, err := st.exec(ctx, `UPDATE workspaces SET error_info = ? WHERE id = ?`, theirs.marshal(), w.ID); err != nil {
-		t.Fatal(err)
-	}
+	storetest.Force(t, st, w.ID, map[string]any{"error_info": theirs})
 	mine := &ErrorInfo{Reason: ReasonObserveFailed, LastError: "engine down", OccurredAt: time.Now().UTC()}
 	if ok, err := st.SetObserveError(ctx, w.ID, mine, time.Now()); ok || err != nil {
 		t.Fatalf("SetObserveError over the reconciler's info = %v, %v; want refused", ok, err)
@@ -171,7 +169,7 @@ func TestObserveFailureKeepsReconcilerErrorInfo(t *testing.T) {
 // backoff, and after MaxRetries the workspace is ERROR with RetryExceeded.
 // The metrics count the calls at their source.
 func TestDockerDownStartRetriesPerPolicy(t *testing.T) {
-	st := openStore(t, sqliteDSN(t))
+	st := openStore(t, storetest.SQLiteDSN(t))
 	dead := deadDocker(t)
 	var mu sync.Mutex
 	var starts []time.Time
@@ -384,7 +382,7 @@ func TestS3UnreachableNeverMarksArchived(t *testing.T) {
 		StopFunc:    func(context.Context, string) error { return nil },
 		ObserveFunc: func(context.Context, string) (provider.ContainerState, error) { return provider.Missing, nil },
 	}
-	st := openStore(t, sqliteDSN(t))
+	st := openStore(t, storetest.SQLiteDSN(t))
 	w := seedObserved(t, st, storage, "to-archive", Standby, Pending)
 	data := make([]byte, 3<<20) // incompressible: the archive is ~3 MiB
 	rand.Read(data)
@@ -447,7 +445,7 @@ func TestS3UnreachableNeverMarksArchived(t *testing.T) {
 }
 
 // assertNotArchived: no archive_key, no .meta in the bucket, volume intact.
-func assertNotArchived(t *testing.T, st *Store, s *archive.Storage, id string, metas func() []string) {
+func assertNotArchived(t *testing.T, st *store.Store, s *archive.Storage, id string, metas func() []string) {
 	t.Helper()
 	w, err := st.Get(context.Background(), id)
 	if err != nil {

@@ -6,7 +6,9 @@ import (
 	"time"
 
 	"github.com/gantryhq/gantry/internal/clock"
+	"github.com/gantryhq/gantry/workspace/hints"
 	"github.com/gantryhq/gantry/workspace/provider/fake"
+	"github.com/gantryhq/gantry/workspace/store/storetest"
 )
 
 func TestWakeupsEarliestWins(t *testing.T) {
@@ -78,10 +80,10 @@ func TestRetryPolicyDoublesToTheCap(t *testing.T) {
 // reconciler's clock has moved by RECONCILER_RETRY_BACKOFF, not before.
 func TestRetryWaitsForBackoffOnTheClock(t *testing.T) {
 	ctx := context.Background()
-	st := openStore(t, sqliteDSN(t))
+	st := openStore(t, storetest.SQLiteDSN(t))
 	fk := fake.New(0)
 	clk := clock.NewFake(time.Now())
-	h := startHarness(t, st, fk, NewLocalHints(), Config{Clock: clk, RetryBackoff: 10 * time.Second, MaxRetries: 3})
+	h := startHarness(t, st, fk, hints.NewLocal(), Config{Clock: clk, RetryBackoff: 10 * time.Second, MaxRetries: 3})
 	w, err := st.Create(ctx, NewWorkspace{Name: "w", Desired: Standby}, time.Now())
 	if err != nil {
 		t.Fatal(err)

@@ -22,6 +22,8 @@
 package live
 
 import (
+	"github.com/gantryhq/gantry/workspace/store"
+
 	"context"
 	"log/slog"
 	"sync"
@@ -44,7 +46,7 @@ type Source interface {
 	Get(ctx context.Context, id string) (workspace.Workspace, error)
 }
 
-var _ Source = (*workspace.Store)(nil)
+var _ Source = (*store.Store)(nil)
 
 // HubConfig configures a Hub. Zero values are the documented defaults.
 type HubConfig struct {

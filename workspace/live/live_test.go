@@ -19,9 +19,11 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/gantryhq/gantry/workspace"
+	"github.com/gantryhq/gantry/workspace/hints"
 	"github.com/gantryhq/gantry/workspace/provider/archive"
 	"github.com/gantryhq/gantry/workspace/provider/fs"
 	"github.com/gantryhq/gantry/workspace/provider/process"
+	"github.com/gantryhq/gantry/workspace/store"
 )
 
 func TestMain(m *testing.M) {
@@ -37,7 +39,7 @@ func TestMain(m *testing.M) {
 // metrics), the monitor, the main API with the live server mounted on it,
 // over httptest with a short WriteTimeout (that SSE must survive).
 type stack struct {
-	st  *workspace.Store
+	st  *store.Store
 	srv *Server
 	url string
 	reg *prometheus.Registry
@@ -47,32 +49,32 @@ func newStack(t *testing.T, hintsOn bool) *stack {
 	t.Helper()
 	dir := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
-	st, err := workspace.OpenStore(ctx, "sqlite:"+filepath.Join(dir, "ws.db"))
+	st, err := store.Open(ctx, "sqlite:"+filepath.Join(dir, "ws.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var hints workspace.Hints = workspace.DropHints{}
+	var hb workspace.Hints = hints.Drop{}
 	if hintsOn {
-		hints = workspace.NewLocalHints()
+		hb = hints.NewLocal()
 	}
 	c := &process.Container{RunDir: filepath.Join(dir, "run"), StopGrace: time.Second}
 	storage := &archive.Storage{Root: filepath.Join(dir, "volumes"), Blobs: &fs.BlobStore{Dir: filepath.Join(dir, "blobs")}}
 	reg := prometheus.NewRegistry()
 	rec, err := workspace.NewReconciler(workspace.Config{Interval: 150 * time.Millisecond, RetryBackoff: 100 * time.Millisecond,
-		Metrics: workspace.NewMetrics(reg)}, st, c, storage, hints)
+		Metrics: workspace.NewMetrics(reg)}, st, c, storage, hb)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mon := workspace.NewHealthMonitor(workspace.MonitorConfig{Interval: 150 * time.Millisecond}, st, c, storage, hints)
+	mon := workspace.NewHealthMonitor(workspace.MonitorConfig{Interval: 150 * time.Millisecond}, st, c, storage, hb)
 	var srvHints workspace.Hints
 	if hintsOn {
-		srvHints = hints
+		srvHints = hb
 	}
 	srv, err := NewServer(Config{Store: st, Hints: srvHints, ResyncInterval: 25 * time.Millisecond, KeepAlive: 100 * time.Millisecond, Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
-	api := workspace.NewAPI(st, storage, hints, nil)
+	api := workspace.NewAPI(st, storage, hb, nil)
 	api.Handle("/", srv)
 	hs := httptest.NewUnstartedServer(api)
 	hs.Config.WriteTimeout = 500 * time.Millisecond

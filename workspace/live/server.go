@@ -19,7 +19,7 @@ import (
 // Config configures a Server. Zero values are the documented defaults.
 type Config struct {
 	// Store is the workspace database. Required.
-	Store *workspace.Store
+	Store Source
 	// Hints the hub subscribes to (ChanWorkspace, published by the API,
 	// the reconciler and the monitor); nil = none (the hub resyncs).
 	Hints workspace.Hints

@@ -1,7 +1,9 @@
-package workspace
+package store_test
 
 import (
-	"context"
+	"github.com/gantryhq/gantry/workspace/store/storetest"
+	"github.com/gantryhq/gantry/workspace/wstype"
+
 	"fmt"
 	"sync"
 	"testing"
@@ -14,21 +16,21 @@ import (
 // server (a name clash) fails alone without taking its batch with it, and
 // concurrent reads return each its own row.
 func TestStoreBatchesKeepEachOutcome(t *testing.T) {
-	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) {
-			ctx := context.Background()
-			st := openStore(t, b.dsn(t))
+	for _, b := range storetest.Backends {
+		t.Run(b.Name, func(t *testing.T) {
+			ctx := t.Context()
+			st := storetest.Open(t, b.DSN(t))
 			now := time.UnixMilli(1_700_000_000_000)
 			const n = 64
-			ws := make([]Workspace, n)
+			ws := make([]wstype.Workspace, n)
 			for i := range ws {
-				w, err := st.Create(ctx, NewWorkspace{Name: fmt.Sprint("b", i)}, now)
+				w, err := st.Create(ctx, wstype.NewWorkspace{Name: fmt.Sprint("b", i)}, now)
 				if err != nil {
 					t.Fatal(err)
 				}
 				ws[i] = w
 			}
-			s0 := st.batch.stats()
+			s0 := st.BatchStats()
 			start := make(chan struct{})
 			var wg sync.WaitGroup
 			var mu sync.Mutex
@@ -41,7 +43,7 @@ func TestStoreBatchesKeepEachOutcome(t *testing.T) {
 					go func() {
 						defer wg.Done()
 						<-start
-						ok, err := st.Claim(ctx, w, OpProvisioning, "op-"+owner, owner, now, now.Add(time.Minute))
+						ok, err := st.Claim(ctx, w, wstype.OpProvisioning, "op-"+owner, owner, now, now.Add(time.Minute))
 						mu.Lock()
 						defer mu.Unlock()
 						if err != nil && firstErr == nil {
@@ -57,7 +59,7 @@ func TestStoreBatchesKeepEachOutcome(t *testing.T) {
 					defer wg.Done()
 					<-start
 					// Takes the next workspace's name: a unique violation.
-					_, err := st.exec(ctx, `UPDATE workspaces SET name = ? WHERE id = ?`, fmt.Sprint("b", (i+1)%n), w.ID)
+					_, err := st.Exec(ctx, `UPDATE workspaces SET name = ? WHERE id = ?`, fmt.Sprint("b", (i+1)%n), w.ID)
 					mu.Lock()
 					defer mu.Unlock()
 					if err != nil {
@@ -78,13 +80,13 @@ func TestStoreBatchesKeepEachOutcome(t *testing.T) {
 			if renameErrs != n {
 				t.Fatalf("%d of %d clashing renames failed, want all", renameErrs, n)
 			}
-			s1 := st.batch.stats()
+			s1 := st.BatchStats()
 			if stmts, batches := s1.WriteStmts-s0.WriteStmts, s1.WriteBatches-s0.WriteBatches; batches >= stmts {
 				t.Fatalf("%d statements in %d batches: nothing was batched", stmts, batches)
 			}
 
 			// Concurrent reads: each gets its own row, as written.
-			got := make([]Workspace, n)
+			got := make([]wstype.Workspace, n)
 			errs := make([]error, n)
 			for i, w := range ws {
 				wg.Add(1)
@@ -92,7 +94,7 @@ func TestStoreBatchesKeepEachOutcome(t *testing.T) {
 			}
 			wg.Wait()
 			for i, w := range ws {
-				if errs[i] != nil || got[i].ID != w.ID || got[i].Name != w.Name || got[i].Operation != OpProvisioning {
+				if errs[i] != nil || got[i].ID != w.ID || got[i].Name != w.Name || got[i].Operation != wstype.OpProvisioning {
 					t.Fatalf("Get(%s) = %s name=%s, %v", w.ID, describe(got[i]), got[i].Name, errs[i])
 				}
 			}

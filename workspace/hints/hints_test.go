@@ -1,4 +1,4 @@
-package workspace
+package hints_test
 
 import (
 	"context"
@@ -7,41 +7,43 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 
 	"github.com/gantryhq/gantry/internal/testutil"
+	"github.com/gantryhq/gantry/workspace/hints"
+	"github.com/gantryhq/gantry/workspace/store/storetest"
 )
 
 // Each Hints implementation delivers a published id to a subscriber of the
 // same channel (and not to other channels).
 func TestHintsDeliver(t *testing.T) {
 	type runner interface{ Run(context.Context) error }
-	mk := map[string]func(t *testing.T) Hints{
-		"local": func(*testing.T) Hints { return NewLocalHints() },
-		"postgres": func(t *testing.T) Hints {
-			dsn := pgDSN(t)
-			st := openStore(t, dsn)
-			return &PGHints{DB: st.db, DSN: dsn}
+	mk := map[string]func(t *testing.T) hints.Bus{
+		"local": func(*testing.T) hints.Bus { return hints.NewLocal() },
+		"postgres": func(t *testing.T) hints.Bus {
+			dsn := storetest.PostgresDSN(t)
+			st := storetest.Open(t, dsn)
+			return &hints.Postgres{DB: st.DB(), DSN: dsn}
 		},
-		"redis": func(t *testing.T) Hints {
+		"redis": func(t *testing.T) hints.Bus {
 			addr := testutil.Redis(t) // starts it through scripts/services.sh if needed
-			c := redis.NewClient(&redis.Options{Addr: addr})
-			t.Cleanup(func() { c.Close() })
-			if err := c.Ping(context.Background()).Err(); err != nil {
+			c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+			if err != nil {
 				t.Fatalf("Redis at %s is not reachable (run scripts/services.sh redis): %v", addr, err)
 			}
-			return &RedisHints{Client: c}
+			t.Cleanup(c.Close)
+			return &hints.Redis{Client: c}
 		},
 	}
 	for name, f := range mk {
 		t.Run(name, func(t *testing.T) {
 			h := f(t)
-			ctx, cancel := context.WithCancel(context.Background())
+			ctx, cancel := context.WithCancel(t.Context())
 			var wg sync.WaitGroup
 			defer func() { cancel(); wg.Wait() }()
-			mon, c1 := h.Subscribe(ChanMonitor)
+			mon, c1 := h.Subscribe(hints.ChanMonitor)
 			defer c1()
-			ws, c2 := h.Subscribe(ChanWorkspace)
+			ws, c2 := h.Subscribe(hints.ChanWorkspace)
 			defer c2()
 			if r, ok := h.(runner); ok {
 				wg.Add(1)
@@ -57,20 +59,20 @@ func TestHintsDeliver(t *testing.T) {
 			// the right channel only.
 			deadline := time.After(10 * time.Second)
 			for got := false; !got; {
-				h.Publish(ctx, ChanWorkspace, id)
+				h.Publish(ctx, hints.ChanWorkspace, id)
 				select {
 				case v := <-ws:
 					got = v == id
 				case v := <-mon:
 					if v == id {
-						t.Fatalf("workspace hint %q arrived on %s", v, ChanMonitor)
+						t.Fatalf("workspace hint %q arrived on %s", v, hints.ChanMonitor)
 					}
 				case <-time.After(50 * time.Millisecond):
 				case <-deadline:
 					t.Fatal("no hint delivered")
 				}
 			}
-			h.Publish(ctx, ChanMonitor, id)
+			h.Publish(ctx, hints.ChanMonitor, id)
 			for timeout := time.After(10 * time.Second); ; {
 				select {
 				case v := <-mon:

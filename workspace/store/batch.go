@@ -1,4 +1,4 @@
-package workspace
+package store
 
 // Group execution of the store's one-row statements.
 //
@@ -27,6 +27,8 @@ package workspace
 // added latency), and batches grow only while the database is busy.
 
 import (
+	"github.com/gantryhq/gantry/workspace/wstype"
+
 	"context"
 	"database/sql"
 	"errors"
@@ -83,7 +85,7 @@ type readReq struct {
 }
 
 type readRes struct {
-	w     Workspace
+	w     wstype.Workspace
 	found bool
 	err   error
 }
@@ -112,9 +114,9 @@ type batcher struct {
 	writeStmts, writeBatches, readRows, readBatches atomic.Int64
 }
 
-// batchStats is what the benchmark reports: statements and the round
+// BatchStats is what the benchmark reports: statements and the round
 // trips (batches) they took.
-type batchStats struct {
+type BatchStats struct {
 	WriteStmts, WriteBatches, ReadRows, ReadBatches int64
 }
 
@@ -139,8 +141,8 @@ func newBatcher(s *Store) *batcher {
 	return b
 }
 
-func (b *batcher) stats() batchStats {
-	return batchStats{b.writeStmts.Load(), b.writeBatches.Load(), b.readRows.Load(), b.readBatches.Load()}
+func (b *batcher) stats() BatchStats {
+	return BatchStats{b.writeStmts.Load(), b.writeBatches.Load(), b.readRows.Load(), b.readBatches.Load()}
 }
 
 // close stops the loops (each finishes the batch in hand) and releases
@@ -409,20 +411,20 @@ func (b *batcher) pgSQL(q string) string {
 }
 
 // get reads one row by id through a batch.
-func (b *batcher) get(ctx context.Context, id string) (Workspace, bool, error) {
+func (b *batcher) get(ctx context.Context, id string) (wstype.Workspace, bool, error) {
 	r := &readReq{id: id, res: make(chan readRes, 1)}
 	select {
 	case b.reads <- r:
 	case <-b.quit:
-		return Workspace{}, false, errStoreClosed
+		return wstype.Workspace{}, false, errStoreClosed
 	case <-ctx.Done():
-		return Workspace{}, false, ctx.Err()
+		return wstype.Workspace{}, false, ctx.Err()
 	}
 	select {
 	case res := <-r.res:
 		return res.w, res.found, res.err
 	case <-ctx.Done():
-		return Workspace{}, false, ctx.Err()
+		return wstype.Workspace{}, false, ctx.Err()
 	}
 }
 
@@ -457,10 +459,10 @@ func (b *batcher) runReads(batch []*readReq) {
 	}
 }
 
-func (b *batcher) readRowsByID(ids []string) (map[string]Workspace, error) {
+func (b *batcher) readRowsByID(ids []string) (map[string]wstype.Workspace, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
 	defer cancel()
-	out := make(map[string]Workspace, len(ids))
+	out := make(map[string]wstype.Workspace, len(ids))
 	for len(ids) > 0 {
 		size := readBuckets[len(readBuckets)-1]
 		for _, n := range readBuckets {
@@ -488,7 +490,7 @@ func (b *batcher) readRowsByID(ids []string) (map[string]Workspace, error) {
 	return out, nil
 }
 
-func scanInto(ctx context.Context, st *sql.Stmt, args []any, out map[string]Workspace) error {
+func scanInto(ctx context.Context, st *sql.Stmt, args []any, out map[string]wstype.Workspace) error {
 	rows, err := st.QueryContext(ctx, args...)
 	if err != nil {
 		return err

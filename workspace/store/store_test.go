@@ -1,7 +1,9 @@
-package workspace
+package store_test
 
 import (
-	"context"
+	"github.com/gantryhq/gantry/workspace/store/storetest"
+	"github.com/gantryhq/gantry/workspace/wstype"
+
 	"errors"
 	"strings"
 	"testing"
@@ -10,31 +12,31 @@ import (
 
 // TestStoreConformance runs the same checks on SQLite and on Postgres.
 func TestStoreConformance(t *testing.T) {
-	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) {
-			ctx := context.Background()
-			dsn := b.dsn(t)
-			st := openStore(t, dsn)
+	for _, b := range storetest.Backends {
+		t.Run(b.Name, func(t *testing.T) {
+			ctx := t.Context()
+			dsn := b.DSN(t)
+			st := storetest.Open(t, dsn)
 			// Migrations are idempotent: opening again applies nothing twice.
-			st2 := openStore(t, dsn)
+			st2 := storetest.Open(t, dsn)
 			now := time.UnixMilli(1_700_000_000_000)
 
-			w, err := st.Create(ctx, NewWorkspace{Name: "alpha", Command: "sleep 1"}, now)
+			w, err := st.Create(ctx, wstype.NewWorkspace{Name: "alpha", Command: "sleep 1"}, now)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if w.ObservedStatus != Pending || w.DesiredState != Standby || w.Operation != OpNone || w.ArchiveKey != "" {
+			if w.ObservedStatus != wstype.Pending || w.DesiredState != wstype.Standby || w.Operation != wstype.OpNone || w.ArchiveKey != "" {
 				t.Fatalf("new workspace: %s", describe(w))
 			}
-			if _, err := st.Create(ctx, NewWorkspace{Name: "alpha"}, now); !errors.Is(err, ErrNameTaken) {
+			if _, err := st.Create(ctx, wstype.NewWorkspace{Name: "alpha"}, now); !errors.Is(err, wstype.ErrNameTaken) {
 				t.Fatalf("duplicate name: err = %v, want ErrNameTaken", err)
 			}
-			for _, bad := range []NewWorkspace{{Name: ""}, {Name: "a/b"}, {Name: "x", Desired: "FLYING"}} {
-				if _, err := st.Create(ctx, bad, now); !errors.Is(err, ErrBadInput) {
+			for _, bad := range []wstype.NewWorkspace{{Name: ""}, {Name: "a/b"}, {Name: "x", Desired: "FLYING"}} {
+				if _, err := st.Create(ctx, bad, now); !errors.Is(err, wstype.ErrBadInput) {
 					t.Fatalf("Create(%+v) err = %v, want ErrBadInput", bad, err)
 				}
 			}
-			if _, err := st.Get(ctx, "nope"); !errors.Is(err, ErrNotFound) {
+			if _, err := st.Get(ctx, "nope"); !errors.Is(err, wstype.ErrNotFound) {
 				t.Fatalf("Get(unknown) = %v", err)
 			}
 			if got, err := st2.Get(ctx, "alpha"); err != nil || got.ID != w.ID {
@@ -48,7 +50,7 @@ func TestStoreConformance(t *testing.T) {
 			// Two claimers race the CAS: exactly one wins.
 			wins := 0
 			for _, owner := range []string{"r1", "r2"} {
-				ok, err := st.Claim(ctx, w, OpProvisioning, "op-"+owner, owner, now, now.Add(time.Second))
+				ok, err := st.Claim(ctx, w, wstype.OpProvisioning, "op-"+owner, owner, now, now.Add(time.Second))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -60,7 +62,7 @@ func TestStoreConformance(t *testing.T) {
 				t.Fatalf("CAS winners = %d, want 1", wins)
 			}
 			cur, _ := st.Get(ctx, w.ID)
-			if cur.Operation != OpProvisioning || cur.OpID != "op-r1" || cur.OpOwner != "r1" {
+			if cur.Operation != wstype.OpProvisioning || cur.OpID != "op-r1" || cur.OpOwner != "r1" {
 				t.Fatalf("after claim: %s op_id=%s owner=%s", describe(cur), cur.OpID, cur.OpOwner)
 			}
 			// Another replica cannot acquire while the lease holds; can after.
@@ -73,15 +75,15 @@ func TestStoreConformance(t *testing.T) {
 			}
 			// A stale observation (started under another op) is dropped.
 			stale := cur
-			stale.Operation, stale.OpID = OpNone, ""
-			if ok, _ := st.SetObserved(ctx, stale, Standby, later); ok {
+			stale.Operation, stale.OpID = wstype.OpNone, ""
+			if ok, _ := st.SetObserved(ctx, stale, wstype.Standby, later); ok {
 				t.Fatal("SetObserved across an operation boundary succeeded")
 			}
-			if ok, _ := st.SetObserved(ctx, cur, Standby, later); !ok {
+			if ok, _ := st.SetObserved(ctx, cur, wstype.Standby, later); !ok {
 				t.Fatal("SetObserved failed")
 			}
 			next := later.Add(time.Minute)
-			info := &ErrorInfo{Reason: "ActionFailed", Operation: OpProvisioning, ErrorCount: 1, LastError: "boom", OccurredAt: later.UTC()}
+			info := &wstype.ErrorInfo{Reason: "ActionFailed", Operation: wstype.OpProvisioning, ErrorCount: 1, LastError: "boom", OccurredAt: later.UTC()}
 			if err := st.Failed(ctx, w.ID, "op-r1", 1, info, later, &next); err != nil {
 				t.Fatal(err)
 			}
@@ -96,35 +98,35 @@ func TestStoreConformance(t *testing.T) {
 				t.Fatal("Complete failed")
 			}
 			cur, _ = st.Get(ctx, w.ID)
-			if cur.Operation != OpNone || cur.ErrorCount != 0 || cur.ErrorInfo != nil || cur.OpID != "op-r1" {
+			if cur.Operation != wstype.OpNone || cur.ErrorCount != 0 || cur.ErrorInfo != nil || cur.OpID != "op-r1" {
 				t.Fatalf("after Complete: %s op_id=%s", describe(cur), cur.OpID)
 			}
 			if act, _ := st.ListActionable(ctx); len(act) != 0 {
 				t.Fatalf("converged workspace still actionable")
 			}
-			if _, err := st.SetDesired(ctx, w.ID, Running, later); err != nil {
+			if _, err := st.SetDesired(ctx, w.ID, wstype.Running, later); err != nil {
 				t.Fatal(err)
 			}
 			if act, _ := st.ListActionable(ctx); len(act) != 1 {
 				t.Fatalf("desired change not actionable")
 			}
 			// Timeout keeps the operation; Recover clears it.
-			if ok, _ := st.Claim(ctx, Workspace{ID: w.ID, ObservedStatus: Standby, DesiredState: Running, OpID: "stale"}, OpStarting, "op-2", "r1", later, later); ok {
+			if ok, _ := st.Claim(ctx, wstype.Workspace{ID: w.ID, ObservedStatus: wstype.Standby, DesiredState: wstype.Running, OpID: "stale"}, wstype.OpStarting, "op-2", "r1", later, later); ok {
 				t.Fatal("claim from a stale snapshot (old op_id) succeeded")
 			}
-			if ok, _ := st.Claim(ctx, Workspace{ID: w.ID, ObservedStatus: Standby, DesiredState: Running, OpID: "op-r1"}, OpStarting, "op-2", "r1", later, later); !ok {
+			if ok, _ := st.Claim(ctx, wstype.Workspace{ID: w.ID, ObservedStatus: wstype.Standby, DesiredState: wstype.Running, OpID: "op-r1"}, wstype.OpStarting, "op-2", "r1", later, later); !ok {
 				t.Fatal("claim failed")
 			}
-			st.Terminal(ctx, w.ID, "op-2", &ErrorInfo{Reason: "Timeout", Operation: OpStarting, IsTerminal: true}, later)
+			st.Terminal(ctx, w.ID, "op-2", &wstype.ErrorInfo{Reason: "Timeout", Operation: wstype.OpStarting, IsTerminal: true}, later)
 			cur, _ = st.Get(ctx, w.ID)
-			if cur.ErrorInfo == nil || !cur.ErrorInfo.IsTerminal || cur.PreviousStatus != Standby || cur.Operation != OpStarting {
+			if cur.ErrorInfo == nil || !cur.ErrorInfo.IsTerminal || cur.PreviousStatus != wstype.Standby || cur.Operation != wstype.OpStarting {
 				t.Fatalf("after Terminal: %s prev=%s", describe(cur), cur.PreviousStatus)
 			}
 			cur, err = st.Recover(ctx, w.ID, later)
-			if err != nil || cur.ErrorInfo != nil || cur.Operation != OpNone || cur.ErrorCount != 0 || cur.OpID != "op-2" {
+			if err != nil || cur.ErrorInfo != nil || cur.Operation != wstype.OpNone || cur.ErrorCount != 0 || cur.OpID != "op-2" {
 				t.Fatalf("after Recover: %s (%v)", describe(cur), err)
 			}
-			if _, err := st.Recover(ctx, "nope", later); !errors.Is(err, ErrNotFound) {
+			if _, err := st.Recover(ctx, "nope", later); !errors.Is(err, wstype.ErrNotFound) {
 				t.Fatalf("Recover(unknown) = %v", err)
 			}
 			all, _ := st.List(ctx)
@@ -135,7 +137,7 @@ func TestStoreConformance(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !strings.Contains(strings.ToLower(plan), "workspaces_actionable") && b.name == "sqlite" {
+			if !strings.Contains(strings.ToLower(plan), "workspaces_actionable") && b.Name == "sqlite" {
 				t.Fatalf("actionable query does not use the partial index:\n%s", plan)
 			}
 		})

@@ -1,6 +1,8 @@
-package workspace
+package store
 
 import (
+	"github.com/gantryhq/gantry/workspace/wstype"
+
 	"context"
 	"time"
 )
@@ -9,16 +11,16 @@ import (
 // starts (ErrorInfo marshals reason first), so one conditional UPDATE can
 // tell the monitor's own error info from the reconciler's, on both
 // dialects, without parsing JSON.
-const observeFailedPrefix = `{"reason":"` + ReasonObserveFailed + `",`
+const observeFailedPrefix = `{"reason":"` + wstype.ReasonObserveFailed + `",`
 
 // SetObserveError records that observing id failed. It never overwrites the
 // reconciler's error info (an operation's failure or a terminal error): it
 // writes only when error_info is empty or is already the monitor's.
 // Reports whether it wrote.
-func (s *Store) SetObserveError(ctx context.Context, id string, info *ErrorInfo, now time.Time) (bool, error) {
+func (s *Store) SetObserveError(ctx context.Context, id string, info *wstype.ErrorInfo, now time.Time) (bool, error) {
 	n, err := s.exec(ctx, `UPDATE workspaces SET error_info = ?, updated_at = ?
 		WHERE id = ? AND (error_info IS NULL OR error_info LIKE ?)`,
-		info.marshal(), now.UnixMilli(), id, observeFailedPrefix+"%")
+		info.JSON(), now.UnixMilli(), id, observeFailedPrefix+"%")
 	return n == 1, err
 }
 

@@ -1,4 +1,4 @@
-package workspace
+package store
 
 import (
 	"context"
@@ -17,6 +17,8 @@ import (
 	"github.com/google/uuid"
 	_ "github.com/jackc/pgx/v5/stdlib" // driver "pgx"
 	_ "modernc.org/sqlite"             // driver "sqlite"
+
+	"github.com/gantryhq/gantry/workspace/wstype"
 )
 
 //go:embed migrations
@@ -53,15 +55,15 @@ type Store struct {
 	closeOnce sync.Once
 }
 
-// OpenStore opens dsn ("sqlite:PATH", "postgres://…" or "postgresql://…")
+// Open opens dsn ("sqlite:PATH", "postgres://…" or "postgresql://…")
 // and applies the embedded migrations.
-func OpenStore(ctx context.Context, dsn string) (*Store, error) {
+func Open(ctx context.Context, dsn string) (*Store, error) {
 	var s *Store
 	switch {
 	case strings.HasPrefix(dsn, "sqlite:"):
 		path := strings.TrimPrefix(dsn, "sqlite:")
 		if path == "" {
-			return nil, fmt.Errorf("%w: --db sqlite: needs a path (sqlite:PATH)", ErrBadInput)
+			return nil, fmt.Errorf("%w: --db sqlite: needs a path (sqlite:PATH)", wstype.ErrBadInput)
 		}
 		db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(20000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate")
 		if err != nil {
@@ -78,7 +80,7 @@ func OpenStore(ctx context.Context, dsn string) (*Store, error) {
 		db.SetMaxIdleConns(32)
 		s = &Store{db: db, dialect: Postgres, dsn: dsn}
 	default:
-		return nil, fmt.Errorf("%w: --db %q, want sqlite:PATH or postgres://…", ErrBadInput, dsn)
+		return nil, fmt.Errorf("%w: --db %q, want sqlite:PATH or postgres://…", wstype.ErrBadInput, dsn)
 	}
 	if err := s.migrate(ctx); err != nil {
 		s.db.Close()
@@ -135,7 +137,7 @@ func (s *Store) migrate(ctx context.Context) error {
 	}
 	sort.Slice(entries, func(i, j int) bool { return entries[i].Name() < entries[j].Name() })
 	if _, err := s.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at BIGINT NOT NULL)`); err != nil {
-		return fmt.Errorf("workspace: migrate: %w", err)
+		return fmt.Errorf("store: migrate: %w", err)
 	}
 	for _, e := range entries {
 		v, err := strconv.Atoi(strings.SplitN(e.Name(), "_", 2)[0])
@@ -202,8 +204,8 @@ const cols = `id, name, image, command, desired_state, observed_status, observed
 
 type scanner interface{ Scan(dest ...any) error }
 
-func scanWorkspace(r scanner) (Workspace, error) {
-	var w Workspace
+func scanWorkspace(r scanner) (wstype.Workspace, error) {
+	var w wstype.Workspace
 	var observedAt, opStarted, lease, lastRetry, nextRetry sql.NullInt64
 	var opID, owner, key, info, prev sql.NullString
 	var executed int
@@ -216,11 +218,11 @@ func scanWorkspace(r scanner) (Workspace, error) {
 	}
 	w.ObservedAt, w.OpStartedAt, w.OpLeaseUntil = msPtr(observedAt), msPtr(opStarted), msPtr(lease)
 	w.LastRetryAt, w.NextRetryAt = msPtr(lastRetry), msPtr(nextRetry)
-	w.OpID, w.OpOwner, w.ArchiveKey, w.PreviousStatus = opID.String, owner.String, key.String, Status(prev.String)
+	w.OpID, w.OpOwner, w.ArchiveKey, w.PreviousStatus = opID.String, owner.String, key.String, wstype.Status(prev.String)
 	w.OpExecuted = executed != 0
 	w.CreatedAt, w.UpdatedAt = time.UnixMilli(created).UTC(), time.UnixMilli(updated).UTC()
 	if info.Valid && info.String != "" {
-		w.ErrorInfo = new(ErrorInfo)
+		w.ErrorInfo = new(wstype.ErrorInfo)
 		if err := json.Unmarshal([]byte(info.String), w.ErrorInfo); err != nil {
 			return w, fmt.Errorf("workspace %s: error_info: %w", w.ID, err)
 		}
@@ -236,43 +238,23 @@ func msPtr(v sql.NullInt64) *time.Time {
 	return &t
 }
 
-// NewWorkspace is what Create needs.
-type NewWorkspace struct {
-	Name    string `json:"name"`
-	Image   string `json:"image,omitempty"`
-	Command string `json:"command,omitempty"`
-	// Desired defaults to STANDBY: a new workspace gets an empty volume.
-	Desired Status `json:"desired_state,omitempty"`
-}
-
-func (n *NewWorkspace) validate() error {
-	if n.Name == "" || len(n.Name) > 128 || strings.ContainsAny(n.Name, "/\\\x00\n") {
-		return fmt.Errorf("%w: name %q: want 1–128 characters without / \\ or newlines", ErrBadInput, n.Name)
-	}
-	if n.Desired == "" {
-		n.Desired = Standby
-	}
-	_, err := ParseDesired(string(n.Desired))
-	return err
-}
-
 // Create inserts a new workspace (observed PENDING, no archive).
-func (s *Store) Create(ctx context.Context, n NewWorkspace, now time.Time) (Workspace, error) {
-	if err := n.validate(); err != nil {
-		return Workspace{}, err
+func (s *Store) Create(ctx context.Context, n wstype.NewWorkspace, now time.Time) (wstype.Workspace, error) {
+	if err := n.Validate(); err != nil {
+		return wstype.Workspace{}, err
 	}
 	id, err := uuid.NewV7()
 	if err != nil {
-		return Workspace{}, err
+		return wstype.Workspace{}, err
 	}
 	ms := now.UnixMilli()
 	_, err = s.exec(ctx, `INSERT INTO workspaces (id, name, image, command, desired_state, observed_status, created_at, updated_at)
 		VALUES (?, ?, ?, ?, ?, 'PENDING', ?, ?)`, id.String(), n.Name, n.Image, n.Command, string(n.Desired), ms, ms)
 	if err != nil {
 		if isUnique(err) {
-			return Workspace{}, fmt.Errorf("%w: %q", ErrNameTaken, n.Name)
+			return wstype.Workspace{}, fmt.Errorf("%w: %q", wstype.ErrNameTaken, n.Name)
 		}
-		return Workspace{}, err
+		return wstype.Workspace{}, err
 	}
 	return s.Get(ctx, id.String())
 }
@@ -283,24 +265,24 @@ func isUnique(err error) bool {
 }
 
 // Get reads one workspace by id (or, failing that, by name).
-func (s *Store) Get(ctx context.Context, id string) (Workspace, error) {
+func (s *Store) Get(ctx context.Context, id string) (wstype.Workspace, error) {
 	w, found, err := s.batch.get(ctx, id)
 	if err == nil && !found {
 		w, err = scanWorkspace(s.db.QueryRowContext(ctx, s.rebind(`SELECT `+cols+` FROM workspaces WHERE name = ?`), id))
 	}
 	if errors.Is(err, sql.ErrNoRows) {
-		return Workspace{}, fmt.Errorf("%w: %q", ErrNotFound, id)
+		return wstype.Workspace{}, fmt.Errorf("%w: %q", wstype.ErrNotFound, id)
 	}
 	return w, err
 }
 
-func (s *Store) query(ctx context.Context, q string, args ...any) ([]Workspace, error) {
+func (s *Store) query(ctx context.Context, q string, args ...any) ([]wstype.Workspace, error) {
 	rows, err := s.db.QueryContext(ctx, s.rebind(q), args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []Workspace
+	var out []wstype.Workspace
 	for rows.Next() {
 		w, err := scanWorkspace(rows)
 		if err != nil {
@@ -312,7 +294,7 @@ func (s *Store) query(ctx context.Context, q string, args ...any) ([]Workspace, 
 }
 
 // List reads every workspace, oldest first.
-func (s *Store) List(ctx context.Context) ([]Workspace, error) {
+func (s *Store) List(ctx context.Context) ([]wstype.Workspace, error) {
 	return s.query(ctx, `SELECT `+cols+` FROM workspaces ORDER BY id`)
 }
 
@@ -321,12 +303,12 @@ const actionable = `operation <> 'NONE' OR (desired_state <> observed_status AND
 
 // ListActionable reads, in one query, the workspaces the reconciler may have
 // to act on: an operation in flight, or desired ≠ observed outside ERROR.
-func (s *Store) ListActionable(ctx context.Context) ([]Workspace, error) {
+func (s *Store) ListActionable(ctx context.Context) ([]wstype.Workspace, error) {
 	return s.query(ctx, `SELECT `+cols+` FROM workspaces WHERE `+actionable)
 }
 
 // SetDesired writes desired_state. A workspace being deleted is a conflict.
-func (s *Store) SetDesired(ctx context.Context, id string, desired Status, now time.Time) (Workspace, error) {
+func (s *Store) SetDesired(ctx context.Context, id string, desired wstype.Status, now time.Time) (wstype.Workspace, error) {
 	w, err := s.Get(ctx, id)
 	if err != nil {
 		return w, err
@@ -336,7 +318,7 @@ func (s *Store) SetDesired(ctx context.Context, id string, desired Status, now t
 		return w, err
 	}
 	if n == 0 {
-		return w, fmt.Errorf("%w: workspace %s is being deleted", ErrConflict, w.ID)
+		return w, fmt.Errorf("%w: workspace %s is being deleted", wstype.ErrConflict, w.ID)
 	}
 	return s.Get(ctx, w.ID)
 }
@@ -344,7 +326,7 @@ func (s *Store) SetDesired(ctx context.Context, id string, desired Status, now t
 // Claim is the seed's CAS: it sets the operation only if none is in flight
 // and the row still shows what the plan was made from (observed, desired,
 // archive key and last op_id: a plan from a stale snapshot never runs).
-func (s *Store) Claim(ctx context.Context, w Workspace, op Operation, opID, owner string, now, leaseUntil time.Time) (bool, error) {
+func (s *Store) Claim(ctx context.Context, w wstype.Workspace, op wstype.Operation, opID, owner string, now, leaseUntil time.Time) (bool, error) {
 	n, err := s.exec(ctx, `UPDATE workspaces SET operation = ?, op_id = ?, op_started_at = ?, op_owner = ?, op_lease_until = ?,
 		op_executed = 0, next_retry_at = NULL, updated_at = ?
 		WHERE id = ? AND operation = 'NONE' AND observed_status = ? AND desired_state = ?
@@ -371,14 +353,14 @@ func (s *Store) Executed(ctx context.Context, id, opID string, now time.Time) er
 func (s *Store) SetArchiveKey(ctx context.Context, id, opID, key string, now time.Time) error {
 	n, err := s.exec(ctx, `UPDATE workspaces SET archive_key = ?, updated_at = ? WHERE id = ? AND op_id = ?`, key, now.UnixMilli(), id, opID)
 	if err == nil && n == 0 {
-		err = fmt.Errorf("%w: %s: operation %s no longer in flight", ErrConflict, id, opID)
+		err = fmt.Errorf("%w: %s: operation %s no longer in flight", wstype.ErrConflict, id, opID)
 	}
 	return err
 }
 
 // Failed records a failed provider call of opID: the new error count, the
 // time of the next attempt, and error info (terminal or not).
-func (s *Store) Failed(ctx context.Context, id, opID string, count int, info *ErrorInfo, now time.Time, next *time.Time) error {
+func (s *Store) Failed(ctx context.Context, id, opID string, count int, info *wstype.ErrorInfo, now time.Time, next *time.Time) error {
 	var nextMS any
 	if next != nil {
 		nextMS = next.UnixMilli()
@@ -386,15 +368,15 @@ func (s *Store) Failed(ctx context.Context, id, opID string, count int, info *Er
 	_, err := s.exec(ctx, `UPDATE workspaces SET error_count = ?, error_info = ?, last_retry_at = ?, next_retry_at = ?,
 		previous_status = CASE WHEN ? = 1 THEN observed_status ELSE previous_status END, updated_at = ?
 		WHERE id = ? AND op_id = ? AND operation <> 'NONE'`,
-		count, info.marshal(), now.UnixMilli(), nextMS, boolInt(info != nil && info.IsTerminal), now.UnixMilli(), id, opID)
+		count, info.JSON(), now.UnixMilli(), nextMS, boolInt(info != nil && info.IsTerminal), now.UnixMilli(), id, opID)
 	return err
 }
 
 // Terminal records terminal error info for opID (Timeout); the operation
 // stays, as in the seed, until recover.
-func (s *Store) Terminal(ctx context.Context, id, opID string, info *ErrorInfo, now time.Time) error {
+func (s *Store) Terminal(ctx context.Context, id, opID string, info *wstype.ErrorInfo, now time.Time) error {
 	_, err := s.exec(ctx, `UPDATE workspaces SET error_info = ?, previous_status = observed_status, updated_at = ?
-		WHERE id = ? AND op_id = ? AND operation <> 'NONE'`, info.marshal(), now.UnixMilli(), id, opID)
+		WHERE id = ? AND op_id = ? AND operation <> 'NONE'`, info.JSON(), now.UnixMilli(), id, opID)
 	return err
 }
 
@@ -417,7 +399,7 @@ func (s *Store) DeleteRow(ctx context.Context, id, opID string) error {
 // than the dead owner's lease), and only while the operation is
 // still the one that was in flight when the observation started (so a slow
 // observation never overwrites a newer one across an operation boundary).
-func (s *Store) SetObserved(ctx context.Context, w Workspace, status Status, now time.Time) (bool, error) {
+func (s *Store) SetObserved(ctx context.Context, w wstype.Workspace, status wstype.Status, now time.Time) (bool, error) {
 	n, err := s.exec(ctx, `UPDATE workspaces SET observed_status = ?, observed_at = ?
 		WHERE id = ? AND (observed_status <> ? OR operation <> 'NONE') AND operation = ? AND COALESCE(op_id, '') = ?`,
 		string(status), now.UnixMilli(), w.ID, string(status), string(w.Operation), w.OpID)
@@ -426,7 +408,7 @@ func (s *Store) SetObserved(ctx context.Context, w Workspace, status Status, now
 
 // Recover is the seed's manual recovery: error info, count and operation
 // cleared (op_id kept). ErrNotFound for an unknown id.
-func (s *Store) Recover(ctx context.Context, id string, now time.Time) (Workspace, error) {
+func (s *Store) Recover(ctx context.Context, id string, now time.Time) (wstype.Workspace, error) {
 	w, err := s.Get(ctx, id)
 	if err != nil {
 		return w, err
@@ -482,4 +464,36 @@ func (s *Store) Acquire(ctx context.Context, id, opID, owner string, now, leaseU
 		  AND (op_owner = ? OR op_lease_until IS NULL OR op_lease_until < ?)`,
 		owner, leaseUntil.UnixMilli(), now.UnixMilli(), id, opID, owner, now.UnixMilli())
 	return n == 1, err
+}
+
+// BatchStats reports the statements run so far and the round trips
+// (batches) they took; the convergence benchmark prints them.
+func (s *Store) BatchStats() BatchStats { return s.batch.stats() }
+
+// DB is the store's connection pool: Postgres hints send NOTIFY on it, and
+// tests inspect the server (pg_stat_activity). Statements on the workspace
+// tables belong in this package.
+func (s *Store) DB() *sql.DB { return s.db }
+
+// Exec runs one write with ? placeholders through the batcher. It exists
+// for storetest, which forces rows into states a test needs; production
+// code uses the named methods.
+func (s *Store) Exec(ctx context.Context, q string, args ...any) (int64, error) {
+	return s.exec(ctx, q, args...)
+}
+
+// CountConverged counts the rows with observed = desired and no operation
+// in flight; CountActionable those ListActionable returns. The convergence
+// benchmark polls them.
+func (s *Store) CountConverged(ctx context.Context) (int, error) {
+	var n int
+	err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM workspaces WHERE observed_status = desired_state AND operation = 'NONE'`).Scan(&n)
+	return n, err
+}
+
+// CountActionable counts the rows ListActionable would return.
+func (s *Store) CountActionable(ctx context.Context) (int, error) {
+	var n int
+	err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM workspaces WHERE `+actionable).Scan(&n)
+	return n, err
 }

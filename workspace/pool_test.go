@@ -9,6 +9,8 @@ import (
 // pool of goroutines, a FIFO of workspace ids and a per-id in-flight set so
 // one workspace still never has two steps at once.
 type workerPool struct {
+	r *Reconciler
+	n int
 	// mu protects the fields below.
 	mu       sync.Mutex
 	cond     *sync.Cond
@@ -38,16 +40,18 @@ func (p *workerPool) poke(id string, w *Workspace) {
 	}
 }
 
-func newWorkerPool() *workerPool {
-	p := &workerPool{queued: map[string]bool{}, inflight: map[string]bool{}, latest: map[string]*Workspace{}}
+// usePool makes r dispatch through a pool of n goroutines instead of its
+// sched processes.
+func usePool(r *Reconciler, n int) {
+	p := &workerPool{r: r, n: n, queued: map[string]bool{}, inflight: map[string]bool{}, latest: map[string]*Workspace{}}
 	p.cond = sync.NewCond(&p.mu)
-	return p
+	r.alt = p
 }
 
-func (r *Reconciler) runPool(ctx context.Context) error {
-	p := r.pool
+func (p *workerPool) run(ctx context.Context) error {
+	r := p.r
 	var wg sync.WaitGroup
-	for range r.cfg.WorkerPool {
+	for range p.n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -82,7 +86,7 @@ func (r *Reconciler) runPool(ctx context.Context) error {
 			}
 		}()
 	}
-	hints, cancel := r.hints.Subscribe(ChanWorkspace)
+	hinted, cancel := r.hints.Subscribe(ChanWorkspace)
 	defer cancel()
 	t := r.cfg.Clock.NewTicker(r.cfg.Interval)
 	defer t.Stop()
@@ -94,7 +98,7 @@ loop:
 			break loop
 		case <-t.C():
 			r.Tick(ctx)
-		case id := <-hints:
+		case id := <-hinted:
 			r.poke(id, nil)
 		}
 	}

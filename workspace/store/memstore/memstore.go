@@ -1,0 +1,147 @@
+// Package memstore is an in-memory workspace store for tests: the same
+// methods and the same compare-and-set conditions as store.Store, on a map
+// under one mutex. Times are kept at millisecond resolution, as the SQL
+// stores keep them. The conformance suite (storetest.Run) checks it against
+// SQLite and Postgres, so a reconciler test that passes on it means what it
+// would on a database.
+package memstore
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/gantryhq/gantry/workspace/store"
+	"github.com/gantryhq/gantry/workspace/wstype"
+)
+
+// row is a workspace plus the columns only the TTL manager reads.
+type row struct {
+	w            wstype.Workspace
+	version      int64      // desired_version
+	lastActivity *time.Time // last_activity_at
+}
+
+// Store is an in-memory store. The zero value is not usable; call New.
+type Store struct {
+	// mu protects rows.
+	mu   sync.Mutex
+	rows map[string]*row
+}
+
+// New returns an empty store.
+func New() *Store { return &Store{rows: map[string]*row{}} }
+
+var (
+	_ store.DesiredWriter = (*Store)(nil)
+)
+
+func ms(t time.Time) time.Time { return time.UnixMilli(t.UnixMilli()).UTC() }
+
+func msPtr(t time.Time) *time.Time { v := ms(t); return &v }
+
+// snapshot copies a row so callers never share its pointers.
+func snapshot(r *row) wstype.Workspace {
+	w := r.w
+	if w.ErrorInfo != nil {
+		info := *w.ErrorInfo
+		w.ErrorInfo = &info
+	}
+	return w
+}
+
+func copyInfo(info *wstype.ErrorInfo) *wstype.ErrorInfo {
+	if info == nil {
+		return nil
+	}
+	c := *info
+	c.OccurredAt = ms(c.OccurredAt)
+	return &c
+}
+
+// with runs fn on id's row under the lock; fn reports whether it wrote.
+func (s *Store) with(id string, fn func(r *row) bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.rows[id]
+	return ok && fn(r)
+}
+
+// Create inserts a new workspace (observed PENDING, no archive).
+func (s *Store) Create(_ context.Context, n wstype.NewWorkspace, now time.Time) (wstype.Workspace, error) {
+	if err := n.Validate(); err != nil {
+		return wstype.Workspace{}, err
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return wstype.Workspace{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range s.rows {
+		if r.w.Name == n.Name {
+			return wstype.Workspace{}, fmt.Errorf("%w: %q", wstype.ErrNameTaken, n.Name)
+		}
+	}
+	r := &row{w: wstype.Workspace{ID: id.String(), Name: n.Name, Image: n.Image, Command: n.Command,
+		DesiredState: n.Desired, ObservedStatus: wstype.Pending, Operation: wstype.OpNone,
+		CreatedAt: ms(now), UpdatedAt: ms(now)}}
+	s.rows[r.w.ID] = r
+	return snapshot(r), nil
+}
+
+func (s *Store) lookupLocked(id string) (*row, error) {
+	if r, ok := s.rows[id]; ok {
+		return r, nil
+	}
+	for _, r := range s.rows {
+		if r.w.Name == id {
+			return r, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: %q", wstype.ErrNotFound, id)
+}
+
+// Get reads one workspace by id (or, failing that, by name).
+func (s *Store) Get(_ context.Context, id string) (wstype.Workspace, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, err := s.lookupLocked(id)
+	if err != nil {
+		return wstype.Workspace{}, err
+	}
+	return snapshot(r), nil
+}
+
+func (s *Store) filter(keep func(r *row) bool) []wstype.Workspace {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []wstype.Workspace
+	for _, r := range s.rows {
+		if keep(r) {
+			out = append(out, snapshot(r))
+		}
+	}
+	slices.SortFunc(out, func(a, b wstype.Workspace) int { return cmp.Compare(a.ID, b.ID) })
+	return out
+}
+
+// List reads every workspace, oldest first.
+func (s *Store) List(context.Context) ([]wstype.Workspace, error) {
+	return s.filter(func(*row) bool { return true }), nil
+}
+
+// ListActionable: an operation in flight, or desired ≠ observed outside
+// ERROR (DELETED acts even on ERROR).
+func (s *Store) ListActionable(context.Context) ([]wstype.Workspace, error) {
+	return s.filter(func(r *row) bool {
+		w := r.w
+		return w.Operation != wstype.OpNone || (w.DesiredState != w.ObservedStatus &&
+			(w.ObservedStatus != wstype.Error || w.DesiredState == wstype.Deleted))
+	}), nil
+}

@@ -1,0 +1,263 @@
+package memstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/gantryhq/gantry/workspace/store"
+	"github.com/gantryhq/gantry/workspace/wstype"
+)
+
+// SetDesired writes desired_state. A workspace being deleted is a conflict.
+func (s *Store) SetDesired(ctx context.Context, id string, desired wstype.Status, now time.Time) (wstype.Workspace, error) {
+	s.mu.Lock()
+	r, err := s.lookupLocked(id)
+	if err == nil && r.w.DesiredState == wstype.Deleted {
+		err = fmt.Errorf("%w: workspace %s is being deleted", wstype.ErrConflict, r.w.ID)
+	}
+	if err != nil {
+		s.mu.Unlock()
+		return wstype.Workspace{}, err
+	}
+	r.w.DesiredState, r.w.UpdatedAt = desired, ms(now)
+	r.version++
+	r.lastActivity = msPtr(now)
+	w := snapshot(r)
+	s.mu.Unlock()
+	return w, nil
+}
+
+// MarkDeleted sets desired_state DELETED.
+func (s *Store) MarkDeleted(_ context.Context, id string, now time.Time) error {
+	if !s.with(id, func(r *row) bool { r.w.DesiredState, r.w.UpdatedAt = wstype.Deleted, ms(now); return true }) {
+		return fmt.Errorf("%w: %q", wstype.ErrNotFound, id)
+	}
+	return nil
+}
+
+// Claim is the seed's CAS (store.Store.Claim's conditions).
+func (s *Store) Claim(_ context.Context, w wstype.Workspace, op wstype.Operation, opID, owner string, now, leaseUntil time.Time) (bool, error) {
+	return s.with(w.ID, func(r *row) bool {
+		c := &r.w
+		if c.Operation != wstype.OpNone || c.ObservedStatus != w.ObservedStatus || c.DesiredState != w.DesiredState ||
+			c.ArchiveKey != w.ArchiveKey || c.OpID != w.OpID {
+			return false
+		}
+		c.Operation, c.OpID, c.OpStartedAt, c.OpOwner, c.OpLeaseUntil = op, opID, msPtr(now), owner, msPtr(leaseUntil)
+		c.OpExecuted, c.NextRetryAt, c.UpdatedAt = false, nil, ms(now)
+		return true
+	}), nil
+}
+
+// Acquire lets owner (re)execute opID that has not executed yet.
+func (s *Store) Acquire(_ context.Context, id, opID, owner string, now, leaseUntil time.Time) (bool, error) {
+	return s.with(id, func(r *row) bool {
+		c := &r.w
+		if c.OpID != opID || c.Operation == wstype.OpNone || c.OpExecuted {
+			return false
+		}
+		if c.OpOwner != owner && c.OpLeaseUntil != nil && !c.OpLeaseUntil.Before(ms(now)) {
+			return false
+		}
+		c.OpOwner, c.OpLeaseUntil, c.UpdatedAt = owner, msPtr(leaseUntil), ms(now)
+		return true
+	}), nil
+}
+
+// Renew extends owner's lease on opID.
+func (s *Store) Renew(_ context.Context, id, opID, owner string, leaseUntil time.Time) (bool, error) {
+	return s.with(id, func(r *row) bool {
+		c := &r.w
+		if c.OpID != opID || c.OpOwner != owner || c.Operation == wstype.OpNone {
+			return false
+		}
+		c.OpLeaseUntil = msPtr(leaseUntil)
+		return true
+	}), nil
+}
+
+// Executed records that opID's provider call returned.
+func (s *Store) Executed(_ context.Context, id, opID string, now time.Time) error {
+	s.with(id, func(r *row) bool {
+		if r.w.OpID != opID {
+			return false
+		}
+		r.w.OpExecuted, r.w.OpLeaseUntil, r.w.UpdatedAt = true, nil, ms(now)
+		return true
+	})
+	return nil
+}
+
+// SetArchiveKey records the archive written by opID.
+func (s *Store) SetArchiveKey(_ context.Context, id, opID, key string, now time.Time) error {
+	ok := s.with(id, func(r *row) bool {
+		if r.w.OpID != opID {
+			return false
+		}
+		r.w.ArchiveKey, r.w.UpdatedAt = key, ms(now)
+		return true
+	})
+	if !ok {
+		return fmt.Errorf("%w: %s: operation %s no longer in flight", wstype.ErrConflict, id, opID)
+	}
+	return nil
+}
+
+// inFlight reports whether opID is id's operation in flight.
+func inFlight(r *row, opID string) bool { return r.w.OpID == opID && r.w.Operation != wstype.OpNone }
+
+// Failed records a failed provider call of opID.
+func (s *Store) Failed(_ context.Context, id, opID string, count int, info *wstype.ErrorInfo, now time.Time, next *time.Time) error {
+	s.with(id, func(r *row) bool {
+		if !inFlight(r, opID) {
+			return false
+		}
+		c := &r.w
+		c.ErrorCount, c.ErrorInfo, c.LastRetryAt, c.NextRetryAt = count, copyInfo(info), msPtr(now), nil
+		if next != nil {
+			c.NextRetryAt = msPtr(*next)
+		}
+		if info != nil && info.IsTerminal {
+			c.PreviousStatus = c.ObservedStatus
+		}
+		c.UpdatedAt = ms(now)
+		return true
+	})
+	return nil
+}
+
+// Terminal records terminal error info for opID; the operation stays.
+func (s *Store) Terminal(_ context.Context, id, opID string, info *wstype.ErrorInfo, now time.Time) error {
+	s.with(id, func(r *row) bool {
+		if !inFlight(r, opID) {
+			return false
+		}
+		r.w.ErrorInfo, r.w.PreviousStatus, r.w.UpdatedAt = copyInfo(info), r.w.ObservedStatus, ms(now)
+		return true
+	})
+	return nil
+}
+
+// clearOp ends the operation in flight and its error state (op_id stays).
+func clearOp(c *wstype.Workspace, now time.Time) {
+	c.Operation, c.OpOwner, c.OpLeaseUntil, c.OpExecuted = wstype.OpNone, "", nil, false
+	c.ErrorCount, c.ErrorInfo, c.NextRetryAt, c.UpdatedAt = 0, nil, nil, ms(now)
+}
+
+// Complete ends opID.
+func (s *Store) Complete(_ context.Context, id, opID string, now time.Time) (bool, error) {
+	return s.with(id, func(r *row) bool {
+		if !inFlight(r, opID) {
+			return false
+		}
+		clearOp(&r.w, now)
+		return true
+	}), nil
+}
+
+// DeleteRow removes the workspace once DELETING opID has run.
+func (s *Store) DeleteRow(_ context.Context, id, opID string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r, ok := s.rows[id]; ok && r.w.OpID == opID && r.w.Operation == wstype.OpDeleting {
+		delete(s.rows, id)
+	}
+	return nil
+}
+
+// Recover clears error info, count and operation (op_id kept).
+func (s *Store) Recover(_ context.Context, id string, now time.Time) (wstype.Workspace, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, err := s.lookupLocked(id)
+	if err != nil {
+		return wstype.Workspace{}, err
+	}
+	clearOp(&r.w, now)
+	return snapshot(r), nil
+}
+
+// SetObserved writes observed_status under store.Store.SetObserved's
+// conditions.
+func (s *Store) SetObserved(_ context.Context, w wstype.Workspace, status wstype.Status, now time.Time) (bool, error) {
+	return s.with(w.ID, func(r *row) bool {
+		c := &r.w
+		if (c.ObservedStatus == status && c.Operation == wstype.OpNone) || c.Operation != w.Operation || c.OpID != w.OpID {
+			return false
+		}
+		c.ObservedStatus, c.ObservedAt = status, msPtr(now)
+		return true
+	}), nil
+}
+
+func monitors(info *wstype.ErrorInfo) bool {
+	return info != nil && info.Reason == wstype.ReasonObserveFailed
+}
+
+// SetObserveError records a failed observation unless the reconciler's
+// error info is there.
+func (s *Store) SetObserveError(_ context.Context, id string, info *wstype.ErrorInfo, now time.Time) (bool, error) {
+	return s.with(id, func(r *row) bool {
+		if r.w.ErrorInfo != nil && !monitors(r.w.ErrorInfo) {
+			return false
+		}
+		r.w.ErrorInfo, r.w.UpdatedAt = copyInfo(info), ms(now)
+		return true
+	}), nil
+}
+
+// ClearObserveError removes the monitor's own error info.
+func (s *Store) ClearObserveError(_ context.Context, id string, now time.Time) (bool, error) {
+	return s.with(id, func(r *row) bool {
+		if !monitors(r.w.ErrorInfo) {
+			return false
+		}
+		r.w.ErrorInfo, r.w.UpdatedAt = nil, ms(now)
+		return true
+	}), nil
+}
+
+// Touch records user activity and bumps the desired version.
+func (s *Store) Touch(_ context.Context, id string, now time.Time) error {
+	if !s.with(id, func(r *row) bool { r.lastActivity = msPtr(now); r.version++; return true }) {
+		return fmt.Errorf("%w: workspace %s", wstype.ErrNotFound, id)
+	}
+	return nil
+}
+
+// TTLCandidates reads the converged RUNNING and STANDBY rows.
+func (s *Store) TTLCandidates(context.Context) ([]store.TTLCandidate, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []store.TTLCandidate
+	for _, r := range s.rows {
+		w := r.w
+		if w.Operation != wstype.OpNone || w.DesiredState != w.ObservedStatus || (w.ObservedStatus != wstype.Running && w.ObservedStatus != wstype.Standby) {
+			continue
+		}
+		since := w.CreatedAt
+		for _, t := range []*time.Time{w.ObservedAt, r.lastActivity} {
+			if t != nil && t.After(since) {
+				since = *t
+			}
+		}
+		out = append(out, store.TTLCandidate{ID: w.ID, Observed: w.ObservedStatus, Version: r.version, Since: since})
+	}
+	return out, nil
+}
+
+// SetDesiredIfVersion is the TTL manager's compare-and-set.
+func (s *Store) SetDesiredIfVersion(_ context.Context, id string, from wstype.Status, version int64, to wstype.Status, now time.Time) (bool, error) {
+	return s.with(id, func(r *row) bool {
+		if r.w.DesiredState != from || r.version != version || r.w.Operation != wstype.OpNone {
+			return false
+		}
+		r.w.DesiredState, r.w.UpdatedAt = to, ms(now)
+		r.version++
+		return true
+	}), nil
+}
+
+// FencedBy returns the store itself: there is no leader in one process.
+func (s *Store) FencedBy(store.Execer) store.DesiredWriter { return s }

@@ -1,0 +1,117 @@
+// Package storetest is test support for the workspace store: fresh
+// databases (a SQLite file in a temp dir, a Postgres schema of its own),
+// the list of real backends every store test runs on, and Force, which
+// puts a row into a state a test needs without going through the
+// reconciler (a simulated observation, an old timestamp, foreign error
+// info).
+package storetest
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/gantryhq/gantry/internal/testutil"
+	"github.com/gantryhq/gantry/workspace/store"
+)
+
+// Backend is a real database a test can open.
+type Backend struct {
+	Name string
+	DSN  func(testing.TB) string
+}
+
+// Backends are the real stores: SQLite and Postgres.
+var Backends = []Backend{{"sqlite", SQLiteDSN}, {"postgres", PostgresDSN}}
+
+// SQLiteDSN is a fresh SQLite file in the test's temp dir.
+func SQLiteDSN(tb testing.TB) string { return "sqlite:" + filepath.Join(tb.TempDir(), "ws.db") }
+
+// PostgresDSN returns the test Postgres (testutil.Postgres starts it if
+// needed) with a fresh schema of its own on the search path, dropped at
+// cleanup.
+func PostgresDSN(tb testing.TB) string {
+	tb.Helper()
+	base := testutil.Postgres(tb)
+	db, err := sql.Open("pgx", base)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(tb.Context(), 10*time.Second)
+	defer cancel()
+	if err := db.PingContext(ctx); err != nil {
+		tb.Fatalf("Postgres at %s is not reachable (run scripts/services.sh postgres): %v", base, err)
+	}
+	schema := "ws_test_" + strings.ReplaceAll(uuid.NewString()[:13], "-", "")
+	if _, err := db.ExecContext(ctx, "CREATE SCHEMA "+schema); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		db, err := sql.Open("pgx", base)
+		if err == nil {
+			db.Exec("DROP SCHEMA " + schema + " CASCADE")
+			db.Close()
+		}
+	})
+	u, _ := url.Parse(base)
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// Open opens dsn and closes it at cleanup.
+func Open(tb testing.TB, dsn string) *store.Store {
+	tb.Helper()
+	st, err := store.Open(tb.Context(), dsn)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { st.Close() })
+	return st
+}
+
+// Force sets columns of workspace id's row: times as time.Time, states as
+// strings or wstype values, error_info as *wstype.ErrorInfo.
+func Force(tb testing.TB, st *store.Store, id string, cols map[string]any) {
+	tb.Helper()
+	names := make([]string, 0, len(cols))
+	for k := range cols {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	var set []string
+	var args []any
+	for _, k := range names {
+		set = append(set, k+" = ?")
+		args = append(args, column(cols[k]))
+	}
+	n, err := st.Exec(tb.Context(), "UPDATE workspaces SET "+strings.Join(set, ", ")+" WHERE id = ?", append(args, id)...)
+	if err != nil || n != 1 {
+		tb.Fatalf("force %s %v: %d rows, %v", id, cols, n, err)
+	}
+}
+
+func column(v any) any {
+	switch v := v.(type) {
+	case time.Time:
+		return v.UnixMilli()
+	case fmt.Stringer:
+		if e, ok := v.(interface{ JSON() any }); ok {
+			return e.JSON()
+		}
+		return v.String()
+	case interface{ JSON() any }:
+		return v.JSON()
+	}
+	return v
+}

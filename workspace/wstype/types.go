@@ -1,0 +1,191 @@
+// Package wstype holds the workspace vocabulary shared by the store, the
+// reconciler, the API and the page: observed/desired states (Status),
+// operations (Operation) and their targets, error info (ErrorInfo) and its
+// reasons, the row (Workspace), what creating one needs (NewWorkspace) and
+// the sentinel errors. It imports nothing of gantry, so every workspace
+// package can depend on it; package workspace re-exports it.
+package wstype
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Status is a workspace's observed status, written only by the
+// HealthMonitor. It is also the vocabulary of desired_state (minus ERROR,
+// plus DELETED).
+//
+//	PENDING  nothing runs and no volume exists; the data is in the archive
+//	         (or, for a new workspace, nowhere yet: PROVISIONING makes it)
+//	STANDBY  the volume exists, nothing runs
+//	RUNNING  the container runs over the volume
+//	ERROR    error_info.is_terminal: the reconciler skips it until recover
+//	DELETED  desired only: stop, remove the volume and archives, drop the row
+type Status string
+
+const (
+	Pending Status = "PENDING"
+	Standby Status = "STANDBY"
+	Running Status = "RUNNING"
+	Error   Status = "ERROR"
+	Deleted Status = "DELETED"
+)
+
+func (s Status) String() string { return string(s) }
+
+// Level orders the lifecycle: PENDING(0) < STANDBY(10) < RUNNING(20).
+func (s Status) Level() int {
+	switch s {
+	case Pending:
+		return 0
+	case Standby:
+		return 10
+	case Running:
+		return 20
+	}
+	return -1
+}
+
+// ParseDesired parses a desired state as the API accepts it.
+func ParseDesired(s string) (Status, error) {
+	switch Status(s) {
+	case Pending, Standby, Running:
+		return Status(s), nil
+	}
+	return "", fmt.Errorf("%w: desired_state %q, want one of RUNNING, STANDBY, PENDING", ErrBadInput, s)
+}
+
+// Operation is the one action in flight for a workspace.
+type Operation string
+
+const (
+	OpNone         Operation = "NONE"
+	OpProvisioning Operation = "PROVISIONING" // PENDING without archive → STANDBY (empty volume)
+	OpRestoring    Operation = "RESTORING"    // PENDING → STANDBY
+	OpStarting     Operation = "STARTING"     // STANDBY → RUNNING
+	OpStopping     Operation = "STOPPING"     // RUNNING → STANDBY
+	OpArchiving    Operation = "ARCHIVING"    // STANDBY → PENDING (archive_key = key of op_id)
+	OpDeleting     Operation = "DELETING"     // any → row removed
+)
+
+func (o Operation) String() string { return string(o) }
+
+// Target is the observed status at which the operation is complete.
+func (o Operation) Target() Status {
+	switch o {
+	case OpProvisioning, OpRestoring, OpStopping:
+		return Standby
+	case OpStarting:
+		return Running
+	case OpArchiving:
+		return Pending
+	case OpDeleting:
+		return Deleted
+	}
+	return ""
+}
+
+// ErrorInfo is the seed's error_info JSON.
+type ErrorInfo struct {
+	Reason     string    `json:"reason"` // Timeout, RetryExceeded, ActionFailed, ChecksumMismatch, …
+	Operation  Operation `json:"operation"`
+	IsTerminal bool      `json:"is_terminal"`
+	ErrorCount int       `json:"error_count"`
+	LastError  string    `json:"last_error,omitempty"`
+	Elapsed    float64   `json:"elapsed_seconds,omitempty"`
+	OccurredAt time.Time `json:"occurred_at"`
+}
+
+// JSON is e as the error_info column holds it: a JSON string, or nil.
+func (e *ErrorInfo) JSON() any {
+	if e == nil {
+		return nil
+	}
+	b, _ := json.Marshal(e)
+	return string(b)
+}
+
+// Workspace is one row.
+type Workspace struct {
+	ID      string `json:"id"`
+	Name    string `json:"name"`
+	Image   string `json:"image,omitempty"`
+	Command string `json:"command,omitempty"`
+
+	DesiredState   Status     `json:"desired_state"`
+	ObservedStatus Status     `json:"observed_status"`
+	ObservedAt     *time.Time `json:"observed_at,omitempty"`
+	Operation      Operation  `json:"operation"`
+	OpID           string     `json:"op_id,omitempty"`
+	OpStartedAt    *time.Time `json:"op_started_at,omitempty"`
+	// OpOwner is the replica executing the operation, OpLeaseUntil when
+	// its claim lapses if it stops renewing, OpExecuted whether the
+	// provider call returned (then only observation is awaited).
+	OpOwner        string     `json:"op_owner,omitempty"`
+	OpLeaseUntil   *time.Time `json:"op_lease_until,omitempty"`
+	OpExecuted     bool       `json:"op_executed"`
+	ArchiveKey     string     `json:"archive_key"`
+	ErrorCount     int        `json:"error_count"`
+	ErrorInfo      *ErrorInfo `json:"error_info"`
+	PreviousStatus Status     `json:"previous_status,omitempty"`
+	LastRetryAt    *time.Time `json:"last_retry_at,omitempty"`
+	NextRetryAt    *time.Time `json:"next_retry_at,omitempty"`
+	CreatedAt      time.Time  `json:"created_at"`
+	UpdatedAt      time.Time  `json:"updated_at"`
+
+	// Volume is the volume's path on this server (filled by the API).
+	Volume string `json:"volume,omitempty"`
+}
+
+// Sentinel errors.
+var (
+	ErrNotFound  = errors.New("workspace: not found")
+	ErrNameTaken = errors.New("workspace: name already taken")
+	ErrBadInput  = errors.New("workspace: bad input")
+	ErrConflict  = errors.New("workspace: conflict")
+)
+
+// error_info.reason values. The reconciler writes every reason but
+// ObserveFailed, which only the HealthMonitor writes (and clears).
+const (
+	// ReasonActionFailed: a provider call failed; retried per the policy.
+	ReasonActionFailed = "ActionFailed"
+	// ReasonUnreachable: a provider call failed because its backend did
+	// not answer (Docker engine down, S3 endpoint unreachable:
+	// provider.ErrUnreachable); retried per the policy like ActionFailed
+	// (the seed's error.md gives both 3 retries).
+	ReasonUnreachable = "Unreachable"
+	// ReasonRetryExceeded: the last retry failed too; terminal.
+	ReasonRetryExceeded = "RetryExceeded"
+	// ReasonTimeout: the operation outlived its timeout; terminal.
+	ReasonTimeout = "Timeout"
+	// ReasonObserveFailed: the HealthMonitor could not observe the
+	// workspace (last_error says why). Never terminal: the status stays
+	// what was last seen, an operation in flight still ends by its
+	// timeout, and the next successful observation clears it.
+	ReasonObserveFailed = "ObserveFailed"
+)
+
+// NewWorkspace is what creating a workspace needs.
+type NewWorkspace struct {
+	Name    string `json:"name"`
+	Image   string `json:"image,omitempty"`
+	Command string `json:"command,omitempty"`
+	// Desired defaults to STANDBY: a new workspace gets an empty volume.
+	Desired Status `json:"desired_state,omitempty"`
+}
+
+// Validate checks the name and the desired state, filling the default.
+func (n *NewWorkspace) Validate() error {
+	if n.Name == "" || len(n.Name) > 128 || strings.ContainsAny(n.Name, "/\\\x00\n") {
+		return fmt.Errorf("%w: name %q: want 1–128 characters without / \\ or newlines", ErrBadInput, n.Name)
+	}
+	if n.Desired == "" {
+		n.Desired = Standby
+	}
+	_, err := ParseDesired(string(n.Desired))
+	return err
+}
