@@ -107,11 +107,11 @@ func (h *harness) waitState(t testing.TB, id string, observed Status, d time.Dur
 }
 
 func TestLifecycleWithFakeProvider(t *testing.T) {
-	for _, b := range backends {
+	for _, b := range recBackends {
 		for _, hintsOn := range []bool{true, false} {
-			t.Run(fmt.Sprintf("%s/hb=%v", b.name, hintsOn), func(t *testing.T) {
-				ctx := context.Background()
-				st := openStore(t, b.dsn(t))
+			t.Run(fmt.Sprintf("%s/hints=%v", b.name, hintsOn), func(t *testing.T) {
+				ctx := t.Context()
+				st := b.open(t)
 				var hb Hints = hints.Drop{}
 				if hintsOn {
 					hb = hints.NewLocal()
@@ -154,8 +154,16 @@ func TestLifecycleWithFakeProvider(t *testing.T) {
 }
 
 func TestFailurePolicy(t *testing.T) {
-	ctx := context.Background()
-	st := openStore(t, storetest.SQLiteDSN(t))
+	for _, b := range recBackends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			testFailurePolicy(t, b.open(t))
+		})
+	}
+}
+
+func testFailurePolicy(t *testing.T, st testStore) {
+	ctx := t.Context()
 	fk := fake.New(0)
 	// STARTING times out after 8 s: long enough that a loaded machine's slow
 	// observation never turns a successful start into a timeout (and a
@@ -188,7 +196,7 @@ func TestFailurePolicy(t *testing.T) {
 		t.Fatalf("retry exceeded: %s", describe(got))
 	}
 	calls := fk.Calls(bad.ID, fake.Start)
-	time.Sleep(300 * time.Millisecond) // several ticks: an ERROR workspace is skipped
+	time.Sleep(300 * time.Millisecond) // real time: several ticks pass and an ERROR workspace is skipped
 	if n := fk.Calls(bad.ID, fake.Start); n != calls || n != 4 {
 		t.Fatalf("start calls %d then %d, want 4 and no more", calls, n)
 	}
@@ -223,10 +231,10 @@ func TestFailurePolicy(t *testing.T) {
 // injected failures; every one ends converged or in ERROR with a reason,
 // and no provider call is ever duplicated.
 func TestConvergesUnderRandomChanges(t *testing.T) {
-	for _, b := range backends {
+	for _, b := range recBackends {
 		t.Run(b.name, func(t *testing.T) {
-			ctx := context.Background()
-			st := openStore(t, b.dsn(t))
+			ctx := t.Context()
+			st := b.open(t)
 			fk := fake.New(time.Millisecond)
 			h := startHarness(t, st, fk, hints.NewLocal(), Config{MaxRetries: 3})
 			states := []Status{Pending, Standby, Running}
@@ -245,7 +253,7 @@ func TestConvergesUnderRandomChanges(t *testing.T) {
 			for range 300 {
 				id := ids[rng.IntN(len(ids))]
 				st.SetDesired(ctx, id, states[rng.IntN(3)], time.Now())
-				time.Sleep(2 * time.Millisecond)
+				time.Sleep(2 * time.Millisecond) // real time: the changes land while steps run
 			}
 			waitFor(t, 30*time.Second, "all converged", func() (bool, string) {
 				all, _ := st.List(ctx)

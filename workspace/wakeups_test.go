@@ -8,7 +8,6 @@ import (
 	"github.com/gantryhq/gantry/internal/clock"
 	"github.com/gantryhq/gantry/workspace/hints"
 	"github.com/gantryhq/gantry/workspace/provider/fake"
-	"github.com/gantryhq/gantry/workspace/store/storetest"
 )
 
 func TestWakeupsEarliestWins(t *testing.T) {
@@ -79,8 +78,13 @@ func TestRetryPolicyDoublesToTheCap(t *testing.T) {
 // TestRetryWaitsForBackoffOnTheClock: a failed start is retried when the
 // reconciler's clock has moved by RECONCILER_RETRY_BACKOFF, not before.
 func TestRetryWaitsForBackoffOnTheClock(t *testing.T) {
-	ctx := context.Background()
-	st := openStore(t, storetest.SQLiteDSN(t))
+	for _, b := range recBackends {
+		t.Run(b.name, func(t *testing.T) { testRetryWaitsForBackoff(t, b.open(t)) })
+	}
+}
+
+func testRetryWaitsForBackoff(t *testing.T, st testStore) {
+	ctx := t.Context()
 	fk := fake.New(0)
 	clk := clock.NewFake(time.Now())
 	h := startHarness(t, st, fk, hints.NewLocal(), Config{Clock: clk, RetryBackoff: 10 * time.Second, MaxRetries: 3})

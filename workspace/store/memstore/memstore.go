@@ -60,7 +60,6 @@ func copyInfo(info *wstype.ErrorInfo) *wstype.ErrorInfo {
 		return nil
 	}
 	c := *info
-	c.OccurredAt = ms(c.OccurredAt)
 	return &c
 }
 
