@@ -1,7 +1,6 @@
 package workspace
 
 import (
-	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -21,11 +20,11 @@ func TestAPIBadInput(t *testing.T) {
 			st := openStore(t, b.dsn(t))
 			srv := httptest.NewServer(NewAPI(st, nil, nil, nil))
 			defer srv.Close()
-			w, err := st.Create(context.Background(), NewWorkspace{Name: "taken"}, time.Now())
+			w, err := st.Create(t.Context(), NewWorkspace{Name: "taken"}, time.Now())
 			if err != nil {
 				t.Fatal(err)
 			}
-			before, _ := st.List(context.Background())
+			before, _ := st.List(t.Context())
 			tests := []struct {
 				method, path, body string
 				code               int
@@ -57,7 +56,7 @@ func TestAPIBadInput(t *testing.T) {
 					t.Errorf("%s %s %s: %d %s, want %d containing %q", tt.method, tt.path, tt.body, resp.StatusCode, body, tt.code, tt.msg)
 				}
 			}
-			after, _ := st.List(context.Background())
+			after, _ := st.List(t.Context())
 			if d := cmp.Diff(before, after); d != "" {
 				t.Fatalf("database changed (-before +after):\n%s", d)
 			}
@@ -72,7 +71,7 @@ func TestAPITouch(t *testing.T) {
 	st := openStore(t, storetest.SQLiteDSN(t))
 	srv := httptest.NewServer(NewAPI(st, nil, nil, nil))
 	defer srv.Close()
-	ctx := context.Background()
+	ctx := t.Context()
 	w, err := st.Create(ctx, NewWorkspace{Name: "busy"}, time.Now())
 	if err != nil {
 		t.Fatal(err)

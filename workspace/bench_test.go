@@ -122,7 +122,7 @@ func BenchmarkClaimLatency(b *testing.B) {
 	n := envInt("GANTRY_WS_BENCH_N", 10000)
 	for _, be := range backends {
 		b.Run(be.name, func(b *testing.B) {
-			ctx := context.Background()
+			ctx := b.Context()
 			st := openStore(b, be.dsn(b))
 			ids := createMany(b, st, n, Standby)
 			var hb Hints = hints.NewLocal()
@@ -173,7 +173,7 @@ func rank(ds []time.Duration, p int) time.Duration {
 // (op_started_at, ms resolution) and how long until the provider call
 // began (an upper bound of the claim's commit: the call follows it).
 func claimSample(b *testing.B, st *store.Store, fk *fake.Provider, hb Hints, id string) (claimed, called time.Duration) {
-	ctx := context.Background()
+	ctx := b.Context()
 	w, err := st.Get(ctx, id)
 	if err != nil {
 		b.Fatal(err)
@@ -196,7 +196,7 @@ func claimSample(b *testing.B, st *store.Store, fk *fake.Provider, hb Hints, id 
 		if time.Now().After(deadline) {
 			b.Fatalf("%s → %s not converged after 30 s: %s (err %v)", id, next, describe(w), err)
 		}
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Millisecond) // poll: the claim is timed from the row, not from this loop
 	}
 }
 

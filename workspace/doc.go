@@ -11,20 +11,27 @@
 //
 // Tour:
 //
-//	types.go      states, operations, ErrorInfo, Workspace, sentinels
+//	types.go      the vocabulary, re-exported from wstype (states, operations,
+//	              ErrorInfo, Workspace, sentinels) and the hint bus from hints
 //	plan.go       Plan: the seed's table + PROVISIONING (pure)
-//	store.go      Store: SQL on SQLite (default) or Postgres, migrations/
-//	reconciler.go Reconciler: one sched process per workspace
-//	reasons.go    error_info reasons (Unreachable, ObserveFailed, …)
-//	monitor.go    HealthMonitor: the sole writer of observed_status
-//	store_monitor.go  the monitor's error_info writes (observe failures)
-//	ttl.go        TTLManager: idle RUNNING → STANDBY, long STANDBY → PENDING
-//	singletons.go RunSingletons: monitor + TTL once per cluster (leader/)
+//	reconciler.go Reconciler: one sched process per workspace; ReconcilerStore
+//	reasons.go    which error_info reason a failed provider call gets
+//	monitor.go    HealthMonitor: the sole writer of observed_status; MonitorStore
+//	ttl.go        TTLManager: idle RUNNING → STANDBY, long STANDBY → PENDING; TTLStore
+//	singletons.go RunSingletons: monitor + TTL once per cluster (leader/); LeaderStore
+//	wakeups.go    the reconciler's one timer for retries, leases and deadlines
 //	metrics.go    Metrics: operations and loop latency, recorded at the source
-//	hints.go      Hints: in-process, Postgres LISTEN/NOTIFY, Redis pub/sub
 //	api.go        HTTP JSON API and its Go client (routes in one table; the
-//	              live/ page, SSE and probes are mounted on it)
+//	              live/ page, SSE and probes are mounted on it); APIStore
 //	server.go     Server: store + providers + reconciler + singletons + API
 //
-// Providers live in provider/ (Container, Storage, BlobStore seams).
+// Each component takes the small store interface it declares (the
+// controller-runtime style), so its tests run on store/memstore as well as
+// on SQLite and Postgres.
+//
+// Subpackages: wstype (vocabulary), store (the only SQL; memstore, storetest),
+// hints (in-process, Postgres LISTEN/NOTIFY, Redis pub/sub), leader (the
+// Postgres advisory-lock election), live (page, SSE, metrics, probes), auth
+// (tokens, principals, limits) and provider/ (Container, Storage, BlobStore
+// seams: process, docker, fs, s3, archive, fake).
 package workspace

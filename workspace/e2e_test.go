@@ -2,7 +2,6 @@ package workspace
 
 import (
 	"bytes"
-	"context"
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
@@ -229,14 +228,14 @@ func TestCrashDuringArchivingAndRestoring(t *testing.T) {
 		c := &Client{Base: s.url}
 		deadline := time.Now().Add(30 * time.Second)
 		for {
-			w, err := c.Get(context.Background(), id)
+			w, err := c.Get(t.Context(), id)
 			if err == nil && w.Operation == op {
 				break
 			}
 			if time.Now().After(deadline) {
 				t.Fatalf("never saw %s in flight (last %s)", op, describe(w))
 			}
-			time.Sleep(time.Millisecond)
+			time.Sleep(time.Millisecond) // poll: catch the operation while it is in flight, to kill the server then
 		}
 		s.stop(syscall.SIGKILL)
 		s.start()

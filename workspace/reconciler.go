@@ -99,20 +99,14 @@ func (c *Config) validate() error {
 	if c.Interval < 0 || c.RetryBackoff < 0 || c.Lease < 0 || c.Concurrency < 0 || c.Workers < 0 {
 		return fmt.Errorf("%w: negative reconciler setting", ErrBadInput)
 	}
-	if c.Interval == 0 {
-		c.Interval = 10 * time.Second
+	if c.MaxRetries < 0 {
+		c.MaxRetries = -1 // "no retries": becomes 0 below, after the default
 	}
-	if c.MaxRetries == 0 {
-		c.MaxRetries = 3
-	} else if c.MaxRetries < 0 {
-		c.MaxRetries = 0
-	}
-	if c.RetryBackoff == 0 {
-		c.RetryBackoff = 30 * time.Second
-	}
-	if c.RetryBackoffMax == 0 {
-		c.RetryBackoffMax = 32 * c.RetryBackoff
-	}
+	setDefault(&c.Interval, 10*time.Second)
+	setDefault(&c.MaxRetries, 3)
+	c.MaxRetries = max(c.MaxRetries, 0)
+	setDefault(&c.RetryBackoff, 30*time.Second)
+	setDefault(&c.RetryBackoffMax, 32*c.RetryBackoff)
 	t := map[Operation]time.Duration{
 		OpStarting: 300 * time.Second, OpStopping: 300 * time.Second,
 		OpArchiving: 1800 * time.Second, OpRestoring: 1800 * time.Second,
@@ -122,12 +116,8 @@ func (c *Config) validate() error {
 		t[op] = d
 	}
 	c.Timeouts = t
-	if c.Lease == 0 {
-		c.Lease = 15 * time.Second
-	}
-	if c.Concurrency == 0 {
-		c.Concurrency = 512
-	}
+	setDefault(&c.Lease, 15*time.Second)
+	setDefault(&c.Concurrency, 512)
 	if c.Owner == "" {
 		h, _ := os.Hostname()
 		c.Owner = fmt.Sprintf("%s-%d-%s", h, os.Getpid(), uuid.NewString()[:8])
@@ -137,6 +127,14 @@ func (c *Config) validate() error {
 	}
 	c.Clock = clock.Or(c.Clock)
 	return nil
+}
+
+// setDefault sets *p to d if *p is the zero value.
+func setDefault[T comparable](p *T, d T) {
+	var zero T
+	if *p == zero {
+		*p = d
+	}
 }
 
 // retryPolicy is the wait before each retry of a failed provider call:
@@ -473,58 +471,15 @@ func (r *Reconciler) complete(w *Workspace) bool {
 	return w.ObservedStatus == w.Operation.Target()
 }
 
+// inFlight advances w's operation in flight: it completes it, times it
+// out, waits (for the monitor, a retry or another replica's lease), or
+// acquires it and calls the provider.
 func (r *Reconciler) inFlight(ctx context.Context, w *Workspace) stepResult {
 	now := r.cfg.Clock.Now()
-	if w.ErrorInfo != nil && w.ErrorInfo.IsTerminal && w.Operation != OpDeleting {
-		r.hints.Publish(ctx, ChanMonitor, w.ID) // let the monitor flip it to ERROR
-		return stepResult{}
+	if res, done := r.endInFlight(ctx, w, now); done {
+		return res
 	}
-	if w.Operation != OpDeleting && r.complete(w) {
-		if ok, err := r.store.Complete(ctx, w.ID, w.OpID, now); err == nil && ok {
-			r.cfg.Logger.Info("workspace: operation completed", "id", w.ID, "op", w.Operation)
-			r.cfg.Metrics.opEnded(w.Operation, resultOK, w.OpStartedAt, now)
-			r.hints.Publish(ctx, ChanWorkspace, w.ID)
-			return stepResult{again: true, next: completed(*w)}
-		}
-		return stepResult{}
-	}
-	timeout := r.cfg.Timeouts[w.Operation]
-	var started time.Time
-	if w.OpStartedAt != nil {
-		started = *w.OpStartedAt
-	}
-	if elapsed := now.Sub(started); elapsed > timeout {
-		info := &ErrorInfo{Reason: ReasonTimeout, Operation: w.Operation, IsTerminal: true, ErrorCount: w.ErrorCount,
-			Elapsed: elapsed.Seconds(), OccurredAt: now.UTC()}
-		if err := r.store.Terminal(ctx, w.ID, w.OpID, info, now); err == nil {
-			r.cfg.Logger.Error("workspace: operation timed out", "id", w.ID, "op", w.Operation, "elapsed", elapsed)
-			r.cfg.Metrics.opEnded(w.Operation, resultTimeout, w.OpStartedAt, now)
-			r.hints.Publish(ctx, ChanMonitor, w.ID)
-		}
-		return stepResult{}
-	}
-	deadline := started.Add(timeout).Sub(now)
-	if w.OpExecuted {
-		// Waiting for the monitor: no retry here (the seed's defect 2).
-		r.pokeAt(w.ID, deadline)
-		return stepResult{}
-	}
-	// Not executed: a failure waiting for its retry, or a claim whose
-	// replica died before the provider call returned.
-	if w.NextRetryAt != nil && now.Before(*w.NextRetryAt) {
-		r.pokeAt(w.ID, w.NextRetryAt.Sub(now))
-		return stepResult{}
-	}
-	if w.OpOwner != r.cfg.Owner && w.OpLeaseUntil != nil && now.Before(*w.OpLeaseUntil) {
-		r.pokeAt(w.ID, w.OpLeaseUntil.Sub(now))
-		return stepResult{}
-	}
-	if w.OpOwner != r.cfg.Owner && w.OpLeaseUntil != nil && (w.ObservedAt == nil || !w.ObservedAt.After(*w.OpLeaseUntil)) {
-		// The dead owner's call may have taken effect before it could
-		// record it: take over only after an observation made since its
-		// lease lapsed (which completes the operation if it did).
-		r.hints.Publish(ctx, ChanMonitor, w.ID)
-		r.pokeAt(w.ID, min(r.cfg.Interval, 250*time.Millisecond))
+	if r.waitInFlight(ctx, w, now) {
 		return stepResult{}
 	}
 	ok, err := r.store.Acquire(ctx, w.ID, w.OpID, r.cfg.Owner, now, now.Add(r.cfg.Lease))
@@ -538,55 +493,129 @@ func (r *Reconciler) inFlight(ctx context.Context, w *Workspace) stepResult {
 	return r.execute(ctx, w)
 }
 
+// opStarted is when w's operation was claimed (zero if unknown).
+func opStarted(w *Workspace) time.Time {
+	if w.OpStartedAt != nil {
+		return *w.OpStartedAt
+	}
+	return time.Time{}
+}
+
+// endInFlight ends w's operation if it is over: terminal error info (the
+// monitor flips it to ERROR), observed at its target (complete), or past
+// its timeout (terminal Timeout). done reports whether the step is over.
+func (r *Reconciler) endInFlight(ctx context.Context, w *Workspace, now time.Time) (res stepResult, done bool) {
+	if w.ErrorInfo != nil && w.ErrorInfo.IsTerminal && w.Operation != OpDeleting {
+		r.hints.Publish(ctx, ChanMonitor, w.ID) // let the monitor flip it to ERROR
+		return stepResult{}, true
+	}
+	if w.Operation != OpDeleting && r.complete(w) {
+		if ok, err := r.store.Complete(ctx, w.ID, w.OpID, now); err == nil && ok {
+			r.cfg.Logger.Info("workspace: operation completed", "id", w.ID, "op", w.Operation)
+			r.cfg.Metrics.opEnded(w.Operation, resultOK, w.OpStartedAt, now)
+			r.hints.Publish(ctx, ChanWorkspace, w.ID)
+			return stepResult{again: true, next: completed(*w)}, true
+		}
+		return stepResult{}, true
+	}
+	if elapsed := now.Sub(opStarted(w)); elapsed > r.cfg.Timeouts[w.Operation] {
+		info := &ErrorInfo{Reason: ReasonTimeout, Operation: w.Operation, IsTerminal: true, ErrorCount: w.ErrorCount,
+			Elapsed: elapsed.Seconds(), OccurredAt: now.UTC()}
+		if err := r.store.Terminal(ctx, w.ID, w.OpID, info, now); err == nil {
+			r.cfg.Logger.Error("workspace: operation timed out", "id", w.ID, "op", w.Operation, "elapsed", elapsed)
+			r.cfg.Metrics.opEnded(w.Operation, resultTimeout, w.OpStartedAt, now)
+			r.hints.Publish(ctx, ChanMonitor, w.ID)
+		}
+		return stepResult{}, true
+	}
+	return stepResult{}, false
+}
+
+// waitInFlight reports whether w's operation must wait, and arranges the
+// wake-up: for the monitor (executed: no retry here, the seed's defect 2),
+// for its retry time, for another replica's live lease, or for an
+// observation newer than a dead owner's lease.
+func (r *Reconciler) waitInFlight(ctx context.Context, w *Workspace, now time.Time) bool {
+	switch {
+	case w.OpExecuted:
+		r.pokeAt(w.ID, opStarted(w).Add(r.cfg.Timeouts[w.Operation]).Sub(now))
+	case w.NextRetryAt != nil && now.Before(*w.NextRetryAt):
+		r.pokeAt(w.ID, w.NextRetryAt.Sub(now))
+	case w.OpOwner == r.cfg.Owner || w.OpLeaseUntil == nil:
+		return false
+	case now.Before(*w.OpLeaseUntil):
+		r.pokeAt(w.ID, w.OpLeaseUntil.Sub(now))
+	case w.ObservedAt == nil || !w.ObservedAt.After(*w.OpLeaseUntil):
+		// The dead owner's call may have taken effect before it could
+		// record it: take over only after an observation made since its
+		// lease lapsed (which completes the operation if it did).
+		r.hints.Publish(ctx, ChanMonitor, w.ID)
+		r.pokeAt(w.ID, min(r.cfg.Interval, 250*time.Millisecond))
+	default:
+		return false
+	}
+	return true
+}
+
 // execute calls the provider for w's claimed operation, renewing the lease
 // meanwhile, and records the outcome.
 func (r *Reconciler) execute(ctx context.Context, w *Workspace) stepResult {
-	var started time.Time
-	if w.OpStartedAt != nil {
-		started = *w.OpStartedAt
-	}
-	deadline := started.Add(r.cfg.Timeouts[w.Operation])
+	deadline := opStarted(w).Add(r.cfg.Timeouts[w.Operation])
 	callCtx, cancel := context.WithDeadline(ctx, deadline)
-	renewDone := make(chan struct{})
-	go func() {
-		t := r.cfg.Clock.NewTicker(r.cfg.Lease / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-renewDone:
-				return
-			case <-t.C():
-				r.store.Renew(ctx, w.ID, w.OpID, r.cfg.Owner, r.cfg.Clock.Now().Add(r.cfg.Lease))
-			}
-		}
-	}()
+	stopRenew := r.renewLease(ctx, w)
 	t0 := time.Now()
 	err := r.call(callCtx, w)
 	callTime := time.Since(t0)
-	close(renewDone)
+	stopRenew()
 	cancel()
 	now := r.cfg.Clock.Now()
 	if ctx.Err() != nil {
 		return stepResult{} // shutting down: the lease lapses, a restart takes over
 	}
 	r.cfg.Metrics.providerCall(w.Operation, err, callTime)
-	if err == nil {
-		if w.Operation == OpDeleting {
-			if err := r.store.DeleteRow(ctx, w.ID, w.OpID); err != nil {
-				r.cfg.Logger.Warn("workspace: delete row", "id", w.ID, "err", err)
-				return stepResult{}
-			}
-			r.cfg.Metrics.opEnded(OpDeleting, resultOK, w.OpStartedAt, now)
-			r.hints.Publish(ctx, ChanWorkspace, w.ID)
-			return stepResult{gone: true}
-		}
-		if err := r.store.Executed(ctx, w.ID, w.OpID, now); err != nil {
-			r.cfg.Logger.Warn("workspace: record executed", "id", w.ID, "err", err)
-		}
-		r.hints.Publish(ctx, ChanMonitor, w.ID)
-		r.pokeAt(w.ID, deadline.Sub(now))
+	if err != nil {
+		r.recordFailure(ctx, w, err, now, deadline)
 		return stepResult{}
 	}
+	if w.Operation == OpDeleting {
+		if err := r.store.DeleteRow(ctx, w.ID, w.OpID); err != nil {
+			r.cfg.Logger.Warn("workspace: delete row", "id", w.ID, "err", err)
+			return stepResult{}
+		}
+		r.cfg.Metrics.opEnded(OpDeleting, resultOK, w.OpStartedAt, now)
+		r.hints.Publish(ctx, ChanWorkspace, w.ID)
+		return stepResult{gone: true}
+	}
+	if err := r.store.Executed(ctx, w.ID, w.OpID, now); err != nil {
+		r.cfg.Logger.Warn("workspace: record executed", "id", w.ID, "err", err)
+	}
+	r.hints.Publish(ctx, ChanMonitor, w.ID)
+	r.pokeAt(w.ID, deadline.Sub(now))
+	return stepResult{}
+}
+
+// renewLease renews this replica's lease on w's operation every Lease/3
+// until the returned stop is called.
+func (r *Reconciler) renewLease(ctx context.Context, w *Workspace) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		t := r.cfg.Clock.NewTicker(r.cfg.Lease / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C():
+				r.store.Renew(ctx, w.ID, w.OpID, r.cfg.Owner, r.cfg.Clock.Now().Add(r.cfg.Lease))
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
+// recordFailure records a failed provider call: terminal (a permanent
+// error, the deadline, retries exhausted) or retried after the backoff.
+func (r *Reconciler) recordFailure(ctx context.Context, w *Workspace, err error, now, deadline time.Time) {
 	count := w.ErrorCount + 1
 	info := &ErrorInfo{Reason: failureReason(err), Operation: w.Operation, ErrorCount: count, LastError: err.Error(), OccurredAt: now.UTC()}
 	var next *time.Time
@@ -596,7 +625,7 @@ func (r *Reconciler) execute(ctx context.Context, w *Workspace) stepResult {
 		info.Reason, info.IsTerminal = pe.Reason, true
 	case errors.Is(err, context.DeadlineExceeded) && !now.Before(deadline):
 		info.Reason, info.IsTerminal = ReasonTimeout, true
-		info.Elapsed = now.Sub(started).Seconds()
+		info.Elapsed = now.Sub(opStarted(w)).Seconds()
 	case count > r.cfg.MaxRetries:
 		info.Reason, info.IsTerminal = ReasonRetryExceeded, true
 	default:
@@ -613,7 +642,6 @@ func (r *Reconciler) execute(ctx context.Context, w *Workspace) stepResult {
 	} else {
 		r.pokeAt(w.ID, next.Sub(now))
 	}
-	return stepResult{}
 }
 
 // call is the provider side of each operation.

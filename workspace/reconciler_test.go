@@ -77,7 +77,7 @@ func startHarnessWith(t testing.TB, st testStore, fk *fake.Provider, hb Hints, c
 		setup(rec)
 	}
 	mon := NewHealthMonitor(mcfg, st, fk, fk, hb)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); rec.Run(ctx) }()
@@ -97,7 +97,7 @@ func (h *harness) waitState(t testing.TB, id string, observed Status, d time.Dur
 	var w Workspace
 	waitFor(t, d, fmt.Sprintf("%s to be %s", id, observed), func() (bool, string) {
 		var err error
-		w, err = h.st.Get(context.Background(), id)
+		w, err = h.st.Get(t.Context(), id)
 		if err != nil {
 			return false, err.Error()
 		}

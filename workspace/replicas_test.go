@@ -1,7 +1,6 @@
 package workspace
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -29,7 +28,7 @@ func TestReplicasNeverDuplicate(t *testing.T) {
 	if v, err := strconv.Atoi(os.Getenv("GANTRY_WS_REPLICA_SECONDS")); err == nil && v > 0 {
 		secs = v
 	}
-	ctx := context.Background()
+	ctx := t.Context()
 	dsn := storetest.PostgresDSN(t)
 	fk := fake.New(2 * time.Millisecond)
 	var hs []*harness
@@ -64,7 +63,7 @@ func TestReplicasNeverDuplicate(t *testing.T) {
 			st.SetDesired(ctx, ids[rng.IntN(len(ids))], states[rng.IntN(3)], time.Now())
 			changes++
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // real time: changes arrive in bursts while replicas reconcile
 	}
 	waitFor(t, 90*time.Second, "every workspace converged or in ERROR", func() (bool, string) {
 		all, _ := st.List(ctx)

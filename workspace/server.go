@@ -110,29 +110,9 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	if cfg.Storage == nil {
 		cfg.Storage = &archive.Storage{Root: filepath.Join(cfg.Data, "volumes"), Blobs: &fs.BlobStore{Dir: filepath.Join(cfg.Data, "blobs")}}
 	}
-	switch {
-	case cfg.Redis != "":
-		opt, err := rueidis.ParseURL(cfg.Redis)
-		if err != nil {
-			st.Close()
-			return nil, fmt.Errorf("--redis %q: %w", cfg.Redis, err)
-		}
-		opt.DisableCache = true
-		client, err := rueidis.NewClient(opt)
-		if err != nil {
-			st.Close()
-			return nil, fmt.Errorf("--redis %q: %w", cfg.Redis, err)
-		}
-		s.closers = append(s.closers, client.Close)
-		rh := &hints.Redis{Client: client, Logger: cfg.Logger}
-		s.hints = rh
-		s.runs = append(s.runs, rh.Run)
-	case st.Dialect() == store.Postgres:
-		ph := &hints.Postgres{DB: st.DB(), DSN: st.DSN(), Logger: cfg.Logger}
-		s.hints = ph
-		s.runs = append(s.runs, ph.Run)
-	default:
-		s.hints = hints.NewLocal()
+	if err := s.startHints(cfg); err != nil {
+		st.Close()
+		return nil, err
 	}
 	metrics := NewMetrics(cfg.Registry)
 	cfg.Reconciler.Logger = cfg.Logger
@@ -200,3 +180,31 @@ func (s *Server) Run(ctx context.Context) error {
 }
 
 func mkdirAll(dir string) error { return os.MkdirAll(dir, 0o755) }
+
+// startHints picks the hint bus: Redis if configured, else Postgres
+// LISTEN/NOTIFY on a Postgres store, else the in-process hub.
+func (s *Server) startHints(cfg ServerConfig) error {
+	switch {
+	case cfg.Redis != "":
+		opt, err := rueidis.ParseURL(cfg.Redis)
+		if err != nil {
+			return fmt.Errorf("--redis %q: %w", cfg.Redis, err)
+		}
+		opt.DisableCache = true
+		client, err := rueidis.NewClient(opt)
+		if err != nil {
+			return fmt.Errorf("--redis %q: %w", cfg.Redis, err)
+		}
+		s.closers = append(s.closers, client.Close)
+		rh := &hints.Redis{Client: client, Logger: cfg.Logger}
+		s.hints = rh
+		s.runs = append(s.runs, rh.Run)
+	case s.Store.Dialect() == store.Postgres:
+		ph := &hints.Postgres{DB: s.Store.DB(), DSN: s.Store.DSN(), Logger: cfg.Logger}
+		s.hints = ph
+		s.runs = append(s.runs, ph.Run)
+	default:
+		s.hints = hints.NewLocal()
+	}
+	return nil
+}

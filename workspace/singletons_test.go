@@ -32,7 +32,7 @@ func TestSingletonsOnSQLiteNeedNoElection(t *testing.T) {
 	id := seedConverged(t, st, "idle", Running)
 	// The monitor sees what the row says: a running container over its volume.
 	storage := &archive.Storage{Root: t.TempDir(), Blobs: &fs.BlobStore{Dir: t.TempDir()}}
-	if err := storage.Provision(context.Background(), id); err != nil {
+	if err := storage.Provision(t.Context(), id); err != nil {
 		t.Fatal(err)
 	}
 	running := provider.ContainerFuncs{ObserveFunc: func(context.Context, string) (provider.ContainerState, error) { return provider.Running, nil }}
@@ -43,11 +43,11 @@ func TestSingletonsOnSQLiteNeedNoElection(t *testing.T) {
 	}
 	reg := prometheus.NewRegistry()
 	m := NewMetrics(reg)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- RunSingletons(ctx, SingletonsConfig{Store: st, Monitor: mon, TTL: ttl, Metrics: m}) }()
 	waitFor(t, 5*time.Second, "the TTL manager's first pass", func() (bool, string) {
-		w, _ := st.Get(context.Background(), id)
+		w, _ := st.Get(t.Context(), id)
 		return w.DesiredState == Standby, describe(w)
 	})
 	for _, g := range [][]string{{"gantry_ws_leader"}, {"gantry_ws_singleton_running", "loop", "monitor"}, {"gantry_ws_singleton_running", "loop", "ttl"}} {
@@ -76,7 +76,7 @@ func TestSingletonsOnSQLiteNeedNoElection(t *testing.T) {
 func TestDeposedLeaderTTLWriteRefused(t *testing.T) {
 	dsn := storetest.PostgresDSN(t)
 	st := openStore(t, dsn)
-	lockID, err := st.LeaderLockID(context.Background())
+	lockID, err := st.LeaderLockID(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func TestDeposedLeaderTTLWriteRefused(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ctx, cancel := context.WithCancel(context.Background())
+			ctx, cancel := context.WithCancel(t.Context())
 			sessc := make(chan *leader.Session, 1)
 			var wg sync.WaitGroup
 			wg.Add(1)
@@ -190,7 +190,7 @@ func idle(m map[string]string) bool {
 		m[`gantry_ws_singleton_running{loop="ttl"}`] != "1"
 }
 
-// Acceptance 2 of issue 13: two `gantry ws serve` replicas on one Postgres.
+// Two `gantry ws serve` replicas on one Postgres.
 // Only the leader runs the monitor and the TTL manager; SIGKILL it and the
 // other takes both over within 2 × the lease, and they work there: a
 // workspace is observed RUNNING (only the monitor writes that) and, idle,
@@ -213,7 +213,7 @@ func TestSingletonsFailoverAfterSIGKILL(t *testing.T) {
 		m := scrape(t, b.url)
 		return idle(m), m["gantry_ws_leader"]
 	})
-	time.Sleep(2 * lease) // B keeps polling the lock and must keep losing
+	time.Sleep(2 * lease) // real time: B keeps polling the lock and must keep losing
 	if m := scrape(t, b.url); !idle(m) || !leads(scrape(t, a.url)) {
 		t.Fatalf("two leaders or none: A %v, B %v", leads(scrape(t, a.url)), m)
 	}
@@ -232,7 +232,9 @@ func TestSingletonsFailoverAfterSIGKILL(t *testing.T) {
 
 	// B's monitor and TTL manager do their jobs.
 	id := strings.TrimSpace(b.cli("create", "after-failover", "--desired", "RUNNING"))
-	t.Cleanup(func() { (&process.Container{RunDir: filepath.Join(data, "run")}).Stop(context.Background(), id) })
+	t.Cleanup(func() {
+		(&process.Container{RunDir: filepath.Join(data, "run")}).Stop(context.WithoutCancel(t.Context()), id)
+	})
 	waitFor(t, 20*time.Second, "observed RUNNING (B's monitor)", func() (bool, string) {
 		w := b.get(id)
 		return w.ObservedStatus == Running, describe(w)
@@ -248,7 +250,7 @@ func TestSingletonsFailoverAfterSIGKILL(t *testing.T) {
 func TestSingletonsStopWhenLeadershipLost(t *testing.T) {
 	dsn := storetest.PostgresDSN(t)
 	st := openStore(t, dsn)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	lockID, err := st.LeaderLockID(ctx)
 	if err != nil {
@@ -288,7 +290,7 @@ func TestSingletonsStopWhenLeadershipLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rival.Close(context.Background())
+	defer rival.Close(t.Context())
 	for attempt := 0; ; attempt++ {
 		if attempt == 5 {
 			t.Fatal("the deposed leader won the lock back 5 times in a row")
@@ -311,7 +313,7 @@ func TestSingletonsStopWhenLeadershipLost(t *testing.T) {
 	lost := time.Now()
 	waitFor(t, 2*lease, "the loops to stop", func() (bool, string) { return stopped(), "" })
 	t.Logf("singletons stopped ≤ %v after the rival took the lock (lease %v)", time.Since(lost), lease)
-	time.Sleep(3 * lease) // the old leader keeps campaigning and keeps losing
+	time.Sleep(3 * lease) // real time: the old leader keeps campaigning and keeps losing
 	if !stopped() {
 		t.Fatal("the singletons ran again while another session held the lock")
 	}

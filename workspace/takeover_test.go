@@ -1,7 +1,6 @@
 package workspace
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -15,7 +14,7 @@ import (
 // removed the volume. The replica taking over must not write the archive
 // again (its key is recorded): it only removes the volume.
 func TestArchiveTakeoverOnlyRemovesTheVolume(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	st := openStore(t, storetest.SQLiteDSN(t))
 	fk := fake.New(0)
 	now := time.Now()

@@ -1,7 +1,6 @@
 package workspace
 
 import (
-	"context"
 	"fmt"
 	"sync"
 	"testing"
@@ -17,7 +16,7 @@ var ttlT0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 // seedConverged makes a workspace that converged to status at t0.
 func seedConverged(t *testing.T, st *store.Store, name string, status Status) string {
 	t.Helper()
-	ctx := context.Background()
+	ctx := t.Context()
 	w, err := st.Create(ctx, NewWorkspace{Name: name, Desired: status}, ttlT0)
 	if err != nil {
 		t.Fatal(err)
@@ -29,7 +28,7 @@ func seedConverged(t *testing.T, st *store.Store, name string, status Status) st
 func TestTTLRules(t *testing.T) {
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
-			ctx := context.Background()
+			ctx := t.Context()
 			st := openStore(t, b.dsn(t))
 			idle, archive := 30*time.Minute, 7*24*time.Hour
 			running := seedConverged(t, st, "run", Running)
@@ -89,7 +88,7 @@ func TestTTLRules(t *testing.T) {
 func TestTTLLosesToUserRequest(t *testing.T) {
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
-			ctx := context.Background()
+			ctx := t.Context()
 			st := openStore(t, b.dsn(t))
 			id := seedConverged(t, st, "raced", Running)
 			now := ttlT0.Add(time.Hour)
@@ -118,7 +117,7 @@ func TestTTLLosesToUserRequest(t *testing.T) {
 func TestTTLRaceConcurrent(t *testing.T) {
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
-			ctx := context.Background()
+			ctx := t.Context()
 			st := openStore(t, b.dsn(t))
 			const n = 40
 			ids := make([]string, n)

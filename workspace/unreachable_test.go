@@ -31,7 +31,7 @@ import (
 	"github.com/gantryhq/gantry/workspace/store/storetest"
 )
 
-// Acceptance 5 of issue 13: the Docker engine down or S3 unreachable.
+// The Docker engine down or S3 unreachable.
 // Operations fail with a clear reason, are retried per the policy, and
 // nothing is marked archived that was not fully written.
 
@@ -58,7 +58,7 @@ func runRecAndMon(t *testing.T, st *store.Store, c provider.Container, s provide
 		t.Fatal(err)
 	}
 	mon := NewHealthMonitor(MonitorConfig{Interval: 50 * time.Millisecond}, st, c, s, hb)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
 	for _, run := range []func(context.Context) error{rec.Run, mon.Run} {
 		wg.Add(1)
@@ -71,7 +71,7 @@ func runRecAndMon(t *testing.T, st *store.Store, c provider.Container, s provide
 // monitor had seen it (with its volume provisioned when not PENDING).
 func seedObserved(t *testing.T, st *store.Store, s provider.Storage, name string, observed, desired Status) Workspace {
 	t.Helper()
-	ctx := context.Background()
+	ctx := t.Context()
 	w, err := st.Create(ctx, NewWorkspace{Name: name, Desired: observed}, time.Now())
 	if err != nil {
 		t.Fatal(err)
@@ -112,7 +112,7 @@ func TestObserveFailureIsVisibleAndCleared(t *testing.T) {
 
 	var got Workspace
 	waitFor(t, 10*time.Second, "error_info ObserveFailed", func() (bool, string) {
-		got, _ = st.Get(context.Background(), w.ID)
+		got, _ = st.Get(t.Context(), w.ID)
 		return got.ErrorInfo != nil && got.ErrorInfo.Reason == ReasonObserveFailed, describe(got)
 	})
 	if !errors.Is(docker.ErrEngineUnreachable, provider.ErrUnreachable) {
@@ -126,14 +126,14 @@ func TestObserveFailureIsVisibleAndCleared(t *testing.T) {
 	}
 	// Passes while the engine stays down do not rewrite the row.
 	first := got.UpdatedAt
-	time.Sleep(300 * time.Millisecond) // several monitor passes
-	if again, _ := st.Get(context.Background(), w.ID); !again.UpdatedAt.Equal(first) {
+	time.Sleep(300 * time.Millisecond) // real time: several monitor passes run while nothing changes
+	if again, _ := st.Get(t.Context(), w.ID); !again.UpdatedAt.Equal(first) {
 		t.Errorf("the row was rewritten while nothing changed: %v → %v", first, again.UpdatedAt)
 	}
 
 	down.Store(false)
 	waitFor(t, 10*time.Second, "error_info cleared", func() (bool, string) {
-		got, _ = st.Get(context.Background(), w.ID)
+		got, _ = st.Get(t.Context(), w.ID)
 		return got.ErrorInfo == nil, describe(got)
 	})
 	if got.ObservedStatus != Standby {
@@ -144,7 +144,7 @@ func TestObserveFailureIsVisibleAndCleared(t *testing.T) {
 // The monitor never overwrites the reconciler's error info with its own.
 func TestObserveFailureKeepsReconcilerErrorInfo(t *testing.T) {
 	st := openStore(t, storetest.SQLiteDSN(t))
-	ctx := context.Background()
+	ctx := t.Context()
 	w, err := st.Create(ctx, NewWorkspace{Name: "keep"}, time.Now())
 	if err != nil {
 		t.Fatal(err)
@@ -194,14 +194,14 @@ func TestDockerDownStartRetriesPerPolicy(t *testing.T) {
 
 	var got Workspace
 	waitFor(t, 10*time.Second, "first failure recorded", func() (bool, string) {
-		got, _ = st.Get(context.Background(), w.ID)
+		got, _ = st.Get(t.Context(), w.ID)
 		return got.ErrorInfo != nil && got.ErrorInfo.Reason == ReasonUnreachable, describe(got)
 	})
 	if e := got.ErrorInfo; e.IsTerminal || e.Operation != OpStarting || !strings.Contains(e.LastError, "docker: engine unreachable") || got.NextRetryAt == nil {
 		t.Fatalf("after the first failure: %s next_retry_at=%v; want Unreachable, not terminal, a retry planned", describe(got), got.NextRetryAt)
 	}
 	waitFor(t, 20*time.Second, "ERROR with RetryExceeded", func() (bool, string) {
-		got, _ = st.Get(context.Background(), w.ID)
+		got, _ = st.Get(t.Context(), w.ID)
 		return got.ObservedStatus == Error, describe(got)
 	})
 	if e := got.ErrorInfo; e == nil || e.Reason != ReasonRetryExceeded || !e.IsTerminal || e.ErrorCount != 3 || !strings.Contains(e.LastError, "docker: engine unreachable") {
@@ -339,7 +339,7 @@ func TestS3UnreachableNeverMarksArchived(t *testing.T) {
 		ep = "127.0.0.1:9000"
 	}
 	testutil.Ensure(t, "minio", ep)
-	ctx := context.Background()
+	ctx := t.Context()
 	tr := &http.Transport{DisableKeepAlives: true} // no idle connection outlives the test
 	mc, err := minio.New(ep, &minio.Options{Creds: credentials.NewStaticV4("gantry", "gantry-secret", ""), BucketLookup: minio.BucketLookupPath, Transport: tr})
 	if err != nil {
@@ -447,7 +447,7 @@ func TestS3UnreachableNeverMarksArchived(t *testing.T) {
 // assertNotArchived: no archive_key, no .meta in the bucket, volume intact.
 func assertNotArchived(t *testing.T, st *store.Store, s *archive.Storage, id string, metas func() []string) {
 	t.Helper()
-	w, err := st.Get(context.Background(), id)
+	w, err := st.Get(t.Context(), id)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,7 +38,7 @@ func TestWakeupsRunFiresOnTheClock(t *testing.T) {
 	w := newWakeups(clk)
 	w.at("x", time.Minute)
 	fired := make(chan string, 1)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { defer close(done); w.run(ctx, func(id string) { fired <- id }) }()
 	defer func() { cancel(); <-done }()

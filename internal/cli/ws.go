@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/gantryhq/gantry/workspace"
 	"github.com/gantryhq/gantry/workspace/provider"
@@ -44,95 +45,117 @@ func newWSCmd(env *Env) *cobra.Command {
 	return cmd
 }
 
+// wsServeOptions are `gantry ws serve`'s flags.
+type wsServeOptions struct {
+	cfg         workspace.ServerConfig
+	prov        string
+	fakeLatency time.Duration
+	interval    time.Duration
+	backoff     time.Duration
+	lease       time.Duration
+	monInterval time.Duration
+	maxRetries  int
+	timeouts    map[workspace.Operation]*time.Duration
+	backends    wsBackendFlags
+}
+
 func newWSServeCmd(env *Env) *cobra.Command {
-	var cfg workspace.ServerConfig
-	var prov string
-	var fakeLatency time.Duration
-	var interval, backoff, lease, monInterval time.Duration
-	var maxRetries int
-	timeouts := map[workspace.Operation]*time.Duration{}
-	var backends wsBackendFlags
+	o := &wsServeOptions{timeouts: map[workspace.Operation]*time.Duration{}}
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the API, web page, reconciler, health monitor and TTL manager (SQLite under --data by default)",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			rc, err := workspace.ConfigFromEnv(os.Getenv)
-			if err != nil {
-				return err
-			}
-			f := cmd.Flags()
-			if f.Changed("interval") {
-				rc.Interval = interval
-			}
-			if f.Changed("retry-backoff") {
-				rc.RetryBackoff = backoff
-			}
-			if f.Changed("max-retries") {
-				rc.MaxRetries = maxRetries
-				if maxRetries == 0 {
-					rc.MaxRetries = -1
-				}
-			}
-			for op, d := range timeouts {
-				if f.Changed(strings.ToLower(string(op)) + "-timeout") {
-					rc.Timeouts[op] = *d
-				}
-			}
-			for name, d := range map[string]time.Duration{"interval": interval, "retry-backoff": backoff, "op-lease": lease, "monitor-interval": monInterval} {
-				if f.Changed(name) && d <= 0 {
-					return fmt.Errorf("--%s %v: want a positive duration", name, d)
-				}
-			}
-			rc.Lease = lease
-			cfg.Reconciler = rc
-			cfg.Monitor.Interval = monInterval
-			switch prov {
-			case "process":
-			case "fake":
-				fk := fake.New(fakeLatency)
-				cfg.Container, cfg.Storage = fk, fk
-			case "docker": // issue 13: the container comes from backends.apply
-			default:
-				return fmt.Errorf("--provider %q: want process, docker or fake", prov)
-			}
-			if err := backends.apply(cmd.Context(), &cfg, prov, env.Logger); err != nil { // issue 13: docker, --storage s3://…
-				return err
-			}
-			if err := backends.singletons(&cfg); err != nil { // issue 13: TTL manager, leader lease
-				return err
-			}
-			cfg.Logger = env.Logger
-			cfg.Registry = env.registerer()
-			srv, err := workspace.NewServer(cmd.Context(), cfg)
-			if err != nil {
-				return err
-			}
-			if err := mountLive(cmd.Context(), srv, env); err != nil { // issue 13: page, SSE, metrics, probes
-				return err
-			}
-			return srv.Run(cmd.Context())
-		},
+		RunE:  func(cmd *cobra.Command, _ []string) error { return runWSServe(cmd, env, o) },
 	}
 	f := cmd.Flags()
-	f.StringVar(&cfg.DB, "db", "", "database: sqlite:PATH or postgres://… (default sqlite:<data>/workspaces.db)")
-	f.StringVar(&cfg.Data, "data", "gantry-ws-data", "directory for the database, volumes, archives and pidfiles")
-	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:7480", "API address")
-	f.StringVar(&cfg.Redis, "redis", "", "Redis URL for hints (redis://127.0.0.1:6379/0); default: in-process or Postgres NOTIFY")
-	backends.register(f) // issue 13: --storage, --docker-image
-	f.StringVar(&prov, "provider", "process", "providers: process (+ fs volumes/archives) or fake (tests, benchmarks)")
-	f.DurationVar(&fakeLatency, "fake-latency", 10*time.Millisecond, "latency of each fake provider call")
-	f.DurationVar(&interval, "interval", 10*time.Second, "reconcile interval (overrides RECONCILER_INTERVAL)")
-	f.IntVar(&maxRetries, "max-retries", 3, "retries after a failed provider call (overrides RECONCILER_MAX_RETRIES)")
-	f.DurationVar(&backoff, "retry-backoff", 30*time.Second, "first retry delay, doubled per retry (overrides RECONCILER_RETRY_BACKOFF)")
-	f.DurationVar(&lease, "op-lease", 15*time.Second, "how long a claimed operation survives a dead replica before another takes it over")
-	f.DurationVar(&monInterval, "monitor-interval", 30*time.Second, "health monitor interval")
+	f.StringVar(&o.cfg.DB, "db", "", "database: sqlite:PATH or postgres://… (default sqlite:<data>/workspaces.db)")
+	f.StringVar(&o.cfg.Data, "data", "gantry-ws-data", "directory for the database, volumes, archives and pidfiles")
+	f.StringVar(&o.cfg.Listen, "listen", "127.0.0.1:7480", "API address")
+	f.StringVar(&o.cfg.Redis, "redis", "", "Redis URL for hints (redis://127.0.0.1:6379/0); default: in-process or Postgres NOTIFY")
+	o.backends.register(f) // --storage, --docker-image
+	f.StringVar(&o.prov, "provider", "process", "providers: process (+ fs volumes/archives) or fake (tests, benchmarks)")
+	f.DurationVar(&o.fakeLatency, "fake-latency", 10*time.Millisecond, "latency of each fake provider call")
+	f.DurationVar(&o.interval, "interval", 10*time.Second, "reconcile interval (overrides RECONCILER_INTERVAL)")
+	f.IntVar(&o.maxRetries, "max-retries", 3, "retries after a failed provider call (overrides RECONCILER_MAX_RETRIES)")
+	f.DurationVar(&o.backoff, "retry-backoff", 30*time.Second, "first retry delay, doubled per retry (overrides RECONCILER_RETRY_BACKOFF)")
+	f.DurationVar(&o.lease, "op-lease", 15*time.Second, "how long a claimed operation survives a dead replica before another takes it over")
+	f.DurationVar(&o.monInterval, "monitor-interval", 30*time.Second, "health monitor interval")
 	for op, def := range map[workspace.Operation]time.Duration{workspace.OpStarting: 300 * time.Second, workspace.OpStopping: 300 * time.Second, workspace.OpArchiving: 1800 * time.Second, workspace.OpRestoring: 1800 * time.Second} {
 		d := new(time.Duration)
-		timeouts[op] = d
+		o.timeouts[op] = d
 		f.DurationVar(d, strings.ToLower(string(op))+"-timeout", def, fmt.Sprintf("%s timeout (overrides RECONCILER_%s_TIMEOUT)", op, op))
 	}
 	return cmd
+}
+
+// runWSServe builds the server from the flags (over the RECONCILER_* env)
+// and serves until the command's context ends.
+func runWSServe(cmd *cobra.Command, env *Env, o *wsServeOptions) error {
+	rc, err := o.reconcilerConfig(cmd.Flags())
+	if err != nil {
+		return err
+	}
+	cfg := o.cfg
+	cfg.Reconciler = rc
+	cfg.Monitor.Interval = o.monInterval
+	switch o.prov {
+	case "process":
+	case "fake":
+		fk := fake.New(o.fakeLatency)
+		cfg.Container, cfg.Storage = fk, fk
+	case "docker": // the container comes from backends.apply
+	default:
+		return fmt.Errorf("--provider %q: want process, docker or fake", o.prov)
+	}
+	if err := o.backends.apply(cmd.Context(), &cfg, o.prov, env.Logger); err != nil { // docker, --storage s3://…
+		return err
+	}
+	if err := o.backends.singletons(&cfg); err != nil { // TTL manager, leader lease
+		return err
+	}
+	cfg.Logger = env.Logger
+	cfg.Registry = env.registerer()
+	srv, err := workspace.NewServer(cmd.Context(), cfg)
+	if err != nil {
+		return err
+	}
+	if err := mountLive(cmd.Context(), srv, env); err != nil { // page, SSE, metrics, probes
+		return err
+	}
+	return srv.Run(cmd.Context())
+}
+
+// reconcilerConfig is RECONCILER_* from the environment, overridden by the
+// flags the user gave.
+func (o *wsServeOptions) reconcilerConfig(f *pflag.FlagSet) (workspace.Config, error) {
+	rc, err := workspace.ConfigFromEnv(os.Getenv)
+	if err != nil {
+		return rc, err
+	}
+	for name, d := range map[string]time.Duration{"interval": o.interval, "retry-backoff": o.backoff, "op-lease": o.lease, "monitor-interval": o.monInterval} {
+		if f.Changed(name) && d <= 0 {
+			return rc, fmt.Errorf("--%s %v: want a positive duration", name, d)
+		}
+	}
+	if f.Changed("interval") {
+		rc.Interval = o.interval
+	}
+	if f.Changed("retry-backoff") {
+		rc.RetryBackoff = o.backoff
+	}
+	if f.Changed("max-retries") {
+		rc.MaxRetries = o.maxRetries
+		if o.maxRetries == 0 {
+			rc.MaxRetries = -1
+		}
+	}
+	for op, d := range o.timeouts {
+		if f.Changed(strings.ToLower(string(op)) + "-timeout") {
+			rc.Timeouts[op] = *d
+		}
+	}
+	rc.Lease = o.lease
+	return rc, nil
 }
 
 func newWSCreateCmd(client func() *workspace.Client) *cobra.Command {
@@ -265,49 +288,63 @@ func newWSWaitCmd(client func() *workspace.Client) *cobra.Command {
 		Short: "Wait until a workspace is observed in STATUS with no operation in flight (exit 1 on ERROR or timeout)",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			want := workspace.Status(strings.ToUpper(args[1]))
-			switch want {
-			case workspace.Pending, workspace.Standby, workspace.Running, workspace.Error, workspace.Deleted:
-			default:
-				return fmt.Errorf("STATUS %q: want RUNNING, STANDBY, PENDING, ERROR or DELETED", args[1])
-			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-			defer cancel()
-			c := client()
-			var last workspace.Workspace
-			for {
-				w, err := c.Get(ctx, args[0])
-				var ae *workspace.APIError
-				switch {
-				case err == nil:
-					last = w
-					if w.ObservedStatus == want && (want == workspace.Error || w.Operation == workspace.OpNone) {
-						return nil
-					}
-					if w.ObservedStatus == workspace.Error {
-						reason := ""
-						if w.ErrorInfo != nil {
-							reason = w.ErrorInfo.Reason + ": " + w.ErrorInfo.LastError
-						}
-						return withCode(1, fmt.Errorf("workspace %s is in ERROR (%s)", w.ID, reason))
-					}
-				case errors.As(err, &ae) && ae.Status == 404 && want == workspace.Deleted:
-					return nil
-				case ctx.Err() == nil && !errors.As(err, &ae):
-					// The server may be restarting: keep polling.
-				case ctx.Err() == nil:
-					return err
-				}
-				select {
-				case <-ctx.Done():
-					return withCode(1, fmt.Errorf("timed out after %v waiting for %s to be %s (last: observed %s, operation %s)", timeout, args[0], want, last.ObservedStatus, last.Operation))
-				case <-time.After(100 * time.Millisecond):
-				}
-			}
+			return runWSWait(cmd.Context(), client(), args[0], args[1], timeout)
 		},
 	}
 	cmd.Flags().DurationVar(&timeout, "timeout", 2*time.Minute, "give up after this long")
 	return cmd
+}
+
+// runWSWait polls id every 100 ms until it is observed in status (and no
+// operation is in flight), it lands in ERROR, or timeout passes.
+func runWSWait(ctx context.Context, c *workspace.Client, id, status string, timeout time.Duration) error {
+	want := workspace.Status(strings.ToUpper(status))
+	switch want {
+	case workspace.Pending, workspace.Standby, workspace.Running, workspace.Error, workspace.Deleted:
+	default:
+		return fmt.Errorf("STATUS %q: want RUNNING, STANDBY, PENDING, ERROR or DELETED", status)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var last workspace.Workspace
+	for {
+		w, err := c.Get(ctx, id)
+		if err == nil {
+			last = w
+		}
+		if done, err := waitDone(ctx, w, err, want); done {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return withCode(1, fmt.Errorf("timed out after %v waiting for %s to be %s (last: observed %s, operation %s)", timeout, id, want, last.ObservedStatus, last.Operation))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// waitDone judges one poll of ws wait: reached, in ERROR, deleted as
+// wanted, or a server error (a connection error keeps polling: the server
+// may be restarting).
+func waitDone(ctx context.Context, w workspace.Workspace, err error, want workspace.Status) (bool, error) {
+	var ae *workspace.APIError
+	switch {
+	case err == nil && w.ObservedStatus == want && (want == workspace.Error || w.Operation == workspace.OpNone):
+		return true, nil
+	case err == nil && w.ObservedStatus == workspace.Error:
+		reason := ""
+		if w.ErrorInfo != nil {
+			reason = w.ErrorInfo.Reason + ": " + w.ErrorInfo.LastError
+		}
+		return true, withCode(1, fmt.Errorf("workspace %s is in ERROR (%s)", w.ID, reason))
+	case err == nil:
+		return false, nil
+	case errors.As(err, &ae) && ae.Status == 404 && want == workspace.Deleted:
+		return true, nil
+	case ctx.Err() == nil && errors.As(err, &ae):
+		return true, err
+	}
+	return false, nil
 }
 
 var _ provider.Container = (*fake.Provider)(nil)

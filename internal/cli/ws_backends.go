@@ -18,7 +18,7 @@ import (
 	"github.com/gantryhq/gantry/workspace/provider/s3"
 )
 
-// wsBackendFlags selects the real backends of `gantry ws serve` (issue 13):
+// wsBackendFlags selects the real backends of `gantry ws serve`:
 // --provider docker and --storage s3://bucket?endpoint=…
 type wsBackendFlags struct {
 	storage      string

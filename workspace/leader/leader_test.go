@@ -70,7 +70,7 @@ func helperMain() {
 			if err != nil && ctx.Err() == nil {
 				fmt.Println("WRITE-ERR", err)
 			}
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(50 * time.Millisecond) // real time: the child writes at a steady pace until it is killed
 		}
 		return nil
 	})
@@ -133,12 +133,12 @@ func TestFailoverAfterSIGKILL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close(context.Background())
+	defer c.Close(t.Context())
 	if _, err := c.Exec(ctx, `CREATE TABLE IF NOT EXISTS leader_test (lock BIGINT, node TEXT, at TIMESTAMPTZ)`); err != nil {
 		t.Fatal(err)
 	}
 	lock := randLock()
-	t.Cleanup(func() { c.Exec(context.Background(), `DELETE FROM leader_test WHERE lock = $1`, lock) })
+	t.Cleanup(func() { c.Exec(context.WithoutCancel(t.Context()), `DELETE FROM leader_test WHERE lock = $1`, lock) })
 	const lease = 2 * time.Second
 
 	a := startReplica(t, dsn, lock, lease, "a")
@@ -171,7 +171,7 @@ func TestFailoverAfterSIGKILL(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the new leader wrote nothing through its session")
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // poll: the new leader writes through its session on its own schedule
 	}
 	var lastA, firstB time.Time
 	c.QueryRow(ctx, `SELECT max(at) FROM leader_test WHERE lock = $1 AND node = 'a'`, lock).Scan(&lastA)
@@ -226,7 +226,7 @@ func TestStepDownOnLostConnection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer admin.Close(context.Background())
+	defer admin.Close(t.Context())
 	if _, err := admin.Exec(t.Context(), `SELECT pg_terminate_backend($1)`, int32(pid)); err != nil {
 		t.Fatal(err)
 	}

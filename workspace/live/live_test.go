@@ -48,7 +48,7 @@ type stack struct {
 func newStack(t *testing.T, hintsOn bool) *stack {
 	t.Helper()
 	dir := t.TempDir()
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	st, err := store.Open(ctx, "sqlite:"+filepath.Join(dir, "ws.db"))
 	if err != nil {
 		t.Fatal(err)
@@ -92,9 +92,9 @@ func newStack(t *testing.T, hintsOn bool) *stack {
 		hs.Close()
 		cancel()
 		wg.Wait()
-		ws, _ := st.List(context.Background())
+		ws, _ := st.List(context.WithoutCancel(t.Context()))
 		for _, w := range ws {
-			stopCtx, stop := context.WithTimeout(context.Background(), 10*time.Second)
+			stopCtx, stop := context.WithTimeout(context.WithoutCancel(t.Context()), 10*time.Second)
 			if err := c.Stop(stopCtx, w.ID); err != nil {
 				t.Errorf("stop %s: %v", w.ID, err)
 			}
@@ -172,7 +172,7 @@ func TestSSETransitionsInOrder(t *testing.T) {
 			s := newStack(t, hintsOn)
 			w := s.post(t, "/v1/workspaces", map[string]any{"name": "demo", "desired_state": "PENDING"})
 			id := w["id"].(string)
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 			defer cancel()
 			statuses := statusStream(t, ctx, s.url+"/workspaces/"+id+"/events")
 			var seen []workspace.Status
@@ -195,7 +195,7 @@ func TestSSETransitionsInOrder(t *testing.T) {
 			s.send(t, "PUT", "/v1/workspaces/"+id+"/desired", map[string]string{"desired_state": "RUNNING"})
 			for next() != workspace.Running {
 			}
-			time.Sleep(700 * time.Millisecond) // longer than the server's WriteTimeout
+			time.Sleep(700 * time.Millisecond) // real time: the stream must outlive the server's 500 ms WriteTimeout
 			s.send(t, "PUT", "/v1/workspaces/"+id+"/desired", map[string]string{"desired_state": "PENDING"})
 			for next() != workspace.Pending {
 			}
@@ -213,7 +213,7 @@ func TestProbesAndMetrics(t *testing.T) {
 	id := w["id"].(string)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		ws, err := s.st.Get(context.Background(), id)
+		ws, err := s.st.Get(t.Context(), id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -223,7 +223,7 @@ func TestProbesAndMetrics(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("never RUNNING: %+v", ws)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // poll: the page's API, as a browser would
 	}
 	get := func(path string) (int, string) {
 		resp, err := http.Get(s.url + path)
@@ -275,7 +275,7 @@ func TestProbesAndMetrics(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("/metrics never showed %s:\n%s", missing, body)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // poll: scrape until the metrics appear
 	}
 	if code, _ := get("/workspaces/nope/events"); code != 404 {
 		t.Errorf("events of an unknown workspace: %d, want 404", code)

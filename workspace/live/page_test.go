@@ -55,7 +55,7 @@ func TestPageInChromium(t *testing.T) {
 		chromedp.NoFirstRun,
 		chromedp.WindowSize(1000, 420),
 	)
-	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	actx, cancelA := chromedp.NewExecAllocator(t.Context(), opts...)
 	defer cancelA()
 	ctx, cancelC := chromedp.NewContext(actx)
 	defer cancelC()
@@ -96,7 +96,7 @@ func TestPageInChromium(t *testing.T) {
 		scancel()
 		if err != nil {
 			t.Logf("browser step %q failed: %v", st.name, err)
-			ws, _ := s.st.List(context.Background())
+			ws, _ := s.st.List(t.Context())
 			for _, w := range ws {
 				t.Logf("store: %s %s observed=%s desired=%s op=%s err=%+v", w.ID, w.Name, w.ObservedStatus, w.DesiredState, w.Operation, w.ErrorInfo)
 			}

@@ -40,9 +40,16 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request, id string) 
 	if err := rc.Flush(); err != nil {
 		return
 	}
+	s.pump(r, rc, w, sub)
+}
+
+// pump writes sub's events, and a keep-alive comment every KeepAlive,
+// until the client leaves or the hub drops the subscriber.
+func (s *Server) pump(r *http.Request, rc *http.ResponseController, w http.ResponseWriter, sub *Sub) {
 	ka := time.NewTicker(s.cfg.KeepAlive)
 	defer ka.Stop()
 	for {
+		var err error
 		select {
 		case <-r.Context().Done():
 			return
@@ -51,19 +58,12 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request, id string) 
 				return
 			}
 			b, _ := json.Marshal(e)
-			if _, err := fmt.Fprintf(w, "event: %s\nid: %d\ndata: %s\n\n", e.Type, e.Seq, b); err != nil {
-				return
-			}
-			if err := rc.Flush(); err != nil {
-				return
-			}
+			_, err = fmt.Fprintf(w, "event: %s\nid: %d\ndata: %s\n\n", e.Type, e.Seq, b)
 		case <-ka.C:
-			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
-				return
-			}
-			if err := rc.Flush(); err != nil {
-				return
-			}
+			_, err = fmt.Fprint(w, ": keep-alive\n\n")
+		}
+		if err != nil || rc.Flush() != nil {
+			return
 		}
 	}
 }

@@ -5,7 +5,8 @@
 //   - pkgdoc: every package has a doc comment;
 //   - testctx: tests take their context from t.Context() (b.Context(),
 //     f.Context()), not context.Background() or context.TODO(), except in
-//     TestMain, which has no t;
+//     TestMain and in helper-process entry points (functions named …Main
+//     that TestMain runs in a child process), which have no t;
 //   - testsleep: a time.Sleep in a test says why on its line or the line
 //     above, with a comment that starts "real time:" (time itself is under
 //     test) or "poll:" (the step of a loop that waits for a condition);
@@ -173,7 +174,7 @@ func (c *checker) testFile(path string, f *ast.File) {
 		if !ok || fn.Body == nil {
 			continue
 		}
-		inMain := fn.Name.Name == "TestMain" && fn.Recv == nil
+		inMain := strings.HasSuffix(fn.Name.Name, "Main") && fn.Recv == nil && fn.Type.Params.NumFields() == 0 || fn.Name.Name == "TestMain"
 		ast.Inspect(fn.Body, func(n ast.Node) bool {
 			call, ok := n.(*ast.CallExpr)
 			if !ok {

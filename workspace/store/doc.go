@@ -1,0 +1,28 @@
+// Package store is the only package that speaks SQL on the workspace
+// tables: SQLite (default, one file) or Postgres (shared by replicas), the
+// embedded migrations, and the batching that turns many concurrent callers
+// into few round trips.
+//
+// Every write that races another writer is one conditional UPDATE (a
+// compare-and-set), so the same code is correct on one SQLite file and on
+// a Postgres shared by replicas. Callers pass times in (their clock); times
+// are stored as Unix milliseconds.
+//
+// Tour:
+//
+//	store.go    Open (dialects, migrations/), the row scan, Create, Get, List,
+//	            ListActionable, SetDesired, and the reconciler's writes: Claim,
+//	            Acquire, Renew, Executed, SetArchiveKey, Failed, Terminal,
+//	            Complete, DeleteRow; SetObserved and Recover
+//	monitor.go  the HealthMonitor's error-info writes (SetObserveError,
+//	            ClearObserveError), which never touch the reconciler's
+//	ttl.go      the TTL manager's reads and its one write (SetDesiredIfVersion,
+//	            also through the leader's connection: FencedBy), Touch,
+//	            MarkDeleted, LeaderLockID
+//	batch.go    the batcher: on SQLite one BEGIN IMMEDIATE … COMMIT per batch
+//	            on the single writer, on Postgres one pipelined round trip;
+//	            reads by id as one SELECT … IN (…)
+//
+// Subpackages: memstore is the in-memory fake with the same conditions,
+// storetest the test support (fresh databases, Force).
+package store
