@@ -1,6 +1,8 @@
 package taskq
 
 import (
+	"github.com/gantryhq/gantry/taskq/internal/rdb"
+
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -29,6 +31,10 @@ var (
 	ErrDuplicateTask = errors.New("taskq: task id already exists")
 	// ErrInvalidTask is returned for a task that cannot be enqueued.
 	ErrInvalidTask = errors.New("taskq: invalid task")
+	// ErrRedisUnreachable is wrapped by NewWorker and NewClient when Redis
+	// does not answer (refused, timed out): an outage worth waiting out, as
+	// opposed to a bad configuration. Test it with errors.Is.
+	ErrRedisUnreachable = rdb.ErrUnreachable
 )
 
 // Task is a unit of work: a type naming its handler and an opaque payload.

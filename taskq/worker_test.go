@@ -21,6 +21,7 @@ func TestMain(m *testing.M) {
 		// rueidis keeps a background goroutine per process for its
 		// connection-lifetime timer wheel.
 		goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*pipe).backgroundPing.func1"),
+		goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*call).DelayDo.func1"), // a failed dial's retry delay: ends by itself
 		goleak.IgnoreAnyFunction("internal/poll.runtime_pollWait"),
 		// A cluster client closes connections of moved slots 5 s after a
 		// topology refresh, in a goroutine that outlives Close.

@@ -14,9 +14,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gantryhq/gantry/extsort"
 	"github.com/gantryhq/gantry/internal/backoff"
 	"github.com/gantryhq/gantry/taskq"
+	"github.com/gantryhq/gantry/taskq/tasks"
 )
 
 func newQueueCmd(env *Env) *cobra.Command {
@@ -87,8 +87,7 @@ tasks, cancels the rest and puts them back; a second signal exits at once.`,
 			if w == nil {
 				return nil // signalled before Redis answered
 			}
-			taskq.RegisterBuiltins(w)
-			w.Handle("sort", sortTask(env))
+			tasks.Register(w, env.Logger)
 			ctx := cmd.Context()
 			if metrics != "" {
 				stop, err := serveQueueMetrics(env, metrics, cfg.Redis)
@@ -124,7 +123,7 @@ func newWorkerWaiting(ctx context.Context, env *Env, cfg taskq.WorkerConfig) (*t
 		if err == nil {
 			return w, nil
 		}
-		if errors.Is(err, taskq.ErrInvalidTask) || !strings.Contains(err.Error(), "connect") {
+		if !errors.Is(err, taskq.ErrRedisUnreachable) {
 			return nil, err // a configuration error, not an outage
 		}
 		if attempt == 0 {
@@ -149,30 +148,6 @@ func serveQueueMetrics(env *Env, addr, redis string) (func(), error) {
 		return nil, err
 	}
 	return func() { stop(); c.Close() }, nil
-}
-
-// sortTask runs `sort local` on {"input": [dirs], "output": dir}.
-func sortTask(env *Env) taskq.HandlerFunc {
-	return func(ctx context.Context, t *taskq.Task) error {
-		var p struct {
-			Input  []string `json:"input"`
-			Output string   `json:"output"`
-		}
-		if err := json.Unmarshal(t.Payload, &p); err != nil || len(p.Input) == 0 || p.Output == "" {
-			return fmt.Errorf("sort: payload must be {\"input\": [dirs], \"output\": dir}: %w", taskq.SkipRetry)
-		}
-		in, _, err := extsort.ScanInputs(p.Input)
-		if err != nil {
-			return fmt.Errorf("sort: %v: %w", err, taskq.SkipRetry)
-		}
-		st, err := extsort.Sort(ctx, extsort.Config{Logger: env.Logger}, in, p.Output)
-		if err != nil {
-			return err
-		}
-		b, _ := json.Marshal(map[string]any{"records": st.Records, "partitions": st.Partitions})
-		t.SetResult(b)
-		return nil
-	}
 }
 
 func newQueueEnqueueCmd() *cobra.Command {

@@ -88,6 +88,10 @@ type RDB struct {
 	cluster bool
 }
 
+// ErrUnreachable wraps a failure to connect to Redis (refused, timed out,
+// no route): an outage, as opposed to a bad address.
+var ErrUnreachable = errors.New("redis unreachable")
+
 // Open connects to addr: "host:port", "redis://host:port/db", or several
 // comma-separated "host:port" seeds of a cluster.
 func Open(addr string) (*RDB, error) {
@@ -106,7 +110,7 @@ func Open(addr string) (*RDB, error) {
 	opt.ConnWriteTimeout = 5 * time.Second
 	c, err := rueidis.NewClient(opt)
 	if err != nil {
-		return nil, fmt.Errorf("rdb: connect %s: %w", addr, err)
+		return nil, fmt.Errorf("rdb: connect %s: %w: %w", addr, ErrUnreachable, err)
 	}
 	return &RDB{c: c, cluster: c.Mode() == rueidis.ClientModeCluster}, nil
 }

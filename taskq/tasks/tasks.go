@@ -1,0 +1,96 @@
+// Package tasks holds gantry's built-in task types, the ones `gantry queue
+// worker` serves: noop, sleep and fail (operations, demos, tests) and sort
+// (`gantry sort local` as a task). It sits outside package taskq so the
+// queue does not import what its tasks use (extsort).
+package tasks
+
+import (
+	"log/slog"
+
+	"github.com/gantryhq/gantry/extsort"
+	"github.com/gantryhq/gantry/taskq"
+
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Register registers every built-in task type on w:
+//
+//	noop                                  succeeds at once
+//	sleep  {"ms": N}                      sleeps N ms (returns early when cancelled)
+//	fail   {"times": N}                   fails its first N attempts, then succeeds
+//	sort   {"input": [dirs], "output": dir}  sorts gensort records (extsort), result {"records","partitions"}
+func Register(w *taskq.Worker, log *slog.Logger) {
+	w.Handle("sort", Sort(log))
+	w.Handle("noop", func(context.Context, *taskq.Task) error { return nil })
+	w.Handle("sleep", func(ctx context.Context, t *taskq.Task) error {
+		var p struct {
+			MS *int64 `json:"ms"`
+		}
+		if err := decodePayload(t, &p); err != nil {
+			return err
+		}
+		if p.MS == nil || *p.MS < 0 {
+			return fmt.Errorf("sleep: payload needs \"ms\" >= 0: %w", taskq.SkipRetry)
+		}
+		tm := time.NewTimer(time.Duration(*p.MS) * time.Millisecond)
+		defer tm.Stop()
+		select {
+		case <-tm.C:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	w.Handle("fail", func(ctx context.Context, t *taskq.Task) error {
+		var p struct {
+			Times int `json:"times"`
+		}
+		if err := decodePayload(t, &p); err != nil {
+			return err
+		}
+		if t.Retried() < p.Times {
+			return fmt.Errorf("fail: attempt %d of %d planned failures", t.Retried()+1, p.Times)
+		}
+		return nil
+	})
+}
+
+// decodePayload parses a JSON payload strictly; a bad payload is not worth
+// retrying.
+func decodePayload(t *taskq.Task, v any) error {
+	if len(t.Payload) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(t.Payload, v); err != nil {
+		return fmt.Errorf("%s: payload is not the expected JSON: %v: %w", t.Type, err, taskq.SkipRetry)
+	}
+	return nil
+}
+
+// Sort runs `sort local` on {"input": [dirs], "output": dir}: the result is
+// {"records": N, "partitions": N}. A bad payload or input is not retried.
+func Sort(log *slog.Logger) taskq.HandlerFunc {
+	return func(ctx context.Context, t *taskq.Task) error {
+		var p struct {
+			Input  []string `json:"input"`
+			Output string   `json:"output"`
+		}
+		if err := json.Unmarshal(t.Payload, &p); err != nil || len(p.Input) == 0 || p.Output == "" {
+			return fmt.Errorf("sort: payload must be {\"input\": [dirs], \"output\": dir}: %w", taskq.SkipRetry)
+		}
+		in, _, err := extsort.ScanInputs(p.Input)
+		if err != nil {
+			return fmt.Errorf("sort: %v: %w", err, taskq.SkipRetry)
+		}
+		st, err := extsort.Sort(ctx, extsort.Config{Logger: log}, in, p.Output)
+		if err != nil {
+			return err
+		}
+		b, _ := json.Marshal(map[string]any{"records": st.Records, "partitions": st.Partitions})
+		t.SetResult(b)
+		return nil
+	}
+}
