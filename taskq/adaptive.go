@@ -3,7 +3,10 @@ package taskq
 import (
 	"context"
 	"math"
+	"sync/atomic"
 	"time"
+
+	"github.com/gantryhq/gantry/internal/clock"
 )
 
 // AdaptiveConfig tunes the adaptive controller (seed §7.3). Every Interval
@@ -68,50 +71,103 @@ func adapt(cfg AdaptiveConfig, base time.Duration, s adaptState, win windowStats
 	return s
 }
 
-func (w *Worker) setRetryScale(f float64) {
-	w.retryScale.Store(math.Float64bits(f))
-	w.m.retryScale.Set(f)
+// adaptiveParams configure the adaptive controller.
+type adaptiveParams struct {
+	cfg          AdaptiveConfig
+	baseSteal    time.Duration // StealInterval: the floor of the steal refresh interval
+	stealer      *stealer
+	disableSteal bool
+	// counts reads the worker's processed and failed totals.
+	counts func() (processed, failed int64)
+	clock  clock.Clock
+	m      *metrics
+	log    logger
 }
 
-func (w *Worker) getRetryScale() float64 { return math.Float64frombits(w.retryScale.Load()) }
+// adaptiveController is seed §7.3's adaptive configuration: every
+// Interval it closes a window of figures (rate, error rate, steals,
+// misses), publishes it for the worker record, and applies adapt: the retry
+// delay factor, the steal refresh interval, an immediate steal refresh when
+// throughput is low.
+type adaptiveController struct {
+	p adaptiveParams
+	loop
 
-func (w *Worker) adaptiveLoop(ctx context.Context) {
-	t := time.NewTicker(w.cfg.Adaptive.Interval)
+	scale  atomic.Uint64               // float64 bits: the retry delay factor (≥ 1); any goroutine
+	window atomic.Pointer[windowStats] // the last closed window; any goroutine
+}
+
+func newAdaptiveController(p adaptiveParams) *adaptiveController {
+	a := &adaptiveController{p: p}
+	a.setRetryScale(1)
+	a.window.Store(&windowStats{})
+	return a
+}
+
+func (a *adaptiveController) setRetryScale(f float64) {
+	a.scale.Store(math.Float64bits(f))
+	a.p.m.retryScale.Set(f)
+}
+
+// retryScale is the factor applied to retry delays now.
+func (a *adaptiveController) retryScale() float64 { return math.Float64frombits(a.scale.Load()) }
+
+// last is the last closed window.
+func (a *adaptiveController) last() *windowStats { return a.window.Load() }
+
+func (a *adaptiveController) run(ctx context.Context) {
+	t := a.p.clock.NewTicker(a.p.cfg.Interval)
 	defer t.Stop()
-	var lastP, lastF, lastS, lastM int64
-	last := time.Now()
+	var prev windowTotals
+	prev.at = a.p.clock.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.C():
 		}
-		now := time.Now()
-		p, f, s := w.processed.Load(), w.failed.Load(), w.steals.Load()
-		w.smu.Lock()
-		m := int64(w.stealMisses)
-		w.smu.Unlock()
-		win := windowStats{processed: p - lastP, failed: f - lastF, steals: s - lastS, misses: m - lastM, at: now}
-		if m < lastM {
-			win.misses = m
-		}
-		win.rate = float64(win.processed) / now.Sub(last).Seconds()
-		if win.processed > 0 {
-			win.errRate = float64(win.failed) / float64(win.processed)
-		}
-		lastP, lastF, lastS, lastM, last = p, f, s, m, now
-		w.window.Store(&win)
-		if w.cfg.Adaptive.Disable {
+		win := a.closeWindow(&prev)
+		if a.p.cfg.Disable {
 			continue
 		}
-		st := adapt(w.cfg.Adaptive, w.cfg.StealInterval, adaptState{w.getRetryScale(), time.Duration(w.stealEvery.Load())}, win)
-		if st.retryScale != w.getRetryScale() {
-			w.log.Info("taskq adaptive: retry delay factor", "factor", st.retryScale, "error_rate", win.errRate)
-		}
-		w.setRetryScale(st.retryScale)
-		w.stealEvery.Store(int64(st.stealEvery))
-		if win.rate < w.cfg.Adaptive.LowRate && !w.cfg.DisableSteal {
-			w.refreshStealTargets(ctx)
-		}
+		a.apply(ctx, win)
+	}
+}
+
+// windowTotals are the running totals at the start of a window.
+type windowTotals struct {
+	processed, failed, steals, misses int64
+	at                                time.Time
+}
+
+// closeWindow computes the window since prev, publishes it and makes now
+// the start of the next one.
+func (a *adaptiveController) closeWindow(prev *windowTotals) windowStats {
+	now := a.p.clock.Now()
+	p, f := a.p.counts()
+	s, m := a.p.stealer.steals.Load(), a.p.stealer.missCount()
+	win := windowStats{processed: p - prev.processed, failed: f - prev.failed, steals: s - prev.steals, misses: m - prev.misses, at: now}
+	if m < prev.misses { // a steal reset the miss count
+		win.misses = m
+	}
+	win.rate = float64(win.processed) / now.Sub(prev.at).Seconds()
+	if win.processed > 0 {
+		win.errRate = float64(win.failed) / float64(win.processed)
+	}
+	*prev = windowTotals{p, f, s, m, now}
+	a.window.Store(&win)
+	return win
+}
+
+// apply adapts the retry factor and the steal interval to win.
+func (a *adaptiveController) apply(ctx context.Context, win windowStats) {
+	st := adapt(a.p.cfg, a.p.baseSteal, adaptState{a.retryScale(), time.Duration(a.p.stealer.every.Load())}, win)
+	if st.retryScale != a.retryScale() {
+		a.p.log.Info("taskq adaptive: retry delay factor", "factor", st.retryScale, "error_rate", win.errRate)
+	}
+	a.setRetryScale(st.retryScale)
+	a.p.stealer.every.Store(int64(st.stealEvery))
+	if win.rate < a.p.cfg.LowRate && !a.p.disableSteal {
+		a.p.stealer.refresh(ctx)
 	}
 }

@@ -78,10 +78,10 @@ func TestAdaptiveLengthensRetryDelays(t *testing.T) {
 		c.Enqueue(ctx, NewTask("down", nil), Queue(q), MaxRetries(1000))
 		time.Sleep(25 * time.Millisecond)
 	}
-	waitFor(t, 10*time.Second, "retry scale to rise", func() bool { return w.getRetryScale() >= 8 })
+	waitFor(t, 10*time.Second, "retry scale to rise", func() bool { return w.adaptive.retryScale() >= 8 })
 	probe, _ := c.Enqueue(ctx, NewTask("down", nil), Queue(q), MaxRetries(1000))
 	d1 := delayOf(probe.ID)
-	t.Logf("first retry delay: %s before adaptation, %s under a 100%% error rate (scale %.0f)", d0, d1, w.getRetryScale())
+	t.Logf("first retry delay: %s before adaptation, %s under a 100%% error rate (scale %.0f)", d0, d1, w.adaptive.retryScale())
 	if d0 > 2*base {
 		t.Errorf("delay before adaptation %s, want about %s", d0, base)
 	}

@@ -63,16 +63,12 @@ func (w *Worker) process(handlerCtx, persist context.Context, d rdb.Dequeued) {
 	}
 	key := inflightKey{d.Queue, d.ID}
 	it := &inflightTask{cancel: cancel}
-	w.mu.Lock()
-	w.inflight[key] = it
-	w.mu.Unlock()
+	w.inflight.add(key, it)
 
 	start := time.Now()
 	err, abandoned := w.runHandler(tctx, h, t)
 	cancel()
-	w.mu.Lock()
-	delete(w.inflight, key)
-	w.mu.Unlock()
+	w.inflight.remove(key)
 	w.m.duration.WithLabelValues(d.Queue).Observe(time.Since(start).Seconds())
 
 	switch {
@@ -121,7 +117,7 @@ func (w *Worker) process(handlerCtx, persist context.Context, d rdb.Dequeued) {
 			w.callFailure(t, err, true)
 			return
 		}
-		delay := time.Duration(float64(w.cfg.Retry.Delay(d.Retried)) * w.getRetryScale())
+		delay := time.Duration(float64(w.cfg.Retry.Delay(d.Retried)) * w.adaptive.retryScale())
 		at := time.Now().Add(delay)
 		_ = w.retryPersist(persist, "retry", func(c context.Context) error {
 			_, err := w.r.Fail(c, d.Queue, d.ID, time.Now(), err.Error(), at, "")
@@ -184,7 +180,7 @@ func (w *Worker) bury(persist context.Context, queue, id, tenant, lastErr, reaso
 
 // retryPersist retries a Redis write through an outage until persist ends.
 func (w *Worker) retryPersist(persist context.Context, what string, fn func(context.Context) error) error {
-	return w.retryRedis(persist, what, func(c context.Context) error {
+	return retryRedis(persist, w.health, what, func(c context.Context) error {
 		c, cancel := context.WithTimeout(c, 5*time.Second)
 		defer cancel()
 		return fn(c)

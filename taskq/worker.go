@@ -1,6 +1,8 @@
 package taskq
 
 import (
+	"github.com/gantryhq/gantry/internal/clock"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -90,6 +92,10 @@ type WorkerConfig struct {
 	// Adaptive tunes the controller (see AdaptiveConfig).
 	Adaptive AdaptiveConfig
 
+	// Clock times leases, heartbeats, maintenance, backoff and the adaptive
+	// windows (default: the real clock).
+	Clock clock.Clock
+
 	// ID names the worker in Redis (default host:pid:random).
 	ID string
 	// Logger receives operational logs (nil = discard).
@@ -102,6 +108,21 @@ func (c *WorkerConfig) validate() error {
 	if c.Redis == "" {
 		return errors.New("taskq: WorkerConfig.Redis is empty (want host:port or redis://…)")
 	}
+	if err := c.validateQueues(); err != nil {
+		return err
+	}
+	if c.Concurrency < 0 {
+		return fmt.Errorf("taskq: Concurrency %d, want > 0", c.Concurrency)
+	}
+	if c.Prefetch < 0 {
+		return fmt.Errorf("taskq: Prefetch %d, want >= 0", c.Prefetch)
+	}
+	c.defaults()
+	return nil
+}
+
+// validateQueues checks the queue names and weights (default: "default").
+func (c *WorkerConfig) validateQueues() error {
 	if len(c.Queues) == 0 {
 		c.Queues = []QueueSpec{{Name: DefaultQueue, Weight: 1}}
 	}
@@ -122,9 +143,11 @@ func (c *WorkerConfig) validate() error {
 			q.Weight = 1
 		}
 	}
-	if c.Concurrency < 0 {
-		return fmt.Errorf("taskq: Concurrency %d, want > 0", c.Concurrency)
-	}
+	return nil
+}
+
+// defaults fills the documented defaults of zero fields.
+func (c *WorkerConfig) defaults() {
 	def := func(d *time.Duration, v time.Duration) {
 		if *d <= 0 {
 			*d = v
@@ -132,9 +155,6 @@ func (c *WorkerConfig) validate() error {
 	}
 	if c.Concurrency == 0 {
 		c.Concurrency = 10
-	}
-	if c.Prefetch < 0 {
-		return fmt.Errorf("taskq: Prefetch %d, want >= 0", c.Prefetch)
 	}
 	if c.Prefetch == 0 {
 		c.Prefetch = c.Concurrency
@@ -167,8 +187,8 @@ func (c *WorkerConfig) validate() error {
 		host, _ := os.Hostname()
 		c.ID = fmt.Sprintf("%s:%d:%s", host, os.Getpid(), newID()[:6])
 	}
+	c.Clock = clock.Or(c.Clock)
 	c.Adaptive.defaults()
-	return nil
 }
 
 // State is a worker's lifecycle state.
@@ -201,47 +221,45 @@ func (s State) String() string {
 // ErrWorkerStarted is returned by a second Run.
 var ErrWorkerStarted = errors.New("taskq: worker already started")
 
-// Worker takes tasks from Redis and runs their handlers.
+// Worker takes tasks from Redis and runs their handlers. It wires the
+// background components, each in its own file:
+//
+//	fetcher      leases tasks for free slots (one dequeue per batch), fetcher.go
+//	stealer      keeps the steal targets (other queues by backlog), stealer.go
+//	leaseKeeper  extends running tasks' leases, cancels lost ones, leasekeeper.go
+//	maintainer   reaps, promotes, applies retention, writes the record, maintainer.go
+//	adaptive     seed §7.3: retry factor, steal interval, adaptive.go
+//
+// and runs the handlers itself (process.go), acknowledging in batches.
 type Worker struct {
 	cfg      WorkerConfig
 	r        *rdb.RDB
 	log      *slog.Logger
+	clk      clock.Clock
 	m        *metrics
 	assigned map[string]bool
 	state    atomic.Int32
 	started  time.Time
+	health   *redisHealth
+	inflight *inflightSet
 
 	// hmu protects handlers.
 	hmu      sync.RWMutex
 	handlers map[string]HandlerFunc
 
-	// mu protects inflight.
-	mu       sync.Mutex
-	inflight map[inflightKey]*inflightTask
+	// processed and failed count attempts (any goroutine).
+	processed, failed atomic.Int64
 
-	// smu protects the steal state.
-	smu          sync.Mutex
-	stealTargets []string
-	lastStolen   string
-	stealMisses  int
-
-	processed, failed, steals, redisErrs atomic.Int64
-	retryScale                           atomic.Uint64 // float64 bits; adaptive retry delay factor (≥ 1)
-	stealEvery                           atomic.Int64  // ns; adaptive steal refresh interval
-	window                               atomic.Pointer[windowStats]
-	redisDown                            atomic.Bool
+	stealer  *stealer
+	leases   *leaseKeeper
+	maint    *maintainer
+	adaptive *adaptiveController
 
 	ackCh chan ackReq
 }
 
-type inflightKey struct{ queue, id string }
-
-type inflightTask struct {
-	cancel context.CancelFunc
-	lost   atomic.Bool // the lease was lost: another worker may run the task
-}
-
-// NewWorker checks cfg and connects to Redis.
+// NewWorker checks cfg and connects to Redis (ErrRedisUnreachable if it
+// does not answer).
 func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -250,18 +268,26 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
+	m := newMetrics(cfg.Registry)
 	w := &Worker{
-		cfg: cfg, r: r, log: cfg.Logger, m: newMetrics(cfg.Registry),
+		cfg: cfg, r: r, log: cfg.Logger, clk: cfg.Clock, m: m,
 		assigned: map[string]bool{}, handlers: map[string]HandlerFunc{},
-		inflight: map[inflightKey]*inflightTask{},
+		inflight: newInflightSet(),
+		health:   &redisHealth{log: cfg.Logger, metric: m.redisErrors, clock: cfg.Clock, backoff: cfg.RedisBackoff},
 		ackCh:    make(chan ackReq, 4096),
 	}
 	for _, q := range cfg.Queues {
 		w.assigned[q.Name] = true
 	}
-	w.setRetryScale(1)
-	w.stealEvery.Store(int64(cfg.StealInterval))
-	w.window.Store(&windowStats{})
+	w.stealer = newStealer(stealerParams{r: r, assigned: w.assigned, interval: cfg.StealInterval, clock: cfg.Clock, m: m})
+	w.leases = newLeaseKeeper(leaseKeeperParams{r: r, inflight: w.inflight, lease: cfg.LeaseDuration,
+		interval: cfg.HeartbeatInterval, clock: cfg.Clock})
+	w.maint = newMaintainer(maintainerParams{r: r, queues: w.queueNames(), allQueues: !cfg.DisableSteal,
+		interval: cfg.MaintainInterval, deadRetention: cfg.DeadRetention, deadMax: cfg.DeadMax,
+		clock: cfg.Clock, m: m, log: cfg.Logger, writeRecord: w.writeRecord})
+	w.adaptive = newAdaptiveController(adaptiveParams{cfg: cfg.Adaptive, baseSteal: cfg.StealInterval, stealer: w.stealer,
+		disableSteal: cfg.DisableSteal, counts: func() (int64, int64) { return w.processed.Load(), w.failed.Load() },
+		clock: cfg.Clock, m: m, log: cfg.Logger})
 	return w, nil
 }
 
@@ -301,9 +327,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	if !w.state.CompareAndSwap(int32(StateNew), int32(StateRunning)) {
 		return ErrWorkerStarted
 	}
-	w.started = time.Now()
+	w.started = w.clk.Now()
 	defer w.r.Close()
-	if err := w.retryRedis(ctx, "register queues", func(c context.Context) error {
+	if err := retryRedis(ctx, w.health, "register queues", func(c context.Context) error {
 		return w.r.RegisterQueues(c, w.queueNames()...)
 	}); err != nil {
 		w.state.Store(int32(StateStopped))
@@ -314,11 +340,10 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	// persist outlives ctx so that acks, fails and requeues of the drain
 	// still reach Redis; it ends once the drain is over.
-	persist, stopPersist := context.WithCancel(context.Background())
+	persist, stopPersist := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopPersist()
-	handlerCtx, cancelHandlers := context.WithCancel(context.Background())
+	handlerCtx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelHandlers()
-	bgCtx, stopBg := context.WithCancel(context.Background())
 
 	// A slot is a place for one leased task: running or waiting in tasks.
 	tasks := make(chan rdb.Dequeued, w.cfg.Prefetch)
@@ -326,8 +351,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	for range cap(slots) {
 		slots <- struct{}{}
 	}
-	var procs, bg, fetch sync.WaitGroup
-	fetch.Go(func() { w.fetchLoop(ctx, persist, tasks, slots) })
+	f := newFetcher(fetcherParams{r: w.r, queues: w.cfg.Queues, strict: w.cfg.Strict, assigned: w.assigned,
+		batch: w.cfg.BatchSize, lease: w.cfg.LeaseDuration, idleWait: w.cfg.IdleWait, stealer: w.stealer,
+		health: w.health, clock: w.clk, m: w.m, persist: persist, tasks: tasks, slots: slots})
+	f.start(ctx, f.run)
+	var procs sync.WaitGroup
 	for range w.cfg.Concurrency {
 		procs.Go(func() {
 			for d := range tasks {
@@ -338,17 +366,34 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	ackDone := make(chan struct{})
 	go func() { w.ackLoop(persist); close(ackDone) }()
-	bg.Go(func() { w.heartbeatLoop(bgCtx) })
-	bg.Go(func() { w.maintainLoop(bgCtx) })
-	bg.Go(func() { w.adaptiveLoop(bgCtx) })
+	bg := context.WithoutCancel(ctx)
+	w.leases.start(bg, w.leases.run)
+	w.maint.start(bg, w.maint.run)
+	w.adaptive.start(bg, w.adaptive.run)
 	if !w.cfg.DisableSteal {
-		bg.Go(func() { w.stealLoop(bgCtx) })
+		w.stealer.start(bg, w.stealer.run)
 	}
 
 	<-ctx.Done()
 	w.state.Store(int32(StateStopping))
-	w.log.Info("taskq worker stopping", "id", w.cfg.ID, "running", w.running())
-	fetch.Wait()
+	w.log.Info("taskq worker stopping", "id", w.cfg.ID, "running", w.inflight.len())
+	f.stop()
+	w.drain(persist, tasks, &procs, cancelHandlers)
+	close(w.ackCh)
+	<-ackDone
+	w.stopComponents()
+	w.state.Store(int32(StateStopped))
+	recCtx, cancelRec := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
+	w.writeRecord(recCtx)
+	cancelRec()
+	stopPersist()
+	w.log.Info("taskq worker stopped", "id", w.cfg.ID, "processed", w.processed.Load(), "failed", w.failed.Load())
+	return nil
+}
+
+// drain gives the tasks still waiting back to their queues, then waits up
+// to ShutdownTimeout for the running ones before cancelling them.
+func (w *Worker) drain(persist context.Context, tasks chan rdb.Dequeued, procs *sync.WaitGroup, cancelHandlers func()) {
 	var waiting []rdb.Dequeued
 drain:
 	for {
@@ -359,68 +404,35 @@ drain:
 			break drain
 		}
 	}
-	w.giveBack(persist, waiting)
+	giveBack(persist, w.r, w.health, waiting)
 	close(tasks)
 	drained := make(chan struct{})
 	go func() { procs.Wait(); close(drained) }()
 	select {
 	case <-drained:
 	case <-time.After(w.cfg.ShutdownTimeout):
-		w.log.Warn("taskq shutdown timeout: cancelling running tasks", "running", w.running())
+		w.log.Warn("taskq shutdown timeout: cancelling running tasks", "running", w.inflight.len())
 		cancelHandlers()
 		<-drained // every process() returns within CancelGrace after the cancel
 	}
-	close(w.ackCh)
-	<-ackDone
-	stopBg()
-	bg.Wait()
-	w.state.Store(int32(StateStopped))
-	recCtx, cancelRec := context.WithTimeout(context.Background(), 3*time.Second)
-	w.writeRecord(recCtx)
-	cancelRec()
-	stopPersist()
-	w.log.Info("taskq worker stopped", "id", w.cfg.ID, "processed", w.processed.Load(), "failed", w.failed.Load())
-	return nil
 }
 
-func (w *Worker) running() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return len(w.inflight)
-}
-
-// retryRedis runs fn until it succeeds or ctx ends, backing off (capped)
-// between failures; it logs the first failure and the recovery.
-func (w *Worker) retryRedis(ctx context.Context, what string, fn func(context.Context) error) error {
-	for attempt := 0; ; attempt++ {
-		err := fn(ctx)
-		if err == nil {
-			if attempt > 0 {
-				w.log.Info("taskq: redis reachable again", "op", what, "attempts", attempt+1)
-			}
-			return nil
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		w.m.redisErrors.Inc()
-		w.redisErrs.Add(1)
-		if attempt == 0 {
-			w.log.Warn("taskq: redis call failed, backing off", "op", what, "err", err)
-		}
-		if backoff.Sleep(ctx, w.cfg.RedisBackoff.Delay(attempt)) != nil {
-			return ctx.Err()
-		}
-	}
+// stopComponents stops the background components (each safe to stop twice
+// or unstarted).
+func (w *Worker) stopComponents() {
+	w.leases.stop()
+	w.maint.stop()
+	w.adaptive.stop()
+	w.stealer.stop()
 }
 
 func (w *Worker) writeRecord(ctx context.Context) {
-	win := w.window.Load()
+	win := w.adaptive.last()
 	rec := WorkerRecord{
 		ID: w.cfg.ID, PID: os.Getpid(), Queues: w.queueNames(), State: w.State().String(),
-		Started: w.started, Heartbeat: time.Now(), Active: w.running(),
-		Processed: w.processed.Load(), Failed: w.failed.Load(), Steals: w.steals.Load(),
-		WindowEnd: win.at, RatePerSec: win.rate, ErrorRate: win.errRate, RetryScale: w.getRetryScale(),
+		Started: w.started, Heartbeat: w.clk.Now(), Active: w.inflight.len(),
+		Processed: w.processed.Load(), Failed: w.failed.Load(), Steals: w.stealer.steals.Load(),
+		WindowEnd: win.at, RatePerSec: win.rate, ErrorRate: win.errRate, RetryScale: w.adaptive.retryScale(),
 	}
 	rec.Host, _ = os.Hostname()
 	b, _ := json.Marshal(rec)

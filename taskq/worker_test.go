@@ -396,14 +396,14 @@ func TestWorkStealing(t *testing.T) {
 		time.Sleep(time.Millisecond)
 		return nil
 	})
-	w.refreshStealTargets(ctx)
+	w.stealer.refresh(ctx)
 	stop := runWorker(t, w)
 	waitFor(t, 10*time.Second, "all queues drained", func() bool {
 		st, _ := c.Stats(ctx)
 		return st.Queues["big"].Completed == 60 && st.Queues["small"].Completed == 20 && st.Queues["own"].Completed == 10
 	})
 	stop()
-	if s := w.steals.Load(); s != 80 {
+	if s := w.stealer.steals.Load(); s != 80 {
 		t.Errorf("steals %d, want 80", s)
 	}
 	mu.Lock()
@@ -436,16 +436,17 @@ func TestStealTargetOrder(t *testing.T) {
 	}
 	defer w.r.Close()
 	ctx := context.Background()
-	w.refreshStealTargets(ctx)
-	if got := fmt.Sprint(w.stealTargets); got != "[big mid small]" {
+	w.stealer.refresh(ctx)
+	if got := fmt.Sprint(w.stealer.current()); got != "[big mid small]" {
 		t.Errorf("targets %s, want [big mid small]", got)
 	}
-	w.noteSteal("big")
-	w.refreshStealTargets(ctx)
-	if got := fmt.Sprint(w.stealTargets); got != "[mid small big]" {
+	w.stealer.noteSteal("big")
+	w.stealer.refresh(ctx)
+	if got := fmt.Sprint(w.stealer.current()); got != "[mid small big]" {
 		t.Errorf("after stealing from big: targets %s, want [mid small big]", got)
 	}
-	order, n := w.order()
+	f := newFetcher(fetcherParams{queues: w.cfg.Queues, strict: w.cfg.Strict, stealer: w.stealer})
+	order, n := f.order()
 	if fmt.Sprint(order) != "[own mid small big]" || n != 1 {
 		t.Errorf("dequeue order %v (%d assigned), want [own mid small big] (1)", order, n)
 	}

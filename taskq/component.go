@@ -1,0 +1,172 @@
+package taskq
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gantryhq/gantry/internal/backoff"
+	"github.com/gantryhq/gantry/internal/clock"
+)
+
+// loop is the start/stop shape of the background components (fetcher,
+// stealer, lease keeper, maintainer, adaptive controller): start runs the
+// component's loop in a goroutine under a context of its own; stop cancels
+// it and waits for it to return. stop is safe twice and before start (a
+// start after stop does nothing).
+type loop struct {
+	// mu protects the fields below.
+	mu      sync.Mutex
+	cancel  context.CancelFunc
+	done    chan struct{}
+	stopped bool
+}
+
+func (l *loop) start(ctx context.Context, run func(context.Context)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.done != nil || l.stopped {
+		return
+	}
+	ctx, l.cancel = context.WithCancel(ctx)
+	done := make(chan struct{})
+	l.done = done
+	go func() {
+		defer close(done)
+		run(ctx)
+	}()
+}
+
+func (l *loop) stop() {
+	l.mu.Lock()
+	l.stopped = true
+	cancel, done := l.cancel, l.done
+	l.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+}
+
+// sleep waits d on clk, or until ctx ends (then it returns ctx.Err()).
+func sleep(ctx context.Context, clk clock.Clock, d time.Duration) error {
+	t := clk.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// redisHealth counts failed Redis calls and logs an outage once, its
+// recovery once, and every 20th failure in between. Any goroutine.
+type redisHealth struct {
+	log     logger
+	metric  prometheus.Counter
+	clock   clock.Clock
+	backoff backoff.Policy
+	errs    atomic.Int64 // failed calls so far (tests, records)
+	down    atomic.Bool  // the last call failed
+}
+
+// logger is the part of *slog.Logger the components use.
+type logger interface {
+	Debug(msg string, args ...any)
+	Info(msg string, args ...any)
+	Warn(msg string, args ...any)
+	Error(msg string, args ...any)
+}
+
+// failed records a failed call (fails is the caller's run of failures)
+// and sleeps the backoff for it; the error is ctx's if it ended meanwhile.
+func (h *redisHealth) failed(ctx context.Context, fails *int, op string, err error) error {
+	*fails++
+	h.metric.Inc()
+	h.errs.Add(1)
+	if *fails == 1 || *fails%20 == 0 {
+		h.log.Warn("taskq: redis unavailable, backing off", "op", op, "failures", *fails, "err", err)
+	}
+	h.down.Store(true)
+	return sleep(ctx, h.clock, h.backoff.Delay(*fails-1))
+}
+
+// ok records a successful call, ending the caller's run of failures.
+func (h *redisHealth) ok(fails *int) {
+	if *fails > 0 {
+		h.log.Info("taskq: redis reachable again, resuming", "after_failures", *fails)
+	}
+	*fails = 0
+	h.down.Store(false)
+}
+
+type inflightKey struct{ queue, id string }
+
+type inflightTask struct {
+	cancel context.CancelFunc
+	lost   atomic.Bool // the lease was lost: another worker may run the task
+}
+
+// inflightSet is the tasks whose handlers run now; the processors add and
+// remove, the lease keeper reads and marks lost. Any goroutine.
+type inflightSet struct {
+	// mu protects m.
+	mu sync.Mutex
+	m  map[inflightKey]*inflightTask
+}
+
+func newInflightSet() *inflightSet { return &inflightSet{m: map[inflightKey]*inflightTask{}} }
+
+func (s *inflightSet) add(k inflightKey, t *inflightTask) { s.mu.Lock(); s.m[k] = t; s.mu.Unlock() }
+func (s *inflightSet) remove(k inflightKey)               { s.mu.Lock(); delete(s.m, k); s.mu.Unlock() }
+func (s *inflightSet) len() int                           { s.mu.Lock(); defer s.mu.Unlock(); return len(s.m) }
+
+// byQueue lists the running task ids per queue.
+func (s *inflightSet) byQueue() map[string][]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string][]string{}
+	for k := range s.m {
+		out[k.queue] = append(out[k.queue], k.id)
+	}
+	return out
+}
+
+// lose marks a running task's lease lost and cancels its handler.
+func (s *inflightSet) lose(k inflightKey) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t := s.m[k]; t != nil {
+		t.lost.Store(true)
+		t.cancel()
+	}
+}
+
+// retryRedis runs fn until it succeeds or ctx ends, backing off (capped)
+// between failures; it logs the first failure and the recovery.
+func retryRedis(ctx context.Context, h *redisHealth, what string, fn func(context.Context) error) error {
+	for attempt := 0; ; attempt++ {
+		err := fn(ctx)
+		if err == nil {
+			if attempt > 0 {
+				h.log.Info("taskq: redis reachable again", "op", what, "attempts", attempt+1)
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		h.metric.Inc()
+		h.errs.Add(1)
+		if attempt == 0 {
+			h.log.Warn("taskq: redis call failed, backing off", "op", what, "err", err)
+		}
+		if sleep(ctx, h.clock, h.backoff.Delay(attempt)) != nil {
+			return ctx.Err()
+		}
+	}
+}

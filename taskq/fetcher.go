@@ -1,0 +1,191 @@
+package taskq
+
+import (
+	"context"
+	"math/rand/v2"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/clock"
+	"github.com/gantryhq/gantry/taskq/internal/rdb"
+)
+
+// fetcherParams configure a fetcher.
+type fetcherParams struct {
+	r        *rdb.RDB
+	queues   []QueueSpec
+	strict   bool
+	assigned map[string]bool
+	batch    int           // most tasks per dequeue call
+	lease    time.Duration // the lease a dequeue grants
+	idleWait time.Duration // longest block on the wake-up lists
+	stealer  *stealer      // steal targets; nil when stealing is off
+	health   *redisHealth
+	clock    clock.Clock
+	m        *metrics
+
+	// persist outlives the worker's ctx: a dequeue already sent, and the
+	// requeue of tasks not handed over, still reach Redis.
+	persist context.Context
+	// tasks receives the leased tasks; slots holds a token per free place
+	// (a running or waiting task holds one).
+	tasks chan<- rdb.Dequeued
+	slots chan struct{}
+}
+
+// fetcher takes tasks for free slots, one dequeue call per batch over all
+// eligible queues (assigned first, then steal targets), and blocks on the
+// wake-up lists when there is nothing. It requeues what it could not hand
+// over when its context ends.
+type fetcher struct {
+	p fetcherParams
+	loop
+}
+
+func newFetcher(p fetcherParams) *fetcher { return &fetcher{p: p} }
+
+func (f *fetcher) run(ctx context.Context) {
+	fails := 0
+	for {
+		n, ok := f.takeSlots(ctx)
+		if !ok {
+			return
+		}
+		order, nAssigned := f.order()
+		if ctx.Err() != nil {
+			return
+		}
+		ds, err := f.dequeue(order, n)
+		if err != nil {
+			if ctx.Err() != nil || f.p.health.failed(ctx, &fails, "dequeue", err) != nil {
+				return
+			}
+			continue
+		}
+		f.p.health.ok(&fails)
+		if !f.handOver(ctx, ds) {
+			return
+		}
+		if len(ds) > 0 {
+			continue
+		}
+		if len(order) > nAssigned {
+			f.p.stealer.noteMiss()
+		}
+		if _, err := f.p.r.WaitWake(ctx, order, f.p.idleWait); err != nil && ctx.Err() == nil {
+			if f.p.health.failed(ctx, &fails, "wait", err) != nil {
+				return
+			}
+		}
+	}
+}
+
+// takeSlots waits for one free slot, then takes the others free now, up
+// to the batch size. ok is false when ctx ended.
+func (f *fetcher) takeSlots(ctx context.Context) (n int, ok bool) {
+	select {
+	case <-f.p.slots:
+	case <-ctx.Done():
+		return 0, false
+	}
+	for n = 1; n < f.p.batch; n++ {
+		select {
+		case <-f.p.slots:
+		default:
+			return n, true
+		}
+	}
+	return n, true
+}
+
+// dequeue leases up to n tasks from the queues in order and gives back
+// the slots it could not fill. The call is not cut short by shutdown: the
+// script may already have leased the tasks, which would then wait for
+// their lease to expire.
+func (f *fetcher) dequeue(order []string, n int) ([]rdb.Dequeued, error) {
+	now := f.p.clock.Now()
+	dctx, cancel := context.WithTimeout(f.p.persist, 10*time.Second)
+	ds, err := f.p.r.Dequeue(dctx, order, n, now, now.Add(f.p.lease))
+	cancel()
+	f.p.m.dequeues.Inc()
+	for range n - len(ds) {
+		f.p.slots <- struct{}{}
+	}
+	return ds, err
+}
+
+// handOver passes ds to the processors; if ctx ends first it gives the
+// rest back and reports false.
+func (f *fetcher) handOver(ctx context.Context, ds []rdb.Dequeued) bool {
+	for i, d := range ds {
+		if !f.p.assigned[d.Queue] {
+			f.p.stealer.noteSteal(d.Queue)
+		}
+		select {
+		case f.p.tasks <- d:
+		case <-ctx.Done():
+			giveBack(f.p.persist, f.p.r, f.p.health, ds[i:])
+			return false
+		}
+	}
+	return true
+}
+
+// order returns the queues for one dequeue call and how many of them are
+// assigned: assigned queues first (strict order, or a weighted random order
+// drawn per call), then steal targets by backlog. Because one script serves
+// them in this order, a task is never stolen while an assigned queue, of any
+// priority, has work.
+func (f *fetcher) order() ([]string, int) {
+	qs := f.p.queues
+	out := make([]string, 0, len(qs)+4)
+	if f.p.strict || len(qs) == 1 {
+		for _, q := range qs {
+			out = append(out, q.Name)
+		}
+	} else {
+		out = weightedOrder(qs, out)
+	}
+	n := len(out)
+	if f.p.stealer != nil {
+		out = append(out, f.p.stealer.current()...)
+	}
+	return out, n
+}
+
+// weightedOrder appends qs's names to out in a random order where each
+// next queue is drawn with probability proportional to its weight.
+func weightedOrder(qs []QueueSpec, out []string) []string {
+	total := 0
+	for _, q := range qs {
+		total += q.Weight
+	}
+	used := make([]bool, len(qs))
+	for range qs {
+		x := rand.IntN(total)
+		for i, q := range qs {
+			if used[i] {
+				continue
+			}
+			if x < q.Weight {
+				used[i] = true
+				total -= q.Weight
+				out = append(out, q.Name)
+				break
+			}
+			x -= q.Weight
+		}
+	}
+	return out
+}
+
+// giveBack requeues leased tasks that no handler will run.
+func giveBack(persist context.Context, r *rdb.RDB, h *redisHealth, ds []rdb.Dequeued) {
+	for _, d := range ds {
+		_ = retryRedis(persist, h, "requeue", func(c context.Context) error {
+			c, cancel := context.WithTimeout(c, 5*time.Second)
+			defer cancel()
+			_, err := r.Requeue(c, d.Queue, []string{d.ID})
+			return err
+		})
+	}
+}

@@ -1,0 +1,55 @@
+package taskq
+
+import (
+	"context"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/clock"
+	"github.com/gantryhq/gantry/taskq/internal/rdb"
+)
+
+// leaseKeeperParams configure a lease keeper.
+type leaseKeeperParams struct {
+	r        *rdb.RDB
+	inflight *inflightSet
+	lease    time.Duration // each extension runs this long from now
+	interval time.Duration // HeartbeatInterval
+	clock    clock.Clock
+}
+
+// leaseKeeper is the heartbeat of the running tasks: every interval it
+// extends their leases, and cancels a task whose lease was lost (another
+// worker reaped it and may run it).
+type leaseKeeper struct {
+	p leaseKeeperParams
+	loop
+}
+
+func newLeaseKeeper(p leaseKeeperParams) *leaseKeeper { return &leaseKeeper{p: p} }
+
+func (k *leaseKeeper) run(ctx context.Context) {
+	t := k.p.clock.NewTicker(k.p.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+		k.beat(ctx)
+	}
+}
+
+// beat extends every running task's lease once.
+func (k *leaseKeeper) beat(ctx context.Context) {
+	until := k.p.clock.Now().Add(k.p.lease)
+	for q, ids := range k.p.inflight.byQueue() {
+		lost, err := k.p.r.Extend(ctx, q, until, ids)
+		if err != nil {
+			continue // the lease runs on; the next beat tries again
+		}
+		for _, id := range lost {
+			k.p.inflight.lose(inflightKey{q, id})
+		}
+	}
+}

@@ -1,0 +1,114 @@
+package taskq
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/clock"
+	"github.com/gantryhq/gantry/taskq/internal/rdb"
+)
+
+// maintainerParams configure a maintainer.
+type maintainerParams struct {
+	r             *rdb.RDB
+	queues        []string // the assigned queues
+	allQueues     bool     // maintain every known queue (stealing is on)
+	interval      time.Duration
+	deadRetention time.Duration
+	deadMax       int
+	clock         clock.Clock
+	m             *metrics
+	log           logger
+	// writeRecord rewrites the worker's record (every 5th tick).
+	writeRecord func(ctx context.Context)
+}
+
+// maintainer reaps expired leases, promotes due (scheduled and retry)
+// tasks and applies the dead-letter retention, every interval, on the
+// assigned queues (and every known queue when the worker steals); every
+// 5th tick it rewrites the worker record and the queue gauges, every 60th
+// it prunes records of workers gone for recordTTL.
+type maintainer struct {
+	p maintainerParams
+	loop
+}
+
+func newMaintainer(p maintainerParams) *maintainer { return &maintainer{p: p} }
+
+// recordTTL is how long a worker record outlives its last heartbeat (a
+// stopped worker, or one that crashed) before any worker deletes it.
+const recordTTL = time.Hour
+
+func (m *maintainer) run(ctx context.Context) {
+	t := m.p.clock.NewTicker(m.p.interval)
+	defer t.Stop()
+	for tick := 0; ; tick++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+		if tick%5 == 0 { // every 5 s by default: an idle worker stays cheap
+			m.p.writeRecord(ctx)
+			m.refreshGauges(ctx)
+		}
+		if tick%60 == 0 {
+			m.pruneRecords(ctx)
+		}
+		m.maintain(ctx)
+	}
+}
+
+// maintain runs the maintenance script once per queue.
+func (m *maintainer) maintain(ctx context.Context) {
+	qs := m.p.queues
+	if m.p.allQueues {
+		if all, err := m.p.r.Queues(ctx); err == nil {
+			qs = all
+		}
+	}
+	now := m.p.clock.Now()
+	for _, q := range qs {
+		res, err := m.p.r.Maintain(ctx, q, now, 1000, now.Add(-m.p.deadRetention), m.p.deadMax)
+		if err != nil {
+			return
+		}
+		if res.Reaped > 0 {
+			m.p.m.reaped.WithLabelValues(q).Add(float64(res.Reaped))
+			m.p.log.Info("taskq: took back tasks whose lease expired", "queue", q, "tasks", res.Reaped)
+		}
+	}
+}
+
+func (m *maintainer) pruneRecords(ctx context.Context) {
+	recs, err := m.p.r.Workers(ctx)
+	if err != nil {
+		return
+	}
+	now := m.p.clock.Now()
+	for id, v := range recs {
+		var rec WorkerRecord
+		if json.Unmarshal([]byte(v), &rec) != nil || now.Sub(rec.Heartbeat) > recordTTL {
+			m.p.r.DeleteWorker(ctx, id)
+		}
+	}
+}
+
+// refreshGauges sets the queue-size gauges of the assigned queues (per state
+// and per tenant) from Redis.
+func (m *maintainer) refreshGauges(ctx context.Context) {
+	for _, q := range m.p.queues {
+		st, err := m.p.r.Stats(ctx, q)
+		if err != nil {
+			return
+		}
+		for state, n := range map[string]int64{"pending": st.Pending, "active": st.Active, "scheduled": st.Scheduled,
+			"retry": st.Retry, "dead": st.Dead} {
+			m.p.m.queueSize.WithLabelValues(q, state).Set(float64(n))
+		}
+		for t, ts := range st.Tenants {
+			m.p.m.tenantSize.WithLabelValues(q, t).Set(float64(ts.Pending))
+		}
+	}
+}

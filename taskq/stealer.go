@@ -1,0 +1,123 @@
+package taskq
+
+import (
+	"context"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/clock"
+	"github.com/gantryhq/gantry/taskq/internal/rdb"
+)
+
+// stealerParams configure a stealer.
+type stealerParams struct {
+	r        *rdb.RDB
+	assigned map[string]bool // the worker's own queues: never steal targets
+	interval time.Duration   // base refresh interval (StealInterval)
+	clock    clock.Clock
+	m        *metrics
+}
+
+// stealer keeps the steal targets: the other known queues with a backlog,
+// most loaded first, the one stolen from last moved to the end so that
+// several idle workers do not all drain the same queue. The fetcher asks
+// for them (targets) and reports steals and misses; the adaptive controller
+// stretches the refresh interval under contention (setEvery).
+type stealer struct {
+	p stealerParams
+	loop
+
+	steals atomic.Int64 // tasks taken from other queues; written by the fetcher, read by anyone
+	every  atomic.Int64 // ns between refreshes; written by the adaptive controller
+
+	// mu protects the fields below.
+	mu         sync.Mutex
+	targets    []string
+	lastStolen string
+	misses     int64 // dequeues that had targets but found nothing
+}
+
+func newStealer(p stealerParams) *stealer {
+	s := &stealer{p: p}
+	s.every.Store(int64(p.interval))
+	return s
+}
+
+// run refreshes the targets every interval until ctx ends.
+func (s *stealer) run(ctx context.Context) {
+	for {
+		s.refresh(ctx)
+		if sleep(ctx, s.p.clock, time.Duration(s.every.Load())) != nil {
+			return
+		}
+	}
+}
+
+// current returns the targets in order (the caller must not modify it).
+func (s *stealer) current() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.targets
+}
+
+func (s *stealer) noteSteal(q string) {
+	s.steals.Add(1)
+	s.p.m.steals.WithLabelValues(q).Inc()
+	s.mu.Lock()
+	s.lastStolen = q
+	s.misses = 0
+	s.mu.Unlock()
+}
+
+func (s *stealer) noteMiss() {
+	s.mu.Lock()
+	s.misses++
+	s.mu.Unlock()
+	s.p.m.stealMisses.Inc()
+}
+
+func (s *stealer) missCount() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.misses
+}
+
+// refresh reads the queues and their sizes and orders the targets.
+func (s *stealer) refresh(ctx context.Context) {
+	all, err := s.p.r.Queues(ctx)
+	if err != nil {
+		return
+	}
+	var others []string
+	for _, q := range all {
+		if !s.p.assigned[q] {
+			others = append(others, q)
+		}
+	}
+	var targets []string
+	if len(others) > 0 {
+		sizes, err := s.p.r.Sizes(ctx, others)
+		if err != nil {
+			return
+		}
+		for _, q := range others {
+			if sizes[q] > 0 {
+				targets = append(targets, q)
+			}
+		}
+		s.mu.Lock()
+		last := s.lastStolen
+		s.mu.Unlock()
+		sort.SliceStable(targets, func(i, j int) bool {
+			if (targets[i] == last) != (targets[j] == last) {
+				return targets[j] == last
+			}
+			return sizes[targets[i]] > sizes[targets[j]]
+		})
+	}
+	s.mu.Lock()
+	s.targets = targets
+	s.mu.Unlock()
+}
