@@ -39,7 +39,7 @@ func TestRedisRestartAndOutage(t *testing.T) {
 	stop := runWorker(t, w)
 
 	waitFor(t, 30*time.Second, "some progress", func() bool { return ran.Load() > n/5 })
-	red.stop() // SHUTDOWN: the AOF is complete
+	red.stop()                         // SHUTDOWN: the AOF is complete
 	time.Sleep(500 * time.Millisecond) // real time: Redis stays down a moment before it restarts
 	red.start()
 	t.Logf("redis restarted after %d handler runs", ran.Load())
