@@ -46,7 +46,7 @@ func TestAdaptiveLengthensRetryDelays(t *testing.T) {
 	c := newClient(t, addr)
 	r := openRDB(t, addr)
 	q := uniq(t, "q")
-	ctx := context.Background()
+	ctx := t.Context()
 	base := 200 * time.Millisecond
 	w := newTestWorker(t, addr, WorkerConfig{Queues: []QueueSpec{{Name: q}}, Concurrency: 4,
 		Retry:    backoff.Policy{Initial: base, Max: base, Jitter: 0.01},
@@ -76,7 +76,7 @@ func TestAdaptiveLengthensRetryDelays(t *testing.T) {
 	// Keep failures coming for a while so the controller sees a high error rate.
 	for range 20 {
 		c.Enqueue(ctx, NewTask("down", nil), Queue(q), MaxRetries(1000))
-		time.Sleep(25 * time.Millisecond)
+		time.Sleep(25 * time.Millisecond) // real time: failures spread over the controller's window
 	}
 	waitFor(t, 10*time.Second, "retry scale to rise", func() bool { return w.adaptive.retryScale() >= 8 })
 	probe, _ := c.Enqueue(ctx, NewTask("down", nil), Queue(q), MaxRetries(1000))

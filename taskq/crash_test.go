@@ -2,7 +2,6 @@ package taskq
 
 import (
 	"bytes"
-	"context"
 	"os/exec"
 	"syscall"
 	"testing"
@@ -45,7 +44,7 @@ func TestCrashKill9(t *testing.T) {
 	red := startPrivateRedis(t, "--appendonly", "no")
 	addr := red.addr()
 	c := newClient(t, addr)
-	ctx := context.Background()
+	ctx := t.Context()
 	const total = 50_000
 	q := "crash"
 	enqueueTenant(t, c, q, "a", 0, total/2, Queue(q))

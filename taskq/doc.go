@@ -14,14 +14,22 @@
 // Tour:
 //   - task.go: Task, enqueue options, the stored message and its validation.
 //   - client.go, stats.go: enqueue (single and batch), dead letters, results, stats.
-//   - worker.go: WorkerConfig, lifecycle (State), Run and the graceful shutdown.
-//   - fetch.go: the fetch loop (one dequeue script call per batch across all
-//     eligible queues, blocking on wake-up lists when idle), queue order,
-//     work stealing, heartbeats (leases) and maintenance (reaping, promotion,
-//     retention).
+//   - worker.go: WorkerConfig, lifecycle (State), Run and the graceful
+//     shutdown; the Worker wires one background component per file, each
+//     with a params struct and start/stop (component.go):
+//   - fetcher.go: one dequeue script call per batch across all eligible
+//     queues (assigned first, strict or weighted, then steal targets),
+//     blocking on wake-up lists when idle;
+//   - stealer.go: the steal targets (other queues by backlog);
+//   - leasekeeper.go: heartbeats that extend running tasks' leases and
+//     cancel a task whose lease was lost;
+//   - maintainer.go: reaping expired leases, promoting due tasks, retention,
+//     the worker record and gauges;
+//   - adaptive.go: the adaptive controller (seed §7.3).
 //   - process.go: running a handler with its timeout, grace and panic
 //     recovery; ack batching, retries with backoff, dead letters.
-//   - adaptive.go: the adaptive controller; health.go: OK/Warning/Critical.
+//   - health.go: OK/Warning/Critical; metrics.go: Prometheus metrics.
+//   - tasks/: the built-in task types (noop, sleep, fail, sort).
 //   - internal/rdb: the only code that knows Redis; lua/ holds one script
 //     per operation.
 //

@@ -12,7 +12,7 @@ import (
 func drainOrder(t *testing.T, addr, q string, n int) []string {
 	t.Helper()
 	r := openRDB(t, addr)
-	ctx := context.Background()
+	ctx := t.Context()
 	var out []string
 	for len(out) < n {
 		now := time.Now()
@@ -40,7 +40,7 @@ func enqueueTenant(t *testing.T, c *Client, q, tenant string, weight float64, n 
 	for i := range tasks {
 		tasks[i] = NewTask("noop", nil, append([]Option{Queue(q), Tenant(tenant), Weight(weight)}, opts...)...)
 	}
-	if _, err := c.EnqueueBatch(context.Background(), tasks); err != nil {
+	if _, err := c.EnqueueBatch(t.Context(), tasks); err != nil {
 		t.Fatal(err)
 	}
 }

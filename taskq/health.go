@@ -85,18 +85,7 @@ func (c *Client) Health(ctx context.Context, cfg HealthConfig) Health {
 		return h
 	}
 	h.Checks["redis_ping_ms"] = float64(time.Since(start).Microseconds()) / 1000
-	if used, maxMem, err := c.r.UsedMemory(ctx); err == nil {
-		h.Checks["redis_used_memory"] = used
-		if maxMem > 0 {
-			f := float64(used) / float64(maxMem)
-			h.Checks["redis_memory_share"] = f
-			if f >= cfg.MemoryCritical {
-				h.raise(Critical, "redis memory %.0f%% of maxmemory", 100*f)
-			} else if f >= cfg.MemoryWarning {
-				h.raise(Warning, "redis memory %.0f%% of maxmemory", 100*f)
-			}
-		}
-	}
+	c.checkMemory(ctx, cfg, &h)
 	st, err := c.Stats(ctx)
 	if err != nil {
 		h.raise(Critical, "cannot read stats: %v", err)
@@ -107,8 +96,41 @@ func (c *Client) Health(ctx context.Context, cfg HealthConfig) Health {
 		pending += q.Pending
 	}
 	h.Checks["pending"] = pending
-	live, measuring, rate := 0, 0, 0.0
-	for _, w := range st.Workers {
+	live, measuring, rate := checkWorkers(cfg, st.Workers, &h)
+	h.Checks["live_workers"] = live
+	h.Checks["rate_per_sec"] = rate
+	switch {
+	case pending > 0 && live == 0:
+		h.raise(Critical, "%d tasks pending and no live worker", pending)
+	case pending > 0 && rate == 0 && live > measuring:
+		h.raise(Warning, "%d tasks pending but no task processed in the last window", pending)
+	}
+	return h
+}
+
+// checkMemory raises Redis memory against maxmemory.
+func (c *Client) checkMemory(ctx context.Context, cfg HealthConfig, h *Health) {
+	used, maxMem, err := c.r.UsedMemory(ctx)
+	if err != nil {
+		return
+	}
+	h.Checks["redis_used_memory"] = used
+	if maxMem == 0 {
+		return
+	}
+	f := float64(used) / float64(maxMem)
+	h.Checks["redis_memory_share"] = f
+	if f >= cfg.MemoryCritical {
+		h.raise(Critical, "redis memory %.0f%% of maxmemory", 100*f)
+	} else if f >= cfg.MemoryWarning {
+		h.raise(Warning, "redis memory %.0f%% of maxmemory", 100*f)
+	}
+}
+
+// checkWorkers raises stale heartbeats and high error rates of running
+// workers and sums their rates; measuring counts those too young to judge.
+func checkWorkers(cfg HealthConfig, workers []WorkerRecord, h *Health) (live, measuring int, rate float64) {
+	for _, w := range workers {
 		if w.State != "running" {
 			continue
 		}
@@ -128,15 +150,7 @@ func (c *Client) Health(ctx context.Context, cfg HealthConfig) Health {
 			h.raise(Warning, "worker %s: error rate %.0f%%", w.ID, 100*w.ErrorRate)
 		}
 	}
-	h.Checks["live_workers"] = live
-	h.Checks["rate_per_sec"] = rate
-	switch {
-	case pending > 0 && live == 0:
-		h.raise(Critical, "%d tasks pending and no live worker", pending)
-	case pending > 0 && rate == 0 && live > measuring:
-		h.raise(Warning, "%d tasks pending but no task processed in the last window", pending)
-	}
-	return h
+	return live, measuring, rate
 }
 
 // HealthHandler serves c.Health as JSON: 200 for OK and Warning, 503 for Critical.

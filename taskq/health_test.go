@@ -1,7 +1,6 @@
 package taskq
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -13,7 +12,7 @@ import (
 func TestHealth(t *testing.T) {
 	red := startPrivateRedis(t)
 	c := newClient(t, red.addr())
-	ctx := context.Background()
+	ctx := t.Context()
 	if h := c.Health(ctx, HealthConfig{}); h.Status != OK {
 		t.Fatalf("empty system: %v %v, want OK", h.Status, h.Reasons)
 	}

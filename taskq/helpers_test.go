@@ -44,7 +44,7 @@ func waitRedis(t testing.TB, addr string, d time.Duration) {
 		if time.Now().After(deadline) {
 			t.Fatalf("redis at %s unreachable after %s", addr, d)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // poll: until the new redis-server answers
 	}
 }
 
@@ -60,7 +60,7 @@ func uniq(t testing.TB, name string) string {
 			return
 		}
 		defer r.Close()
-		ctx := context.Background()
+		ctx := t.Context()
 		c := r.Client()
 		for _, k := range rdb.QueueKeys(q) {
 			c.Do(ctx, c.B().Del().Key(k).Build())
@@ -147,7 +147,7 @@ func newClient(t testing.TB, addr string) *Client {
 // and waits for Run to return.
 func runWorker(t testing.TB, w *Worker) (stop func()) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
 	stopped := false
@@ -178,13 +178,13 @@ func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out after %s waiting for %s", d, what)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // poll: waitFor's step
 	}
 }
 
 func queueStats(t testing.TB, c *Client, q string) QueueStats {
 	t.Helper()
-	st, err := c.Stats(context.Background())
+	st, err := c.Stats(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ var scriptOnly = map[string]bool{"zrangebyscore": true, "zrange": true, "zcard":
 // client sends itself (round trips).
 func totalCalls(t *testing.T, r *rdb.RDB) (all, trips int64) {
 	t.Helper()
-	s, err := r.Client().Do(context.Background(), r.Client().B().Info().Section("commandstats").Build()).ToString()
+	s, err := r.Client().Do(t.Context(), r.Client().B().Info().Section("commandstats").Build()).ToString()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,12 +47,12 @@ func TestIdleWorkerBlocks(t *testing.T) {
 	started := make(chan time.Time, 1)
 	w.Handle("noop", func(context.Context, *Task) error { started <- time.Now(); return nil })
 	runWorker(t, w)
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(500 * time.Millisecond) // real time: let the worker settle into idle before counting
 	r := openRDB(t, addr)
 	totalCalls(t, r) // connect first: the handshake is not the worker's
 	all0, trips0 := totalCalls(t, r)
 	const idle = 4 * time.Second
-	time.Sleep(idle)
+	time.Sleep(idle) // real time: what an idle worker costs per second is the thing measured
 	all1, trips1 := totalCalls(t, r)
 	perSec := float64(trips1-trips0-1) / idle.Seconds() // -1: our INFO
 	t.Logf("idle worker: %.1f commands/s sent to Redis (%.1f/s counting the calls inside scripts)",
@@ -61,7 +61,7 @@ func TestIdleWorkerBlocks(t *testing.T) {
 		t.Errorf("idle worker sends %.1f commands/s, want a few (it should block, not poll)", perSec)
 	}
 	t0 := time.Now()
-	if _, err := c.Enqueue(context.Background(), NewTask("noop", nil), Queue("idle")); err != nil {
+	if _, err := c.Enqueue(t.Context(), NewTask("noop", nil), Queue("idle")); err != nil {
 		t.Fatal(err)
 	}
 	select {

@@ -18,7 +18,7 @@ func TestRedisRestartAndOutage(t *testing.T) {
 	red := startPrivateRedis(t, "--appendonly", "yes", "--appendfsync", "always")
 	addr := red.addr()
 	c := newClient(t, addr)
-	ctx := context.Background()
+	ctx := t.Context()
 	const n = 3000
 	q := "outage"
 	tasks := make([]*Task, n)
@@ -33,7 +33,7 @@ func TestRedisRestartAndOutage(t *testing.T) {
 	var ran atomic.Int64
 	w.Handle("work", func(ctx context.Context, tk *Task) error {
 		ran.Add(1)
-		time.Sleep(2 * time.Millisecond)
+		time.Sleep(2 * time.Millisecond) // real time: the handler's work
 		return nil
 	})
 	stop := runWorker(t, w)
@@ -79,7 +79,7 @@ func TestRedisRestartAndOutage(t *testing.T) {
 func TestEnqueueSurvivesRedisKillWithAOF(t *testing.T) {
 	red := startPrivateRedis(t, "--appendonly", "yes", "--appendfsync", "always")
 	c := newClient(t, red.addr())
-	ctx := context.Background()
+	ctx := t.Context()
 	const n = 1000
 	for i := range n {
 		if _, err := c.Enqueue(ctx, NewTask("x", nil), Queue("aof"), Tenant(fmt.Sprint("t", i%7))); err != nil {

@@ -31,24 +31,8 @@ func (w *Worker) process(handlerCtx, persist context.Context, d rdb.Dequeued) {
 	if d.Starts > d.Retried+1 {
 		w.m.duplicates.WithLabelValues(d.Queue).Inc()
 	}
-	m, err := decodeMessage(d.ID, d.Queue, d.Msg)
-	if err != nil {
-		w.m.invalid.WithLabelValues(d.Queue).Inc()
-		w.log.Warn("taskq: invalid task sent to dead letters", "queue", d.Queue, "id", d.ID, "reason", err)
-		w.bury(persist, d.Queue, d.ID, "", err.Error(), err.Error())
-		return
-	}
-	t := &Task{Type: m.Type, Payload: m.Payload, id: m.ID, queue: m.Queue, tenant: m.Tenant, retried: d.Retried, max: m.MaxRetries}
-	if m.EnqueuedAt > 0 && d.Retried == 0 {
-		w.m.wait.WithLabelValues(d.Queue).Observe(time.Since(time.UnixMilli(m.EnqueuedAt)).Seconds())
-	}
-	h := w.handler(m.Type)
-	if h == nil {
-		w.m.invalid.WithLabelValues(d.Queue).Inc()
-		reason := fmt.Sprintf("unknown task type %q", m.Type)
-		w.bury(persist, d.Queue, d.ID, m.Tenant, reason, reason)
-		w.failed.Add(1)
-		w.callFailure(t, errors.New(reason), true)
+	m, t, h, ok := w.prepare(persist, d)
+	if !ok {
 		return
 	}
 	timeout := w.cfg.DefaultTimeout
@@ -64,7 +48,6 @@ func (w *Worker) process(handlerCtx, persist context.Context, d rdb.Dequeued) {
 	key := inflightKey{d.Queue, d.ID}
 	it := &inflightTask{cancel: cancel}
 	w.inflight.add(key, it)
-
 	start := time.Now()
 	err, abandoned := w.runHandler(tctx, h, t)
 	cancel()
@@ -84,48 +67,86 @@ func (w *Worker) process(handlerCtx, persist context.Context, d rdb.Dequeued) {
 			w.m.requeued.WithLabelValues(d.Queue).Inc()
 		}
 	case err == nil:
-		w.processed.Add(1)
-		w.m.processed.WithLabelValues(d.Queue, m.Tenant, "success").Inc()
-		var keep time.Time
-		if m.RetentionMS > 0 {
-			keep = time.Now().Add(time.Duration(m.RetentionMS) * time.Millisecond)
-		}
-		w.ackCh <- ackReq{d.Queue, rdb.AckItem{ID: d.ID, KeepUntil: keep, Result: t.result}}
-		if w.cfg.OnSuccess != nil {
-			w.cfg.OnSuccess(t)
-		}
+		w.succeeded(d, m, t)
 	default:
-		w.processed.Add(1)
-		w.failed.Add(1)
-		w.m.processed.WithLabelValues(d.Queue, m.Tenant, "failure").Inc()
-		var pe *panicError
-		reason := ""
-		switch {
-		case errors.As(err, &pe):
-			reason = pe.Error()
-			w.log.Error("taskq: handler panicked", "queue", d.Queue, "id", d.ID, "type", m.Type, "panic", pe.v, "stack", string(pe.stack))
-		case errors.Is(err, SkipRetry):
-			reason = "handler asked to skip retry"
-		case d.Retried >= m.MaxRetries:
-			reason = fmt.Sprintf("retries exhausted (max %d)", m.MaxRetries)
-		}
-		if abandoned {
-			w.m.abandoned.WithLabelValues(d.Queue).Inc()
-		}
-		if reason != "" {
-			w.bury(persist, d.Queue, d.ID, m.Tenant, err.Error(), reason)
-			w.callFailure(t, err, true)
-			return
-		}
-		delay := time.Duration(float64(w.cfg.Retry.Delay(d.Retried)) * w.adaptive.retryScale())
-		at := time.Now().Add(delay)
-		_ = w.retryPersist(persist, "retry", func(c context.Context) error {
-			_, err := w.r.Fail(c, d.Queue, d.ID, time.Now(), err.Error(), at, "")
-			return err
-		})
-		w.m.retried.WithLabelValues(d.Queue).Inc()
-		w.callFailure(t, err, false)
+		w.attemptFailed(persist, d, m, t, err, abandoned)
 	}
+}
+
+// prepare decodes d's message and finds its handler; a task that cannot
+// run (bad message, unknown type) goes to the dead letters and ok is false.
+func (w *Worker) prepare(persist context.Context, d rdb.Dequeued) (m *message, t *Task, h HandlerFunc, ok bool) {
+	m, err := decodeMessage(d.ID, d.Queue, d.Msg)
+	if err != nil {
+		w.m.invalid.WithLabelValues(d.Queue).Inc()
+		w.log.Warn("taskq: invalid task sent to dead letters", "queue", d.Queue, "id", d.ID, "reason", err)
+		w.bury(persist, d.Queue, d.ID, "", err.Error(), err.Error())
+		return nil, nil, nil, false
+	}
+	t = &Task{Type: m.Type, Payload: m.Payload, id: m.ID, queue: m.Queue, tenant: m.Tenant, retried: d.Retried, max: m.MaxRetries}
+	if m.EnqueuedAt > 0 && d.Retried == 0 {
+		w.m.wait.WithLabelValues(d.Queue).Observe(time.Since(time.UnixMilli(m.EnqueuedAt)).Seconds())
+	}
+	h = w.handler(m.Type)
+	if h == nil {
+		w.m.invalid.WithLabelValues(d.Queue).Inc()
+		reason := fmt.Sprintf("unknown task type %q", m.Type)
+		w.bury(persist, d.Queue, d.ID, m.Tenant, reason, reason)
+		w.failed.Add(1)
+		w.callFailure(t, errors.New(reason), true)
+		return nil, nil, nil, false
+	}
+	return m, t, h, true
+}
+
+// succeeded queues the ack (batched by ackLoop) with the result and its
+// retention.
+func (w *Worker) succeeded(d rdb.Dequeued, m *message, t *Task) {
+	w.processed.Add(1)
+	w.m.processed.WithLabelValues(d.Queue, m.Tenant, "success").Inc()
+	var keep time.Time
+	if m.RetentionMS > 0 {
+		keep = w.clk.Now().Add(time.Duration(m.RetentionMS) * time.Millisecond)
+	}
+	w.ackCh <- ackReq{d.Queue, rdb.AckItem{ID: d.ID, KeepUntil: keep, Result: t.result}}
+	if w.cfg.OnSuccess != nil {
+		w.cfg.OnSuccess(t)
+	}
+}
+
+// attemptFailed buries the task (a panic, SkipRetry, retries exhausted) or
+// schedules its retry after the backoff scaled by the adaptive controller.
+func (w *Worker) attemptFailed(persist context.Context, d rdb.Dequeued, m *message, t *Task, err error, abandoned bool) {
+	w.processed.Add(1)
+	w.failed.Add(1)
+	w.m.processed.WithLabelValues(d.Queue, m.Tenant, "failure").Inc()
+	var pe *panicError
+	reason := ""
+	switch {
+	case errors.As(err, &pe):
+		reason = pe.Error()
+		w.log.Error("taskq: handler panicked", "queue", d.Queue, "id", d.ID, "type", m.Type, "panic", pe.v, "stack", string(pe.stack))
+	case errors.Is(err, SkipRetry):
+		reason = "handler asked to skip retry"
+	case d.Retried >= m.MaxRetries:
+		reason = fmt.Sprintf("retries exhausted (max %d)", m.MaxRetries)
+	}
+	if abandoned {
+		w.m.abandoned.WithLabelValues(d.Queue).Inc()
+	}
+	if reason != "" {
+		w.bury(persist, d.Queue, d.ID, m.Tenant, err.Error(), reason)
+		w.callFailure(t, err, true)
+		return
+	}
+	delay := time.Duration(float64(w.cfg.Retry.Delay(d.Retried)) * w.adaptive.retryScale())
+	now := w.clk.Now()
+	_ = w.retryPersist(persist, "retry", func(c context.Context) error {
+		_, err := w.r.Fail(c, d.Queue, d.ID, now, err.Error(), now.Add(delay), "")
+		return err
+	})
+	w.m.retried.WithLabelValues(d.Queue).Inc()
+	w.callFailure(t, err, false)
 }
 
 // runHandler runs h in its own goroutine so that a handler that ignores
@@ -171,7 +192,7 @@ func (w *Worker) callFailure(t *Task, err error, dead bool) {
 // bury moves a held task to the dead-letter set.
 func (w *Worker) bury(persist context.Context, queue, id, tenant, lastErr, reason string) {
 	if err := w.retryPersist(persist, "dead-letter", func(c context.Context) error {
-		_, err := w.r.Fail(c, queue, id, time.Now(), lastErr, time.Time{}, reason)
+		_, err := w.r.Fail(c, queue, id, w.clk.Now(), lastErr, time.Time{}, reason)
 		return err
 	}); err == nil {
 		w.m.dead.WithLabelValues(queue).Inc()
@@ -208,7 +229,7 @@ func (w *Worker) ackLoop(persist context.Context) {
 		}
 		for q, items := range byQueue {
 			_ = w.retryPersist(persist, "ack", func(c context.Context) error {
-				_, err := w.r.Ack(c, q, time.Now(), items)
+				_, err := w.r.Ack(c, q, w.clk.Now(), items)
 				return err
 			})
 			delete(byQueue, q)

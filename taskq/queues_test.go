@@ -81,11 +81,11 @@ func TestClusterIntegration(t *testing.T) {
 		t.Skip("runs the suite against a Redis Cluster in a child go test")
 	}
 	addrs := "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003"
-	if !clusterOK(addrs) {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	if !clusterOK(t, addrs) {
+		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 		defer cancel()
 		svc := exec.CommandContext(ctx, "bash", filepath.Join(testutil.RepoRoot(t), "scripts", "services.sh"), "redis_cluster")
-		if out, err := svc.CombinedOutput(); err != nil || !clusterOK(addrs) {
+		if out, err := svc.CombinedOutput(); err != nil || !clusterOK(t, addrs) {
 			t.Fatalf("scripts/services.sh redis_cluster: %v\n%s", err, out)
 		}
 	}
@@ -108,7 +108,7 @@ func TestDequeueOneRoundTripOverQueues(t *testing.T) {
 	enqueueTenant(t, c, "q5", "x", 0, 3, Queue("q5"))
 	totalCalls(t, r)
 	evalsha := func() int64 {
-		s, err := r.Client().Do(context.Background(), r.Client().B().Info().Section("commandstats").Build()).ToString()
+		s, err := r.Client().Do(t.Context(), r.Client().B().Info().Section("commandstats").Build()).ToString()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -122,9 +122,9 @@ func TestDequeueOneRoundTripOverQueues(t *testing.T) {
 		return 0
 	}
 	now := time.Now()
-	r.Dequeue(context.Background(), []string{"warm"}, 1, now, now) // loads the script (EVALSHA → NOSCRIPT → EVAL)
+	r.Dequeue(t.Context(), []string{"warm"}, 1, now, now) // loads the script (EVALSHA → NOSCRIPT → EVAL)
 	before := evalsha()
-	ds, err := r.Dequeue(context.Background(), []string{"q1", "q2", "q3", "q4", "q5"}, 10, now, now.Add(time.Minute))
+	ds, err := r.Dequeue(t.Context(), []string{"q1", "q2", "q3", "q4", "q5"}, 10, now, now.Add(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,13 +134,13 @@ func TestDequeueOneRoundTripOverQueues(t *testing.T) {
 }
 
 // clusterOK reports whether the cluster at addrs answers with all slots served.
-func clusterOK(addrs string) bool {
+func clusterOK(tb testing.TB, addrs string) bool {
 	r, err := rdb.Open(addrs)
 	if err != nil {
 		return false
 	}
 	defer r.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(tb.Context(), 2*time.Second)
 	defer cancel()
 	return r.Cluster() && r.Ping(ctx) == nil
 }

@@ -51,7 +51,7 @@ func TestRetriesThenSuccessAndDeadLetter(t *testing.T) {
 	addr := testRedis(t)
 	c := newClient(t, addr)
 	q := uniq(t, "q")
-	ctx := context.Background()
+	ctx := t.Context()
 	w := newTestWorker(t, addr, WorkerConfig{Queues: []QueueSpec{{Name: q}}, Concurrency: 4})
 	var calls sync.Map // id -> *atomic.Int32
 	w.Handle("flaky", func(ctx context.Context, tk *Task) error {
@@ -123,7 +123,7 @@ func TestBadInputGoesToDeadLetters(t *testing.T) {
 	c := newClient(t, addr)
 	r := openRDB(t, addr)
 	q := uniq(t, "q")
-	ctx := context.Background()
+	ctx := t.Context()
 	w := newTestWorker(t, addr, WorkerConfig{Queues: []QueueSpec{{Name: q}}, Concurrency: 2})
 	w.Handle("strict", func(ctx context.Context, tk *Task) error {
 		if string(tk.Payload) != "ok" {
@@ -200,7 +200,7 @@ func TestTimeoutAbandonsStuckHandler(t *testing.T) {
 	addr := testRedis(t)
 	c := newClient(t, addr)
 	q := uniq(t, "q")
-	ctx := context.Background()
+	ctx := t.Context()
 	w := newTestWorker(t, addr, WorkerConfig{Queues: []QueueSpec{{Name: q}}, Concurrency: 2, CancelGrace: 100 * time.Millisecond})
 	release := make(chan struct{})
 	var attempts atomic.Int32
@@ -240,7 +240,7 @@ func TestGracefulShutdownRequeues(t *testing.T) {
 	addr := testRedis(t)
 	c := newClient(t, addr)
 	q := uniq(t, "q")
-	ctx := context.Background()
+	ctx := t.Context()
 	w := newTestWorker(t, addr, WorkerConfig{Queues: []QueueSpec{{Name: q}}, Concurrency: 3, ShutdownTimeout: 200 * time.Millisecond})
 	started := make(chan struct{}, 10)
 	w.Handle("long", func(ctx context.Context, tk *Task) error {
@@ -293,7 +293,7 @@ func TestLeaseExpiryRedelivers(t *testing.T) {
 	c := newClient(t, addr)
 	r := openRDB(t, addr)
 	q := uniq(t, "q")
-	ctx := context.Background()
+	ctx := t.Context()
 	enqueueTenant(t, c, q, "x", 0, 5)
 	// A "dead worker": takes the tasks with a short lease and never returns.
 	now := time.Now()
@@ -314,7 +314,7 @@ func TestPriorityAndScheduled(t *testing.T) {
 	addr := testRedis(t)
 	c := newClient(t, addr)
 	q := uniq(t, "q")
-	ctx := context.Background()
+	ctx := t.Context()
 	for i := range 3 {
 		c.Enqueue(ctx, NewTask("noop", []byte(fmt.Sprint("low", i))), Queue(q))
 	}
@@ -343,7 +343,7 @@ func TestResultsWithRetention(t *testing.T) {
 	addr := testRedis(t)
 	c := newClient(t, addr)
 	q := uniq(t, "q")
-	ctx := context.Background()
+	ctx := t.Context()
 	var okCalls, failCalls atomic.Int32
 	w := newTestWorker(t, addr, WorkerConfig{Queues: []QueueSpec{{Name: q}},
 		OnSuccess: func(*Task) { okCalls.Add(1) },
@@ -378,7 +378,7 @@ func TestResultsWithRetention(t *testing.T) {
 func TestWorkStealing(t *testing.T) {
 	addr := startPrivateRedis(t).addr()
 	c := newClient(t, addr)
-	ctx := context.Background()
+	ctx := t.Context()
 	enqueueTenant(t, c, "big", "x", 0, 60)
 	enqueueTenant(t, c, "small", "x", 0, 20)
 	enqueueTenant(t, c, "own", "x", 0, 10)
@@ -393,7 +393,7 @@ func TestWorkStealing(t *testing.T) {
 		mu.Lock()
 		order = append(order, tk.Queue())
 		mu.Unlock()
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Millisecond) // real time: the handler's work
 		return nil
 	})
 	w.stealer.refresh(ctx)
@@ -429,13 +429,13 @@ func TestStealTargetOrder(t *testing.T) {
 	enqueueTenant(t, c, "mid", "x", 0, 20, Queue("mid"))
 	enqueueTenant(t, c, "small", "x", 0, 10, Queue("small"))
 	enqueueTenant(t, c, "own", "x", 0, 50, Queue("own"))
-	c.r.RegisterQueues(context.Background(), "empty")
+	c.r.RegisterQueues(t.Context(), "empty")
 	w, err := NewWorker(WorkerConfig{Redis: addr, Queues: []QueueSpec{{Name: "own"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.r.Close()
-	ctx := context.Background()
+	ctx := t.Context()
 	w.stealer.refresh(ctx)
 	if got := fmt.Sprint(w.stealer.current()); got != "[big mid small]" {
 		t.Errorf("targets %s, want [big mid small]", got)
@@ -462,9 +462,9 @@ func TestDeadlineEndsAttempt(t *testing.T) {
 		return ctx.Err()
 	})
 	runWorker(t, w)
-	c.Enqueue(context.Background(), NewTask("wait", nil), Queue(q), Deadline(time.Now().Add(200*time.Millisecond)), MaxRetries(0))
+	c.Enqueue(t.Context(), NewTask("wait", nil), Queue(q), Deadline(time.Now().Add(200*time.Millisecond)), MaxRetries(0))
 	waitFor(t, 10*time.Second, "dead after the deadline", func() bool { return queueStats(t, c, q).Dead == 1 })
-	dead, _ := c.DeadLetters(context.Background(), q, 1)
+	dead, _ := c.DeadLetters(t.Context(), q, 1)
 	if len(dead) != 1 || dead[0].LastError != context.DeadlineExceeded.Error() {
 		t.Errorf("dead: %+v, want last error %q", dead, context.DeadlineExceeded)
 	}

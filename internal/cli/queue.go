@@ -56,10 +56,7 @@ func parseQueues(s string) ([]taskq.QueueSpec, error) {
 }
 
 func newQueueWorkerCmd(env *Env) *cobra.Command {
-	var (
-		cfg             taskq.WorkerConfig
-		queues, metrics string
-	)
+	var o queueWorkerOptions
 	cmd := &cobra.Command{
 		Use:   "worker --redis URL [--queues a,b:3] [--strict] [--concurrency N] [--metrics-addr ADDR]",
 		Short: "Run a worker with the built-in task types noop, sleep, fail and sort until SIGINT/SIGTERM",
@@ -70,47 +67,57 @@ sort {"input": [dirs], "output": dir} (gantry sort local).
 On SIGINT/SIGTERM it stops fetching, waits --shutdown-timeout for running
 tasks, cancels the rest and puts them back; a second signal exits at once.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			qs, err := parseQueues(queues)
-			if err != nil {
-				return err
-			}
-			cfg.Queues = qs
-			cfg.Logger = env.Logger
-			if env.Registry != nil {
-				cfg.Registry = env.Registry
-			}
-			w, err := newWorkerWaiting(cmd.Context(), env, cfg)
-			if err != nil {
-				return err
-			}
-			if w == nil {
-				return nil // signalled before Redis answered
-			}
-			tasks.Register(w, env.Logger)
-			ctx := cmd.Context()
-			if metrics != "" {
-				stop, err := serveQueueMetrics(env, metrics, cfg.Redis)
-				if err != nil {
-					return err
-				}
-				defer stop()
-			}
-			return w.Run(ctx)
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return runQueueWorker(cmd, env, &o) },
 	}
 	f := cmd.Flags()
-	f.StringVar(&cfg.Redis, "redis", "127.0.0.1:6379", redisFlagHelp)
-	f.StringVar(&queues, "queues", "default", "queues to serve, name[:weight], comma-separated")
-	f.BoolVar(&cfg.Strict, "strict", false, "strict priority: serve a queue only when every earlier one is empty")
-	f.IntVar(&cfg.Concurrency, "concurrency", 10, "tasks run at once")
-	f.StringVar(&metrics, "metrics-addr", "", "serve Prometheus /metrics and /healthz here (e.g. 127.0.0.1:9108)")
-	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 8*time.Second, "how long running tasks may finish after a signal")
-	f.DurationVar(&cfg.LeaseDuration, "lease", 30*time.Second, "lease of a taken task; a dead worker's tasks rerun after it")
-	f.BoolVar(&cfg.DisableSteal, "no-steal", false, "never take tasks from queues not listed in --queues")
-	f.DurationVar(&cfg.DeadRetention, "dead-retention", 7*24*time.Hour, "how long dead-letter tasks are kept")
-	f.IntVar(&cfg.DeadMax, "dead-max", 10000, "most dead-letter tasks kept per queue (oldest dropped first)")
+	f.StringVar(&o.cfg.Redis, "redis", "127.0.0.1:6379", redisFlagHelp)
+	f.StringVar(&o.queues, "queues", "default", "queues to serve, name[:weight], comma-separated")
+	f.BoolVar(&o.cfg.Strict, "strict", false, "strict priority: serve a queue only when every earlier one is empty")
+	f.IntVar(&o.cfg.Concurrency, "concurrency", 10, "tasks run at once")
+	f.StringVar(&o.metrics, "metrics-addr", "", "serve Prometheus /metrics and /healthz here (e.g. 127.0.0.1:9108)")
+	f.DurationVar(&o.cfg.ShutdownTimeout, "shutdown-timeout", 8*time.Second, "how long running tasks may finish after a signal")
+	f.DurationVar(&o.cfg.LeaseDuration, "lease", 30*time.Second, "lease of a taken task; a dead worker's tasks rerun after it")
+	f.BoolVar(&o.cfg.DisableSteal, "no-steal", false, "never take tasks from queues not listed in --queues")
+	f.DurationVar(&o.cfg.DeadRetention, "dead-retention", 7*24*time.Hour, "how long dead-letter tasks are kept")
+	f.IntVar(&o.cfg.DeadMax, "dead-max", 10000, "most dead-letter tasks kept per queue (oldest dropped first)")
 	return cmd
+}
+
+// queueWorkerOptions are `gantry queue worker`'s flags.
+type queueWorkerOptions struct {
+	cfg             taskq.WorkerConfig
+	queues, metrics string
+}
+
+// runQueueWorker waits for Redis, registers the built-in task types and
+// serves until the command's context ends.
+func runQueueWorker(cmd *cobra.Command, env *Env, o *queueWorkerOptions) error {
+	qs, err := parseQueues(o.queues)
+	if err != nil {
+		return err
+	}
+	o.cfg.Queues = qs
+	o.cfg.Logger = env.Logger
+	if env.Registry != nil {
+		o.cfg.Registry = env.Registry
+	}
+	w, err := newWorkerWaiting(cmd.Context(), env, o.cfg)
+	if err != nil {
+		return err
+	}
+	if w == nil {
+		return nil // signalled before Redis answered
+	}
+	tasks.Register(w, env.Logger)
+	ctx := cmd.Context()
+	if o.metrics != "" {
+		stop, err := serveQueueMetrics(env, o.metrics, o.cfg.Redis)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	return w.Run(ctx)
 }
 
 // newWorkerWaiting creates the worker, waiting with capped backoff while
@@ -151,80 +158,87 @@ func serveQueueMetrics(env *Env, addr, redis string) (func(), error) {
 }
 
 func newQueueEnqueueCmd() *cobra.Command {
-	var (
-		redis, queue, tenant, typ, payload string
-		weight                             float64
-		priority, count, maxRetries        int
-		timeout, in, retention             time.Duration
-	)
+	var o queueEnqueueOptions
 	cmd := &cobra.Command{
 		Use:   "enqueue --redis URL --queue Q [--tenant T] [--weight W] [--priority P] --type TYPE [--payload JSON] [--count N]",
 		Short: "Add tasks to a queue",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if typ == "" {
-				return errors.New("enqueue: --type is required (e.g. noop, sleep, fail, sort)")
-			}
-			if count < 1 {
-				return fmt.Errorf("enqueue: --count %d, want >= 1", count)
-			}
-			var body []byte
-			if payload != "" {
-				if !json.Valid([]byte(payload)) {
-					return fmt.Errorf("enqueue: --payload is not valid JSON: %s", payload)
-				}
-				body = []byte(payload)
-			}
-			opts := []taskq.Option{taskq.Queue(queue), taskq.Tenant(tenant), taskq.Weight(weight),
-				taskq.Priority(priority), taskq.MaxRetries(maxRetries), taskq.Timeout(timeout),
-				taskq.ProcessIn(in), taskq.Retention(retention)}
-			c, err := taskq.NewClient(taskq.ClientConfig{Redis: redis})
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			ctx := cmd.Context()
-			start := time.Now()
-			if count == 1 {
-				info, err := c.Enqueue(ctx, taskq.NewTask(typ, body), opts...)
-				if err != nil {
-					return err
-				}
-				fmt.Fprintln(cmd.OutOrStdout(), info.ID)
-				return nil
-			}
-			const chunk = 5000
-			for done := 0; done < count; {
-				n := min(chunk, count-done)
-				tasks := make([]*taskq.Task, n)
-				for i := range tasks {
-					tasks[i] = taskq.NewTask(typ, body)
-				}
-				if _, err := c.EnqueueBatch(ctx, tasks, opts...); err != nil {
-					return fmt.Errorf("enqueue: after %d of %d tasks: %w", done, count, err)
-				}
-				done += n
-			}
-			el := time.Since(start)
-			fmt.Fprintf(cmd.OutOrStdout(), "enqueued %d %s tasks into %s (tenant %s) in %s (%.0f tasks/s)\n",
-				count, typ, queue, tenant, el.Round(time.Millisecond), float64(count)/el.Seconds())
-			return nil
-		},
+		RunE:  func(cmd *cobra.Command, _ []string) error { return runQueueEnqueue(cmd, &o) },
 	}
 	f := cmd.Flags()
-	f.StringVar(&redis, "redis", "127.0.0.1:6379", redisFlagHelp)
-	f.StringVar(&queue, "queue", taskq.DefaultQueue, "queue name")
-	f.StringVar(&tenant, "tenant", taskq.DefaultTenant, "tenant (fairness key)")
-	f.Float64Var(&weight, "weight", 0, "tenant weight in the queue (default: keep, 1 for a new tenant)")
-	f.IntVar(&priority, "priority", 0, "priority inside the tenant, 0..255 (higher first)")
-	f.StringVar(&typ, "type", "", "task type (required)")
-	f.StringVar(&payload, "payload", "", "task payload (JSON)")
-	f.IntVar(&count, "count", 1, "number of identical tasks")
-	f.IntVar(&maxRetries, "max-retries", taskq.DefaultMaxRetries, "retries before the dead-letter set")
-	f.DurationVar(&timeout, "timeout", 0, "timeout of one attempt (default: the worker's, 30m)")
-	f.DurationVar(&in, "in", 0, "run after this delay")
-	f.DurationVar(&retention, "retention", 0, "keep the completed task and its result this long")
+	f.StringVar(&o.redis, "redis", "127.0.0.1:6379", redisFlagHelp)
+	f.StringVar(&o.queue, "queue", taskq.DefaultQueue, "queue name")
+	f.StringVar(&o.tenant, "tenant", taskq.DefaultTenant, "tenant (fairness key)")
+	f.Float64Var(&o.weight, "weight", 0, "tenant weight in the queue (default: keep, 1 for a new tenant)")
+	f.IntVar(&o.priority, "priority", 0, "priority inside the tenant, 0..255 (higher first)")
+	f.StringVar(&o.typ, "type", "", "task type (required)")
+	f.StringVar(&o.payload, "payload", "", "task payload (JSON)")
+	f.IntVar(&o.count, "count", 1, "number of identical tasks")
+	f.IntVar(&o.maxRetries, "max-retries", taskq.DefaultMaxRetries, "retries before the dead-letter set")
+	f.DurationVar(&o.timeout, "timeout", 0, "timeout of one attempt (default: the worker's, 30m)")
+	f.DurationVar(&o.in, "in", 0, "run after this delay")
+	f.DurationVar(&o.retention, "retention", 0, "keep the completed task and its result this long")
 	return cmd
+}
+
+// queueEnqueueOptions are `gantry queue enqueue`'s flags.
+type queueEnqueueOptions struct {
+	redis, queue, tenant, typ, payload string
+	weight                             float64
+	priority, count, maxRetries        int
+	timeout, in, retention             time.Duration
+}
+
+// runQueueEnqueue checks the flags and enqueues --count tasks (in batches
+// of 5000), printing the id of a single task or the rate of many.
+func runQueueEnqueue(cmd *cobra.Command, o *queueEnqueueOptions) error {
+	if o.typ == "" {
+		return errors.New("enqueue: --type is required (e.g. noop, sleep, fail, sort)")
+	}
+	if o.count < 1 {
+		return fmt.Errorf("enqueue: --count %d, want >= 1", o.count)
+	}
+	var body []byte
+	if o.payload != "" {
+		if !json.Valid([]byte(o.payload)) {
+			return fmt.Errorf("enqueue: --payload is not valid JSON: %s", o.payload)
+		}
+		body = []byte(o.payload)
+	}
+	opts := []taskq.Option{taskq.Queue(o.queue), taskq.Tenant(o.tenant), taskq.Weight(o.weight),
+		taskq.Priority(o.priority), taskq.MaxRetries(o.maxRetries), taskq.Timeout(o.timeout),
+		taskq.ProcessIn(o.in), taskq.Retention(o.retention)}
+	c, err := taskq.NewClient(taskq.ClientConfig{Redis: o.redis})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ctx := cmd.Context()
+	start := time.Now()
+	if o.count == 1 {
+		info, err := c.Enqueue(ctx, taskq.NewTask(o.typ, body), opts...)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(cmd.OutOrStdout(), info.ID)
+		return nil
+	}
+	const chunk = 5000
+	for done := 0; done < o.count; {
+		n := min(chunk, o.count-done)
+		tasks := make([]*taskq.Task, n)
+		for i := range tasks {
+			tasks[i] = taskq.NewTask(o.typ, body)
+		}
+		if _, err := c.EnqueueBatch(ctx, tasks, opts...); err != nil {
+			return fmt.Errorf("enqueue: after %d of %d tasks: %w", done, o.count, err)
+		}
+		done += n
+	}
+	el := time.Since(start)
+	fmt.Fprintf(cmd.OutOrStdout(), "enqueued %d %s tasks into %s (tenant %s) in %s (%.0f tasks/s)\n",
+		o.count, o.typ, o.queue, o.tenant, el.Round(time.Millisecond), float64(o.count)/el.Seconds())
+	return nil
 }
 
 func newQueueStatsCmd() *cobra.Command {

@@ -63,7 +63,7 @@ func TestQueueEnqueueStatsJSON(t *testing.T) {
 	q := fmt.Sprintf("clitest-%d", os.Getpid())
 	run := func(args ...string) (string, int) {
 		var out, errb bytes.Buffer
-		code := Execute(context.Background(), Env{Args: args, Stdout: &out, Stderr: &errb})
+		code := Execute(t.Context(), Env{Args: args, Stdout: &out, Stderr: &errb})
 		return out.String() + errb.String(), code
 	}
 	if out, code := run("queue", "enqueue", "--redis", addr, "--queue", q, "--tenant", "t1", "--type", "noop", "--count", "3"); code != 0 {
@@ -103,7 +103,7 @@ func TestQueueEnqueueStatsJSON(t *testing.T) {
 	// Clean up the queue's keys through a worker-free path: delete them.
 	c, err := taskq.NewClient(taskq.ClientConfig{Redis: addr})
 	if err == nil {
-		c.Purge(context.Background(), q)
+		c.Purge(t.Context(), q)
 		c.Close()
 	}
 }
@@ -121,7 +121,7 @@ func TestQueueSortTask(t *testing.T) {
 	q := fmt.Sprintf("clisort-%d", os.Getpid())
 	defer func() {
 		if c, err := taskq.NewClient(taskq.ClientConfig{Redis: addr}); err == nil {
-			c.Purge(context.Background(), q)
+			c.Purge(t.Context(), q)
 			c.Close()
 		}
 	}()
@@ -130,7 +130,7 @@ func TestQueueSortTask(t *testing.T) {
 		"--payload", string(payload), "--retention", "1m", "--max-retries", "0"); code != 0 {
 		t.Fatalf("enqueue: %d %s", code, msg)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan int, 1)
 	go func() {
 		var o, e bytes.Buffer
@@ -143,10 +143,10 @@ func TestQueueSortTask(t *testing.T) {
 	defer c.Close()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		st, err := c.Stats(context.Background())
+		st, err := c.Stats(t.Context())
 		if err == nil && st.Queues[q].Completed+st.Queues[q].Dead == 1 {
 			if st.Queues[q].Dead == 1 {
-				dead, _ := c.DeadLetters(context.Background(), q, 1)
+				dead, _ := c.DeadLetters(t.Context(), q, 1)
 				t.Fatalf("sort task died: %+v", dead)
 			}
 			break
@@ -154,7 +154,7 @@ func TestQueueSortTask(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("sort task not done in 60s")
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // poll: the task's state, as a user would
 	}
 	cancel()
 	if code := <-done; code != 0 {
