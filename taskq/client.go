@@ -87,7 +87,7 @@ func prepare(t *Task, now time.Time, extra []Option) (prepared, error) {
 		due = time.Time{}
 	}
 	b, err := json.Marshal(message{
-		ID: o.id, Type: t.Type, Payload: t.Payload, Queue: o.queue, Tenant: o.tenant,
+		ID: o.id, Type: t.Type, Payload: t.Payload, Queue: o.queue,
 		MaxRetries: o.maxRetries, TimeoutMS: o.timeout.Milliseconds(), RetentionMS: o.retention.Milliseconds(),
 		DeadlineMS: deadlineMS(o.deadline),
 		EnqueuedAt: now.UnixMilli(),
@@ -200,10 +200,13 @@ func (c *Client) DeadLetters(ctx context.Context, queue string, limit int) ([]De
 	}
 	out := make([]DeadTask, len(raw))
 	for i, d := range raw {
-		out[i] = DeadTask{ID: d.ID, Reason: d.Reason, LastError: d.LastError, DiedAt: d.DiedAt}
+		out[i] = DeadTask{ID: d.ID, Tenant: d.Tenant, Reason: d.Reason, LastError: d.LastError, DiedAt: d.DiedAt}
 		var m message
 		if json.Unmarshal(d.Msg, &m) == nil && m.Type != "" {
-			out[i].Type, out[i].Tenant = m.Type, m.Tenant
+			out[i].Type = m.Type
+			if out[i].Tenant == "" {
+				out[i].Tenant = m.Tenant
+			}
 		} else {
 			out[i].Message = string(d.Msg)
 		}

@@ -83,6 +83,9 @@ func (w *Worker) prepare(persist context.Context, d rdb.Dequeued) (m *message, t
 		w.bury(persist, d.Queue, d.ID, "", err.Error(), err.Error())
 		return nil, nil, nil, false
 	}
+	if d.Tenant != "" {
+		m.Tenant = d.Tenant // the member is the source; an old message's field is the fallback
+	}
 	t = &Task{Type: m.Type, Payload: m.Payload, id: m.ID, queue: m.Queue, tenant: m.Tenant, retried: d.Retried, max: m.MaxRetries}
 	if m.EnqueuedAt > 0 && d.Retried == 0 {
 		w.m.wait.WithLabelValues(d.Queue).Observe(time.Since(time.UnixMilli(m.EnqueuedAt)).Seconds())

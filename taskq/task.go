@@ -128,13 +128,16 @@ func Retention(d time.Duration) Option { return func(o *options) { o.retention =
 // TaskID sets the task's id (default: random); enqueueing an existing id fails.
 func TaskID(id string) Option { return func(o *options) { o.id = id } }
 
-// message is the task as stored in Redis (JSON).
+// message is the task as stored in Redis (JSON). The tenant is not in it:
+// it travels once, in the task's Redis member (pending order, fairness),
+// and comes back with the dequeue. Messages written by earlier releases
+// carry a "tenant" field; it is read only if the member gave none.
 type message struct {
 	ID          string `json:"id"`
 	Type        string `json:"type"`
 	Payload     []byte `json:"payload,omitempty"`
 	Queue       string `json:"queue"`
-	Tenant      string `json:"tenant"`
+	Tenant      string `json:"tenant,omitempty"`
 	MaxRetries  int    `json:"max_retries"`
 	TimeoutMS   int64  `json:"timeout_ms,omitempty"`
 	RetentionMS int64  `json:"retention_ms,omitempty"`

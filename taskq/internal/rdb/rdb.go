@@ -175,6 +175,7 @@ type Dequeued struct {
 	Msg     []byte // empty when the task's message is missing
 	Retried int
 	Starts  int
+	Tenant  string // from the task's member in Redis, its one source
 }
 
 // Dequeue takes up to n tasks from queues, serving them in the given order,
@@ -211,17 +212,18 @@ func (r *RDB) dequeue(ctx context.Context, queues, keys, args []string) ([]Deque
 	if err != nil {
 		return nil, fmt.Errorf("rdb: dequeue: %w", err)
 	}
-	out := make([]Dequeued, 0, len(vals)/5)
-	for i := 0; i+4 < len(vals); i += 5 {
+	out := make([]Dequeued, 0, len(vals)/6)
+	for i := 0; i+5 < len(vals); i += 6 {
 		qi, _ := vals[i].AsInt64()
 		id, _ := vals[i+1].ToString()
 		msg, _ := vals[i+2].ToString()
 		retried, _ := vals[i+3].AsInt64()
 		starts, _ := vals[i+4].AsInt64()
+		tenant, _ := vals[i+5].ToString()
 		if qi < 1 || int(qi) > len(queues) {
 			return nil, fmt.Errorf("rdb: dequeue: queue index %d out of range", qi)
 		}
-		out = append(out, Dequeued{Queue: queues[qi-1], ID: id, Msg: []byte(msg), Retried: int(retried), Starts: int(starts)})
+		out = append(out, Dequeued{Queue: queues[qi-1], ID: id, Msg: []byte(msg), Retried: int(retried), Starts: int(starts), Tenant: tenant})
 	}
 	return out, nil
 }
@@ -435,8 +437,15 @@ func (r *RDB) Sizes(ctx context.Context, queues []string) (map[string]int64, err
 // DeadTask is one entry of the dead-letter set.
 type DeadTask struct {
 	ID, Reason, LastError string
+	Tenant                string // from the task's member
 	Msg                   []byte
 	DiedAt                time.Time
+}
+
+// TenantOf is the tenant part of a pending/task member (tenant \0 … \0 id).
+func TenantOf(member string) string {
+	t, _, _ := strings.Cut(member, "\x00")
+	return t
 }
 
 // DeadList returns up to limit dead tasks of q, oldest first.
@@ -448,14 +457,15 @@ func (r *RDB) DeadList(ctx context.Context, q string, limit int) ([]DeadTask, er
 	}
 	out := make([]DeadTask, 0, len(ids))
 	for _, z := range ids {
-		v, err := r.c.Do(ctx, r.c.B().Hmget().Key(k[KTasks]).Field(z.Member, z.Member+"|d", z.Member+"|e").Build()).ToArray()
-		if err != nil || len(v) != 3 {
+		v, err := r.c.Do(ctx, r.c.B().Hmget().Key(k[KTasks]).Field(z.Member, z.Member+"|d", z.Member+"|e", z.Member+"|m").Build()).ToArray()
+		if err != nil || len(v) != 4 {
 			return nil, fmt.Errorf("rdb: dlq list %q: %w", q, err)
 		}
 		msg, _ := v[0].ToString()
 		reason, _ := v[1].ToString()
 		last, _ := v[2].ToString()
-		out = append(out, DeadTask{ID: z.Member, Reason: reason, LastError: last, Msg: []byte(msg), DiedAt: time.UnixMilli(int64(z.Score))})
+		member, _ := v[3].ToString()
+		out = append(out, DeadTask{ID: z.Member, Reason: reason, LastError: last, Tenant: TenantOf(member), Msg: []byte(msg), DiedAt: time.UnixMilli(int64(z.Score))})
 	}
 	return out, nil
 }

@@ -2,8 +2,9 @@
 -- KEYS: 12 keys per queue, queues in the order to serve them (the caller
 --       orders them: strict priority, or a weighted shuffle, then steal targets).
 -- ARGV: n, now_ms, lease_until_ms, promote_limit
--- Returns a flat array, 5 values per task: queue index (1-based), id, msg
--- ('' if the message is missing), retried, starts.
+-- Returns a flat array, 6 values per task: queue index (1-based), id, msg
+-- ('' if the message is missing), retried, starts, tenant (from the member:
+-- the message does not carry it).
 -- Guarantees: inside a queue, tenants are served in weighted start-time fair
 -- order (virtual time advances to the start tag of each served task; a tenant
 -- of weight w advances by 1/w per task) and each tenant's tasks in priority,
@@ -58,6 +59,7 @@ for q = 0, #KEYS / NKEYS - 1 do
       out[#out + 1] = msg
       out[#out + 1] = retried
       out[#out + 1] = starts
+      out[#out + 1] = t
       got = got + 1
     end
   end
