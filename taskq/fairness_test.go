@@ -24,11 +24,10 @@ func drainOrder(t *testing.T, addr, q string, n int) []string {
 			break
 		}
 		for _, d := range ds {
-			m, err := decodeMessage(d.ID, d.Queue, d.Msg)
-			if err != nil {
+			if _, err := decodeMessage(d.ID, d.Queue, d.Msg); err != nil {
 				t.Fatal(err)
 			}
-			out = append(out, m.Tenant)
+			out = append(out, d.Tenant)
 		}
 	}
 	return out
