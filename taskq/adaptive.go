@@ -93,8 +93,13 @@ type adaptiveController struct {
 	p adaptiveParams
 	loop
 
-	scale  atomic.Uint64               // float64 bits: the retry delay factor (≥ 1); any goroutine
-	window atomic.Pointer[windowStats] // the last closed window; any goroutine
+	// scale holds the float64 bits of the retry delay factor (≥ 1): run
+	// Stores, processors Load on a failure (any goroutine; a stale factor
+	// only shifts one retry).
+	scale atomic.Uint64
+	// window is the last closed window, published whole by run (the
+	// pointer's Store orders the fields' writes before any Load).
+	window atomic.Pointer[windowStats]
 }
 
 func newAdaptiveController(p adaptiveParams) *adaptiveController {
@@ -103,6 +108,9 @@ func newAdaptiveController(p adaptiveParams) *adaptiveController {
 	a.window.Store(&windowStats{})
 	return a
 }
+
+// start runs the adaptive controller until stop or until ctx ends.
+func (a *adaptiveController) start(ctx context.Context) { a.launch(ctx, a.run) }
 
 func (a *adaptiveController) setRetryScale(f float64) {
 	a.scale.Store(math.Float64bits(f))

@@ -12,20 +12,27 @@ import (
 	"github.com/gantryhq/gantry/internal/clock"
 )
 
-// loop is the start/stop shape of the background components (fetcher,
-// stealer, lease keeper, maintainer, adaptive controller): start runs the
-// component's loop in a goroutine under a context of its own; stop cancels
-// it and waits for it to return. stop is safe twice and before start (a
-// start after stop does nothing).
+// loop is the start/stop shape the background components (fetcher,
+// stealer, lease keeper, maintainer, adaptive controller) share, in the
+// manner of asynq's janitor and heartbeater: each has newX(params) *x,
+// x.start(ctx), which runs its loop in a goroutine under a context of its
+// own, and x.stop(), which cancels that context and waits for the loop to
+// return.
+//
+// Lifecycle: idle --start--> running --stop--> stopped. stop is safe twice
+// and before start; a start after stop does nothing, so a worker that
+// stops a component it never started cannot leak it.
 type loop struct {
-	// mu protects the fields below.
+	// mu protects the fields below; start and stop may race from any goroutine.
 	mu      sync.Mutex
-	cancel  context.CancelFunc
-	done    chan struct{}
-	stopped bool
+	cancel  context.CancelFunc // nil until started
+	done    chan struct{}      // closed when the loop returned; nil until started
+	stopped bool               // stop was called: start does nothing
 }
 
-func (l *loop) start(ctx context.Context, run func(context.Context)) {
+// launch runs fn(ctx') in a goroutine, ctx' ending at stop or with ctx.
+// A second launch, or a launch after stop, does nothing.
+func (l *loop) launch(ctx context.Context, fn func(context.Context)) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.done != nil || l.stopped {
@@ -36,10 +43,11 @@ func (l *loop) start(ctx context.Context, run func(context.Context)) {
 	l.done = done
 	go func() {
 		defer close(done)
-		run(ctx)
+		fn(ctx)
 	}()
 }
 
+// stop cancels the loop and waits for it to return.
 func (l *loop) stop() {
 	l.mu.Lock()
 	l.stopped = true
@@ -66,12 +74,18 @@ func sleep(ctx context.Context, clk clock.Clock, d time.Duration) error {
 // redisHealth counts failed Redis calls and logs an outage once, its
 // recovery once, and every 20th failure in between. Any goroutine.
 type redisHealth struct {
+	// Set at construction, read-only afterwards.
 	log     logger
 	metric  prometheus.Counter
 	clock   clock.Clock
 	backoff backoff.Policy
-	errs    atomic.Int64 // failed calls so far (tests, records)
-	down    atomic.Bool  // the last call failed
+
+	// errs counts failed calls so far; any goroutine Adds and Loads
+	// (sequentially consistent; a counter, no other memory hangs on it).
+	errs atomic.Int64
+	// down is whether the fetcher's last call failed; the fetcher Stores,
+	// anyone Loads.
+	down atomic.Bool
 }
 
 // logger is the part of *slog.Logger the components use.
@@ -107,14 +121,17 @@ func (h *redisHealth) ok(fails *int) {
 type inflightKey struct{ queue, id string }
 
 type inflightTask struct {
-	cancel context.CancelFunc
-	lost   atomic.Bool // the lease was lost: another worker may run the task
+	cancel context.CancelFunc // set before the task enters the set; safe to call from any goroutine
+	// lost is set (under inflightSet.mu) by the lease keeper when the lease
+	// was lost: another worker may run the task. The processor Loads it
+	// after the handler returned and the task left the set.
+	lost atomic.Bool
 }
 
 // inflightSet is the tasks whose handlers run now; the processors add and
 // remove, the lease keeper reads and marks lost. Any goroutine.
 type inflightSet struct {
-	// mu protects m.
+	// mu protects m. Invariant: a key is in m exactly while its handler runs.
 	mu sync.Mutex
 	m  map[inflightKey]*inflightTask
 }

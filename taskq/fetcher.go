@@ -79,6 +79,9 @@ func (f *fetcher) run(ctx context.Context) {
 	}
 }
 
+// start runs the fetcher until stop or until ctx ends.
+func (f *fetcher) start(ctx context.Context) { f.launch(ctx, f.run) }
+
 // takeSlots waits for one free slot, then takes the others free now, up
 // to the batch size. ok is false when ctx ended.
 func (f *fetcher) takeSlots(ctx context.Context) (n int, ok bool) {

@@ -40,6 +40,9 @@ func (k *leaseKeeper) run(ctx context.Context) {
 	}
 }
 
+// start runs the lease keeper until stop or until ctx ends.
+func (k *leaseKeeper) start(ctx context.Context) { k.launch(ctx, k.run) }
+
 // beat extends every running task's lease once.
 func (k *leaseKeeper) beat(ctx context.Context) {
 	until := k.p.clock.Now().Add(k.p.lease)

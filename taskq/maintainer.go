@@ -60,6 +60,9 @@ func (m *maintainer) run(ctx context.Context) {
 	}
 }
 
+// start runs the maintainer until stop or until ctx ends.
+func (m *maintainer) start(ctx context.Context) { m.launch(ctx, m.run) }
+
 // maintain runs the maintenance script once per queue.
 func (m *maintainer) maintain(ctx context.Context) {
 	qs := m.p.queues

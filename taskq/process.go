@@ -173,7 +173,7 @@ func (w *Worker) runHandler(ctx context.Context, h HandlerFunc, t *Task) (err er
 		return err, false
 	case <-ctx.Done():
 	}
-	grace := time.NewTimer(w.cfg.CancelGrace)
+	grace := w.clk.NewTimer(w.cfg.CancelGrace)
 	defer grace.Stop()
 	select {
 	case err := <-done:
@@ -181,7 +181,7 @@ func (w *Worker) runHandler(ctx context.Context, h HandlerFunc, t *Task) (err er
 			err = ctx.Err()
 		}
 		return err, false
-	case <-grace.C:
+	case <-grace.C():
 		return fmt.Errorf("abandoned: handler still running %s after %v", w.cfg.CancelGrace, context.Cause(ctx)), true
 	}
 }

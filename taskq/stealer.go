@@ -29,14 +29,20 @@ type stealer struct {
 	p stealerParams
 	loop
 
-	steals atomic.Int64 // tasks taken from other queues; written by the fetcher, read by anyone
-	every  atomic.Int64 // ns between refreshes; written by the adaptive controller
+	// steals counts tasks taken from other queues: the fetcher Adds, the
+	// adaptive controller and the worker record Load (plain counter).
+	steals atomic.Int64
+	// every is the refresh interval in ns: the adaptive controller Stores,
+	// run Loads before each sleep (a stale value only delays a refresh).
+	every atomic.Int64
 
-	// mu protects the fields below.
-	mu         sync.Mutex
+	// mu protects the fields below (fetcher, run and the adaptive controller).
+	mu sync.Mutex
+	// targets is replaced whole, never modified in place, so current may
+	// hand it out without a copy.
 	targets    []string
 	lastStolen string
-	misses     int64 // dequeues that had targets but found nothing
+	misses     int64 // dequeues that had targets but found nothing; reset by a steal
 }
 
 func newStealer(p stealerParams) *stealer {
@@ -44,6 +50,9 @@ func newStealer(p stealerParams) *stealer {
 	s.every.Store(int64(p.interval))
 	return s
 }
+
+// start runs the stealer until stop or until ctx ends.
+func (s *stealer) start(ctx context.Context) { s.launch(ctx, s.run) }
 
 // run refreshes the targets every interval until ctx ends.
 func (s *stealer) run(ctx context.Context) {

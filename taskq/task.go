@@ -1,8 +1,6 @@
 package taskq
 
 import (
-	"github.com/gantryhq/gantry/taskq/internal/rdb"
-
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -11,6 +9,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/gantryhq/gantry/taskq/internal/rdb"
 )
 
 // Defaults applied at enqueue time.

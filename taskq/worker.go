@@ -1,8 +1,6 @@
 package taskq
 
 import (
-	"github.com/gantryhq/gantry/internal/clock"
-
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gantryhq/gantry/internal/backoff"
+	"github.com/gantryhq/gantry/internal/clock"
 	"github.com/gantryhq/gantry/taskq/internal/rdb"
 )
 
@@ -92,8 +91,11 @@ type WorkerConfig struct {
 	// Adaptive tunes the controller (see AdaptiveConfig).
 	Adaptive AdaptiveConfig
 
-	// Clock times leases, heartbeats, maintenance, backoff and the adaptive
-	// windows (default: the real clock).
+	// Clock times leases, heartbeats, maintenance, retry and Redis backoff,
+	// the adaptive windows, CancelGrace and ShutdownTimeout (default: the
+	// real clock), so tests advance time instead of sleeping. A task's
+	// Timeout and Deadline are context deadlines, and the duration metrics
+	// measure handlers: both run on real time.
 	Clock clock.Clock
 
 	// ID names the worker in Redis (default host:pid:random).
@@ -232,30 +234,38 @@ var ErrWorkerStarted = errors.New("taskq: worker already started")
 //
 // and runs the handlers itself (process.go), acknowledging in batches.
 type Worker struct {
+	// Set by NewWorker, read-only afterwards (any goroutine).
 	cfg      WorkerConfig
 	r        *rdb.RDB
 	log      *slog.Logger
 	clk      clock.Clock
 	m        *metrics
-	assigned map[string]bool
-	state    atomic.Int32
-	started  time.Time
+	assigned map[string]bool // the queues in cfg.Queues
 	health   *redisHealth
-	inflight *inflightSet
+	inflight *inflightSet // safe for any goroutine (its own lock)
+	ackCh    chan ackReq  // processors send; ackLoop receives; Run closes after the drain
 
-	// hmu protects handlers.
+	// state is a State; Run moves it with CompareAndSwap/Store (sequentially
+	// consistent), anyone may Load it.
+	state atomic.Int32
+	// started is written by Run before any component starts (their start
+	// orders it before their reads) and not written again.
+	started time.Time
+
+	// hmu protects handlers (Handle writes, processors read).
 	hmu      sync.RWMutex
 	handlers map[string]HandlerFunc
 
-	// processed and failed count attempts (any goroutine).
+	// processed and failed count ended attempts; processors Add, the
+	// adaptive controller and the worker record Load (any goroutine).
 	processed, failed atomic.Int64
 
+	// The background components, created by NewWorker; Run starts and
+	// stops them (stop is safe for one never started).
 	stealer  *stealer
 	leases   *leaseKeeper
 	maint    *maintainer
 	adaptive *adaptiveController
-
-	ackCh chan ackReq
 }
 
 // NewWorker checks cfg and connects to Redis (ErrRedisUnreachable if it
@@ -354,7 +364,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	f := newFetcher(fetcherParams{r: w.r, queues: w.cfg.Queues, strict: w.cfg.Strict, assigned: w.assigned,
 		batch: w.cfg.BatchSize, lease: w.cfg.LeaseDuration, idleWait: w.cfg.IdleWait, stealer: w.stealer,
 		health: w.health, clock: w.clk, m: w.m, persist: persist, tasks: tasks, slots: slots})
-	f.start(ctx, f.run)
+	f.start(ctx)
 	var procs sync.WaitGroup
 	for range w.cfg.Concurrency {
 		procs.Go(func() {
@@ -367,11 +377,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	ackDone := make(chan struct{})
 	go func() { w.ackLoop(persist); close(ackDone) }()
 	bg := context.WithoutCancel(ctx)
-	w.leases.start(bg, w.leases.run)
-	w.maint.start(bg, w.maint.run)
-	w.adaptive.start(bg, w.adaptive.run)
+	w.leases.start(bg)
+	w.maint.start(bg)
+	w.adaptive.start(bg)
 	if !w.cfg.DisableSteal {
-		w.stealer.start(bg, w.stealer.run)
+		w.stealer.start(bg)
 	}
 
 	<-ctx.Done()
@@ -410,7 +420,7 @@ drain:
 	go func() { procs.Wait(); close(drained) }()
 	select {
 	case <-drained:
-	case <-time.After(w.cfg.ShutdownTimeout):
+	case <-w.clk.After(w.cfg.ShutdownTimeout):
 		w.log.Warn("taskq shutdown timeout: cancelling running tasks", "running", w.inflight.len())
 		cancelHandlers()
 		<-drained // every process() returns within CancelGrace after the cancel

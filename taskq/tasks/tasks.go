@@ -5,15 +5,14 @@
 package tasks
 
 import (
-	"log/slog"
-
-	"github.com/gantryhq/gantry/extsort"
-	"github.com/gantryhq/gantry/taskq"
-
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"time"
+
+	"github.com/gantryhq/gantry/extsort"
+	"github.com/gantryhq/gantry/taskq"
 )
 
 // Register registers every built-in task type on w:
