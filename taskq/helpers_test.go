@@ -60,7 +60,7 @@ func uniq(t testing.TB, name string) string {
 			return
 		}
 		defer r.Close()
-		ctx := t.Context()
+		ctx := context.WithoutCancel(t.Context()) // t.Context() ends before cleanups run
 		c := r.Client()
 		for _, k := range rdb.QueueKeys(q) {
 			c.Do(ctx, c.B().Del().Key(k).Build())
