@@ -3,11 +3,13 @@ package taskq
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gantryhq/gantry/internal/backoff"
+	"github.com/gantryhq/gantry/internal/testutil"
 	"github.com/gantryhq/gantry/taskq/internal/rdb"
 )
 
@@ -38,8 +40,9 @@ func TestAdaptRules(t *testing.T) {
 	}
 }
 
-// The controller's effect, end to end: while every task fails, the delay
-// before a retry grows far beyond the base policy, so a failing dependency
+// The controller's effect, end to end, on a fake clock: while every task
+// fails, each closed window doubles the retry delay factor, so the delay
+// before a retry grows far beyond the base policy and a failing dependency
 // is hit less often.
 func TestAdaptiveLengthensRetryDelays(t *testing.T) {
 	addr := testRedis(t)
@@ -47,45 +50,64 @@ func TestAdaptiveLengthensRetryDelays(t *testing.T) {
 	r := openRDB(t, addr)
 	q := uniq(t, "q")
 	ctx := t.Context()
-	base := 200 * time.Millisecond
-	w := newTestWorker(t, addr, WorkerConfig{Queues: []QueueSpec{{Name: q}}, Concurrency: 4,
-		Retry:    backoff.Policy{Initial: base, Max: base, Jitter: 0.01},
-		Adaptive: AdaptiveConfig{Interval: 50 * time.Millisecond}})
+	clk := fakeClock()
+	base, window := 200*time.Millisecond, 5*time.Second
+	w := newTestWorker(t, addr, WorkerConfig{Queues: []QueueSpec{{Name: q}}, Concurrency: 4, Clock: clk,
+		Retry:            backoff.Policy{Initial: base, Max: base, Jitter: -1},
+		MaintainInterval: time.Hour,
+		Adaptive:         AdaptiveConfig{Interval: window}})
 	w.Handle("down", func(context.Context, *Task) error { return errors.New("dependency down") })
 	runWorker(t, w)
+	clk.BlockUntil(3) // lease keeper, maintainer and controller tickers armed
+	// delayOf waits for task id to fail and returns how long after the
+	// (unmoving) fake now its retry is due.
 	delayOf := func(id string) time.Duration {
 		t.Helper()
 		var d time.Duration
-		waitFor(t, 10*time.Second, "task in retry", func() bool {
+		testutil.WaitFor(t, 10*time.Second, "task in retry", func() (bool, string) {
 			zs, err := r.Client().Do(ctx, r.Client().B().Zrange().Key(rdb.QueueKeys(q)[rdb.KRetry]).Min("0").Max("-1").Withscores().Build()).AsZScores()
 			if err != nil {
 				t.Fatal(err)
 			}
 			for _, z := range zs {
 				if strings.HasSuffix(z.Member, "\x00"+id) {
-					d = time.Until(time.UnixMilli(int64(z.Score)))
-					return true
+					d = time.UnixMilli(int64(z.Score)).Sub(clk.Now())
+					return true, ""
 				}
 			}
-			return false
+			return false, fmt.Sprint(len(zs), " tasks in retry")
 		})
 		return d
 	}
-	first, _ := c.Enqueue(ctx, NewTask("down", nil), Queue(q), MaxRetries(1000))
-	d0 := delayOf(first.ID)
-	// Keep failures coming for a while so the controller sees a high error rate.
-	for range 20 {
-		c.Enqueue(ctx, NewTask("down", nil), Queue(q), MaxRetries(1000))
-		time.Sleep(25 * time.Millisecond) // real time: failures spread over the controller's window
+	enqueue := func() string {
+		t.Helper()
+		info, err := c.Enqueue(ctx, NewTask("down", nil), Queue(q), MaxRetries(1000))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.ID
 	}
-	waitFor(t, 10*time.Second, "retry scale to rise", func() bool { return w.adaptive.retryScale() >= 8 })
-	probe, _ := c.Enqueue(ctx, NewTask("down", nil), Queue(q), MaxRetries(1000))
-	d1 := delayOf(probe.ID)
-	t.Logf("first retry delay: %s before adaptation, %s under a 100%% error rate (scale %.0f)", d0, d1, w.adaptive.retryScale())
-	if d0 > 2*base {
-		t.Errorf("delay before adaptation %s, want about %s", d0, base)
+	d0 := delayOf(enqueue())
+	// Each window sees only failures: the factor doubles per window.
+	for want := 2.0; want <= 8; want *= 2 {
+		before := w.failed.Load()
+		for range 5 {
+			enqueue()
+		}
+		testutil.WaitFor(t, 10*time.Second, "5 more failures", func() (bool, string) {
+			return w.failed.Load() >= before+5, fmt.Sprint(w.failed.Load()-before, " failures")
+		})
+		clk.Advance(window)
+		testutil.WaitFor(t, 10*time.Second, "the factor to double", func() (bool, string) {
+			return w.adaptive.retryScale() == want, fmt.Sprintf("factor %g, want %g", w.adaptive.retryScale(), want)
+		})
 	}
-	if d1 < 4*base {
-		t.Errorf("delay under a high error rate %s, want at least %s (4x the base)", d1, 4*base)
+	d1 := delayOf(enqueue())
+	t.Logf("first retry delay: %s before adaptation, %s under a 100%% error rate (factor %g)", d0, d1, w.adaptive.retryScale())
+	if d0 != base {
+		t.Errorf("delay before adaptation %s, want %s", d0, base)
+	}
+	if d1 != 8*base {
+		t.Errorf("delay under a high error rate %s, want %s (8x the base)", d1, 8*base)
 	}
 }

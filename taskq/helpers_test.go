@@ -170,16 +170,10 @@ func runWorker(t testing.TB, w *Worker) (stop func()) {
 	return stop
 }
 
-// waitFor polls cond (every 20ms) until it holds or d passes.
+// waitFor is testutil.WaitFor for conditions with nothing to report.
 func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond) // poll: waitFor's step
-	}
+	testutil.WaitFor(t, d, what, func() (bool, string) { return cond(), "" })
 }
 
 func queueStats(t testing.TB, c *Client, q string) QueueStats {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantryhq/gantry/internal/testutil"
 	"github.com/gantryhq/gantry/taskq/internal/rdb"
 )
 
@@ -47,8 +48,11 @@ func TestIdleWorkerBlocks(t *testing.T) {
 	started := make(chan time.Time, 1)
 	w.Handle("noop", func(context.Context, *Task) error { started <- time.Now(); return nil })
 	runWorker(t, w)
-	time.Sleep(500 * time.Millisecond) // real time: let the worker settle into idle before counting
 	r := openRDB(t, addr)
+	testutil.WaitFor(t, 10*time.Second, "the worker to block on its wake-up list", func() (bool, string) {
+		s, err := r.Client().Do(t.Context(), r.Client().B().ClientList().Build()).ToString()
+		return err == nil && strings.Contains(s, "cmd=blpop"), s
+	})
 	totalCalls(t, r) // connect first: the handshake is not the worker's
 	all0, trips0 := totalCalls(t, r)
 	const idle = 4 * time.Second
