@@ -242,53 +242,65 @@ func runQueueEnqueue(cmd *cobra.Command, o *queueEnqueueOptions) error {
 }
 
 func newQueueStatsCmd() *cobra.Command {
-	var (
-		redis         string
-		asJSON, watch bool
-	)
+	var o queueStatsOptions
 	cmd := &cobra.Command{
 		Use:   "stats --redis URL [--json] [--watch]",
 		Short: "Print every queue's sizes, counters and tenants",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := taskq.NewClient(taskq.ClientConfig{Redis: redis})
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			ctx := cmd.Context()
-			for {
-				st, err := c.Stats(ctx)
-				if err != nil {
-					return err
-				}
-				if asJSON {
-					enc := json.NewEncoder(cmd.OutOrStdout())
-					if err := enc.Encode(st); err != nil {
-						return err
-					}
-				} else {
-					if watch {
-						fmt.Fprintf(cmd.OutOrStdout(), "--- %s\n", time.Now().Format(time.TimeOnly))
-					}
-					printStats(cmd.OutOrStdout(), st)
-				}
-				if !watch {
-					return nil
-				}
-				select {
-				case <-ctx.Done():
-					return nil
-				case <-time.After(time.Second):
-				}
-			}
-		},
+		RunE:  func(cmd *cobra.Command, _ []string) error { return runQueueStats(cmd, &o) },
 	}
 	f := cmd.Flags()
-	f.StringVar(&redis, "redis", "127.0.0.1:6379", redisFlagHelp)
-	f.BoolVar(&asJSON, "json", false, "print one JSON object (per refresh with --watch)")
-	f.BoolVar(&watch, "watch", false, "refresh every second until Ctrl-C")
+	f.StringVar(&o.redis, "redis", "127.0.0.1:6379", redisFlagHelp)
+	f.BoolVar(&o.asJSON, "json", false, "print one JSON object (per refresh with --watch)")
+	f.BoolVar(&o.watch, "watch", false, "refresh every second until Ctrl-C")
 	return cmd
+}
+
+// queueStatsOptions are `gantry queue stats`'s flags.
+type queueStatsOptions struct {
+	redis         string
+	asJSON, watch bool
+}
+
+// runQueueStats prints the stats once, or every second until the
+// command's context ends with --watch.
+func runQueueStats(cmd *cobra.Command, o *queueStatsOptions) error {
+	c, err := taskq.NewClient(taskq.ClientConfig{Redis: o.redis})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ctx := cmd.Context()
+	for {
+		st, err := c.Stats(ctx)
+		if err != nil {
+			return err
+		}
+		if err := writeStats(cmd.OutOrStdout(), st, o); err != nil {
+			return err
+		}
+		if !o.watch {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// writeStats prints one refresh: a JSON object, or the table (under a
+// time line with --watch).
+func writeStats(w io.Writer, st *taskq.Stats, o *queueStatsOptions) error {
+	if o.asJSON {
+		return json.NewEncoder(w).Encode(st)
+	}
+	if o.watch {
+		fmt.Fprintf(w, "--- %s\n", time.Now().Format(time.TimeOnly))
+	}
+	printStats(w, st)
+	return nil
 }
 
 func printStats(w io.Writer, st *taskq.Stats) {
@@ -321,73 +333,83 @@ func printStats(w io.Writer, st *taskq.Stats) {
 }
 
 func newQueueDLQCmd() *cobra.Command {
-	var (
-		redis, queue string
-		ids          []string
-		limit        int
-		asJSON       bool
-	)
-	run := func(op string) func(cmd *cobra.Command, _ []string) error {
-		return func(cmd *cobra.Command, _ []string) error {
-			if queue == "" {
-				return errors.New("dlq: --queue is required")
-			}
-			c, err := taskq.NewClient(taskq.ClientConfig{Redis: redis})
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			ctx := cmd.Context()
-			out := cmd.OutOrStdout()
-			switch op {
-			case "list":
-				dead, err := c.DeadLetters(ctx, queue, limit)
-				if err != nil {
-					return err
-				}
-				if asJSON {
-					return json.NewEncoder(out).Encode(dead)
-				}
-				for _, d := range dead {
-					fmt.Fprintf(out, "%s  %s  type=%s tenant=%s  reason=%q  last_error=%q\n",
-						d.ID, d.DiedAt.Format(time.RFC3339), d.Type, d.Tenant, d.Reason, d.LastError)
-				}
-				fmt.Fprintf(cmd.ErrOrStderr(), "%d dead task(s) listed in %s\n", len(dead), queue)
-			case "requeue":
-				n, err := c.RequeueDead(ctx, queue, ids...)
-				if err != nil {
-					return err
-				}
-				fmt.Fprintf(out, "requeued %d task(s) in %s\n", n, queue)
-			case "delete":
-				n, err := c.DeleteDead(ctx, queue, ids...)
-				if err != nil {
-					return err
-				}
-				fmt.Fprintf(out, "deleted %d task(s) from %s\n", n, queue)
-			}
-			return nil
-		}
-	}
+	var o queueDLQOptions
 	cmd := &cobra.Command{Use: "dlq", Short: "List, requeue or delete dead-letter tasks of a queue"}
 	for _, op := range []struct{ name, short string }{
 		{"list", "List dead tasks with their reason and last error"},
 		{"requeue", "Put dead tasks back (all, or those given with --id) with a fresh retry budget"},
 		{"delete", "Delete dead tasks (all, or those given with --id)"},
 	} {
-		sub := &cobra.Command{Use: op.name + " --redis URL --queue Q", Short: op.short, Args: cobra.NoArgs, RunE: run(op.name)}
+		sub := &cobra.Command{Use: op.name + " --redis URL --queue Q", Short: op.short, Args: cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error { return runQueueDLQ(cmd, op.name, &o) }}
 		f := sub.Flags()
-		f.StringVar(&redis, "redis", "127.0.0.1:6379", redisFlagHelp)
-		f.StringVar(&queue, "queue", "", "queue name (required)")
+		f.StringVar(&o.redis, "redis", "127.0.0.1:6379", redisFlagHelp)
+		f.StringVar(&o.queue, "queue", "", "queue name (required)")
 		if op.name == "list" {
-			f.IntVar(&limit, "limit", 100, "list at most this many")
-			f.BoolVar(&asJSON, "json", false, "print JSON")
+			f.IntVar(&o.limit, "limit", 100, "list at most this many")
+			f.BoolVar(&o.asJSON, "json", false, "print JSON")
 		} else {
-			f.StringSliceVar(&ids, "id", nil, "task ids (default: all dead tasks of the queue)")
+			f.StringSliceVar(&o.ids, "id", nil, "task ids (default: all dead tasks of the queue)")
 		}
 		cmd.AddCommand(sub)
 	}
 	return cmd
+}
+
+// queueDLQOptions are the flags of `gantry queue dlq list|requeue|delete`.
+type queueDLQOptions struct {
+	redis, queue string
+	ids          []string
+	limit        int
+	asJSON       bool
+}
+
+// runQueueDLQ runs dead-letter operation op ("list", "requeue", "delete").
+func runQueueDLQ(cmd *cobra.Command, op string, o *queueDLQOptions) error {
+	if o.queue == "" {
+		return errors.New("dlq: --queue is required")
+	}
+	c, err := taskq.NewClient(taskq.ClientConfig{Redis: o.redis})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ctx, out := cmd.Context(), cmd.OutOrStdout()
+	switch op {
+	case "list":
+		return listDead(cmd, c, o)
+	case "requeue":
+		n, err := c.RequeueDead(ctx, o.queue, o.ids...)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "requeued %d task(s) in %s\n", n, o.queue)
+	case "delete":
+		n, err := c.DeleteDead(ctx, o.queue, o.ids...)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "deleted %d task(s) from %s\n", n, o.queue)
+	}
+	return nil
+}
+
+// listDead prints the dead tasks of o.queue, one line each or as JSON.
+func listDead(cmd *cobra.Command, c *taskq.Client, o *queueDLQOptions) error {
+	dead, err := c.DeadLetters(cmd.Context(), o.queue, o.limit)
+	if err != nil {
+		return err
+	}
+	out := cmd.OutOrStdout()
+	if o.asJSON {
+		return json.NewEncoder(out).Encode(dead)
+	}
+	for _, d := range dead {
+		fmt.Fprintf(out, "%s  %s  type=%s tenant=%s  reason=%q  last_error=%q\n",
+			d.ID, d.DiedAt.Format(time.RFC3339), d.Type, d.Tenant, d.Reason, d.LastError)
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "%d dead task(s) listed in %s\n", len(dead), o.queue)
+	return nil
 }
 
 func newQueueHealthCmd() *cobra.Command {
@@ -399,28 +421,32 @@ func newQueueHealthCmd() *cobra.Command {
 		Use:   "health --redis URL [--json]",
 		Short: "Print OK, Warning or Critical with the reasons; exit 2 when Critical",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := taskq.NewClient(taskq.ClientConfig{Redis: redis})
-			if err != nil {
-				h := taskq.Health{Status: taskq.Critical, Reasons: []string{"Critical: redis unreachable: " + err.Error()}}
-				printHealth(cmd.OutOrStdout(), h, asJSON)
-				return withCode(2, errors.New(""))
-			}
-			defer c.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Second)
-			defer cancel()
-			h := c.Health(ctx, taskq.HealthConfig{})
-			printHealth(cmd.OutOrStdout(), h, asJSON)
-			if h.Status == taskq.Critical {
-				return withCode(2, errors.New(""))
-			}
-			return nil
-		},
+		RunE:  func(cmd *cobra.Command, _ []string) error { return runQueueHealth(cmd, redis, asJSON) },
 	}
 	f := cmd.Flags()
 	f.StringVar(&redis, "redis", "127.0.0.1:6379", redisFlagHelp)
 	f.BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
+}
+
+// runQueueHealth prints the verdict; Critical (Redis unreachable included)
+// exits 2.
+func runQueueHealth(cmd *cobra.Command, redis string, asJSON bool) error {
+	c, err := taskq.NewClient(taskq.ClientConfig{Redis: redis})
+	if err != nil {
+		h := taskq.Health{Status: taskq.Critical, Reasons: []string{"Critical: redis unreachable: " + err.Error()}}
+		printHealth(cmd.OutOrStdout(), h, asJSON)
+		return withCode(2, errors.New(""))
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Second)
+	defer cancel()
+	h := c.Health(ctx, taskq.HealthConfig{})
+	printHealth(cmd.OutOrStdout(), h, asJSON)
+	if h.Status == taskq.Critical {
+		return withCode(2, errors.New(""))
+	}
+	return nil
 }
 
 func printHealth(w io.Writer, h taskq.Health, asJSON bool) {

@@ -5,15 +5,19 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/gantryhq/gantry/internal/testutil"
 	"github.com/gantryhq/gantry/record"
 	"github.com/gantryhq/gantry/taskq"
 )
@@ -141,20 +145,17 @@ func TestQueueSortTask(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testutil.WaitFor(t, 60*time.Second, "the sort task to end", func() (bool, string) {
 		st, err := c.Stats(t.Context())
-		if err == nil && st.Queues[q].Completed+st.Queues[q].Dead == 1 {
-			if st.Queues[q].Dead == 1 {
-				dead, _ := c.DeadLetters(t.Context(), q, 1)
-				t.Fatalf("sort task died: %+v", dead)
-			}
-			break
+		if err != nil {
+			return false, err.Error()
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("sort task not done in 60s")
-		}
-		time.Sleep(50 * time.Millisecond) // poll: the task's state, as a user would
+		s := st.Queues[q]
+		return s.Completed+s.Dead == 1, fmt.Sprintf("pending %d active %d", s.Pending, s.Active)
+	})
+	if st, _ := c.Stats(t.Context()); st.Queues[q].Dead == 1 {
+		dead, _ := c.DeadLetters(t.Context(), q, 1)
+		t.Fatalf("sort task died: %+v", dead)
 	}
 	cancel()
 	if code := <-done; code != 0 {
@@ -162,5 +163,62 @@ func TestQueueSortTask(t *testing.T) {
 	}
 	if got, want := sortTestChecksum(t, out), sortTestChecksum(t, in); got.Checksum != want.Checksum || got.Records != 20000 {
 		t.Errorf("output %d records checksum %x, want 20000 and %x", got.Records, got.Checksum, want.Checksum)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for a logger and a test reading it.
+type lockedBuffer struct {
+	mu sync.Mutex // protects b
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// A worker started before its Redis waits for it (taskq.ErrRedisUnreachable
+// on a closed port) until signalled, then exits 0; a bad address is a
+// configuration error that fails at once.
+func TestQueueWorkerWaitsOutUnreachableRedis(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	var logs lockedBuffer
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan int, 1)
+	go func() {
+		done <- Execute(ctx, Env{Args: []string{"queue", "worker", "--redis", addr}, Stdout: io.Discard, Stderr: io.Discard,
+			Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	}()
+	testutil.WaitFor(t, 10*time.Second, "the worker to wait for Redis", func() (bool, string) {
+		s := logs.String()
+		return strings.Contains(s, "redis unreachable, waiting for it"), s
+	})
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Errorf("worker signalled while waiting for Redis: exit %d, want 0\n%s", code, logs.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the worker did not return after its context ended")
+	}
+
+	var errb bytes.Buffer
+	code := Execute(t.Context(), Env{Args: []string{"queue", "worker", "--redis", "redis://%zz"}, Stdout: io.Discard, Stderr: &errb})
+	if code == 0 || !strings.Contains(errb.String(), "redis address") {
+		t.Errorf("bad address: exit %d, %q; want a configuration error naming the address", code, errb.String())
 	}
 }
