@@ -16,7 +16,7 @@
 //   - client.go, stats.go: enqueue (single and batch), dead letters, results, stats.
 //   - worker.go: WorkerConfig, lifecycle (State), Run and the graceful
 //     shutdown; the Worker wires one background component per file, each
-//     with a params struct and start/stop (component.go):
+//     with a params struct, start(ctx) and stop():
 //   - fetcher.go: one dequeue script call per batch across all eligible
 //     queues (assigned first, strict or weighted, then steal targets),
 //     blocking on wake-up lists when idle;
@@ -25,7 +25,10 @@
 //     cancel a task whose lease was lost;
 //   - maintainer.go: reaping expired leases, promoting due tasks, retention,
 //     the worker record and gauges;
-//   - adaptive.go: the adaptive controller (seed §7.3).
+//   - adaptive.go: the adaptive controller (seed §7.3);
+//   - component.go: what they share: the start/stop loop (stop safe twice
+//     and before start), the clock-paced sleep, Redis outage backoff, the
+//     in-flight set.
 //   - process.go: running a handler with its timeout, grace and panic
 //     recovery; ack batching, retries with backoff, dead letters.
 //   - health.go: OK/Warning/Critical; metrics.go: Prometheus metrics.
@@ -40,6 +43,10 @@
 // queue's current virtual time, so 100 tasks queued behind 100,000 of
 // another tenant are served at once, interleaved. Inside a tenant, higher
 // priority first, then FIFO. Each step is O(log n) in Redis sorted sets.
+//
+// Time: everything a worker waits for or times out on (leases,
+// heartbeats, maintenance, backoff, adaptive windows, grace and shutdown
+// timeouts) reads WorkerConfig.Clock, so tests advance a fake clock.
 //
 // Delivery is at least once: a task taken by a worker holds a lease that
 // heartbeats extend; if the worker dies, any worker's maintenance puts the
