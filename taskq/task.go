@@ -31,9 +31,11 @@ var (
 	ErrDuplicateTask = errors.New("taskq: task id already exists")
 	// ErrInvalidTask is returned for a task that cannot be enqueued.
 	ErrInvalidTask = errors.New("taskq: invalid task")
-	// ErrRedisUnreachable is wrapped by NewWorker and NewClient when Redis
-	// does not answer (refused, timed out): an outage worth waiting out, as
-	// opposed to a bad configuration. Test it with errors.Is.
+	// ErrRedisUnreachable is wrapped by NewWorker and NewClient when the
+	// first connection to Redis fails (refused, timed out, or its handshake
+	// failed): an outage worth waiting out, as opposed to a bad
+	// configuration (an address that does not parse, a bad queue name),
+	// which is returned without it. Test it with errors.Is.
 	ErrRedisUnreachable = rdb.ErrUnreachable
 )
 

@@ -88,8 +88,9 @@ type RDB struct {
 	cluster bool
 }
 
-// ErrUnreachable wraps a failure to connect to Redis (refused, timed out,
-// no route): an outage, as opposed to a bad address.
+// ErrUnreachable wraps a failure of Open's first connection (refused,
+// timed out, no route, a failed handshake): an outage, as opposed to an
+// address that does not parse.
 var ErrUnreachable = errors.New("redis unreachable")
 
 // Open connects to addr: "host:port", "redis://host:port/db", or several
