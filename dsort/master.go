@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gantryhq/gantry/dsort/dsortpb"
+	"github.com/gantryhq/gantry/internal/clock"
 	"github.com/gantryhq/gantry/record"
 )
 
@@ -71,6 +72,9 @@ type MasterConfig struct {
 	// Metrics, when set, receives dsort's metrics (see metrics.go).
 	// Default: none.
 	Metrics prometheus.Registerer
+	// Clock times the heartbeats' silence, the timeouts and the shutdown
+	// grace. Default: the real clock.
+	Clock clock.Clock
 }
 
 func (c *MasterConfig) validate() error {
@@ -106,6 +110,7 @@ func (c *MasterConfig) validate() error {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	c.Clock = clock.Or(c.Clock)
 	return nil
 }
 
@@ -186,6 +191,7 @@ type member struct {
 // source of truth for the job's progress.
 type Master struct {
 	cfg     MasterConfig
+	clock   clock.Clock
 	start   time.Time
 	kick    chan struct{} // buffered(1): wake the control loop
 	metrics *metrics
@@ -212,7 +218,7 @@ func NewMaster(cfg MasterConfig) (*Master, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Master{cfg: cfg, kick: make(chan struct{}, 1), ended: make(chan struct{}), metrics: newMetrics(cfg.Metrics)}, nil
+	return &Master{cfg: cfg, clock: cfg.Clock, kick: make(chan struct{}, 1), ended: make(chan struct{}), metrics: newMetrics(cfg.Metrics)}, nil
 }
 
 // JobID returns the job's ID.
@@ -224,7 +230,7 @@ func (m *Master) JobID() string { return m.cfg.JobID }
 // stops the server within a bounded time and waits for every goroutine it
 // started (the server's and the signal deliveries).
 func (m *Master) Run(ctx context.Context) error {
-	m.start = time.Now()
+	m.start = m.clock.Now()
 	m.mu.Lock()
 	m.phaseStart = m.start
 	m.mu.Unlock()
@@ -260,7 +266,7 @@ func (m *Master) Run(ctx context.Context) error {
 	ok, reason := m.phase == JobSucceeded, m.abortReason
 	m.mu.Unlock()
 	if ok {
-		m.cfg.Logger.Info("job succeeded", "elapsed", time.Since(m.start).Round(time.Millisecond))
+		m.cfg.Logger.Info("job succeeded", "elapsed", m.clock.Since(m.start).Round(time.Millisecond))
 		return nil
 	}
 	return &AbortError{Reason: reason}
@@ -282,7 +288,7 @@ func (m *Master) announce(port int) {
 // has heard so, or ShutdownGrace has passed since it ended. Signals go out
 // under sendCtx.
 func (m *Master) loop(ctx, sendCtx context.Context) {
-	tick := time.NewTicker(min(m.cfg.HeartbeatInterval/2, 100*time.Millisecond))
+	tick := m.clock.NewTicker(min(m.cfg.HeartbeatInterval/2, 100*time.Millisecond))
 	defer tick.Stop()
 	var graceEnd time.Time
 	// cancelled is ctx.Done() until it fires, then nil: an interrupted
@@ -293,17 +299,17 @@ func (m *Master) loop(ctx, sendCtx context.Context) {
 		case <-cancelled:
 			cancelled = nil
 			m.abort("the master was interrupted")
-		case <-tick.C:
+		case <-tick.C():
 		case <-m.kick:
 		}
-		m.step(sendCtx, time.Now())
+		m.step(sendCtx, m.clock.Now())
 		select {
 		case <-m.ended:
 		default:
 			continue
 		}
 		if graceEnd.IsZero() {
-			graceEnd = time.Now().Add(m.cfg.ShutdownGrace)
+			graceEnd = m.clock.Now().Add(m.cfg.ShutdownGrace)
 			if m.cfg.OnShutdown != nil {
 				m.mu.Lock()
 				ok := m.phase == JobSucceeded
@@ -311,7 +317,7 @@ func (m *Master) loop(ctx, sendCtx context.Context) {
 				m.cfg.OnShutdown(ok)
 			}
 		}
-		if m.allHeardEnd() || !time.Now().Before(graceEnd) {
+		if m.allHeardEnd() || !m.clock.Now().Before(graceEnd) {
 			return
 		}
 	}
@@ -342,7 +348,7 @@ func (m *Master) abortLocked(reason string) {
 
 // setPhaseLocked moves the job to p and closes ended when p ends the job.
 func (m *Master) setPhaseLocked(p JobPhase) {
-	now := time.Now()
+	now := m.clock.Now()
 	m.metrics.jobPhaseDone(m.phase, now.Sub(m.phaseStart))
 	m.phase, m.phaseStart = p, now
 	if p.Ended() {
@@ -355,7 +361,7 @@ func (m *Master) allHeardEnd() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, mb := range m.members {
-		alive := time.Since(mb.lastSeen) < m.cfg.LostAfter && mb.state != Failed
+		alive := m.clock.Since(mb.lastSeen) < m.cfg.LostAfter && mb.state != Failed
 		if alive && !mb.heardEnd {
 			return false
 		}
@@ -379,7 +385,7 @@ func (m *Master) InputBytes() int64 {
 func (m *Master) Status() []WorkerInfo {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	now := time.Now()
+	now := m.clock.Now()
 	out := make([]WorkerInfo, len(m.members))
 	for i, mb := range m.members {
 		out[i] = m.infoLocked(mb, now)
@@ -397,7 +403,7 @@ func (m *Master) infoLocked(mb *member, now time.Time) WorkerInfo {
 func (m *Master) Job() JobInfo {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	now := time.Now()
+	now := m.clock.Now()
 	j := JobInfo{JobID: m.cfg.JobID, Phase: m.phase, Workers: m.cfg.Workers, Registered: len(m.members),
 		Elapsed: now.Sub(m.start), AbortReason: m.abortReason}
 	for _, mb := range m.members {
