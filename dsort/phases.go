@@ -209,7 +209,9 @@ func (w *Worker) sortPhase(ctx context.Context, asg assignment) (*sortedJob, err
 	w.fault(ctx, "Sorting")
 	sorted, err := cutRuns(runs, kept, layout)
 	if err != nil {
-		kept.Free() // nothing serves it yet
+		if kept != nil {
+			kept.Free() // nothing serves it yet
+		}
 		return nil, err
 	}
 	w.pieces.ready(&pieceSource{sorted: sorted, layout: layout, epoch: asg.epoch, memory: plan.serve})
