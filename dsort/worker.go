@@ -272,16 +272,9 @@ func (w *Worker) prepare() error {
 // start creates the state machine and serves the worker's RPCs; it returns
 // the address peers reach it at and a function that stops the server.
 func (w *Worker) start() (addr string, stop func(), err error) {
-	sm, err := NewStateMachine(w.dir.path, w.cfg.Logger, func(t lifecycle.Transition[State]) {
-		w.wake()
-		if w.cfg.OnTransition != nil {
-			w.cfg.OnTransition(t)
-		}
-	})
-	if err != nil {
+	if err := w.startStateMachine(); err != nil {
 		return "", nil, err
 	}
-	w.sm, w.track.sm = sm, sm
 	bind := w.cfg.Bind
 	if bind == "" {
 		if bind = outboundIP(w.cfg.Master); bind == "" {
@@ -296,6 +289,22 @@ func (w *Worker) start() (addr string, stop func(), err error) {
 	srv := grpc.NewServer(g.serverOptions()...)
 	dsortpb.RegisterWorkerServer(srv, &workerRPC{w: w})
 	return ln.Addr().String(), serve(srv, ln), nil
+}
+
+// startStateMachine creates the worker's state machine, persisted in its
+// work dir and timed by its clock: every transition wakes the heartbeats.
+func (w *Worker) startStateMachine() error {
+	sm, err := newStateMachine(w.dir.path, w.cfg.Logger, func(t lifecycle.Transition[State]) {
+		w.wake()
+		if w.cfg.OnTransition != nil {
+			w.cfg.OnTransition(t)
+		}
+	}, w.clock.Now)
+	if err != nil {
+		return err
+	}
+	w.sm, w.track.sm = sm, sm
+	return nil
 }
 
 func (w *Worker) wake() {
