@@ -49,7 +49,8 @@
 // metrics.go the Prometheus metrics. Both sides take a clock.Clock
 // (MasterConfig.Clock, WorkerConfig.Clock) for their heartbeats, the
 // silence timeouts (lost, rejoin, master timeout, register timeout on the
-// master), the shutdown grace and the phase times; per-call RPC deadlines
-// and the worker's registration retries stay on the wall clock, which gRPC
-// and the retry policy use.
+// master), the shutdown grace, the phase times and the worker's state
+// history; per-call RPC deadlines and the worker's registration (its
+// RegisterTimeout and retries) stay on the wall clock, which gRPC and the
+// retry policy use.
 package dsort

@@ -78,8 +78,9 @@ type WorkerConfig struct {
 	// Metrics, when set, receives dsort's metrics (see metrics.go).
 	// Default: none.
 	Metrics prometheus.Registerer
-	// Clock times the heartbeats, the master timeout and the phases.
-	// Default: the real clock.
+	// Clock times the heartbeats, the master timeout and the phases, and
+	// dates the state history; RegisterTimeout and RPC deadlines stay on
+	// the wall clock (gRPC's). Default: the real clock.
 	Clock clock.Clock
 
 	sharedMemory bool // Memory was defaulted: divide it among the machine's workers
