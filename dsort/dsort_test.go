@@ -234,7 +234,7 @@ func testInProcessJob(t *testing.T) {
 		wcfgs = append(wcfgs, WorkerConfig{Inputs: []string{in1, in2}, Output: out, Memory: 32 << 20,
 			TempDir: filepath.Join(root, fmt.Sprint("w", w), "tmp")})
 	}
-	c := startCluster(t, context.Background(), MasterConfig{Workers: 3, HeartbeatInterval: 100 * time.Millisecond}, wcfgs)
+	c := startCluster(t, t.Context(), MasterConfig{Workers: 3, HeartbeatInterval: 100 * time.Millisecond}, wcfgs)
 	c.mustSucceed(t)
 	checkOutput(t, outs, sum)
 	for w := range 3 {
@@ -262,7 +262,7 @@ func TestSkewBalance(t *testing.T) {
 		wcfgs = append(wcfgs, WorkerConfig{Inputs: []string{in}, Output: out, Memory: 32 << 20,
 			TempDir: filepath.Join(root, fmt.Sprint("w", w), "tmp")})
 	}
-	c := startCluster(t, context.Background(), MasterConfig{Workers: 3, HeartbeatInterval: 100 * time.Millisecond}, wcfgs)
+	c := startCluster(t, t.Context(), MasterConfig{Workers: 3, HeartbeatInterval: 100 * time.Millisecond}, wcfgs)
 	werrs, merr := c.wait(t)
 	if merr != nil || errors.Join(werrs...) != nil {
 		t.Fatalf("master: %v, workers: %v", merr, werrs)
@@ -292,7 +292,7 @@ func TestEmptyInputs(t *testing.T) {
 		wcfgs = append(wcfgs, WorkerConfig{Inputs: []string{in}, Output: out, Memory: 32 << 20,
 			TempDir: filepath.Join(root, fmt.Sprint("w", w), "tmp")})
 	}
-	c := startCluster(t, context.Background(), MasterConfig{Workers: 2, HeartbeatInterval: 100 * time.Millisecond}, wcfgs)
+	c := startCluster(t, t.Context(), MasterConfig{Workers: 2, HeartbeatInterval: 100 * time.Millisecond}, wcfgs)
 	werrs, merr := c.wait(t)
 	if merr != nil || errors.Join(werrs...) != nil {
 		t.Fatalf("master: %v, workers: %v", merr, werrs)

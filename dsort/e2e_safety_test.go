@@ -1,6 +1,6 @@
 package dsort
 
-// Process-level tests of issue 9: where the master listens, and the paths
+// Process-level tests of output safety: where the master listens, and the paths
 // and outputs a worker must never destroy.
 
 import (

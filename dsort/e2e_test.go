@@ -448,25 +448,22 @@ func TestFaultInjection(t *testing.T) {
 	}
 }
 
-// waitStaged polls (the workers are other processes) until one of the temp
-// dirs holds a non-empty staged piece from sender vi.
+// waitStaged waits until one of the temp dirs holds a non-empty staged
+// piece from sender vi (the workers are other processes: their files are
+// polled).
 func waitStaged(t *testing.T, tmps []string, vi int) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for time.Now().Before(deadline) {
+	testutil.WaitFor(t, time.Minute, fmt.Sprintf("a peer to stage data from worker %d", vi), func() (bool, string) {
 		for _, tmp := range tmps {
 			parts, _ := filepath.Glob(filepath.Join(tmp, "*", "recv", fmt.Sprintf("p*.s%d.e*.part", vi)))
 			for _, p := range parts {
 				if info, err := os.Stat(p); err == nil && info.Size() > 0 {
-					return
+					return true, ""
 				}
 			}
 		}
-		<-tick.C
-	}
-	t.Fatalf("no peer staged data from worker %d within a minute", vi)
+		return false, "no non-empty staged piece yet"
+	})
 }
 
 // TestAbortWhenWorkerNeverReturns: a worker killed and not restarted makes

@@ -1,7 +1,6 @@
 package dsort
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -10,7 +9,6 @@ import (
 	"net"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -19,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gantryhq/gantry/dsort/dsortpb"
+	"github.com/gantryhq/gantry/internal/clock"
 	"github.com/gantryhq/gantry/record"
 )
 
@@ -73,6 +72,9 @@ type MasterConfig struct {
 	// Metrics, when set, receives dsort's metrics (see metrics.go).
 	// Default: none.
 	Metrics prometheus.Registerer
+	// Clock times the heartbeats' silence, the timeouts and the shutdown
+	// grace. Default: the real clock.
+	Clock clock.Clock
 }
 
 func (c *MasterConfig) validate() error {
@@ -108,6 +110,7 @@ func (c *MasterConfig) validate() error {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	c.Clock = clock.Or(c.Clock)
 	return nil
 }
 
@@ -188,6 +191,7 @@ type member struct {
 // source of truth for the job's progress.
 type Master struct {
 	cfg     MasterConfig
+	clock   clock.Clock
 	start   time.Time
 	kick    chan struct{} // buffered(1): wake the control loop
 	metrics *metrics
@@ -214,7 +218,7 @@ func NewMaster(cfg MasterConfig) (*Master, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Master{cfg: cfg, kick: make(chan struct{}, 1), ended: make(chan struct{}), metrics: newMetrics(cfg.Metrics)}, nil
+	return &Master{cfg: cfg, clock: cfg.Clock, kick: make(chan struct{}, 1), ended: make(chan struct{}), metrics: newMetrics(cfg.Metrics)}, nil
 }
 
 // JobID returns the job's ID.
@@ -226,7 +230,7 @@ func (m *Master) JobID() string { return m.cfg.JobID }
 // stops the server within a bounded time and waits for every goroutine it
 // started (the server's and the signal deliveries).
 func (m *Master) Run(ctx context.Context) error {
-	m.start = time.Now()
+	m.start = m.clock.Now()
 	m.mu.Lock()
 	m.phaseStart = m.start
 	m.mu.Unlock()
@@ -262,7 +266,7 @@ func (m *Master) Run(ctx context.Context) error {
 	ok, reason := m.phase == JobSucceeded, m.abortReason
 	m.mu.Unlock()
 	if ok {
-		m.cfg.Logger.Info("job succeeded", "elapsed", time.Since(m.start).Round(time.Millisecond))
+		m.cfg.Logger.Info("job succeeded", "elapsed", m.clock.Since(m.start).Round(time.Millisecond))
 		return nil
 	}
 	return &AbortError{Reason: reason}
@@ -284,7 +288,7 @@ func (m *Master) announce(port int) {
 // has heard so, or ShutdownGrace has passed since it ended. Signals go out
 // under sendCtx.
 func (m *Master) loop(ctx, sendCtx context.Context) {
-	tick := time.NewTicker(min(m.cfg.HeartbeatInterval/2, 100*time.Millisecond))
+	tick := m.clock.NewTicker(min(m.cfg.HeartbeatInterval/2, 100*time.Millisecond))
 	defer tick.Stop()
 	var graceEnd time.Time
 	// cancelled is ctx.Done() until it fires, then nil: an interrupted
@@ -295,17 +299,17 @@ func (m *Master) loop(ctx, sendCtx context.Context) {
 		case <-cancelled:
 			cancelled = nil
 			m.abort("the master was interrupted")
-		case <-tick.C:
+		case <-tick.C():
 		case <-m.kick:
 		}
-		m.step(sendCtx, time.Now())
+		m.step(sendCtx, m.clock.Now())
 		select {
 		case <-m.ended:
 		default:
 			continue
 		}
 		if graceEnd.IsZero() {
-			graceEnd = time.Now().Add(m.cfg.ShutdownGrace)
+			graceEnd = m.clock.Now().Add(m.cfg.ShutdownGrace)
 			if m.cfg.OnShutdown != nil {
 				m.mu.Lock()
 				ok := m.phase == JobSucceeded
@@ -313,7 +317,7 @@ func (m *Master) loop(ctx, sendCtx context.Context) {
 				m.cfg.OnShutdown(ok)
 			}
 		}
-		if m.allHeardEnd() || !time.Now().Before(graceEnd) {
+		if m.allHeardEnd() || !m.clock.Now().Before(graceEnd) {
 			return
 		}
 	}
@@ -344,7 +348,7 @@ func (m *Master) abortLocked(reason string) {
 
 // setPhaseLocked moves the job to p and closes ended when p ends the job.
 func (m *Master) setPhaseLocked(p JobPhase) {
-	now := time.Now()
+	now := m.clock.Now()
 	m.metrics.jobPhaseDone(m.phase, now.Sub(m.phaseStart))
 	m.phase, m.phaseStart = p, now
 	if p.Ended() {
@@ -357,216 +361,12 @@ func (m *Master) allHeardEnd() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, mb := range m.members {
-		alive := time.Since(mb.lastSeen) < m.cfg.LostAfter && mb.state != Failed
+		alive := m.clock.Since(mb.lastSeen) < m.cfg.LostAfter && mb.state != Failed
 		if alive && !mb.heardEnd {
 			return false
 		}
 	}
 	return true
-}
-
-// step is one pass of the control loop: detect failures, advance the job's
-// phase, then deliver the signals the workers are waiting for.
-func (m *Master) step(ctx context.Context, now time.Time) {
-	m.mu.Lock()
-	if m.phase.Ended() {
-		m.mu.Unlock()
-		return
-	}
-	if reason := m.failureLocked(now); reason != "" {
-		m.abortLocked(reason)
-		m.mu.Unlock()
-		return
-	}
-	m.markLostLocked(now)
-	m.advanceLocked()
-	var sends []signalSend
-	if !m.phase.Ended() {
-		sends = m.signalsLocked(now)
-	}
-	m.mu.Unlock()
-	for _, s := range sends {
-		m.sends.Go(func() { m.deliver(ctx, s) })
-	}
-}
-
-// failureLocked returns why the job must abort now, or "": a worker
-// reported Failed, or stayed silent past RejoinTimeout.
-func (m *Master) failureLocked(now time.Time) string {
-	if m.phase == JobRegistering && now.Sub(m.start) > m.cfg.RegisterTimeout {
-		var got []string
-		for _, mb := range m.members {
-			got = append(got, fmt.Sprintf("worker %d %s", mb.index, mb.addr))
-		}
-		var missing []string
-		for i := len(m.members); i < m.cfg.Workers; i++ {
-			missing = append(missing, fmt.Sprintf("worker %d", i))
-		}
-		return fmt.Sprintf("only %d of %d workers registered within the register timeout %s; missing: %s (registered: %s)",
-			len(m.members), m.cfg.Workers, m.cfg.RegisterTimeout, strings.Join(missing, ", "), cmp.Or(strings.Join(got, ", "), "none"))
-	}
-	for _, mb := range m.members {
-		silent := now.Sub(mb.lastSeen)
-		if mb.state == Failed {
-			return fmt.Sprintf("worker %d (%s) failed: %s", mb.index, mb.addr, mb.errMsg)
-		}
-		if silent > m.cfg.RejoinTimeout {
-			return fmt.Sprintf("worker %d (%s) has been silent for %s and did not come back (rejoin timeout %s)",
-				mb.index, mb.addr, silent.Round(time.Second), m.cfg.RejoinTimeout)
-		}
-	}
-	return ""
-}
-
-// markLostLocked flags the workers silent past LostAfter: they get no
-// signals until they report again.
-func (m *Master) markLostLocked(now time.Time) {
-	for _, mb := range m.members {
-		if now.Sub(mb.lastSeen) > m.cfg.LostAfter && !mb.lost {
-			mb.lost = true
-			m.metrics.workerLost()
-			m.cfg.Logger.Warn("worker lost; waiting for it to come back", "worker", mb.index, "addr", mb.addr,
-				"state", mb.state, "rejoin_timeout", m.cfg.RejoinTimeout)
-		}
-	}
-}
-
-// advanceLocked moves the job through every phase the workers' reports
-// allow (nextPhase decides), doing each transition's work.
-func (m *Master) advanceLocked() {
-	for {
-		next := nextPhase(m.phase, m.viewLocked())
-		if next == m.phase {
-			return
-		}
-		switch next {
-		case JobSorting:
-			m.computeBoundsLocked()
-		case JobShuffling:
-			m.cfg.Logger.Info("shuffle barrier open: every worker has sorted")
-		case JobMerging:
-			m.cfg.Logger.Info("merge barrier open: every worker has its partitions' data")
-		case JobSucceeded:
-			m.cfg.Logger.Info("every worker completed")
-		}
-		m.setPhaseLocked(next)
-	}
-}
-
-// viewLocked summarises the members for nextPhase.
-func (m *Master) viewLocked() jobView {
-	v := jobView{registered: len(m.members), workers: m.cfg.Workers, allSampled: true, least: Completed}
-	for _, mb := range m.members {
-		v.allSampled = v.allSampled && mb.sampled
-		if mb.state == Failed {
-			v.least = Initializing // a failed worker holds every barrier
-		} else {
-			v.least = min(v.least, mb.state)
-		}
-	}
-	return v
-}
-
-// signalsLocked lists the signals to send now (signalFor decides) and
-// marks them in flight.
-func (m *Master) signalsLocked(now time.Time) []signalSend {
-	var out []signalSend
-	for _, mb := range m.members {
-		if mb.lost || mb.client == nil {
-			continue
-		}
-		sig, ok := signalFor(m.phase, mb.state)
-		if !ok || mb.sent[sig] != unsent {
-			continue
-		}
-		s := signalSend{mb: mb, epoch: mb.epoch, client: mb.client, sig: sig}
-		switch sig {
-		case sigConfig:
-			s.config = partitionConfigToPB(m.cfg.JobID, mb.epoch, m.partitionConfigLocked(mb))
-		case sigShuffle:
-			s.barrier = &dsortpb.Barrier{JobId: m.cfg.JobID, Epoch: mb.epoch, Peers: peersToPB(m.peersLocked(now))}
-		case sigMerge:
-			s.barrier = &dsortpb.Barrier{JobId: m.cfg.JobID, Epoch: mb.epoch}
-		}
-		mb.sent[sig] = inflight
-		out = append(out, s)
-	}
-	return out
-}
-
-// signalSend is one signal on its way to one epoch of a worker.
-type signalSend struct {
-	mb      *member
-	epoch   int64
-	client  dsortpb.WorkerClient
-	sig     signal
-	config  *dsortpb.PartitionConfig // sigConfig
-	barrier *dsortpb.Barrier         // sigShuffle, sigMerge
-}
-
-// deliver sends s and records the outcome: delivered, or unsent again so
-// that a later step retries.
-func (m *Master) deliver(ctx context.Context, s signalSend) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	var err error
-	switch s.sig {
-	case sigConfig:
-		_, err = s.client.SetPartitionBoundaries(ctx, s.config)
-	case sigShuffle:
-		_, err = s.client.StartShuffle(ctx, s.barrier)
-	case sigMerge:
-		_, err = s.client.StartMerge(ctx, s.barrier)
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if s.mb.epoch != s.epoch {
-		return // the worker restarted meanwhile; its new epoch starts unsent
-	}
-	if err != nil {
-		s.mb.sent[s.sig] = unsent
-		m.cfg.Logger.Debug("signal not delivered; will retry", "worker", s.mb.index, "signal", s.sig, "err", err)
-		return
-	}
-	s.mb.sent[s.sig] = delivered
-}
-
-func (m *Master) computeBoundsLocked() {
-	keys := make([][]byte, len(m.members))
-	recs := make([]int64, len(m.members))
-	cores := 1
-	var total int64
-	for i, mb := range m.members {
-		keys[i], recs[i] = mb.sample, mb.records
-		cores = max(cores, mb.cores)
-		total += mb.records * record.Size
-	}
-	n := int64(m.cfg.Workers)
-	ppw := int(max(int64(cores), (total+n*m.cfg.PartitionSize-1)/(n*m.cfg.PartitionSize)))
-	m.ppw = ppw
-	m.bounds = computeBoundaries(keys, recs, ppw*m.cfg.Workers)
-	m.cfg.Logger.Info("partition boundaries computed", "partitions", ppw*m.cfg.Workers,
-		"per_worker", ppw, "input_bytes", total)
-}
-
-// partitionConfigLocked is the partition config for worker to: the
-// boundaries and the number of the job's workers on its machine.
-func (m *Master) partitionConfigLocked(to *member) partitionConfig {
-	pc := partitionConfig{bounds: m.bounds, perWorker: m.ppw, workers: m.cfg.Workers}
-	for _, mb := range m.members {
-		if mb.machine == to.machine {
-			pc.onMachine++
-		}
-	}
-	return pc
-}
-
-func (m *Master) peersLocked(now time.Time) []peer {
-	out := make([]peer, len(m.members))
-	for i, mb := range m.members {
-		out[i] = peer{index: i, addr: mb.addr, epoch: mb.epoch, state: mb.state, alive: now.Sub(mb.lastSeen) < m.cfg.LostAfter}
-	}
-	return out
 }
 
 // InputBytes is the size of all workers' input, known once every worker
@@ -585,7 +385,7 @@ func (m *Master) InputBytes() int64 {
 func (m *Master) Status() []WorkerInfo {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	now := time.Now()
+	now := m.clock.Now()
 	out := make([]WorkerInfo, len(m.members))
 	for i, mb := range m.members {
 		out[i] = m.infoLocked(mb, now)
@@ -603,7 +403,7 @@ func (m *Master) infoLocked(mb *member, now time.Time) WorkerInfo {
 func (m *Master) Job() JobInfo {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	now := time.Now()
+	now := m.clock.Now()
 	j := JobInfo{JobID: m.cfg.JobID, Phase: m.phase, Workers: m.cfg.Workers, Registered: len(m.members),
 		Elapsed: now.Sub(m.start), AbortReason: m.abortReason}
 	for _, mb := range m.members {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/gantryhq/gantry/dsort/dsortpb"
 	"github.com/gantryhq/gantry/record"
@@ -40,7 +39,7 @@ func (r *masterRPC) Heartbeat(ctx context.Context, req *dsortpb.HeartbeatRequest
 func (r *masterRPC) GetPeers(ctx context.Context, req *dsortpb.PeersRequest) (*dsortpb.PeersReply, error) {
 	r.m.mu.Lock()
 	defer r.m.mu.Unlock()
-	return &dsortpb.PeersReply{Peers: peersToPB(r.m.peersLocked(time.Now()))}, nil
+	return &dsortpb.PeersReply{Peers: peersToPB(r.m.peersLocked(r.m.clock.Now()))}, nil
 }
 
 func (r *masterRPC) GetJobStatus(ctx context.Context, req *dsortpb.JobStatusRequest) (*dsortpb.JobStatus, error) {
@@ -75,7 +74,7 @@ func (m *Master) register(req *dsortpb.RegisterRequest) (*dsortpb.RegisterReply,
 	mb.machine = cmp.Or(req.GetMachineId(), host)
 	mb.cores, mb.inputBytes = int(max(req.GetCores(), 1)), req.GetInputBytes()
 	mb.state, mb.progress, mb.message, mb.errMsg, mb.phases = Initializing, 0, "registered", "", nil
-	mb.lastSeen, mb.lost, mb.sent, mb.heardEnd = time.Now(), false, [numSignals]sendState{}, false
+	mb.lastSeen, mb.lost, mb.sent, mb.heardEnd = m.clock.Now(), false, [numSignals]sendState{}, false
 	reply := &dsortpb.RegisterReply{JobId: m.cfg.JobID, Index: int32(mb.index), Epoch: mb.epoch,
 		NumWorkers: int32(m.cfg.Workers), NeedSample: !mb.sampled,
 		HeartbeatIntervalMs: m.cfg.HeartbeatInterval.Milliseconds()}
@@ -172,7 +171,7 @@ func (m *Master) heartbeat(req *dsortpb.HeartbeatRequest) (*dsortpb.HeartbeatRep
 		}
 		return nil, err
 	}
-	now := time.Now()
+	now := m.clock.Now()
 	if mb.lost {
 		m.cfg.Logger.Info("worker is back", "worker", mb.index)
 	}

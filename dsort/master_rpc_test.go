@@ -23,7 +23,7 @@ func startMaster(t *testing.T, cfg MasterConfig) (dsortpb.MasterClient, func() e
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- m.Run(ctx) }()
 	addr := <-addrCh
@@ -46,7 +46,7 @@ func startMaster(t *testing.T, cfg MasterConfig) (dsortpb.MasterClient, func() e
 
 func TestMasterRefusesExtraWorkersButTakesBackKnownOnes(t *testing.T) {
 	c, stop := startMaster(t, MasterConfig{Workers: 1})
-	ctx := context.Background()
+	ctx := t.Context()
 	reg := func(addr, out string) (*dsortpb.RegisterReply, error) {
 		return c.RegisterWorker(ctx, &dsortpb.RegisterRequest{Address: addr, InputDirs: []string{"/in"}, OutputDir: out})
 	}
@@ -81,7 +81,7 @@ func TestMasterRefusesExtraWorkersButTakesBackKnownOnes(t *testing.T) {
 func TestTokenIsCheckedOnEveryCall(t *testing.T) {
 	c, stop := startMaster(t, MasterConfig{Workers: 1, Token: "s3cret"})
 	defer stop()
-	ctx := context.Background()
+	ctx := t.Context()
 	if _, err := c.GetJobStatus(ctx, &dsortpb.JobStatusRequest{}); status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("no token: err = %v", err)
 	}

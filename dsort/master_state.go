@@ -51,7 +51,7 @@ func (m *Master) persistLocked() {
 		return
 	}
 	s := masterSnapshot{JobID: m.cfg.JobID, Workers: m.cfg.Workers, Phase: m.phase, PhaseName: m.phase.String(),
-		Bounds: m.bounds, PPW: m.ppw, AbortReason: m.abortReason, Saved: time.Now().UTC()}
+		Bounds: m.bounds, PPW: m.ppw, AbortReason: m.abortReason, Saved: m.clock.Now().UTC()}
 	for _, mb := range m.members {
 		s.Members = append(s.Members, memberSnapshot{Index: mb.index, Identity: mb.identity, Addr: mb.addr,
 			Host: mb.host, Machine: mb.machine, Cores: mb.cores, InputBytes: mb.inputBytes, Epoch: mb.epoch,
@@ -89,7 +89,7 @@ func (m *Master) restore() error {
 		return fmt.Errorf("%w: state file %s is for a job of %d workers (job %q), not %d", ErrConfig,
 			m.cfg.StateFile, s.Workers, s.JobID, m.cfg.Workers)
 	}
-	now := time.Now()
+	now := m.clock.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.cfg.JobID, m.phase, m.bounds, m.ppw, m.abortReason = s.JobID, s.Phase, s.Bounds, s.PPW, s.AbortReason

@@ -1,6 +1,9 @@
 package dsort
 
-import "github.com/gantryhq/gantry/extsort"
+import (
+	"github.com/gantryhq/gantry/extsort"
+	"github.com/gantryhq/gantry/record"
+)
 
 // runtimeReserve is kept out of the sort's budget for what the worker
 // allocates besides extsort's buffers: the Go runtime, gRPC's transport
@@ -65,4 +68,16 @@ func newMemoryPlan(budget int64, shared bool, onMachine, cores, ppw int, records
 		merge:  max(budget/2/share/int64(min(cores, ppw)), minMergeMemory),
 		keep:   keep,
 	}
+}
+
+// planMemory plans the worker's budget once the partition config is in:
+// with onMachine of the job's workers on this machine (a defaulted budget
+// is divided among them) and ppw partitions per worker.
+func (w *Worker) planMemory(onMachine, ppw int) memoryPlan {
+	mem := newMemoryPlan(w.cfg.Memory, w.cfg.sharedMemory, onMachine, w.cores, max(ppw, 1), w.inputBytes/record.Size)
+	if w.cfg.sharedMemory && onMachine > 1 {
+		w.cfg.Logger.Info("memory budget shared with the job's other workers on this machine",
+			"workers_on_machine", onMachine, "budget_bytes", mem.budget)
+	}
+	return mem
 }

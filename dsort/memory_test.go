@@ -16,9 +16,8 @@ func TestWorkerSharesOnlyADefaultedBudget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	whole := w.budget()
-	w.shareMemory(4)
-	if got, want := w.budget(), max(whole/4, extsort.MinMemory+runtimeReserve); got != want {
+	whole := w.planMemory(1, 1).budget
+	if got, want := w.planMemory(4, 1).budget, max(whole/4, extsort.MinMemory+runtimeReserve); got != want {
 		t.Errorf("defaulted budget shared by 4: %d, want %d", got, want)
 	}
 
@@ -28,8 +27,7 @@ func TestWorkerSharesOnlyADefaultedBudget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.shareMemory(4)
-	if got := w.budget(); got != 512<<20 {
+	if got := w.planMemory(4, 1).budget; got != 512<<20 {
 		t.Errorf("--memory 512MiB with 4 workers on the machine: budget %d, want it kept", got)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"sync/atomic"
 
 	"github.com/gantryhq/gantry/extsort"
@@ -13,50 +12,31 @@ import (
 	"github.com/gantryhq/gantry/internal/par"
 )
 
-// merge merges, for each of this worker's partitions not already merged
-// during the shuffle (skip), in parallel, the pieces from all senders (in
-// sender order, so that equal keys keep the global order the boundaries
-// assume; this worker's own piece is its runs' slices, in run order) into
-// partition.<n>. The fault point "merge-partition" is reached once the
-// first of them is written, or at once when none is left.
-func (w *Worker) merge(ctx context.Context, skip map[int]bool) error {
-	w.mu.Lock()
-	self, nw, ppw := w.index, w.numWorkers, w.ppw
-	w.mu.Unlock()
-	var todo []int
-	for p := self * ppw; p < (self+1)*ppw; p++ {
-		if !skip[p] {
-			todo = append(todo, p)
-		}
-	}
-	if len(todo) == 0 {
-		w.fault(ctx, "merge-partition")
-		return nil
-	}
-	mem := w.memory().merge
-	var merged atomic.Int64
-	return par.Do(ctx, len(todo), min(w.cores, len(todo)), func(ctx context.Context, i int) error {
-		if err := w.mergePartition(ctx, todo[i], nw, mem, func(n int64) { w.done.Add(n); w.metrics.written(n) }); err != nil {
-			return err
-		}
-		if merged.Add(1) == 1 {
-			w.fault(ctx, "merge-partition")
-		}
-		return nil
-	})
+// merger writes this worker's partitions. Partition p's output is the
+// pieces from all senders merged in sender order, so that equal keys keep
+// the global order the boundaries assume; this worker's own piece is its
+// runs' slices (own), in run order, and the others are the committed pieces
+// under dir. Each is written to its staged name in out, atomically.
+type merger struct {
+	layout jobLayout
+	own    *sortedInput
+	dir    *workDir // received pieces; extsort's scratch space
+	out    output
+	job    string // names the staged files
+	memory int64  // each partition's merge (memoryPlan.merge)
 }
 
-// mergePartition merges partition p's pieces into its staged partition
-// file, written atomically: the file appears complete or not at all.
-// progress receives the bytes written.
-func (w *Worker) mergePartition(ctx context.Context, p, nw int, mem int64, progress func(int64)) error {
+// partition merges partition p's pieces into its staged partition file,
+// written atomically: the file appears complete or not at all. progress
+// receives the bytes written.
+func (m *merger) partition(ctx context.Context, p int, progress func(int64)) error {
 	var segs []extsort.Segment
-	for s := range nw {
-		if s == w.index {
-			segs = append(segs, w.ownSegments(p)...)
+	for s := range m.layout.workers {
+		if s == m.layout.self {
+			segs = append(segs, m.own.segments(p)...)
 			continue
 		}
-		path := w.piecePath(p, s)
+		path := m.dir.piecePath(p, s)
 		info, err := os.Stat(path)
 		if err != nil {
 			return fmt.Errorf("dsort: merge partition %d: %w", p, err)
@@ -66,17 +46,58 @@ func (w *Worker) mergePartition(ctx context.Context, p, nw int, mem int64, progr
 		}
 	}
 	// Staged under a hidden name: it becomes partition.<p> only when the
-	// master has committed the job (commitOutput).
+	// master has committed the job (output.commit).
 	// The output is written past the page cache (WriteAtomicDirect): it
 	// is not read again by this job, and must reach the disk anyway.
-	err := fsutil.WriteAtomicDirect(filepath.Join(w.cfg.Output, w.stagedName(p)), 0o644, func(f io.Writer) error {
+	err := fsutil.WriteAtomicDirect(m.out.stagedPath(m.job, p), 0o644, func(f io.Writer) error {
 		if len(segs) == 0 {
 			return nil
 		}
-		return extsort.Merge(ctx, extsort.Config{Memory: mem, TempDir: w.workDir, Workers: 1}, segs, f, progress)
+		return extsort.Merge(ctx, extsort.Config{Memory: m.memory, TempDir: m.dir.path, Workers: 1}, segs, f, progress)
 	})
 	if err != nil {
 		return fmt.Errorf("dsort: merge partition %d: %w", p, err)
 	}
 	return nil
+}
+
+// ownBytes is the size of this worker's own pieces of its partitions (read
+// from its runs, not received).
+func (m *merger) ownBytes() int64 {
+	var n int64
+	lo, hi := m.layout.own()
+	for p := lo; p < hi; p++ {
+		for _, sg := range m.own.segments(p) {
+			n += sg.Length
+		}
+	}
+	return n
+}
+
+// merge merges, in parallel (at most cores at once), each of this worker's
+// partitions not already merged during the shuffle (skip). The fault point
+// "merge-partition" is reached once the first of them is written, or at
+// once when none is left.
+func (w *Worker) merge(ctx context.Context, m *merger, skip map[int]bool) error {
+	var todo []int
+	lo, hi := m.layout.own()
+	for p := lo; p < hi; p++ {
+		if !skip[p] {
+			todo = append(todo, p)
+		}
+	}
+	if len(todo) == 0 {
+		w.fault(ctx, "merge-partition")
+		return nil
+	}
+	var merged atomic.Int64
+	return par.Do(ctx, len(todo), min(w.cores, len(todo)), func(ctx context.Context, i int) error {
+		if err := m.partition(ctx, todo[i], func(n int64) { w.track.done.Add(n); w.metrics.written(n) }); err != nil {
+			return err
+		}
+		if merged.Add(1) == 1 {
+			w.fault(ctx, "merge-partition")
+		}
+		return nil
+	})
 }

@@ -79,7 +79,7 @@ func TestMetricsDuringAJob(t *testing.T) {
 		wcfgs = append(wcfgs, WorkerConfig{Inputs: []string{filepath.Join(dir, "in")}, Output: outs[w], Memory: 32 << 20,
 			TempDir: filepath.Join(dir, "tmp"), FaultHook: hook, Metrics: reg})
 	}
-	c := startCluster(t, context.Background(), MasterConfig{Workers: workers, HeartbeatInterval: 100 * time.Millisecond, Metrics: reg}, wcfgs)
+	c := startCluster(t, t.Context(), MasterConfig{Workers: workers, HeartbeatInterval: 100 * time.Millisecond, Metrics: reg}, wcfgs)
 	for range workers {
 		select {
 		case <-reached:

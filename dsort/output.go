@@ -2,23 +2,22 @@ package dsort
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/gantryhq/gantry/extsort"
+	"github.com/gantryhq/gantry/internal/clock"
 	"github.com/gantryhq/gantry/internal/fsutil"
-	"github.com/gantryhq/gantry/lifecycle"
 	"github.com/gantryhq/gantry/record"
 )
 
-// Output safety (issue 9). A worker's output directory is touched only
-// after the master accepted the worker into a live job, and existing
-// partition.<n> files are replaced only at commit:
+// Output safety. A worker's output directory is touched only after the
+// master accepted the worker into a live job, and existing partition.<n>
+// files are replaced only at commit:
 //
 //	merge   → .gantry-dsort-<job>.partition.<p>   (staged, complete, hidden)
 //	commit  → old marker removed, old partitions not in the new set removed,
@@ -27,18 +26,8 @@ import (
 //
 // The marker (record.DoneMarker) names the job that wrote the partitions.
 
-// workDirPrefix starts the name of every worker's temp dir under TempDir.
-const workDirPrefix = "gantry-dsort-"
-
 // stagedPrefix starts the names of job's staged partitions.
 func stagedPrefix(job string) string { return ".gantry-dsort-" + job + "." }
-
-// stagedName is where merge writes partition p until the job commits.
-func (w *Worker) stagedName(p int) string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return stagedPrefix(w.jobID) + partitionName(p)
-}
 
 // doneMarker is the content of the output's completion marker.
 type doneMarker struct {
@@ -48,61 +37,31 @@ type doneMarker struct {
 	Committed  time.Time `json:"committed"`
 }
 
-// prepare reads the inputs' sizes, takes ownership of the worker's temp
-// dir (a second process with the same arguments stops here, having touched
-// nothing shared), sweeps the temp dirs of dead workers and clears what a
-// crashed predecessor left in its own. It never touches the output.
-func (w *Worker) prepare() error {
-	inputs, total, err := extsort.ScanInputs(w.cfg.Inputs)
-	if err != nil {
-		return err
-	}
-	w.inputs, w.inputBytes = inputs, total
-	owned, err := fsutil.LockDir(w.workDir)
-	if errors.Is(err, fsutil.ErrBusy) {
-		return fmt.Errorf("dsort: another process of this worker (same -I and -O) is running and owns %s; "+
-			"this one stops without touching anything: %w", w.workDir, err)
-	}
-	if err != nil {
-		return fmt.Errorf("dsort: temp dir: %w", err)
-	}
-	w.owned = owned
-	if swept, err := fsutil.SweepStale(w.cfg.TempDir, workDirPrefix); err != nil {
-		w.cfg.Logger.Warn("sweeping stale temp dirs", "dir", w.cfg.TempDir, "err", err)
-	} else if len(swept) > 0 {
-		w.cfg.Logger.Info("removed temp dirs of workers that are gone", "dirs", swept)
-	}
-	if snap, err := lifecycle.LoadSnapshot(filepath.Join(w.workDir, StateFileName)); err == nil {
-		w.cfg.Logger.Warn("a previous run of this worker stopped here; cleaning up and starting again",
-			"previous_state", snap.State, "at", snap.Updated.Format(time.RFC3339))
-	}
-	ents, err := os.ReadDir(w.workDir)
-	if err != nil {
-		return fmt.Errorf("dsort: temp dir: %w", err)
-	}
-	for _, e := range ents {
-		if e.Name() != fsutil.OwnerFile {
-			if err := os.RemoveAll(filepath.Join(w.workDir, e.Name())); err != nil {
-				return fmt.Errorf("dsort: clean temp dir: %w", err)
-			}
-		}
-	}
-	for _, d := range []string{w.runDir(), w.recvDir()} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return fmt.Errorf("dsort: %w", err)
-		}
-	}
-	return nil
+// output is the worker's output directory: where merge stages the job's
+// partitions and commit makes them partition.<n> files.
+type output struct {
+	dir    string
+	logger *slog.Logger
+	clock  clock.Clock // dates the marker
 }
 
-// prepareOutput creates the output dir and removes staged files of earlier
+// stagedPath is where merge writes job's partition p until the job commits.
+func (o output) stagedPath(job string, p int) string {
+	return filepath.Join(o.dir, stagedPrefix(job)+partitionName(p))
+}
+
+// prepare creates the output dir and removes staged files of earlier
 // attempts (never partition.<n> files: those stay until commit).
-func (w *Worker) prepareOutput() error {
-	if err := os.MkdirAll(w.cfg.Output, 0o755); err != nil {
+func (o output) prepare() error {
+	if err := os.MkdirAll(o.dir, 0o755); err != nil {
 		return fmt.Errorf("dsort: output dir: %w", err)
 	}
-	return removeStaged(w.cfg.Output, ".gantry-dsort-")
+	return removeStaged(o.dir, ".gantry-dsort-")
 }
+
+// discard removes job's staged partitions: a job that did not commit
+// leaves no complete-looking output, and the previous output stays.
+func (o output) discard(job string) { removeStaged(o.dir, stagedPrefix(job)) }
 
 // removeStaged removes the files in dir whose names start with prefix and
 // end in a partition name, and interrupted atomic writes of them.
@@ -125,14 +84,11 @@ func removeStaged(dir, prefix string) error {
 	return nil
 }
 
-// commitOutput makes the job's staged partitions the output: it runs once
-// the master has declared the job succeeded. Interrupted, it is finished by
-// the next process of this worker (alreadySucceeded).
-func (w *Worker) commitOutput() error {
-	w.mu.Lock()
-	job, index := w.jobID, w.index
-	w.mu.Unlock()
-	dir := w.cfg.Output
+// commit makes job's staged partitions the output: it runs once the master
+// has declared the job succeeded. Interrupted, it is finished by the next
+// process of this worker (alreadySucceeded).
+func (o output) commit(job string, index int) error {
+	dir := o.dir
 	staged, old, err := scanOutput(dir, job)
 	if err != nil {
 		return fmt.Errorf("dsort: commit output: %w", err)
@@ -143,7 +99,7 @@ func (w *Worker) commitOutput() error {
 	if err := os.Remove(filepath.Join(dir, record.DoneMarker)); err != nil && !os.IsNotExist(err) {
 		return fmt.Errorf("dsort: commit output: %w", err)
 	}
-	mk := doneMarker{Job: job, Worker: index, Committed: time.Now().UTC()}
+	mk := doneMarker{Job: job, Worker: index, Committed: o.clock.Now().UTC()}
 	for p := range staged {
 		mk.Partitions = append(mk.Partitions, p)
 	}
@@ -164,7 +120,7 @@ func (w *Worker) commitOutput() error {
 	if err := fsutil.WriteFileAtomic(filepath.Join(dir, record.DoneMarker), append(data, '\n'), 0o644); err != nil {
 		return fmt.Errorf("dsort: commit output: %w", err)
 	}
-	w.cfg.Logger.Info("output committed", "dir", dir, "job", job, "partitions", len(mk.Partitions))
+	o.logger.Info("output committed", "dir", dir, "job", job, "partitions", len(mk.Partitions))
 	return nil
 }
 
@@ -193,13 +149,14 @@ func scanOutput(dir, job string) (staged map[int]string, old []string, err error
 // crashed predecessor had not completed, and otherwise leaves them alone.
 func (w *Worker) alreadySucceeded(err error) error {
 	w.cfg.Logger.Info("the job already succeeded; leaving the output as it is", "reason", err)
+	job := jobOf(err.Error())
 	w.mu.Lock()
-	w.jobID = jobOf(err.Error())
+	w.asg.jobID = job // cleanup removes this job's staged files if the commit fails
 	w.mu.Unlock()
-	if w.jobID == "" {
+	if job == "" {
 		return nil
 	}
-	return w.commitOutput()
+	return w.out.commit(job, w.assigned().index)
 }
 
 // jobOf extracts the job ID from the master's "job <id> succeeded" answer.
@@ -210,28 +167,4 @@ func jobOf(msg string) string {
 	}
 	id, _, _ := strings.Cut(rest, " ")
 	return id
-}
-
-// cleanup runs on every exit that can run code: it removes the staged
-// partitions of a job that did not commit (an aborted job leaves no
-// complete-looking output; the previous output stays) and the worker's own
-// temp dir, frees the input it kept sorted in memory, then releases its
-// lock.
-func (w *Worker) cleanup(errp *error) {
-	w.mu.Lock()
-	job := w.jobID
-	w.mu.Unlock()
-	if *errp != nil && job != "" {
-		removeStaged(w.cfg.Output, stagedPrefix(job))
-	}
-	w.mu.Lock()
-	kept := w.kept
-	w.kept = nil
-	w.mu.Unlock()
-	if kept != nil {
-		kept.Free() // the server is stopped (Run's defers): nothing reads it
-	}
-	if w.owned != nil {
-		w.owned.Close()
-	}
 }

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/gantryhq/gantry/lifecycle"
 )
@@ -86,6 +87,12 @@ type StateMachine = lifecycle.Machine[State]
 // NewStateMachine returns a machine in Initializing. When dir is not empty
 // the state is persisted to dir/StateFileName on every transition.
 func NewStateMachine(dir string, logger *slog.Logger, onTransition func(lifecycle.Transition[State])) (*StateMachine, error) {
+	return newStateMachine(dir, logger, onTransition, nil)
+}
+
+// newStateMachine is NewStateMachine on the clock now (nil: the wall
+// clock), which dates the transitions and times the phases.
+func newStateMachine(dir string, logger *slog.Logger, onTransition func(lifecycle.Transition[State]), now func() time.Time) (*StateMachine, error) {
 	path := ""
 	if dir != "" {
 		path = filepath.Join(dir, StateFileName)
@@ -97,6 +104,7 @@ func NewStateMachine(dir string, logger *slog.Logger, onTransition func(lifecycl
 		PersistPath:  path,
 		OnTransition: onTransition,
 		Logger:       logger,
+		Now:          now,
 	})
 }
 

@@ -2,6 +2,7 @@ package dsort
 
 import (
 	"context"
+	"sync"
 
 	"github.com/gantryhq/gantry/dsort/dsortpb"
 )
@@ -23,7 +24,7 @@ func (r *workerRPC) SetPartitionBoundaries(ctx context.Context, pc *dsortpb.Part
 func (r *workerRPC) StartShuffle(ctx context.Context, b *dsortpb.Barrier) (*dsortpb.Ack, error) {
 	if err := r.w.signal(WaitingForShuffleSignal, "shuffle", func() {
 		select {
-		case r.w.shuffleCh <- peersFromPB(b.GetPeers()):
+		case r.w.signals.shuffle <- peersFromPB(b.GetPeers()):
 		default:
 		}
 	}); err != nil {
@@ -35,7 +36,7 @@ func (r *workerRPC) StartShuffle(ctx context.Context, b *dsortpb.Barrier) (*dsor
 func (r *workerRPC) StartMerge(ctx context.Context, b *dsortpb.Barrier) (*dsortpb.Ack, error) {
 	if err := r.w.signal(WaitingForMergeSignal, "merge", func() {
 		select {
-		case r.w.mergeCh <- struct{}{}:
+		case r.w.signals.merge <- struct{}{}:
 		default:
 		}
 	}); err != nil {
@@ -51,7 +52,33 @@ func (r *workerRPC) GetStatus(ctx context.Context, req *dsortpb.StatusRequest) (
 // ShuffleData streams this worker's records of one partition: its runs'
 // slices for that partition merged into one sorted stream.
 func (r *workerRPC) ShuffleData(req *dsortpb.ShuffleRequest, stream dsortpb.Worker_ShuffleDataServer) error {
-	return statusOf(r.w.servePiece(stream.Context(), int(req.GetReceiver()), int(req.GetPartition()), stream.Send))
+	return statusOf(r.w.pieces.serve(stream.Context(), int(req.GetReceiver()), int(req.GetPartition()), stream.Send))
+}
+
+// signals carries the master's signals from the RPC handlers to
+// runPhases. Each carries everything its phase needs: it is the only path
+// by which the signal's data reaches the worker's logic.
+type signals struct {
+	config  chan partitionConfig // buffered(1), from SetPartitionBoundaries
+	shuffle chan []peer          // buffered(1), from StartShuffle
+	merge   chan struct{}        // buffered(1), from StartMerge
+
+	mu         sync.Mutex // protects configured
+	configured bool       // a config was delivered: later ones are retries
+}
+
+func newSignals() *signals {
+	return &signals{config: make(chan partitionConfig, 1), shuffle: make(chan []peer, 1), merge: make(chan struct{}, 1)}
+}
+
+// deliverConfig passes on the first config; retried deliveries are dropped.
+func (s *signals) deliverConfig(pc partitionConfig) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.configured {
+		s.configured = true
+		s.config <- pc
+	}
 }
 
 // acceptConfig takes the master's partition config. Seed 000 §6.1: only a
@@ -61,20 +88,15 @@ func (w *Worker) acceptConfig(msg *dsortpb.PartitionConfig) error {
 	if err := w.sm.Require(WaitingForPartitionConfig); err != nil {
 		return errorf(ErrWrongState, "dsort: cannot set partition config: %v", err)
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if msg.GetEpoch() != w.epoch {
-		return errorf(ErrStaleEpoch, "dsort: config for epoch %d, this worker is epoch %d", msg.GetEpoch(), w.epoch)
+	asg := w.assigned()
+	if msg.GetEpoch() != asg.epoch {
+		return errorf(ErrStaleEpoch, "dsort: config for epoch %d, this worker is epoch %d", msg.GetEpoch(), asg.epoch)
 	}
-	pc, err := partitionConfigFromPB(msg, w.numWorkers)
+	pc, err := partitionConfigFromPB(msg, asg.numWorkers)
 	if err != nil {
 		return err
 	}
-	if w.configured {
-		return nil // a retried delivery
-	}
-	w.configured = true
-	w.cfgCh <- pc
+	w.signals.deliverConfig(pc)
 	return nil
 }
 
@@ -95,9 +117,7 @@ func (w *Worker) signal(waiting State, what string, deliver func()) error {
 // info is the worker's own view of itself (GetStatus).
 func (w *Worker) info() WorkerInfo {
 	st := w.sm.State()
-	w.mu.Lock()
-	info := WorkerInfo{Index: w.index, Epoch: w.epoch, State: st, Progress: w.progress(st), Message: w.message(st), Alive: true}
-	w.mu.Unlock()
-	info.Phases = w.phaseTimes()
-	return info
+	asg := w.assigned()
+	return WorkerInfo{Index: asg.index, Epoch: asg.epoch, State: st, Progress: w.track.progress(st),
+		Message: w.track.message(st), Alive: true, Phases: w.track.phaseTimes()}
 }

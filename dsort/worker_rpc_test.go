@@ -1,7 +1,6 @@
 package dsort
 
 import (
-	"context"
 	"testing"
 
 	"github.com/gantryhq/gantry/dsort/dsortpb"
@@ -21,11 +20,12 @@ func TestSetPartitionBoundariesOnlyWhenWaiting(t *testing.T) {
 	if w.sm, err = NewStateMachine("", nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	w.numWorkers, w.epoch = 2, 1
+	w.track.sm = w.sm
+	w.asg = assignment{numWorkers: 2, epoch: 1}
 	r := &workerRPC{w: w}
 	pc := &dsortpb.PartitionConfig{Epoch: 1, NumPartitions: 2, PartitionsPerWorker: 1,
 		Boundaries: []*dsortpb.Boundary{{Key: make([]byte, record.KeySize), Worker: 1}}}
-	if _, err := r.SetPartitionBoundaries(context.Background(), pc); status.Code(err) != codes.FailedPrecondition {
+	if _, err := r.SetPartitionBoundaries(t.Context(), pc); status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("in Initializing: err = %v, want FailedPrecondition", err)
 	}
 	for _, s := range []State{Sampling, WaitingForPartitionConfig} {
@@ -34,7 +34,7 @@ func TestSetPartitionBoundariesOnlyWhenWaiting(t *testing.T) {
 		}
 	}
 	// GetStatus reports the seed's §7 band for the waiting state.
-	st, err := r.GetStatus(context.Background(), &dsortpb.StatusRequest{})
+	st, err := r.GetStatus(t.Context(), &dsortpb.StatusRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,14 +43,14 @@ func TestSetPartitionBoundariesOnlyWhenWaiting(t *testing.T) {
 		t.Fatalf("GetStatus = %v", st)
 	}
 	bad := &dsortpb.PartitionConfig{Epoch: 1, NumPartitions: 3, PartitionsPerWorker: 1}
-	if _, err := r.SetPartitionBoundaries(context.Background(), bad); status.Code(err) != codes.InvalidArgument {
+	if _, err := r.SetPartitionBoundaries(t.Context(), bad); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("inconsistent config: err = %v, want InvalidArgument", err)
 	}
-	if _, err := r.SetPartitionBoundaries(context.Background(), pc); err != nil {
+	if _, err := r.SetPartitionBoundaries(t.Context(), pc); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case got := <-w.cfgCh:
+	case got := <-w.signals.config:
 		if got.perWorker != 1 || got.workers != 2 {
 			t.Fatal("a different config was delivered")
 		}

@@ -57,13 +57,16 @@ func armWatchdog(stderr io.Writer, what string) func(succeeded bool) {
 	}
 }
 
+// sortMasterOptions are `sort master`'s flags.
+type sortMasterOptions struct {
+	port        int
+	bind        string
+	metricsAddr string
+	cfg         dsort.MasterConfig
+}
+
 func newSortMasterCmd(env *Env) *cobra.Command {
-	var (
-		port        int
-		bind        string
-		metricsAddr string
-		cfg         dsort.MasterConfig
-	)
+	var o sortMasterOptions
 	cmd := &cobra.Command{
 		Use:   "master N",
 		Short: "Coordinate a distributed sort over N workers",
@@ -77,48 +80,55 @@ aborts the job. The exit status is 0 only when the whole job succeeded.`,
 		Example: `  gantry sort master 3 --bind 10.0.0.1 --port 30040
   GANTRY_TOKEN=s3cret gantry sort master 4 --rejoin-timeout 2m`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			n, err := strconv.Atoi(args[0])
-			if err != nil || n < 1 {
-				return fmt.Errorf("sort master: N must be a positive number of workers, got %q", args[0])
-			}
-			if port < 0 || port > 65535 {
-				return fmt.Errorf("sort master: --port %d is not a TCP port", port)
-			}
-			if net.ParseIP(bind) == nil {
-				return fmt.Errorf("sort master: --bind %q is not an IP address (e.g. 127.0.0.1, 10.0.0.1 or 0.0.0.0 for every interface)", bind)
-			}
-			cfg.Workers = n
-			cfg.Addr = net.JoinHostPort(bind, strconv.Itoa(port))
-			cfg.Logger = env.Logger
-			// On a terminal the redrawn bars replace the info log, which
-			// would scroll them away; --log-level still wins when given.
-			if f := cmd.Flag("log-level"); isTerminal(env.Stderr) && env.LogLevel != nil && f != nil && !f.Changed {
-				env.LogLevel.Set(slog.LevelWarn)
-			}
-			cfg.Metrics = env.registerer()
-			stopMetrics, err := serveMetrics(env, metricsAddr)
-			if err != nil {
-				return fmt.Errorf("sort master: %w", err)
-			}
-			defer stopMetrics()
-			return runMaster(cmd.Context(), env, cfg)
-		},
+		RunE: func(cmd *cobra.Command, args []string) error { return runSortMaster(cmd, env, o, args[0]) },
 	}
 	f := cmd.Flags()
-	f.IntVar(&port, "port", 0, "TCP port to listen on (0: any free port)")
-	f.StringVar(&bind, "bind", "127.0.0.1", "IP to listen on and print (the address workers dial; 0.0.0.0: every interface)")
-	f.StringVar(&cfg.Token, "token", os.Getenv("GANTRY_TOKEN"), "shared secret every RPC must carry (default $GANTRY_TOKEN)")
-	f.DurationVar(&cfg.RejoinTimeout, "rejoin-timeout", 60*time.Second, "abort the job when a worker stays silent this long")
-	f.StringVar(&cfg.StateFile, "state", "", "save the job's state to FILE at each transition and resume the job saved there (restart with the same --state and --port)")
-	f.DurationVar(&cfg.RegisterTimeout, "register-timeout", 2*time.Minute, "abort the job, naming the missing workers, when not all N have registered by then")
-	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat", 500*time.Millisecond, "how often workers report")
-	f.Var(sizeValue{&cfg.PartitionSize}, "partition-size", "target partition size (default 64MiB; at least one partition per core)")
-	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9090; default: off)")
+	f.IntVar(&o.port, "port", 0, "TCP port to listen on (0: any free port)")
+	f.StringVar(&o.bind, "bind", "127.0.0.1", "IP to listen on and print (the address workers dial; 0.0.0.0: every interface)")
+	f.StringVar(&o.cfg.Token, "token", os.Getenv("GANTRY_TOKEN"), "shared secret every RPC must carry (default $GANTRY_TOKEN)")
+	f.DurationVar(&o.cfg.RejoinTimeout, "rejoin-timeout", 60*time.Second, "abort the job when a worker stays silent this long")
+	f.StringVar(&o.cfg.StateFile, "state", "", "save the job's state to FILE at each transition and resume the job saved there (restart with the same --state and --port)")
+	f.DurationVar(&o.cfg.RegisterTimeout, "register-timeout", 2*time.Minute, "abort the job, naming the missing workers, when not all N have registered by then")
+	f.DurationVar(&o.cfg.HeartbeatInterval, "heartbeat", 500*time.Millisecond, "how often workers report")
+	f.Var(sizeValue{&o.cfg.PartitionSize}, "partition-size", "target partition size (default 64MiB; at least one partition per core)")
+	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9090; default: off)")
 	return cmd
 }
 
-func runMaster(ctx context.Context, env *Env, cfg dsort.MasterConfig) error {
+// runSortMaster is `sort master N`: it checks the flags, then runs the
+// job (runMasterJob) with metrics served while it runs.
+func runSortMaster(cmd *cobra.Command, env *Env, o sortMasterOptions, workers string) error {
+	n, err := strconv.Atoi(workers)
+	if err != nil || n < 1 {
+		return fmt.Errorf("sort master: N must be a positive number of workers, got %q", workers)
+	}
+	if o.port < 0 || o.port > 65535 {
+		return fmt.Errorf("sort master: --port %d is not a TCP port", o.port)
+	}
+	if net.ParseIP(o.bind) == nil {
+		return fmt.Errorf("sort master: --bind %q is not an IP address (e.g. 127.0.0.1, 10.0.0.1 or 0.0.0.0 for every interface)", o.bind)
+	}
+	cfg := o.cfg
+	cfg.Workers = n
+	cfg.Addr = net.JoinHostPort(o.bind, strconv.Itoa(o.port))
+	cfg.Logger = env.Logger
+	// On a terminal the redrawn bars replace the info log, which
+	// would scroll them away; --log-level still wins when given.
+	if f := cmd.Flag("log-level"); isTerminal(env.Stderr) && env.LogLevel != nil && f != nil && !f.Changed {
+		env.LogLevel.Set(slog.LevelWarn)
+	}
+	cfg.Metrics = env.registerer()
+	stopMetrics, err := serveMetrics(env, o.metricsAddr)
+	if err != nil {
+		return fmt.Errorf("sort master: %w", err)
+	}
+	defer stopMetrics()
+	return runMasterJob(cmd.Context(), env, cfg)
+}
+
+// runMasterJob runs the master until the job ends: the two stdout lines,
+// the workers' progress on stderr, the watchdog, the closing summary.
+func runMasterJob(ctx context.Context, env *Env, cfg dsort.MasterConfig) error {
 	stdout, stderr := env.Stdout, env.Stderr
 	start := time.Now()
 	view := newClusterView(stderr, isTerminal(stderr))
@@ -243,11 +253,14 @@ func writePhaseTable(w io.Writer, workers []dsort.WorkerInfo) {
 	tw.Flush()
 }
 
+// sortWorkerOptions are `sort worker`'s flags.
+type sortWorkerOptions struct {
+	cfg         dsort.WorkerConfig
+	metricsAddr string
+}
+
 func newSortWorkerCmd(env *Env) *cobra.Command {
-	var (
-		cfg         dsort.WorkerConfig
-		metricsAddr string
-	)
+	var o sortWorkerOptions
 	cmd := &cobra.Command{
 		Use:   "worker MASTER_IP:PORT -I DIR... -O DIR",
 		Short: "Sort this machine's share of a distributed sort",
@@ -264,53 +277,58 @@ leaves the output as it is.`,
 		Example: `  gantry sort worker 10.0.0.1:30040 -I /data/in1 /data/in2 -O /data/out
   gantry sort worker 127.0.0.1:30040 -I in -O out --bind 127.0.0.2 --memory 512MiB`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg.Master = args[0]
-			cfg.Logger = env.Logger
-			stderr := env.Stderr
-			cfg.OnTransition = func(t lifecycle.Transition[dsort.State]) {
-				fmt.Fprintf(stderr, "worker: %s -> %s: %s\n", t.From, t.To, t.Reason)
-			}
-			cfg.OnShutdown = armWatchdog(stderr, "worker")
-			if points := os.Getenv("GANTRY_DSORT_FAULT"); points != "" {
-				cfg.FaultHook = faultHook(stderr, strings.Split(points, ","))
-			}
-			cfg.Metrics = env.registerer()
-			w, err := dsort.NewWorker(cfg)
-			if err != nil {
-				return fmt.Errorf("sort worker: %w", err)
-			}
-			stopMetrics, err := serveMetrics(env, metricsAddr)
-			if err != nil {
-				return fmt.Errorf("sort worker: %w", err)
-			}
-			defer stopMetrics()
-			err = w.Run(cmd.Context())
-			if sm := w.StateMachine(); sm != nil && len(sm.History()) > 0 {
-				fmt.Fprintln(stderr, "=== State Transition History ===")
-				sm.WriteHistory(stderr)
-				fmt.Fprintln(stderr, "=== Phase Durations ===")
-				sm.WritePhases(stderr)
-			}
-			if err != nil {
-				return withCode(1, fmt.Errorf("sort worker: %w", err))
-			}
-			fmt.Fprintln(stderr, "worker: the job succeeded")
-			return nil
-		},
+		RunE: func(cmd *cobra.Command, args []string) error { return runSortWorker(cmd.Context(), env, o, args[0]) },
 	}
 	f := cmd.Flags()
-	f.StringArrayVarP(&cfg.Inputs, "input", "I", nil, "input directories (several may follow one -I)")
-	f.StringVarP(&cfg.Output, "output", "O", "", "output directory")
-	f.StringVar(&cfg.TempDir, "tmp", "", "directory for temporary files (default $TMPDIR or /tmp)")
-	f.Var(sizeValue{&cfg.Memory}, "memory", "memory budget for sorting and merging (default: a quarter of RAM, shared by the job's workers on this machine)")
-	f.StringVar(&cfg.Bind, "bind", "", "IP to listen on and advertise (default: the interface that reaches the master)")
-	f.IntVar(&cfg.Port, "port", 0, "TCP port to listen on (0: any free port)")
-	f.StringVar(&cfg.Token, "token", os.Getenv("GANTRY_TOKEN"), "shared secret every RPC must carry (default $GANTRY_TOKEN)")
-	f.DurationVar(&cfg.RegisterTimeout, "register-timeout", 30*time.Second, "how long to keep trying to reach the master at start (the output dir is left as it was)")
-	f.DurationVar(&cfg.MasterTimeout, "master-timeout", 30*time.Second, "give up when the master stays unreachable this long")
-	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9091; default: off)")
+	f.StringArrayVarP(&o.cfg.Inputs, "input", "I", nil, "input directories (several may follow one -I)")
+	f.StringVarP(&o.cfg.Output, "output", "O", "", "output directory")
+	f.StringVar(&o.cfg.TempDir, "tmp", "", "directory for temporary files (default $TMPDIR or /tmp)")
+	f.Var(sizeValue{&o.cfg.Memory}, "memory", "memory budget for sorting and merging (default: a quarter of RAM, shared by the job's workers on this machine)")
+	f.StringVar(&o.cfg.Bind, "bind", "", "IP to listen on and advertise (default: the interface that reaches the master)")
+	f.IntVar(&o.cfg.Port, "port", 0, "TCP port to listen on (0: any free port)")
+	f.StringVar(&o.cfg.Token, "token", os.Getenv("GANTRY_TOKEN"), "shared secret every RPC must carry (default $GANTRY_TOKEN)")
+	f.DurationVar(&o.cfg.RegisterTimeout, "register-timeout", 30*time.Second, "how long to keep trying to reach the master at start (the output dir is left as it was)")
+	f.DurationVar(&o.cfg.MasterTimeout, "master-timeout", 30*time.Second, "give up when the master stays unreachable this long")
+	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9091; default: off)")
 	return cmd
+}
+
+// runSortWorker is `sort worker MASTER`: it runs the worker until the job
+// ends, then prints its state history and phase durations on stderr.
+func runSortWorker(ctx context.Context, env *Env, o sortWorkerOptions, master string) error {
+	cfg := o.cfg
+	cfg.Master = master
+	cfg.Logger = env.Logger
+	stderr := env.Stderr
+	cfg.OnTransition = func(t lifecycle.Transition[dsort.State]) {
+		fmt.Fprintf(stderr, "worker: %s -> %s: %s\n", t.From, t.To, t.Reason)
+	}
+	cfg.OnShutdown = armWatchdog(stderr, "worker")
+	if points := os.Getenv("GANTRY_DSORT_FAULT"); points != "" {
+		cfg.FaultHook = faultHook(stderr, strings.Split(points, ","))
+	}
+	cfg.Metrics = env.registerer()
+	w, err := dsort.NewWorker(cfg)
+	if err != nil {
+		return fmt.Errorf("sort worker: %w", err)
+	}
+	stopMetrics, err := serveMetrics(env, o.metricsAddr)
+	if err != nil {
+		return fmt.Errorf("sort worker: %w", err)
+	}
+	defer stopMetrics()
+	err = w.Run(ctx)
+	if sm := w.StateMachine(); sm != nil && len(sm.History()) > 0 {
+		fmt.Fprintln(stderr, "=== State Transition History ===")
+		sm.WriteHistory(stderr)
+		fmt.Fprintln(stderr, "=== Phase Durations ===")
+		sm.WritePhases(stderr)
+	}
+	if err != nil {
+		return withCode(1, fmt.Errorf("sort worker: %w", err))
+	}
+	fmt.Fprintln(stderr, "worker: the job succeeded")
+	return nil
 }
 
 // faultHook is for fault-injection tests (GANTRY_DSORT_FAULT=point,...):
@@ -348,22 +366,28 @@ func newSortStatusCmd(env *Env) *cobra.Command {
 		Example: `  gantry sort status 10.0.0.1:30040`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
-			defer cancel()
-			js, err := dsort.JobStatus(ctx, args[0], token)
-			if err != nil {
-				return fmt.Errorf("sort status: %w", err)
-			}
-			out := env.Stdout
-			fmt.Fprintf(out, "job %s: %s, %d/%d workers registered, %s elapsed\n", js.JobID, js.Phase,
-				js.Registered, js.Workers, js.Elapsed.Round(100*time.Millisecond))
-			if r := js.AbortReason; r != "" {
-				fmt.Fprintf(out, "aborted: %s\n", r)
-			}
-			writePhaseTable(out, js.Members)
-			return nil
+			return runSortStatus(cmd.Context(), env, args[0], token)
 		},
 	}
 	cmd.Flags().StringVar(&token, "token", os.Getenv("GANTRY_TOKEN"), "shared secret (default $GANTRY_TOKEN)")
 	return cmd
+}
+
+// runSortStatus is `sort status MASTER`: the job's phase and a row per
+// worker, from the master's GetJobStatus.
+func runSortStatus(ctx context.Context, env *Env, master, token string) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	js, err := dsort.JobStatus(ctx, master, token)
+	if err != nil {
+		return fmt.Errorf("sort status: %w", err)
+	}
+	out := env.Stdout
+	fmt.Fprintf(out, "job %s: %s, %d/%d workers registered, %s elapsed\n", js.JobID, js.Phase,
+		js.Registered, js.Workers, js.Elapsed.Round(100*time.Millisecond))
+	if r := js.AbortReason; r != "" {
+		fmt.Fprintf(out, "aborted: %s\n", r)
+	}
+	writePhaseTable(out, js.Members)
+	return nil
 }

@@ -1,0 +1,149 @@
+package dsort
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/gantryhq/gantry/dsort/dsortpb"
+	"github.com/gantryhq/gantry/internal/clock"
+)
+
+// supervise runs the phases and the heartbeats, each in its own goroutine,
+// until the master ends the job, this worker fails, the master is lost or
+// ctx ends (the exits are in shutdown.go); it waits for both goroutines
+// before returning.
+func (w *Worker) supervise(ctx context.Context, asg assignment, interval time.Duration, needSample bool) error {
+	hbCtx, cancelHB := context.WithCancel(context.Background())
+	hb := w.newHeartbeater(asg, interval)
+	hbDone := make(chan struct{})
+	go func() { defer close(hbDone); hb.run(hbCtx) }()
+	stopHB := func() { cancelHB(); <-hbDone }
+	defer stopHB()
+
+	jobCtx, cancelJob := context.WithCancel(ctx)
+	defer cancelJob()
+	phases := make(chan error, 1)
+	go func() { phases <- w.runPhases(jobCtx, asg, needSample) }()
+	s := &supervisor{w: w, asg: asg, cancelJob: cancelJob, phases: phases, stopHB: stopHB}
+	for {
+		select {
+		case perr := <-s.phases:
+			s.phases = nil
+			if perr == nil {
+				w.cfg.Logger.Info("all phases completed; waiting for the master's go to exit")
+				continue
+			}
+			if ctx.Err() != nil {
+				perr = ctx.Err()
+			}
+			return s.fail(perr)
+		case rep := <-hb.end:
+			return s.end(rep)
+		case lerr := <-hb.lost:
+			return s.fail(lerr)
+		case <-ctx.Done():
+			return s.fail(ctx.Err())
+		}
+	}
+}
+
+// heartbeater reports the worker's state every interval and at every
+// transition (kick), from its own goroutine, so that CPU-heavy phases never
+// delay it. Its outputs: end gets the master's reply once it says the job
+// is over (should_abort), lost gets ErrMasterLost once the master has been
+// unreachable for longer than timeout. Either ends run, as does ctx.
+type heartbeater struct {
+	clock    clock.Clock
+	interval time.Duration
+	timeout  time.Duration // MasterTimeout
+	state    func() State
+	// send sends one heartbeat within rpcTimeout.
+	send    func(ctx context.Context, rpcTimeout time.Duration) (*dsortpb.HeartbeatReply, error)
+	lostErr func(last error) error // why the master counts as lost
+	kick    <-chan struct{}
+	metrics *metrics
+	fault   func(ctx context.Context, point string)
+
+	end  chan *dsortpb.HeartbeatReply // buffered(1)
+	lost chan error                   // buffered(1)
+}
+
+func (w *Worker) newHeartbeater(asg assignment, interval time.Duration) *heartbeater {
+	return &heartbeater{
+		clock: w.clock, interval: interval, timeout: w.cfg.MasterTimeout, state: w.sm.State,
+		send: func(ctx context.Context, timeout time.Duration) (*dsortpb.HeartbeatReply, error) {
+			return w.report(ctx, asg, timeout, "")
+		},
+		lostErr: func(last error) error {
+			return fmt.Errorf("%w: no reply from %s for %s: %s; the output directory %s was left as it was",
+				ErrMasterLost, w.cfg.Master, w.cfg.MasterTimeout, statusMessage(last), w.cfg.Output)
+		},
+		kick: w.kick, metrics: w.metrics, fault: w.fault,
+		end: make(chan *dsortpb.HeartbeatReply, 1), lost: make(chan error, 1),
+	}
+}
+
+func (h *heartbeater) run(ctx context.Context) {
+	interval := h.interval
+	if interval <= 0 {
+		interval = 500 * time.Millisecond
+	}
+	t := h.clock.NewTimer(interval)
+	defer t.Stop()
+	lastOK := h.clock.Now()
+	for {
+		// A completed worker only waits for the job's end: ask more often,
+		// so that the whole job exits soon after its last worker is done.
+		next := interval
+		if h.state() == Completed {
+			next = interval / 5
+		}
+		t.Reset(next)
+		sent := h.state() // states only move forward: send sends this or later
+		rep, err := h.send(ctx, max(4*interval, 2*time.Second))
+		if err != nil && ctx.Err() == nil {
+			h.metrics.heartbeatMissed()
+		}
+		switch {
+		case err == nil:
+			lastOK = h.clock.Now()
+			if rep.GetShouldAbort() {
+				h.end <- rep
+				return
+			}
+			if sent == Completed {
+				h.fault(ctx, "completed") // the master knows; the job's end is not heard yet
+			}
+		case ctx.Err() != nil:
+			return
+		case h.clock.Since(lastOK) > h.timeout:
+			h.lost <- h.lostErr(err)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		case <-h.kick:
+		}
+	}
+}
+
+// report sends the master one heartbeat: the worker's state, progress,
+// message and phase times, and errMsg (or, in Failed, the reason of the
+// last transition).
+func (w *Worker) report(ctx context.Context, asg assignment, timeout time.Duration, errMsg string) (*dsortpb.HeartbeatReply, error) {
+	st := w.sm.State()
+	req := &dsortpb.HeartbeatRequest{JobId: asg.jobID, Index: int32(asg.index), Epoch: asg.epoch, State: stateToPB(st),
+		Progress: w.track.progress(st), Message: w.track.message(st), Error: errMsg}
+	if st == Failed && errMsg == "" {
+		if h := w.sm.History(); len(h) > 0 {
+			req.Error = h[len(h)-1].Reason
+		}
+	}
+	req.Phases = phasesToPB(w.track.phaseTimes())
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return asg.master.Heartbeat(cctx, req)
+}

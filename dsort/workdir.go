@@ -1,0 +1,112 @@
+package dsort
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/fsutil"
+	"github.com/gantryhq/gantry/lifecycle"
+)
+
+// workDirPrefix starts the name of every worker's temp dir under TempDir.
+const workDirPrefix = "gantry-dsort-"
+
+// workDir is a worker's own temp dir, cfg.TempDir/gantry-dsort-<id>, where
+// <id> hashes the worker's -I and -O: the state file, runs/ (spilled runs)
+// and recv/ (committed shuffle pieces). The process holds its lock from
+// prepare to close.
+type workDir struct {
+	path  string
+	owned *fsutil.OwnedDir // the lock on path; nil until prepare
+}
+
+func newWorkDir(tempDir string, inputs []string, output string) *workDir {
+	sum := sha256.Sum256([]byte(strings.Join(inputs, "\x00") + "\x00\x00" + output))
+	return &workDir{path: filepath.Join(tempDir, workDirPrefix+hex.EncodeToString(sum[:6]))}
+}
+
+func (d *workDir) runs() string { return filepath.Join(d.path, "runs") }
+func (d *workDir) recv() string { return filepath.Join(d.path, "recv") }
+
+// piecePath is where the committed piece of partition p from sender s lives.
+func (d *workDir) piecePath(p, s int) string {
+	return filepath.Join(d.recv(), "p"+strconv.Itoa(p)+".s"+strconv.Itoa(s))
+}
+
+// prepare takes ownership of the dir (a second process with the same
+// arguments stops here, having touched nothing shared), sweeps the temp
+// dirs of dead workers under tempDir and clears what a crashed predecessor
+// left in its own.
+func (d *workDir) prepare(tempDir string, logger *slog.Logger) error {
+	owned, err := fsutil.LockDir(d.path)
+	if errors.Is(err, fsutil.ErrBusy) {
+		return fmt.Errorf("dsort: another process of this worker (same -I and -O) is running and owns %s; "+
+			"this one stops without touching anything: %w", d.path, err)
+	}
+	if err != nil {
+		return fmt.Errorf("dsort: temp dir: %w", err)
+	}
+	d.owned = owned
+	if swept, err := fsutil.SweepStale(tempDir, workDirPrefix); err != nil {
+		logger.Warn("sweeping stale temp dirs", "dir", tempDir, "err", err)
+	} else if len(swept) > 0 {
+		logger.Info("removed temp dirs of workers that are gone", "dirs", swept)
+	}
+	if snap, err := lifecycle.LoadSnapshot(filepath.Join(d.path, StateFileName)); err == nil {
+		logger.Warn("a previous run of this worker stopped here; cleaning up and starting again",
+			"previous_state", snap.State, "at", snap.Updated.Format(time.RFC3339))
+	}
+	return d.clear()
+}
+
+// clear removes everything in the dir but its lock, then creates runs/
+// and recv/.
+func (d *workDir) clear() error {
+	ents, err := os.ReadDir(d.path)
+	if err != nil {
+		return fmt.Errorf("dsort: temp dir: %w", err)
+	}
+	for _, e := range ents {
+		if e.Name() != fsutil.OwnerFile {
+			if err := os.RemoveAll(filepath.Join(d.path, e.Name())); err != nil {
+				return fmt.Errorf("dsort: clean temp dir: %w", err)
+			}
+		}
+	}
+	for _, dir := range []string{d.runs(), d.recv()} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("dsort: %w", err)
+		}
+	}
+	return nil
+}
+
+// receivedBytes is the size of the pieces received so far.
+func (d *workDir) receivedBytes() (int64, error) {
+	ents, err := os.ReadDir(d.recv())
+	if err != nil {
+		return 0, fmt.Errorf("dsort: %w", err)
+	}
+	var n int64
+	for _, e := range ents {
+		if info, err := e.Info(); err == nil {
+			n += info.Size()
+		}
+	}
+	return n, nil
+}
+
+// close removes the dir and releases its lock (a no-op before prepare).
+func (d *workDir) close() {
+	if d.owned != nil {
+		d.owned.Close()
+	}
+}

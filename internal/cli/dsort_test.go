@@ -1,0 +1,66 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gantryhq/gantry/dsort"
+)
+
+// runDsortCmd runs a gantry command line in-process and returns its exit status,
+// stdout and stderr.
+func runDsortCmd(ctx context.Context, args ...string) (int, string, string) {
+	var stdout, stderr bytes.Buffer
+	code := Execute(ctx, Env{Args: args, Stdout: &stdout, Stderr: &stderr})
+	return code, stdout.String(), stderr.String()
+}
+
+// `sort master` and `sort worker` refuse bad arguments before they listen
+// or touch a directory, naming what is wrong.
+func TestSortMasterAndWorkerRefuseBadArguments(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"sort", "master", "0"}, "N must be a positive number of workers"},
+		{[]string{"sort", "master", "x"}, "N must be a positive number of workers"},
+		{[]string{"sort", "master", "2", "--port", "70000"}, "--port 70000 is not a TCP port"},
+		{[]string{"sort", "master", "2", "--bind", "localhost"}, `--bind "localhost" is not an IP address`},
+		{[]string{"sort", "worker", "127.0.0.1:1", "-O", t.TempDir()}, "at least one input directory (-I) is required"},
+		{[]string{"sort", "worker", "nohostport", "-I", t.TempDir(), "-O", t.TempDir()}, "want IP:PORT"},
+	} {
+		code, _, stderr := runDsortCmd(t.Context(), tc.args...)
+		if code == 0 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("gantry %s: exit %d, stderr %q; want a failure saying %q", strings.Join(tc.args, " "), code, stderr, tc.want)
+		}
+	}
+}
+
+// `sort status` prints the job's phase and registration count from a
+// running master.
+func TestSortStatusShowsTheJob(t *testing.T) {
+	addrCh := make(chan string, 1)
+	m, err := dsort.NewMaster(dsort.MasterConfig{Workers: 2, JobID: "feedc0de", ShutdownGrace: time.Millisecond,
+		OnListen: func(a string) { addrCh <- a }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	var addr string
+	select {
+	case addr = <-addrCh:
+	case err := <-done:
+		t.Fatalf("master: %v", err)
+	}
+	code, stdout, stderr := runDsortCmd(t.Context(), "sort", "status", addr)
+	if code != 0 || !strings.HasPrefix(stdout, "job feedc0de: registering, 0/2 workers registered, ") ||
+		!strings.Contains(stdout, "WORKER") {
+		t.Fatalf("sort status: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+}
