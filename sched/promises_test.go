@@ -102,7 +102,7 @@ func TestStopReturnsByDeadlineWithAStuckStep(t *testing.T) {
 		}})
 		<-inStep
 		synctest.Wait()
-		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
 		defer cancel()
 		t0 := time.Now()
 		err = s.Stop(ctx)

@@ -65,7 +65,7 @@ func TestRetry(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			calls := 0
-			err := tt.policy.Retry(context.Background(), func(context.Context) error {
+			err := tt.policy.Retry(t.Context(), func(context.Context) error {
 				calls++
 				if calls <= tt.failures {
 					if tt.permanent {
@@ -92,7 +92,7 @@ func TestRetry(t *testing.T) {
 }
 
 func TestRetryStopsWithContext(t *testing.T) {
-	ctx, cancel := context.WithCancelCause(context.Background())
+	ctx, cancel := context.WithCancelCause(t.Context())
 	stop := errors.New("stop now")
 	boom := errors.New("boom")
 	calls := 0
@@ -121,10 +121,10 @@ func TestPermanent(t *testing.T) {
 }
 
 func TestSleep(t *testing.T) {
-	if err := Sleep(context.Background(), time.Millisecond); err != nil {
+	if err := Sleep(t.Context(), time.Millisecond); err != nil {
 		t.Fatalf("Sleep = %v", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	if err := Sleep(ctx, time.Hour); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Sleep on cancelled ctx = %v", err)

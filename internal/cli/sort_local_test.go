@@ -2,7 +2,6 @@ package cli
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -22,7 +21,7 @@ import (
 func sortTestRun(t *testing.T, args ...string) (int, string) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
-	code := Execute(context.Background(), Env{Args: args, Stdout: &stdout, Stderr: &stderr})
+	code := Execute(t.Context(), Env{Args: args, Stdout: &stdout, Stderr: &stderr})
 	return code, stdout.String() + stderr.String()
 }
 
@@ -54,7 +53,7 @@ func sortTestChecksum(t *testing.T, dirs ...string) record.Summary {
 	if len(files) == 0 {
 		return record.Summary{FirstUnordered: -1}
 	}
-	s, err := record.Validate(context.Background(), files, record.ValidateOptions{ChecksumOnly: true})
+	s, err := record.Validate(t.Context(), files, record.ValidateOptions{ChecksumOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +64,7 @@ func sortTestChecksum(t *testing.T, dirs ...string) record.Summary {
 // the input's record count and checksum.
 func sortTestCheck(t *testing.T, out string, in record.Summary) {
 	t.Helper()
-	got, err := record.Validate(context.Background(), []string{out}, record.ValidateOptions{})
+	got, err := record.Validate(t.Context(), []string{out}, record.ValidateOptions{})
 	if err != nil {
 		t.Fatalf("valsort %s: %v", out, err)
 	}

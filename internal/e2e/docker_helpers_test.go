@@ -26,8 +26,8 @@ type cluster struct {
 	image   string
 	network string
 	prefix  string // the network's first three octets, "10.213.7"
-	// masterBind: `sort master` has --bind (issue 9), whose default is
-	// loopback, so a master in a container must be told its address.
+	// masterBind: `sort master` has --bind, whose default is loopback, so a
+	// master in a container must be told its address.
 	masterBind bool
 }
 
@@ -46,7 +46,8 @@ func docker(ctx context.Context, args ...string) (string, error) {
 // mustDocker is docker that fails the test on error.
 func (c *cluster) docker(args ...string) string {
 	c.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	// Not c.t.Context(): cleanups run docker too, after that is cancelled.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.t.Context()), 2*time.Minute)
 	defer cancel()
 	out, err := docker(ctx, args...)
 	if err != nil {
@@ -57,7 +58,7 @@ func (c *cluster) docker(args ...string) string {
 
 // cleanupDocker removes what a test made; best effort, logged.
 func cleanupDocker(t *testing.T, args ...string) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), time.Minute)
 	defer cancel()
 	if _, err := docker(ctx, args...); err != nil && !strings.Contains(err.Error(), "No such") {
 		t.Logf("cleanup: %v", err)
@@ -68,7 +69,7 @@ func cleanupDocker(t *testing.T, args ...string) {
 // network. It fails the test when Docker is not usable: the test needs it.
 func newCluster(t *testing.T) *cluster {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	if _, err := docker(ctx, "version", "--format", "{{.Server.Version}}"); err != nil {
 		t.Fatalf("the multi-host test needs a Docker engine: %v", err)
@@ -105,7 +106,7 @@ func newCluster(t *testing.T) *cluster {
 		rb := make([]byte, 1)
 		rand.Read(rb)
 		c.prefix = fmt.Sprintf("10.213.%d", rb[0])
-		nctx, ncancel := context.WithTimeout(context.Background(), 30*time.Second)
+		nctx, ncancel := context.WithTimeout(t.Context(), 30*time.Second)
 		_, err = docker(nctx, "network", "create", "--internal", "--subnet", c.prefix+".0/24", c.network)
 		ncancel()
 		if err == nil {
@@ -145,7 +146,7 @@ func (k *container) run(env ...string) {
 
 // logs returns the container's stdout and stderr so far.
 func (k *container) logs() (stdout, stderr string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(k.c.t.Context()), 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "docker", "logs", k.name)
 	var out, errb bytes.Buffer
@@ -173,7 +174,7 @@ func (k *container) waitLog(s string, timeout time.Duration) {
 // wait waits for the container to exit and returns its exit code.
 func (k *container) wait(timeout time.Duration) int {
 	k.c.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(k.c.t.Context()), timeout)
 	defer cancel()
 	out, err := docker(ctx, "wait", k.name)
 	if err != nil {
