@@ -7,6 +7,11 @@ import "fmt"
 var noEvents = make([]Event, 0)
 
 // run executes one step of p and moves it to its next state. Worker only.
+//
+// The common path (a step that sends nothing or a little, yields nothing or
+// a little, and waits or continues) stays in this function and its two
+// loops; the ends of a process (Stop giving up, an error, StatusDone) are
+// calls off that path.
 func (w *worker) run(p *proc) {
 	s := w.s
 	events, ok := w.begin(p)
@@ -33,23 +38,49 @@ func (w *worker) run(p *proc) {
 	w.countStep()
 
 	if s.exit.Load() {
-		// Stop has given up on this step (or is about to stop the
-		// workers): no sends, no yields, no requeue; the process ends
-		// here and this worker exits.
-		clear(out.sends)
-		out.sends = out.sends[:0]
-		clear(out.yields)
-		out.yields = out.yields[:0]
-		if err != nil {
-			err = fmt.Errorf("sched: process %v: %w", p.pid, err)
-		} else if out.Status != StatusDone {
-			err = ErrStopped
-		}
-		s.complete(p, err, w, &w.counts)
+		w.abandon(p, err, out)
 		return
 	}
-
 	// Messages first, so a reply to them can never overtake them.
+	if len(out.sends) > 0 {
+		w.deliverSends(p, out)
+	}
+	if err == nil && !out.Status.valid() {
+		err = fmt.Errorf("%w (got %v)", ErrNoStatus, out.Status)
+	}
+	if err != nil || out.Status == StatusDone {
+		w.end(p, err, out)
+		return
+	}
+	if len(out.yields) > 0 {
+		w.dispatchYields(p, out)
+	}
+	w.settle(p, out.Status)
+}
+
+// valid reports whether a step may end with s.
+func (s Status) valid() bool { return s >= StatusContinue && s <= StatusDone }
+
+// abandon ends p after a step that Stop has given up on (or when Stop is
+// about to stop the workers): no sends, no yields, no requeue; the process
+// ends here and this worker exits. Worker only.
+func (w *worker) abandon(p *proc, err error, out *StepOutput) {
+	clear(out.sends)
+	out.sends = out.sends[:0]
+	clear(out.yields)
+	out.yields = out.yields[:0]
+	if err != nil {
+		err = fmt.Errorf("sched: process %v: %w", p.pid, err)
+	} else if out.Status != StatusDone {
+		err = ErrStopped
+	}
+	w.s.complete(p, err, w, &w.counts)
+}
+
+// deliverSends delivers the messages p's step sent, in order, and empties
+// out.sends. Worker only.
+func (w *worker) deliverSends(p *proc, out *StepOutput) {
+	s := w.s
 	for i := range out.sends {
 		m := &out.sends[i]
 		if to := s.procs.get(m.to); to == nil || !to.deliver(uint32(m.to>>32), Event{Type: EventMessage, From: p.pid, Data: m.data}, w) {
@@ -58,45 +89,55 @@ func (w *worker) run(p *proc) {
 	}
 	clear(out.sends)
 	out.sends = out.sends[:0]
+}
 
-	if err == nil {
-		switch out.Status {
-		case StatusContinue, StatusWaitMessages, StatusWaitYields, StatusDone:
-		default:
-			err = fmt.Errorf("%w (got %v)", ErrNoStatus, out.Status)
-		}
+// end completes p after a step that failed (err) or returned StatusDone;
+// its yields are dropped. Worker only.
+func (w *worker) end(p *proc, err error, out *StepOutput) {
+	clear(out.yields)
+	out.yields = out.yields[:0]
+	if err != nil {
+		err = fmt.Errorf("sched: process %v: %w", p.pid, err)
 	}
-	if err != nil || out.Status == StatusDone {
-		clear(out.yields)
-		out.yields = out.yields[:0]
-		if err != nil {
-			err = fmt.Errorf("sched: process %v: %w", p.pid, err)
-		}
-		s.complete(p, err, w, &w.counts)
-		return
-	}
+	w.s.complete(p, err, w, &w.counts)
+}
 
-	// Dispatch while still Running, so a handler that completes at once
-	// (or from a goroutine that is quick) only sets the wake flag. The tag
-	// is pending before the handler runs, so whichever completion comes
-	// first (the handler's, or its error or panic) is the only one.
+// dispatchYields hands p's yields to their handlers and empties out.yields.
+// Worker only.
+//
+// It runs while p is still Running, so a handler that completes at once
+// (or from a goroutine that is quick) only sets the wake flag. The tag is
+// pending before the handler runs, so whichever completion comes first (the
+// handler's, or its error or panic) is the only one.
+func (w *worker) dispatchYields(p *proc, out *StepOutput) {
 	for i := range out.yields {
 		y := &out.yields[i]
 		p.addPending(y.Tag)
 		if herr := w.dispatch(p, y); herr != nil {
-			if p.takePending(p.pid, y.Tag) {
-				p.deliver(uint32(p.pid>>32), Event{Type: EventYieldComplete, Tag: y.Tag, Error: herr}, w)
-			} else {
-				s.droppedCompletions.Add(1)
-				s.log.Warn("sched: handler failed after completing its yield; error dropped",
-					"pid", p.pid.String(), "tag", y.Tag, "err", herr)
-			}
+			w.failYield(p, y.Tag, herr)
 		}
 	}
 	clear(out.yields)
 	out.yields = out.yields[:0]
+}
 
-	switch out.Status {
+// failYield completes yield tag with the error its handler returned, unless
+// the handler completed it first (then the error is counted and logged).
+func (w *worker) failYield(p *proc, tag uint64, herr error) {
+	if p.takePending(p.pid, tag) {
+		p.deliver(uint32(p.pid>>32), Event{Type: EventYieldComplete, Tag: tag, Error: herr}, w)
+		return
+	}
+	w.s.droppedCompletions.Add(1)
+	w.s.log.Warn("sched: handler failed after completing its yield; error dropped",
+		"pid", p.pid.String(), "tag", tag, "err", herr)
+}
+
+// settle moves p, still Running after a step that asked for st, to its next
+// state: Ready on this worker's queue (or the global queue once it has run
+// maxRunStreak times in a row), Idle or Blocked. Worker only.
+func (w *worker) settle(p *proc, st Status) {
+	switch st {
 	case StatusContinue:
 		// Producers only push while Running (the state bits stay), so
 		// this CAS fails only on a push and the retry sees it.
@@ -105,8 +146,8 @@ func (w *worker) run(p *proc) {
 		if w.streak >= maxRunStreak {
 			// Fairness: let everything queued before it run first.
 			w.last, w.streak = nil, 0
-			s.global.push(p)
-			s.wakeOne()
+			w.s.global.push(p)
+			w.s.wakeOne()
 			return
 		}
 		w.pushLocal(p)
