@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gantryhq/gantry/internal/testutil"
 )
 
 // cluster is what the Docker tests share: a static gantry for the host, an
@@ -158,17 +160,10 @@ func (k *container) logs() (stdout, stderr string) {
 // waitLog waits until the container's stderr holds s.
 func (k *container) waitLog(s string, timeout time.Duration) {
 	k.c.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	testutil.WaitFor(k.c.t, timeout, fmt.Sprintf("%s to print %q", k.name, s), func() (bool, string) {
 		_, e := k.logs()
-		if strings.Contains(e, s) {
-			return
-		}
-		if time.Now().After(deadline) {
-			k.c.t.Fatalf("%s did not print %q within %s; stderr:\n%s", k.name, s, timeout, tail(e, 30))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return strings.Contains(e, s), "stderr:\n" + tail(e, 30)
+	})
 }
 
 // wait waits for the container to exit and returns its exit code.
