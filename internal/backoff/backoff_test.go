@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/gantryhq/gantry/internal/clock"
 )
 
 func TestDelayGrowsAndCaps(t *testing.T) {
@@ -128,5 +130,35 @@ func TestSleep(t *testing.T) {
 	cancel()
 	if err := Sleep(ctx, time.Hour); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Sleep on cancelled ctx = %v", err)
+	}
+}
+
+// Retry waits on Policy.Clock: with a fake clock, hour-long delays pass as
+// soon as the test advances it.
+func TestRetryWaitsOnTheClock(t *testing.T) {
+	fake := clock.NewFake(time.Unix(0, 0))
+	p := Policy{Initial: time.Hour, Max: time.Hour, Jitter: -1, MaxAttempts: 3, Clock: fake}
+	done := make(chan error, 1)
+	calls := 0
+	go func() {
+		done <- p.Retry(t.Context(), func(context.Context) error {
+			calls++
+			if calls < 3 {
+				return errors.New("not yet")
+			}
+			return nil
+		})
+	}()
+	for range 2 {
+		fake.BlockUntil(1) // Retry is waiting
+		fake.Advance(time.Hour)
+	}
+	select {
+	case err := <-done:
+		if err != nil || calls != 3 {
+			t.Fatalf("Retry = %v after %d calls, want nil after 3", err, calls)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Retry still waiting after the fake clock passed both delays")
 	}
 }
