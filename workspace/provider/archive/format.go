@@ -12,6 +12,12 @@
 // a staging directory confined with os.Root, refuses absolute names, ".."
 // components, links that point outside the volume and hard links, and only
 // renames the staging directory into place when the checksum matches.
+//
+// The files:
+//
+//	format.go    Write, Committed, ReadMeta, Extract: the format over a BlobStore
+//	storage.go   Storage: volume directories under Root plus a BlobStore (Archive, Restore, …)
+//	tree.go      TreeDigest: a digest of a directory tree, to compare volumes
 package archive
 
 import (
