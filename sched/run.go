@@ -8,10 +8,9 @@ var noEvents = make([]Event, 0)
 
 // run executes one step of p and moves it to its next state. Worker only.
 //
-// The common path (a step that sends nothing or a little, yields nothing or
-// a little, and waits or continues) stays in this function and its two
-// loops; the ends of a process (Stop giving up, an error, StatusDone) are
-// calls off that path.
+// The common path (deliver the step's messages, dispatch its yields, then
+// finishWait or requeue) stays in this function; the ends of a process
+// (Stop giving up, an error, StatusDone) are calls off that path.
 func (w *worker) run(p *proc) {
 	s := w.s
 	events, ok := w.begin(p)
@@ -42,9 +41,14 @@ func (w *worker) run(p *proc) {
 		return
 	}
 	// Messages first, so a reply to them can never overtake them.
-	if len(out.sends) > 0 {
-		w.deliverSends(p, out)
+	for i := range out.sends {
+		m := &out.sends[i]
+		if to := s.procs.get(m.to); to == nil || !to.deliver(uint32(m.to>>32), Event{Type: EventMessage, From: p.pid, Data: m.data}, w) {
+			s.undeliverable.Add(1)
+		}
 	}
+	clear(out.sends)
+	out.sends = out.sends[:0]
 	if err == nil && !out.Status.valid() {
 		err = fmt.Errorf("%w (got %v)", ErrNoStatus, out.Status)
 	}
@@ -52,10 +56,24 @@ func (w *worker) run(p *proc) {
 		w.end(p, err, out)
 		return
 	}
-	if len(out.yields) > 0 {
-		w.dispatchYields(p, out)
+	// Dispatch while still Running, so a handler that completes at once
+	// (or from a goroutine that is quick) only sets the wake flag. The tag
+	// is pending before the handler runs, so whichever completion comes
+	// first (the handler's, or its error or panic) is the only one.
+	for i := range out.yields {
+		y := &out.yields[i]
+		p.addPending(y.Tag)
+		if herr := w.dispatch(p, y); herr != nil {
+			w.failYield(p, y.Tag, herr)
+		}
 	}
-	w.settle(p, out.Status)
+	clear(out.yields)
+	out.yields = out.yields[:0]
+	if out.Status == StatusContinue {
+		w.requeue(p)
+		return
+	}
+	w.finishWait(p, out.Status.waitState())
 }
 
 // valid reports whether a step may end with s.
@@ -77,20 +95,6 @@ func (w *worker) abandon(p *proc, err error, out *StepOutput) {
 	w.s.complete(p, err, w, &w.counts)
 }
 
-// deliverSends delivers the messages p's step sent, in order, and empties
-// out.sends. Worker only.
-func (w *worker) deliverSends(p *proc, out *StepOutput) {
-	s := w.s
-	for i := range out.sends {
-		m := &out.sends[i]
-		if to := s.procs.get(m.to); to == nil || !to.deliver(uint32(m.to>>32), Event{Type: EventMessage, From: p.pid, Data: m.data}, w) {
-			s.undeliverable.Add(1)
-		}
-	}
-	clear(out.sends)
-	out.sends = out.sends[:0]
-}
-
 // end completes p after a step that failed (err) or returned StatusDone;
 // its yields are dropped. Worker only.
 func (w *worker) end(p *proc, err error, out *StepOutput) {
@@ -100,25 +104,6 @@ func (w *worker) end(p *proc, err error, out *StepOutput) {
 		err = fmt.Errorf("sched: process %v: %w", p.pid, err)
 	}
 	w.s.complete(p, err, w, &w.counts)
-}
-
-// dispatchYields hands p's yields to their handlers and empties out.yields.
-// Worker only.
-//
-// It runs while p is still Running, so a handler that completes at once
-// (or from a goroutine that is quick) only sets the wake flag. The tag is
-// pending before the handler runs, so whichever completion comes first (the
-// handler's, or its error or panic) is the only one.
-func (w *worker) dispatchYields(p *proc, out *StepOutput) {
-	for i := range out.yields {
-		y := &out.yields[i]
-		p.addPending(y.Tag)
-		if herr := w.dispatch(p, y); herr != nil {
-			w.failYield(p, y.Tag, herr)
-		}
-	}
-	clear(out.yields)
-	out.yields = out.yields[:0]
 }
 
 // failYield completes yield tag with the error its handler returned, unless
@@ -133,29 +118,31 @@ func (w *worker) failYield(p *proc, tag uint64, herr error) {
 		"pid", p.pid.String(), "tag", tag, "err", herr)
 }
 
-// settle moves p, still Running after a step that asked for st, to its next
-// state: Ready on this worker's queue (or the global queue once it has run
-// maxRunStreak times in a row), Idle or Blocked. Worker only.
-func (w *worker) settle(p *proc, st Status) {
-	switch st {
-	case StatusContinue:
-		// Producers only push while Running (the state bits stay), so
-		// this CAS fails only on a push and the retry sees it.
-		for old := p.state.Load(); !p.state.CompareAndSwap(old, withState(old, StateReady)); old = p.state.Load() {
-		}
-		if w.streak >= maxRunStreak {
-			// Fairness: let everything queued before it run first.
-			w.last, w.streak = nil, 0
-			w.s.global.push(p)
-			w.s.wakeOne()
-			return
-		}
-		w.pushLocal(p)
-	case StatusWaitMessages:
-		w.finishWait(p, StateIdle)
-	case StatusWaitYields:
-		w.finishWait(p, StateBlocked)
+// waitState is the state a step that asked for s (StatusWaitMessages or
+// StatusWaitYields) waits in.
+func (s Status) waitState() State {
+	if s == StatusWaitMessages {
+		return StateIdle
 	}
+	return StateBlocked
+}
+
+// requeue makes p, still Running after a step that asked for
+// StatusContinue, Ready again: on this worker's queue, or on the global
+// queue once it has run maxRunStreak times in a row. Worker only.
+func (w *worker) requeue(p *proc) {
+	// Producers only push while Running (the state bits stay), so this CAS
+	// fails only on a push and the retry sees it.
+	for old := p.state.Load(); !p.state.CompareAndSwap(old, withState(old, StateReady)); old = p.state.Load() {
+	}
+	if w.streak >= maxRunStreak {
+		// Fairness: let everything queued before it run first.
+		w.last, w.streak = nil, 0
+		w.s.global.push(p)
+		w.s.wakeOne()
+		return
+	}
+	w.pushLocal(p)
 }
 
 // begin moves p from Ready to Running and returns the events its step gets:
