@@ -22,4 +22,18 @@
 //
 // Sort leaves the output directory holding only partition.<n> files, and
 // removes its temporary files on success, on failure and on cancellation.
+//
+// The files:
+//
+//	config.go      Config (zero values are defaults), Phase, DefaultMemory
+//	input.go       Input, ScanInputs
+//	runs.go        Run, Segment and run generation (read, sort, spill)
+//	radix.go       the 16-byte entry and its parallel MSD radix sort
+//	split.go       composite splitters that cut runs into balanced ranges
+//	merge.go       Merge, the loser tree and BlockWriter
+//	sorted.go      Sorted: a whole input sorted in memory (SortInMemory), read with ReadAt
+//	output.go      partition files, written at offsets; CheckSeparate
+//	sort.go        Sort and Stats
+//	hugemem*.go    the sort's large buffers (zeroed, transparent huge pages where there are)
+//	ram_*.go       the machine's RAM, for DefaultMemory
 package extsort

@@ -173,7 +173,7 @@ func TestSortMatchesStableReference(t *testing.T) {
 			}
 			cfg := Config{Memory: tc.memory, PartitionSize: tc.part, TempDir: filepath.Join(root, "tmp"), FirstPartition: 3}
 			os.Mkdir(cfg.TempDir, 0o755)
-			st, err := Sort(context.Background(), cfg, inputs, filepath.Join(root, "out"))
+			st, err := Sort(t.Context(), cfg, inputs, filepath.Join(root, "out"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -250,7 +250,7 @@ func TestMergeIsStable(t *testing.T) {
 	for _, mem := range []int64{MinMemory, 1 << 30} {
 		out.Reset()
 		progress = 0
-		if err := Merge(context.Background(), Config{Memory: mem, TempDir: dir}, segs, &out, func(n int64) { progress += n }); err != nil {
+		if err := Merge(t.Context(), Config{Memory: mem, TempDir: dir}, segs, &out, func(n int64) { progress += n }); err != nil {
 			t.Fatal(err)
 		}
 		if want := referenceSort(all); !bytes.Equal(out.Bytes(), want) {
@@ -274,7 +274,7 @@ func TestMergeManySegmentsMultiPass(t *testing.T) {
 	}
 	os.WriteFile(filepath.Join(dir, "runs"), file, 0o644)
 	var out bytes.Buffer
-	if err := Merge(context.Background(), Config{Memory: MinMemory, TempDir: dir}, segs, &out, nil); err != nil {
+	if err := Merge(t.Context(), Config{Memory: MinMemory, TempDir: dir}, segs, &out, nil); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(out.Bytes(), referenceSort(all)) {
@@ -335,7 +335,7 @@ func TestSortEmptyInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := Sort(context.Background(), Config{TempDir: root}, inputs, filepath.Join(root, "out"))
+	st, err := Sort(t.Context(), Config{TempDir: root}, inputs, filepath.Join(root, "out"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -352,7 +352,7 @@ func TestSortRejectsForeignFilesInOutput(t *testing.T) {
 	out := filepath.Join(root, "out")
 	os.MkdirAll(out, 0o755)
 	os.WriteFile(filepath.Join(out, "notes.txt"), []byte("mine"), 0o644)
-	_, err := Sort(context.Background(), Config{TempDir: root}, nil, out)
+	_, err := Sort(t.Context(), Config{TempDir: root}, nil, out)
 	if !errors.Is(err, ErrConfig) {
 		t.Fatalf("err = %v, want ErrConfig for a foreign file", err)
 	}
@@ -368,7 +368,7 @@ func TestSortCancelledCleansUp(t *testing.T) {
 	inputs, _, _ := ScanInputs([]string{filepath.Join(root, "in")})
 	tmp := filepath.Join(root, "tmp")
 	os.Mkdir(tmp, 0o755)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	cfg := Config{Memory: MinMemory, TempDir: tmp, Progress: func(p Phase, _ int64) {
 		if p == PhaseMerge {
 			cancel() // in the middle of the merge
@@ -442,7 +442,7 @@ func TestSortEmptyInputRemovesStaleOutput(t *testing.T) {
 	os.WriteFile(filepath.Join(out, "partition.0"), make([]byte, 100), 0o644)
 	os.Mkdir(filepath.Join(root, "in"), 0o755)
 	inputs, _, _ := ScanInputs([]string{filepath.Join(root, "in")})
-	if _, err := Sort(context.Background(), Config{TempDir: root}, inputs, out); err != nil {
+	if _, err := Sort(t.Context(), Config{TempDir: root}, inputs, out); err != nil {
 		t.Fatal(err)
 	}
 	if ents, _ := os.ReadDir(out); len(ents) != 0 {
@@ -460,7 +460,7 @@ func TestSortRefusesOverlappingDirs(t *testing.T) {
 		"input inside output": {root, t.TempDir()},
 		"temp inside input":   {filepath.Join(root, "out"), in},
 	} {
-		_, err := Sort(context.Background(), Config{TempDir: c.tmp}, inputs, c.out)
+		_, err := Sort(t.Context(), Config{TempDir: c.tmp}, inputs, c.out)
 		if !errors.Is(err, ErrConfig) {
 			t.Errorf("%s: err = %v, want ErrConfig", name, err)
 		}
@@ -489,7 +489,7 @@ func TestSortSmallBudgetManyWorkers(t *testing.T) {
 		os.Mkdir(tmp, 0o755)
 		var log bytes.Buffer
 		logger := slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug}))
-		st, err := Sort(context.Background(), Config{Memory: MinMemory, Workers: 64, TempDir: tmp, PartitionSize: 1 << 20, Logger: logger},
+		st, err := Sort(t.Context(), Config{Memory: MinMemory, Workers: 64, TempDir: tmp, PartitionSize: 1 << 20, Logger: logger},
 			inputs, filepath.Join(root, "out"))
 		maxChunkRecords = old
 		if err != nil {

@@ -42,63 +42,13 @@ func ScanInputs(dirs []string) ([]Input, int64, error) {
 	var total int64
 	seen := map[string]string{}
 	for _, dir := range dirs {
-		st, err := os.Stat(dir)
+		real, err := resolveInputDir(dir, seen)
 		if err != nil {
-			return nil, 0, fmt.Errorf("%w: input directory: %v", ErrBadInput, err)
+			return nil, 0, err
 		}
-		if !st.IsDir() {
-			return nil, 0, fmt.Errorf("%w: input %s is not a directory", ErrBadInput, dir)
-		}
-		real, err := filepath.EvalSymlinks(dir)
+		files, err := scanInputDir(dir, real)
 		if err != nil {
-			return nil, 0, fmt.Errorf("%w: input directory: %v", ErrBadInput, err)
-		}
-		if abs, err := filepath.Abs(real); err == nil {
-			real = abs
-		}
-		if prev, ok := seen[real]; ok {
-			return nil, 0, fmt.Errorf("%w: input directory %s is given twice (also as %s)", ErrBadInput, dir, prev)
-		}
-		seen[real] = dir
-		var files []Input
-		// Walk the resolved directory so that a symlinked -I works, but
-		// report paths under the name the user gave.
-		err = filepath.WalkDir(real, func(path string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			if d.IsDir() {
-				return nil
-			}
-			shown := filepath.Join(dir, strings.TrimPrefix(path, real))
-			info, err := os.Stat(path) // follows a symlink to its target
-			switch {
-			case err != nil && d.Type()&fs.ModeSymlink != 0:
-				return fmt.Errorf("%w: %s is a dangling symbolic link", ErrBadInput, shown)
-			case err != nil:
-				return err
-			case info.IsDir():
-				return fmt.Errorf("%w: %s is a symbolic link to a directory; give that directory with -I instead", ErrBadInput, shown)
-			case !info.Mode().IsRegular():
-				return fmt.Errorf("%w: %s is not a regular file (%s)", ErrBadInput, shown, info.Mode().Type())
-			}
-			if info.Size()%recSize != 0 {
-				return fmt.Errorf("%w: %s: size %d bytes is not a multiple of the %d-byte record (%d whole records and %d extra bytes)",
-					ErrBadInput, shown, info.Size(), recSize, info.Size()/recSize, info.Size()%recSize)
-			}
-			f, err := os.Open(path)
-			if err != nil {
-				return err
-			}
-			f.Close()
-			files = append(files, Input{Path: path, Size: info.Size(), Root: real})
-			return nil
-		})
-		if err != nil {
-			if errors.Is(err, ErrBadInput) {
-				return nil, 0, err
-			}
-			return nil, 0, fmt.Errorf("%w: %v", ErrBadInput, err)
+			return nil, 0, err
 		}
 		for _, f := range files {
 			total += f.Size
@@ -106,4 +56,85 @@ func ScanInputs(dirs []string) ([]Input, int64, error) {
 		inputs = append(inputs, files...)
 	}
 	return inputs, total, nil
+}
+
+// resolveInputDir checks that dir is a directory not given before (seen maps
+// each resolved directory to the name it was given as) and returns its
+// absolute path with symbolic links resolved.
+func resolveInputDir(dir string, seen map[string]string) (string, error) {
+	st, err := os.Stat(dir)
+	if err != nil {
+		return "", fmt.Errorf("%w: input directory: %v", ErrBadInput, err)
+	}
+	if !st.IsDir() {
+		return "", fmt.Errorf("%w: input %s is not a directory", ErrBadInput, dir)
+	}
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return "", fmt.Errorf("%w: input directory: %v", ErrBadInput, err)
+	}
+	if abs, err := filepath.Abs(real); err == nil {
+		real = abs
+	}
+	if prev, ok := seen[real]; ok {
+		return "", fmt.Errorf("%w: input directory %s is given twice (also as %s)", ErrBadInput, dir, prev)
+	}
+	seen[real] = dir
+	return real, nil
+}
+
+// scanInputDir lists the input files under real, the resolved form of dir.
+// It walks the resolved directory so that a symlinked -I works, but reports
+// paths under the name the user gave.
+func scanInputDir(dir, real string) ([]Input, error) {
+	var files []Input
+	err := filepath.WalkDir(real, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			return nil
+		}
+		in, err := checkInputFile(path, filepath.Join(dir, strings.TrimPrefix(path, real)), d)
+		if err != nil {
+			return err
+		}
+		in.Root = real
+		files = append(files, in)
+		return nil
+	})
+	if err != nil {
+		if errors.Is(err, ErrBadInput) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: %v", ErrBadInput, err)
+	}
+	return files, nil
+}
+
+// checkInputFile checks that the walked entry d at path (shown to the user
+// as shown) is a readable regular file of whole records, following a
+// symbolic link, and returns it as an Input without its Root.
+func checkInputFile(path, shown string, d fs.DirEntry) (Input, error) {
+	info, err := os.Stat(path) // follows a symlink to its target
+	switch {
+	case err != nil && d.Type()&fs.ModeSymlink != 0:
+		return Input{}, fmt.Errorf("%w: %s is a dangling symbolic link", ErrBadInput, shown)
+	case err != nil:
+		return Input{}, err
+	case info.IsDir():
+		return Input{}, fmt.Errorf("%w: %s is a symbolic link to a directory; give that directory with -I instead", ErrBadInput, shown)
+	case !info.Mode().IsRegular():
+		return Input{}, fmt.Errorf("%w: %s is not a regular file (%s)", ErrBadInput, shown, info.Mode().Type())
+	}
+	if info.Size()%recSize != 0 {
+		return Input{}, fmt.Errorf("%w: %s: size %d bytes is not a multiple of the %d-byte record (%d whole records and %d extra bytes)",
+			ErrBadInput, shown, info.Size(), recSize, info.Size()/recSize, info.Size()%recSize)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return Input{}, err
+	}
+	f.Close()
+	return Input{Path: path, Size: info.Size()}, nil
 }

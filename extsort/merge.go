@@ -268,7 +268,7 @@ func (a *arena) carve(used *int, n int) []byte {
 	return b
 }
 
-// mergeSources is the merge loop. Each file source gets a read buffer from
+// mergeSources merges srcs into w. Each file source gets a read buffer from
 // the memory budget (carved from a, if given); in-memory sources are read in
 // place.
 func mergeSources(ctx context.Context, memory int64, srcs []source, w io.Writer, progress func(int64), a *arena) error {
@@ -281,7 +281,20 @@ func mergeSources(ctx context.Context, memory int64, srcs []source, w io.Writer,
 	if len(only) == 1 {
 		return copySource(ctx, only[0], w, progress, a)
 	}
-	var cur []*cursor
+	used := 0
+	cur, err := openCursors(memory, srcs, a, &used)
+	if err != nil || len(cur) == 0 {
+		return err
+	}
+	mo := &mergeOut{w: w, progress: progress, out: a.carve(&used, mergeOutBuf-mergeOutBuf%recSize)}
+	mo.bw, _ = w.(BlockWriter)
+	return mergeLoop(ctx, cur, mo)
+}
+
+// openCursors makes a cursor on each non-empty source, its first block read:
+// file sources share what is left of memory after the output buffer, carved
+// from a (from offset *used on).
+func openCursors(memory int64, srcs []source, a *arena, used *int) ([]*cursor, error) {
 	files := 0
 	for _, s := range srcs {
 		if s.length > 0 && s.mem == nil {
@@ -289,7 +302,7 @@ func mergeSources(ctx context.Context, memory int64, srcs []source, w io.Writer,
 		}
 	}
 	bufSize := mergeBufSize(memory, max(files, 1))
-	used := 0
+	var cur []*cursor
 	for _, s := range srcs {
 		if s.length == 0 {
 			continue
@@ -300,19 +313,20 @@ func mergeSources(ctx context.Context, memory int64, srcs []source, w io.Writer,
 			c.off, c.lim = c.end, len(c.buf) // the whole range is already "read"
 			c.load()
 		} else {
-			c.buf = a.carve(&used, bufSize)
+			c.buf = a.carve(used, bufSize)
 			if err := c.refill(); err != nil {
-				return err
+				return nil, err
 			}
 		}
 		cur = append(cur, c)
 	}
-	if len(cur) == 0 {
-		return nil
-	}
+	return cur, nil
+}
+
+// mergeLoop is the merge proper: it moves the smallest record of the
+// cursors to mo until all are exhausted.
+func mergeLoop(ctx context.Context, cur []*cursor, mo *mergeOut) error {
 	t := newLoserTree(cur)
-	mo := &mergeOut{w: w, progress: progress, out: a.carve(&used, mergeOutBuf-mergeOutBuf%recSize)}
-	mo.bw, _ = w.(BlockWriter)
 	buf, lent := mo.next()
 	n := 0
 	for {

@@ -145,20 +145,12 @@ func sortRuns(ctx context.Context, cfg Config, inputs []Input, out *partOutput, 
 		memory = mergeOutBuf + minMergeBuf
 	} else if len(runs) > fanIn(memory) {
 		// More runs than a merge can buffer: merge groups of them first.
-		segs := make([]Segment, len(runs))
-		for i, r := range runs {
-			segs[i] = r.Segment()
-		}
-		segs, cleanup, err := reduceSegments(ctx, memory, cfg.Workers, segs, spillDir, true)
+		var cleanup func()
+		runs, cleanup, err = reduceRuns(ctx, cfg, memory, runs, spillDir)
 		defer cleanup()
 		if err != nil {
 			return err
 		}
-		runs = runs[:0]
-		for _, sg := range segs {
-			runs = append(runs, Run{Path: sg.Path, Records: sg.Length / recSize})
-		}
-		cfg.Logger.Debug("reduced runs", "runs", len(runs))
 	}
 	srcs, closeRuns, err := openRuns(runs)
 	if err != nil {
@@ -171,13 +163,43 @@ func sortRuns(ctx context.Context, cfg Config, inputs []Input, out *partOutput, 
 		return err
 	}
 	cfg.Logger.Debug("merging", "runs", len(runs), "ranges", len(ranges))
+	err = mergeRanges(ctx, cfg, memory, srcs, ranges, out)
+	st.Merge = time.Since(t1)
+	if err != nil {
+		return err
+	}
+	return ctx.Err()
+}
+
+// reduceRuns merges groups of runs into fewer, longer ones in spillDir until
+// a merge can buffer them all; cleanup removes the runs it made.
+func reduceRuns(ctx context.Context, cfg Config, memory int64, runs []Run, spillDir string) (_ []Run, cleanup func(), _ error) {
+	segs := make([]Segment, len(runs))
+	for i, r := range runs {
+		segs[i] = r.Segment()
+	}
+	segs, cleanup, err := reduceSegments(ctx, memory, cfg.Workers, segs, spillDir, true)
+	if err != nil {
+		return runs, cleanup, err
+	}
+	runs = runs[:0]
+	for _, sg := range segs {
+		runs = append(runs, Run{Path: sg.Path, Records: sg.Length / recSize})
+	}
+	cfg.Logger.Debug("reduced runs", "runs", len(runs))
+	return runs, cleanup, nil
+}
+
+// mergeRanges merges the ranges of the runs srcs in parallel, each straight
+// to its place in out, one arena of memory bytes per merge worker.
+func mergeRanges(ctx context.Context, cfg Config, memory int64, srcs []source, ranges [][]source, out *partOutput) error {
 	arenas := make(chan *arena, cfg.Workers)
 	for range cfg.Workers {
 		a := newArena(memory)
 		defer a.free()
 		arenas <- a
 	}
-	err = par.Do(ctx, len(ranges), cfg.Workers, func(ctx context.Context, i int) error {
+	return par.Do(ctx, len(ranges), cfg.Workers, func(ctx context.Context, i int) error {
 		a := <-arenas
 		defer func() { arenas <- a }()
 		var off int64 // the range starts after everything before it in every run
@@ -187,9 +209,4 @@ func sortRuns(ctx context.Context, cfg Config, inputs []Input, out *partOutput, 
 		ow := &offsetWriter{w: out, off: off}
 		return mergeSources(ctx, memory, ranges[i], ow, func(n int64) { cfg.Progress(PhaseMerge, n) }, a)
 	})
-	st.Merge = time.Since(t1)
-	if err != nil {
-		return err
-	}
-	return ctx.Err()
 }

@@ -2,7 +2,6 @@ package extsort
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"io"
 	"path/filepath"
@@ -12,7 +11,7 @@ import (
 // SortInMemory is the stable sort of its inputs, read back through ReadAt
 // at any offset and length, and usable as a merge segment.
 func TestSortInMemoryReadsBackTheStableSort(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	for name, d := range dists {
 		t.Run(name, func(t *testing.T) {
 			const n = 20011
@@ -82,7 +81,7 @@ func TestSortInMemoryRefusesWhatDoesNotFit(t *testing.T) {
 	if FitsOneChunk(cfg, 200000) {
 		t.Fatalf("200000 records fit one chunk of %d bytes", MinMemory)
 	}
-	if _, err := SortInMemory(context.Background(), cfg, inputs, nil); !errors.Is(err, ErrConfig) {
+	if _, err := SortInMemory(t.Context(), cfg, inputs, nil); !errors.Is(err, ErrConfig) {
 		t.Fatalf("err = %v, want ErrConfig", err)
 	}
 	if !FitsOneChunk(Config{Memory: 64 << 20, Workers: 1}, 200000) {
@@ -91,7 +90,7 @@ func TestSortInMemoryRefusesWhatDoesNotFit(t *testing.T) {
 }
 
 func TestSortInMemoryEmpty(t *testing.T) {
-	s, err := SortInMemory(context.Background(), Config{Memory: MinMemory}, nil, nil)
+	s, err := SortInMemory(t.Context(), Config{Memory: MinMemory}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +110,7 @@ func TestMergeOneSegmentIsACopy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := SortInMemory(context.Background(), Config{Memory: 64 << 20}, inputs, nil)
+	s, err := SortInMemory(t.Context(), Config{Memory: 64 << 20}, inputs, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +122,7 @@ func TestMergeOneSegmentIsACopy(t *testing.T) {
 		var out bytes.Buffer
 		var progress int64
 		empty := Segment{Path: inputs[0].Path}
-		if err := Merge(context.Background(), Config{Memory: MinMemory}, []Segment{empty, seg, empty}, &out, func(n int64) { progress += n }); err != nil {
+		if err := Merge(t.Context(), Config{Memory: MinMemory}, []Segment{empty, seg, empty}, &out, func(n int64) { progress += n }); err != nil {
 			t.Fatal(err)
 		}
 		if want := data[700*recSize : 25700*recSize]; !bytes.Equal(out.Bytes(), want) || progress != int64(len(want)) {
@@ -163,7 +162,7 @@ func TestMergeIntoLentBlocks(t *testing.T) {
 	want := referenceSort(all)
 	for _, segs := range [][]Segment{segs, segs[1:]} {
 		out := &blockBuffer{sizes: []int{250, 99, 4000, 100, 1 << 20, 0}}
-		if err := Merge(context.Background(), Config{Memory: MinMemory}, segs, out, nil); err != nil {
+		if err := Merge(t.Context(), Config{Memory: MinMemory}, segs, out, nil); err != nil {
 			t.Fatal(err)
 		}
 		w := want

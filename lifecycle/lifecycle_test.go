@@ -216,7 +216,7 @@ func TestOnTransition(t *testing.T) {
 func TestGroupCancelsOthersOnError(t *testing.T) {
 	boom := errors.New("boom")
 	drained := make(chan struct{})
-	err := Group(context.Background(),
+	err := Group(t.Context(),
 		RunnerFunc(func(ctx context.Context) error { return boom }),
 		RunnerFunc(func(ctx context.Context) error { <-ctx.Done(); close(drained); return nil }),
 	)
@@ -231,7 +231,7 @@ func TestGroupCancelsOthersOnError(t *testing.T) {
 }
 
 func TestGroupStopsWithContext(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	started := make(chan struct{})
 	done := make(chan error)
 	go func() {

@@ -3,7 +3,6 @@ package record
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"fmt"
 	"hash/crc32"
 	"io"
@@ -54,7 +53,7 @@ func BenchmarkGenerateFile(b *testing.B) {
 			b.Run(name, func(b *testing.B) {
 				b.SetBytes(count * Size)
 				for b.Loop() {
-					if _, err := GenerateFile(context.Background(), target, 0, count, GenOptions{}, workers, nil); err != nil {
+					if _, err := GenerateFile(b.Context(), target, 0, count, GenOptions{}, workers, nil); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -86,7 +85,7 @@ func BenchmarkValidate(b *testing.B) {
 		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
 			b.SetBytes(count * Size)
 			for b.Loop() {
-				if _, err := Validate(context.Background(), []string{path}, ValidateOptions{Workers: workers}); err != nil {
+				if _, err := Validate(b.Context(), []string{path}, ValidateOptions{Workers: workers}); err != nil {
 					b.Fatal(err)
 				}
 			}

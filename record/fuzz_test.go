@@ -2,7 +2,6 @@ package record
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -42,7 +41,7 @@ func FuzzValidate(f *testing.F) {
 			}
 		}
 		opt := ValidateOptions{Workers: int(workers%8) + 1, BlockSize: (int(block%9) + 1) * Size, ChecksumOnly: workers&0x80 != 0}
-		got, err := Validate(context.Background(), paths, opt)
+		got, err := Validate(t.Context(), paths, opt)
 		if partial != "" {
 			var pe *PartialRecordError
 			if !errors.As(err, &pe) || pe.Path != partial {

@@ -233,7 +233,7 @@ func TestGensortVectors(t *testing.T) {
 
 			path := filepath.Join(t.TempDir(), "out")
 			for _, workers := range []int{1, 3} {
-				sum, err := GenerateFile(context.Background(), path, v.first, v.count, v.opt, workers, nil)
+				sum, err := GenerateFile(t.Context(), path, v.first, v.count, v.opt, workers, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -283,7 +283,7 @@ func TestGenerateFileParallelEqualsSerial(t *testing.T) {
 	for _, workers := range []int{0, 1, 2, 3, 8} {
 		path := filepath.Join(dir, "f")
 		var reported int64
-		sum, err := GenerateFile(context.Background(), path, 42, count, GenOptions{Skew: true}, workers, func(n int64) { reported += n })
+		sum, err := GenerateFile(t.Context(), path, 42, count, GenOptions{Skew: true}, workers, func(n int64) { reported += n })
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -309,7 +309,7 @@ func TestGenerateFileParallelEqualsSerial(t *testing.T) {
 func TestGenerateFileCanceledLeavesNothing(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "big")
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	// Cancel from the progress callback after the first write.
 	_, err := GenerateFile(ctx, path, 0, 50*genBlockRecords, GenOptions{}, 2, func(int64) { cancel() })
 	if !errors.Is(err, context.Canceled) {
@@ -331,19 +331,19 @@ func TestGenerateFileErrors(t *testing.T) {
 		{"directory", dir, 0, 10, "is a directory"},
 		{"past 2^64", filepath.Join(dir, "f"), math.MaxUint64, 2, "past 2^64"},
 	} {
-		_, err := GenerateFile(context.Background(), tc.path, tc.first, tc.count, GenOptions{}, 0, nil)
+		_, err := GenerateFile(t.Context(), tc.path, tc.first, tc.count, GenOptions{}, 0, nil)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err = %v, want it to mention %q", tc.name, err, tc.want)
 		}
 	}
 	// The last representable record is fine.
-	if _, err := GenerateFile(context.Background(), filepath.Join(dir, "last"), math.MaxUint64, 1, GenOptions{ASCII: true}, 0, nil); err != nil {
+	if _, err := GenerateFile(t.Context(), filepath.Join(dir, "last"), math.MaxUint64, 1, GenOptions{ASCII: true}, 0, nil); err != nil {
 		t.Errorf("record 2^64-1: %v", err)
 	}
 }
 
 func TestGenerateFileDevNull(t *testing.T) {
-	sum, err := GenerateFile(context.Background(), os.DevNull, 0, 1000, GenOptions{}, 0, nil)
+	sum, err := GenerateFile(t.Context(), os.DevNull, 0, 1000, GenOptions{}, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

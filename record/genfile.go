@@ -85,6 +85,46 @@ type genBlock struct {
 	buf []byte
 }
 
+// genLane is one generating worker's pair of channels: full carries its
+// blocks to the writer in order, free brings the buffers back.
+type genLane struct {
+	full chan genBlock
+	free chan genBlock
+	sum  Checksum // of the lane's blocks; read after the lane is done
+}
+
+func newGenLane() *genLane {
+	ln := &genLane{full: make(chan genBlock, 2), free: make(chan genBlock, 2)}
+	for range 2 {
+		ln.free <- genBlock{buf: make([]byte, genBlockRecords*Size)}
+	}
+	return ln
+}
+
+// generate fills blocks id, id+stride, … below blocks and sends each on
+// ln.full; it closes ln.full when done or when ctx ends.
+func (ln *genLane) generate(ctx context.Context, id, stride, blocks, first, count uint64, opt GenOptions) {
+	defer close(ln.full)
+	for b := id; b < blocks; b += stride {
+		var blk genBlock
+		select {
+		case blk = <-ln.free:
+		case <-ctx.Done():
+			return
+		}
+		start := b * genBlockRecords
+		n := min(genBlockRecords, count-start)
+		buf := blk.buf[:n*Size]
+		Generate(buf, first+start, opt)
+		ln.sum.AddAll(buf)
+		select {
+		case ln.full <- genBlock{buf: buf}:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
 // generateTo writes records first..first+count-1 to w in order.
 //
 // Block b goes to worker b % workers, and the writer takes block b from that
@@ -102,41 +142,15 @@ func generateTo(ctx context.Context, w io.Writer, first, count uint64, opt GenOp
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	type lane struct {
-		full chan genBlock
-		free chan genBlock
-		sum  Checksum
-	}
-	lanes := make([]*lane, workers)
+	lanes := make([]*genLane, workers)
 	var wg sync.WaitGroup
 	for i := range lanes {
-		ln := &lane{full: make(chan genBlock, 2), free: make(chan genBlock, 2)}
-		for range 2 {
-			ln.free <- genBlock{buf: make([]byte, genBlockRecords*Size)}
-		}
+		ln := newGenLane()
 		lanes[i] = ln
 		wg.Add(1)
 		go func(id int) {
 			defer wg.Done()
-			defer close(ln.full)
-			for b := uint64(id); b < blocks; b += uint64(workers) {
-				var blk genBlock
-				select {
-				case blk = <-ln.free:
-				case <-ctx.Done():
-					return
-				}
-				start := b * genBlockRecords
-				n := min(genBlockRecords, count-start)
-				buf := blk.buf[:n*Size]
-				Generate(buf, first+start, opt)
-				ln.sum.AddAll(buf)
-				select {
-				case ln.full <- genBlock{buf: buf}:
-				case <-ctx.Done():
-					return
-				}
-			}
+			ln.generate(ctx, uint64(id), uint64(workers), blocks, first, count, opt)
 		}(i)
 	}
 

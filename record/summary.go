@@ -49,44 +49,74 @@ var ErrBadSummary = errors.New("record: invalid summary")
 // Check returns an error wrapping ErrBadSummary if s breaks Summary's
 // invariants (a hand-edited or corrupted summary file).
 func (s Summary) Check() error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: %s", ErrBadSummary, fmt.Sprintf(format, args...))
-	}
 	if s.Records == 0 {
-		if s.Duplicates != 0 || s.Unordered != 0 || s.FirstUnordered != -1 || s.Checksum != (Checksum{}) ||
-			len(s.FirstKey) != 0 || len(s.LastKey) != 0 {
-			return bad("0 records but duplicates, unordered, first_unordered, checksum or keys set")
-		}
-		return nil
+		return s.checkEmpty()
 	}
+	for _, check := range []func() string{s.checkKeyLengths, s.checkCounts, s.checkFirstUnordered, s.checkKeyOrder, s.checkChecksum} {
+		if msg := check(); msg != "" {
+			return fmt.Errorf("%w: %s", ErrBadSummary, msg)
+		}
+	}
+	return nil
+}
+
+// checkEmpty checks a summary of 0 records: everything else zero or empty.
+func (s Summary) checkEmpty() error {
+	if s.Duplicates != 0 || s.Unordered != 0 || s.FirstUnordered != -1 || s.Checksum != (Checksum{}) ||
+		len(s.FirstKey) != 0 || len(s.LastKey) != 0 {
+		return fmt.Errorf("%w: 0 records but duplicates, unordered, first_unordered, checksum or keys set", ErrBadSummary)
+	}
+	return nil
+}
+
+// The checks below run on a summary of at least one record, in Check's
+// order; each returns what is wrong, or "" if nothing is.
+
+func (s Summary) checkKeyLengths() string {
 	if len(s.FirstKey) != KeySize || len(s.LastKey) != KeySize {
-		return bad("first_key and last_key must be %d bytes (%d hex digits), got %d and %d bytes",
+		return fmt.Sprintf("first_key and last_key must be %d bytes (%d hex digits), got %d and %d bytes",
 			KeySize, 2*KeySize, len(s.FirstKey), len(s.LastKey))
 	}
+	return ""
+}
+
+func (s Summary) checkCounts() string {
 	if s.Duplicates > s.Records-1 || s.Unordered > s.Records-1-s.Duplicates {
-		return bad("%d duplicates + %d unordered is more than records-1 = %d", s.Duplicates, s.Unordered, s.Records-1)
+		return fmt.Sprintf("%d duplicates + %d unordered is more than records-1 = %d", s.Duplicates, s.Unordered, s.Records-1)
 	}
 	if s.ChecksumOnly && (s.Duplicates != 0 || s.Unordered != 0) {
-		return bad("checksum_only summary with duplicates or unordered counted")
+		return "checksum_only summary with duplicates or unordered counted"
 	}
+	return ""
+}
+
+func (s Summary) checkFirstUnordered() string {
 	switch {
 	case s.Unordered == 0 && s.FirstUnordered != -1:
-		return bad("first_unordered is %d but there are no unordered records (want -1)", s.FirstUnordered)
+		return fmt.Sprintf("first_unordered is %d but there are no unordered records (want -1)", s.FirstUnordered)
 	case s.Unordered > 0 && (s.FirstUnordered < 1 || uint64(s.FirstUnordered) >= s.Records):
-		return bad("first_unordered %d is not a record index in [1, %d]", s.FirstUnordered, s.Records-1)
+		return fmt.Sprintf("first_unordered %d is not a record index in [1, %d]", s.FirstUnordered, s.Records-1)
 	}
+	return ""
+}
+
+func (s Summary) checkKeyOrder() string {
 	if s.Records == 1 && !bytes.Equal(s.FirstKey, s.LastKey) {
-		return bad("one record but first_key != last_key")
+		return "one record but first_key != last_key"
 	}
 	if s.Sorted() && bytes.Compare(s.FirstKey, s.LastKey) > 0 {
-		return bad("no unordered records but first_key > last_key")
+		return "no unordered records but first_key > last_key"
 	}
+	return ""
+}
+
+func (s Summary) checkChecksum() string {
 	// Each crc32 is below 2^32, so the checksum is at most Records·(2^32-1).
 	hi, lo := bits.Mul64(s.Records, math.MaxUint32)
 	if s.Checksum.Hi > hi || (s.Checksum.Hi == hi && s.Checksum.Lo > lo) {
-		return bad("checksum %s is larger than %d records of crc32 can sum to", s.Checksum, s.Records)
+		return fmt.Sprintf("checksum %s is larger than %d records of crc32 can sum to", s.Checksum, s.Records)
 	}
-	return nil
+	return ""
 }
 
 // Combine summarizes the concatenation of the sequences that parts

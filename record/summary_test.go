@@ -2,7 +2,6 @@ package record
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -168,7 +167,7 @@ func TestSummaryFilesEndToEnd(t *testing.T) {
 	var sums []string
 	for w := range 3 {
 		p := writeFile(t, dir, fmt.Sprintf("out%d", w), data[w*300*Size:(w+1)*300*Size])
-		s, err := Validate(context.Background(), []string{p}, ValidateOptions{})
+		s, err := Validate(t.Context(), []string{p}, ValidateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

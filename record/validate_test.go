@@ -100,7 +100,7 @@ func TestValsortVectors(t *testing.T) {
 			}
 			p := writeFile(t, t.TempDir(), "in", data)
 			for _, workers := range []int{1, 2, 5} {
-				s, err := Validate(context.Background(), []string{p}, ValidateOptions{Workers: workers, BlockSize: 7 * Size})
+				s, err := Validate(t.Context(), []string{p}, ValidateOptions{Workers: workers, BlockSize: 7 * Size})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -180,7 +180,7 @@ func TestValidateCases(t *testing.T) {
 			}
 			for _, workers := range []int{1, 2, 3, 16} {
 				for _, block := range []int{Size, 3 * Size, 0} {
-					got, err := Validate(context.Background(), paths, ValidateOptions{Workers: workers, BlockSize: block})
+					got, err := Validate(t.Context(), paths, ValidateOptions{Workers: workers, BlockSize: block})
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -190,7 +190,7 @@ func TestValidateCases(t *testing.T) {
 				}
 			}
 			// The one-pass path (used for pipes) agrees too.
-			got, err := validateStream(context.Background(), paths, ValidateOptions{BlockSize: 3 * Size})
+			got, err := validateStream(t.Context(), paths, ValidateOptions{BlockSize: 3 * Size})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -204,7 +204,7 @@ func TestValidateCases(t *testing.T) {
 func TestValidateChecksumOnly(t *testing.T) {
 	data := gen(2000, 5, GenOptions{})
 	p := writeFile(t, t.TempDir(), "in", data)
-	got, err := Validate(context.Background(), []string{p}, ValidateOptions{ChecksumOnly: true, BlockSize: 11 * Size})
+	got, err := Validate(t.Context(), []string{p}, ValidateOptions{ChecksumOnly: true, BlockSize: 11 * Size})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +214,7 @@ func TestValidateChecksumOnly(t *testing.T) {
 	}
 	// Sorting does not change the checksum.
 	p2 := writeFile(t, t.TempDir(), "out", sortRecords(data))
-	got2, err := Validate(context.Background(), []string{p2}, ValidateOptions{})
+	got2, err := Validate(t.Context(), []string{p2}, ValidateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +228,7 @@ func TestValidatePartialRecord(t *testing.T) {
 	good := writeFile(t, dir, "good", gen(10, 0, GenOptions{}))
 	bad := writeFile(t, dir, "bad", gen(10, 10, GenOptions{})[:950])
 	for _, paths := range [][]string{{bad}, {good, bad}} {
-		_, err := Validate(context.Background(), paths, ValidateOptions{})
+		_, err := Validate(t.Context(), paths, ValidateOptions{})
 		var pe *PartialRecordError
 		if !errors.Is(err, ErrPartialRecord) || !errors.As(err, &pe) || pe.Path != bad || pe.Size != 950 {
 			t.Fatalf("Validate(%v) err = %v, want a PartialRecordError for %s of 950 bytes", paths, err, bad)
@@ -236,7 +236,7 @@ func TestValidatePartialRecord(t *testing.T) {
 		if !strings.Contains(err.Error(), "partial record found at end") || !strings.Contains(err.Error(), "50 bytes over") {
 			t.Errorf("message %q", err)
 		}
-		_, err = validateStream(context.Background(), paths, ValidateOptions{BlockSize: 300})
+		_, err = validateStream(t.Context(), paths, ValidateOptions{BlockSize: 300})
 		if !errors.As(err, &pe) || pe.Size != 950 {
 			t.Errorf("stream: err = %v", err)
 		}
@@ -246,17 +246,17 @@ func TestValidatePartialRecord(t *testing.T) {
 func TestValidateEmptyAndUnreadable(t *testing.T) {
 	dir := t.TempDir()
 	empty := writeFile(t, dir, "empty", nil)
-	s, err := Validate(context.Background(), []string{empty, empty}, ValidateOptions{})
+	s, err := Validate(t.Context(), []string{empty, empty}, ValidateOptions{})
 	if err != nil || s.Records != 0 || s.FirstUnordered != -1 || s.Checksum != (Checksum{}) {
 		t.Errorf("empty input: %+v, %v", s, err)
 	}
-	if _, err := Validate(context.Background(), []string{filepath.Join(dir, "missing")}, ValidateOptions{}); !errors.Is(err, os.ErrNotExist) {
+	if _, err := Validate(t.Context(), []string{filepath.Join(dir, "missing")}, ValidateOptions{}); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("missing file: err = %v", err)
 	}
 	if os.Geteuid() != 0 { // root reads anything
 		locked := writeFile(t, dir, "locked", gen(5, 0, GenOptions{}))
 		os.Chmod(locked, 0)
-		if _, err := Validate(context.Background(), []string{locked}, ValidateOptions{}); !errors.Is(err, os.ErrPermission) {
+		if _, err := Validate(t.Context(), []string{locked}, ValidateOptions{}); !errors.Is(err, os.ErrPermission) {
 			t.Errorf("unreadable file: err = %v", err)
 		}
 	}
@@ -264,7 +264,7 @@ func TestValidateEmptyAndUnreadable(t *testing.T) {
 
 func TestValidateCanceled(t *testing.T) {
 	p := writeFile(t, t.TempDir(), "in", gen(5000, 0, GenOptions{}))
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	if _, err := Validate(ctx, []string{p}, ValidateOptions{BlockSize: Size}); !errors.Is(err, context.Canceled) {
 		t.Errorf("err = %v, want context.Canceled", err)
@@ -284,7 +284,7 @@ func TestValidatePipe(t *testing.T) {
 		done <- err
 	}()
 	path := fmt.Sprintf("/proc/self/fd/%d", r.Fd())
-	got, err := Validate(context.Background(), []string{path}, ValidateOptions{BlockSize: 1000})
+	got, err := Validate(t.Context(), []string{path}, ValidateOptions{BlockSize: 1000})
 	r.Close()
 	if werr := <-done; werr != nil {
 		t.Fatal(werr)
@@ -358,7 +358,7 @@ func TestValidateDirectories(t *testing.T) {
 		}
 		writeFile(t, dir, fmt.Sprintf("partition.%d", p+5), data[p*100*Size:(p+1)*100*Size])
 	}
-	got, err := Validate(context.Background(), []string{w1, w2}, ValidateOptions{Workers: 3})
+	got, err := Validate(t.Context(), []string{w1, w2}, ValidateOptions{Workers: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -366,7 +366,7 @@ func TestValidateDirectories(t *testing.T) {
 		t.Errorf("(-want +got):\n%s", d)
 	}
 	// Swapping the directories breaks order exactly once, at the seam.
-	got, err = Validate(context.Background(), []string{w2, w1}, ValidateOptions{})
+	got, err = Validate(t.Context(), []string{w2, w1}, ValidateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -381,7 +381,7 @@ func TestValidateChecksumOnlyInputDir(t *testing.T) {
 	a, b := gen(30, 0, GenOptions{}), gen(20, 30, GenOptions{})
 	writeFile(t, dir, "block-b", b)
 	writeFile(t, dir, "a.dat", a)
-	got, err := Validate(context.Background(), []string{dir}, ValidateOptions{ChecksumOnly: true})
+	got, err := Validate(t.Context(), []string{dir}, ValidateOptions{ChecksumOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -389,7 +389,7 @@ func TestValidateChecksumOnlyInputDir(t *testing.T) {
 		t.Errorf("got %+v, want %+v", got, want)
 	}
 	os.Mkdir(filepath.Join(dir, "sub"), 0o755)
-	if _, err := Validate(context.Background(), []string{dir}, ValidateOptions{ChecksumOnly: true}); err == nil || !strings.Contains(err.Error(), "sub") {
+	if _, err := Validate(t.Context(), []string{dir}, ValidateOptions{ChecksumOnly: true}); err == nil || !strings.Contains(err.Error(), "sub") {
 		t.Errorf("subdirectory: err = %v", err)
 	}
 }

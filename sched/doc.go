@@ -33,4 +33,17 @@
 // Completer misses. README.md has the
 // vocabulary, the state diagram, and the memory-ordering arguments for the
 // deque and for the park/wake protocol.
+//
+// The files:
+//
+//	scheduler.go   Scheduler: New, Spawn, Send, Cancel, Stop, Stats
+//	config.go      Config (zero values are defaults), errors, PanicError
+//	process.go     Process, PID, Event, Status, StepOutput: what a process sees
+//	proc.go        proc: one record's state word, inbox and per-process context (Completer)
+//	pidmap.go      the PID map: segments of reused records, generations in the PID
+//	inbox.go       event nodes and their arena: the lock-free inbox of each process
+//	globalq.go     the global FIFO for new and externally woken processes
+//	worker.go      worker: find work (runnext, deque, global queue, steal), spin, park
+//	run.go         one step of a process and the move to its next state
+//	internal/deque the Chase-Lev deque; schedbench/ the benchmark workloads
 package sched

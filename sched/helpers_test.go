@@ -75,7 +75,7 @@ func start(t *testing.T, cfg Config) *Scheduler {
 		t.Fatalf("New: %v", err)
 	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), 10*time.Second)
 		defer cancel()
 		if err := s.Stop(ctx); err != nil {
 			t.Errorf("Stop: %v", err)

@@ -106,7 +106,7 @@ func TestConfigAndRoutingErrors(t *testing.T) {
 	if _, err := s.Spawn(nil, "main", nil); err == nil {
 		t.Fatal("Spawn(nil) succeeded")
 	}
-	if err := s.Stop(context.Background()); err != nil {
+	if err := s.Stop(t.Context()); err != nil {
 		t.Fatalf("Stop: %v", err)
 	}
 	if _, err := s.Spawn(&fnProc{}, "main", nil); !errors.Is(err, ErrStopped) {
@@ -147,7 +147,7 @@ func TestContinueLoopDoesNotStarveOthers(t *testing.T) {
 func starvationAttempt(t *testing.T, local bool, bound time.Duration) bool {
 	s := start(t, Config{Workers: 1})
 	defer func() {
-		if err := s.Stop(context.Background()); err != nil {
+		if err := s.Stop(t.Context()); err != nil {
 			t.Errorf("Stop: %v", err)
 		}
 	}()
@@ -208,7 +208,7 @@ func starvationAttempt(t *testing.T, local bool, bound time.Duration) bool {
 func pairStarvationAttempt(t *testing.T, bound time.Duration) bool {
 	s := start(t, Config{Workers: 1})
 	defer func() {
-		if err := s.Stop(context.Background()); err != nil {
+		if err := s.Stop(t.Context()); err != nil {
 			t.Errorf("Stop: %v", err)
 		}
 	}()
@@ -310,7 +310,7 @@ func TestStopCancelsWaitsThenForceCloses(t *testing.T) {
 			t.Fatalf("before Stop: %d idle processes, %d parked workers; want 11 and 2", st.Idle, st.Parked)
 		}
 
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 		defer cancel()
 		t0 := time.Now()
 		err = s.Stop(ctx)
@@ -332,7 +332,7 @@ func TestStopCancelsWaitsThenForceCloses(t *testing.T) {
 		if got := closes.Load(); got != 11 {
 			t.Fatalf("Close called %d times, want 11", got)
 		}
-		if err2 := s.Stop(context.Background()); err2 != err {
+		if err2 := s.Stop(t.Context()); err2 != err {
 			t.Fatalf("second Stop = %v, want the first result %v", err2, err)
 		}
 		if _, err := s.Spawn(cooperative(), "main", nil); !errors.Is(err, ErrStopped) {
@@ -358,7 +358,7 @@ func TestStopWithCooperativeProcessesReturnsNil(t *testing.T) {
 				return nil
 			}})
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Hour)
 		defer cancel()
 		t0 := time.Now()
 		if err := s.Stop(ctx); err != nil {
@@ -426,7 +426,7 @@ func TestSpawnRacingStop(t *testing.T) {
 		for range spawned {
 			<-started
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 		defer cancel()
 		if err := s.Stop(ctx); err != nil {
 			t.Fatalf("Stop: %v", err)
@@ -453,7 +453,7 @@ func TestSpawnRacingStop(t *testing.T) {
 func idleRunLatency(t *testing.T) time.Duration {
 	t.Helper()
 	s := start(t, Config{Workers: 1})
-	defer s.Stop(context.Background())
+	defer s.Stop(t.Context())
 	var worst time.Duration
 	for range 5 {
 		ran := make(chan struct{})

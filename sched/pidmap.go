@@ -22,7 +22,8 @@ import (
 // Records are never freed; the map holds as many as were ever live at once.
 // A hash map was the first version; under spawn/complete churn its probe
 // sequences took a fifth of the spawn benchmark, and allocating a record per
-// spawn another quarter (issue 11).
+// spawn another quarter (measured when the scheduler was made
+// work-conserving).
 type pidMap struct {
 	s *Scheduler // set in every record when its segment is made
 

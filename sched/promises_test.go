@@ -13,9 +13,10 @@ import (
 	"time"
 )
 
-// The tests in this file pin the promises issue 11 found broken; they use
-// only the API that existed before, so each was run against the old code
-// once (all failed there) and passes now.
+// The tests in this file pin the promises a review of the first scheduler
+// (before it was made work-conserving) found broken; they use only the API
+// that existed before, so each was run against the old code once (all
+// failed there) and passes now.
 
 // TestReadyProcessBehindLongStepIsStolen: A's step wakes L (L becomes
 // runnext) and A continues, so A waits on the deque while L's step is long.
@@ -102,7 +103,7 @@ func TestStopReturnsByDeadlineWithAStuckStep(t *testing.T) {
 		}})
 		<-inStep
 		synctest.Wait()
-		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
 		defer cancel()
 		t0 := time.Now()
 		err = s.Stop(ctx)

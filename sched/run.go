@@ -7,6 +7,10 @@ import "fmt"
 var noEvents = make([]Event, 0)
 
 // run executes one step of p and moves it to its next state. Worker only.
+//
+// The common path (deliver the step's messages, dispatch its yields, then
+// finishWait or requeue) stays in this function; the ends of a process
+// (Stop giving up, an error, StatusDone) are calls off that path.
 func (w *worker) run(p *proc) {
 	s := w.s
 	events, ok := w.begin(p)
@@ -33,22 +37,9 @@ func (w *worker) run(p *proc) {
 	w.countStep()
 
 	if s.exit.Load() {
-		// Stop has given up on this step (or is about to stop the
-		// workers): no sends, no yields, no requeue; the process ends
-		// here and this worker exits.
-		clear(out.sends)
-		out.sends = out.sends[:0]
-		clear(out.yields)
-		out.yields = out.yields[:0]
-		if err != nil {
-			err = fmt.Errorf("sched: process %v: %w", p.pid, err)
-		} else if out.Status != StatusDone {
-			err = ErrStopped
-		}
-		s.complete(p, err, w, &w.counts)
+		w.abandon(p, err, out)
 		return
 	}
-
 	// Messages first, so a reply to them can never overtake them.
 	for i := range out.sends {
 		m := &out.sends[i]
@@ -58,24 +49,13 @@ func (w *worker) run(p *proc) {
 	}
 	clear(out.sends)
 	out.sends = out.sends[:0]
-
-	if err == nil {
-		switch out.Status {
-		case StatusContinue, StatusWaitMessages, StatusWaitYields, StatusDone:
-		default:
-			err = fmt.Errorf("%w (got %v)", ErrNoStatus, out.Status)
-		}
+	if err == nil && !out.Status.valid() {
+		err = fmt.Errorf("%w (got %v)", ErrNoStatus, out.Status)
 	}
 	if err != nil || out.Status == StatusDone {
-		clear(out.yields)
-		out.yields = out.yields[:0]
-		if err != nil {
-			err = fmt.Errorf("sched: process %v: %w", p.pid, err)
-		}
-		s.complete(p, err, w, &w.counts)
+		w.end(p, err, out)
 		return
 	}
-
 	// Dispatch while still Running, so a handler that completes at once
 	// (or from a goroutine that is quick) only sets the wake flag. The tag
 	// is pending before the handler runs, so whichever completion comes
@@ -84,37 +64,85 @@ func (w *worker) run(p *proc) {
 		y := &out.yields[i]
 		p.addPending(y.Tag)
 		if herr := w.dispatch(p, y); herr != nil {
-			if p.takePending(p.pid, y.Tag) {
-				p.deliver(uint32(p.pid>>32), Event{Type: EventYieldComplete, Tag: y.Tag, Error: herr}, w)
-			} else {
-				s.droppedCompletions.Add(1)
-				s.log.Warn("sched: handler failed after completing its yield; error dropped",
-					"pid", p.pid.String(), "tag", y.Tag, "err", herr)
-			}
+			w.failYield(p, y.Tag, herr)
 		}
 	}
 	clear(out.yields)
 	out.yields = out.yields[:0]
-
-	switch out.Status {
-	case StatusContinue:
-		// Producers only push while Running (the state bits stay), so
-		// this CAS fails only on a push and the retry sees it.
-		for old := p.state.Load(); !p.state.CompareAndSwap(old, withState(old, StateReady)); old = p.state.Load() {
-		}
-		if w.streak >= maxRunStreak {
-			// Fairness: let everything queued before it run first.
-			w.last, w.streak = nil, 0
-			s.global.push(p)
-			s.wakeOne()
-			return
-		}
-		w.pushLocal(p)
-	case StatusWaitMessages:
-		w.finishWait(p, StateIdle)
-	case StatusWaitYields:
-		w.finishWait(p, StateBlocked)
+	if out.Status == StatusContinue {
+		w.requeue(p)
+		return
 	}
+	w.finishWait(p, out.Status.waitState())
+}
+
+// valid reports whether a step may end with s.
+func (s Status) valid() bool { return s >= StatusContinue && s <= StatusDone }
+
+// abandon ends p after a step that Stop has given up on (or when Stop is
+// about to stop the workers): no sends, no yields, no requeue; the process
+// ends here and this worker exits. Worker only.
+func (w *worker) abandon(p *proc, err error, out *StepOutput) {
+	clear(out.sends)
+	out.sends = out.sends[:0]
+	clear(out.yields)
+	out.yields = out.yields[:0]
+	if err != nil {
+		err = fmt.Errorf("sched: process %v: %w", p.pid, err)
+	} else if out.Status != StatusDone {
+		err = ErrStopped
+	}
+	w.s.complete(p, err, w, &w.counts)
+}
+
+// end completes p after a step that failed (err) or returned StatusDone;
+// its yields are dropped. Worker only.
+func (w *worker) end(p *proc, err error, out *StepOutput) {
+	clear(out.yields)
+	out.yields = out.yields[:0]
+	if err != nil {
+		err = fmt.Errorf("sched: process %v: %w", p.pid, err)
+	}
+	w.s.complete(p, err, w, &w.counts)
+}
+
+// failYield completes yield tag with the error its handler returned, unless
+// the handler completed it first (then the error is counted and logged).
+func (w *worker) failYield(p *proc, tag uint64, herr error) {
+	if p.takePending(p.pid, tag) {
+		p.deliver(uint32(p.pid>>32), Event{Type: EventYieldComplete, Tag: tag, Error: herr}, w)
+		return
+	}
+	w.s.droppedCompletions.Add(1)
+	w.s.log.Warn("sched: handler failed after completing its yield; error dropped",
+		"pid", p.pid.String(), "tag", tag, "err", herr)
+}
+
+// waitState is the state a step that asked for s (StatusWaitMessages or
+// StatusWaitYields) waits in.
+func (s Status) waitState() State {
+	if s == StatusWaitMessages {
+		return StateIdle
+	}
+	return StateBlocked
+}
+
+// requeue makes p, still Running after a step that asked for
+// StatusContinue, Ready again: on this worker's queue, or on the global
+// queue once it has run maxRunStreak times in a row. Worker only.
+func (w *worker) requeue(p *proc) {
+	// Producers only push while Running (the state bits stay), so this CAS
+	// fails only on a push and the retry sees it.
+	for old := p.state.Load(); !p.state.CompareAndSwap(old, withState(old, StateReady)); old = p.state.Load() {
+	}
+	if w.streak >= maxRunStreak {
+		// Fairness: let everything queued before it run first.
+		w.last, w.streak = nil, 0
+		w.s.global.push(p)
+		w.s.wakeOne()
+		return
+	}
+	w.pushLocal(p)
 }
 
 // begin moves p from Ready to Running and returns the events its step gets:

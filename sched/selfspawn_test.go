@@ -46,7 +46,7 @@ func TestSelfInInitStepAndHandler(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("process never finished")
 	}
-	if Self(context.Background()) != 0 {
+	if Self(t.Context()) != 0 {
 		t.Fatal("Self of a foreign context is not 0")
 	}
 }
@@ -186,7 +186,7 @@ func TestStopReportsTheStuckWorker(t *testing.T) {
 			return nil
 		}})
 		synctest.Wait()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 		defer cancel()
 		if err := s.Stop(ctx); !errors.Is(err, ErrStuck) {
 			t.Fatalf("Stop: %v, want ErrStuck", err)

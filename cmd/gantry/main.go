@@ -1,5 +1,17 @@
-// Command gantry runs distributed work: a distributed external sort over
-// gRPC, a work-stealing process scheduler and their tools.
+// Command gantry runs distributed work. It holds four subsystems and their
+// tools:
+//
+//   - sort/dsort: `gantry sort local` sorts gensort records on one machine
+//     (extsort); `gantry sort master|worker|status` sorts them over many
+//     machines, over gRPC (dsort); gensort and valsort make and check them
+//     (record).
+//   - sched: a work-stealing scheduler of message-driven processes;
+//     `gantry sched bench` measures it against goroutines and channels.
+//   - queue/taskq: a multi-tenant task queue on Redis; `gantry queue worker`
+//     runs tasks, enqueue, stats, dlq and health operate on it.
+//   - ws/workspace: workspaces reconciled to their desired state (process or
+//     Docker containers, archives on a file system or S3); `gantry ws serve`
+//     runs the server, the other ws commands are its client.
 //
 // main owns the process-wide concerns and nothing else: signals, the slog
 // logger, the Prometheus registry and the hard exit deadline. Everything a

@@ -23,6 +23,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"time"
+
+	"github.com/gantryhq/gantry/internal/clock"
 )
 
 // Policy describes how long to wait between attempts. The zero value is a usable policy:
@@ -41,6 +43,9 @@ type Policy struct {
 	// MaxAttempts bounds the number of calls Retry makes (the first call included).
 	// Zero means unlimited: Retry stops only on success, a permanent error or the context.
 	MaxAttempts int
+	// Clock times Retry's waits. Nil means the real clock; tests pass a *clock.Fake and
+	// advance it instead of sleeping.
+	Clock clock.Clock
 }
 
 // Defaults of the zero Policy.
@@ -123,7 +128,7 @@ func (p Policy) Retry(ctx context.Context, fn func(ctx context.Context) error) e
 		if p.MaxAttempts > 0 && attempt+1 >= p.MaxAttempts {
 			return errors.Join(ErrAttemptsExhausted, last)
 		}
-		if err := Sleep(ctx, p.Delay(attempt)); err != nil {
+		if err := sleep(ctx, clock.Or(p.Clock), p.Delay(attempt)); err != nil {
 			return errors.Join(last, err)
 		}
 	}
@@ -132,13 +137,18 @@ func (p Policy) Retry(ctx context.Context, fn func(ctx context.Context) error) e
 // Sleep waits for d or until ctx ends, whichever is first. It returns nil after a full wait
 // and the context's cause otherwise.
 func Sleep(ctx context.Context, d time.Duration) error {
+	return sleep(ctx, clock.Real(), d)
+}
+
+// sleep is Sleep on the clock c.
+func sleep(ctx context.Context, c clock.Clock, d time.Duration) error {
 	if d <= 0 {
 		return context.Cause(ctx)
 	}
-	t := time.NewTimer(d)
+	t := c.NewTimer(d)
 	defer t.Stop()
 	select {
-	case <-t.C:
+	case <-t.C():
 		return nil
 	case <-ctx.Done():
 		return context.Cause(ctx)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/gantryhq/gantry/internal/clock"
 )
 
 func TestDelayGrowsAndCaps(t *testing.T) {
@@ -65,7 +67,7 @@ func TestRetry(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			calls := 0
-			err := tt.policy.Retry(context.Background(), func(context.Context) error {
+			err := tt.policy.Retry(t.Context(), func(context.Context) error {
 				calls++
 				if calls <= tt.failures {
 					if tt.permanent {
@@ -92,7 +94,7 @@ func TestRetry(t *testing.T) {
 }
 
 func TestRetryStopsWithContext(t *testing.T) {
-	ctx, cancel := context.WithCancelCause(context.Background())
+	ctx, cancel := context.WithCancelCause(t.Context())
 	stop := errors.New("stop now")
 	boom := errors.New("boom")
 	calls := 0
@@ -121,12 +123,42 @@ func TestPermanent(t *testing.T) {
 }
 
 func TestSleep(t *testing.T) {
-	if err := Sleep(context.Background(), time.Millisecond); err != nil {
+	if err := Sleep(t.Context(), time.Millisecond); err != nil {
 		t.Fatalf("Sleep = %v", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	if err := Sleep(ctx, time.Hour); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Sleep on cancelled ctx = %v", err)
+	}
+}
+
+// Retry waits on Policy.Clock: with a fake clock, hour-long delays pass as
+// soon as the test advances it.
+func TestRetryWaitsOnTheClock(t *testing.T) {
+	fake := clock.NewFake(time.Unix(0, 0))
+	p := Policy{Initial: time.Hour, Max: time.Hour, Jitter: -1, MaxAttempts: 3, Clock: fake}
+	done := make(chan error, 1)
+	calls := 0
+	go func() {
+		done <- p.Retry(t.Context(), func(context.Context) error {
+			calls++
+			if calls < 3 {
+				return errors.New("not yet")
+			}
+			return nil
+		})
+	}()
+	for range 2 {
+		fake.BlockUntil(1) // Retry is waiting
+		fake.Advance(time.Hour)
+	}
+	select {
+	case err := <-done:
+		if err != nil || calls != 3 {
+			t.Fatalf("Retry = %v after %d calls, want nil after 3", err, calls)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Retry still waiting after the fake clock passed both delays")
 	}
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -14,16 +15,20 @@ import (
 	"github.com/gantryhq/gantry/record"
 )
 
+// gensortOptions are the flags of `gantry gensort`.
+type gensortOptions struct {
+	gen      record.GenOptions
+	checksum bool   // -c: print the checksum to stderr
+	first    string // -b, parsed by plan
+	parts    int
+	partsSet bool // --parts was given (even as 1): name the files FILE.0000…
+	workers  int
+	quiet    bool
+	verbose  bool
+}
+
 func newGensortCmd(env *Env) *cobra.Command {
-	var (
-		opt     record.GenOptions
-		sum     bool
-		firstS  string
-		parts   int
-		workers int
-		quiet   bool
-		verbose bool
-	)
+	var o gensortOptions
 	cmd := &cobra.Command{
 		Use:   "gensort [-a] [-s] [-c] [-b N] [--parts K] NUM_RECORDS FILE",
 		Short: "Generate sort benchmark records, byte-identical to gensort 1.5",
@@ -47,61 +52,83 @@ terminal, or anywhere with -v.`,
   gantry gensort -s --parts 8 1000000 in/f   # skewed keys in in/f.0000 … in/f.0007`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			count, err := parseRecordCount("NUM_RECORDS", args[0])
-			if err != nil {
-				return err
-			}
-			first, err := parseRecordCount("-b", firstS)
-			if err != nil {
-				return err
-			}
-			if err := record.CheckRange(first, count); err != nil {
-				return fmt.Errorf("-b %d with %d records: the last record number would pass 2^64-1", first, count)
-			}
-			if parts < 1 {
-				return fmt.Errorf("--parts %d: want 1 or more files", parts)
-			}
-			if workers < 0 {
-				return fmt.Errorf("--threads %d: want 0 (all cores) or more", workers)
-			}
-			paths := []string{args[1]}
-			firsts, counts := []uint64{first}, []uint64{count}
-			if cmd.Flags().Changed("parts") {
-				paths = record.PartPaths(args[1], parts)
-				firsts, counts = record.SplitCount(first, count, parts)
-			}
-
-			p := progress.Start(speedOut(env, verbose, quiet), "gensort", int64(count)*record.Size, progress.Bytes)
-			var total record.Checksum
-			for i, path := range paths {
-				s, err := record.GenerateFile(cmd.Context(), path, firsts[i], counts[i], opt, workers, p.Add)
-				if err != nil {
-					p.Abort()
-					if cmd.Context().Err() != nil {
-						return fmt.Errorf("interrupted; %s not written", path)
-					}
-					return err
-				}
-				total = total.Plus(s)
-			}
-			p.Finish()
-			if sum {
-				fmt.Fprintln(env.Stderr, total)
-			}
-			return nil
+			o.partsSet = cmd.Flags().Changed("parts")
+			return runGensort(cmd.Context(), env, o, args[0], args[1])
 		},
 	}
 	f := cmd.Flags()
 	f.SortFlags = false
-	f.BoolVarP(&opt.ASCII, "ascii", "a", false, "generate ASCII records (printable key, CRLF-terminated) as gensort -a")
-	f.BoolVarP(&opt.Skew, "skew", "s", false, "generate skewed keys as gensort -s")
-	f.BoolVarP(&sum, "checksum", "c", false, "print the checksum of the records to stderr (gensort -c form)")
-	f.StringVarP(&firstS, "begin", "b", "0", "start at record number `N` (gensort -bN)")
-	f.IntVar(&parts, "parts", 1, "write `K` files FILE.0000… with consecutive record ranges")
-	f.IntVarP(&workers, "threads", "t", 0, "`N` generator goroutines (0 = one per core)")
-	f.BoolVarP(&verbose, "verbose", "v", false, "progress and a speed line on stderr even when it is not a terminal")
-	f.BoolVarP(&quiet, "quiet", "q", false, "no progress or speed line, even on a terminal (only the -c checksum)")
+	f.BoolVarP(&o.gen.ASCII, "ascii", "a", false, "generate ASCII records (printable key, CRLF-terminated) as gensort -a")
+	f.BoolVarP(&o.gen.Skew, "skew", "s", false, "generate skewed keys as gensort -s")
+	f.BoolVarP(&o.checksum, "checksum", "c", false, "print the checksum of the records to stderr (gensort -c form)")
+	f.StringVarP(&o.first, "begin", "b", "0", "start at record number `N` (gensort -bN)")
+	f.IntVar(&o.parts, "parts", 1, "write `K` files FILE.0000… with consecutive record ranges")
+	f.IntVarP(&o.workers, "threads", "t", 0, "`N` generator goroutines (0 = one per core)")
+	f.BoolVarP(&o.verbose, "verbose", "v", false, "progress and a speed line on stderr even when it is not a terminal")
+	f.BoolVarP(&o.quiet, "quiet", "q", false, "no progress or speed line, even on a terminal (only the -c checksum)")
 	return cmd
+}
+
+// gensortPlan is what a gensort command line asks for: file i gets counts[i]
+// records starting at record firsts[i].
+type gensortPlan struct {
+	paths  []string
+	firsts []uint64
+	counts []uint64
+	total  uint64 // records over all files
+}
+
+// plan checks the arguments and flags and cuts the range into files.
+func (o gensortOptions) plan(countArg, file string) (gensortPlan, error) {
+	count, err := parseRecordCount("NUM_RECORDS", countArg)
+	if err != nil {
+		return gensortPlan{}, err
+	}
+	first, err := parseRecordCount("-b", o.first)
+	if err != nil {
+		return gensortPlan{}, err
+	}
+	if err := record.CheckRange(first, count); err != nil {
+		return gensortPlan{}, fmt.Errorf("-b %d with %d records: the last record number would pass 2^64-1", first, count)
+	}
+	if o.parts < 1 {
+		return gensortPlan{}, fmt.Errorf("--parts %d: want 1 or more files", o.parts)
+	}
+	if o.workers < 0 {
+		return gensortPlan{}, fmt.Errorf("--threads %d: want 0 (all cores) or more", o.workers)
+	}
+	pl := gensortPlan{paths: []string{file}, firsts: []uint64{first}, counts: []uint64{count}, total: count}
+	if o.partsSet {
+		pl.paths = record.PartPaths(file, o.parts)
+		pl.firsts, pl.counts = record.SplitCount(first, count, o.parts)
+	}
+	return pl, nil
+}
+
+// runGensort is `gantry gensort`: countArg records into file (or its parts).
+func runGensort(ctx context.Context, env *Env, o gensortOptions, countArg, file string) error {
+	pl, err := o.plan(countArg, file)
+	if err != nil {
+		return err
+	}
+	p := progress.Start(speedOut(env, o.verbose, o.quiet), "gensort", int64(pl.total)*record.Size, progress.Bytes)
+	var total record.Checksum
+	for i, path := range pl.paths {
+		s, err := record.GenerateFile(ctx, path, pl.firsts[i], pl.counts[i], o.gen, o.workers, p.Add)
+		if err != nil {
+			p.Abort()
+			if ctx.Err() != nil {
+				return fmt.Errorf("interrupted; %s not written", path)
+			}
+			return err
+		}
+		total = total.Plus(s)
+	}
+	p.Finish()
+	if o.checksum {
+		fmt.Fprintln(env.Stderr, total)
+	}
+	return nil
 }
 
 // speedOut is where gensort and valsort print progress and their speed line:

@@ -22,7 +22,7 @@ import (
 func runRecordCmd(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code = Execute(context.Background(), Env{Args: args, Stdout: &out, Stderr: &errb})
+	code = Execute(t.Context(), Env{Args: args, Stdout: &out, Stderr: &errb})
 	return code, out.String(), errb.String()
 }
 
@@ -276,7 +276,7 @@ func TestValsortCmdSummaries(t *testing.T) {
 
 func TestGensortCmdInterrupted(t *testing.T) {
 	dir := t.TempDir()
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	cancel() // as if Ctrl-C arrived at once
 	var out, errb bytes.Buffer
 	code := Execute(ctx, Env{Args: []string{"gensort", "1000000", filepath.Join(dir, "f")}, Stdout: &out, Stderr: &errb})

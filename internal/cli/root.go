@@ -1,14 +1,23 @@
 // Package cli turns command lines into calls on gantry's packages. It holds
 // flags, argument checks and output formatting only; every behaviour lives in
-// the subsystem packages (record, extsort, dsort, sched).
+// the subsystem packages (record, extsort, dsort, sched, taskq, workspace).
 //
-// One file per command group:
+// Each command is a newXCmd that declares its flags into an options struct
+// and a runX function that does the work, so the body of a command can be
+// read (and called) apart from cobra. The files:
 //
-//	gensort.go   gantry gensort        (record)
-//	valsort.go   gantry valsort        (record)
-//	sort.go      gantry sort local     (extsort)
-//	dsort.go     gantry sort master|worker|status (dsort)
-//	sched.go     gantry sched bench    (sched)
+//	root.go         Execute, the root command (--log-level, --cpuprofile), gantry version
+//	gensort.go      gantry gensort                      (record: generate gensort 1.5 records)
+//	valsort.go      gantry valsort                      (record: validate records or summaries)
+//	sort.go         gantry sort, gantry sort local      (extsort: sort on one machine)
+//	dsort.go        gantry sort master|worker|status    (dsort: sort over many machines)
+//	sched.go        gantry sched bench                  (sched: the scheduler's benchmark table)
+//	queue.go        gantry queue worker|enqueue|stats|dlq|health (taskq)
+//	ws.go           gantry ws serve and the workspace client commands (workspace)
+//	ws_backends.go  the backends of ws serve: fs or S3 archive storage, the Docker
+//	                provider, TTL and leader-lease settings
+//	flags.go        shared flag parsing: -I DIR... expansion, sizes such as 256MiB
+//	metrics.go      the /metrics (and /healthz) HTTP server of the daemons
 package cli
 
 import (
@@ -75,44 +84,29 @@ func Execute(ctx context.Context, env Env) int {
 	return 1
 }
 
+// rootOptions are the flags every command takes, and the CPU profile they
+// may have started.
+type rootOptions struct {
+	logLevel    string
+	cpuProfile  string
+	stopProfile func() // set by before when --cpuprofile started a profile
+}
+
 func newRoot(env *Env) *cobra.Command {
-	var logLevel, cpuProfile string
-	var stopProfile func()
+	o := &rootOptions{}
 	root := &cobra.Command{
 		Use:           "gantry",
 		Short:         "Run distributed work: external sort over gRPC, work-stealing scheduler",
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			if cpuProfile != "" {
-				f, err := os.Create(cpuProfile)
-				if err != nil {
-					return fmt.Errorf("--cpuprofile: %w", err)
-				}
-				if err := pprof.StartCPUProfile(f); err != nil {
-					return fmt.Errorf("--cpuprofile: %w", err)
-				}
-				stopProfile = func() { pprof.StopCPUProfile(); f.Close() }
-			}
-			if env.LogLevel == nil {
-				return nil
-			}
-			var l slog.Level
-			if err := l.UnmarshalText([]byte(logLevel)); err != nil {
-				return fmt.Errorf("--log-level: %q is not one of debug, info, warn, error", logLevel)
-			}
-			env.LogLevel.Set(l)
-			return nil
+		PersistentPreRunE: func(*cobra.Command, []string) error {
+			return o.before(env)
 		},
+		PersistentPostRun: func(*cobra.Command, []string) { o.after() },
 	}
-	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level on stderr: debug, info, warn, error")
-	root.PersistentFlags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the command to this file (for go tool pprof)")
+	root.PersistentFlags().StringVar(&o.logLevel, "log-level", "info", "log level on stderr: debug, info, warn, error")
+	root.PersistentFlags().StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the command to this file (for go tool pprof)")
 	root.PersistentFlags().MarkHidden("cpuprofile")
-	root.PersistentPostRun = func(*cobra.Command, []string) {
-		if stopProfile != nil {
-			stopProfile()
-		}
-	}
 	root.CompletionOptions.DisableDefaultCmd = true
 	root.AddCommand(
 		newVersionCmd(),
@@ -126,6 +120,37 @@ func newRoot(env *Env) *cobra.Command {
 	return root
 }
 
+// before runs ahead of every command: it starts the CPU profile and sets
+// the log level.
+func (o *rootOptions) before(env *Env) error {
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		o.stopProfile = func() { pprof.StopCPUProfile(); f.Close() }
+	}
+	if env.LogLevel == nil {
+		return nil
+	}
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(o.logLevel)); err != nil {
+		return fmt.Errorf("--log-level: %q is not one of debug, info, warn, error", o.logLevel)
+	}
+	env.LogLevel.Set(l)
+	return nil
+}
+
+// after runs when a command succeeded: it stops the CPU profile.
+func (o *rootOptions) after() {
+	if o.stopProfile != nil {
+		o.stopProfile()
+	}
+}
+
 // Version is set at link time (-ldflags "-X .../internal/cli.Version=v1.2.3");
 // otherwise the module version or VCS revision from the build info is used.
 var Version = ""
@@ -136,9 +161,14 @@ func newVersionCmd() *cobra.Command {
 		Short: "Print gantry's version",
 		Args:  cobra.NoArgs,
 		Run: func(cmd *cobra.Command, _ []string) {
-			fmt.Fprintln(cmd.OutOrStdout(), "gantry", versionString())
+			runVersion(cmd.OutOrStdout())
 		},
 	}
+}
+
+// runVersion is `gantry version`.
+func runVersion(w io.Writer) {
+	fmt.Fprintln(w, "gantry", versionString())
 }
 
 func versionString() string {

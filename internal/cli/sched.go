@@ -1,14 +1,16 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"runtime"
 	"strconv"
 	"text/tabwriter"
 	"time"
 
-	"github.com/gantryhq/gantry/sched/schedbench"
 	"github.com/spf13/cobra"
+
+	"github.com/gantryhq/gantry/sched/schedbench"
 )
 
 func newSchedCmd(env *Env) *cobra.Command {
@@ -21,7 +23,7 @@ func newSchedCmd(env *Env) *cobra.Command {
 }
 
 func newSchedBenchCmd(env *Env) *cobra.Command {
-	var o schedbench.Options
+	var o schedbench.Options // the flags: --scale, --runs, --idle
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure the scheduler against goroutines + channels on this machine",
@@ -32,27 +34,7 @@ goroutines-and-channels program a Go programmer would write instead, and prints 
 medians as a table. The default run takes about a minute on 2 cores.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if o.Scale <= 0 {
-				return fmt.Errorf("--scale %v: want a positive factor such as 0.1 or 2", o.Scale)
-			}
-			if o.Runs < 1 {
-				return fmt.Errorf("--runs %d: want 1 or more", o.Runs)
-			}
-			if o.Idle < 0 {
-				return fmt.Errorf("--idle %v: want a duration such as 5s, or 0 to skip", o.Idle)
-			}
-			fmt.Fprintf(env.Stderr, "sched bench: GOMAXPROCS=%d, %d CPUs, %s; medians of %d runs\n",
-				runtime.GOMAXPROCS(0), runtime.NumCPU(), runtime.Version(), o.Runs)
-			start := time.Now()
-			rows, err := schedbench.Run(cmd.Context(), o, func(row string) {
-				fmt.Fprintf(env.Stderr, "sched bench: %s…\n", row)
-			})
-			printSchedRows(env, rows)
-			if err != nil {
-				return fmt.Errorf("sched bench: %w", err)
-			}
-			fmt.Fprintf(env.Stderr, "sched bench: done in %v\n", time.Since(start).Round(time.Millisecond))
-			return nil
+			return runSchedBench(cmd.Context(), env, o)
 		},
 	}
 	f := cmd.Flags()
@@ -63,6 +45,33 @@ medians as a table. The default run takes about a minute on 2 cores.`,
 	return cmd
 }
 
+// runSchedBench is `gantry sched bench`: run the workloads of o and print
+// the table on stdout, progress on stderr.
+func runSchedBench(ctx context.Context, env *Env, o schedbench.Options) error {
+	if o.Scale <= 0 {
+		return fmt.Errorf("--scale %v: want a positive factor such as 0.1 or 2", o.Scale)
+	}
+	if o.Runs < 1 {
+		return fmt.Errorf("--runs %d: want 1 or more", o.Runs)
+	}
+	if o.Idle < 0 {
+		return fmt.Errorf("--idle %v: want a duration such as 5s, or 0 to skip", o.Idle)
+	}
+	fmt.Fprintf(env.Stderr, "sched bench: GOMAXPROCS=%d, %d CPUs, %s; medians of %d runs\n",
+		runtime.GOMAXPROCS(0), runtime.NumCPU(), runtime.Version(), o.Runs)
+	start := time.Now()
+	rows, err := schedbench.Run(ctx, o, func(row string) {
+		fmt.Fprintf(env.Stderr, "sched bench: %s…\n", row)
+	})
+	printSchedRows(env, rows)
+	if err != nil {
+		return fmt.Errorf("sched bench: %w", err)
+	}
+	fmt.Fprintf(env.Stderr, "sched bench: done in %v\n", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// printSchedRows prints the rows as a table on stdout.
 func printSchedRows(env *Env, rows []schedbench.Row) {
 	if len(rows) == 0 {
 		return

@@ -1,8 +1,10 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -21,14 +23,18 @@ func newSortCmd(env *Env) *cobra.Command {
 	return cmd
 }
 
+// sortLocalOptions are the flags of `gantry sort local`; cfg holds the
+// ones that are extsort's own (--memory, --tmp, --partition-size).
+type sortLocalOptions struct {
+	inputs  []string
+	output  string
+	cfg     extsort.Config
+	quiet   bool
+	workers int
+}
+
 func newSortLocalCmd(env *Env) *cobra.Command {
-	var (
-		inputs  []string
-		output  string
-		cfg     extsort.Config
-		quiet   bool
-		workers int
-	)
+	var o sortLocalOptions
 	cmd := &cobra.Command{
 		Use:   "local -I DIR... -O DIR",
 		Short: "Sort all records of the input directories on this machine, within a memory budget",
@@ -41,61 +47,71 @@ holds nothing else when done. Runs that do not fit --memory are spilled to
   gantry valsort data/out`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if len(inputs) == 0 {
-				return errors.New("sort local: give at least one input directory with -I")
-			}
-			if output == "" {
-				return errors.New("sort local: give the output directory with -O")
-			}
-			cfg.Workers = workers
-			cfg.Logger = env.Logger
-			in, total, err := extsort.ScanInputs(inputs)
-			if err != nil {
-				return err
-			}
-			stderr := cmd.ErrOrStderr()
-			if total == 0 {
-				fmt.Fprintf(stderr, "sort local: no records in %d input file(s); nothing to sort, no output written\n", len(in))
-				_, err := extsort.Sort(cmd.Context(), cfg, in, output) // still checks the output dir
-				return err
-			}
-			var pw = stderr
-			if quiet {
-				pw = nil
-			}
-			bar := progress.Start(pw, "sort", 2*total, progress.Bytes)
-			cfg.Progress = func(p extsort.Phase, n int64) {
-				if p != extsort.PhaseSpill {
-					bar.Add(n)
-				}
-			}
-			start := time.Now()
-			st, err := extsort.Sort(cmd.Context(), cfg, in, output)
-			bar.Abort()
-			if err != nil {
-				return err
-			}
-			el := time.Since(start)
-			mode := "in memory"
-			if !st.InMemory {
-				mode = fmt.Sprintf("external, %d runs", st.Runs)
-			}
-			fmt.Fprintf(stderr, "sorted %d records (%s) from %d files in %s: %.0f MB/s (%s)\n",
-				st.Records, progress.FormatBytes(st.Bytes), len(in), el.Round(time.Millisecond),
-				float64(st.Bytes)/1e6/el.Seconds(), mode)
-			fmt.Fprintf(stderr, "  read+sort %s, spill %s, merge+write %s; %d partition file(s) in %s\n",
-				st.ReadSort.Round(time.Millisecond), st.Spill.Round(time.Millisecond),
-				st.Merge.Round(time.Millisecond), st.Partitions, output)
-			return nil
+			return runSortLocal(cmd.Context(), env, cmd.ErrOrStderr(), o)
 		},
 	}
 	f := cmd.Flags()
-	f.StringArrayVarP(&inputs, "input", "I", nil, "input directories (several may follow one -I)")
-	f.StringVarP(&output, "output", "O", "", "output directory for partition.<n> files")
-	f.Var(sizeValue{&cfg.Memory}, "memory", "memory budget, e.g. 256MiB, 2G (default: a quarter of RAM)")
-	f.StringVar(&cfg.TempDir, "tmp", "", "directory for spilled runs (default: $TMPDIR or /tmp)")
-	f.Var(sizeValue{&cfg.PartitionSize}, "partition-size", "size of each output partition file (default 128MiB)")
-	f.IntVar(&workers, "workers", 0, "goroutines for sorting and merging (default: GOMAXPROCS)")
-	f.BoolVarP(&quiet, "quiet", "q", false, "no progress output")
+	f.StringArrayVarP(&o.inputs, "input", "I", nil, "input directories (several may follow one -I)")
+	f.StringVarP(&o.output, "output", "O", "", "output directory for partition.<n> files")
+	f.Var(sizeValue{&o.cfg.Memory}, "memory", "memory budget, e.g. 256MiB, 2G (default: a quarter of RAM)")
+	f.StringVar(&o.cfg.TempDir, "tmp", "", "directory for spilled runs (default: $TMPDIR or /tmp)")
+	f.Var(sizeValue{&o.cfg.PartitionSize}, "partition-size", "size of each output partition file (default 128MiB)")
+	f.IntVar(&o.workers, "workers", 0, "goroutines for sorting and merging (default: GOMAXPROCS)")
+	f.BoolVarP(&o.quiet, "quiet", "q", false, "no progress output")
 	return cmd
+}
+
+// runSortLocal is `gantry sort local`: sort every record under o.inputs
+// into o.output, with a progress bar and a summary on stderr.
+func runSortLocal(ctx context.Context, env *Env, stderr io.Writer, o sortLocalOptions) error {
+	if len(o.inputs) == 0 {
+		return errors.New("sort local: give at least one input directory with -I")
+	}
+	if o.output == "" {
+		return errors.New("sort local: give the output directory with -O")
+	}
+	cfg := o.cfg
+	cfg.Workers = o.workers
+	cfg.Logger = env.Logger
+	in, total, err := extsort.ScanInputs(o.inputs)
+	if err != nil {
+		return err
+	}
+	if total == 0 {
+		fmt.Fprintf(stderr, "sort local: no records in %d input file(s); nothing to sort, no output written\n", len(in))
+		_, err := extsort.Sort(ctx, cfg, in, o.output) // still checks the output dir
+		return err
+	}
+	var pw = stderr
+	if o.quiet {
+		pw = nil
+	}
+	bar := progress.Start(pw, "sort", 2*total, progress.Bytes)
+	cfg.Progress = func(p extsort.Phase, n int64) {
+		if p != extsort.PhaseSpill {
+			bar.Add(n)
+		}
+	}
+	start := time.Now()
+	st, err := extsort.Sort(ctx, cfg, in, o.output)
+	bar.Abort()
+	if err != nil {
+		return err
+	}
+	printSortStats(stderr, st, len(in), time.Since(start), o.output)
+	return nil
+}
+
+// printSortStats prints the two summary lines of a sort that took el.
+func printSortStats(w io.Writer, st extsort.Stats, files int, el time.Duration, output string) {
+	mode := "in memory"
+	if !st.InMemory {
+		mode = fmt.Sprintf("external, %d runs", st.Runs)
+	}
+	fmt.Fprintf(w, "sorted %d records (%s) from %d files in %s: %.0f MB/s (%s)\n",
+		st.Records, progress.FormatBytes(st.Bytes), files, el.Round(time.Millisecond),
+		float64(st.Bytes)/1e6/el.Seconds(), mode)
+	fmt.Fprintf(w, "  read+sort %s, spill %s, merge+write %s; %d partition file(s) in %s\n",
+		st.ReadSort.Round(time.Millisecond), st.Spill.Round(time.Millisecond),
+		st.Merge.Round(time.Millisecond), st.Partitions, output)
 }

@@ -1,13 +1,11 @@
 package cli
 
 import (
-	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/gantryhq/gantry/record"
 )
@@ -36,22 +34,12 @@ func TestSortLocalSIGKILLKeepsOldOutput(t *testing.T) {
 	before := outputFiles(t, out)
 
 	cmd := exec.Command(bin, "sort", "local", "-q", "-I", inB, "-O", out, "--tmp", tmp, "--memory", "16MiB")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
+	stderr := &lockedBuffer{}
+	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if runs, _ := filepath.Glob(filepath.Join(tmp, "gantry-sort-*", "run-*")); len(runs) > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			t.Fatalf("no run spilled within 30 s: %s", stderr.String())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitForSpill(t, cmd, tmp, stderr)
 	cmd.Process.Kill() // SIGKILL: no deferred cleanup runs
 	cmd.Wait()
 

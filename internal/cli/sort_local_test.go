@@ -2,12 +2,12 @@ package cli
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -22,7 +22,7 @@ import (
 func sortTestRun(t *testing.T, args ...string) (int, string) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
-	code := Execute(context.Background(), Env{Args: args, Stdout: &stdout, Stderr: &stderr})
+	code := Execute(t.Context(), Env{Args: args, Stdout: &stdout, Stderr: &stderr})
 	return code, stdout.String() + stderr.String()
 }
 
@@ -54,7 +54,7 @@ func sortTestChecksum(t *testing.T, dirs ...string) record.Summary {
 	if len(files) == 0 {
 		return record.Summary{FirstUnordered: -1}
 	}
-	s, err := record.Validate(context.Background(), files, record.ValidateOptions{ChecksumOnly: true})
+	s, err := record.Validate(t.Context(), files, record.ValidateOptions{ChecksumOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +65,7 @@ func sortTestChecksum(t *testing.T, dirs ...string) record.Summary {
 // the input's record count and checksum.
 func sortTestCheck(t *testing.T, out string, in record.Summary) {
 	t.Helper()
-	got, err := record.Validate(context.Background(), []string{out}, record.ValidateOptions{})
+	got, err := record.Validate(t.Context(), []string{out}, record.ValidateOptions{})
 	if err != nil {
 		t.Fatalf("valsort %s: %v", out, err)
 	}
@@ -305,23 +305,13 @@ func TestSortLocalInterrupt(t *testing.T) {
 	sortTestRecords(t, filepath.Join(in, "data"), 0, 600000, record.GenOptions{}) // 60 MB
 	os.Mkdir(tmp, 0o755)
 	cmd := exec.Command(gantryBinary(t), "sort", "local", "-I", in, "-O", out, "--tmp", tmp, "--memory", "16MiB")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
+	stderr := &lockedBuffer{}
+	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	// Wait until the first run is spilled, then interrupt.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if runs, _ := filepath.Glob(filepath.Join(tmp, "gantry-sort-*", "run-*")); len(runs) > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			t.Fatalf("no run spilled within 30 s: %s", stderr.String())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitForSpill(t, cmd, tmp, stderr)
 	cmd.Process.Signal(os.Interrupt)
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
@@ -340,4 +330,35 @@ func TestSortLocalInterrupt(t *testing.T) {
 	if ents, _ := os.ReadDir(out); len(ents) != 0 {
 		t.Errorf("output dir holds %d entries after SIGINT", len(ents))
 	}
+}
+
+// waitForSpill waits until the sort cmd, started with --tmp tmp, has spilled
+// its first run; if it does not within 30 s, cmd is killed and the test
+// fails with its stderr.
+func waitForSpill(t *testing.T, cmd *exec.Cmd, tmp string, stderr *lockedBuffer) {
+	t.Helper()
+	t.Cleanup(func() { cmd.Process.Kill() }) // a no-op once the test has ended it
+	testutil.WaitFor(t, 30*time.Second, "the first spilled run", func() (bool, string) {
+		runs, _ := filepath.Glob(filepath.Join(tmp, "gantry-sort-*", "run-*"))
+		return len(runs) > 0, "stderr: " + stderr.String()
+	})
+}
+
+// lockedBuffer is a bytes.Buffer that a running command's stderr can be
+// copied into while the test reads it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -13,16 +14,19 @@ import (
 	"github.com/gantryhq/gantry/record"
 )
 
+// valsortOptions are the flags of `gantry valsort`.
+type valsortOptions struct {
+	quiet        bool
+	summaryOut   string // -o
+	summaries    bool   // -s: the arguments are summary files
+	checksumOnly bool
+	allowEmpty   bool
+	workers      int
+	verbose      bool
+}
+
 func newValsortCmd(env *Env) *cobra.Command {
-	var (
-		quiet        bool
-		summaryOut   string
-		summaries    bool
-		checksumOnly bool
-		allowEmpty   bool
-		workers      int
-		verbose      bool
-	)
+	var o valsortOptions
 	cmd := &cobra.Command{
 		Use:   "valsort [-q] [-o SUMMARY] [-s] [--checksum-only] FILE|DIR...",
 		Short: "Validate sorted records as valsort does, over many files at once",
@@ -54,89 +58,119 @@ is a terminal, or anywhere with -v.`,
   gantry valsort -s w1.sum w2.sum w3.sum     # … then check the summaries in order`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if workers < 0 {
-				return fmt.Errorf("--threads %d: want 0 (all cores) or more", workers)
-			}
-			if summaries && checksumOnly {
-				return errors.New("-s and --checksum-only do not go together: a summary records whether order was checked")
-			}
-			var (
-				sum    record.Summary
-				counts []uint64 // records per input, to say where the first unordered record is
-				names  []string
-				err    error
-			)
-			if summaries {
-				var parts []record.Summary
-				parts, names, err = record.ReadSummaryFiles(args)
-				if err != nil {
-					return err
-				}
-				for _, p := range parts {
-					counts = append(counts, p.Records)
-				}
-				if sum, err = record.Combine(parts); err != nil {
-					return err
-				}
-			} else {
-				expand := record.ExpandPaths
-				if checksumOnly {
-					expand = record.ExpandInputPaths // input sets: any file names
-				}
-				if names, err = expand(args); err != nil {
-					return err
-				}
-				var total int64
-				for _, n := range names {
-					var size int64
-					if st, err := os.Stat(n); err == nil && st.Mode().IsRegular() {
-						size = st.Size()
-					}
-					counts = append(counts, uint64(size/record.Size))
-					total += size
-				}
-				p := progress.Start(speedOut(env, verbose, quiet), "valsort", total, progress.Bytes)
-				sum, err = record.Validate(cmd.Context(), names, record.ValidateOptions{
-					Workers: workers, ChecksumOnly: checksumOnly, Progress: p.Add,
-				})
-				if err != nil || sum.Records == 0 {
-					p.Abort()
-				} else {
-					p.Finish()
-				}
-				if err != nil {
-					return err
-				}
-			}
-
-			if sum.Records == 0 && !allowEmpty {
-				return fmt.Errorf("there must be at least one record to be validated: %s %s no records (--allow-empty accepts that)",
-					strings.Join(args, ", "), map[bool]string{true: "hold", false: "holds"}[len(args) > 1])
-			}
-			if summaryOut != "" {
-				if err := record.WriteSummaryFile(summaryOut, sum); err != nil {
-					return err
-				}
-			}
-			if !quiet {
-				printValsortReport(reportOut(env, args, checksumOnly), sum, names, counts)
-			}
-			if sum.Unordered > 0 {
-				return withCode(1, errors.New(""))
-			}
-			return nil
+			return runValsort(cmd.Context(), env, o, args)
 		},
 	}
 	f := cmd.Flags()
 	f.SortFlags = false
-	f.BoolVarP(&quiet, "quiet", "q", false, "print nothing; the exit status tells")
-	f.StringVarP(&summaryOut, "output", "o", "", "write the summary as JSON to `SUMMARY` (for -s)")
-	f.BoolVarP(&summaries, "summaries", "s", false, "arguments are summary files from -o, validated in order")
-	f.BoolVar(&checksumOnly, "checksum-only", false, "count records and sum checksums without checking order")
-	f.BoolVar(&allowEmpty, "allow-empty", false, "accept input with no records (valsort refuses it)")
-	f.IntVarP(&workers, "threads", "t", 0, "`N` validator goroutines (0 = one per core)")
-	f.BoolVarP(&verbose, "verbose", "v", false, "progress and a speed line on stderr even when it is not a terminal")
+	f.BoolVarP(&o.quiet, "quiet", "q", false, "print nothing; the exit status tells")
+	f.StringVarP(&o.summaryOut, "output", "o", "", "write the summary as JSON to `SUMMARY` (for -s)")
+	f.BoolVarP(&o.summaries, "summaries", "s", false, "arguments are summary files from -o, validated in order")
+	f.BoolVar(&o.checksumOnly, "checksum-only", false, "count records and sum checksums without checking order")
+	f.BoolVar(&o.allowEmpty, "allow-empty", false, "accept input with no records (valsort refuses it)")
+	f.IntVarP(&o.workers, "threads", "t", 0, "`N` validator goroutines (0 = one per core)")
+	f.BoolVarP(&o.verbose, "verbose", "v", false, "progress and a speed line on stderr even when it is not a terminal")
 	return cmd
+}
+
+// valsortResult is what valsort found over its inputs: the summary, the
+// inputs' names and the records in each (to say where the first unordered
+// record is).
+type valsortResult struct {
+	sum    record.Summary
+	names  []string
+	counts []uint64
+}
+
+// runValsort is `gantry valsort`: validate args (record files or
+// directories, or with -s summary files), write the summary and print the
+// report. An unordered record exits 1.
+func runValsort(ctx context.Context, env *Env, o valsortOptions, args []string) error {
+	if o.workers < 0 {
+		return fmt.Errorf("--threads %d: want 0 (all cores) or more", o.workers)
+	}
+	if o.summaries && o.checksumOnly {
+		return errors.New("-s and --checksum-only do not go together: a summary records whether order was checked")
+	}
+	var res valsortResult
+	var err error
+	if o.summaries {
+		res, err = combineSummaryFiles(args)
+	} else {
+		res, err = validateRecordFiles(ctx, env, o, args)
+	}
+	if err != nil {
+		return err
+	}
+	sum := res.sum
+	if sum.Records == 0 && !o.allowEmpty {
+		return fmt.Errorf("there must be at least one record to be validated: %s %s no records (--allow-empty accepts that)",
+			strings.Join(args, ", "), map[bool]string{true: "hold", false: "holds"}[len(args) > 1])
+	}
+	if o.summaryOut != "" {
+		if err := record.WriteSummaryFile(o.summaryOut, sum); err != nil {
+			return err
+		}
+	}
+	if !o.quiet {
+		printValsortReport(reportOut(env, args, o.checksumOnly), sum, res.names, res.counts)
+	}
+	if sum.Unordered > 0 {
+		return withCode(1, errors.New(""))
+	}
+	return nil
+}
+
+// combineSummaryFiles is valsort -s: the summaries in the files, combined
+// in order.
+func combineSummaryFiles(paths []string) (valsortResult, error) {
+	var res valsortResult
+	parts, names, err := record.ReadSummaryFiles(paths)
+	if err != nil {
+		return res, err
+	}
+	res.names = names
+	for _, p := range parts {
+		res.counts = append(res.counts, p.Records)
+	}
+	if res.sum, err = record.Combine(parts); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+// validateRecordFiles validates the records of args (files, or directories
+// of partition files; any files with --checksum-only) as one sequence, with
+// a progress bar.
+func validateRecordFiles(ctx context.Context, env *Env, o valsortOptions, args []string) (valsortResult, error) {
+	var res valsortResult
+	expand := record.ExpandPaths
+	if o.checksumOnly {
+		expand = record.ExpandInputPaths // input sets: any file names
+	}
+	var err error
+	if res.names, err = expand(args); err != nil {
+		return res, err
+	}
+	var total int64
+	for _, n := range res.names {
+		var size int64
+		if st, err := os.Stat(n); err == nil && st.Mode().IsRegular() {
+			size = st.Size()
+		}
+		res.counts = append(res.counts, uint64(size/record.Size))
+		total += size
+	}
+	p := progress.Start(speedOut(env, o.verbose, o.quiet), "valsort", total, progress.Bytes)
+	res.sum, err = record.Validate(ctx, res.names, record.ValidateOptions{
+		Workers: o.workers, ChecksumOnly: o.checksumOnly, Progress: p.Add,
+	})
+	if err != nil || res.sum.Records == 0 {
+		p.Abort()
+	} else {
+		p.Finish()
+	}
+	return res, err
 }
 
 // reportOut is where the report goes: stderr, as valsort 1.5 prints it, for

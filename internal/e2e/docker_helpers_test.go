@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gantryhq/gantry/internal/testutil"
 )
 
 // cluster is what the Docker tests share: a static gantry for the host, an
@@ -26,8 +28,8 @@ type cluster struct {
 	image   string
 	network string
 	prefix  string // the network's first three octets, "10.213.7"
-	// masterBind: `sort master` has --bind (issue 9), whose default is
-	// loopback, so a master in a container must be told its address.
+	// masterBind: `sort master` has --bind, whose default is loopback, so a
+	// master in a container must be told its address.
 	masterBind bool
 }
 
@@ -46,7 +48,8 @@ func docker(ctx context.Context, args ...string) (string, error) {
 // mustDocker is docker that fails the test on error.
 func (c *cluster) docker(args ...string) string {
 	c.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	// Not c.t.Context(): cleanups run docker too, after that is cancelled.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.t.Context()), 2*time.Minute)
 	defer cancel()
 	out, err := docker(ctx, args...)
 	if err != nil {
@@ -57,7 +60,7 @@ func (c *cluster) docker(args ...string) string {
 
 // cleanupDocker removes what a test made; best effort, logged.
 func cleanupDocker(t *testing.T, args ...string) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), time.Minute)
 	defer cancel()
 	if _, err := docker(ctx, args...); err != nil && !strings.Contains(err.Error(), "No such") {
 		t.Logf("cleanup: %v", err)
@@ -68,7 +71,7 @@ func cleanupDocker(t *testing.T, args ...string) {
 // network. It fails the test when Docker is not usable: the test needs it.
 func newCluster(t *testing.T) *cluster {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	if _, err := docker(ctx, "version", "--format", "{{.Server.Version}}"); err != nil {
 		t.Fatalf("the multi-host test needs a Docker engine: %v", err)
@@ -105,7 +108,7 @@ func newCluster(t *testing.T) *cluster {
 		rb := make([]byte, 1)
 		rand.Read(rb)
 		c.prefix = fmt.Sprintf("10.213.%d", rb[0])
-		nctx, ncancel := context.WithTimeout(context.Background(), 30*time.Second)
+		nctx, ncancel := context.WithTimeout(t.Context(), 30*time.Second)
 		_, err = docker(nctx, "network", "create", "--internal", "--subnet", c.prefix+".0/24", c.network)
 		ncancel()
 		if err == nil {
@@ -145,7 +148,7 @@ func (k *container) run(env ...string) {
 
 // logs returns the container's stdout and stderr so far.
 func (k *container) logs() (stdout, stderr string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(k.c.t.Context()), 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "docker", "logs", k.name)
 	var out, errb bytes.Buffer
@@ -157,23 +160,16 @@ func (k *container) logs() (stdout, stderr string) {
 // waitLog waits until the container's stderr holds s.
 func (k *container) waitLog(s string, timeout time.Duration) {
 	k.c.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	testutil.WaitFor(k.c.t, timeout, fmt.Sprintf("%s to print %q", k.name, s), func() (bool, string) {
 		_, e := k.logs()
-		if strings.Contains(e, s) {
-			return
-		}
-		if time.Now().After(deadline) {
-			k.c.t.Fatalf("%s did not print %q within %s; stderr:\n%s", k.name, s, timeout, tail(e, 30))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return strings.Contains(e, s), "stderr:\n" + tail(e, 30)
+	})
 }
 
 // wait waits for the container to exit and returns its exit code.
 func (k *container) wait(timeout time.Duration) int {
 	k.c.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(k.c.t.Context()), timeout)
 	defer cancel()
 	out, err := docker(ctx, "wait", k.name)
 	if err != nil {

@@ -203,7 +203,7 @@ func TestDockerMultiHost(t *testing.T) {
 		j.master.waitLog("workers registered", 30*time.Second)
 		w := j.workers[0]
 		c.docker("network", "disconnect", "-f", c.network, w.name)
-		time.Sleep(5 * time.Second) // the outage being simulated
+		time.Sleep(5 * time.Second) // real time: the outage being simulated
 		c.docker("network", "connect", "--ip", w.ip, c.network, w.name)
 		j.succeed()
 	})
@@ -211,7 +211,7 @@ func TestDockerMultiHost(t *testing.T) {
 	t.Run("master killed mid-shuffle and restarted with --state", func(t *testing.T) {
 		t.Parallel()
 		if !c.masterBind {
-			t.Skip("this gantry has no sort master --state (issue 9)")
+			t.Skip("this gantry has no sort master --state")
 		}
 		j := newDockerJob(t, c, 6, "--state", "/data/master.json")
 		j.master.dir = t.TempDir()

@@ -15,7 +15,7 @@ func TestDoRunsEveryIndexOnceWithinLimit(t *testing.T) {
 	const n, limit = 1000, 3
 	var seen [n]atomic.Int32
 	var running, peak atomic.Int32
-	err := Do(context.Background(), n, limit, func(_ context.Context, i int) error {
+	err := Do(t.Context(), n, limit, func(_ context.Context, i int) error {
 		r := running.Add(1)
 		for {
 			p := peak.Load()
@@ -43,7 +43,7 @@ func TestDoRunsEveryIndexOnceWithinLimit(t *testing.T) {
 func TestDoFirstErrorCancelsTheRest(t *testing.T) {
 	boom := errors.New("boom")
 	var started atomic.Int32
-	err := Do(context.Background(), 1000, 2, func(ctx context.Context, i int) error {
+	err := Do(t.Context(), 1000, 2, func(ctx context.Context, i int) error {
 		started.Add(1)
 		if i == 3 {
 			return boom
@@ -62,19 +62,19 @@ func TestDoFirstErrorCancelsTheRest(t *testing.T) {
 }
 
 func TestDoHonoursCancelledContext(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	ran := false
 	if err := Do(ctx, 5, 2, func(context.Context, int) error { ran = true; return nil }); !errors.Is(err, context.Canceled) || ran {
 		t.Fatalf("err=%v ran=%v on a cancelled context", err, ran)
 	}
-	if err := Do(context.Background(), 0, 2, nil); err != nil {
+	if err := Do(t.Context(), 0, 2, nil); err != nil {
 		t.Fatalf("n=0: %v", err)
 	}
 }
 
 func TestGroupLimit(t *testing.T) {
-	g, ctx := NewGroup(context.Background(), 2)
+	g, ctx := NewGroup(t.Context(), 2)
 	var running, peak atomic.Int32
 	for range 50 {
 		g.Go(func() error {

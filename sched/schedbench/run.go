@@ -79,29 +79,26 @@ func median(samples []Sample, metric func(Sample) float64) float64 {
 	return vals[len(vals)/2]
 }
 
-// Run measures every workload against its baseline and returns the table.
-// progress, if set, is told the name of each row before it runs. Run stops
-// between rows once ctx ends and returns the rows done with ctx's error.
-func Run(ctx context.Context, o Options, progress func(row string)) ([]Row, error) {
-	o, err := o.withDefaults()
-	if err != nil {
-		return nil, err
-	}
+// spec is one workload of Run: how to measure it on the scheduler and on its
+// baseline, which figure of the samples the row shows, and its goal.
+type spec struct {
+	row      Row
+	sched    func(workers int) (Sample, error)
+	baseline func() (Sample, error)
+	metric   func(Sample) float64
+	met      func(r Row) bool
+	// cpu, if set, names an extra informational row with the median
+	// CPU time per op of the same samples.
+	cpu string
+}
+
+// specs is Run's table of workloads, sized by o.Scale.
+func specs(o Options) []spec {
 	n := func(base int) int { return max(1, int(float64(base)*o.Scale)) }
 	perOp := Sample.PerOp
 	perSec := func(s Sample) float64 { return s.PerSecond() / 1e6 }
 	allocs := func(s Sample) float64 { return s.AllocsPerOp() / 2 } // 2 messages per round trip
-	type spec struct {
-		row      Row
-		sched    func(workers int) (Sample, error)
-		baseline func() (Sample, error)
-		metric   func(Sample) float64
-		met      func(r Row) bool
-		// cpu, if set, names an extra informational row with the median
-		// CPU time per op of the same samples.
-		cpu string
-	}
-	specs := []spec{
+	return []spec{
 		{
 			row:      Row{Name: "ping-pong round trip", Unit: "ns", Goal: "<= 0.5x channels", HigherIs: "worse"},
 			sched:    func(w int) (Sample, error) { return PingPong(w, n(500_000)) },
@@ -153,37 +150,27 @@ func Run(ctx context.Context, o Options, progress func(row string)) ([]Row, erro
 			metric:   perOp,
 		},
 	}
+}
+
+// Run measures every workload against its baseline and returns the table.
+// progress, if set, is told the name of each row before it runs. Run stops
+// between rows once ctx ends and returns the rows done with ctx's error.
+func Run(ctx context.Context, o Options, progress func(row string)) ([]Row, error) {
+	o, err := o.withDefaults()
+	if err != nil {
+		return nil, err
+	}
 	var rows []Row
-	for _, sp := range specs {
+	for _, sp := range specs(o) {
 		if err := ctx.Err(); err != nil {
 			return rows, err
 		}
 		if progress != nil {
 			progress(sp.row.Name)
 		}
-		r := sp.row
-		cr := Row{Name: sp.cpu, Unit: "ns", Goal: "(informational: CPU time)", HigherIs: "worse"}
-		cpuPerOp := Sample.CPUPerOp
-		for _, w := range []int{1, 2} {
-			ss, err := sample(o.Runs, func() (Sample, error) { return sp.sched(w) })
-			if err != nil {
-				return rows, fmt.Errorf("%s, %d workers: %w", r.Name, w, err)
-			}
-			if w == 1 {
-				r.Sched1, cr.Sched1 = median(ss, sp.metric), median(ss, cpuPerOp)
-			} else {
-				r.Sched2, cr.Sched2 = median(ss, sp.metric), median(ss, cpuPerOp)
-			}
-		}
-		if sp.baseline != nil {
-			ss, err := sample(o.Runs, sp.baseline)
-			if err != nil {
-				return rows, fmt.Errorf("%s, baseline: %w", r.Name, err)
-			}
-			r.Baseline, cr.Baseline = median(ss, sp.metric), median(ss, cpuPerOp)
-		}
-		if sp.met != nil {
-			r.Judged, r.Met = true, sp.met(r)
+		r, cr, err := measureSpec(sp, o.Runs)
+		if err != nil {
+			return rows, err
 		}
 		rows = append(rows, r)
 		if sp.cpu != "" {
@@ -202,4 +189,34 @@ func Run(ctx context.Context, o Options, progress func(row string)) ([]Row, erro
 			Sched2: pct, Goal: "< 1%", Judged: true, Met: pct < 1, HigherIs: "worse"})
 	}
 	return rows, nil
+}
+
+// measureSpec samples sp runs times on 1 and 2 workers and on its baseline, and
+// returns its row and the row of CPU time per op of the same samples.
+func measureSpec(sp spec, runs int) (r, cr Row, err error) {
+	r = sp.row
+	cr = Row{Name: sp.cpu, Unit: "ns", Goal: "(informational: CPU time)", HigherIs: "worse"}
+	cpuPerOp := Sample.CPUPerOp
+	for _, w := range []int{1, 2} {
+		ss, err := sample(runs, func() (Sample, error) { return sp.sched(w) })
+		if err != nil {
+			return r, cr, fmt.Errorf("%s, %d workers: %w", r.Name, w, err)
+		}
+		if w == 1 {
+			r.Sched1, cr.Sched1 = median(ss, sp.metric), median(ss, cpuPerOp)
+		} else {
+			r.Sched2, cr.Sched2 = median(ss, sp.metric), median(ss, cpuPerOp)
+		}
+	}
+	if sp.baseline != nil {
+		ss, err := sample(runs, sp.baseline)
+		if err != nil {
+			return r, cr, fmt.Errorf("%s, baseline: %w", r.Name, err)
+		}
+		r.Baseline, cr.Baseline = median(ss, sp.metric), median(ss, cpuPerOp)
+	}
+	if sp.met != nil {
+		r.Judged, r.Met = true, sp.met(r)
+	}
+	return r, cr, nil
 }

@@ -3,8 +3,12 @@
 // bench_test.go) and `gantry sched bench` measure exactly the same code.
 //
 // Every workload runs a fixed number of operations and returns a Sample:
-// wall time and heap allocations for the whole run. Run and the table
-// helpers in table.go turn samples into medians and rows.
+// wall time and heap allocations for the whole run. The files:
+//
+//	workloads.go    Sample; ping-pong, spawn-to-done, fan-out and yield, each with its baseline
+//	forkjoin.go     fork-join fib(n), children spawned inside Step, against goroutines+WaitGroup
+//	idle_unix.go    IdleCPU: the CPU an idle scheduler uses over a window (idle_other.go: an error, no getrusage)
+//	run.go          Options, Row and Run: every workload on 1 and 2 workers, medians, goals
 package schedbench
 
 import (

@@ -3,7 +3,6 @@ package archive_test
 import (
 	"archive/tar"
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -29,7 +28,7 @@ func newStorage(t *testing.T) (*archive.Storage, string) {
 }
 
 func TestArchiveRestoreRoundTrip(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	s, root := newStorage(t)
 	if err := s.Provision(ctx, "ws1"); err != nil {
 		t.Fatal(err)
@@ -85,7 +84,7 @@ func writeRaw(t *testing.T, s *archive.Storage, key string, entries func(tw *tar
 	entries(tw)
 	tw.Close()
 	enc.Close()
-	ctx := context.Background()
+	ctx := t.Context()
 	if err := s.Blobs.Put(ctx, key, bytes.NewReader(buf.Bytes())); err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +127,7 @@ func TestRestoreRefusesBadArchives(t *testing.T) {
 			os.WriteFile(p, b[:len(b)/2], 0o644)
 		}, reason: "ChecksumMismatch|CorruptArchive"},
 		{name: "no meta", entries: file("ok", "fine"), mangle: func(t *testing.T, s *archive.Storage, key string) {
-			s.Blobs.Delete(context.Background(), provider.MetaKey(key))
+			s.Blobs.Delete(t.Context(), provider.MetaKey(key))
 		}, reason: "MetaNotFound"},
 	}
 	for _, tt := range tests {
@@ -141,7 +140,7 @@ func TestRestoreRefusesBadArchives(t *testing.T) {
 			}
 			os.MkdirAll(filepath.Join(root, "volumes", ".staging"), 0o755)
 			before := treeSHA256(t, root)
-			err := s.Restore(context.Background(), "ws1", key)
+			err := s.Restore(t.Context(), "ws1", key)
 			var pe *provider.PermanentError
 			if !errors.As(err, &pe) {
 				t.Fatalf("Restore err = %v, want a PermanentError", err)
@@ -149,7 +148,7 @@ func TestRestoreRefusesBadArchives(t *testing.T) {
 			if !bytes.Contains([]byte(tt.reason), []byte(pe.Reason)) {
 				t.Fatalf("reason %q, want %s (err %v)", pe.Reason, tt.reason, err)
 			}
-			if ok, _ := s.VolumeExists(context.Background(), "ws1"); ok {
+			if ok, _ := s.VolumeExists(t.Context(), "ws1"); ok {
 				t.Fatal("a failed restore left a volume")
 			}
 			if _, err := os.Stat("/tmp/escaped-abs"); err == nil {

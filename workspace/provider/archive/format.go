@@ -12,6 +12,12 @@
 // a staging directory confined with os.Root, refuses absolute names, ".."
 // components, links that point outside the volume and hard links, and only
 // renames the staging directory into place when the checksum matches.
+//
+// The files:
+//
+//	format.go    Write, Committed, ReadMeta, Extract: the format over a BlobStore
+//	storage.go   Storage: volume directories under Root plus a BlobStore (Archive, Restore, …)
+//	tree.go      TreeDigest: a digest of a directory tree, to compare volumes
 package archive
 
 import (
@@ -123,42 +129,7 @@ func pack(ctx context.Context, dir string, w io.Writer) error {
 		if err != nil || rel == "." {
 			return err
 		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		var link string
-		switch {
-		case info.Mode()&fs.ModeSymlink != 0:
-			if link, err = os.Readlink(p); err != nil {
-				return err
-			}
-		case info.IsDir(), info.Mode().IsRegular():
-		default:
-			return nil // sockets, fifos, devices: not workspace data
-		}
-		hdr, err := tar.FileInfoHeader(info, link)
-		if err != nil {
-			return err
-		}
-		hdr.Name = filepath.ToSlash(rel)
-		if info.IsDir() {
-			hdr.Name += "/"
-		}
-		hdr.Uname, hdr.Gname = "", ""
-		if err := tw.WriteHeader(hdr); err != nil {
-			return err
-		}
-		if info.Mode().IsRegular() {
-			f, err := os.Open(p)
-			if err != nil {
-				return err
-			}
-			_, err = io.Copy(tw, f)
-			f.Close()
-			return err
-		}
-		return nil
+		return packEntry(tw, p, rel, d)
 	})
 	if werr != nil {
 		enc.Close()
@@ -169,6 +140,47 @@ func pack(ctx context.Context, dir string, w io.Writer) error {
 		return err
 	}
 	return enc.Close()
+}
+
+// packEntry writes the walked entry d at p (rel under the packed dir) to tw:
+// directories, regular files and symbolic links; anything else is skipped.
+func packEntry(tw *tar.Writer, p, rel string, d fs.DirEntry) error {
+	info, err := d.Info()
+	if err != nil {
+		return err
+	}
+	var link string
+	switch {
+	case info.Mode()&fs.ModeSymlink != 0:
+		if link, err = os.Readlink(p); err != nil {
+			return err
+		}
+	case info.IsDir(), info.Mode().IsRegular():
+	default:
+		return nil // sockets, fifos, devices: not workspace data
+	}
+	hdr, err := tar.FileInfoHeader(info, link)
+	if err != nil {
+		return err
+	}
+	hdr.Name = filepath.ToSlash(rel)
+	if info.IsDir() {
+		hdr.Name += "/"
+	}
+	hdr.Uname, hdr.Gname = "", ""
+	if err := tw.WriteHeader(hdr); err != nil {
+		return err
+	}
+	if !info.Mode().IsRegular() {
+		return nil
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(tw, f)
+	f.Close()
+	return err
 }
 
 // Extract verifies and unpacks the archive under key into dst, which must
@@ -218,10 +230,12 @@ func Extract(ctx context.Context, bs provider.BlobStore, key, staging, dst strin
 	return nil
 }
 
+// unpack reads a tar+zstd stream from r into dir, through an os.Root so no
+// entry can reach outside dir.
 func unpack(ctx context.Context, r io.Reader, dir string) error {
 	dec, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1))
 	if err != nil {
-		return provider.Permanent("CorruptArchive", fmt.Errorf("%w: %v", provider.ErrCorruptArchive, err))
+		return corruptArchive(err)
 	}
 	defer dec.Close()
 	root, err := os.OpenRoot(dir)
@@ -230,9 +244,6 @@ func unpack(ctx context.Context, r io.Reader, dir string) error {
 	}
 	defer root.Close()
 	tr := tar.NewReader(dec)
-	corrupt := func(err error) error {
-		return provider.Permanent("CorruptArchive", fmt.Errorf("%w: %v", provider.ErrCorruptArchive, err))
-	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -242,7 +253,7 @@ func unpack(ctx context.Context, r io.Reader, dir string) error {
 			return nil
 		}
 		if err != nil {
-			return corrupt(err)
+			return corruptArchive(err)
 		}
 		name, err := safeName(hdr.Name)
 		if err != nil {
@@ -251,41 +262,56 @@ func unpack(ctx context.Context, r io.Reader, dir string) error {
 		if name == "." {
 			continue
 		}
-		if d := path.Dir(name); d != "." {
-			if err := root.MkdirAll(d, 0o755); err != nil {
-				return unsafeOr(err)
-			}
-		}
-		mode := fs.FileMode(hdr.Mode) & 0o777
-		switch hdr.Typeflag {
-		case tar.TypeDir:
-			if err := root.MkdirAll(name, mode|0o700); err != nil {
-				return unsafeOr(err)
-			}
-		case tar.TypeReg:
-			f, err := root.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, mode)
-			if err != nil {
-				return unsafeOr(err)
-			}
-			_, err = io.Copy(f, tr)
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
-				return corrupt(err)
-			}
-			root.Chtimes(name, hdr.ModTime, hdr.ModTime)
-		case tar.TypeSymlink:
-			if err := safeLink(name, hdr.Linkname); err != nil {
-				return err
-			}
-			if err := root.Symlink(hdr.Linkname, name); err != nil {
-				return unsafeOr(err)
-			}
-		default:
-			return provider.Permanent("UnsafeArchive", fmt.Errorf("%w: %q has tar type %q (only dirs, files and symlinks are allowed)", provider.ErrUnsafePath, hdr.Name, hdr.Typeflag))
+		if err := unpackEntry(root, tr, hdr, name); err != nil {
+			return err
 		}
 	}
+}
+
+// corruptArchive is the permanent error for an archive that does not decode.
+func corruptArchive(err error) error {
+	return provider.Permanent("CorruptArchive", fmt.Errorf("%w: %v", provider.ErrCorruptArchive, err))
+}
+
+// unpackEntry makes the entry hdr, whose checked name is name, under root:
+// its parent directories, then the directory, file (content from tr) or
+// symbolic link.
+func unpackEntry(root *os.Root, tr *tar.Reader, hdr *tar.Header, name string) error {
+	if d := path.Dir(name); d != "." {
+		if err := root.MkdirAll(d, 0o755); err != nil {
+			return unsafeOr(err)
+		}
+	}
+	mode := fs.FileMode(hdr.Mode) & 0o777
+	switch hdr.Typeflag {
+	case tar.TypeDir:
+		if err := root.MkdirAll(name, mode|0o700); err != nil {
+			return unsafeOr(err)
+		}
+	case tar.TypeReg:
+		f, err := root.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, mode)
+		if err != nil {
+			return unsafeOr(err)
+		}
+		_, err = io.Copy(f, tr)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return corruptArchive(err)
+		}
+		root.Chtimes(name, hdr.ModTime, hdr.ModTime)
+	case tar.TypeSymlink:
+		if err := safeLink(name, hdr.Linkname); err != nil {
+			return err
+		}
+		if err := root.Symlink(hdr.Linkname, name); err != nil {
+			return unsafeOr(err)
+		}
+	default:
+		return provider.Permanent("UnsafeArchive", fmt.Errorf("%w: %q has tar type %q (only dirs, files and symlinks are allowed)", provider.ErrUnsafePath, hdr.Name, hdr.Typeflag))
+	}
+	return nil
 }
 
 // safeName cleans a tar entry name and refuses absolute names and "..".

@@ -73,8 +73,8 @@ func TestFullCycleDockerS3(t *testing.T) {
 	cleanupWorkspace(t, p, id)
 	key := provider.ArchiveKey(id, "op-archive-1")
 	t.Cleanup(func() {
-		blobs.Delete(context.Background(), provider.MetaKey(key))
-		blobs.Delete(context.Background(), key)
+		blobs.Delete(context.WithoutCancel(t.Context()), provider.MetaKey(key))
+		blobs.Delete(context.WithoutCancel(t.Context()), key)
 	})
 
 	if err := st.Provision(ctx, id); err != nil {

@@ -36,6 +36,7 @@ import (
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
+	"github.com/gantryhq/gantry/internal/clock"
 	"github.com/gantryhq/gantry/workspace/provider"
 )
 
@@ -107,6 +108,9 @@ type Config struct {
 	PollInterval time.Duration
 	// Logger; nil = discard.
 	Logger *slog.Logger
+	// Clock times the wait for a container to run and turn healthy; nil =
+	// the real clock. (The overall bound on Start is a context deadline.)
+	Clock clock.Clock
 }
 
 func (c *Config) validate() error {
@@ -134,6 +138,7 @@ func (c *Config) validate() error {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	c.Clock = clock.Or(c.Clock)
 	return nil
 }
 
@@ -222,58 +227,86 @@ func isDialError(err error) bool {
 // container is left alone; a stopped or exited one is removed and created
 // again, since containers hold no data (the volume does).
 func (p *Provider) Start(ctx context.Context, spec provider.Spec) error {
-	if spec.ID == "" {
-		return errors.New("docker: Spec.ID is empty")
-	}
-	image := spec.Image
-	if image == "" {
-		image = p.cfg.Image
-	}
-	if image == "" {
-		return fmt.Errorf("docker: workspace %s: no image (Spec.Image and Config.Image are empty)", spec.ID)
-	}
-	if p.cfg.Volumes == BindMount && spec.VolumeDir == "" {
-		return fmt.Errorf("docker: workspace %s: Spec.VolumeDir is empty (bind mount needs a host directory)", spec.ID)
+	image, err := p.checkSpec(spec)
+	if err != nil {
+		return err
 	}
 	defer p.lock(spec.ID)()
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.StartupTimeout+p.cfg.HealthTimeout)
 	defer cancel()
 
-	name := ContainerName(spec.ID)
-	in, err := p.cli.ContainerInspect(ctx, name, client.ContainerInspectOptions{})
-	switch {
-	case err == nil && in.Container.State != nil && in.Container.State.Running:
-		if in.Container.Config != nil && in.Container.Config.Labels[LabelWorkspaceID] != spec.ID {
-			return fmt.Errorf("docker: container %s exists but is not labelled %s=%s; refusing to touch it", name, LabelWorkspaceID, spec.ID)
-		}
-		return p.waitReady(ctx, spec.ID, in.Container.ID, time.Now())
-	case err == nil:
-		if in.Container.Config != nil && in.Container.Config.Labels[LabelWorkspaceID] != spec.ID {
-			return fmt.Errorf("docker: container %s exists but is not labelled %s=%s; refusing to touch it", name, LabelWorkspaceID, spec.ID)
-		}
-		if _, err := p.cli.ContainerRemove(ctx, in.Container.ID, client.ContainerRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
-			return p.wrap("remove stale container of", spec.ID, err)
-		}
-	case !cerrdefs.IsNotFound(err):
-		return p.wrap("inspect", spec.ID, err)
+	running, err := p.clearStale(ctx, spec.ID)
+	if err != nil {
+		return err
 	}
+	if running != "" {
+		return p.waitReady(ctx, spec.ID, running, p.cfg.Clock.Now())
+	}
+	cid, err := p.create(ctx, spec, image)
+	if err != nil {
+		return err
+	}
+	started := p.cfg.Clock.Now()
+	if _, err := p.cli.ContainerStart(ctx, cid, client.ContainerStartOptions{}); err != nil {
+		return p.wrap("start", spec.ID, err)
+	}
+	p.cfg.Logger.Info("docker: container started", "workspace", spec.ID, "container", cid[:12], "image", image)
+	return p.waitReady(ctx, spec.ID, cid, started)
+}
 
+// checkSpec checks what Start needs of spec and returns the image to run.
+func (p *Provider) checkSpec(spec provider.Spec) (image string, err error) {
+	if spec.ID == "" {
+		return "", errors.New("docker: Spec.ID is empty")
+	}
+	image = spec.Image
+	if image == "" {
+		image = p.cfg.Image
+	}
+	if image == "" {
+		return "", fmt.Errorf("docker: workspace %s: no image (Spec.Image and Config.Image are empty)", spec.ID)
+	}
+	if p.cfg.Volumes == BindMount && spec.VolumeDir == "" {
+		return "", fmt.Errorf("docker: workspace %s: Spec.VolumeDir is empty (bind mount needs a host directory)", spec.ID)
+	}
+	return image, nil
+}
+
+// clearStale looks at the container named for workspace id: if it runs,
+// clearStale returns its ID; if it exists but does not run, it is removed.
+// A container of that name without the workspace's label is left alone and
+// an error.
+func (p *Provider) clearStale(ctx context.Context, id string) (running string, err error) {
+	name := ContainerName(id)
+	in, err := p.cli.ContainerInspect(ctx, name, client.ContainerInspectOptions{})
+	if err != nil {
+		if cerrdefs.IsNotFound(err) {
+			return "", nil
+		}
+		return "", p.wrap("inspect", id, err)
+	}
+	if in.Container.Config != nil && in.Container.Config.Labels[LabelWorkspaceID] != id {
+		return "", fmt.Errorf("docker: container %s exists but is not labelled %s=%s; refusing to touch it", name, LabelWorkspaceID, id)
+	}
+	if in.Container.State != nil && in.Container.State.Running {
+		return in.Container.ID, nil
+	}
+	if _, err := p.cli.ContainerRemove(ctx, in.Container.ID, client.ContainerRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
+		return "", p.wrap("remove stale container of", id, err)
+	}
+	return "", nil
+}
+
+// create creates the workspace's container (and its Docker volume in
+// DockerVolume mode) and returns the container's ID.
+func (p *Provider) create(ctx context.Context, spec provider.Spec, image string) (string, error) {
 	labels := map[string]string{LabelWorkspaceID: spec.ID}
 	if spec.Name != "" {
 		labels["gantry.workspace-name"] = spec.Name
 	}
-	hc := &container.HostConfig{
-		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyDisabled},
-		NetworkMode:   container.NetworkMode(p.cfg.NetworkMode),
-	}
-	switch p.cfg.Volumes {
-	case BindMount:
-		hc.Mounts = []mount.Mount{{Type: mount.TypeBind, Source: spec.VolumeDir, Target: p.cfg.MountPath}}
-	case DockerVolume:
-		if _, err := p.cli.VolumeCreate(ctx, client.VolumeCreateOptions{Name: VolumeName(spec.ID), Labels: labels}); err != nil {
-			return p.wrap("create volume of", spec.ID, err)
-		}
-		hc.Mounts = []mount.Mount{{Type: mount.TypeVolume, Source: VolumeName(spec.ID), Target: p.cfg.MountPath}}
+	hc, err := p.hostConfig(ctx, spec, labels)
+	if err != nil {
+		return "", err
 	}
 	cc := &container.Config{
 		Image:      image,
@@ -285,32 +318,47 @@ func (p *Provider) Start(ctx context.Context, spec provider.Spec) error {
 	if spec.Command != "" {
 		cc.Cmd = []string{"sh", "-c", spec.Command}
 	}
+	name := ContainerName(spec.ID)
 	created, err := p.cli.ContainerCreate(ctx, client.ContainerCreateOptions{Name: name, Config: cc, HostConfig: hc})
-	if err != nil {
-		if cerrdefs.IsConflict(err) {
-			// Another replica created it between our inspect and create
-			// (the reconciler's claim should prevent this); converge on it.
-			in, ierr := p.cli.ContainerInspect(ctx, name, client.ContainerInspectOptions{})
-			if ierr != nil {
-				return p.wrap("inspect after conflict", spec.ID, ierr)
-			}
-			created.ID = in.Container.ID
-		} else {
-			return p.wrap("create", spec.ID, err)
+	if err == nil {
+		return created.ID, nil
+	}
+	if !cerrdefs.IsConflict(err) {
+		return "", p.wrap("create", spec.ID, err)
+	}
+	// Another replica created it between our inspect and create (the
+	// reconciler's claim should prevent this); converge on it.
+	in, ierr := p.cli.ContainerInspect(ctx, name, client.ContainerInspectOptions{})
+	if ierr != nil {
+		return "", p.wrap("inspect after conflict", spec.ID, ierr)
+	}
+	return in.Container.ID, nil
+}
+
+// hostConfig is the container's host side: no restarts, the network, and
+// the volume mount (creating the Docker volume in DockerVolume mode).
+func (p *Provider) hostConfig(ctx context.Context, spec provider.Spec, labels map[string]string) (*container.HostConfig, error) {
+	hc := &container.HostConfig{
+		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyDisabled},
+		NetworkMode:   container.NetworkMode(p.cfg.NetworkMode),
+	}
+	switch p.cfg.Volumes {
+	case BindMount:
+		hc.Mounts = []mount.Mount{{Type: mount.TypeBind, Source: spec.VolumeDir, Target: p.cfg.MountPath}}
+	case DockerVolume:
+		if _, err := p.cli.VolumeCreate(ctx, client.VolumeCreateOptions{Name: VolumeName(spec.ID), Labels: labels}); err != nil {
+			return nil, p.wrap("create volume of", spec.ID, err)
 		}
+		hc.Mounts = []mount.Mount{{Type: mount.TypeVolume, Source: VolumeName(spec.ID), Target: p.cfg.MountPath}}
 	}
-	started := time.Now()
-	if _, err := p.cli.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
-		return p.wrap("start", spec.ID, err)
-	}
-	p.cfg.Logger.Info("docker: container started", "workspace", spec.ID, "container", created.ID[:12], "image", image)
-	return p.waitReady(ctx, spec.ID, created.ID, started)
+	return hc, nil
 }
 
 // waitReady polls until the container runs and, if it has a health check,
 // reports healthy.
 func (p *Provider) waitReady(ctx context.Context, id, cid string, started time.Time) error {
-	t := time.NewTicker(p.cfg.PollInterval)
+	clk := p.cfg.Clock
+	t := clk.NewTicker(p.cfg.PollInterval)
 	defer t.Stop()
 	var runningSince time.Time
 	for {
@@ -321,32 +369,47 @@ func (p *Provider) waitReady(ctx context.Context, id, cid string, started time.T
 			}
 			return p.wrap("inspect", id, err)
 		}
-		st := in.Container.State
-		switch {
-		case st == nil:
-		case st.Running && (st.Health == nil || st.Health.Status == container.NoHealthcheck || st.Health.Status == container.Healthy):
-			return nil
-		case st.Running && st.Health != nil && st.Health.Status == container.Unhealthy:
-			return fmt.Errorf("%w: workspace %s: health check reports unhealthy", ErrExited, id)
-		case st.Running:
-			if runningSince.IsZero() {
-				runningSince = time.Now()
-			}
-			if time.Since(runningSince) > p.cfg.HealthTimeout {
-				return fmt.Errorf("%w: workspace %s: not healthy after %v", ErrStartTimeout, id, p.cfg.HealthTimeout)
-			}
-		case st.Status == container.StateExited || st.Status == container.StateDead:
-			return fmt.Errorf("%w: workspace %s: exit code %d %s", ErrExited, id, st.ExitCode, st.Error)
+		if done, err := p.ready(id, in.Container.State, &runningSince); done {
+			return err
 		}
-		if runningSince.IsZero() && time.Since(started) > p.cfg.StartupTimeout {
+		if runningSince.IsZero() && clk.Since(started) > p.cfg.StartupTimeout {
 			return fmt.Errorf("%w: workspace %s: not running after %v", ErrStartTimeout, id, p.cfg.StartupTimeout)
 		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%w: workspace %s: %v", ErrStartTimeout, id, ctx.Err())
-		case <-t.C:
+		case <-t.C():
 		}
 	}
+}
+
+// ready judges one inspection of a starting container: done is true when
+// the wait is over, with err nil if the container is ready. runningSince is
+// when the container was first seen running, set here.
+func (p *Provider) ready(id string, st *container.State, runningSince *time.Time) (done bool, err error) {
+	switch {
+	case st == nil:
+	case st.Running && healthy(st.Health):
+		return true, nil
+	case st.Running && st.Health != nil && st.Health.Status == container.Unhealthy:
+		return true, fmt.Errorf("%w: workspace %s: health check reports unhealthy", ErrExited, id)
+	case st.Running:
+		if runningSince.IsZero() {
+			*runningSince = p.cfg.Clock.Now()
+		}
+		if p.cfg.Clock.Since(*runningSince) > p.cfg.HealthTimeout {
+			return true, fmt.Errorf("%w: workspace %s: not healthy after %v", ErrStartTimeout, id, p.cfg.HealthTimeout)
+		}
+	case st.Status == container.StateExited || st.Status == container.StateDead:
+		return true, fmt.Errorf("%w: workspace %s: exit code %d %s", ErrExited, id, st.ExitCode, st.Error)
+	}
+	return false, nil
+}
+
+// healthy reports whether a running container's health lets Start return:
+// no health check, or one that reports healthy.
+func healthy(h *container.Health) bool {
+	return h == nil || h.Status == container.NoHealthcheck || h.Status == container.Healthy
 }
 
 // Stop removes the workspace's containers (SIGKILL) and keeps the volume.

@@ -101,7 +101,7 @@ func buildTestImage(t *testing.T, cli *client.Client) string {
 		t.Fatalf("image build did not tag %s:\n%s", tag, out)
 	}
 	imageCleanup = func() {
-		cli.ImageRemove(context.Background(), tag, client.ImageRemoveOptions{Force: true, PruneChildren: true})
+		cli.ImageRemove(context.WithoutCancel(t.Context()), tag, client.ImageRemoveOptions{Force: true, PruneChildren: true})
 	}
 	return tag
 }
@@ -158,7 +158,7 @@ func sharedImage(t *testing.T, cli *client.Client) string {
 // cleanupWorkspace removes exactly the containers and volume of id.
 func cleanupWorkspace(t *testing.T, p *Provider, id string) {
 	t.Cleanup(func() {
-		ctx := context.Background()
+		ctx := context.WithoutCancel(t.Context())
 		p.Stop(ctx, id)
 		p.DeleteVolume(ctx, id)
 	})

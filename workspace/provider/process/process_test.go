@@ -1,13 +1,13 @@
 package process_test
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gantryhq/gantry/internal/testutil"
 	"github.com/gantryhq/gantry/workspace/provider"
 	"github.com/gantryhq/gantry/workspace/provider/process"
 	"github.com/gantryhq/gantry/workspace/provider/providertest"
@@ -19,17 +19,16 @@ func TestConformance(t *testing.T) {
 	os.Mkdir(vol, 0o755)
 	c := &process.Container{RunDir: filepath.Join(dir, "run"), StopGrace: time.Second}
 	providertest.Container(t, c, provider.Spec{ID: "ws1", VolumeDir: vol, Command: "exec sleep 60"})
-	ctx := context.Background()
+	ctx := t.Context()
 	if err := c.Start(ctx, provider.Spec{ID: "ws2", VolumeDir: vol, Command: "echo $HOME > home.tmp && mv home.tmp home.txt; exec sleep 60"}); err != nil {
 		t.Fatal(err)
 	}
 	defer c.Stop(ctx, "ws2")
 	var b []byte
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if b, _ = os.ReadFile(filepath.Join(vol, "home.txt")); len(b) > 0 {
-			break
-		}
-	}
+	testutil.WaitFor(t, 5*time.Second, "home.txt written by ws2", func() (bool, string) {
+		b, _ = os.ReadFile(filepath.Join(vol, "home.txt"))
+		return len(b) > 0, "no home.txt yet"
+	})
 	if strings.TrimSpace(string(b)) != vol {
 		t.Fatalf("HOME = %q, want %q", b, vol)
 	}
@@ -38,7 +37,7 @@ func TestConformance(t *testing.T) {
 // A second Container over the same RunDir (a restarted server) finds the
 // running process, and a pidfile whose pid was recycled is not Running.
 func TestFoundAgainAfterRestart(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	dir := t.TempDir()
 	vol := filepath.Join(dir, "vol")
 	os.Mkdir(vol, 0o755)

@@ -1,10 +1,12 @@
 // Package providertest holds conformance tests every provider.BlobStore and
-// provider.Container implementation must pass (fs, s3, process, docker).
+// provider.Container implementation must pass (fs, s3, process, docker):
+// BlobStore (Put/Get/Stat/Delete, failed Puts change nothing) and Container
+// (Start/Stop/Observe, each idempotent). An implementation's own test calls
+// them with a fresh instance.
 package providertest
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"io"
 	"strings"
@@ -16,7 +18,7 @@ import (
 // BlobStore checks Put/Get/Stat/Delete semantics on bs.
 func BlobStore(t *testing.T, bs provider.BlobStore) {
 	t.Helper()
-	ctx := context.Background()
+	ctx := t.Context()
 	key := "archives/ws1/op1/home.tar.zst"
 	if _, ok, err := bs.Stat(ctx, key); err != nil || ok {
 		t.Fatalf("Stat(missing) = ok %v, err %v; want false, nil", ok, err)
@@ -25,6 +27,23 @@ func BlobStore(t *testing.T, bs provider.BlobStore) {
 		t.Fatalf("Get(missing) err = %v, want ErrNotFound", err)
 	}
 	data := bytes.Repeat([]byte("gantry"), 100000)
+	blobRoundTrip(t, bs, key, data)
+	blobFailedPuts(t, bs, key, int64(len(data)))
+	if err := bs.Delete(ctx, key); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	if err := bs.Delete(ctx, key); err != nil {
+		t.Fatalf("Delete twice: %v", err)
+	}
+	if _, ok, _ := bs.Stat(ctx, key); ok {
+		t.Fatal("blob still there after Delete")
+	}
+}
+
+// blobRoundTrip puts data under key and checks that Stat and Get see it.
+func blobRoundTrip(t *testing.T, bs provider.BlobStore, key string, data []byte) {
+	t.Helper()
+	ctx := t.Context()
 	if err := bs.Put(ctx, key, bytes.NewReader(data)); err != nil {
 		t.Fatalf("Put: %v", err)
 	}
@@ -41,29 +60,25 @@ func BlobStore(t *testing.T, bs provider.BlobStore) {
 	if err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("Get read %d bytes (err %v), want the %d put", len(got), err, len(data))
 	}
-	// A Put whose reader fails leaves the old blob in place.
+}
+
+// blobFailedPuts checks that a Put whose reader fails changes nothing: the
+// blob of size bytes under key stays, and a new key stays missing.
+func blobFailedPuts(t *testing.T, bs provider.BlobStore, key string, size int64) {
+	t.Helper()
+	ctx := t.Context()
 	failing := io.MultiReader(strings.NewReader("partial"), errReader{})
 	if err := bs.Put(ctx, key, failing); err == nil {
 		t.Fatal("Put with a failing reader succeeded")
 	}
-	if size, ok, _ := bs.Stat(ctx, key); !ok || size != int64(len(data)) {
-		t.Fatalf("after failed Put: Stat = %d, %v; want the old blob (%d bytes)", size, ok, len(data))
+	if got, ok, _ := bs.Stat(ctx, key); !ok || got != size {
+		t.Fatalf("after failed Put: Stat = %d, %v; want the old blob (%d bytes)", got, ok, size)
 	}
-	// A failed Put of a new key leaves nothing.
 	if err := bs.Put(ctx, key+".other", io.MultiReader(strings.NewReader("x"), errReader{})); err == nil {
 		t.Fatal("Put with a failing reader succeeded")
 	}
 	if _, ok, _ := bs.Stat(ctx, key+".other"); ok {
 		t.Fatal("a failed Put left a visible blob")
-	}
-	if err := bs.Delete(ctx, key); err != nil {
-		t.Fatalf("Delete: %v", err)
-	}
-	if err := bs.Delete(ctx, key); err != nil {
-		t.Fatalf("Delete twice: %v", err)
-	}
-	if _, ok, _ := bs.Stat(ctx, key); ok {
-		t.Fatal("blob still there after Delete")
 	}
 }
 
@@ -75,7 +90,7 @@ func (errReader) Read([]byte) (int, error) { return 0, errors.New("reader failed
 // command must keep running until stopped).
 func Container(t *testing.T, c provider.Container, spec provider.Spec) {
 	t.Helper()
-	ctx := context.Background()
+	ctx := t.Context()
 	observe := func(want ...provider.ContainerState) {
 		t.Helper()
 		st, err := c.Observe(ctx, spec.ID)

@@ -138,26 +138,42 @@ func ParseURL(raw string) (Config, error) {
 	}
 	q := u.Query()
 	cfg := Config{Bucket: u.Host, Prefix: strings.Trim(u.Path, "/"), Region: q.Get("region")}
-	ep := q.Get("endpoint")
+	if cfg.Endpoint, cfg.Secure, err = parseEndpoint(raw, q.Get("endpoint")); err != nil {
+		return Config{}, err
+	}
+	if err := parseURLOptions(raw, q, &cfg); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+// parseEndpoint reads the endpoint= parameter ep of the URL raw: the
+// endpoint's host:port and whether it is https.
+func parseEndpoint(raw, ep string) (host string, secure bool, err error) {
 	if ep == "" {
-		return Config{}, fmt.Errorf("%w: %q: endpoint= is required (e.g. endpoint=http://127.0.0.1:9000)", ErrBadURL, raw)
+		return "", false, fmt.Errorf("%w: %q: endpoint= is required (e.g. endpoint=http://127.0.0.1:9000)", ErrBadURL, raw)
 	}
 	eu, err := url.Parse(ep)
 	if err != nil || (eu.Scheme != "http" && eu.Scheme != "https") || eu.Host == "" || (eu.Path != "" && eu.Path != "/") {
-		return Config{}, fmt.Errorf("%w: %q: endpoint %q, want http://host:port or https://host:port", ErrBadURL, raw, ep)
+		return "", false, fmt.Errorf("%w: %q: endpoint %q, want http://host:port or https://host:port", ErrBadURL, raw, ep)
 	}
-	cfg.Endpoint, cfg.Secure = eu.Host, eu.Scheme == "https"
+	return eu.Host, eu.Scheme == "https", nil
+}
+
+// parseURLOptions reads the create= and part_size= parameters of the URL
+// raw into cfg and refuses parameters ParseURL does not know.
+func parseURLOptions(raw string, q url.Values, cfg *Config) error {
 	if v := q.Get("create"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			return Config{}, fmt.Errorf("%w: %q: create=%q, want true or false", ErrBadURL, raw, v)
+			return fmt.Errorf("%w: %q: create=%q, want true or false", ErrBadURL, raw, v)
 		}
 		cfg.CreateBucket = b
 	}
 	if v := q.Get("part_size"); v != "" {
 		n, err := strconv.ParseUint(v, 10, 64)
 		if err != nil {
-			return Config{}, fmt.Errorf("%w: %q: part_size=%q, want a byte count", ErrBadURL, raw, v)
+			return fmt.Errorf("%w: %q: part_size=%q, want a byte count", ErrBadURL, raw, v)
 		}
 		cfg.PartSize = n
 	}
@@ -165,10 +181,10 @@ func ParseURL(raw string) (Config, error) {
 		switch k {
 		case "endpoint", "region", "create", "part_size":
 		default:
-			return Config{}, fmt.Errorf("%w: %q: unknown parameter %q (known: endpoint, region, create, part_size)", ErrBadURL, raw, k)
+			return fmt.Errorf("%w: %q: unknown parameter %q (known: endpoint, region, create, part_size)", ErrBadURL, raw, k)
 		}
 	}
-	return cfg, nil
+	return nil
 }
 
 // BlobStore is a provider.BlobStore on one bucket. Safe for concurrent use.

@@ -85,7 +85,7 @@ func newTestStore(t *testing.T, cfg Config) *BlobStore {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		ctx := context.Background()
+		ctx := context.WithoutCancel(t.Context())
 		for o := range bs.cli.ListObjects(ctx, cfg.Bucket, minio.ListObjectsOptions{Recursive: true}) {
 			if o.Err == nil {
 				bs.cli.RemoveObject(ctx, cfg.Bucket, o.Key, minio.RemoveObjectOptions{})
