@@ -40,11 +40,12 @@ test-race: ## Run every test with the race detector
 bench: ## Run the Go benchmarks (figures and the full-size commands are in docs/BENCHMARKS.md)
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
-lint: ## gofmt check, go vet, staticcheck, gocyclo (dsort <= 15), generated code up to date
+lint: ## gofmt check, go vet, staticcheck, gocyclo <= 15 and codecheck (functions <= 80 lines, docs, test contexts/sleeps) on the module, generated code up to date
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt wants to rewrite:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(GO) tool staticcheck $(PKGS)
-	$(GO) tool gocyclo -over 15 -ignore '_test.go$$' dsort
+	@out=$$($(GO) tool gocyclo -over 15 -ignore '_test\.go$$|\.pb\.go$$' $$($(GO) list -f '{{.Dir}}' $(PKGS))); if [ -n "$$out" ]; then echo "gocyclo: over 15:"; echo "$$out"; exit 1; fi
+	$(GO) run ./internal/tools/codecheck
 	@if command -v protoc >/dev/null; then \
 		tmp=$$(mktemp -d); cp dsort/dsortpb/*.pb.go "$$tmp"/; \
 		$(GO) generate ./dsort/... || { rm -rf "$$tmp"; exit 1; }; \

@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -164,24 +163,6 @@ func TestQueueSortTask(t *testing.T) {
 	if got, want := sortTestChecksum(t, out), sortTestChecksum(t, in); got.Checksum != want.Checksum || got.Records != 20000 {
 		t.Errorf("output %d records checksum %x, want 20000 and %x", got.Records, got.Checksum, want.Checksum)
 	}
-}
-
-// lockedBuffer is a bytes.Buffer safe for a logger and a test reading it.
-type lockedBuffer struct {
-	mu sync.Mutex // protects b
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // A worker started before its Redis waits for it (taskq.ErrRedisUnreachable

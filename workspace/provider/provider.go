@@ -15,7 +15,7 @@
 //	fs/                BlobStore on a local directory (atomic renames)
 //	process/           Container running the command as a detached process
 //	fake/              Container and Storage with injectable latency/failures
-//	docker/, s3/       Docker Container and S3 BlobStore (issue 13)
+//	docker/, s3/       Docker Container and S3 BlobStore
 package provider
 
 import (

@@ -5,13 +5,13 @@
 //   - pkgdoc: every package has a doc comment;
 //   - testctx: tests take their context from t.Context() (b.Context(),
 //     f.Context()), not context.Background() or context.TODO(), except in
-//     TestMain and in helper-process entry points (functions named …Main
-//     that TestMain runs in a child process), which have no t;
+//     TestMain, examples and helper-process entry points (functions named
+//     …Main that TestMain runs in a child process), which have no t;
 //   - testsleep: a time.Sleep in a test says why on its line or the line
 //     above, with a comment that starts "real time:" (time itself is under
 //     test) or "poll:" (the step of a loop that waits for a condition);
 //   - issuerefs: comments and Markdown name no issue numbers of this
-//     project ("issue 12"): the history lives in git, the text must stand
+//     project (the word "issue" and a number): the history lives in git, the text must stand
 //     on its own.
 //
 // Usage: go run ./internal/tools/codecheck [dir]   (default ".")
@@ -174,7 +174,7 @@ func (c *checker) testFile(path string, f *ast.File) {
 		if !ok || fn.Body == nil {
 			continue
 		}
-		inMain := strings.HasSuffix(fn.Name.Name, "Main") && fn.Recv == nil && fn.Type.Params.NumFields() == 0 || fn.Name.Name == "TestMain"
+		inMain := fn.Recv == nil && fn.Type.Params.NumFields() == 0 && (strings.HasSuffix(fn.Name.Name, "Main") || strings.HasPrefix(fn.Name.Name, "Example")) || fn.Name.Name == "TestMain"
 		ast.Inspect(fn.Body, func(n ast.Node) bool {
 			call, ok := n.(*ast.CallExpr)
 			if !ok {
