@@ -1,99 +1,154 @@
 package workspace
 
 import (
-	"github.com/gantryhq/gantry/internal/clock"
-	"github.com/gantryhq/gantry/workspace/hints"
-	"github.com/gantryhq/gantry/workspace/store"
-
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"time"
+
+	"github.com/gantryhq/gantry/internal/clock"
+	"github.com/gantryhq/gantry/workspace/auth"
+	"github.com/gantryhq/gantry/workspace/hints"
+	"github.com/gantryhq/gantry/workspace/store"
 )
 
 // APIStore is what the API reads and writes on users' behalf.
 type APIStore interface {
-	Create(ctx context.Context, n NewWorkspace, now time.Time) (Workspace, error)
-	Get(ctx context.Context, id string) (Workspace, error)
+	CreateWithin(ctx context.Context, n NewWorkspace, q auth.Quotas, now time.Time) (Workspace, error)
+	Lookup(ctx context.Context, ref, owner string) (Workspace, error)
 	List(ctx context.Context) ([]Workspace, error)
-	SetDesired(ctx context.Context, id string, desired Status, now time.Time) (Workspace, error)
+	ListOwned(ctx context.Context, owner string) ([]Workspace, error)
+	SetDesiredWithin(ctx context.Context, id string, desired Status, q auth.Quotas, now time.Time) (Workspace, error)
 	Recover(ctx context.Context, id string, now time.Time) (Workspace, error)
 	Touch(ctx context.Context, id string, now time.Time) error
 	MarkDeleted(ctx context.Context, id string, now time.Time) error
+	AccountStore
+}
+
+// AccountStore keeps tokens, page sessions and the audit log.
+type AccountStore interface {
+	auth.Store
+	CreateToken(ctx context.Context, t auth.Token) error
+	Tokens(ctx context.Context) ([]auth.Token, error)
+	RevokeToken(ctx context.Context, id string, now time.Time) (bool, error)
+	CreateSession(ctx context.Context, s auth.Session) error
+	DeleteSession(ctx context.Context, id string) error
+	RecordAudit(ctx context.Context, e auth.AuditEntry) error
+	Audit(ctx context.Context, f auth.AuditFilter) ([]auth.AuditEntry, error)
 }
 
 var _ APIStore = (*store.Store)(nil)
 
+// APIConfig configures the API. Zero values are the documented defaults.
+type APIConfig struct {
+	Store APIStore // required
+	// Storage fills each workspace's volume path; nil = none.
+	Storage interface{ VolumePath(string) string }
+	Hints   Hints // nil = none
+	// Quotas per owner; zero fields are unlimited.
+	Quotas auth.Quotas
+	// Limiter slows down repeated failed authentications per remote
+	// address; nil = the defaults of auth.NewLimiter.
+	Limiter *auth.Limiter
+	// SessionTTL is how long a page login lasts; zero = 12h.
+	SessionTTL time.Duration
+	// SecureCookies marks the session cookie Secure (the server has TLS).
+	SecureCookies bool
+	Clock         clock.Clock
+	Logger        *slog.Logger
+}
+
 // API is the HTTP JSON API. Routes are registered on one ServeMux from the
 // table in routes(); other files (SSE, the web page) add theirs with Handle.
+// Every request but the public ones (access.go) is authenticated, and every
+// mutating request is audited.
 //
 //	POST   /v1/workspaces               {"name","command","image","desired_state"} → 201 workspace
-//	GET    /v1/workspaces               → [workspace]
+//	GET    /v1/workspaces[?owner=NAME]  → [workspace] (the caller's; an admin's: all, or NAME's)
 //	GET    /v1/workspaces/{id}          → workspace (id or name)
 //	PUT    /v1/workspaces/{id}/desired  {"desired_state":"RUNNING|STANDBY|PENDING"} → workspace
 //	POST   /v1/workspaces/{id}/recover  → workspace (error info, count, operation cleared)
 //	POST   /v1/workspaces/{id}/touch    → 204 (activity: resets the TTL idle clock)
 //	DELETE /v1/workspaces/{id}          → 202 workspace (desired DELETED)
+//	GET    /v1/whoami                   → {"token_id","owner","admin"}
+//	POST   /v1/tokens, GET /v1/tokens, DELETE /v1/tokens/{id}, GET /v1/audit (admin; accounts.go)
+//	POST   /v1/session, POST /v1/session/logout (the page's login; accounts.go)
 //
 // The web page (package live) drives these same routes, so a click and a
-// CLI command get the same validation and hints.
+// CLI command get the same validation, quotas, audit and hints.
 //
 // Errors are {"error": "..."} with 400 (bad JSON, unknown field or state,
-// bad name), 404 (unknown id), 409 (name taken, workspace being deleted).
+// bad name), 401 (no, bad, expired or revoked token), 403 (admin only,
+// cross-site), 404 (unknown id, or another owner's), 409 (name taken,
+// workspace being deleted), 413 (body over 1 MiB), 429 (quota, or too many
+// failed authentications: Retry-After).
 type API struct {
+	cfg     APIConfig
 	store   APIStore
-	storage interface{ VolumePath(string) string }
+	authn   *auth.Authenticator
 	hints   Hints
 	log     *slog.Logger
 	clock   clock.Clock
 	mux     *http.ServeMux
+	actions map[string]string // mux pattern → audit action
+	cop     *http.CrossOriginProtection
 }
 
-// NewAPI builds the API over st; volumePath fills each workspace's volume.
-func NewAPI(st APIStore, storage interface{ VolumePath(string) string }, h Hints, log *slog.Logger) *API {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+// NewAPI builds the API over cfg.Store.
+func NewAPI(cfg APIConfig) *API {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if h == nil {
-		h = hints.Drop{}
+	if cfg.Hints == nil {
+		cfg.Hints = hints.Drop{}
 	}
-	a := &API{store: st, storage: storage, hints: h, log: log, clock: clock.Real(), mux: http.NewServeMux()}
+	if cfg.Limiter == nil {
+		cfg.Limiter = auth.NewLimiter(auth.LimiterConfig{Clock: cfg.Clock})
+	}
+	if cfg.SessionTTL <= 0 {
+		cfg.SessionTTL = 12 * time.Hour
+	}
+	cfg.Clock = clock.Or(cfg.Clock)
+	a := &API{cfg: cfg, store: cfg.Store, hints: cfg.Hints, log: cfg.Logger, clock: cfg.Clock,
+		mux: http.NewServeMux(), actions: map[string]string{}, cop: http.NewCrossOriginProtection()}
+	a.authn = auth.NewAuthenticator(cfg.Store, cfg.Clock, cfg.Limiter)
 	for _, r := range a.routes() {
 		a.mux.HandleFunc(r.pattern, r.h)
+		if r.action != "" {
+			a.actions[r.pattern] = r.action
+		}
 	}
 	return a
 }
 
 type route struct {
 	pattern string
+	action  string // the audit action of a mutating route; "" for reads
 	h       http.HandlerFunc
 }
 
 func (a *API) routes() []route {
-	return []route{
-		{"POST /v1/workspaces", a.create},
-		{"GET /v1/workspaces", a.list},
-		{"GET /v1/workspaces/{id}", a.get},
-		{"PUT /v1/workspaces/{id}/desired", a.setDesired},
-		{"POST /v1/workspaces/{id}/recover", a.recover},
-		{"POST /v1/workspaces/{id}/touch", a.touch},
-		{"DELETE /v1/workspaces/{id}", a.delete},
-	}
+	return append([]route{
+		{"POST /v1/workspaces", "workspace.create", a.create},
+		{"GET /v1/workspaces", "", a.list},
+		{"GET /v1/workspaces/{id}", "", a.get},
+		{"PUT /v1/workspaces/{id}/desired", "workspace.desired", a.setDesired},
+		{"POST /v1/workspaces/{id}/recover", "workspace.recover", a.recover},
+		{"POST /v1/workspaces/{id}/touch", "workspace.touch", a.touch},
+		{"DELETE /v1/workspaces/{id}", "workspace.delete", a.delete},
+	}, a.accountRoutes()...)
 }
 
-// Handle adds a route (SSE streams, the web page).
+// Handle adds a route (SSE streams, the web page). Its requests are
+// authenticated like the API's unless public (access.go).
 func (a *API) Handle(pattern string, h http.Handler) { a.mux.Handle(pattern, h) }
 
-// ServeHTTP serves the API.
-func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.mux.ServeHTTP(w, r) }
-
 func (a *API) fill(w Workspace) Workspace {
-	if a.storage != nil {
-		w.Volume = a.storage.VolumePath(w.ID)
+	if a.cfg.Storage != nil {
+		w.Volume = a.cfg.Storage.VolumePath(w.ID)
 	}
 	return w
 }
@@ -106,26 +161,71 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	enc.Encode(v)
 }
 
-func (a *API) fail(w http.ResponseWriter, err error) {
-	code := http.StatusInternalServerError
+// errForbidden is 403: an admin-only route, or a cross-site request.
+var errForbidden = errors.New("forbidden")
+
+// statusOf maps an error to its HTTP status.
+func statusOf(err error) int {
+	var qe *auth.QuotaError
+	var te *auth.ThrottledError
+	var mb *http.MaxBytesError
 	switch {
-	case errors.Is(err, ErrBadInput):
-		code = http.StatusBadRequest
+	case errors.As(err, &mb):
+		return http.StatusRequestEntityTooLarge
+	case errors.Is(err, ErrBadInput), errors.Is(err, auth.ErrBadOwner):
+		return http.StatusBadRequest
 	case errors.Is(err, ErrNotFound):
-		code = http.StatusNotFound
+		return http.StatusNotFound
 	case errors.Is(err, ErrNameTaken), errors.Is(err, ErrConflict):
-		code = http.StatusConflict
-	default:
-		a.log.Error("workspace: api", "err", err)
+		return http.StatusConflict
+	case errors.As(err, &qe), errors.As(err, &te):
+		return http.StatusTooManyRequests
+	case errors.Is(err, errForbidden):
+		return http.StatusForbidden
+	case auth.IsStoreError(err):
+		return http.StatusServiceUnavailable
+	case isAuthError(err):
+		return http.StatusUnauthorized
 	}
+	return http.StatusInternalServerError
+}
+
+func isAuthError(err error) bool {
+	for _, e := range []error{auth.ErrNoToken, auth.ErrMalformed, auth.ErrUnknownToken, auth.ErrRevoked, auth.ErrExpired, auth.ErrNoSession} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
+	code := statusOf(err)
+	switch code {
+	case http.StatusInternalServerError, http.StatusServiceUnavailable:
+		a.log.Error("workspace: api", "method", r.Method, "path", r.URL.Path, "err", err)
+	case http.StatusUnauthorized:
+		w.Header().Set("WWW-Authenticate", `Bearer realm="gantry"`)
+	case http.StatusTooManyRequests:
+		var te *auth.ThrottledError
+		if errors.As(err, &te) {
+			w.Header().Set("Retry-After", fmt.Sprint(int(te.RetryAfter.Seconds()+0.999)))
+		}
+	}
+	noteDetail(r, err.Error())
 	writeJSON(w, code, map[string]string{"error": err.Error()})
 }
 
-// decode reads one JSON object into v, refusing unknown fields and trailing data.
+// decode reads one JSON object into v, refusing unknown fields and trailing
+// data; the body is already capped at maxBody (access.go: 413 beyond).
 func decode(r *http.Request, v any) error {
-	dec := json.NewDecoder(io.LimitReader(r.Body, 1<<20))
+	dec := json.NewDecoder(r.Body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
+		var mb *http.MaxBytesError
+		if errors.As(err, &mb) {
+			return err
+		}
 		return fmt.Errorf("%w: request body: %v", ErrBadInput, err)
 	}
 	if dec.More() {
@@ -134,25 +234,52 @@ func decode(r *http.Request, v any) error {
 	return nil
 }
 
+// lookup resolves the {id} of the request among the caller's workspaces:
+// another owner's is ErrNotFound, like one that does not exist.
+func (a *API) lookup(r *http.Request) (Workspace, error) {
+	p, _ := auth.FromContext(r.Context())
+	ws, err := a.store.Lookup(r.Context(), r.PathValue("id"), p.Scope())
+	if err == nil {
+		noteWorkspace(r, ws.ID)
+	}
+	return ws, err
+}
+
 func (a *API) create(w http.ResponseWriter, r *http.Request) {
 	var n NewWorkspace
 	if err := decode(r, &n); err != nil {
-		a.fail(w, err)
+		a.fail(w, r, err)
 		return
 	}
-	ws, err := a.store.Create(r.Context(), n, a.clock.Now())
+	p, _ := auth.FromContext(r.Context())
+	n.Owner = p.Owner
+	ws, err := a.store.CreateWithin(r.Context(), n, a.cfg.Quotas, a.clock.Now())
 	if err != nil {
-		a.fail(w, err)
+		a.fail(w, r, err)
 		return
 	}
+	noteWorkspace(r, ws.ID)
 	a.hints.Publish(r.Context(), ChanWorkspace, ws.ID)
 	writeJSON(w, http.StatusCreated, a.fill(ws))
 }
 
 func (a *API) list(w http.ResponseWriter, r *http.Request) {
-	all, err := a.store.List(r.Context())
+	p, _ := auth.FromContext(r.Context())
+	owner := r.URL.Query().Get("owner")
+	var all []Workspace
+	var err error
+	switch {
+	case owner != "" && !p.Admin && owner != p.Owner:
+		err = fmt.Errorf("%w: only an admin token lists another owner's workspaces", errForbidden)
+	case owner != "":
+		all, err = a.store.ListOwned(r.Context(), owner)
+	case p.Admin:
+		all, err = a.store.List(r.Context())
+	default:
+		all, err = a.store.ListOwned(r.Context(), p.Owner)
+	}
 	if err != nil {
-		a.fail(w, err)
+		a.fail(w, r, err)
 		return
 	}
 	out := make([]Workspace, 0, len(all))
@@ -163,9 +290,9 @@ func (a *API) list(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *API) get(w http.ResponseWriter, r *http.Request) {
-	ws, err := a.store.Get(r.Context(), r.PathValue("id"))
+	ws, err := a.lookup(r)
 	if err != nil {
-		a.fail(w, err)
+		a.fail(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, a.fill(ws))
@@ -176,20 +303,26 @@ type DesiredRequest struct {
 	DesiredState string `json:"desired_state"`
 }
 
+// desiredActions names the audit action of each desired state.
+var desiredActions = map[Status]string{Running: "workspace.up", Standby: "workspace.down", Pending: "workspace.archive"}
+
 func (a *API) setDesired(w http.ResponseWriter, r *http.Request) {
 	var req DesiredRequest
-	if err := decode(r, &req); err != nil {
-		a.fail(w, err)
-		return
+	err := decode(r, &req)
+	var st Status
+	if err == nil {
+		st, err = ParseDesired(req.DesiredState)
+		noteAction(r, desiredActions[st])
 	}
-	st, err := ParseDesired(req.DesiredState)
-	if err != nil {
-		a.fail(w, err)
-		return
+	var ws Workspace
+	if err == nil {
+		ws, err = a.lookup(r)
 	}
-	ws, err := a.store.SetDesired(r.Context(), r.PathValue("id"), st, a.clock.Now())
+	if err == nil {
+		ws, err = a.store.SetDesiredWithin(r.Context(), ws.ID, st, a.cfg.Quotas, a.clock.Now())
+	}
 	if err != nil {
-		a.fail(w, err)
+		a.fail(w, r, err)
 		return
 	}
 	a.hints.Publish(r.Context(), ChanWorkspace, ws.ID)
@@ -197,9 +330,12 @@ func (a *API) setDesired(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *API) recover(w http.ResponseWriter, r *http.Request) {
-	ws, err := a.store.Recover(r.Context(), r.PathValue("id"), a.clock.Now())
+	ws, err := a.lookup(r)
+	if err == nil {
+		ws, err = a.store.Recover(r.Context(), ws.ID, a.clock.Now())
+	}
 	if err != nil {
-		a.fail(w, err)
+		a.fail(w, r, err)
 		return
 	}
 	// The monitor re-observes (it flips ERROR back), then the reconciler acts.
@@ -210,115 +346,27 @@ func (a *API) recover(w http.ResponseWriter, r *http.Request) {
 // touch records user activity (`gantry ws touch ID`): the TTL manager
 // measures idleness from it, and a TTL decision read before it cannot land.
 func (a *API) touch(w http.ResponseWriter, r *http.Request) {
-	ws, err := a.store.Get(r.Context(), r.PathValue("id"))
-	if err != nil {
-		a.fail(w, err)
-		return
+	ws, err := a.lookup(r)
+	if err == nil {
+		err = a.store.Touch(r.Context(), ws.ID, a.clock.Now())
 	}
-	if err := a.store.Touch(r.Context(), ws.ID, a.clock.Now()); err != nil {
-		a.fail(w, err)
+	if err != nil {
+		a.fail(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
 func (a *API) delete(w http.ResponseWriter, r *http.Request) {
-	ws, err := a.store.Get(r.Context(), r.PathValue("id"))
-	if err != nil {
-		a.fail(w, err)
-		return
+	ws, err := a.lookup(r)
+	if err == nil {
+		err = a.store.MarkDeleted(r.Context(), ws.ID, a.clock.Now())
 	}
-	if err := a.store.MarkDeleted(r.Context(), ws.ID, a.clock.Now()); err != nil {
-		a.fail(w, err)
+	if err != nil {
+		a.fail(w, r, err)
 		return
 	}
 	ws.DesiredState = Deleted
 	a.hints.Publish(r.Context(), ChanWorkspace, ws.ID)
 	writeJSON(w, http.StatusAccepted, a.fill(ws))
-}
-
-// Client talks to the API.
-type Client struct {
-	Base string // "http://127.0.0.1:7480"
-	HTTP *http.Client
-}
-
-// APIError is a non-2xx answer.
-type APIError struct {
-	Status  int
-	Message string
-}
-
-func (e *APIError) Error() string { return fmt.Sprintf("server: %s (HTTP %d)", e.Message, e.Status) }
-
-func (c *Client) do(ctx context.Context, method, path string, body, out any) error {
-	var rd io.Reader
-	if body != nil {
-		b, _ := json.Marshal(body)
-		rd = bytesReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, c.Base+path, rd)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	hc := c.HTTP
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		var e struct{ Error string }
-		json.NewDecoder(resp.Body).Decode(&e)
-		return &APIError{Status: resp.StatusCode, Message: e.Error}
-	}
-	if out == nil {
-		return nil
-	}
-	return json.NewDecoder(resp.Body).Decode(out)
-}
-
-// Create creates a workspace.
-func (c *Client) Create(ctx context.Context, n NewWorkspace) (Workspace, error) {
-	var w Workspace
-	return w, c.do(ctx, "POST", "/v1/workspaces", n, &w)
-}
-
-// List lists workspaces.
-func (c *Client) List(ctx context.Context) ([]Workspace, error) {
-	var ws []Workspace
-	return ws, c.do(ctx, "GET", "/v1/workspaces", nil, &ws)
-}
-
-// Get reads one workspace (by id or name).
-func (c *Client) Get(ctx context.Context, id string) (Workspace, error) {
-	var w Workspace
-	return w, c.do(ctx, "GET", "/v1/workspaces/"+pathEscape(id), nil, &w)
-}
-
-// SetDesired sets the desired state.
-func (c *Client) SetDesired(ctx context.Context, id string, st Status) (Workspace, error) {
-	var w Workspace
-	return w, c.do(ctx, "PUT", "/v1/workspaces/"+pathEscape(id)+"/desired", DesiredRequest{DesiredState: string(st)}, &w)
-}
-
-// Recover clears a workspace's error.
-func (c *Client) Recover(ctx context.Context, id string) (Workspace, error) {
-	var w Workspace
-	return w, c.do(ctx, "POST", "/v1/workspaces/"+pathEscape(id)+"/recover", nil, &w)
-}
-
-// Delete asks for the workspace's deletion.
-func (c *Client) Delete(ctx context.Context, id string) (Workspace, error) {
-	var w Workspace
-	return w, c.do(ctx, "DELETE", "/v1/workspaces/"+pathEscape(id), nil, &w)
-}
-
-// Touch records activity on a workspace (resets its TTL idle clock).
-func (c *Client) Touch(ctx context.Context, id string) error {
-	return c.do(ctx, "POST", "/v1/workspaces/"+pathEscape(id)+"/touch", nil, nil)
 }

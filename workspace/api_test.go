@@ -4,7 +4,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -18,8 +17,8 @@ func TestAPIBadInput(t *testing.T) {
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
 			st := openStore(t, b.dsn(t))
-			srv := httptest.NewServer(NewAPI(st, nil, nil, nil))
-			defer srv.Close()
+			env := newAPIEnv(t, st, APIConfig{})
+			srv := env.srv
 			w, err := st.Create(t.Context(), NewWorkspace{Name: "taken"}, time.Now())
 			if err != nil {
 				t.Fatal(err)
@@ -43,9 +42,18 @@ func TestAPIBadInput(t *testing.T) {
 				{"POST", "/v1/workspaces", `{"name":"x","desired_state":"ERROR"}`, 400, "desired_state"},
 				{"POST", "/v1/workspaces", `not json`, 400, "request body"},
 				{"POST", "/v1/workspaces", `{"name":"x"} {"name":"y"}`, 400, "trailing"},
+				{"POST", "/v1/workspaces", `{"name":"a b"}`, 400, "name"},
+				{"POST", "/v1/workspaces", `{"name":"../etc"}`, 400, "name"},
+				{"POST", "/v1/workspaces", `{"name":"` + strings.Repeat("n", 64) + `"}`, 400, "name"},
+				{"POST", "/v1/workspaces", `{"name":"x","owner":"bob"}`, 400, "unknown field"},
+				{"POST", "/v1/workspaces", `{"name":"x","command":"` + strings.Repeat("y", 1<<20) + `"}`, 413, "too large"},
+				{"POST", "/v1/tokens", `{"owner":"Not Valid"}`, 400, "owner"},
+				{"POST", "/v1/tokens", `{"owner":"ok","expires_in":"soon"}`, 400, "expires_in"},
+				{"GET", "/v1/audit?since=yesterday", ``, 400, "since"},
 			}
 			for _, tt := range tests {
 				req, _ := http.NewRequest(tt.method, srv.URL+tt.path, strings.NewReader(tt.body))
+				req.Header.Set("Authorization", "Bearer "+env.admin)
 				resp, err := http.DefaultClient.Do(req)
 				if err != nil {
 					t.Fatal(err)
@@ -69,15 +77,14 @@ func TestAPIBadInput(t *testing.T) {
 // before it cannot land).
 func TestAPITouch(t *testing.T) {
 	st := openStore(t, storetest.SQLiteDSN(t))
-	srv := httptest.NewServer(NewAPI(st, nil, nil, nil))
-	defer srv.Close()
+	env := newAPIEnv(t, st, APIConfig{})
 	ctx := t.Context()
 	w, err := st.Create(ctx, NewWorkspace{Name: "busy"}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
 	v0, act0, _ := st.DesiredVersion(ctx, w.ID)
-	c := &Client{Base: srv.URL}
+	c := env.client(env.admin)
 	if err := c.Touch(ctx, w.Name); err != nil {
 		t.Fatal(err)
 	}

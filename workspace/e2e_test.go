@@ -33,10 +33,11 @@ func freeAddr(t *testing.T) string {
 }
 
 type e2eServer struct {
-	t    *testing.T
-	bin  string
-	args []string
-	url  string
+	t       *testing.T
+	bin     string
+	args    []string
+	cliArgs []string // added to every client command (--ca-cert)
+	url     string
 	data string
 	cmd  *exec.Cmd
 	log  *bytes.Buffer
@@ -63,7 +64,7 @@ func (s *e2eServer) start() {
 		s.t.Fatal(err)
 	}
 	waitFor(s.t, 20*time.Second, "server up", func() (bool, string) {
-		c, err := net.Dial("tcp", strings.TrimPrefix(s.url, "http://"))
+		c, err := net.Dial("tcp", s.url[strings.Index(s.url, "://")+3:])
 		if err == nil {
 			c.Close()
 		}
@@ -92,7 +93,8 @@ func (s *e2eServer) cli(args ...string) string {
 }
 
 func (s *e2eServer) cliErr(args ...string) (string, error) {
-	cmd := exec.Command(s.bin, append([]string{"ws", "--server", s.url}, args...)...)
+	cmd := exec.Command(s.bin, append(append([]string{"ws", "--server", s.url}, s.cliArgs...), args...)...)
+	cmd.Env = append(os.Environ(), "GANTRY_TOKEN="+s.token())
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -100,6 +102,15 @@ func (s *e2eServer) cliErr(args ...string) (string, error) {
 		return stdout.String() + stderr.String(), err
 	}
 	return stdout.String(), nil
+}
+
+// token is the admin token the first start wrote under --data.
+func (s *e2eServer) token() string {
+	b, err := os.ReadFile(filepath.Join(s.data, AdminTokenFile))
+	if err != nil {
+		s.t.Fatalf("admin token: %v\nserver log:\n%s", err, tail(s.log.String(), 3000))
+	}
+	return strings.TrimSpace(string(b))
 }
 
 func (s *e2eServer) get(id string) Workspace {
@@ -225,7 +236,7 @@ func TestCrashDuringArchivingAndRestoring(t *testing.T) {
 
 	killDuring := func(op Operation, desired string, want Status) {
 		s.cli(desired, id)
-		c := &Client{Base: s.url}
+		c := &Client{Base: s.url, Token: s.token()}
 		deadline := time.Now().Add(30 * time.Second)
 		for {
 			w, err := c.Get(t.Context(), id)

@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"fmt"
+	"net/http/httptest"
 	"os"
 	"testing"
 	"time"
@@ -44,3 +45,20 @@ func describe(w Workspace) string {
 }
 
 func getenv(k string) string { return os.Getenv(k) }
+
+// apiEnv is the API over a store on httptest, with an admin token.
+type apiEnv struct {
+	st    *store.Store
+	srv   *httptest.Server
+	admin string
+}
+
+func newAPIEnv(t *testing.T, st *store.Store, cfg APIConfig) *apiEnv {
+	t.Helper()
+	cfg.Store = st
+	srv := httptest.NewServer(NewAPI(cfg))
+	t.Cleanup(srv.Close)
+	return &apiEnv{st: st, srv: srv, admin: storetest.Token(t, st, AdminOwner, true)}
+}
+
+func (e *apiEnv) client(token string) *Client { return &Client{Base: e.srv.URL, Token: token} }

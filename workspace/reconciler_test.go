@@ -16,11 +16,15 @@ import (
 )
 
 // testStore is every store method the reconciler tests drive: what the
-// reconciler, monitor and API use. store.Store and memstore.Store have it.
+// reconciler and monitor use, and the user's writes. store.Store and
+// memstore.Store have it.
 type testStore interface {
 	ReconcilerStore
 	MonitorStore
-	APIStore
+	Create(ctx context.Context, n NewWorkspace, now time.Time) (Workspace, error)
+	SetDesired(ctx context.Context, id string, desired Status, now time.Time) (Workspace, error)
+	Recover(ctx context.Context, id string, now time.Time) (Workspace, error)
+	Touch(ctx context.Context, id string, now time.Time) error
 }
 
 var (

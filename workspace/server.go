@@ -1,18 +1,17 @@
 package workspace
 
 import (
+	"github.com/gantryhq/gantry/workspace/auth"
 	"github.com/gantryhq/gantry/workspace/hints"
 	"github.com/gantryhq/gantry/workspace/store"
 
-	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"sync"
@@ -27,17 +26,25 @@ import (
 	"github.com/gantryhq/gantry/workspace/provider/process"
 )
 
-func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }
-func pathEscape(s string) string     { return url.PathEscape(s) }
-
 // ServerConfig configures `gantry ws serve`. Zero values are defaults.
 type ServerConfig struct {
 	// DB is "sqlite:PATH" or "postgres://…"; "" = sqlite:<Data>/workspaces.db.
 	DB string
 	// Data holds volumes/, archives/ and run/ (pidfiles); "" = "gantry-ws-data".
 	Data string
-	// Listen is the API address; "" = 127.0.0.1:7480.
+	// Listen is the API address; "" = 127.0.0.1:7480. An address other
+	// than loopback needs TLS (TLSCert, TLSKey) or InsecureListen.
 	Listen string
+	// TLSCert and TLSKey are PEM files: the API is served over HTTPS.
+	TLSCert, TLSKey string
+	// InsecureListen allows plain HTTP on a non-loopback address (a
+	// TLS-terminating proxy is in front).
+	InsecureListen bool
+	// Quotas per owner (zero fields: unlimited).
+	Quotas auth.Quotas
+	// AuditRetention is how long audit rows are kept; zero = 90 days,
+	// negative = forever. The leader removes older rows.
+	AuditRetention time.Duration
 	// Redis, if set (redis://…), carries hints instead of the in-process
 	// channel or Postgres LISTEN/NOTIFY.
 	Redis      string
@@ -96,12 +103,19 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	if abs, err := filepath.Abs(cfg.Data); err == nil {
 		cfg.Data = abs
 	}
+	if err := checkTransport(cfg); err != nil {
+		return nil, err
+	}
 	if err := mkdirAll(cfg.Data); err != nil {
 		return nil, fmt.Errorf("--data %s: %w", cfg.Data, err)
 	}
 	st, err := store.Open(ctx, cfg.DB)
 	if err != nil {
 		return nil, fmt.Errorf("--db: %w", err)
+	}
+	if err := ensureAdminToken(ctx, st, cfg.Data, cfg.Logger, time.Now()); err != nil {
+		st.Close()
+		return nil, err
 	}
 	s := &Server{cfg: cfg, Store: st}
 	if cfg.Container == nil {
@@ -129,8 +143,10 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 		st.Close()
 		return nil, err
 	}
-	s.API = NewAPI(st, cfg.Storage, s.hints, cfg.Logger)
-	singletons := SingletonsConfig{Store: st, Monitor: s.Mon, TTL: s.TTL, Lease: cfg.LeaderLease,
+	s.API = NewAPI(APIConfig{Store: st, Storage: cfg.Storage, Hints: s.hints, Quotas: cfg.Quotas,
+		SecureCookies: cfg.TLSCert != "", Logger: cfg.Logger})
+	retention := &Retention{Store: st, Audit: cfg.AuditRetention, Logger: cfg.Logger}
+	singletons := SingletonsConfig{Store: st, Monitor: s.Mon, TTL: s.TTL, Retention: retention, Lease: cfg.LeaderLease,
 		NodeID: s.Rec.Config().Owner, Metrics: metrics, Logger: cfg.Logger}
 	s.runs = append(s.runs, s.Rec.Run, func(ctx context.Context) error { return RunSingletons(ctx, singletons) })
 	s.cfg = cfg
@@ -150,8 +166,15 @@ func (s *Server) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", s.cfg.Listen, err)
 	}
-	srv := &http.Server{Handler: s.API, ReadHeaderTimeout: 10 * time.Second}
-	s.cfg.Logger.Info("workspace: serving", "addr", ln.Addr().String(), "db", s.Store.Dialect().String(), "data", s.cfg.Data)
+	srv := &http.Server{Handler: s.API, ReadHeaderTimeout: 10 * time.Second, TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12}}
+	scheme := "http"
+	if s.cfg.TLSCert != "" {
+		scheme = "https"
+	}
+	s.cfg.Logger.Info("workspace: serving", "url", scheme+"://"+ln.Addr().String(), "db", s.Store.Dialect().String(), "data", s.cfg.Data)
+	if s.cfg.InsecureListen && s.cfg.TLSCert == "" && auth.CheckListen(s.cfg.Listen, false, false) != nil {
+		s.cfg.Logger.Warn("workspace: plain HTTP on a non-loopback address (--insecure-listen): tokens cross the network in clear unless a TLS proxy is in front", "addr", ln.Addr().String())
+	}
 	if s.cfg.Ready != nil {
 		s.cfg.Ready(ln.Addr().String())
 	}
@@ -163,7 +186,13 @@ func (s *Server) Run(ctx context.Context) error {
 		go func() { defer wg.Done(); run(runCtx) }()
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() {
+		if s.cfg.TLSCert != "" {
+			errc <- srv.ServeTLS(ln, s.cfg.TLSCert, s.cfg.TLSKey)
+			return
+		}
+		errc <- srv.Serve(ln)
+	}()
 	select {
 	case <-ctx.Done():
 	case err = <-errc:

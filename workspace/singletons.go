@@ -27,6 +27,8 @@ type SingletonsConfig struct {
 	Store   LeaderStore    // required
 	Monitor *HealthMonitor // required
 	TTL     *TTLManager    // nil = no TTL manager
+	// Retention prunes the audit log and expired sessions; nil = none.
+	Retention *Retention
 	// Lease bounds how long the loops can outlive a dead leader (Postgres);
 	// zero = 10 s (leader.Config.Lease). A standby takes over within it
 	// after the leader's process dies.
@@ -104,6 +106,9 @@ func runLoops(ctx context.Context, cfg SingletonsConfig, sess *leader.Session) {
 			ttl = ttl.WithSession(sess)
 		}
 		run("ttl", ttl.Run)
+	}
+	if cfg.Retention != nil {
+		run("retention", cfg.Retention.Run)
 	}
 	wg.Wait()
 }

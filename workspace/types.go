@@ -23,6 +23,9 @@ const (
 	Error   = wstype.Error
 	Deleted = wstype.Deleted
 
+	// AdminOwner owns the workspaces made before owners existed.
+	AdminOwner = wstype.AdminOwner
+
 	OpNone         = wstype.OpNone
 	OpProvisioning = wstype.OpProvisioning
 	OpRestoring    = wstype.OpRestoring

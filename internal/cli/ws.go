@@ -21,27 +21,19 @@ import (
 const defaultWSServer = "http://127.0.0.1:7480"
 
 func newWSCmd(env *Env) *cobra.Command {
-	var server string
+	var cf wsClientFlags
 	cmd := &cobra.Command{
 		Use:   "ws",
 		Short: "Workspaces: a level-triggered reconciler (serve) and its client commands",
 	}
-	cmd.PersistentFlags().StringVar(&server, "server", "", "API URL (default $GANTRY_SERVER or "+defaultWSServer+")")
-	client := func() *workspace.Client {
-		s := server
-		if s == "" {
-			s = os.Getenv("GANTRY_SERVER")
-		}
-		if s == "" {
-			s = defaultWSServer
-		}
-		return &workspace.Client{Base: strings.TrimRight(s, "/")}
-	}
+	cf.register(cmd.PersistentFlags())
+	client := cf.client
 	cmd.AddCommand(newWSServeCmd(env), newWSCreateCmd(client), newWSListCmd(client), newWSGetCmd(client),
 		newWSDesiredCmd(client, "up", workspace.Running, "Bring a workspace up (desired RUNNING)"),
 		newWSDesiredCmd(client, "down", workspace.Standby, "Stop a workspace, keep its volume (desired STANDBY)"),
 		newWSDesiredCmd(client, "archive", workspace.Pending, "Archive a workspace and remove its volume (desired PENDING)"),
-		newWSDeleteCmd(client), newWSRecoverCmd(client), newWSWaitCmd(client), newWSTouchCmd(client))
+		newWSDeleteCmd(client), newWSRecoverCmd(client), newWSWaitCmd(client), newWSTouchCmd(client),
+		newWSTokenCmd(client), newWSAuditCmd(client), newWSWhoamiCmd(client))
 	return cmd
 }
 
@@ -70,7 +62,13 @@ func newWSServeCmd(env *Env) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&o.cfg.DB, "db", "", "database: sqlite:PATH or postgres://… (default sqlite:<data>/workspaces.db)")
 	f.StringVar(&o.cfg.Data, "data", "gantry-ws-data", "directory for the database, volumes, archives and pidfiles")
-	f.StringVar(&o.cfg.Listen, "listen", "127.0.0.1:7480", "API address")
+	f.StringVar(&o.cfg.Listen, "listen", "127.0.0.1:7480", "API address (not loopback: needs --tls-cert/--tls-key or --insecure-listen)")
+	f.StringVar(&o.cfg.TLSCert, "tls-cert", "", "serve HTTPS with this PEM certificate (chain)")
+	f.StringVar(&o.cfg.TLSKey, "tls-key", "", "the PEM private key of --tls-cert")
+	f.BoolVar(&o.cfg.InsecureListen, "insecure-listen", false, "allow plain HTTP on a non-loopback --listen (a TLS-terminating proxy is in front)")
+	f.IntVar(&o.cfg.Quotas.Running, "quota-running", 0, "per owner: workspaces RUNNING or on their way there (0 = no limit)")
+	f.IntVar(&o.cfg.Quotas.Workspaces, "quota-workspaces", 0, "per owner: workspaces in any state (0 = no limit)")
+	f.DurationVar(&o.cfg.AuditRetention, "audit-retention", workspace.DefaultAuditRetention, "keep audit rows this long (negative = forever)")
 	f.StringVar(&o.cfg.Redis, "redis", "", "Redis URL for hints (redis://127.0.0.1:6379/0); default: in-process or Postgres NOTIFY")
 	o.backends.register(f) // --storage, --docker-image
 	f.StringVar(&o.prov, "provider", "process", "providers: process (+ fs volumes/archives) or fake (tests, benchmarks)")
@@ -190,12 +188,16 @@ func printJSON(cmd *cobra.Command, v any) error {
 
 func newWSListCmd(client func() *workspace.Client) *cobra.Command {
 	var asJSON bool
+	var owner string
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List workspaces",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ws, err := client().List(cmd.Context())
+			if owner != "" {
+				ws, err = client().ListOwned(cmd.Context(), owner)
+			}
 			if err != nil {
 				return err
 			}
@@ -203,18 +205,19 @@ func newWSListCmd(client func() *workspace.Client) *cobra.Command {
 				return printJSON(cmd, ws)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 2, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tNAME\tDESIRED\tOBSERVED\tOPERATION\tERROR")
+			fmt.Fprintln(tw, "ID\tNAME\tOWNER\tDESIRED\tOBSERVED\tOPERATION\tERROR")
 			for _, w := range ws {
 				e := ""
 				if w.ErrorInfo != nil {
 					e = w.ErrorInfo.Reason
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", w.ID, w.Name, w.DesiredState, w.ObservedStatus, w.Operation, e)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", w.ID, w.Name, w.Owner, w.DesiredState, w.ObservedStatus, w.Operation, e)
 			}
 			return tw.Flush()
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().StringVar(&owner, "owner", "", "only this owner's workspaces (another owner's: admin token)")
 	return cmd
 }
 
@@ -233,8 +236,8 @@ func newWSGetCmd(client func() *workspace.Client) *cobra.Command {
 				return printJSON(cmd, w)
 			}
 			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "id:              %s\nname:            %s\ndesired_state:   %s\nobserved_status: %s\noperation:       %s\narchive_key:     %s\nvolume:          %s\n",
-				w.ID, w.Name, w.DesiredState, w.ObservedStatus, w.Operation, w.ArchiveKey, w.Volume)
+			fmt.Fprintf(out, "id:              %s\nname:            %s\nowner:           %s\ndesired_state:   %s\nobserved_status: %s\noperation:       %s\narchive_key:     %s\nvolume:          %s\n",
+				w.ID, w.Name, w.Owner, w.DesiredState, w.ObservedStatus, w.Operation, w.ArchiveKey, w.Volume)
 			if w.ErrorInfo != nil {
 				fmt.Fprintf(out, "error:           %s (%s, terminal=%v): %s\n", w.ErrorInfo.Reason, w.ErrorInfo.Operation, w.ErrorInfo.IsTerminal, w.ErrorInfo.LastError)
 			}

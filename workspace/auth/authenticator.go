@@ -97,6 +97,24 @@ func (a *Authenticator) authenticate(r *http.Request) (Principal, error) {
 	return Principal{}, ErrNoToken
 }
 
+// Check authenticates a token secret given other than in a header (the
+// page's login form), throttled like Authenticate.
+func (a *Authenticator) Check(r *http.Request, secret string) (Principal, error) {
+	ip := RemoteIP(r)
+	if wait := a.limiter.Wait(ip); wait > 0 {
+		return Principal{}, &ThrottledError{RetryAfter: wait}
+	}
+	p, err := a.ByToken(r.Context(), strings.TrimSpace(secret))
+	if err != nil && !isStoreError(err) {
+		a.limiter.Fail(ip)
+	}
+	return p, err
+}
+
+// IsStoreError reports whether err is the token store failing (the
+// request may be fine: 503, not 401).
+func IsStoreError(err error) bool { return isStoreError(err) }
+
 // ByToken authenticates an API token secret.
 func (a *Authenticator) ByToken(ctx context.Context, secret string) (Principal, error) {
 	id, err := ParseSecret(TokenPrefix, secret)
@@ -142,7 +160,9 @@ func (a *Authenticator) bySession(ctx context.Context, secret string) (Principal
 		return Principal{}, err
 	}
 	a.touch(ctx, t.ID, now)
-	return t.Principal(), nil
+	p := t.Principal()
+	p.SessionID = s.ID
+	return p, nil
 }
 
 // touch records last use at most once per touchEvery per token; a failed
@@ -171,4 +191,19 @@ func RemoteIP(r *http.Request) string {
 		return r.RemoteAddr
 	}
 	return host
+}
+
+// PresentedTokenID is the public id of the bearer token r carries, if it
+// is well formed, whether or not it authenticates: the audit row of a
+// refused request names the token that tried.
+func PresentedTokenID(r *http.Request) string {
+	scheme, secret, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return ""
+	}
+	id, err := ParseSecret(TokenPrefix, strings.TrimSpace(secret))
+	if err != nil {
+		return ""
+	}
+	return id
 }

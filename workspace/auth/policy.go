@@ -30,14 +30,15 @@ func (e *QuotaError) Error() string {
 // AuditEntry is one row of the audit log: a mutating request, accepted or
 // refused.
 type AuditEntry struct {
-	ID        int64
-	At        time.Time
-	TokenID   string // empty when the request was not authenticated
-	Owner     string // the principal's owner; empty when unauthenticated
-	Action    string // e.g. "workspace.create", "workspace.up", "token.revoke", "session.login"
-	Workspace string // empty when the action is not on one workspace
-	Status    int    // HTTP status answered
-	Remote    string // remote IP
+	ID        int64     `json:"id"`
+	At        time.Time `json:"at"`
+	TokenID   string    `json:"token_id"`  // empty when the request was not authenticated
+	Owner     string    `json:"owner"`     // the principal's owner; empty when unauthenticated
+	Action    string    `json:"action"`    // e.g. "workspace.create", "workspace.up", "token.revoke", "session.login"
+	Workspace string    `json:"workspace"` // the workspace id (or the id/name asked for, if refused); empty when none
+	Status    int       `json:"status"`    // HTTP status answered
+	Remote    string    `json:"remote"`    // remote IP
+	Detail    string    `json:"detail"`    // why it was refused (an error message; never a secret)
 }
 
 // AuditFilter selects audit rows; zero fields match everything.

@@ -38,12 +38,17 @@ type Event struct {
 	Type      string               `json:"type"` // "state" or "deleted"
 	Workspace *workspace.Workspace `json:"workspace,omitempty"`
 	ID        string               `json:"id"`
+	// Owner is the workspace's owner (also on "deleted" events): the hub
+	// gives a subscriber only the events of owners it may see.
+	Owner string `json:"-"`
 }
 
-// Source is what the hub reads: the store in production.
+// Source is what the hub reads: the store in production. Lookup resolves a
+// stream's {id} among one owner's workspaces ("" = any owner's).
 type Source interface {
 	List(ctx context.Context) ([]workspace.Workspace, error)
 	Get(ctx context.Context, id string) (workspace.Workspace, error)
+	Lookup(ctx context.Context, ref, owner string) (workspace.Workspace, error)
 }
 
 var _ Source = (*store.Store)(nil)
@@ -81,6 +86,7 @@ type Sub struct {
 	C      <-chan Event
 	c      chan Event
 	id     string // "" = all workspaces
+	may    func(owner string) bool
 	closed bool
 }
 
@@ -116,18 +122,22 @@ func (h *Hub) Snapshot() []workspace.Workspace {
 	return out
 }
 
-// Subscribe registers a subscriber for one workspace (id) or all (""). The
-// first events are the current state (one per workspace), then changes.
-func (h *Hub) Subscribe(id string) (*Sub, func()) {
+// Subscribe registers a subscriber for one workspace (id) or all (""),
+// of the owners may accepts (nil = every owner). The first events are the
+// current state (one per workspace), then changes.
+func (h *Hub) Subscribe(id string, may func(owner string) bool) (*Sub, func()) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	s := &Sub{c: make(chan Event, h.cfg.Buffer), id: id}
+	if may == nil {
+		may = func(string) bool { return true }
+	}
+	s := &Sub{c: make(chan Event, h.cfg.Buffer), id: id, may: may}
 	s.C = s.c
 	for wid, w := range h.last {
-		if id == "" || id == wid {
+		if (id == "" || id == wid) && may(w.Owner) {
 			w := w
 			if len(s.c) < cap(s.c) {
-				s.c <- Event{Seq: h.seq, Type: "state", Workspace: &w, ID: wid}
+				s.c <- Event{Seq: h.seq, Type: "state", Workspace: &w, ID: wid, Owner: w.Owner}
 			}
 		}
 	}
@@ -237,18 +247,19 @@ func (h *Hub) updateLocked(w workspace.Workspace) {
 	}
 	h.last[w.ID] = w
 	h.seq++
-	h.broadcastLocked(Event{Seq: h.seq, Type: "state", Workspace: &w, ID: w.ID})
+	h.broadcastLocked(Event{Seq: h.seq, Type: "state", Workspace: &w, ID: w.ID, Owner: w.Owner})
 }
 
 func (h *Hub) deletedLocked(id string) {
+	owner := h.last[id].Owner
 	delete(h.last, id)
 	h.seq++
-	h.broadcastLocked(Event{Seq: h.seq, Type: "deleted", ID: id})
+	h.broadcastLocked(Event{Seq: h.seq, Type: "deleted", ID: id, Owner: owner})
 }
 
 func (h *Hub) broadcastLocked(e Event) {
 	for s := range h.subs {
-		if s.id != "" && s.id != e.ID {
+		if s.id != "" && s.id != e.ID || !s.may(e.Owner) {
 			continue
 		}
 		select {

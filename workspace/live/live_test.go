@@ -19,11 +19,13 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/gantryhq/gantry/workspace"
+	"github.com/gantryhq/gantry/workspace/auth"
 	"github.com/gantryhq/gantry/workspace/hints"
 	"github.com/gantryhq/gantry/workspace/provider/archive"
 	"github.com/gantryhq/gantry/workspace/provider/fs"
 	"github.com/gantryhq/gantry/workspace/provider/process"
 	"github.com/gantryhq/gantry/workspace/store"
+	"github.com/gantryhq/gantry/workspace/store/storetest"
 )
 
 func TestMain(m *testing.M) {
@@ -39,10 +41,38 @@ func TestMain(m *testing.M) {
 // metrics), the monitor, the main API with the live server mounted on it,
 // over httptest with a short WriteTimeout (that SSE must survive).
 type stack struct {
-	st  *store.Store
-	srv *Server
-	url string
-	reg *prometheus.Registry
+	st    *store.Store
+	srv   *Server
+	url   string
+	reg   *prometheus.Registry
+	hc    *http.Client // sends token
+	token string       // an admin token, or the one of as()
+}
+
+// as is the stack seen with another token.
+func (s *stack) as(token string) *stack {
+	c := *s
+	c.hc, c.token = &http.Client{Transport: bearer(token)}, token
+	return &c
+}
+
+// auditRows reads the audit log from the store.
+func auditRows(t *testing.T, s *stack) []auth.AuditEntry {
+	t.Helper()
+	es, err := s.st.Audit(t.Context(), auth.AuditFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return es
+}
+
+// bearer adds a token to every request.
+type bearer string
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+string(b))
+	return http.DefaultTransport.RoundTrip(r)
 }
 
 func newStack(t *testing.T, hintsOn bool) *stack {
@@ -74,7 +104,7 @@ func newStack(t *testing.T, hintsOn bool) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	api := workspace.NewAPI(st, storage, hb, nil)
+	api := workspace.NewAPI(workspace.APIConfig{Store: st, Storage: storage, Hints: hb})
 	api.Handle("/", srv)
 	hs := httptest.NewUnstartedServer(api)
 	hs.Config.WriteTimeout = 500 * time.Millisecond
@@ -102,7 +132,7 @@ func newStack(t *testing.T, hintsOn bool) *stack {
 		}
 		st.Close()
 	})
-	return &stack{st: st, srv: srv, url: hs.URL, reg: reg}
+	return (&stack{st: st, srv: srv, url: hs.URL, reg: reg}).as(storetest.Token(t, st, "admin", true))
 }
 
 func (s *stack) post(t *testing.T, path string, body any) map[string]any {
@@ -115,7 +145,7 @@ func (s *stack) send(t *testing.T, method, path string, body any) map[string]any
 	b, _ := json.Marshal(body)
 	req, _ := http.NewRequest(method, s.url+path, bytes.NewReader(b))
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := s.hc.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,9 +160,9 @@ func (s *stack) send(t *testing.T, method, path string, body any) map[string]any
 
 // statusStream follows /workspaces/{id}/events and sends each distinct
 // observed status, in order, on the returned channel.
-func statusStream(t *testing.T, ctx context.Context, url string) <-chan workspace.Status {
+func statusStream(t *testing.T, ctx context.Context, hc *http.Client, url string) <-chan workspace.Status {
 	req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +204,7 @@ func TestSSETransitionsInOrder(t *testing.T) {
 			id := w["id"].(string)
 			ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 			defer cancel()
-			statuses := statusStream(t, ctx, s.url+"/workspaces/"+id+"/events")
+			statuses := statusStream(t, ctx, s.hc, s.url+"/workspaces/"+id+"/events")
 			var seen []workspace.Status
 			next := func() workspace.Status {
 				select {
@@ -277,12 +307,17 @@ func TestProbesAndMetrics(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond) // poll: scrape until the metrics appear
 	}
-	if code, _ := get("/workspaces/nope/events"); code != 404 {
-		t.Errorf("events of an unknown workspace: %d, want 404", code)
+	if code, _ := get("/workspaces/nope/events"); code != 401 {
+		t.Errorf("events without a token: %d, want 401", code)
+	}
+	if resp, err := s.hc.Get(s.url + "/workspaces/nope/events"); err != nil {
+		t.Fatal(err)
+	} else if resp.Body.Close(); resp.StatusCode != 404 {
+		t.Errorf("events of an unknown workspace: %d, want 404", resp.StatusCode)
 	}
 	// Writes go through the main API only (its validation, its hints).
 	req, _ := http.NewRequest("PUT", s.url+"/v1/workspaces/"+id+"/desired", strings.NewReader(`{"desired_state":"FLYING"}`))
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := s.hc.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,12 +325,12 @@ func TestProbesAndMetrics(t *testing.T) {
 		t.Errorf("bad desired state: %d, want 400", resp.StatusCode)
 	}
 	resp.Body.Close()
-	resp, _ = http.Post(s.url+"/v1/workspaces/"+id+"/touch", "", nil)
+	resp, _ = s.hc.Post(s.url+"/v1/workspaces/"+id+"/touch", "", nil)
 	if resp.StatusCode != 204 {
 		t.Errorf("touch: %d", resp.StatusCode)
 	}
 	resp.Body.Close()
-	resp, _ = http.Post(s.url+"/workspaces", "application/json", strings.NewReader(`{"name":"side-door"}`))
+	resp, _ = s.hc.Post(s.url+"/workspaces", "application/json", strings.NewReader(`{"name":"side-door"}`))
 	if resp.StatusCode/100 == 2 {
 		t.Errorf("POST /workspaces (the page's old private API) answered %d; want only /v1", resp.StatusCode)
 	}

@@ -2,6 +2,9 @@ package live
 
 import (
 	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +14,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/gantryhq/gantry/workspace/store/storetest"
 )
 
 // chromiumPath finds Debian's chromium, installing it with
@@ -35,9 +39,12 @@ func chromiumPath(t *testing.T) string {
 	return p
 }
 
-// The page end to end in headless Chromium: create a workspace in the form,
-// press "up", and see RUNNING appear without a reload (SSE). The screenshot
-// goes to $GANTRY_SCREENSHOT (e.g. docs/ws-page.png) or the test's temp dir.
+// The page end to end in headless Chromium: log in with alice's token, see
+// only alice's workspaces (never bob's), create one in the form, press "up",
+// and see RUNNING appear without a reload (SSE); a page on another origin
+// that posts to the API with alice's cookie is refused; log out. The
+// screenshot goes to $GANTRY_SCREENSHOT (e.g. docs/ws-page.png) or the
+// test's temp dir.
 func TestPageInChromium(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a browser")
@@ -63,8 +70,20 @@ func TestPageInChromium(t *testing.T) {
 		t.Fatalf("start chromium: %v", err)
 	}
 
-	// A second workspace that stays archived, so the screenshot shows both.
-	s.post(t, "/v1/workspaces", map[string]any{"name": "archived-demo", "desired_state": "PENDING"})
+	// A second workspace of alice's that stays archived, so the screenshot
+	// shows both, and one of bob's that alice must never see.
+	alice := s.as(storetest.Token(t, s.st, "alice", false))
+	bob := s.as(storetest.Token(t, s.st, "bob", false))
+	alice.post(t, "/v1/workspaces", map[string]any{"name": "archived-demo", "desired_state": "PENDING"})
+	bob.post(t, "/v1/workspaces", map[string]any{"name": "bobs-secret", "desired_state": "PENDING"})
+	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, `<!doctype html><title>elsewhere</title><script>
+fetch(`+strconv.Quote(s.url+"/v1/workspaces")+`, {method: "POST", mode: "no-cors", credentials: "include",
+  headers: {"Content-Type": "text/plain"}, body: JSON.stringify({name: "csrf"})})
+  .then(() => { document.title = "sent" }, () => { document.title = "sent" });
+</script>`)
+	}))
+	defer evil.Close()
 
 	row := `tr[data-name="demo"]`
 	steps := []struct {
@@ -72,6 +91,10 @@ func TestPageInChromium(t *testing.T) {
 		a    chromedp.Action[chromedp.Void]
 	}{
 		{"open the page", chromedp.Navigate(s.url + "/")},
+		{"see the login form", chromedp.WaitVisible(`#login`)},
+		{"type alice's token", chromedp.SendKeys(`#token`, alice.token)},
+		{"press log in", chromedp.Click(`#login-btn`)},
+		{"see who is logged in", chromedp.WaitVisible(`#who`)},
 		{"SSE connected", chromedp.WaitVisible(`#conn.on`)},
 		{"list shows the archived workspace", chromedp.WaitVisible(`tr[data-name="archived-demo"] .status.PENDING`)},
 		// Mark the document: a reload would lose this property.
@@ -118,6 +141,14 @@ func TestPageInChromium(t *testing.T) {
 	if strings.TrimSpace(status) != "RUNNING" || marker != "same-document" {
 		t.Fatalf("status %q, document %q; want RUNNING in the same document", status, marker)
 	}
+	who, err := chromedp.Run(ctx, chromedp.Text(`#who`))
+	if err != nil || strings.TrimSpace(who) != "alice" {
+		t.Fatalf("#who = %q, %v; want alice", who, err)
+	}
+	names, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("tr[data-name]")].map(tr => tr.dataset.name).sort()`))
+	if err != nil || strings.Join(names, ",") != "archived-demo,demo" {
+		t.Fatalf("alice's page lists %v (%v); want archived-demo and demo only", names, err)
+	}
 	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Fatal(err)
@@ -130,4 +161,41 @@ func TestPageInChromium(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("screenshot: %s (%d bytes)", out, len(png))
+
+	// Another origin's page posts with alice's cookie: refused, nothing made.
+	if _, err := chromedp.Run(ctx, chromedp.Navigate(evil.URL+"/")); err != nil {
+		t.Fatal(err)
+	}
+	waitCtx, waitCancel := context.WithTimeout(ctx, 20*time.Second)
+	_, err = chromedp.Run(waitCtx, chromedp.Poll[bool](`document.title === "sent"`))
+	waitCancel()
+	if err != nil {
+		t.Fatalf("the cross-site page never sent its request: %v", err)
+	}
+	if _, err := s.st.Lookup(t.Context(), "csrf", "alice"); err == nil {
+		t.Fatal("a cross-site POST with alice's cookie created a workspace")
+	}
+	refused := false
+	for _, e := range auditRows(t, s) {
+		refused = refused || e.Action == "workspace.create" && e.Status == http.StatusForbidden
+	}
+	if !refused {
+		t.Fatal("the cross-site POST left no 403 in the audit log")
+	}
+
+	// Log out: the page shows the login form, and the cookie is dead.
+	for _, st := range []chromedp.Action[chromedp.Void]{
+		chromedp.Navigate(s.url + "/"), chromedp.WaitVisible(`#logout`), chromedp.Click(`#logout`), chromedp.WaitVisible(`#login`),
+	} {
+		sctx, scancel := context.WithTimeout(ctx, 20*time.Second)
+		_, err := chromedp.Run(sctx, st)
+		scancel()
+		if err != nil {
+			t.Fatalf("log out: %v", err)
+		}
+	}
+	code, err := chromedp.Run(ctx, chromedp.Evaluate[int](`fetch("/v1/workspaces").then(r => r.status)`, chromedp.EvalAwaitPromise))
+	if err != nil || code != http.StatusUnauthorized {
+		t.Fatalf("after logout GET /v1/workspaces = %d, %v; want 401", code, err)
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/gantryhq/gantry/workspace"
+	"github.com/gantryhq/gantry/workspace/auth"
 )
 
 // Config configures a Server. Zero values are the documented defaults.
@@ -117,6 +118,8 @@ func writeError(w http.ResponseWriter, err error) {
 		code = http.StatusBadRequest
 	case errors.Is(err, workspace.ErrNameTaken), errors.Is(err, workspace.ErrConflict):
 		code = http.StatusConflict
+	case errors.Is(err, auth.ErrNoToken):
+		code = http.StatusUnauthorized
 	}
 	writeJSON(w, code, map[string]string{"error": err.Error()})
 }

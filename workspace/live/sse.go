@@ -1,6 +1,8 @@
 package live
 
 import (
+	"github.com/gantryhq/gantry/workspace/auth"
+
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -19,18 +21,25 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request, id string) 
 		http.Error(w, "live: cannot stream: "+err.Error(), http.StatusInternalServerError)
 		return
 	}
+	p, ok := auth.FromContext(r.Context())
+	if !ok {
+		writeError(w, auth.ErrNoToken) // the API authenticates first; never serve a stream without
+		return
+	}
 	if id != "" {
-		if _, err := s.cfg.Store.Get(r.Context(), id); err != nil {
+		ws, err := s.cfg.Store.Lookup(r.Context(), id, p.Scope())
+		if err != nil {
 			writeError(w, err)
 			return
 		}
+		id = ws.ID // a stream asked for by name follows the id
 	}
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	sub, cancel := s.hub.Subscribe(id)
+	sub, cancel := s.hub.Subscribe(id, p.MaySee)
 	defer cancel()
 	if s.sseClients != nil {
 		s.sseClients.Inc()

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"embed"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io/fs"
 	"sort"
@@ -18,6 +17,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // driver "pgx"
 	_ "modernc.org/sqlite"             // driver "sqlite"
 
+	"github.com/gantryhq/gantry/workspace/auth"
 	"github.com/gantryhq/gantry/workspace/wstype"
 )
 
@@ -198,7 +198,7 @@ func stripComments(s string) string {
 	return b.String()
 }
 
-const cols = `id, name, image, command, desired_state, observed_status, observed_at, operation, op_id,
+const cols = `id, name, owner, image, command, desired_state, observed_status, observed_at, operation, op_id,
 	op_started_at, op_owner, op_lease_until, op_executed, archive_key, error_count, error_info,
 	previous_status, last_retry_at, next_retry_at, created_at, updated_at`
 
@@ -210,7 +210,7 @@ func scanWorkspace(r scanner) (wstype.Workspace, error) {
 	var opID, owner, key, info, prev sql.NullString
 	var executed int
 	var created, updated int64
-	err := r.Scan(&w.ID, &w.Name, &w.Image, &w.Command, &w.DesiredState, &w.ObservedStatus, &observedAt,
+	err := r.Scan(&w.ID, &w.Name, &w.Owner, &w.Image, &w.Command, &w.DesiredState, &w.ObservedStatus, &observedAt,
 		&w.Operation, &opID, &opStarted, &owner, &lease, &executed, &key, &w.ErrorCount, &info,
 		&prev, &lastRetry, &nextRetry, &created, &updated)
 	if err != nil {
@@ -238,8 +238,20 @@ func msPtr(v sql.NullInt64) *time.Time {
 	return &t
 }
 
-// Create inserts a new workspace (observed PENDING, no archive).
+// Create inserts a new workspace (observed PENDING, no archive) owned by
+// n.Owner (default admin), with no quota.
 func (s *Store) Create(ctx context.Context, n wstype.NewWorkspace, now time.Time) (wstype.Workspace, error) {
+	return s.CreateWithin(ctx, n, auth.Quotas{}, now)
+}
+
+const insertSQL = `INSERT INTO workspaces (id, name, owner, image, command, desired_state, observed_status, created_at, updated_at)
+	VALUES (?, ?, ?, ?, ?, ?, 'PENDING', ?, ?)`
+
+// CreateWithin is Create under the owner's quotas: a *auth.QuotaError if
+// the new workspace would exceed one. The check and the insert are one
+// transaction holding the owner's lock, so concurrent creates by one owner,
+// on any replica, are admitted one at a time.
+func (s *Store) CreateWithin(ctx context.Context, n wstype.NewWorkspace, q auth.Quotas, now time.Time) (wstype.Workspace, error) {
 	if err := n.Validate(); err != nil {
 		return wstype.Workspace{}, err
 	}
@@ -248,8 +260,23 @@ func (s *Store) Create(ctx context.Context, n wstype.NewWorkspace, now time.Time
 		return wstype.Workspace{}, err
 	}
 	ms := now.UnixMilli()
-	_, err = s.exec(ctx, `INSERT INTO workspaces (id, name, image, command, desired_state, observed_status, created_at, updated_at)
-		VALUES (?, ?, ?, ?, ?, 'PENDING', ?, ?)`, id.String(), n.Name, n.Image, n.Command, string(n.Desired), ms, ms)
+	args := []any{id.String(), n.Name, n.Owner, n.Image, n.Command, string(n.Desired), ms, ms}
+	if q == (auth.Quotas{}) {
+		_, err = s.exec(ctx, insertSQL, args...)
+	} else {
+		err = s.withOwnerLock(ctx, n.Owner, func(tx *sql.Tx) error {
+			if err := s.checkQuota(ctx, tx, n.Owner, "", q.Workspaces, "workspaces", `desired_state <> 'DELETED'`); err != nil {
+				return err
+			}
+			if n.Desired == wstype.Running {
+				if err := s.checkQuota(ctx, tx, n.Owner, "", q.Running, "running workspaces", `desired_state = 'RUNNING'`); err != nil {
+					return err
+				}
+			}
+			_, err := tx.ExecContext(ctx, s.rebind(insertSQL), args...)
+			return err
+		})
+	}
 	if err != nil {
 		if isUnique(err) {
 			return wstype.Workspace{}, fmt.Errorf("%w: %q", wstype.ErrNameTaken, n.Name)
@@ -264,16 +291,37 @@ func isUnique(err error) bool {
 	return strings.Contains(m, "UNIQUE constraint") || strings.Contains(m, "23505")
 }
 
-// Get reads one workspace by id (or, failing that, by name).
+// Get reads one workspace by id (or, failing that, by name: an error if
+// several owners use that name).
 func (s *Store) Get(ctx context.Context, id string) (wstype.Workspace, error) {
-	w, found, err := s.batch.get(ctx, id)
-	if err == nil && !found {
-		w, err = scanWorkspace(s.db.QueryRowContext(ctx, s.rebind(`SELECT `+cols+` FROM workspaces WHERE name = ?`), id))
+	return s.Lookup(ctx, id, "")
+}
+
+// Lookup reads one workspace by id or by name, among owner's workspaces
+// only ("" = every owner's). Another owner's workspace is ErrNotFound, the
+// same answer as a workspace that does not exist.
+func (s *Store) Lookup(ctx context.Context, ref, owner string) (wstype.Workspace, error) {
+	w, found, err := s.batch.get(ctx, ref)
+	if err != nil {
+		return w, err
 	}
-	if errors.Is(err, sql.ErrNoRows) {
-		return wstype.Workspace{}, fmt.Errorf("%w: %q", wstype.ErrNotFound, id)
+	if found && (owner == "" || w.Owner == owner) {
+		return w, nil
 	}
-	return w, err
+	q, args := `SELECT `+cols+` FROM workspaces WHERE name = ?`, []any{ref}
+	if owner != "" {
+		q, args = q+` AND owner = ?`, append(args, owner)
+	}
+	ws, err := s.query(ctx, q+` ORDER BY id LIMIT 2`, args...)
+	switch {
+	case err != nil:
+		return wstype.Workspace{}, err
+	case len(ws) == 0:
+		return wstype.Workspace{}, fmt.Errorf("%w: %q", wstype.ErrNotFound, ref)
+	case len(ws) > 1:
+		return wstype.Workspace{}, fmt.Errorf("%w: several owners have a workspace named %q; use its id", wstype.ErrConflict, ref)
+	}
+	return ws[0], nil
 }
 
 func (s *Store) query(ctx context.Context, q string, args ...any) ([]wstype.Workspace, error) {
@@ -298,6 +346,11 @@ func (s *Store) List(ctx context.Context) ([]wstype.Workspace, error) {
 	return s.query(ctx, `SELECT `+cols+` FROM workspaces ORDER BY id`)
 }
 
+// ListOwned reads owner's workspaces, oldest first.
+func (s *Store) ListOwned(ctx context.Context, owner string) ([]wstype.Workspace, error) {
+	return s.query(ctx, `SELECT `+cols+` FROM workspaces WHERE owner = ? ORDER BY id`, owner)
+}
+
 // actionable is the reconciler's filter; it matches the partial index.
 const actionable = `operation <> 'NONE' OR (desired_state <> observed_status AND (observed_status <> 'ERROR' OR desired_state = 'DELETED'))`
 
@@ -309,11 +362,38 @@ func (s *Store) ListActionable(ctx context.Context) ([]wstype.Workspace, error) 
 
 // SetDesired writes desired_state. A workspace being deleted is a conflict.
 func (s *Store) SetDesired(ctx context.Context, id string, desired wstype.Status, now time.Time) (wstype.Workspace, error) {
+	return s.SetDesiredWithin(ctx, id, desired, auth.Quotas{}, now)
+}
+
+// setDesiredSQL bumps desired_version and last_activity_at: the TTL
+// manager's compare-and-set (ttl.go) loses to any user write.
+const setDesiredSQL = `UPDATE workspaces SET desired_state = ?, updated_at = ?, desired_version = desired_version + 1, last_activity_at = ?
+	WHERE id = ? AND desired_state <> 'DELETED'`
+
+// SetDesiredWithin is SetDesired under the owner's running quota: asking
+// for RUNNING when the owner already has q.Running workspaces desired
+// RUNNING is a *auth.QuotaError. Check and write hold the owner's lock.
+func (s *Store) SetDesiredWithin(ctx context.Context, id string, desired wstype.Status, q auth.Quotas, now time.Time) (wstype.Workspace, error) {
 	w, err := s.Get(ctx, id)
 	if err != nil {
 		return w, err
 	}
-	n, err := s.exec(ctx, `UPDATE workspaces SET desired_state = ?, updated_at = ?, desired_version = desired_version + 1, last_activity_at = ? WHERE id = ? AND desired_state <> 'DELETED'`, string(desired), now.UnixMilli(), now.UnixMilli(), w.ID) // desired_version, last_activity_at: the TTL manager's CAS (ttl.go)
+	ms := now.UnixMilli()
+	var n int64
+	if q.Running <= 0 || desired != wstype.Running || w.DesiredState == wstype.Running {
+		n, err = s.exec(ctx, setDesiredSQL, string(desired), ms, ms, w.ID)
+	} else {
+		err = s.withOwnerLock(ctx, w.Owner, func(tx *sql.Tx) error {
+			if err := s.checkQuota(ctx, tx, w.Owner, w.ID, q.Running, "running workspaces", `desired_state = 'RUNNING'`); err != nil {
+				return err
+			}
+			res, err := tx.ExecContext(ctx, s.rebind(setDesiredSQL), string(desired), ms, ms, w.ID)
+			if err == nil {
+				n, err = res.RowsAffected()
+			}
+			return err
+		})
+	}
 	if err != nil {
 		return w, err
 	}

@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 )
 
@@ -110,8 +109,11 @@ func (e *ErrorInfo) JSON() any {
 
 // Workspace is one row.
 type Workspace struct {
-	ID      string `json:"id"`
-	Name    string `json:"name"`
+	ID   string `json:"id"`
+	Name string `json:"name"`
+	// Owner is the owner of the token that created the workspace; only
+	// that owner and admins see it. Names are unique per owner.
+	Owner   string `json:"owner"`
 	Image   string `json:"image,omitempty"`
 	Command string `json:"command,omitempty"`
 
@@ -176,16 +178,45 @@ type NewWorkspace struct {
 	Command string `json:"command,omitempty"`
 	// Desired defaults to STANDBY: a new workspace gets an empty volume.
 	Desired Status `json:"desired_state,omitempty"`
+	// Owner is set by the API from the caller's token, never from the
+	// request body; "" is the admin owner.
+	Owner string `json:"-"`
 }
+
+// MaxNameLen bounds a workspace name.
+const MaxNameLen = 63
+
+// AdminOwner owns the workspaces made before owners existed and those
+// created without one.
+const AdminOwner = "admin"
 
 // Validate checks the name and the desired state, filling the default.
 func (n *NewWorkspace) Validate() error {
-	if n.Name == "" || len(n.Name) > 128 || strings.ContainsAny(n.Name, "/\\\x00\n") {
-		return fmt.Errorf("%w: name %q: want 1–128 characters without / \\ or newlines", ErrBadInput, n.Name)
+	if err := ValidName(n.Name); err != nil {
+		return err
+	}
+	if n.Owner == "" {
+		n.Owner = AdminOwner
 	}
 	if n.Desired == "" {
 		n.Desired = Standby
 	}
 	_, err := ParseDesired(string(n.Desired))
 	return err
+}
+
+// ValidName checks a workspace name: 1–63 characters of A–Z, a–z, 0–9, '.',
+// '_' and '-', starting with a letter or digit. Names appear in URLs, logs
+// and container labels; ids, not names, name anything on disk.
+func ValidName(name string) error {
+	ok := name != "" && len(name) <= MaxNameLen
+	for i := 0; ok && i < len(name); i++ {
+		c := name[i]
+		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		ok = alnum || i > 0 && (c == '.' || c == '_' || c == '-')
+	}
+	if !ok {
+		return fmt.Errorf("%w: name %q: want 1–%d characters of A–Z, a–z, 0–9, '.', '_' or '-', starting with a letter or digit", ErrBadInput, name, MaxNameLen)
+	}
+	return nil
 }

@@ -1,7 +1,9 @@
 // The workspace page: the list comes from GET /v1/workspaces, then every
 // change arrives over SSE (/events); buttons call the main HTTP API (the
 // same /v1 endpoints, validation and hints as the CLI) and let the stream
-// show the result. No framework, no build step.
+// show the result. No framework, no build step. Without a session the page
+// shows only the login form (POST /v1/session sets an HttpOnly cookie);
+// the server gives this session only its owner's workspaces.
 "use strict";
 
 const rows = new Map(); // id → workspace
@@ -18,7 +20,9 @@ async function api(method, path, body) {
   if (!res.ok) {
     let text = res.statusText;
     try { text = (await res.json()).error || text; } catch (e) {}
-    throw new Error(text);
+    const err = new Error(text);
+    err.status = res.status;
+    throw err;
   }
   return res.status === 204 ? null : res.json();
 }
@@ -119,7 +123,27 @@ function connect() {
   });
 }
 
-api("GET", "/v1/workspaces").then((list) => {
-  for (const w of list) if (!rows.has(w.id)) rows.set(w.id, w);
-  render();
-}).catch((e) => { msg.textContent = e.message; }).finally(connect);
+function start() {
+  api("GET", "/v1/workspaces").then((list) => {
+    for (const w of list) if (!rows.has(w.id)) rows.set(w.id, w);
+    render();
+  }).catch((e) => { msg.textContent = e.message; }).finally(connect);
+}
+
+document.getElementById("logout").addEventListener("click", async () => {
+  try { await api("POST", "/v1/session/logout"); } catch (e) {}
+  location.reload();
+});
+
+api("GET", "/v1/whoami").then((me) => {
+  const who = document.getElementById("who");
+  who.textContent = me.owner + (me.admin ? " (admin)" : "");
+  who.hidden = false;
+  document.getElementById("logout").hidden = false;
+  document.getElementById("app").hidden = false;
+  start();
+}).catch((e) => {
+  conn.textContent = "";
+  document.getElementById("login").hidden = false;
+  if (e.status !== 401) document.getElementById("login-msg").textContent = e.message;
+});

@@ -83,11 +83,11 @@ func (s *Store) Create(_ context.Context, n wstype.NewWorkspace, now time.Time) 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, r := range s.rows {
-		if r.w.Name == n.Name {
+		if r.w.Name == n.Name && r.w.Owner == n.Owner {
 			return wstype.Workspace{}, fmt.Errorf("%w: %q", wstype.ErrNameTaken, n.Name)
 		}
 	}
-	r := &row{w: wstype.Workspace{ID: id.String(), Name: n.Name, Image: n.Image, Command: n.Command,
+	r := &row{w: wstype.Workspace{ID: id.String(), Name: n.Name, Owner: n.Owner, Image: n.Image, Command: n.Command,
 		DesiredState: n.Desired, ObservedStatus: wstype.Pending, Operation: wstype.OpNone,
 		CreatedAt: ms(now), UpdatedAt: ms(now)}}
 	s.rows[r.w.ID] = r
@@ -98,12 +98,19 @@ func (s *Store) lookupLocked(id string) (*row, error) {
 	if r, ok := s.rows[id]; ok {
 		return r, nil
 	}
+	var found *row
 	for _, r := range s.rows {
 		if r.w.Name == id {
-			return r, nil
+			if found != nil {
+				return nil, fmt.Errorf("%w: several owners have a workspace named %q; use its id", wstype.ErrConflict, id)
+			}
+			found = r
 		}
 	}
-	return nil, fmt.Errorf("%w: %q", wstype.ErrNotFound, id)
+	if found == nil {
+		return nil, fmt.Errorf("%w: %q", wstype.ErrNotFound, id)
+	}
+	return found, nil
 }
 
 // Get reads one workspace by id (or, failing that, by name).

@@ -20,6 +20,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/gantryhq/gantry/internal/testutil"
+	"github.com/gantryhq/gantry/workspace/auth"
 	"github.com/gantryhq/gantry/workspace/store"
 )
 
@@ -114,4 +115,17 @@ func column(v any) any {
 		return v.JSON()
 	}
 	return v
+}
+
+// Token stores a new API token for owner and returns its secret.
+func Token(tb testing.TB, st *store.Store, owner string, admin bool) string {
+	tb.Helper()
+	t, secret, err := auth.NewToken(owner, admin, time.Now(), 0)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := st.CreateToken(tb.Context(), t); err != nil {
+		tb.Fatal(err)
+	}
+	return secret
 }

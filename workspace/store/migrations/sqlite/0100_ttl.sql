@@ -1,4 +1,4 @@
--- 0100 (issue 13, TTL manager): the desired state's version and the last
+-- 0100 (TTL manager): the desired state's version and the last
 -- user activity. desired_version is bumped by every API write of
 -- desired_state and by every touch. The TTL manager writes desired_state only
 -- with a compare-and-set on the version it read, so a user request that lands

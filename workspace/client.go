@@ -1,0 +1,177 @@
+package workspace
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+
+	"github.com/gantryhq/gantry/workspace/auth"
+)
+
+// Client talks to the API.
+type Client struct {
+	Base  string // "http://127.0.0.1:7480" or "https://…"
+	Token string // the API token secret, sent as Authorization: Bearer
+	HTTP  *http.Client
+}
+
+// NewHTTPClient is an HTTP client that trusts the PEM certificates in
+// caFile ("" = the system pool).
+func NewHTTPClient(caFile string) (*http.Client, error) {
+	if caFile == "" {
+		return &http.Client{}, nil
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("--ca-cert: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("--ca-cert %s: no PEM certificate in it", caFile)
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	return &http.Client{Transport: tr}, nil
+}
+
+// APIError is a non-2xx answer.
+type APIError struct {
+	Status  int
+	Message string
+}
+
+func (e *APIError) Error() string { return fmt.Sprintf("server: %s (HTTP %d)", e.Message, e.Status) }
+
+func (c *Client) do(ctx context.Context, method, path string, body, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.Base+path, rd)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	hc := c.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		var e struct{ Error string }
+		json.NewDecoder(resp.Body).Decode(&e)
+		return &APIError{Status: resp.StatusCode, Message: e.Error}
+	}
+	if out == nil {
+		return nil
+	}
+	return json.NewDecoder(resp.Body).Decode(out)
+}
+
+// Create creates a workspace.
+func (c *Client) Create(ctx context.Context, n NewWorkspace) (Workspace, error) {
+	var w Workspace
+	return w, c.do(ctx, "POST", "/v1/workspaces", n, &w)
+}
+
+// List lists workspaces.
+func (c *Client) List(ctx context.Context) ([]Workspace, error) {
+	var ws []Workspace
+	return ws, c.do(ctx, "GET", "/v1/workspaces", nil, &ws)
+}
+
+// Get reads one workspace (by id or name).
+func (c *Client) Get(ctx context.Context, id string) (Workspace, error) {
+	var w Workspace
+	return w, c.do(ctx, "GET", "/v1/workspaces/"+url.PathEscape(id), nil, &w)
+}
+
+// SetDesired sets the desired state.
+func (c *Client) SetDesired(ctx context.Context, id string, st Status) (Workspace, error) {
+	var w Workspace
+	return w, c.do(ctx, "PUT", "/v1/workspaces/"+url.PathEscape(id)+"/desired", DesiredRequest{DesiredState: string(st)}, &w)
+}
+
+// Recover clears a workspace's error.
+func (c *Client) Recover(ctx context.Context, id string) (Workspace, error) {
+	var w Workspace
+	return w, c.do(ctx, "POST", "/v1/workspaces/"+url.PathEscape(id)+"/recover", nil, &w)
+}
+
+// Delete asks for the workspace's deletion.
+func (c *Client) Delete(ctx context.Context, id string) (Workspace, error) {
+	var w Workspace
+	return w, c.do(ctx, "DELETE", "/v1/workspaces/"+url.PathEscape(id), nil, &w)
+}
+
+// Touch records activity on a workspace (resets its TTL idle clock).
+func (c *Client) Touch(ctx context.Context, id string) error {
+	return c.do(ctx, "POST", "/v1/workspaces/"+url.PathEscape(id)+"/touch", nil, nil)
+}
+
+// ListOwned lists owner's workspaces (an admin token may name any owner).
+func (c *Client) ListOwned(ctx context.Context, owner string) ([]Workspace, error) {
+	var ws []Workspace
+	return ws, c.do(ctx, "GET", "/v1/workspaces?owner="+url.QueryEscape(owner), nil, &ws)
+}
+
+// Whoami tells who the client's token is.
+func (c *Client) Whoami(ctx context.Context) (Whoami, error) {
+	var w Whoami
+	return w, c.do(ctx, "GET", "/v1/whoami", nil, &w)
+}
+
+// CreateToken makes a token (admin); the answer carries its secret, once.
+func (c *Client) CreateToken(ctx context.Context, req TokenRequest) (TokenInfo, error) {
+	var t TokenInfo
+	return t, c.do(ctx, "POST", "/v1/tokens", req, &t)
+}
+
+// Tokens lists the tokens (admin), without secrets.
+func (c *Client) Tokens(ctx context.Context) ([]TokenInfo, error) {
+	var ts []TokenInfo
+	return ts, c.do(ctx, "GET", "/v1/tokens", nil, &ts)
+}
+
+// RevokeToken revokes a token (admin); it fails from its next request on.
+func (c *Client) RevokeToken(ctx context.Context, id string) (TokenInfo, error) {
+	var t TokenInfo
+	return t, c.do(ctx, "DELETE", "/v1/tokens/"+url.PathEscape(id), nil, &t)
+}
+
+// Audit reads the audit log (admin).
+func (c *Client) Audit(ctx context.Context, f AuditQuery) ([]auth.AuditEntry, error) {
+	q := url.Values{}
+	for k, v := range map[string]string{"workspace": f.Workspace, "owner": f.Owner, "since": f.Since} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	if f.Limit > 0 {
+		q.Set("limit", fmt.Sprint(f.Limit))
+	}
+	var es []auth.AuditEntry
+	return es, c.do(ctx, "GET", "/v1/audit?"+q.Encode(), nil, &es)
+}
+
+// AuditQuery selects audit rows: Since is a duration back from now ("24h")
+// or an RFC 3339 time.
+type AuditQuery struct {
+	Workspace, Owner, Since string
+	Limit                   int
+}

@@ -1,0 +1,69 @@
+package store_test
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gantryhq/gantry/workspace/auth"
+	"github.com/gantryhq/gantry/workspace/store"
+	"github.com/gantryhq/gantry/workspace/store/storetest"
+	"github.com/gantryhq/gantry/workspace/wstype"
+)
+
+// The running quota holds under contention: rounds of 40 concurrent ups
+// of 40 different workspaces of one owner, through two stores (two
+// connection pools, as two replicas) on each database, with one slot,
+// admit exactly one per round.
+func TestQuotaIsRaceFree(t *testing.T) {
+	for _, b := range storetest.Backends {
+		t.Run(b.Name, func(t *testing.T) {
+			ctx := t.Context()
+			dsn := b.DSN(t)
+			stores := []*store.Store{storetest.Open(t, dsn), storetest.Open(t, dsn)}
+			q := auth.Quotas{Running: 1}
+			now := time.Now()
+			var ids []string
+			for i := range 40 {
+				w, err := stores[0].CreateWithin(ctx, wstype.NewWorkspace{Name: fmt.Sprintf("w%d", i), Owner: "alice"}, q, now)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ids = append(ids, w.ID)
+			}
+			for round := range 5 {
+				start := make(chan struct{})
+				errs := make([]error, len(ids))
+				var wg sync.WaitGroup
+				for i, id := range ids {
+					wg.Go(func() {
+						<-start
+						_, errs[i] = stores[i%2].SetDesiredWithin(ctx, id, wstype.Running, q, time.Now())
+					})
+				}
+				close(start)
+				wg.Wait()
+				admitted := ""
+				for i, err := range errs {
+					var qe *auth.QuotaError
+					switch {
+					case err == nil && admitted != "":
+						t.Fatalf("round %d: %s and %s both admitted with one slot", round, admitted, ids[i])
+					case err == nil:
+						admitted = ids[i]
+					case !errors.As(err, &qe) || qe.Limit != 1 || qe.Count != 1:
+						t.Fatalf("round %d: up %d: %v; want a QuotaError of limit 1, count 1", round, i, err)
+					}
+				}
+				if admitted == "" {
+					t.Fatalf("round %d: nothing admitted", round)
+				}
+				if _, err := stores[0].SetDesired(ctx, admitted, wstype.Standby, time.Now()); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
