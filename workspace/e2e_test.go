@@ -38,9 +38,9 @@ type e2eServer struct {
 	args    []string
 	cliArgs []string // added to every client command (--ca-cert)
 	url     string
-	data string
-	cmd  *exec.Cmd
-	log  *bytes.Buffer
+	data    string
+	cmd     *exec.Cmd
+	log     *bytes.Buffer
 }
 
 func startServe(t *testing.T, db, data string, extra ...string) *e2eServer {
