@@ -21,9 +21,20 @@
 //	singletons.go RunSingletons: monitor + TTL once per cluster (leader/); LeaderStore
 //	wakeups.go    the reconciler's one timer for retries, leases and deadlines
 //	metrics.go    Metrics: operations and loop latency, recorded at the source
-//	api.go        HTTP JSON API and its Go client (routes in one table; the
-//	              live/ page, SSE and probes are mounted on it); APIStore
+//	api.go        HTTP JSON API (routes in one table; the live/ page, SSE and
+//	              probes are mounted on it); APIStore, AccountStore
+//	access.go     the front door: body cap, cross-site check, authentication,
+//	              the audit row of every mutating request
+//	accounts.go   whoami, tokens and audit (admin), page login and logout
+//	client.go     the Go client (`gantry ws …`): bearer token, --ca-cert
+//	security.go   TLS/listen checks, the first admin token, audit retention
 //	server.go     Server: store + providers + reconciler + singletons + API
+//
+// Accounts: every request but the probes, /metrics and the page's shell
+// carries an API token (or a page session made from one); a principal sees
+// only its owner's workspaces unless it is an admin, and another owner's
+// workspace is 404, never 403. Quota checks and their writes hold the
+// owner's row lock, so replicas agree.
 //
 // Each component takes the small store interface it declares (the
 // controller-runtime style), so its tests run on store/memstore as well as
