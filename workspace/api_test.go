@@ -1,13 +1,18 @@
 package workspace
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gantryhq/gantry/internal/clock"
+	"github.com/gantryhq/gantry/workspace/auth"
 	"github.com/gantryhq/gantry/workspace/store/storetest"
 	"github.com/google/go-cmp/cmp"
 )
@@ -95,5 +100,82 @@ func TestAPITouch(t *testing.T) {
 	var ae *APIError
 	if err := c.Touch(ctx, "nope"); !errors.As(err, &ae) || ae.Status != 404 {
 		t.Fatalf("touch of an unknown id = %v; want a 404", err)
+	}
+}
+
+// Repeated failed authentications from one address are slowed down: 429
+// with Retry-After, logged; a good token from that address waits too, and
+// the address recovers once the bucket refills.
+func TestAPIThrottlesFailedAuthentication(t *testing.T) {
+	st := openStore(t, storetest.SQLiteDSN(t))
+	clk := clock.NewFake(time.Now())
+	var log bytes.Buffer
+	env := newAPIEnv(t, st, APIConfig{Clock: clk, Logger: slog.New(slog.NewTextHandler(&log, nil)),
+		Limiter: auth.NewLimiter(auth.LimiterConfig{Burst: 3, Every: 10 * time.Second, Clock: clk})})
+	get := func(token string) *http.Response {
+		req, _ := http.NewRequest("GET", env.srv.URL+"/v1/workspaces", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	for i := range 3 {
+		if code := get("wrong").StatusCode; code != 401 {
+			t.Fatalf("failure %d: %d, want 401", i, code)
+		}
+	}
+	resp := get("wrong")
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "10" {
+		t.Fatalf("4th failure: %d Retry-After %q; want 429 and 10", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	if code := get(env.admin).StatusCode; code != http.StatusTooManyRequests {
+		t.Fatalf("a good token from a throttled address: %d, want 429", code)
+	}
+	clk.Advance(10 * time.Second)
+	if code := get(env.admin).StatusCode; code != 200 {
+		t.Fatalf("after the refill: %d, want 200", code)
+	}
+	if n := strings.Count(log.String(), "authentication failed"); n != 3 {
+		t.Fatalf("%d failures logged, want 3:\n%s", n, log.String())
+	}
+}
+
+// The leader's retention pass removes audit rows older than the retention
+// and expired sessions, and keeps the rest; a negative retention keeps all.
+func TestRetentionPrunesTheAuditLog(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			st := openStore(t, b.dsn(t))
+			ctx := t.Context()
+			now := time.Now().Truncate(time.Millisecond)
+			for _, age := range []time.Duration{100 * 24 * time.Hour, 91 * 24 * time.Hour, 89 * 24 * time.Hour, time.Hour} {
+				if err := st.RecordAudit(ctx, auth.AuditEntry{At: now.Add(-age), Action: "workspace.touch", Status: 204}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i, exp := range []time.Time{now.Add(-time.Minute), now.Add(time.Hour)} {
+				if err := st.CreateSession(ctx, auth.Session{ID: fmt.Sprint("s", i), TokenID: "t", Hash: "h", CreatedAt: now, ExpiresAt: exp}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			(&Retention{Store: st, Audit: -1}).Prune(ctx, now)
+			if es, _ := st.Audit(ctx, auth.AuditFilter{}); len(es) != 4 {
+				t.Fatalf("negative retention kept %d rows, want 4", len(es))
+			}
+			(&Retention{Store: st}).Prune(ctx, now)
+			es, err := st.Audit(ctx, auth.AuditFilter{})
+			if err != nil || len(es) != 2 || !es[0].At.Equal(now.Add(-89*24*time.Hour)) {
+				t.Fatalf("after the default 90-day retention: %+v, %v; want the 89-day and 1-hour rows", es, err)
+			}
+			if _, ok, _ := st.Session(ctx, "s0"); ok {
+				t.Fatal("an expired session survived")
+			}
+			if _, ok, _ := st.Session(ctx, "s1"); !ok {
+				t.Fatal("a live session was removed")
+			}
+		})
 	}
 }

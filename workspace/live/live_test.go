@@ -297,6 +297,12 @@ func TestProbesAndMetrics(t *testing.T) {
 					t.Errorf("/metrics lacks %s", m)
 				}
 			}
+			// Served without a token: no workspace name, owner or command.
+			for _, name := range []string{"m1", "admin", "sleep", w["id"].(string)} {
+				if strings.Contains(body, `"`+name+`"`) || strings.Contains(body, name+`"}`) {
+					t.Errorf("/metrics names %q", name)
+				}
+			}
 			if strings.Contains(body, `result="error"`) {
 				t.Errorf("/metrics counts an error for a clean run:\n%s", body)
 			}
