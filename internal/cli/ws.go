@@ -248,40 +248,36 @@ func newWSGetCmd(client func() *workspace.Client) *cobra.Command {
 	return cmd
 }
 
-func newWSDesiredCmd(client func() *workspace.Client, use string, st workspace.Status, short string) *cobra.Command {
+// idCmd is a command on one id (a workspace's id or name, or a token id)
+// that prints nothing on success.
+func idCmd(use, short string, run func(ctx context.Context, id string) error) *cobra.Command {
 	return &cobra.Command{
 		Use:   use + " ID",
 		Short: short,
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			_, err := client().SetDesired(cmd.Context(), args[0], st)
-			return err
-		},
+		RunE:  func(cmd *cobra.Command, args []string) error { return run(cmd.Context(), args[0]) },
 	}
+}
+
+func newWSDesiredCmd(client func() *workspace.Client, use string, st workspace.Status, short string) *cobra.Command {
+	return idCmd(use, short, func(ctx context.Context, id string) error {
+		_, err := client().SetDesired(ctx, id, st)
+		return err
+	})
 }
 
 func newWSDeleteCmd(client func() *workspace.Client) *cobra.Command {
-	return &cobra.Command{
-		Use:   "delete ID",
-		Short: "Delete a workspace: stop it, remove its volume and its row (archives are kept)",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			_, err := client().Delete(cmd.Context(), args[0])
-			return err
-		},
-	}
+	return idCmd("delete", "Delete a workspace: stop it, remove its volume and its row (archives are kept)", func(ctx context.Context, id string) error {
+		_, err := client().Delete(ctx, id)
+		return err
+	})
 }
 
 func newWSRecoverCmd(client func() *workspace.Client) *cobra.Command {
-	return &cobra.Command{
-		Use:   "recover ID",
-		Short: "Clear a workspace's error (error info, count, operation) so it is reconciled again",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			_, err := client().Recover(cmd.Context(), args[0])
-			return err
-		},
-	}
+	return idCmd("recover", "Clear a workspace's error (error info, count, operation) so it is reconciled again", func(ctx context.Context, id string) error {
+		_, err := client().Recover(ctx, id)
+		return err
+	})
 }
 
 func newWSWaitCmd(client func() *workspace.Client) *cobra.Command {

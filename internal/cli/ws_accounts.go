@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"os"
@@ -143,15 +144,10 @@ func optTime(t *time.Time) string {
 }
 
 func newWSTokenRevokeCmd(client func() *workspace.Client) *cobra.Command {
-	return &cobra.Command{
-		Use:   "revoke ID",
-		Short: "Revoke a token: its next request is refused, its page sessions end",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			_, err := client().RevokeToken(cmd.Context(), args[0])
-			return err
-		},
-	}
+	return idCmd("revoke", "Revoke a token: its next request is refused, its page sessions end", func(ctx context.Context, id string) error {
+		_, err := client().RevokeToken(ctx, id)
+		return err
+	})
 }
 
 func newWSAuditCmd(client func() *workspace.Client) *cobra.Command {

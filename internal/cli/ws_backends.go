@@ -91,7 +91,7 @@ func (b *wsBackendFlags) apply(ctx context.Context, cfg *workspace.ServerConfig,
 	return nil
 }
 
-// mountLive adds the issue-13 operators' surface to `ws serve`: the web
+// mountLive adds the operators' surface to `ws serve`: the web
 // page at / (it drives the /v1 API), SSE at /events and
 // /workspaces/{id}/events, /metrics (on the process registry), /healthz and
 // /readyz. Its event hub follows the server's hints and resyncs every second.
@@ -107,12 +107,7 @@ func mountLive(ctx context.Context, srv *workspace.Server, env *Env) error {
 
 // newWSTouchCmd records user activity (resets the TTL idle clock).
 func newWSTouchCmd(client func() *workspace.Client) *cobra.Command {
-	return &cobra.Command{
-		Use:   "touch ID",
-		Short: "Record activity on a workspace so the TTL manager does not stop or archive it",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return client().Touch(cmd.Context(), args[0])
-		},
-	}
+	return idCmd("touch", "Record activity on a workspace so the TTL manager does not stop or archive it", func(ctx context.Context, id string) error {
+		return client().Touch(ctx, id)
+	})
 }

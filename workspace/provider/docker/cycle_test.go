@@ -55,7 +55,7 @@ func s3Endpoint(t *testing.T) string {
 	return ep
 }
 
-// The issue-12 cycle on the real backends: create → up (a Docker container
+// The whole cycle on the real backends: create → up (a Docker container
 // writes into its volume) → stop → archive to S3 → volume gone → restore
 // from S3 → up again → the files are identical.
 func TestFullCycleDockerS3(t *testing.T) {
