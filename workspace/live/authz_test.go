@@ -398,9 +398,19 @@ func checkAudit(t *testing.T, s *authStack, sent []sentCall) {
 func checkNoSecrets(t *testing.T, s *authStack, dsn string, secrets []string) {
 	t.Helper()
 	// A page session too: its cookie secret must not be stored either.
-	code, _ := s.call(t, "", "POST", "/v1/session", `{"token":"`+secrets[1]+`"}`)
-	if code != 200 {
-		t.Fatalf("login: %d", code)
+	resp, err := http.Post(s.url+"/v1/session", "application/json", strings.NewReader(`{"token":"`+secrets[1]+`"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	var session string
+	for _, c := range resp.Cookies() {
+		if c.Name == auth.SessionCookie && c.HttpOnly && c.SameSite == http.SameSiteStrictMode {
+			session = c.Value
+		}
+	}
+	if resp.StatusCode != 200 || !strings.HasPrefix(session, auth.SessionPrefix) {
+		t.Fatalf("login: %s, session cookie %q; want 200 and an HttpOnly SameSite=Strict session", resp.Status, session[:min(len(session), 8)])
 	}
 	var haystacks []string
 	if path, ok := strings.CutPrefix(dsn, "sqlite:"); ok {
@@ -427,8 +437,11 @@ func checkNoSecrets(t *testing.T, s *authStack, dsn string, secrets []string) {
 		}
 	}
 	haystacks = append(haystacks, s.log.String())
-	for _, secret := range secrets {
-		key := secret[strings.LastIndexByte(secret, '_')+1:]
+	for _, secret := range append(secrets, session) {
+		_, key, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(secret, auth.TokenPrefix), auth.SessionPrefix), "_") // the random part (base64url: may hold '_')
+		if len(key) < 40 {
+			t.Fatalf("secret %q has no 256-bit key after its id", secret[:8])
+		}
 		for i, h := range haystacks {
 			if strings.Contains(h, secret) || strings.Contains(h, key) {
 				t.Errorf("a token secret is in haystack %d of %d (the last is the log)", i, len(haystacks))
