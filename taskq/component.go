@@ -126,6 +126,9 @@ type inflightTask struct {
 	// was lost: another worker may run the task. The processor Loads it
 	// after the handler returned and the task left the set.
 	lost atomic.Bool
+	// cancelled is set by the canceller: an operator cancelled the task
+	// (cancel.lua already ended it in Redis).
+	cancelled atomic.Bool
 }
 
 // inflightSet is the tasks whose handlers run now; the processors add and
@@ -151,6 +154,20 @@ func (s *inflightSet) byQueue() map[string][]string {
 		out[k.queue] = append(out[k.queue], k.id)
 	}
 	return out
+}
+
+// cancelTask marks a running task cancelled by an operator and cancels its
+// handler; false if the task does not run here.
+func (s *inflightSet) cancelTask(k inflightKey) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.m[k]
+	if t == nil {
+		return false
+	}
+	t.cancelled.Store(true)
+	t.cancel()
+	return true
 }
 
 // lose marks a running task's lease lost and cancels its handler.

@@ -12,8 +12,9 @@ import (
 )
 
 // scriptOnly are commands an idle worker issues only inside its scripts
-// (reads of its sorted sets), so they do not add round trips.
-var scriptOnly = map[string]bool{"zrangebyscore": true, "zrange": true, "zcard": true, "zrangebylex": true}
+// (reads of its sorted sets, and of the pause fields of its state hash), so
+// they do not add round trips.
+var scriptOnly = map[string]bool{"zrangebyscore": true, "zrange": true, "zcard": true, "zrangebylex": true, "hget": true, "hexists": true}
 
 // totalCalls sums the calls in INFO commandstats: all of them, and those a
 // client sends itself (round trips).

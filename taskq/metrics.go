@@ -14,6 +14,7 @@ type metrics struct {
 	duplicates  *prometheus.CounterVec
 	abandoned   *prometheus.CounterVec
 	requeued    *prometheus.CounterVec
+	cancelled   *prometheus.CounterVec
 	reaped      *prometheus.CounterVec
 	steals      *prometheus.CounterVec
 	stealMisses prometheus.Counter
@@ -39,6 +40,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		duplicates:  cv("tasks_duplicate_total", "Re-deliveries after a lost lease (at-least-once duplicates).", "queue"),
 		abandoned:   cv("tasks_abandoned_total", "Handlers that ignored cancellation past the grace period.", "queue"),
 		requeued:    cv("tasks_requeued_total", "Tasks given back on shutdown.", "queue"),
+		cancelled:   cv("tasks_cancelled_total", "Running tasks whose handler this worker cancelled on an operator's cancel.", "queue"),
 		reaped:      cv("leases_expired_total", "Tasks taken back after their lease expired.", "queue"),
 		steals:      cv("steals_total", "Tasks taken from queues the worker is not assigned to, by source queue.", "queue"),
 		stealMisses: prometheus.NewCounter(prometheus.CounterOpts{Name: "taskq_steal_misses_total", Help: "Dequeues that found steal targets but no task (contention)."}),
@@ -50,7 +52,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.processed, m.duration, m.wait, m.retried, m.dead, m.invalid, m.duplicates, m.abandoned,
-			m.requeued, m.reaped, m.steals, m.stealMisses, m.dequeues, m.redisErrors, m.retryScale, m.queueSize, m.tenantSize)
+			m.requeued, m.cancelled, m.reaped, m.steals, m.stealMisses, m.dequeues, m.redisErrors, m.retryScale, m.queueSize, m.tenantSize)
 	}
 	return m
 }

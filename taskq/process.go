@@ -55,6 +55,10 @@ func (w *Worker) process(handlerCtx, persist context.Context, d rdb.Dequeued) {
 	w.m.duration.WithLabelValues(d.Queue).Observe(time.Since(start).Seconds())
 
 	switch {
+	case it.cancelled.Load():
+		// An operator cancelled it: Redis already holds it as cancelled.
+		w.m.cancelled.WithLabelValues(d.Queue).Inc()
+		w.log.Info("taskq: task cancelled while running", "queue", d.Queue, "id", d.ID, "ran", time.Since(start).Round(time.Millisecond))
 	case it.lost.Load():
 		// Another worker may be running it: whatever we report is moot.
 		w.log.Warn("taskq: lease lost while running", "queue", d.Queue, "id", d.ID)

@@ -264,6 +264,7 @@ type Worker struct {
 	// stops them (stop is safe for one never started).
 	stealer  *stealer
 	leases   *leaseKeeper
+	cancels  *canceller
 	maint    *maintainer
 	adaptive *adaptiveController
 }
@@ -292,6 +293,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	w.stealer = newStealer(stealerParams{r: r, assigned: w.assigned, interval: cfg.StealInterval, clock: cfg.Clock, m: m})
 	w.leases = newLeaseKeeper(leaseKeeperParams{r: r, inflight: w.inflight, lease: cfg.LeaseDuration,
 		interval: cfg.HeartbeatInterval, clock: cfg.Clock})
+	w.cancels = newCanceller(cancellerParams{r: r, inflight: w.inflight, clock: cfg.Clock, log: cfg.Logger})
 	w.maint = newMaintainer(maintainerParams{r: r, queues: w.queueNames(), allQueues: !cfg.DisableSteal,
 		interval: cfg.MaintainInterval, deadRetention: cfg.DeadRetention, deadMax: cfg.DeadMax,
 		clock: cfg.Clock, m: m, log: cfg.Logger, writeRecord: w.writeRecord})
@@ -378,6 +380,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	go func() { w.ackLoop(persist); close(ackDone) }()
 	bg := context.WithoutCancel(ctx)
 	w.leases.start(bg)
+	w.cancels.start(bg)
 	w.maint.start(bg)
 	w.adaptive.start(bg)
 	if !w.cfg.DisableSteal {
@@ -431,6 +434,7 @@ drain:
 // or unstarted).
 func (w *Worker) stopComponents() {
 	w.leases.stop()
+	w.cancels.stop()
 	w.maint.stop()
 	w.adaptive.stop()
 	w.stealer.stop()

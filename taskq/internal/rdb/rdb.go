@@ -25,7 +25,7 @@ import (
 var luaFS embed.FS
 
 // NKeys is the number of keys of one queue passed to every script.
-const NKeys = 12
+const NKeys = 13
 
 // QueuesKey is the set of known queue names (outside any queue's slot; it is
 // only touched by plain commands, never inside a script).
@@ -39,7 +39,7 @@ func QueueKeys(q string) []string {
 	p := "tq:{" + q + "}:"
 	return []string{
 		p + "pending", p + "tenants", p + "state", p + "tasks", p + "active", p + "lease",
-		p + "scheduled", p + "retry", p + "dead", p + "completed", p + "results", p + "wake",
+		p + "scheduled", p + "retry", p + "dead", p + "completed", p + "results", p + "wake", p + "cancelled",
 	}
 }
 
@@ -57,6 +57,7 @@ const (
 	KCompleted
 	KResults
 	KWake
+	KCancelled
 )
 
 func script(name string) *rueidis.Lua {
@@ -80,6 +81,9 @@ var (
 	extendScript   = script("extend")
 	maintainScript = script("maintain")
 	dlqScript      = script("dlq")
+	pauseScript    = script("pause")
+	cancelScript   = script("cancel")
+	taskopScript   = script("taskop")
 )
 
 // RDB wraps a Redis client (single node or cluster).
@@ -343,16 +347,21 @@ func (r *RDB) WaitWake(ctx context.Context, queues []string, timeout time.Durati
 
 // QueueStats is the raw state of one queue.
 type QueueStats struct {
-	Pending, Active, Scheduled, Retry, Dead, Retained int64
-	Counters                                          map[string]int64 // processed, failed, completed, dup, ...
-	Tenants                                           map[string]TenantStats
+	Pending, Active, Scheduled, Retry, Dead, Retained, Cancelled int64
+	Counters                                                     map[string]int64 // processed, failed, completed, dup, ...
+	Tenants                                                      map[string]TenantStats
+	PausedUntil                                                  time.Time // zero: not paused; Forever: until resumed
 }
 
 // TenantStats is one tenant's share of a queue.
 type TenantStats struct {
 	Pending, Active, Completed int64
 	Weight                     float64
+	PausedUntil                time.Time
 }
+
+// Forever is the end of a pause without a duration.
+var Forever = time.UnixMilli(1 << 52)
 
 // Stats reads queue q's sizes and counters in one pipelined round trip (plus
 // one for per-tenant pending counts).
@@ -363,16 +372,16 @@ func (r *RDB) Stats(ctx context.Context, q string) (QueueStats, error) {
 		b.Zcard().Key(k[KPending]).Build(), b.Hlen().Key(k[KActive]).Build(),
 		b.Zcard().Key(k[KScheduled]).Build(), b.Zcard().Key(k[KRetry]).Build(),
 		b.Zcard().Key(k[KDead]).Build(), b.Zcard().Key(k[KCompleted]).Build(),
-		b.Hgetall().Key(k[KState]).Build())
+		b.Zcard().Key(k[KCancelled]).Build(), b.Hgetall().Key(k[KState]).Build())
 	var st QueueStats
-	for i, p := range []*int64{&st.Pending, &st.Active, &st.Scheduled, &st.Retry, &st.Dead, &st.Retained} {
+	for i, p := range []*int64{&st.Pending, &st.Active, &st.Scheduled, &st.Retry, &st.Dead, &st.Retained, &st.Cancelled} {
 		v, err := res[i].AsInt64()
 		if err != nil {
 			return st, fmt.Errorf("rdb: stats of %q: %w", q, err)
 		}
 		*p = v
 	}
-	h, err := res[6].AsStrMap()
+	h, err := res[7].AsStrMap()
 	if err != nil {
 		return st, fmt.Errorf("rdb: stats of %q: %w", q, err)
 	}
@@ -380,6 +389,10 @@ func (r *RDB) Stats(ctx context.Context, q string) (QueueStats, error) {
 	st.Tenants = map[string]TenantStats{}
 	for f, v := range h {
 		name, field, ok := strings.Cut(f, ":")
+		if f == "pause" {
+			st.PausedUntil = pausedUntil(v)
+			continue
+		}
 		if !ok {
 			n, _ := strconv.ParseInt(v, 10, 64)
 			st.Counters[f] = n
@@ -393,6 +406,8 @@ func (r *RDB) Stats(ctx context.Context, q string) (QueueStats, error) {
 			ts.Active, _ = strconv.ParseInt(v, 10, 64)
 		case "c":
 			ts.Completed, _ = strconv.ParseInt(v, 10, 64)
+		case "p":
+			ts.PausedUntil = pausedUntil(v)
 		default:
 			continue
 		}

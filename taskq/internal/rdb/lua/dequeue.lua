@@ -1,5 +1,5 @@
 -- dequeue: take up to n tasks from several queues in ONE call.
--- KEYS: 12 keys per queue, queues in the order to serve them (the caller
+-- KEYS: 13 keys per queue, queues in the order to serve them (the caller
 --       orders them: strict priority, or a weighted shuffle, then steal targets).
 -- ARGV: n, now_ms, lease_until_ms, promote_limit
 -- Returns a flat array, 6 values per task: queue index (1-based), id, msg
@@ -9,7 +9,8 @@
 -- order (virtual time advances to the start tag of each served task; a tenant
 -- of weight w advances by 1/w per task) and each tenant's tasks in priority,
 -- then FIFO order; each O(log n). Every returned task is in active with a
--- lease; when work is left in a queue it served and no wake-up token is
+-- lease; a paused queue is skipped and a paused tenant's tasks stay (a
+-- pause that is over ends here or in maintain); when work is left in a queue it served and no wake-up token is
 -- queued, one token is pushed so another idle worker joins. A task whose starts exceed retried+1 was re-delivered after a lost
 -- lease and is counted in state.dup.
 local n = tonumber(ARGV[1])
@@ -21,12 +22,20 @@ local got = 0
 for q = 0, #KEYS / NKEYS - 1 do
   if got >= n then break end
   local k = q * NKEYS
-  promote(k, now, plimit)
   local before = got
-  while got < n do
+  local paused = queue_paused(k, now)
+  if not paused then promote(k, now, plimit) end
+  while got < n and not paused do
     local top = redis.call('ZRANGE', KEYS[k + 2], 0, 0, 'WITHSCORES')
     if #top == 0 then break end
     local t, s = top[1], tonumber(top[2])
+    if s >= PAUSED then
+      -- Every tenant left is paused: resume those whose pause is over.
+      if resume_tenants(k, now) == 0 then break end
+      top = redis.call('ZRANGE', KEYS[k + 2], 0, 0, 'WITHSCORES')
+      t, s = top[1], tonumber(top[2])
+      if s >= PAUSED then break end
+    end
     local head = redis.call('ZRANGEBYLEX', KEYS[k + 1], '[' .. t .. '\0', '(' .. t .. '\1', 'LIMIT', 0, 1)
     if #head == 0 then
       redis.call('ZREM', KEYS[k + 2], t)

@@ -1,5 +1,5 @@
 -- dlq: requeue or delete dead tasks of one queue.
--- KEYS: the queue's 12 keys. ARGV: op ('requeue' | 'delete'), ids... (none = all)
+-- KEYS: the queue's 13 keys. ARGV: op ('requeue' | 'delete'), ids... (none = all)
 -- Returns the number of tasks affected.
 -- Guarantees: atomic; a requeued task starts over (retried and starts reset)
 -- in its tenant's order; a deleted task leaves no field behind.
@@ -13,7 +13,7 @@ for _, id in ipairs(ids) do
     n = n + 1
     local m = redis.call('HGET', KEYS[4], id .. '|m')
     if op == 'requeue' and m then
-      redis.call('HDEL', KEYS[4], id .. '|r', id .. '|n', id .. '|e', id .. '|d', id .. '|m')
+      redis.call('HDEL', KEYS[4], id .. '|r', id .. '|n', id .. '|e', id .. '|d')
       activate(0, m)
     else
       forget(0, id)

@@ -1,5 +1,5 @@
 -- enqueue: add one task (or a batch) to one queue.
--- KEYS: the queue's 12 keys (see lib.lua).
+-- KEYS: the queue's 13 keys (see lib.lua).
 -- ARGV: now_ms, then per task 6 values: id, msg, tenant, weight, prio(2 hex), due_ms
 -- Returns the number of tasks added; an id that already exists is skipped.
 -- Guarantees: atomic per call; the task is pending (or scheduled if due_ms >
@@ -12,6 +12,7 @@ for i = 2, #ARGV, 6 do
   if redis.call('HSETNX', KEYS[4], id, msg) == 1 then
     local seq = redis.call('HINCRBY', KEYS[3], 'seq', 1)
     local member = t .. '\0' .. prio .. string.format('%016x', seq) .. '\0' .. id
+    redis.call('HSET', KEYS[4], id .. '|m', member)
     if w > 0 then
       redis.call('HSET', KEYS[3], 'w:' .. t, w)
     elseif not redis.call('HGET', KEYS[3], 'w:' .. t) then

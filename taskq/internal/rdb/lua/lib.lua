@@ -1,12 +1,14 @@
 -- lib.lua is prepended to every operation script (it is not an operation).
 --
--- Every queue's keys share the hash tag {queue} and arrive as 12 consecutive
+-- Every queue's keys share the hash tag {queue} and arrive as 13 consecutive
 -- KEYS, in the order of rdb.queueKeys:
 --   +1 pending   ZSET, all scores 0, member = tenant \0 prio(2 hex, inverted) seq(16 hex) \0 id
 --                (lexicographic order = FIFO per tenant, higher priority first)
 --   +2 tenants   ZSET tenant -> virtual start tag of its head task (only tenants with pending work)
---   +3 state     HASH vt, seq, counters, w:<t> weight, f:<t> last finish tag, a:<t> active, c:<t> completed
---   +4 tasks     HASH id -> message; id|r retried, id|n starts, id|e last error, id|d dead reason, id|m member
+--   +3 state     HASH vt, seq, counters, w:<t> weight, f:<t> last finish tag, a:<t> active, c:<t> completed,
+--                pause (queue paused until ms), p:<t> (tenant paused until ms)
+--   +4 tasks     HASH id -> message; id|r retried, id|n starts, id|e last error, id|d dead reason,
+--                id|m member (from enqueue on), id|c who cancelled it and when
 --   +5 active    HASH id -> member (tasks a worker holds)
 --   +6 lease     ZSET id -> lease expiry (ms)
 --   +7 scheduled ZSET member -> due time (ms)
@@ -15,7 +17,13 @@
 --   +10 completed ZSET id -> expiry of the retained record (ms)
 --   +11 results  HASH id -> result bytes
 --   +12 wake     LIST of wake-up tokens idle workers BLPOP on
-local NKEYS = 12
+--   +13 cancelled ZSET id -> time cancelled (ms)
+local NKEYS = 13
+
+-- A paused tenant stays in tenants with its tag raised above PAUSED, so the
+-- dequeue, which takes the smallest tag, reaches it only when every
+-- unpaused tenant is drained, and then resumes it if its pause is over.
+local PAUSED = 1e15
 
 local function tenant_of(member)
   return string.match(member, '^([^%z]*)')
@@ -23,6 +31,15 @@ end
 
 local function id_of(member)
   return string.match(member, '%z([^%z]*)$')
+end
+
+-- start_tag is the virtual start tag of a tenant that (re)enters tenants:
+-- max(queue virtual time, the tenant's last finish).
+local function start_tag(k, t)
+  local vt = tonumber(redis.call('HGET', KEYS[k + 3], 'vt') or '0')
+  local f = tonumber(redis.call('HGET', KEYS[k + 3], 'f:' .. t) or '0')
+  if f > vt then return f end
+  return vt
 end
 
 -- activate puts member into pending and gives its tenant a virtual start tag
@@ -33,11 +50,36 @@ local function activate(k, member)
   local t = tenant_of(member)
   redis.call('ZADD', KEYS[k + 1], 0, member)
   if not redis.call('ZSCORE', KEYS[k + 2], t) then
-    local vt = tonumber(redis.call('HGET', KEYS[k + 3], 'vt') or '0')
-    local f = tonumber(redis.call('HGET', KEYS[k + 3], 'f:' .. t) or '0')
-    if f > vt then vt = f end
-    redis.call('ZADD', KEYS[k + 2], vt, t)
+    local tag = start_tag(k, t)
+    if redis.call('HEXISTS', KEYS[k + 3], 'p:' .. t) == 1 then tag = tag + PAUSED end
+    redis.call('ZADD', KEYS[k + 2], tag, t)
   end
+end
+
+-- resume_tenants ends the tenant pauses due at now (all of them if now is
+-- false) and gives each tenant with pending work its tag back; returns how
+-- many it resumed.
+local function resume_tenants(k, now)
+  local n = 0
+  for _, t in ipairs(redis.call('ZRANGEBYSCORE', KEYS[k + 2], PAUSED, '+inf')) do
+    local untl = tonumber(redis.call('HGET', KEYS[k + 3], 'p:' .. t) or '0')
+    if not now or untl <= now then
+      redis.call('HDEL', KEYS[k + 3], 'p:' .. t)
+      redis.call('ZADD', KEYS[k + 2], start_tag(k, t), t)
+      n = n + 1
+    end
+  end
+  return n
+end
+
+-- queue_paused reports whether the queue is paused at now, ending a pause
+-- that is over.
+local function queue_paused(k, now)
+  local untl = redis.call('HGET', KEYS[k + 3], 'pause')
+  if not untl then return false end
+  if tonumber(untl) > now then return true end
+  redis.call('HDEL', KEYS[k + 3], 'pause')
+  return false
 end
 
 -- promote moves due scheduled and retry tasks into pending (at most limit each).
@@ -71,6 +113,6 @@ local function release(k, id)
 end
 
 local function forget(k, id)
-  redis.call('HDEL', KEYS[k + 4], id, id .. '|r', id .. '|n', id .. '|e', id .. '|d', id .. '|m')
+  redis.call('HDEL', KEYS[k + 4], id, id .. '|r', id .. '|n', id .. '|e', id .. '|d', id .. '|m', id .. '|c')
   redis.call('HDEL', KEYS[k + 11], id)
 end

@@ -1,12 +1,13 @@
 -- maintain: periodic housekeeping of one queue, run by every worker.
--- KEYS: the queue's 12 keys.
+-- KEYS: the queue's 13 keys.
 -- ARGV: now_ms, limit, dead_before_ms (dead tasks older are deleted), dead_max
 -- Returns {reaped, promoted, trimmed}.
 -- Guarantees: tasks whose lease expired before now (their worker died or
 -- lost Redis) go back to pending in their old place (at-least-once; the next
 -- start is counted as a duplicate); due scheduled/retry tasks become pending;
--- expired completed records and results, and dead tasks past retention or
--- beyond dead_max, are deleted. At most limit of each per call.
+-- expired completed records and results, dead tasks past retention or beyond
+-- dead_max, and cancelled tasks past the dead retention are deleted; queue
+-- and tenant pauses that are over end. At most limit of each per call.
 local now, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
 local dead_before, dead_max = tonumber(ARGV[3]), tonumber(ARGV[4])
 local reaped = 0
@@ -24,7 +25,11 @@ if reaped > 0 then
   redis.call('HINCRBY', KEYS[3], 'reaped', reaped)
   wake(0)
 end
-local promoted = promote(0, now, limit)
+local resumed = resume_tenants(0, now)
+if redis.call('HEXISTS', KEYS[3], 'pause') == 1 and not queue_paused(0, now) then resumed = resumed + 1 end
+if resumed > 0 then wake(0) end
+local promoted = 0
+if not queue_paused(0, now) then promoted = promote(0, now, limit) end
 if promoted > 0 then wake(0) end
 local trimmed = 0
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[10], '-inf', now, 'LIMIT', 0, limit)) do
@@ -43,5 +48,10 @@ for _, id in ipairs(old) do
     forget(0, id)
     trimmed = trimmed + 1
   end
+end
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[13], '-inf', dead_before, 'LIMIT', 0, limit)) do
+  redis.call('ZREM', KEYS[13], id)
+  forget(0, id)
+  trimmed = trimmed + 1
 end
 return {reaped, promoted, trimmed}

@@ -1,0 +1,33 @@
+-- pause: pause or resume a queue, or one tenant of it.
+-- KEYS: the queue's 13 keys.
+-- ARGV: op ('pause' | 'resume'), tenant ('' = the whole queue), until_ms (pause only)
+-- Returns 1.
+-- Guarantees: atomic; from the reply on, no dequeue takes a task of a paused
+-- queue or tenant (enqueue still succeeds: the tasks wait); a pause ends at
+-- until_ms (in the next dequeue or maintain) or on resume, which wakes idle
+-- workers. A resumed tenant re-enters fairness as a newly active tenant.
+local op, t, untl = ARGV[1], ARGV[2], ARGV[3]
+if t == '' then
+  if op == 'pause' then
+    redis.call('HSET', KEYS[3], 'pause', untl)
+  else
+    redis.call('HDEL', KEYS[3], 'pause')
+    wake(0)
+  end
+  return 1
+end
+if op == 'pause' then
+  redis.call('HSET', KEYS[3], 'p:' .. t, untl)
+  local s = redis.call('ZSCORE', KEYS[2], t)
+  if s and tonumber(s) < PAUSED then
+    redis.call('ZADD', KEYS[2], tonumber(s) + PAUSED, t)
+  end
+else
+  redis.call('HDEL', KEYS[3], 'p:' .. t)
+  local s = redis.call('ZSCORE', KEYS[2], t)
+  if s and tonumber(s) >= PAUSED then
+    redis.call('ZADD', KEYS[2], start_tag(0, t), t)
+  end
+  wake(0)
+end
+return 1

@@ -1,0 +1,44 @@
+-- taskop: delete one task, or run one waiting task now.
+-- KEYS: the queue's 13 keys.
+-- ARGV: op ('delete' | 'run'), id, member ('' = the one enqueue recorded)
+-- Returns the task's state before ('pending', 'scheduled', 'retry', 'active',
+-- 'dead', 'completed', 'cancelled', 'unknown') and whether it acted (1/0).
+-- Guarantees: atomic. delete removes a task that is not active from wherever
+-- it waits and leaves no field behind (an active task: cancel it first).
+-- run makes a scheduled, retry, dead or cancelled task pending at once, in
+-- its tenant's order (dead and cancelled ones start over: retried and starts
+-- reset); a pending, active or completed task is left as it is.
+local op, id, hint = ARGV[1], ARGV[2], ARGV[3]
+local function where()
+  if redis.call('HEXISTS', KEYS[5], id) == 1 then return 'active', nil end
+  for _, z in ipairs({{'dead', 9}, {'completed', 10}, {'cancelled', 13}}) do
+    if redis.call('ZSCORE', KEYS[z[2]], id) then return z[1], z[2] end
+  end
+  local m = redis.call('HGET', KEYS[4], id .. '|m')
+  if not m and hint ~= '' then m = hint end
+  if not m then return 'unknown', nil end
+  for _, z in ipairs({{'pending', 1}, {'scheduled', 7}, {'retry', 8}}) do
+    if redis.call('ZSCORE', KEYS[z[2]], m) then return z[1], z[2], m end
+  end
+  return 'unknown', nil
+end
+local state, key, m = where()
+if state == 'unknown' or state == 'active' then return {state, 0} end
+if op == 'delete' then
+  if m then redis.call('ZREM', KEYS[key], m) else redis.call('ZREM', KEYS[key], id) end
+  if state == 'completed' then redis.call('HDEL', KEYS[11], id) end
+  forget(0, id)
+  return {state, 1}
+end
+if state == 'pending' or state == 'completed' then return {state, 0} end
+if not m then
+  m = redis.call('HGET', KEYS[4], id .. '|m')
+  if not m then return {state, 0} end
+  redis.call('ZREM', KEYS[key], id)
+  redis.call('HDEL', KEYS[4], id .. '|r', id .. '|n', id .. '|e', id .. '|d', id .. '|c')
+else
+  redis.call('ZREM', KEYS[key], m)
+end
+activate(0, m)
+wake(0)
+return {state, 1}
