@@ -16,20 +16,25 @@ type Stats struct {
 
 // QueueStats is one queue's sizes and counters.
 type QueueStats struct {
-	Pending         int64                  `json:"pending"`
-	Active          int64                  `json:"active"`
-	Scheduled       int64                  `json:"scheduled"`
-	Retry           int64                  `json:"retry"`
-	Dead            int64                  `json:"dead"`
-	Completed       int64                  `json:"completed"` // successful tasks, ever
-	Retained        int64                  `json:"retained"`  // completed tasks still kept (Retention)
-	Enqueued        int64                  `json:"enqueued_total"`
-	ProcessedTotal  int64                  `json:"processed_total"` // attempts that ended, success or failure
-	FailedTotal     int64                  `json:"failed_total"`
-	DuplicatesTotal int64                  `json:"duplicates_total"` // re-deliveries after a lost lease
-	ReapedTotal     int64                  `json:"reaped_total"`     // leases expired and taken back
-	DeadTotal       int64                  `json:"dead_total"`
-	Tenants         map[string]TenantStats `json:"tenants"`
+	Pending         int64 `json:"pending"`
+	Active          int64 `json:"active"`
+	Scheduled       int64 `json:"scheduled"`
+	Retry           int64 `json:"retry"`
+	Dead            int64 `json:"dead"`
+	Completed       int64 `json:"completed"` // successful tasks, ever
+	Retained        int64 `json:"retained"`  // completed tasks still kept (Retention)
+	Enqueued        int64 `json:"enqueued_total"`
+	ProcessedTotal  int64 `json:"processed_total"` // attempts that ended, success or failure
+	FailedTotal     int64 `json:"failed_total"`
+	DuplicatesTotal int64 `json:"duplicates_total"` // re-deliveries after a lost lease
+	ReapedTotal     int64 `json:"reaped_total"`     // leases expired and taken back
+	DeadTotal       int64 `json:"dead_total"`
+	Cancelled       int64 `json:"cancelled"` // cancelled tasks still kept (dead retention)
+	CancelledTotal  int64 `json:"cancelled_total"`
+	// PausedUntil is when a pause of the whole queue ends (zero: not
+	// paused; year 142,000-odd: until resumed).
+	PausedUntil time.Time              `json:"paused_until,omitzero"`
+	Tenants     map[string]TenantStats `json:"tenants"`
 }
 
 // TenantStats is one tenant's share of a queue.
@@ -38,6 +43,8 @@ type TenantStats struct {
 	Active    int64   `json:"active"`
 	Completed int64   `json:"completed"`
 	Weight    float64 `json:"weight"`
+	// PausedUntil is when the tenant's pause ends (zero: not paused).
+	PausedUntil time.Time `json:"paused_until,omitzero"`
 }
 
 // WorkerRecord is what a worker writes about itself into Redis (tq:workers)
@@ -68,6 +75,7 @@ func (c *Client) Stats(ctx context.Context) (*Stats, error) {
 		return nil, err
 	}
 	sort.Strings(qs)
+	now := time.Now()
 	out := &Stats{Queues: make(map[string]QueueStats, len(qs))}
 	for _, q := range qs {
 		st, err := c.r.Stats(ctx, q)
@@ -79,10 +87,12 @@ func (c *Client) Stats(ctx context.Context) (*Stats, error) {
 			Retained: st.Retained, Completed: st.Counters["completed"], Enqueued: st.Counters["enqueued"],
 			ProcessedTotal: st.Counters["processed"], FailedTotal: st.Counters["failed"],
 			DuplicatesTotal: st.Counters["dup"], ReapedTotal: st.Counters["reaped"], DeadTotal: st.Counters["deadtotal"],
+			Cancelled: st.Cancelled, CancelledTotal: st.Counters["cancelled"], PausedUntil: pausedAfter(st.PausedUntil, now),
 			Tenants: make(map[string]TenantStats, len(st.Tenants)),
 		}
 		for t, ts := range st.Tenants {
-			qs.Tenants[t] = TenantStats{Pending: ts.Pending, Active: ts.Active, Completed: ts.Completed, Weight: ts.Weight}
+			qs.Tenants[t] = TenantStats{Pending: ts.Pending, Active: ts.Active, Completed: ts.Completed, Weight: ts.Weight,
+				PausedUntil: pausedAfter(ts.PausedUntil, now)}
 		}
 		out.Queues[q] = qs
 	}
@@ -98,4 +108,13 @@ func (c *Client) Stats(ctx context.Context) (*Stats, error) {
 	}
 	sort.Slice(out.Workers, func(i, j int) bool { return out.Workers[i].ID < out.Workers[j].ID })
 	return out, nil
+}
+
+// pausedAfter is until if the pause is still on at now, else zero (a pause
+// that ran out ends in Redis at the next dequeue or maintenance).
+func pausedAfter(until, now time.Time) time.Time {
+	if until.After(now) {
+		return until
+	}
+	return time.Time{}
 }
