@@ -24,7 +24,8 @@ func newQueueCmd(env *Env) *cobra.Command {
 		Use:   "queue",
 		Short: "Fair Redis task queue: run workers, enqueue tasks, inspect stats, dead letters and health",
 	}
-	cmd.AddCommand(newQueueWorkerCmd(env), newQueueEnqueueCmd(), newQueueStatsCmd(), newQueueDLQCmd(), newQueueHealthCmd())
+	cmd.AddCommand(newQueueWorkerCmd(env), newQueueEnqueueCmd(), newQueueStatsCmd(), newQueueDLQCmd(), newQueueHealthCmd(), newQueueTasksCmd())
+	cmd.AddCommand(newQueuePauseCmds()...)
 	return cmd
 }
 
@@ -313,7 +314,7 @@ func printStats(w io.Writer, st *taskq.Stats) {
 	sort.Strings(names)
 	for _, q := range names {
 		s := st.Queues[q]
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", q, s.Pending, s.Active, s.Scheduled, s.Retry, s.Dead,
+		fmt.Fprintf(tw, "%s%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", q, pausedNote(s.PausedUntil), s.Pending, s.Active, s.Scheduled, s.Retry, s.Dead,
 			s.Completed, s.ProcessedTotal, s.FailedTotal, s.DuplicatesTotal)
 		tenants := make([]string, 0, len(s.Tenants))
 		for t := range s.Tenants {
@@ -322,7 +323,7 @@ func printStats(w io.Writer, st *taskq.Stats) {
 		sort.Strings(tenants)
 		for _, t := range tenants {
 			ts := s.Tenants[t]
-			fmt.Fprintf(tw, "  tenant %s (w=%g)\t%d\t%d\t\t\t\t%d\t\t\t\t\n", t, ts.Weight, ts.Pending, ts.Active, ts.Completed)
+			fmt.Fprintf(tw, "  tenant %s (w=%g)%s\t%d\t%d\t\t\t\t%d\t\t\t\t\n", t, ts.Weight, pausedNote(ts.PausedUntil), ts.Pending, ts.Active, ts.Completed)
 		}
 	}
 	tw.Flush()
@@ -330,6 +331,17 @@ func printStats(w io.Writer, st *taskq.Stats) {
 		fmt.Fprintf(w, "worker %s: %s, queues %s, active %d, processed %d, failed %d, steals %d, %.0f tasks/s\n",
 			wr.ID, wr.State, strings.Join(wr.Queues, ","), wr.Active, wr.Processed, wr.Failed, wr.Steals, wr.RatePerSec)
 	}
+}
+
+// pausedNote marks a paused queue or tenant in the stats table.
+func pausedNote(until time.Time) string {
+	switch {
+	case until.IsZero():
+		return ""
+	case until.Year() > 9999:
+		return " [paused]"
+	}
+	return " [paused until " + until.Format(time.TimeOnly) + "]"
 }
 
 func newQueueDLQCmd() *cobra.Command {

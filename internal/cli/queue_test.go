@@ -203,3 +203,84 @@ func TestQueueWorkerWaitsOutUnreachableRedis(t *testing.T) {
 		t.Errorf("bad address: exit %d, %q; want a configuration error naming the address", code, errb.String())
 	}
 }
+
+// The inspector commands end to end: tasks list/get/cancel/run/delete with
+// --json, and pause/resume shown by stats.
+func TestQueueTasksAndPauseCommands(t *testing.T) {
+	addr := os.Getenv("GANTRY_TEST_REDIS")
+	if addr == "" {
+		addr = "127.0.0.1:6379"
+	}
+	q := fmt.Sprintf("clitasks-%d", os.Getpid())
+	t.Cleanup(func() {
+		if c, err := taskq.NewClient(taskq.ClientConfig{Redis: addr}); err == nil {
+			c.Purge(context.WithoutCancel(t.Context()), q)
+			c.Close()
+		}
+	})
+	run := func(args ...string) (string, int) {
+		var out, errb bytes.Buffer
+		code := Execute(t.Context(), Env{Args: args, Stdout: &out, Stderr: &errb})
+		return out.String() + errb.String(), code
+	}
+	must := func(args ...string) string {
+		t.Helper()
+		out, code := run(args...)
+		if code != 0 {
+			t.Fatalf("gantry %s: exit %d\n%s", strings.Join(args, " "), code, out)
+		}
+		return out
+	}
+	must("queue", "enqueue", "--redis", addr, "--queue", q, "--tenant", "t1", "--type", "noop", "--count", "3")
+	must("queue", "enqueue", "--redis", addr, "--queue", q, "--tenant", "t2", "--type", "noop", "--in", "1h")
+	var page taskq.TaskPage
+	if err := json.Unmarshal([]byte(must("queue", "tasks", "list", "--redis", addr, "--queue", q, "--json", "--limit", "2")), &page); err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Tasks) != 2 || page.Next == "" || page.Tasks[0].State != "pending" || page.Tasks[0].Tenant != "t1" {
+		t.Fatalf("first page: %+v", page)
+	}
+	id := page.Tasks[0].ID
+	var d taskq.TaskDetail
+	if err := json.Unmarshal([]byte(must("queue", "tasks", "get", id, "--redis", addr, "--json")), &d); err != nil || d.Queue != q || d.Type != "noop" {
+		t.Fatalf("get: %+v, %v", d, err)
+	}
+	if out := must("queue", "tasks", "cancel", id, "--redis", addr); !strings.Contains(out, "cancelled") {
+		t.Fatalf("cancel printed %q", out)
+	}
+	if out, code := run("queue", "tasks", "cancel", id, "--redis", addr); code == 0 || !strings.Contains(out, "is cancelled") {
+		t.Fatalf("second cancel: exit %d, %s", code, out)
+	}
+	if out := must("queue", "tasks", "list", "--redis", addr, "--queue", q, "--state", "cancelled"); !strings.Contains(out, id) {
+		t.Fatalf("cancelled list lacks %s:\n%s", id, out)
+	}
+	var sched taskq.TaskPage
+	json.Unmarshal([]byte(must("queue", "tasks", "list", "--redis", addr, "--queue", q, "--state", "scheduled", "--json")), &sched)
+	if len(sched.Tasks) != 1 {
+		t.Fatalf("scheduled: %+v", sched)
+	}
+	must("queue", "tasks", "run", sched.Tasks[0].ID, "--redis", addr)
+	must("queue", "tasks", "delete", id, "--redis", addr)
+	if out, code := run("queue", "tasks", "get", id, "--redis", addr); code == 0 || !strings.Contains(out, "not found") {
+		t.Fatalf("get after delete: exit %d, %s", code, out)
+	}
+	if out, code := run("queue", "tasks", "list", "--redis", addr, "--queue", q, "--state", "sleeping"); code == 0 || !strings.Contains(out, "want one of") {
+		t.Fatalf("bad state: exit %d, %s", code, out)
+	}
+
+	must("queue", "pause", "--redis", addr, "--queue", q, "--tenant", "t2", "--for", "1h")
+	must("queue", "pause", "--redis", addr, "--queue", q)
+	out := must("queue", "stats", "--redis", addr)
+	if !strings.Contains(out, q+" [paused]") || !strings.Contains(out, "tenant t2 (w=1) [paused until") {
+		t.Fatalf("stats does not show the pauses:\n%s", out)
+	}
+	must("queue", "resume", "--redis", addr, "--queue", q)
+	must("queue", "resume", "--redis", addr, "--queue", q, "--tenant", "t2")
+	var st taskq.Stats
+	if err := json.Unmarshal([]byte(must("queue", "stats", "--redis", addr, "--json")), &st); err != nil {
+		t.Fatal(err)
+	}
+	if qs := st.Queues[q]; !qs.PausedUntil.IsZero() || !qs.Tenants["t2"].PausedUntil.IsZero() {
+		t.Fatalf("stats after resume still shows a pause: %+v", qs)
+	}
+}
