@@ -86,6 +86,24 @@ type redisHealth struct {
 	// down is whether the fetcher's last call failed; the fetcher Stores,
 	// anyone Loads.
 	down atomic.Bool
+	// since is when the current outage began (clock's Unix ms; 0: Redis
+	// answered the last call). Any goroutine.
+	since atomic.Int64
+}
+
+// outage records a failed call at now (the first opens an outage).
+func (h *redisHealth) outage() { h.since.CompareAndSwap(0, h.clock.Now().UnixMilli()) }
+
+// answered records a call Redis answered: the outage, if any, is over.
+func (h *redisHealth) answered() { h.since.Store(0) }
+
+// downFor is how long Redis has been unreachable at now (0: it answers).
+func (h *redisHealth) downFor(now time.Time) time.Duration {
+	s := h.since.Load()
+	if s == 0 {
+		return 0
+	}
+	return now.Sub(time.UnixMilli(s))
 }
 
 // logger is the part of *slog.Logger the components use.
@@ -106,6 +124,7 @@ func (h *redisHealth) failed(ctx context.Context, fails *int, op string, err err
 		h.log.Warn("taskq: redis unavailable, backing off", "op", op, "failures", *fails, "err", err)
 	}
 	h.down.Store(true)
+	h.outage()
 	return sleep(ctx, h.clock, h.backoff.Delay(*fails-1))
 }
 
@@ -116,6 +135,7 @@ func (h *redisHealth) ok(fails *int) {
 	}
 	*fails = 0
 	h.down.Store(false)
+	h.answered()
 }
 
 type inflightKey struct{ queue, id string }
@@ -186,6 +206,7 @@ func retryRedis(ctx context.Context, h *redisHealth, what string, fn func(contex
 	for attempt := 0; ; attempt++ {
 		err := fn(ctx)
 		if err == nil {
+			h.answered()
 			if attempt > 0 {
 				h.log.Info("taskq: redis reachable again", "op", what, "attempts", attempt+1)
 			}
@@ -196,6 +217,7 @@ func retryRedis(ctx context.Context, h *redisHealth, what string, fn func(contex
 		}
 		h.metric.Inc()
 		h.errs.Add(1)
+		h.outage()
 		if attempt == 0 {
 			h.log.Warn("taskq: redis call failed, backing off", "op", what, "err", err)
 		}

@@ -90,7 +90,7 @@ func TestClusterIntegration(t *testing.T) {
 		}
 	}
 	cmd := exec.Command("go", "test", "-count=1", "-short", "-run",
-		"Fairness|Retries|BadInput|Timeout|Graceful|Lease|Priority|Results|MultipleQueues", ".")
+		"Fairness|Retries|BadInput|Timeout|Graceful|Lease|Priority|Results|MultipleQueues|InspectorStates|PauseAndResume", ".")
 	cmd.Env = append(os.Environ(), "GANTRY_TEST_REDIS_CLUSTER="+addrs)
 	out, err := cmd.CombinedOutput()
 	if err != nil {

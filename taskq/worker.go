@@ -75,6 +75,12 @@ type WorkerConfig struct {
 	// Retry is the delay policy between attempts (default: 1s initial, 10m
 	// max, x2, 20% jitter).
 	Retry backoff.Policy
+	// RedisLostAfter gives up on Redis: unreachable this long without a
+	// break, the worker cancels its handlers and Run returns a
+	// *RedisLostError naming the address (their tasks' leases lapse and
+	// another worker runs them once Redis is back). Zero: never give up,
+	// reconnect for as long as it takes.
+	RedisLostAfter time.Duration
 	// RedisBackoff paces reconnect attempts while Redis is unreachable
 	// (default: 100ms initial, 5s max).
 	RedisBackoff backoff.Policy
@@ -265,6 +271,7 @@ type Worker struct {
 	stealer  *stealer
 	leases   *leaseKeeper
 	cancels  *canceller
+	lost     atomic.Pointer[RedisLostError] // set once when the worker gives up on Redis
 	maint    *maintainer
 	adaptive *adaptiveController
 }
@@ -341,11 +348,19 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	w.started = w.clk.Now()
 	defer w.r.Close()
+	// lost ends when Redis has been unreachable for RedisLostAfter: it
+	// stops the run like ctx, and also what outlives ctx (handlers, persist).
+	lost, giveUp := context.WithCancel(context.Background())
+	defer giveUp()
+	go w.watchRedis(lost, giveUp)
+	ctx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	context.AfterFunc(lost, stopRun)
 	if err := retryRedis(ctx, w.health, "register queues", func(c context.Context) error {
 		return w.r.RegisterQueues(c, w.queueNames()...)
 	}); err != nil {
 		w.state.Store(int32(StateStopped))
-		return nil // ctx ended before Redis answered: nothing was taken
+		return w.lostErr() // ctx ended (or Redis was lost) before Redis answered: nothing was taken
 	}
 	w.writeRecord(ctx)
 	w.log.Info("taskq worker started", "id", w.cfg.ID, "queues", w.queueNames(), "concurrency", w.cfg.Concurrency, "strict", w.cfg.Strict)
@@ -356,6 +371,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer stopPersist()
 	handlerCtx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelHandlers()
+	context.AfterFunc(lost, func() { cancelHandlers(); stopPersist() })
 
 	// A slot is a place for one leased task: running or waiting in tasks.
 	tasks := make(chan rdb.Dequeued, w.cfg.Prefetch)
@@ -401,7 +417,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	cancelRec()
 	stopPersist()
 	w.log.Info("taskq worker stopped", "id", w.cfg.ID, "processed", w.processed.Load(), "failed", w.failed.Load())
-	return nil
+	return w.lostErr()
 }
 
 // drain gives the tasks still waiting back to their queues, then waits up

@@ -81,6 +81,7 @@ tasks, cancels the rest and puts them back; a second signal exits at once.`,
 	f.BoolVar(&o.cfg.DisableSteal, "no-steal", false, "never take tasks from queues not listed in --queues")
 	f.DurationVar(&o.cfg.DeadRetention, "dead-retention", 7*24*time.Hour, "how long dead-letter tasks are kept")
 	f.IntVar(&o.cfg.DeadMax, "dead-max", 10000, "most dead-letter tasks kept per queue (oldest dropped first)")
+	f.DurationVar(&o.cfg.RedisLostAfter, "redis-lost-after", 0, "exit 1 once Redis has been unreachable this long, naming it (default 0: wait for it forever)")
 	return cmd
 }
 
@@ -126,6 +127,7 @@ func runQueueWorker(cmd *cobra.Command, env *Env, o *queueWorkerOptions) error {
 // It returns nil, nil when ctx ends first.
 func newWorkerWaiting(ctx context.Context, env *Env, cfg taskq.WorkerConfig) (*taskq.Worker, error) {
 	wait := backoff.Policy{Initial: 100 * time.Millisecond, Max: 5 * time.Second}
+	start := time.Now()
 	for attempt := 0; ; attempt++ {
 		w, err := taskq.NewWorker(cfg)
 		if err == nil {
@@ -136,6 +138,9 @@ func newWorkerWaiting(ctx context.Context, env *Env, cfg taskq.WorkerConfig) (*t
 		}
 		if attempt == 0 {
 			env.Logger.Warn("redis unreachable, waiting for it", "redis", cfg.Redis, "err", err)
+		}
+		if d := time.Since(start); cfg.RedisLostAfter > 0 && d >= cfg.RedisLostAfter {
+			return nil, &taskq.RedisLostError{Addr: cfg.Redis, For: d}
 		}
 		if backoff.Sleep(ctx, wait.Delay(attempt)) != nil {
 			return nil, nil

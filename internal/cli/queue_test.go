@@ -197,8 +197,17 @@ func TestQueueWorkerWaitsOutUnreachableRedis(t *testing.T) {
 		t.Fatal("the worker did not return after its context ended")
 	}
 
+	// With --redis-lost-after it gives up: exit 1, naming the address.
+	var lostb bytes.Buffer
+	t0 := time.Now()
+	code := Execute(t.Context(), Env{Args: []string{"queue", "worker", "--redis", addr, "--redis-lost-after", "1s"}, Stdout: io.Discard, Stderr: &lostb,
+		Logger: slog.New(slog.DiscardHandler)})
+	if code != 1 || !strings.Contains(lostb.String(), addr) || !strings.Contains(lostb.String(), "unreachable for") || time.Since(t0) > 10*time.Second {
+		t.Errorf("--redis-lost-after 1s: exit %d after %v, %q; want exit 1 naming %s", code, time.Since(t0), lostb.String(), addr)
+	}
+
 	var errb bytes.Buffer
-	code := Execute(t.Context(), Env{Args: []string{"queue", "worker", "--redis", "redis://%zz"}, Stdout: io.Discard, Stderr: &errb})
+	code = Execute(t.Context(), Env{Args: []string{"queue", "worker", "--redis", "redis://%zz"}, Stdout: io.Discard, Stderr: &errb})
 	if code == 0 || !strings.Contains(errb.String(), "redis address") {
 		t.Errorf("bad address: exit %d, %q; want a configuration error naming the address", code, errb.String())
 	}
