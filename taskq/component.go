@@ -149,6 +149,9 @@ type inflightTask struct {
 	// cancelled is set by the canceller: an operator cancelled the task
 	// (cancel.lua already ended it in Redis).
 	cancelled atomic.Bool
+	// lease is the lease's end (Unix ms) as last extended; the lease keeper
+	// Stores, the handler's Task.LeaseDeadline Loads.
+	lease atomic.Int64
 }
 
 // inflightSet is the tasks whose handlers run now; the processors add and
@@ -188,6 +191,17 @@ func (s *inflightSet) cancelTask(k inflightKey) bool {
 	t.cancelled.Store(true)
 	t.cancel()
 	return true
+}
+
+// extended records a new lease end for the running tasks ids of queue q.
+func (s *inflightSet) extended(q string, ids []string, until time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range ids {
+		if t := s.m[inflightKey{q, id}]; t != nil {
+			t.lease.Store(until.UnixMilli())
+		}
+	}
 }
 
 // lose marks a running task's lease lost and cancels its handler.

@@ -68,10 +68,16 @@ func (f *fetcher) run(ctx context.Context) {
 		if len(ds) > 0 {
 			continue
 		}
+		f.p.m.emptyDequeues.Inc()
 		if len(order) > nAssigned {
 			f.p.stealer.noteMiss()
 		}
-		if _, err := f.p.r.WaitWake(ctx, order, f.p.idleWait); err != nil && ctx.Err() == nil {
+		idleFrom := f.p.clock.Now()
+		f.p.m.idle.Set(1)
+		_, err = f.p.r.WaitWake(ctx, order, f.p.idleWait)
+		f.p.m.idle.Set(0)
+		f.p.m.idleSeconds.Add(f.p.clock.Since(idleFrom).Seconds())
+		if err != nil && ctx.Err() == nil {
 			if f.p.health.failed(ctx, &fails, "wait", err) != nil {
 				return
 			}

@@ -51,6 +51,7 @@ func (k *leaseKeeper) beat(ctx context.Context) {
 		if err != nil {
 			continue // the lease runs on; the next beat tries again
 		}
+		k.p.inflight.extended(q, ids, until)
 		for _, id := range lost {
 			k.p.inflight.lose(inflightKey{q, id})
 		}

@@ -107,7 +107,7 @@ func (m *maintainer) refreshGauges(ctx context.Context) {
 			return
 		}
 		for state, n := range map[string]int64{"pending": st.Pending, "active": st.Active, "scheduled": st.Scheduled,
-			"retry": st.Retry, "dead": st.Dead} {
+			"retry": st.Retry, "dead": st.Dead, "cancelled": st.Cancelled} {
 			m.p.m.queueSize.WithLabelValues(q, state).Set(float64(n))
 		}
 		for t, ts := range st.Tenants {

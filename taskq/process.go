@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 	"time"
 
@@ -47,6 +48,11 @@ func (w *Worker) process(handlerCtx, persist context.Context, d rdb.Dequeued) {
 	}
 	key := inflightKey{d.Queue, d.ID}
 	it := &inflightTask{cancel: cancel}
+	it.lease.Store(d.LeaseUntil.UnixMilli())
+	t.run = &runInfo{workerID: w.cfg.ID, host: w.host, starts: d.Starts, lease: &it.lease}
+	if m.EnqueuedAt > 0 {
+		t.run.enqueuedAt = time.UnixMilli(m.EnqueuedAt)
+	}
 	w.inflight.add(key, it)
 	start := time.Now()
 	err, abandoned := w.runHandler(tctx, h, t)
@@ -72,6 +78,9 @@ func (w *Worker) process(handlerCtx, persist context.Context, d rdb.Dequeued) {
 		}
 	case err == nil:
 		w.succeeded(d, m, t)
+		if w.log.Enabled(persist, slog.LevelDebug) {
+			w.log.Debug("taskq: task completed", "queue", d.Queue, "id", d.ID, "type", m.Type, "tenant", m.Tenant, "ran", time.Since(start))
+		}
 	default:
 		w.attemptFailed(persist, d, m, t, err, abandoned)
 	}

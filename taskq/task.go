@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/gantryhq/gantry/taskq/internal/rdb"
@@ -51,6 +52,16 @@ type Task struct {
 	id, queue, tenant string
 	retried, max      int
 	result            []byte
+	run               *runInfo
+}
+
+// runInfo is what a handler can learn about the attempt it runs: the
+// worker, the task's times, its lease.
+type runInfo struct {
+	workerID, host string
+	starts         int
+	enqueuedAt     time.Time
+	lease          *atomic.Int64 // Unix ms; the lease keeper moves it on every heartbeat
 }
 
 // NewTask returns a task of type typ; opts are applied at enqueue.
@@ -60,6 +71,40 @@ func NewTask(typ string, payload []byte, opts ...Option) *Task {
 
 // ID is the task's id (set for tasks handed to a handler).
 func (t *Task) ID() string { return t.id }
+
+// WorkerID is the id of the worker running the task ("" outside a handler).
+func (t *Task) WorkerID() string { return t.runField().workerID }
+
+// Host is the host name of the worker running the task.
+func (t *Task) Host() string { return t.runField().host }
+
+// Attempt is which attempt this is: 1 for the first, Retried()+1 after
+// failures.
+func (t *Task) Attempt() int { return t.retried + 1 }
+
+// Starts counts the task's starts, this one included; more than Attempt()
+// means a re-delivery after a lost lease (at-least-once).
+func (t *Task) Starts() int { return t.runField().starts }
+
+// EnqueuedAt is when the task was enqueued (zero for a task from a release
+// that did not record it).
+func (t *Task) EnqueuedAt() time.Time { return t.runField().enqueuedAt }
+
+// LeaseDeadline is when the worker's lease on the task ends unless the next
+// heartbeat extends it (heartbeats run every HeartbeatInterval).
+func (t *Task) LeaseDeadline() time.Time {
+	if r := t.runField(); r.lease != nil {
+		return time.UnixMilli(r.lease.Load())
+	}
+	return time.Time{}
+}
+
+func (t *Task) runField() runInfo {
+	if t.run == nil {
+		return runInfo{}
+	}
+	return *t.run
+}
 
 // Queue is the task's queue.
 func (t *Task) Queue() string { return t.queue }

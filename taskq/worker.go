@@ -272,6 +272,7 @@ type Worker struct {
 	leases   *leaseKeeper
 	cancels  *canceller
 	lost     atomic.Pointer[RedisLostError] // set once when the worker gives up on Redis
+	host     string                         // os.Hostname, for Task.Host
 	maint    *maintainer
 	adaptive *adaptiveController
 }
@@ -291,6 +292,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		cfg: cfg, r: r, log: cfg.Logger, clk: cfg.Clock, m: m,
 		assigned: map[string]bool{}, handlers: map[string]HandlerFunc{},
 		inflight: newInflightSet(),
+		host:     hostname(),
 		health:   &redisHealth{log: cfg.Logger, metric: m.redisErrors, clock: cfg.Clock, backoff: cfg.RedisBackoff},
 		ackCh:    make(chan ackReq, 4096),
 	}
@@ -362,6 +364,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.state.Store(int32(StateStopped))
 		return w.lostErr() // ctx ended (or Redis was lost) before Redis answered: nothing was taken
 	}
+	w.m.initQueues(w.queueNames())
 	w.writeRecord(ctx)
 	w.log.Info("taskq worker started", "id", w.cfg.ID, "queues", w.queueNames(), "concurrency", w.cfg.Concurrency, "strict", w.cfg.Strict)
 
@@ -469,4 +472,9 @@ func (w *Worker) writeRecord(ctx context.Context) {
 	if err := w.r.SetWorker(ctx, w.cfg.ID, string(b)); err != nil {
 		w.log.Debug("taskq: write worker record", "err", err)
 	}
+}
+
+func hostname() string {
+	h, _ := os.Hostname()
+	return h
 }

@@ -181,6 +181,8 @@ type Dequeued struct {
 	Retried int
 	Starts  int
 	Tenant  string // from the task's member in Redis, its one source
+	// LeaseUntil is the lease the dequeue gave (heartbeats extend it).
+	LeaseUntil time.Time
 }
 
 // Dequeue takes up to n tasks from queues, serving them in the given order,
@@ -195,12 +197,12 @@ func (r *RDB) Dequeue(ctx context.Context, queues []string, n int, now, leaseUnt
 		for _, q := range queues {
 			keys = append(keys, QueueKeys(q)...)
 		}
-		return r.dequeue(ctx, queues, keys, args)
+		return r.dequeue(ctx, queues, keys, args, leaseUntil)
 	}
 	var out []Dequeued
 	for _, q := range queues {
 		args[0] = strconv.Itoa(n - len(out))
-		d, err := r.dequeue(ctx, []string{q}, QueueKeys(q), args)
+		d, err := r.dequeue(ctx, []string{q}, QueueKeys(q), args, leaseUntil)
 		if err != nil {
 			return out, err
 		}
@@ -212,7 +214,7 @@ func (r *RDB) Dequeue(ctx context.Context, queues []string, n int, now, leaseUnt
 	return out, nil
 }
 
-func (r *RDB) dequeue(ctx context.Context, queues, keys, args []string) ([]Dequeued, error) {
+func (r *RDB) dequeue(ctx context.Context, queues, keys, args []string, leaseUntil time.Time) ([]Dequeued, error) {
 	vals, err := dequeueScript.Exec(ctx, r.c, keys, args).ToArray()
 	if err != nil {
 		return nil, fmt.Errorf("rdb: dequeue: %w", err)
@@ -228,7 +230,7 @@ func (r *RDB) dequeue(ctx context.Context, queues, keys, args []string) ([]Deque
 		if qi < 1 || int(qi) > len(queues) {
 			return nil, fmt.Errorf("rdb: dequeue: queue index %d out of range", qi)
 		}
-		out = append(out, Dequeued{Queue: queues[qi-1], ID: id, Msg: []byte(msg), Retried: int(retried), Starts: int(starts), Tenant: tenant})
+		out = append(out, Dequeued{Queue: queues[qi-1], ID: id, Msg: []byte(msg), Retried: int(retried), Starts: int(starts), Tenant: tenant, LeaseUntil: leaseUntil})
 	}
 	return out, nil
 }
