@@ -17,8 +17,10 @@ type fetcherParams struct {
 	assigned map[string]bool
 	batch    int           // most tasks per dequeue call
 	lease    time.Duration // the lease a dequeue grants
-	idleWait time.Duration // longest block on the wake-up lists
 	stealer  *stealer      // steal targets; nil when stealing is off
+	// adaptive supplies the knobs it polls with: the pause before a
+	// dequeue, the longest wake-list block, the queue weight factors.
+	adaptive *adaptiveController
 	health   *redisHealth
 	clock    clock.Clock
 	m        *metrics
@@ -50,6 +52,10 @@ func (f *fetcher) run(ctx context.Context) {
 		if !ok {
 			return
 		}
+		if d := f.p.adaptive.pollDelay(); d > 0 && sleep(ctx, f.p.clock, d) != nil {
+			f.giveSlots(n)
+			return
+		}
 		order, nAssigned := f.order()
 		if ctx.Err() != nil {
 			return
@@ -74,7 +80,7 @@ func (f *fetcher) run(ctx context.Context) {
 		}
 		idleFrom := f.p.clock.Now()
 		f.p.m.idle.Set(1)
-		_, err = f.p.r.WaitWake(ctx, order, f.p.idleWait)
+		_, err = f.p.r.WaitWake(ctx, order, f.p.adaptive.idleWait())
 		f.p.m.idle.Set(0)
 		f.p.m.idleSeconds.Add(f.p.clock.Since(idleFrom).Seconds())
 		if err != nil && ctx.Err() == nil {
@@ -116,10 +122,15 @@ func (f *fetcher) dequeue(order []string, n int) ([]rdb.Dequeued, error) {
 	ds, err := f.p.r.Dequeue(dctx, order, n, now, now.Add(f.p.lease))
 	cancel()
 	f.p.m.dequeues.Inc()
-	for range n - len(ds) {
+	f.giveSlots(n - len(ds))
+	return ds, err
+}
+
+// giveSlots returns n slots taken for a dequeue that did not fill them.
+func (f *fetcher) giveSlots(n int) {
+	for range n {
 		f.p.slots <- struct{}{}
 	}
-	return ds, err
 }
 
 // handOver passes ds to the processors; if ctx ends first it gives the
@@ -152,7 +163,7 @@ func (f *fetcher) order() ([]string, int) {
 			out = append(out, q.Name)
 		}
 	} else {
-		out = weightedOrder(qs, out)
+		out = weightedOrder(qs, out, f.p.adaptive.weight)
 	}
 	n := len(out)
 	if f.p.stealer != nil {
@@ -162,27 +173,32 @@ func (f *fetcher) order() ([]string, int) {
 }
 
 // weightedOrder appends qs's names to out in a random order where each
-// next queue is drawn with probability proportional to its weight.
-func weightedOrder(qs []QueueSpec, out []string) []string {
-	total := 0
-	for _, q := range qs {
-		total += q.Weight
+// next queue is drawn with probability proportional to its weight times
+// factor(name) (the adaptive controller's queue weights; 1 by default).
+func weightedOrder(qs []QueueSpec, out []string, factor func(string) float64) []string {
+	w := make([]float64, len(qs))
+	total := 0.0
+	for i, q := range qs {
+		w[i] = float64(q.Weight) * factor(q.Name)
+		total += w[i]
 	}
 	used := make([]bool, len(qs))
 	for range qs {
-		x := rand.IntN(total)
-		for i, q := range qs {
+		x := rand.Float64() * total
+		last := -1
+		for i := range qs {
 			if used[i] {
 				continue
 			}
-			if x < q.Weight {
-				used[i] = true
-				total -= q.Weight
-				out = append(out, q.Name)
+			last = i
+			if x < w[i] {
 				break
 			}
-			x -= q.Weight
+			x -= w[i]
 		}
+		used[last] = true
+		total -= w[last]
+		out = append(out, qs[last].Name)
 	}
 	return out
 }

@@ -3,6 +3,7 @@ package taskq
 import (
 	"context"
 	"encoding/json"
+	"sync/atomic"
 	"time"
 
 	"github.com/gantryhq/gantry/internal/clock"
@@ -32,6 +33,9 @@ type maintainerParams struct {
 type maintainer struct {
 	p maintainerParams
 	loop
+	// sizes is the pending count per assigned queue of the last gauge
+	// refresh; refreshGauges Stores a fresh map, backlog Loads.
+	sizes atomic.Pointer[map[string]int64]
 }
 
 func newMaintainer(p maintainerParams) *maintainer { return &maintainer{p: p} }
@@ -98,14 +102,26 @@ func (m *maintainer) pruneRecords(ctx context.Context) {
 	}
 }
 
+// backlog is the pending count of each assigned queue as last measured
+// (empty before the first measurement). Any goroutine.
+func (m *maintainer) backlog() map[string]int64 {
+	if p := m.sizes.Load(); p != nil {
+		return *p
+	}
+	return map[string]int64{}
+}
+
 // refreshGauges sets the queue-size gauges of the assigned queues (per state
 // and per tenant) from Redis.
 func (m *maintainer) refreshGauges(ctx context.Context) {
+	backlog := make(map[string]int64, len(m.p.queues))
+	defer func() { m.sizes.Store(&backlog) }()
 	for _, q := range m.p.queues {
 		st, err := m.p.r.Stats(ctx, q)
 		if err != nil {
 			return
 		}
+		backlog[q] = st.Pending
 		for state, n := range map[string]int64{"pending": st.Pending, "active": st.Active, "scheduled": st.Scheduled,
 			"retry": st.Retry, "dead": st.Dead, "cancelled": st.Cancelled} {
 			m.p.m.queueSize.WithLabelValues(q, state).Set(float64(n))

@@ -26,8 +26,12 @@ type metrics struct {
 	idleSeconds   prometheus.Counter
 	redisErrors   prometheus.Counter
 	retryScale    prometheus.Gauge
-	queueSize     *prometheus.GaugeVec // queue, state
-	tenantSize    *prometheus.GaugeVec // queue, tenant
+	// the adaptive controller's knobs and its changes
+	adaptive     *prometheus.GaugeVec   // setting
+	queueWeight  *prometheus.GaugeVec   // queue
+	adaptChanges *prometheus.CounterVec // action, kind (change, revert)
+	queueSize    *prometheus.GaugeVec   // queue, state
+	tenantSize   *prometheus.GaugeVec   // queue, tenant
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -55,12 +59,21 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		idleSeconds:   prometheus.NewCounter(prometheus.CounterOpts{Name: "taskq_idle_seconds_total", Help: "Time spent waiting for work on the wake lists."}),
 		redisErrors:   prometheus.NewCounter(prometheus.CounterOpts{Name: "taskq_redis_errors_total", Help: "Failed Redis calls."}),
 		retryScale:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "taskq_retry_delay_scale", Help: "Adaptive factor applied to retry delays."}),
-		queueSize:     prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "taskq_queue_size", Help: "Tasks per queue and state."}, []string{"queue", "state"}),
-		tenantSize:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "taskq_tenant_pending", Help: "Pending tasks per queue and tenant."}, []string{"queue", "tenant"}),
+		adaptive: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "taskq_adaptive_setting",
+			Help: "The adaptive controller's settings: retry_scale, poll_delay_seconds, idle_wait_seconds, steal_interval_seconds."}, []string{"setting"}),
+		queueWeight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "taskq_adaptive_queue_weight",
+			Help: "The adaptive factor on each assigned queue's weight (1: as configured)."}, []string{"queue"}),
+		adaptChanges: cv("adaptive_changes_total", "Adaptive controller changes (kind=change) and reverts of changes that made their figure worse (kind=revert).", "action", "kind"),
+		queueSize:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "taskq_queue_size", Help: "Tasks per queue and state."}, []string{"queue", "state"}),
+		tenantSize:   prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "taskq_tenant_pending", Help: "Pending tasks per queue and tenant."}, []string{"queue", "tenant"}),
+	}
+	for _, a := range []string{actRetry, actPoll, actIdleWait, actPriority, actStealEvery, actRebalance} {
+		m.adaptChanges.WithLabelValues(a, "change")
+		m.adaptChanges.WithLabelValues(a, "revert")
 	}
 	if reg != nil {
 		reg.MustRegister(m.processed, m.duration, m.wait, m.retried, m.dead, m.invalid, m.duplicates, m.abandoned,
-			m.requeued, m.cancelled, m.reaped, m.steals, m.stealMisses, m.dequeues, m.emptyDequeues, m.idle, m.idleSeconds, m.redisErrors, m.retryScale, m.queueSize, m.tenantSize)
+			m.requeued, m.cancelled, m.reaped, m.steals, m.stealMisses, m.dequeues, m.emptyDequeues, m.idle, m.idleSeconds, m.redisErrors, m.retryScale, m.adaptive, m.queueWeight, m.adaptChanges, m.queueSize, m.tenantSize)
 	}
 	return m
 }

@@ -306,9 +306,10 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	w.maint = newMaintainer(maintainerParams{r: r, queues: w.queueNames(), allQueues: !cfg.DisableSteal,
 		interval: cfg.MaintainInterval, deadRetention: cfg.DeadRetention, deadMax: cfg.DeadMax,
 		clock: cfg.Clock, m: m, log: cfg.Logger, writeRecord: w.writeRecord})
-	w.adaptive = newAdaptiveController(adaptiveParams{cfg: cfg.Adaptive, baseSteal: cfg.StealInterval, stealer: w.stealer,
+	w.adaptive = newAdaptiveController(adaptiveParams{cfg: cfg.Adaptive, baseSteal: cfg.StealInterval, baseIdle: cfg.IdleWait, queues: w.queueNames(), stealer: w.stealer,
 		disableSteal: cfg.DisableSteal, counts: func() (int64, int64) { return w.processed.Load(), w.failed.Load() },
-		clock: cfg.Clock, m: m, log: cfg.Logger})
+		backlog: w.maint.backlog,
+		clock:   cfg.Clock, m: m, log: cfg.Logger})
 	return w, nil
 }
 
@@ -383,7 +384,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		slots <- struct{}{}
 	}
 	f := newFetcher(fetcherParams{r: w.r, queues: w.cfg.Queues, strict: w.cfg.Strict, assigned: w.assigned,
-		batch: w.cfg.BatchSize, lease: w.cfg.LeaseDuration, idleWait: w.cfg.IdleWait, stealer: w.stealer,
+		batch: w.cfg.BatchSize, lease: w.cfg.LeaseDuration, adaptive: w.adaptive, stealer: w.stealer,
 		health: w.health, clock: w.clk, m: w.m, persist: persist, tasks: tasks, slots: slots})
 	f.start(ctx)
 	var procs sync.WaitGroup
