@@ -158,67 +158,20 @@ func adapt(b adaptBounds, s adaptState, win windowStats) adaptStep {
 		}
 	}
 	k := &out.state.knobs
-	if w := s.watch; w != nil {
-		for _, it := range w.items {
-			if worse(it.figure, it.value, figureOf(it.figure, win)) {
-				restore(k, w.before, it.action)
-				out.state.hold[it.action] = 3
-				out.reverted = append(out.reverted, it.action)
-			}
-		}
-	}
+	out.reverted = revertWorse(k, s.watch, out.state.hold, win)
 	before := k.clone()
-	cfg := b.cfg
-	act := func(action string, f func() bool) {
-		if out.state.hold[action] == 0 && f() {
-			out.changed = append(out.changed, action)
+	tr := triggersOf(b.cfg, win)
+	for _, a := range []struct {
+		name string
+		f    func(*knobs, adaptBounds, triggers, windowStats) bool
+	}{
+		{actRetry, actOnRetry}, {actPoll, actOnPoll}, {actIdleWait, actOnIdleWait},
+		{actPriority, actOnPriority}, {actStealEvery, actOnStealEvery}, {actRebalance, actOnRebalance},
+	} {
+		if out.state.hold[a.name] == 0 && a.f(k, b, tr, win) {
+			out.changed = append(out.changed, a.name)
 		}
 	}
-	// 1 and 2: the error rate, with hysteresis between High/2 and High.
-	errHigh := win.processed > 0 && win.errRate >= cfg.HighErrorRate
-	errLow := win.processed == 0 || win.errRate < cfg.HighErrorRate/2
-	act(actRetry, func() bool {
-		return setF(&k.retryScale, pick(errHigh, errLow, math.Min(k.retryScale*2, cfg.MaxRetryScale), math.Max(k.retryScale/2, 1), k.retryScale))
-	})
-	act(actPoll, func() bool {
-		if cfg.MaxPollDelay < 0 {
-			return false
-		}
-		up := min(max(2*k.pollDelay, 10*time.Millisecond), cfg.MaxPollDelay)
-		down := k.pollDelay / 2
-		if down < 10*time.Millisecond {
-			down = 0
-		}
-		return setD(&k.pollDelay, pick(errHigh, errLow, up, down, k.pollDelay))
-	})
-	// 3 and 4: throughput with a backlog.
-	slow := win.totalBacklog() > 0 && win.rate < cfg.LowRate
-	fast := win.rate >= 2*cfg.LowRate || win.totalBacklog() == 0
-	act(actIdleWait, func() bool {
-		return setD(&k.idleWait, pick(slow, fast, max(k.idleWait/2, 100*time.Millisecond), min(2*k.idleWait, b.baseIdle), k.idleWait))
-	})
-	// 5 and 6 (below): steal contention.
-	attempts := win.steals + win.misses
-	contended := attempts >= 4 && win.missRatio() >= 0.5
-	calm := attempts < 4 || win.missRatio() < 0.25
-	act(actPriority, func() bool {
-		switch {
-		case slow:
-			return boostLargest(k, win.backlog)
-		case fast && !contended: // under contention, 6 owns the weights
-			return decayBoosts(k)
-		}
-		return false
-	})
-	act(actStealEvery, func() bool {
-		return setD(&k.stealEvery, pick(contended, calm, min(2*k.stealEvery, 8*b.baseSteal), max(k.stealEvery/2, b.baseSteal), k.stealEvery))
-	})
-	act(actRebalance, func() bool {
-		if contended {
-			return rebalance(k, win.backlog)
-		}
-		return false
-	})
 	if len(out.changed) > 0 {
 		w := &watch{before: before}
 		for _, a := range out.changed {
@@ -227,6 +180,87 @@ func adapt(b adaptBounds, s adaptState, win windowStats) adaptStep {
 		out.state.watch = w
 	}
 	return out
+}
+
+// revertWorse restores the knob of every watched action whose figure got
+// worse and holds that action; it returns the reverted actions.
+func revertWorse(k *knobs, w *watch, hold map[string]int, win windowStats) []string {
+	if w == nil {
+		return nil
+	}
+	var out []string
+	for _, it := range w.items {
+		if worse(it.figure, it.value, figureOf(it.figure, win)) {
+			restore(k, w.before, it.action)
+			hold[it.action] = 3
+			out = append(out, it.action)
+		}
+	}
+	return out
+}
+
+// triggers are the window's conditions, each with its release (hysteresis:
+// between the two, a knob stays where it is).
+type triggers struct {
+	errHigh, errLow bool // 1, 2: the error rate at the threshold, under half of it
+	slow, fast      bool // 3, 4: throughput under LowRate with a backlog, at twice LowRate (or no backlog)
+	contended, calm bool // 5, 6: half the steal attempts missed, under a quarter did
+}
+
+func triggersOf(cfg AdaptiveConfig, win windowStats) triggers {
+	attempts := win.steals + win.misses
+	return triggers{
+		errHigh:   win.processed > 0 && win.errRate >= cfg.HighErrorRate,
+		errLow:    win.processed == 0 || win.errRate < cfg.HighErrorRate/2,
+		slow:      win.totalBacklog() > 0 && win.rate < cfg.LowRate,
+		fast:      win.rate >= 2*cfg.LowRate || win.totalBacklog() == 0,
+		contended: attempts >= 4 && win.missRatio() >= 0.5,
+		calm:      attempts < 4 || win.missRatio() < 0.25,
+	}
+}
+
+// Action 1: retry delays.
+func actOnRetry(k *knobs, b adaptBounds, t triggers, _ windowStats) bool {
+	return setF(&k.retryScale, pick(t.errHigh, t.errLow, math.Min(k.retryScale*2, b.cfg.MaxRetryScale), math.Max(k.retryScale/2, 1), k.retryScale))
+}
+
+// Action 2: the pause before each dequeue (poll frequency).
+func actOnPoll(k *knobs, b adaptBounds, t triggers, _ windowStats) bool {
+	if b.cfg.MaxPollDelay < 0 {
+		return false
+	}
+	up := min(max(2*k.pollDelay, 10*time.Millisecond), b.cfg.MaxPollDelay)
+	down := k.pollDelay / 2
+	if down < 10*time.Millisecond {
+		down = 0
+	}
+	return setD(&k.pollDelay, pick(t.errHigh, t.errLow, up, down, k.pollDelay))
+}
+
+// Action 3: the longest block on the wake lists (poll interval).
+func actOnIdleWait(k *knobs, b adaptBounds, t triggers, _ windowStats) bool {
+	return setD(&k.idleWait, pick(t.slow, t.fast, max(k.idleWait/2, 100*time.Millisecond), min(2*k.idleWait, b.baseIdle), k.idleWait))
+}
+
+// Action 4: queue priorities follow the backlog while throughput is low.
+func actOnPriority(k *knobs, _ adaptBounds, t triggers, win windowStats) bool {
+	switch {
+	case t.slow:
+		return boostLargest(k, win.backlog)
+	case t.fast && !t.contended: // under contention, action 6 owns the weights
+		return decayBoosts(k)
+	}
+	return false
+}
+
+// Action 5: the steal refresh interval.
+func actOnStealEvery(k *knobs, b adaptBounds, t triggers, _ windowStats) bool {
+	return setD(&k.stealEvery, pick(t.contended, t.calm, min(2*k.stealEvery, 8*b.baseSteal), max(k.stealEvery/2, b.baseSteal), k.stealEvery))
+}
+
+// Action 6: under contention, weights rebalanced towards the own backlog.
+func actOnRebalance(k *knobs, _ adaptBounds, t triggers, win windowStats) bool {
+	return t.contended && rebalance(k, win.backlog)
 }
 
 // restore puts back, from before, the knob that action moves.
