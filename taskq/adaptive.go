@@ -5,6 +5,7 @@ import (
 	"maps"
 	"math"
 	"sort"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -435,6 +436,33 @@ type adaptiveController struct {
 	window atomic.Pointer[windowStats]
 	// state is run's own (one goroutine).
 	state adaptState
+	// history holds the last windows (up to trendWindows), oldest first;
+	// run appends, trend reads (under histMu).
+	histMu  sync.Mutex
+	history []windowStats
+}
+
+// trendWindows is how many windows the trend averages.
+const trendWindows = 12
+
+// trend is the number of windows in the history and their average rate
+// and error rate (the health check's baseline).
+func (a *adaptiveController) trend() (n int, rate, errRate float64) {
+	a.histMu.Lock()
+	defer a.histMu.Unlock()
+	var processed, failed int64
+	for _, w := range a.history {
+		rate += w.rate
+		processed += w.processed
+		failed += w.failed
+	}
+	if n = len(a.history); n > 0 {
+		rate /= float64(n)
+	}
+	if processed > 0 {
+		errRate = float64(failed) / float64(processed)
+	}
+	return n, rate, errRate
 }
 
 func newAdaptiveController(p adaptiveParams) *adaptiveController {
@@ -534,6 +562,12 @@ func (a *adaptiveController) closeWindow(prev *windowTotals) windowStats {
 	}
 	*prev = windowTotals{p, f, s, m, now}
 	a.window.Store(&win)
+	a.histMu.Lock()
+	a.history = append(a.history, win)
+	if len(a.history) > trendWindows {
+		a.history = a.history[1:]
+	}
+	a.histMu.Unlock()
 	return win
 }
 

@@ -50,8 +50,11 @@ func (h *Health) raise(s Status, format string, args ...any) {
 // HealthConfig holds the thresholds; zero values are the defaults.
 type HealthConfig struct {
 	ErrorRateWarning, ErrorRateCritical float64       // default 0.1, 0.5
-	MemoryWarning, MemoryCritical       float64       // share of maxmemory; default 0.75, 0.9
+	MemoryWarning, MemoryCritical       float64       // share of Redis's maxmemory, and of a worker's memory limit; default 0.75, 0.9
 	StaleHeartbeat                      time.Duration // default 1m
+	// Degraded is the share of its recent average throughput under which a
+	// worker with work waiting is reported degraded; default 0.5.
+	Degraded float64
 }
 
 func (c *HealthConfig) defaults() {
@@ -69,6 +72,9 @@ func (c *HealthConfig) defaults() {
 	}
 	if c.StaleHeartbeat <= 0 {
 		c.StaleHeartbeat = time.Minute
+	}
+	if c.Degraded <= 0 {
+		c.Degraded = 0.5
 	}
 }
 
@@ -96,7 +102,7 @@ func (c *Client) Health(ctx context.Context, cfg HealthConfig) Health {
 		pending += q.Pending
 	}
 	h.Checks["pending"] = pending
-	live, measuring, rate := checkWorkers(cfg, st.Workers, &h)
+	live, measuring, rate := checkWorkers(cfg, st.Workers, pending > 0, &h)
 	h.Checks["live_workers"] = live
 	h.Checks["rate_per_sec"] = rate
 	switch {
@@ -127,9 +133,11 @@ func (c *Client) checkMemory(ctx context.Context, cfg HealthConfig, h *Health) {
 	}
 }
 
-// checkWorkers raises stale heartbeats and high error rates of running
-// workers and sums their rates; measuring counts those too young to judge.
-func checkWorkers(cfg HealthConfig, workers []WorkerRecord, h *Health) (live, measuring int, rate float64) {
+// checkWorkers raises stale heartbeats, high error rates, memory near its
+// limit and degradation (throughput fallen, errors rising, against the
+// worker's own recent average) of running workers, and sums their rates;
+// measuring counts those too young to judge.
+func checkWorkers(cfg HealthConfig, workers []WorkerRecord, backlog bool, h *Health) (live, measuring int, rate float64) {
 	for _, w := range workers {
 		if w.State != "running" {
 			continue
@@ -149,8 +157,40 @@ func checkWorkers(cfg HealthConfig, workers []WorkerRecord, h *Health) (live, me
 		case w.ErrorRate >= cfg.ErrorRateWarning:
 			h.raise(Warning, "worker %s: error rate %.0f%%", w.ID, 100*w.ErrorRate)
 		}
+		checkWorkerMemory(cfg, w, h)
+		checkTrend(cfg, w, backlog, h)
 	}
 	return live, measuring, rate
+}
+
+// checkWorkerMemory raises a worker's memory against its limit.
+func checkWorkerMemory(cfg HealthConfig, w WorkerRecord, h *Health) {
+	if w.MemLimit <= 0 {
+		return
+	}
+	f := float64(w.MemBytes) / float64(w.MemLimit)
+	switch {
+	case f >= cfg.MemoryCritical:
+		h.raise(Critical, "worker %s: memory %.0f%% of its limit (%d MiB)", w.ID, 100*f, w.MemLimit>>20)
+	case f >= cfg.MemoryWarning:
+		h.raise(Warning, "worker %s: memory %.0f%% of its limit (%d MiB)", w.ID, 100*f, w.MemLimit>>20)
+	}
+}
+
+// checkTrend compares a worker's last window with its average over the
+// recent ones (seed §7.1): throughput fallen under Degraded of it while work
+// waits, or the error rate doubled past half the warning level, is a
+// Warning. Three windows at least make a baseline.
+func checkTrend(cfg HealthConfig, w WorkerRecord, backlog bool, h *Health) {
+	if w.Windows < 3 || w.WindowEnd.IsZero() {
+		return
+	}
+	if backlog && w.RateAvg > 0 && w.RatePerSec < cfg.Degraded*w.RateAvg {
+		h.raise(Warning, "worker %s: throughput degraded to %.1f/s from %.1f/s on average over %d windows", w.ID, w.RatePerSec, w.RateAvg, w.Windows)
+	}
+	if w.ErrorRate >= cfg.ErrorRateWarning/2 && w.ErrorRate >= 2*w.ErrorRateAvg && w.ErrorRate < cfg.ErrorRateWarning {
+		h.raise(Warning, "worker %s: error rate rising, %.0f%% against %.0f%% on average", w.ID, 100*w.ErrorRate, 100*w.ErrorRateAvg)
+	}
 }
 
 // HealthHandler serves c.Health as JSON: 200 for OK and Warning, 503 for Critical.

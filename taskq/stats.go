@@ -66,6 +66,15 @@ type WorkerRecord struct {
 	RatePerSec float64   `json:"rate_per_sec"`
 	ErrorRate  float64   `json:"error_rate"`
 	RetryScale float64   `json:"retry_scale"`
+	// Averages over the last windows (up to 12: a minute by default), the
+	// baseline the health check compares the last window with.
+	Windows      int     `json:"windows,omitempty"`
+	RateAvg      float64 `json:"rate_avg"`
+	ErrorRateAvg float64 `json:"error_rate_avg"`
+	// The worker process's memory: Go heap and runtime bytes in use, and the
+	// limit they must stay under (GOMEMLIMIT, or 0: none).
+	MemBytes int64 `json:"mem_bytes"`
+	MemLimit int64 `json:"mem_limit,omitempty"`
 }
 
 // Stats reads every known queue's state and the worker records.

@@ -468,6 +468,8 @@ func (w *Worker) writeRecord(ctx context.Context) {
 		Processed: w.processed.Load(), Failed: w.failed.Load(), Steals: w.stealer.steals.Load(),
 		WindowEnd: win.at, RatePerSec: win.rate, ErrorRate: win.errRate, RetryScale: w.adaptive.retryScale(),
 	}
+	rec.Windows, rec.RateAvg, rec.ErrorRateAvg = w.adaptive.trend()
+	rec.MemBytes, rec.MemLimit = memoryInUse()
 	rec.Host, _ = os.Hostname()
 	b, _ := json.Marshal(rec)
 	if err := w.r.SetWorker(ctx, w.cfg.ID, string(b)); err != nil {
