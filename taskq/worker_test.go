@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -467,5 +468,46 @@ func TestDeadlineEndsAttempt(t *testing.T) {
 	dead, _ := c.DeadLetters(t.Context(), q, 1)
 	if len(dead) != 1 || dead[0].LastError != context.DeadlineExceeded.Error() {
 		t.Errorf("dead: %+v, want last error %q", dead, context.DeadlineExceeded)
+	}
+}
+
+// A worker's identity and lifecycle (seed §1): a unique id of host, pid and
+// random part; the documented defaults filled in; bad configuration refused;
+// New → Running → Stopped, and a second Run refused.
+func TestWorkerIdentityAndLifecycle(t *testing.T) {
+	addr := testRedis(t)
+	a, b := newTestWorker(t, addr, WorkerConfig{Queues: []QueueSpec{{Name: uniq(t, "a")}}}), newTestWorker(t, addr, WorkerConfig{Queues: []QueueSpec{{Name: uniq(t, "b")}}})
+	host, _ := os.Hostname()
+	prefix := fmt.Sprintf("%s:%d:", host, os.Getpid())
+	if a.ID() == b.ID() || !strings.HasPrefix(a.ID(), prefix) || len(a.ID()) != len(prefix)+6 {
+		t.Fatalf("ids %q and %q; want two different host:pid:random ids", a.ID(), b.ID())
+	}
+	cfg := a.cfg
+	if cfg.Concurrency != 10 || cfg.LeaseDuration != 30*time.Second || cfg.HeartbeatInterval != 10*time.Second || cfg.ShutdownTimeout != 8*time.Second ||
+		cfg.CancelGrace != 5*time.Second || cfg.IdleWait != time.Second || cfg.Adaptive.Interval != 5*time.Second || cfg.RedisLostAfter != 0 {
+		t.Fatalf("defaults not as documented: %+v", cfg)
+	}
+	for _, bad := range []WorkerConfig{
+		{Redis: addr, Queues: []QueueSpec{{Name: "x{y}"}}},
+		{Redis: addr, Queues: []QueueSpec{{Name: "q"}, {Name: "q"}}},
+		{Redis: addr, Queues: []QueueSpec{{Name: "q", Weight: -1}}},
+		{Redis: addr, Concurrency: -1},
+		{Redis: ""},
+	} {
+		if _, err := NewWorker(bad); err == nil {
+			t.Errorf("NewWorker(%+v) accepted", bad)
+		}
+	}
+	if a.State() != StateNew {
+		t.Fatalf("state before Run: %v", a.State())
+	}
+	stop := runWorker(t, a)
+	waitFor(t, 5*time.Second, "running", func() bool { return a.State() == StateRunning })
+	if err := a.Run(t.Context()); !errors.Is(err, ErrWorkerStarted) {
+		t.Fatalf("second Run = %v, want ErrWorkerStarted", err)
+	}
+	stop()
+	if a.State() != StateStopped {
+		t.Fatalf("state after Run returned: %v", a.State())
 	}
 }
