@@ -1,7 +1,6 @@
 package taskq
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -21,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/gantryhq/gantry/internal/backoff"
+	"github.com/gantryhq/gantry/internal/testutil"
 )
 
 // documentedSeries reads the metric names of the Metrics table in
@@ -67,7 +67,7 @@ func TestMetricsSeries(t *testing.T) {
 	in := newInspector(t, addr)
 	q := uniq(t, "m")
 	reg := prometheus.NewRegistry()
-	var logs syncBuf
+	var logs testutil.Buffer
 	var mu sync.Mutex
 	var failures []string
 	wk := newTestWorker(t, addr, WorkerConfig{Queues: []QueueSpec{{Name: q}}, Registry: reg,
@@ -154,14 +154,6 @@ func TestMetricsSeries(t *testing.T) {
 		t.Error("no completion was logged at debug level")
 	}
 }
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
-func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 // A handler learns who runs it and the task's times: worker id and host,
 // the attempt and starts, when it was enqueued, and a lease deadline that

@@ -175,7 +175,7 @@ func TestQueueWorkerWaitsOutUnreachableRedis(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close() // nothing listens there now
-	var logs lockedBuffer
+	var logs testutil.Buffer
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	done := make(chan int, 1)

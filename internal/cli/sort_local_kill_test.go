@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gantryhq/gantry/internal/testutil"
 	"github.com/gantryhq/gantry/record"
 )
 
@@ -34,7 +35,7 @@ func TestSortLocalSIGKILLKeepsOldOutput(t *testing.T) {
 	before := outputFiles(t, out)
 
 	cmd := exec.Command(bin, "sort", "local", "-q", "-I", inB, "-O", out, "--tmp", tmp, "--memory", "16MiB")
-	stderr := &lockedBuffer{}
+	stderr := &testutil.Buffer{}
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

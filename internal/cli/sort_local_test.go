@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -305,7 +304,7 @@ func TestSortLocalInterrupt(t *testing.T) {
 	sortTestRecords(t, filepath.Join(in, "data"), 0, 600000, record.GenOptions{}) // 60 MB
 	os.Mkdir(tmp, 0o755)
 	cmd := exec.Command(gantryBinary(t), "sort", "local", "-I", in, "-O", out, "--tmp", tmp, "--memory", "16MiB")
-	stderr := &lockedBuffer{}
+	stderr := &testutil.Buffer{}
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -335,30 +334,11 @@ func TestSortLocalInterrupt(t *testing.T) {
 // waitForSpill waits until the sort cmd, started with --tmp tmp, has spilled
 // its first run; if it does not within 30 s, cmd is killed and the test
 // fails with its stderr.
-func waitForSpill(t *testing.T, cmd *exec.Cmd, tmp string, stderr *lockedBuffer) {
+func waitForSpill(t *testing.T, cmd *exec.Cmd, tmp string, stderr *testutil.Buffer) {
 	t.Helper()
 	t.Cleanup(func() { cmd.Process.Kill() }) // a no-op once the test has ended it
 	testutil.WaitFor(t, 30*time.Second, "the first spilled run", func() (bool, string) {
 		runs, _ := filepath.Glob(filepath.Join(tmp, "gantry-sort-*", "run-*"))
 		return len(runs) > 0, "stderr: " + stderr.String()
 	})
-}
-
-// lockedBuffer is a bytes.Buffer that a running command's stderr can be
-// copied into while the test reads it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -1,40 +1,21 @@
 package progress
 
 import (
-	"bytes"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/gantryhq/gantry/internal/testutil"
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// syncBuffer is a bytes.Buffer safe for the reporter's goroutine and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestLinesThenSummary(t *testing.T) {
 	old := LineInterval
 	LineInterval = time.Millisecond
 	defer func() { LineInterval = old }()
-	var out syncBuffer
+	var out testutil.Buffer
 	r := Start(&out, "sort", 2000, Bytes)
 	r.Add(1000)
 	deadline := time.After(5 * time.Second)
@@ -61,7 +42,7 @@ func TestNilWriterAndAbort(t *testing.T) {
 	r := Start(nil, "x", 10, Records)
 	r.Add(5)
 	r.Finish() // no writer: nothing printed, no panic
-	var out syncBuffer
+	var out testutil.Buffer
 	r = Start(&out, "x", 10, Records)
 	r.Abort()
 	r.Abort() // safe twice

@@ -2,7 +2,6 @@ package live
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -17,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantryhq/gantry/internal/testutil"
 	"github.com/gantryhq/gantry/workspace"
 	"github.com/gantryhq/gantry/workspace/auth"
 	"github.com/gantryhq/gantry/workspace/hints"
@@ -29,22 +29,10 @@ import (
 type authStack struct {
 	st  *store.Store
 	url string
-	log *syncBuffer // the server's log output
+	log *testutil.Buffer // the server's log output
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
-
-func newAuthStack(t *testing.T, st *store.Store, q auth.Quotas, log *syncBuffer) *authStack {
+func newAuthStack(t *testing.T, st *store.Store, q auth.Quotas, log *testutil.Buffer) *authStack {
 	t.Helper()
 	logger := slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	hb := hints.NewLocal()
@@ -196,7 +184,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			dsn := b.dsn(t)
 			st := storetest.Open(t, dsn)
-			s := newAuthStack(t, st, auth.Quotas{}, &syncBuffer{})
+			s := newAuthStack(t, st, auth.Quotas{}, &testutil.Buffer{})
 			checkMatrix(t, s, dsn)
 		})
 	}
@@ -466,7 +454,7 @@ func TestQuotas(t *testing.T) {
 			dsn := b.dsn(t)
 			var stacks []*authStack
 			for range b.replicas {
-				stacks = append(stacks, newAuthStack(t, storetest.Open(t, dsn), auth.Quotas{Running: 1, Workspaces: 21}, &syncBuffer{}))
+				stacks = append(stacks, newAuthStack(t, storetest.Open(t, dsn), auth.Quotas{Running: 1, Workspaces: 21}, &testutil.Buffer{}))
 			}
 			alice := storetest.Token(t, stacks[0].st, "alice", false)
 			bob := storetest.Token(t, stacks[0].st, "bob", false)
