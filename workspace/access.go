@@ -18,7 +18,7 @@ const maxBody = 1 << 20
 // cross-site check, authentication (all but the public routes), then the
 // route, then the audit row of a mutating route, accepted or refused.
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Body != nil {
+	if r.Body != nil && !strings.HasPrefix(r.URL.Path, proxyPrefix) { // the workspace's program sets its own limits
 		r.Body = http.MaxBytesReader(w, r.Body, maxBody)
 	}
 	_, pattern := a.mux.Handler(r)

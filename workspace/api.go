@@ -12,6 +12,7 @@ import (
 	"github.com/gantryhq/gantry/internal/clock"
 	"github.com/gantryhq/gantry/workspace/auth"
 	"github.com/gantryhq/gantry/workspace/hints"
+	"github.com/gantryhq/gantry/workspace/provider"
 	"github.com/gantryhq/gantry/workspace/store"
 )
 
@@ -57,6 +58,12 @@ type APIConfig struct {
 	SessionTTL time.Duration
 	// SecureCookies marks the session cookie Secure (the server has TLS).
 	SecureCookies bool
+	// Container, if it is a provider.Endpointer, serves /w/{id}/ (the
+	// workspace's PORT); nil = no proxy.
+	Container provider.Container
+	// ActivityEvery bounds how often proxied traffic touches a workspace;
+	// zero = DefaultActivityEvery.
+	ActivityEvery time.Duration
 	Clock         clock.Clock
 	Logger        *slog.Logger
 }
@@ -76,6 +83,7 @@ type APIConfig struct {
 //	GET    /v1/whoami                   → {"token_id","owner","admin"}
 //	POST   /v1/tokens, GET /v1/tokens, DELETE /v1/tokens/{id}, GET /v1/audit (admin; accounts.go)
 //	POST   /v1/session, POST /v1/session/logout (the page's login; accounts.go)
+//	ANY    /w/{id}/…                    → the workspace's PORT (proxy.go; wakes it if needed)
 //
 // The web page (package live) drives these same routes, so a click and a
 // CLI command get the same validation, quotas, audit and hints.
@@ -95,6 +103,7 @@ type API struct {
 	mux     *http.ServeMux
 	actions map[string]string // mux pattern → audit action
 	cop     *http.CrossOriginProtection
+	touches activity // proxied traffic's activity, rate-limited
 }
 
 // NewAPI builds the API over cfg.Store.
@@ -110,6 +119,9 @@ func NewAPI(cfg APIConfig) *API {
 	}
 	if cfg.SessionTTL <= 0 {
 		cfg.SessionTTL = 12 * time.Hour
+	}
+	if cfg.ActivityEvery <= 0 {
+		cfg.ActivityEvery = DefaultActivityEvery
 	}
 	cfg.Clock = clock.Or(cfg.Clock)
 	a := &API{cfg: cfg, store: cfg.Store, hints: cfg.Hints, log: cfg.Logger, clock: cfg.Clock,
@@ -139,7 +151,7 @@ func (a *API) routes() []route {
 		{"POST /v1/workspaces/{id}/recover", "workspace.recover", a.recover},
 		{"POST /v1/workspaces/{id}/touch", "workspace.touch", a.touch},
 		{"DELETE /v1/workspaces/{id}", "workspace.delete", a.delete},
-	}, a.accountRoutes()...)
+	}, append(a.accountRoutes(), a.proxyRoutes()...)...)
 }
 
 // Handle adds a route (SSE streams, the web page). Its requests are

@@ -143,7 +143,7 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 		st.Close()
 		return nil, err
 	}
-	s.API = NewAPI(APIConfig{Store: st, Storage: cfg.Storage, Hints: s.hints, Quotas: cfg.Quotas,
+	s.API = NewAPI(APIConfig{Store: st, Storage: cfg.Storage, Container: cfg.Container, Hints: s.hints, Quotas: cfg.Quotas,
 		SecureCookies: cfg.TLSCert != "", Logger: cfg.Logger})
 	retention := &Retention{Store: st, Audit: cfg.AuditRetention, Logger: cfg.Logger}
 	singletons := SingletonsConfig{Store: st, Monitor: s.Mon, TTL: s.TTL, Retention: retention, Lease: cfg.LeaderLease,

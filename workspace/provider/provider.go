@@ -75,6 +75,16 @@ type Container interface {
 	Observe(ctx context.Context, id string) (ContainerState, error)
 }
 
+// Endpointer is a Container that can tell where a running workspace serves
+// HTTP: the command gets a PORT environment variable and Endpoint returns
+// the host:port the server's proxy (/w/{id}/) reaches it on.
+type Endpointer interface {
+	Endpoint(ctx context.Context, id string) (hostport string, err error)
+}
+
+// ErrNotRunning is returned by Endpoint for a workspace that is not running.
+var ErrNotRunning = errors.New("provider: workspace not running")
+
 // BlobStore stores immutable blobs by key ("archives/<id>/<op>/home.tar.zst").
 // Keys use '/' separators and never contain "..".
 type BlobStore interface {

@@ -1,14 +1,17 @@
 // Package process is a provider.Container that runs a workspace's command
 // as a detached process (its own session) with the volume directory as
-// working directory and HOME. A pidfile holding "pid starttime" under
+// working directory and HOME. A pidfile holding "pid starttime port" under
 // RunDir identifies the process, so a restarted server finds running
-// workspaces again and a recycled pid is never mistaken for one.
+// workspaces again and a recycled pid is never mistaken for one. The
+// command gets PORT, a free loopback port it may serve HTTP on; Endpoint
+// tells the server's proxy where that is.
 package process
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -32,7 +35,10 @@ type Container struct {
 	StopGrace time.Duration
 }
 
-var _ provider.Container = (*Container)(nil)
+var (
+	_ provider.Container  = (*Container)(nil)
+	_ provider.Endpointer = (*Container)(nil)
+)
 
 // ErrBadID is returned for ids that are not plain names.
 var ErrBadID = errors.New("process: bad workspace id")
@@ -120,9 +126,14 @@ func (c *Container) Start(ctx context.Context, spec provider.Spec) error {
 	if command == "" {
 		command = DefaultCommand
 	}
+	port, err := freePort()
+	if err != nil {
+		return fmt.Errorf("process: start %s: %w", spec.ID, err)
+	}
 	cmd := exec.Command("/bin/sh", "-c", command)
 	cmd.Dir = spec.VolumeDir
-	cmd.Env = append(append(os.Environ(), "HOME="+spec.VolumeDir, "GANTRY_WORKSPACE_ID="+spec.ID, "GANTRY_WORKSPACE_NAME="+spec.Name), spec.Env...)
+	cmd.Env = append(append(os.Environ(), "HOME="+spec.VolumeDir, "GANTRY_WORKSPACE_ID="+spec.ID, "GANTRY_WORKSPACE_NAME="+spec.Name,
+		"PORT="+strconv.Itoa(port)), spec.Env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
@@ -134,11 +145,46 @@ func (c *Container) Start(ctx context.Context, spec provider.Spec) error {
 	if !ok {
 		return fmt.Errorf("process: start %s: command exited at once (see %s)", spec.ID, logf.Name())
 	}
-	if err := fsutil.WriteFileAtomic(pf, []byte(fmt.Sprintf("%d %d\n", pid, start)), 0o644); err != nil {
+	if err := fsutil.WriteFileAtomic(pf, []byte(fmt.Sprintf("%d %d %d\n", pid, start, port)), 0o644); err != nil {
 		syscall.Kill(-pid, syscall.SIGKILL)
 		return err
 	}
 	return nil
+}
+
+// freePort picks a free port on 127.0.0.1 for the command's PORT.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Endpoint is the loopback address of the running workspace's PORT.
+func (c *Container) Endpoint(_ context.Context, id string) (string, error) {
+	pf, err := c.pidfile(id)
+	if err != nil {
+		return "", err
+	}
+	_, _, running, err := c.alive(id)
+	if err != nil {
+		return "", err
+	}
+	if !running {
+		return "", fmt.Errorf("%w: workspace %s is not running", provider.ErrNotRunning, id)
+	}
+	b, err := os.ReadFile(pf)
+	if err != nil {
+		return "", err
+	}
+	var pid, port int
+	var start uint64
+	if n, _ := fmt.Sscanf(string(b), "%d %d %d", &pid, &start, &port); n < 3 || port <= 0 {
+		return "", fmt.Errorf("%w: workspace %s was started without a PORT (by an earlier release): restart it", provider.ErrNotRunning, id)
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), nil
 }
 
 // Stop sends SIGTERM to the process group, then SIGKILL after StopGrace.

@@ -1,0 +1,282 @@
+package workspace
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/clock"
+	"github.com/gantryhq/gantry/workspace/provider"
+	"github.com/gantryhq/gantry/workspace/store/storetest"
+)
+
+// python3 is what the proxy tests run in their workspaces (the standard
+// library's http.server and a WebSocket echo written on sockets).
+func python3(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Fatalf("python3 is needed to serve HTTP inside the test workspaces: %v", err)
+	}
+}
+
+func (s *e2eServer) request(t *testing.T, token, path string, hdr ...string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(t.Context(), "GET", s.url+path, nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, string(b)
+}
+
+// A workspace serving `python3 -m http.server` on its PORT is reachable at
+// /w/{id}/ with its owner's token, not without one nor with another
+// owner's; an archived workspace opened there wakes (503, Retry-After, an
+// audited workspace.wake) and comes back with its files; a WebSocket echo
+// server in a workspace echoes through the proxy.
+func TestProxyIntoWorkspaces(t *testing.T) {
+	if testing.Short() {
+		t.Skip("process-level test")
+	}
+	python3(t)
+	data := t.TempDir()
+	s := startServe(t, "", data)
+	alice := strings.TrimSpace(s.cli("token", "create", "--owner", "alice"))
+	bob := strings.TrimSpace(s.cli("token", "create", "--owner", "bob"))
+	asAlice := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(s.bin, append([]string{"ws", "--server", s.url, "--token", alice}, args...)...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("alice %v: %v\n%s\nserver log:\n%s", args, err, out, tail(s.log.String(), 3000))
+		}
+		return strings.TrimSpace(string(out))
+	}
+	id := asAlice("create", "web", "--desired", "RUNNING", "--cmd", `exec python3 -m http.server --bind 127.0.0.1 "$PORT"`)
+	asAlice("wait", id, "RUNNING", "--timeout", "30s")
+	if err := os.WriteFile(filepath.Join(data, "volumes", id, "notes.txt"), []byte("hello"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var body string
+	waitFor(t, 20*time.Second, "the workspace's server to answer through the proxy", func() (bool, string) {
+		var resp *http.Response
+		resp, body = s.request(t, alice, "/w/"+id+"/")
+		return resp.StatusCode == 200 && strings.Contains(body, "notes.txt"), resp.Status + " " + body
+	})
+	if resp, body := s.request(t, alice, "/w/"+id+"/notes.txt"); resp.StatusCode != 200 || body != "hello" {
+		t.Fatalf("GET a file through the proxy: %s %q", resp.Status, body)
+	}
+	if resp, _ := s.request(t, alice, "/w/"+id); resp.StatusCode != http.StatusMovedPermanently || resp.Header.Get("Location") != "/w/"+id+"/" {
+		t.Fatalf("/w/{id} without a slash: %s %s", resp.Status, resp.Header.Get("Location"))
+	}
+	if resp, _ := s.request(t, "", "/w/"+id+"/"); resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("no token: %s", resp.Status)
+	}
+	if resp, _ := s.request(t, bob, "/w/"+id+"/notes.txt"); resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("bob: %s", resp.Status)
+	}
+
+	// Archived, then opened: it wakes and serves its files again.
+	asAlice("archive", id)
+	asAlice("wait", id, "PENDING", "--timeout", "30s")
+	resp, page := s.request(t, alice, "/w/"+id+"/notes.txt", "Accept", "text/html")
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || !strings.Contains(page, `http-equiv="refresh"`) {
+		t.Fatalf("opening an archived workspace: %s Retry-After %q\n%s", resp.Status, resp.Header.Get("Retry-After"), page)
+	}
+	waitFor(t, 60*time.Second, "the woken workspace to serve its file", func() (bool, string) {
+		resp, body := s.request(t, alice, "/w/"+id+"/notes.txt")
+		return resp.StatusCode == 200 && body == "hello", resp.Status
+	})
+	if audit := s.cli("audit", "--workspace", id); !strings.Contains(audit, "workspace.wake") || !strings.Contains(audit, "alice") {
+		t.Fatalf("the wake is not in the audit log:\n%s", audit)
+	}
+
+	// WebSocket through the proxy.
+	script, err := os.ReadFile(filepath.Join("testdata", "wsecho.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wsID := asAlice("create", "sock", "--cmd", "exec python3 wsecho.py")
+	asAlice("wait", wsID, "STANDBY", "--timeout", "30s") // its volume exists
+	if err := os.WriteFile(filepath.Join(data, "volumes", wsID, "wsecho.py"), script, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	asAlice("up", wsID)
+	asAlice("wait", wsID, "RUNNING", "--timeout", "30s")
+	waitFor(t, 20*time.Second, "a WebSocket echo through the proxy", func() (bool, string) {
+		got, err := wsEcho(s.url, "/w/"+wsID+"/", alice, "ping")
+		return err == nil && got == "echo: ping", got + " " + errString(err)
+	})
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// wsEcho opens a WebSocket at base+path with token, sends one text frame
+// and reads one back (a client on raw sockets: the handshake and RFC 6455
+// framing, masked as a client must).
+func wsEcho(base, path, token, msg string) (string, error) {
+	conn, err := net.DialTimeout("tcp", strings.TrimPrefix(base, "http://"), 2*time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(5 * time.Second))
+	key := make([]byte, 16)
+	rand.Read(key)
+	req := "GET " + path + " HTTP/1.1\r\nHost: " + strings.TrimPrefix(base, "http://") + "\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
+		"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: " + base64.StdEncoding.EncodeToString(key) + "\r\nAuthorization: Bearer " + token + "\r\n\r\n"
+	if _, err := io.WriteString(conn, req); err != nil {
+		return "", err
+	}
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		return resp.Status, nil
+	}
+	mask := []byte{1, 2, 3, 4}
+	frame := append([]byte{0x81, 0x80 | byte(len(msg))}, mask...)
+	for i := range len(msg) {
+		frame = append(frame, msg[i]^mask[i%4])
+	}
+	if _, err := conn.Write(frame); err != nil {
+		return "", err
+	}
+	head := make([]byte, 2)
+	if _, err := io.ReadFull(br, head); err != nil {
+		return "", err
+	}
+	payload := make([]byte, head[1]&0x7F)
+	if _, err := io.ReadFull(br, payload); err != nil {
+		return "", err
+	}
+	return string(payload), nil
+}
+
+// endpointFake serves one workspace's PORT from an httptest server.
+type endpointFake struct {
+	provider.Container
+	addr string
+}
+
+func (e endpointFake) Endpoint(_ context.Context, _ string) (string, error) { return e.addr, nil }
+
+// Proxied traffic is activity for the TTL manager, written at most once per
+// ActivityEvery; the workspace's program never sees the caller's token or
+// session cookie, and learns the prefix it is served under.
+func TestProxyActivityAndCredentials(t *testing.T) {
+	st := openStore(t, storetest.SQLiteDSN(t))
+	var seen []http.Header
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen = append(seen, r.Header.Clone())
+		io.WriteString(w, "path="+r.URL.Path)
+	}))
+	defer upstream.Close()
+	clk := clock.NewFake(time.Now())
+	env := newAPIEnv(t, st, APIConfig{Clock: clk, Container: endpointFake{addr: strings.TrimPrefix(upstream.URL, "http://")}, ActivityEvery: 30 * time.Second})
+	ctx := t.Context()
+	w, err := st.Create(ctx, NewWorkspace{Name: "web", Desired: Running}, clk.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	storetest.Force(t, st, w.ID, map[string]any{"observed_status": "RUNNING"})
+	get := func() string {
+		req, _ := http.NewRequest("GET", env.srv.URL+"/w/"+w.ID+"/a/b?q=1", nil)
+		req.Header.Set("Authorization", "Bearer "+env.admin)
+		req.AddCookie(&http.Cookie{Name: "gantry_session", Value: "gwsess_secret"})
+		req.AddCookie(&http.Cookie{Name: "app", Value: "kept"})
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("proxied GET: %s %s", resp.Status, b)
+		}
+		return string(b)
+	}
+	v0, _, _ := st.DesiredVersion(ctx, w.ID)
+	for range 5 {
+		if body := get(); body != "path=/a/b" {
+			t.Fatalf("upstream saw %q, want the path without the /w/{id} prefix", body)
+		}
+	}
+	v1, _, _ := st.DesiredVersion(ctx, w.ID)
+	clk.Advance(31 * time.Second)
+	get()
+	v2, _, _ := st.DesiredVersion(ctx, w.ID)
+	if v1 != v0+1 || v2 != v1+1 {
+		t.Fatalf("desired_version %d → %d (5 requests) → %d (after 31 s): want one touch per 30 s", v0, v1, v2)
+	}
+	h := seen[0]
+	if h.Get("Authorization") != "" || strings.Contains(h.Get("Cookie"), "gantry_session") || !strings.Contains(h.Get("Cookie"), "app=kept") {
+		t.Fatalf("the workspace saw credentials: Authorization %q, Cookie %q", h.Get("Authorization"), h.Get("Cookie"))
+	}
+	if h.Get("X-Forwarded-Prefix") != "/w/"+w.ID || h.Get("X-Forwarded-Host") == "" {
+		t.Fatalf("forwarding headers: %v", h)
+	}
+}
+
+// Proxied traffic keeps a workspace from the idle TTL; without it, the
+// workspace is stopped (fake clock).
+func TestProxyTrafficIsActivityForTheTTL(t *testing.T) {
+	st := openStore(t, storetest.SQLiteDSN(t))
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	defer upstream.Close()
+	clk := clock.NewFake(ttlT0)
+	env := newAPIEnv(t, st, APIConfig{Clock: clk, Container: endpointFake{addr: strings.TrimPrefix(upstream.URL, "http://")}})
+	busy := seedConverged(t, st, "busy", Running)
+	quiet := seedConverged(t, st, "quiet", Running)
+	ttl, err := NewTTLManager(TTLConfig{IdleTimeout: 30 * time.Minute, Clock: clk}, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 4 { // 40 minutes, a request to busy every 10
+		clk.Advance(10 * time.Minute)
+		req, _ := http.NewRequest("GET", env.srv.URL+"/w/"+busy+"/", nil)
+		req.Header.Set("Authorization", "Bearer "+env.admin)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("proxied GET: %s", resp.Status)
+		}
+		if _, err := ttl.Pass(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for id, want := range map[string]Status{busy: Running, quiet: Standby} {
+		if w, _ := st.Get(t.Context(), id); w.DesiredState != want {
+			t.Errorf("%s after 40 idle-TTL minutes: desired %s, want %s", w.Name, w.DesiredState, want)
+		}
+	}
+}
