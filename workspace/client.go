@@ -175,3 +175,41 @@ type AuditQuery struct {
 	Workspace, Owner, Since string
 	Limit                   int
 }
+
+// Logs copies the workspace command's output to w: the last tail lines
+// (0: all), then with follow what comes next until ctx ends.
+func (c *Client) Logs(ctx context.Context, id string, tail int, follow bool, w io.Writer) error {
+	q := url.Values{}
+	if tail > 0 {
+		q.Set("tail", fmt.Sprint(tail))
+	}
+	if follow {
+		q.Set("follow", "1")
+	}
+	req, err := http.NewRequestWithContext(ctx, "GET", c.Base+"/v1/workspaces/"+url.PathEscape(id)+"/logs?"+q.Encode(), nil)
+	if err != nil {
+		return err
+	}
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	hc := c.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		var e struct{ Error string }
+		json.NewDecoder(resp.Body).Decode(&e)
+		return &APIError{Status: resp.StatusCode, Message: e.Error}
+	}
+	_, err = io.Copy(w, resp.Body)
+	if ctx.Err() != nil {
+		return nil // followed until the caller stopped
+	}
+	return err
+}

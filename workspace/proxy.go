@@ -1,11 +1,14 @@
 package workspace
 
 import (
+	"errors"
 	"fmt"
 	"html"
+	"io"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -30,6 +33,7 @@ const proxyPrefix = "/w/"
 func (a *API) proxyRoutes() []route {
 	return []route{
 		{"/w/{id}/{path...}", "", a.proxy},
+		{"GET /v1/workspaces/{id}/logs", "", a.logs},
 		{"/w/{id}", "", func(w http.ResponseWriter, r *http.Request) {
 			http.Redirect(w, r, proxyPrefix+url.PathEscape(r.PathValue("id"))+"/", http.StatusMovedPermanently)
 		}},
@@ -154,3 +158,49 @@ func (a *API) starting(w http.ResponseWriter, r *http.Request, ws Workspace, why
 	}
 	writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": msg})
 }
+
+// logs streams the workspace command's output: GET …/logs?tail=N&follow=1.
+func (a *API) logs(w http.ResponseWriter, r *http.Request) {
+	ws, err := a.lookup(r)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	lr, ok := a.cfg.Container.(provider.LogReader)
+	if !ok {
+		a.fail(w, r, fmt.Errorf("%w: this server's provider keeps no logs", ErrBadInput))
+		return
+	}
+	q := r.URL.Query()
+	tail := 0
+	if s := q.Get("tail"); s != "" {
+		if tail, err = strconv.Atoi(s); err != nil || tail < 0 {
+			a.fail(w, r, fmt.Errorf("%w: tail %q: want a number of lines", ErrBadInput, s))
+			return
+		}
+	}
+	follow := q.Get("follow") == "1" || q.Get("follow") == "true"
+	rc := http.NewResponseController(w)
+	if follow {
+		rc.SetWriteDeadline(time.Time{})
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	err = lr.Logs(r.Context(), ws.ID, tail, follow, flushWriter{w, rc})
+	if errors.Is(err, provider.ErrNotFound) {
+		a.fail(w, r, fmt.Errorf("%w: %v", ErrNotFound, err))
+		return
+	}
+	if err != nil && r.Context().Err() == nil {
+		a.log.Warn("workspace: logs", "id", ws.ID, "err", err)
+	}
+}
+
+// flushWriter flushes after every write (a followed log arrives as written).
+type flushWriter struct {
+	w  io.Writer
+	rc *http.ResponseController
+}
+
+func (f flushWriter) Write(p []byte) (int, error) { return f.w.Write(p) }
+func (f flushWriter) Flush()                      { f.rc.Flush() }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gantryhq/gantry/internal/clock"
+	"github.com/gantryhq/gantry/internal/testutil"
 	"github.com/gantryhq/gantry/workspace/provider"
 	"github.com/gantryhq/gantry/workspace/store/storetest"
 )
@@ -278,5 +279,44 @@ func TestProxyTrafficIsActivityForTheTTL(t *testing.T) {
 		if w, _ := st.Get(t.Context(), id); w.DesiredState != want {
 			t.Errorf("%s after 40 idle-TTL minutes: desired %s, want %s", w.Name, w.DesiredState, want)
 		}
+	}
+}
+
+// `ws logs` prints the workspace command's output (--tail N lines), and
+// with -f keeps following it across a restart.
+func TestLogsThroughCLI(t *testing.T) {
+	if testing.Short() {
+		t.Skip("process-level test")
+	}
+	data := t.TempDir()
+	s := startServe(t, "", data)
+	id := strings.TrimSpace(s.cli("create", "talk", "--desired", "RUNNING", "--cmd",
+		`echo "start $(date +%s%N)"; i=0; while true; do echo "line $i"; i=$((i+1)); sleep 0.05; done`))
+	s.cli("wait", id, "RUNNING", "--timeout", "30s")
+	waitFor(t, 10*time.Second, "some output", func() (bool, string) {
+		out := s.cli("logs", id)
+		return strings.Count(out, "line ") >= 5, out
+	})
+	if out := s.cli("logs", id, "--tail", "2"); strings.Count(out, "\n") != 2 || !strings.HasPrefix(out, "line ") {
+		t.Fatalf("--tail 2 printed %q", out)
+	}
+	follow := exec.Command(s.bin, "ws", "--server", s.url, "logs", id, "-f", "--tail", "1")
+	follow.Env = append(os.Environ(), "GANTRY_TOKEN="+s.token())
+	var out testutil.Buffer
+	follow.Stdout = &out
+	if err := follow.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { follow.Process.Kill(); follow.Wait() }()
+	waitFor(t, 10*time.Second, "followed lines", func() (bool, string) { return strings.Count(out.String(), "line ") >= 5, out.String() })
+	s.cli("down", id)
+	s.cli("wait", id, "STANDBY", "--timeout", "30s")
+	s.cli("up", id)
+	s.cli("wait", id, "RUNNING", "--timeout", "30s")
+	waitFor(t, 10*time.Second, "the restarted command's output in the same follow", func() (bool, string) {
+		return strings.Count(out.String(), "start ") >= 1 && strings.Contains(out.String()[strings.LastIndex(out.String(), "start "):], "line 3"), out.String()
+	})
+	if resp, _ := s.request(t, "", "/v1/workspaces/"+id+"/logs"); resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("logs without a token: %s", resp.Status)
 	}
 }

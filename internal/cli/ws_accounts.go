@@ -189,3 +189,19 @@ func dash(s string) string {
 	}
 	return s
 }
+
+func newWSLogsCmd(client func() *workspace.Client) *cobra.Command {
+	var tail int
+	var follow bool
+	cmd := &cobra.Command{
+		Use:   "logs ID [-f] [--tail N]",
+		Short: "Print a workspace command's output (-f: keep following it, across restarts)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return client().Logs(cmd.Context(), args[0], tail, follow, cmd.OutOrStdout())
+		},
+	}
+	cmd.Flags().IntVar(&tail, "tail", 0, "only the last N lines (0: all)")
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing what the command writes until Ctrl-C")
+	return cmd
+}

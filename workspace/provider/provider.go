@@ -196,3 +196,11 @@ func (f ContainerFuncs) Observe(ctx context.Context, id string) (ContainerState,
 }
 
 var _ Container = ContainerFuncs{}
+
+// LogReader is a Container that keeps its workspaces' command output.
+type LogReader interface {
+	// Logs writes the last tail lines of id's output (tail <= 0: all of
+	// it) to w, then, with follow, what the command writes next, across
+	// restarts, until ctx ends.
+	Logs(ctx context.Context, id string, tail int, follow bool, w io.Writer) error
+}

@@ -33,6 +33,8 @@ type Container struct {
 	RunDir string
 	// StopGrace is how long Stop waits after SIGTERM before SIGKILL; 0 = 5 s.
 	StopGrace time.Duration
+	// LogCap: a start rotates <id>.log past this size; 0 = DefaultLogCap.
+	LogCap int64
 }
 
 var (
@@ -117,7 +119,9 @@ func (c *Container) Start(ctx context.Context, spec provider.Spec) error {
 	if err := os.MkdirAll(c.RunDir, 0o755); err != nil {
 		return err
 	}
-	logf, err := os.OpenFile(filepath.Join(c.RunDir, spec.ID+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	logPath := filepath.Join(c.RunDir, spec.ID+".log")
+	c.rotate(logPath)
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}

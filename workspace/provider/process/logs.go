@@ -1,0 +1,163 @@
+package process
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/gantryhq/gantry/workspace/provider"
+)
+
+var _ provider.LogReader = (*Container)(nil)
+
+// DefaultLogCap is the size at which a workspace's log is rotated when its
+// command starts: <id>.log becomes <id>.log.1 (replacing the older one).
+const DefaultLogCap = 8 << 20
+
+func (c *Container) logPath(id string) (string, error) {
+	if _, err := c.pidfile(id); err != nil {
+		return "", err
+	}
+	return filepath.Join(c.RunDir, id+".log"), nil
+}
+
+// rotate moves a log over the cap aside before a start appends to it.
+func (c *Container) rotate(path string) {
+	limit := c.LogCap
+	if limit <= 0 {
+		limit = DefaultLogCap
+	}
+	if fi, err := os.Stat(path); err == nil && fi.Size() >= limit {
+		os.Rename(path, path+".1")
+	}
+}
+
+// Logs writes the tail of id's output and, with follow, what comes next,
+// polling the file (and reopening it when a restart rotated it).
+func (c *Container) Logs(ctx context.Context, id string, tail int, follow bool, w io.Writer) error {
+	path, err := c.logPath(id)
+	if err != nil {
+		return err
+	}
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) && follow {
+		f, err = waitFor(ctx, path)
+	}
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("%w: no output of workspace %s yet", provider.ErrNotFound, id)
+		}
+		return err
+	}
+	defer func() { f.Close() }()
+	if err := writeTail(f, tail, w); err != nil || !follow {
+		return err
+	}
+	return followFile(ctx, &f, path, w)
+}
+
+// followFile copies what is appended to *f (and, after a restart rotated
+// the log, to the new file at path) to w until ctx ends.
+func followFile(ctx context.Context, f **os.File, path string, w io.Writer) error {
+	flush := func() {
+		if fl, ok := w.(interface{ Flush() }); ok {
+			fl.Flush()
+		}
+	}
+	flush()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := (*f).Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return werr
+			}
+			flush()
+			continue
+		}
+		if err != nil && err != io.EOF {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(100 * time.Millisecond):
+		}
+		if rotated(*f, path) {
+			if nf, err := os.Open(path); err == nil {
+				(*f).Close()
+				*f = nf
+			}
+		}
+	}
+}
+
+// rotated reports whether path is no longer the file f reads.
+func rotated(f *os.File, path string) bool {
+	a, err1 := f.Stat()
+	b, err2 := os.Stat(path)
+	return err1 == nil && err2 == nil && !os.SameFile(a, b)
+}
+
+func waitFor(ctx context.Context, path string) (*os.File, error) {
+	for {
+		f, err := os.Open(path)
+		if !errors.Is(err, os.ErrNotExist) {
+			return f, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// writeTail writes the last n lines of f (all if n <= 0) and leaves f at
+// its end.
+func writeTail(f *os.File, n int, w io.Writer) error {
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	start := int64(0)
+	if n > 0 {
+		start = tailOffset(f, fi.Size(), n)
+	}
+	if _, err := f.Seek(start, io.SeekStart); err != nil {
+		return err
+	}
+	_, err = io.Copy(w, bufio.NewReader(io.LimitReader(f, fi.Size()-start)))
+	return err
+}
+
+// tailOffset finds where the last n lines of the first size bytes of f
+// begin, reading backwards in blocks.
+func tailOffset(f *os.File, size int64, n int) int64 {
+	const block = 64 << 10
+	lines := 0
+	pos := size
+	buf := make([]byte, block)
+	for pos > 0 {
+		k := min(int64(block), pos)
+		pos -= k
+		if _, err := f.ReadAt(buf[:k], pos); err != nil {
+			return 0
+		}
+		chunk := buf[:k]
+		for i := len(chunk) - 1; i >= 0; i-- {
+			if chunk[i] != '\n' || pos+int64(i) == size-1 {
+				continue
+			}
+			if lines++; lines == n {
+				return pos + int64(i) + 1
+			}
+		}
+	}
+	return 0
+}
