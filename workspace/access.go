@@ -53,6 +53,8 @@ func isPublic(r *http.Request) bool {
 // admitted request carries its principal (auth.FromContext).
 func (a *API) admit(w http.ResponseWriter, r *http.Request, note *reqNote) (*http.Request, bool) {
 	if err := a.cop.Check(r); err != nil {
+		// Anyone can send these: audit them only at the failure limiter's pace.
+		note.skipAudit = a.authn.Throttled(auth.RemoteIP(r))
 		a.fail(w, r, fmt.Errorf("%w: cross-site request refused (Origin %q)", errForbidden, r.Header.Get("Origin")))
 		return r, false
 	}
@@ -65,7 +67,7 @@ func (a *API) admit(w http.ResponseWriter, r *http.Request, note *reqNote) (*htt
 		var te *auth.ThrottledError
 		switch {
 		case errors.As(err, &te):
-			note.skipAudit = true // unbounded by design: logged when throttling starts, not per request
+			note.skipAudit = true // unbounded: the failures before the throttle were logged and audited
 		case !auth.IsStoreError(err):
 			a.log.Warn("workspace: authentication failed", "remote", auth.RemoteIP(r), "method", r.Method, "path", r.URL.Path, "reason", err)
 		}
@@ -73,7 +75,11 @@ func (a *API) admit(w http.ResponseWriter, r *http.Request, note *reqNote) (*htt
 		return r, false
 	}
 	note.principal = p
-	return r.WithContext(auth.WithPrincipal(r.Context(), p)), true
+	ctx := auth.WithPrincipal(r.Context(), p)
+	// Long streams re-check that the credential still holds (revoked,
+	// logged out, expired) on every keep-alive.
+	ctx = auth.WithRecheck(ctx, func() error { _, err := a.authn.Authenticate(r); return err })
+	return r.WithContext(ctx), true
 }
 
 // audit records the request if its route mutates.

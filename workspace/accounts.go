@@ -95,6 +95,10 @@ func (a *API) createToken(w http.ResponseWriter, r *http.Request) {
 		}
 		ttl = d
 	}
+	if req.Owner == AdminOwner && !req.Admin {
+		a.fail(w, r, fmt.Errorf("%w: owner %q is reserved for admin tokens (it owns the workspaces made before owners existed)", ErrBadInput, AdminOwner))
+		return
+	}
 	t, secret, err := auth.NewToken(req.Owner, req.Admin, a.clock.Now(), ttl)
 	if err == nil {
 		err = a.store.CreateToken(r.Context(), t)
@@ -199,7 +203,11 @@ func (a *API) login(w http.ResponseWriter, r *http.Request) {
 		p, err = a.authn.Check(r, secret)
 	}
 	if err != nil {
-		if !auth.IsStoreError(err) {
+		var te *auth.ThrottledError
+		switch {
+		case errors.As(err, &te):
+			noteOf(r).skipAudit = true // the failures before the throttle were logged and audited
+		case !auth.IsStoreError(err):
 			a.log.Warn("workspace: page login failed", "remote", auth.RemoteIP(r), "reason", err)
 		}
 		if form {

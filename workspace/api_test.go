@@ -53,6 +53,7 @@ func TestAPIBadInput(t *testing.T) {
 				{"POST", "/v1/workspaces", `{"name":"x","owner":"bob"}`, 400, "unknown field"},
 				{"POST", "/v1/workspaces", `{"name":"x","command":"` + strings.Repeat("y", 1<<20) + `"}`, 413, "too large"},
 				{"POST", "/v1/tokens", `{"owner":"Not Valid"}`, 400, "owner"},
+				{"POST", "/v1/tokens", `{"owner":"admin"}`, 400, "reserved"},
 				{"POST", "/v1/tokens", `{"owner":"ok","expires_in":"soon"}`, 400, "expires_in"},
 				{"GET", "/v1/audit?since=yesterday", ``, 400, "since"},
 			}
@@ -131,15 +132,39 @@ func TestAPIThrottlesFailedAuthentication(t *testing.T) {
 	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "10" {
 		t.Fatalf("4th failure: %d Retry-After %q; want 429 and 10", resp.StatusCode, resp.Header.Get("Retry-After"))
 	}
-	if code := get(env.admin).StatusCode; code != http.StatusTooManyRequests {
-		t.Fatalf("a good token from a throttled address: %d, want 429", code)
+	// A valid token still passes: the throttle slows guessing, it does not
+	// lock out every user behind the same address.
+	if code := get(env.admin).StatusCode; code != 200 {
+		t.Fatalf("a good token from a throttled address: %d, want 200", code)
+	}
+	if code := get("wrong").StatusCode; code != http.StatusTooManyRequests {
+		t.Fatalf("a bad token while throttled: %d, want 429", code)
 	}
 	clk.Advance(10 * time.Second)
-	if code := get(env.admin).StatusCode; code != 200 {
-		t.Fatalf("after the refill: %d, want 200", code)
+	if code := get("wrong").StatusCode; code != http.StatusUnauthorized {
+		t.Fatalf("after the refill: %d, want 401", code)
 	}
-	if n := strings.Count(log.String(), "authentication failed"); n != 3 {
-		t.Fatalf("%d failures logged, want 3:\n%s", n, log.String())
+	if n := strings.Count(log.String(), "authentication failed"); n != 4 {
+		t.Fatalf("%d failures logged, want 4 (throttled ones are not):\n%s", n, log.String())
+	}
+	// Cross-site refusals cost an audit row only at the limiter's pace.
+	clk.Advance(time.Hour)
+	before, _ := st.Audit(t.Context(), auth.AuditFilter{})
+	for range 20 {
+		req, _ := http.NewRequest("POST", env.srv.URL+"/v1/workspaces", strings.NewReader(`{"name":"x"}`))
+		req.Header.Set("Sec-Fetch-Site", "cross-site")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Fatalf("cross-site POST: %d, want 403", resp.StatusCode)
+		}
+	}
+	after, _ := st.Audit(t.Context(), auth.AuditFilter{})
+	if n := len(after) - len(before); n < 1 || n > 3 {
+		t.Fatalf("20 cross-site refusals wrote %d audit rows, want 1 to 3 (the limiter's burst)", n)
 	}
 }
 

@@ -18,7 +18,9 @@ import (
 )
 
 // The HTTP proxy into workspaces: {server}/w/{id}/… reaches the workspace's
-// PORT (HTTP and WebSocket), authorised like every API call. A workspace
+// PORT (HTTP and WebSocket) for a bearer token that may see the workspace
+// (never for the page's session cookie: the proxy shares the API's origin,
+// so a workspace's page must not run with a browser session). A workspace
 // that is not running is woken: the request sets desired RUNNING (quotas
 // apply; audited as workspace.wake) and answers 503 with Retry-After, a page
 // that reloads itself for a browser. Proxied traffic is activity for the
@@ -64,6 +66,13 @@ func (t *activity) due(id string, now time.Time, every time.Duration) bool {
 }
 
 func (a *API) proxy(w http.ResponseWriter, r *http.Request) {
+	if p, _ := auth.FromContext(r.Context()); p.SessionID != "" {
+		// The proxy serves workspaces on the API's own origin: a page there
+		// could use the browser's session against /v1. Until workspaces get
+		// origins of their own, only API tokens (not the page's cookie) go in.
+		a.fail(w, r, fmt.Errorf("%w: the workspace proxy takes an API token (Authorization: Bearer), not the page's session", errForbidden))
+		return
+	}
 	ws, err := a.lookup(r)
 	if err != nil {
 		a.fail(w, r, err)

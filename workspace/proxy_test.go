@@ -243,6 +243,24 @@ func TestProxyActivityAndCredentials(t *testing.T) {
 	if h.Get("X-Forwarded-Prefix") != "/w/"+w.ID || h.Get("X-Forwarded-Host") == "" {
 		t.Fatalf("forwarding headers: %v", h)
 	}
+	// The page's session cookie does not open the proxy (same origin as the API).
+	login, err := http.Post(env.srv.URL+"/v1/session", "application/json", strings.NewReader(`{"token":"`+env.admin+`"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	login.Body.Close()
+	req, _ := http.NewRequest("GET", env.srv.URL+"/w/"+w.ID+"/", nil)
+	for _, c := range login.Cookies() {
+		req.AddCookie(c)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden || len(login.Cookies()) == 0 {
+		t.Fatalf("the proxy with a page session: %s, want 403", resp.Status)
+	}
 }
 
 // Proxied traffic keeps a workspace from the idle TTL; without it, the

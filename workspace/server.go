@@ -143,8 +143,7 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 		st.Close()
 		return nil, err
 	}
-	s.API = NewAPI(APIConfig{Store: st, Storage: cfg.Storage, Container: cfg.Container, Hints: s.hints, Quotas: cfg.Quotas,
-		SecureCookies: cfg.TLSCert != "", Logger: cfg.Logger})
+	s.API = NewAPI(apiConfig(cfg, st, s.hints))
 	retention := &Retention{Store: st, Audit: cfg.AuditRetention, Logger: cfg.Logger}
 	singletons := SingletonsConfig{Store: st, Monitor: s.Mon, TTL: s.TTL, Retention: retention, Lease: cfg.LeaderLease,
 		NodeID: s.Rec.Config().Owner, Metrics: metrics, Logger: cfg.Logger}
@@ -236,4 +235,11 @@ func (s *Server) startHints(cfg ServerConfig) error {
 		s.hints = hints.NewLocal()
 	}
 	return nil
+}
+
+// apiConfig is the API's configuration under cfg. The session cookie is
+// Secure under TLS, and with --insecure-listen (a TLS proxy is in front).
+func apiConfig(cfg ServerConfig, st *store.Store, h Hints) APIConfig {
+	return APIConfig{Store: st, Storage: cfg.Storage, Container: cfg.Container, Hints: h, Quotas: cfg.Quotas,
+		SecureCookies: cfg.TLSCert != "" || cfg.InsecureListen, Logger: cfg.Logger}
 }

@@ -62,16 +62,19 @@ func NewAuthenticator(st Store, c clock.Clock, l *Limiter) *Authenticator {
 
 // Authenticate checks the request's bearer token, or failing that its
 // session cookie. Failures count against the remote address; while it is
-// throttled every request from it gets *ThrottledError without a lookup.
+// throttled a failure gets *ThrottledError instead of its reason, but a
+// valid credential still passes (the throttle slows guessing; it must not
+// let one client lock out every user behind the same proxy address).
 func (a *Authenticator) Authenticate(r *http.Request) (Principal, error) {
 	ip := RemoteIP(r)
+	p, err := a.authenticate(r)
+	if err == nil || isStoreError(err) {
+		return p, err
+	}
 	if wait := a.limiter.Wait(ip); wait > 0 {
 		return Principal{}, &ThrottledError{RetryAfter: wait}
 	}
-	p, err := a.authenticate(r)
-	if err != nil && !isStoreError(err) {
-		a.limiter.Fail(ip)
-	}
+	a.limiter.Fail(ip)
 	return p, err
 }
 
@@ -101,14 +104,26 @@ func (a *Authenticator) authenticate(r *http.Request) (Principal, error) {
 // page's login form), throttled like Authenticate.
 func (a *Authenticator) Check(r *http.Request, secret string) (Principal, error) {
 	ip := RemoteIP(r)
+	p, err := a.ByToken(r.Context(), strings.TrimSpace(secret))
+	if err == nil || isStoreError(err) {
+		return p, err
+	}
 	if wait := a.limiter.Wait(ip); wait > 0 {
 		return Principal{}, &ThrottledError{RetryAfter: wait}
 	}
-	p, err := a.ByToken(r.Context(), strings.TrimSpace(secret))
-	if err != nil && !isStoreError(err) {
-		a.limiter.Fail(ip)
-	}
+	a.limiter.Fail(ip)
 	return p, err
+}
+
+// Throttled reports whether ip is throttled now, and counts one more
+// failure against it if not: callers refusing a request for another reason
+// (a cross-site check) use it to bound what such refusals cost.
+func (a *Authenticator) Throttled(ip string) bool {
+	if a.limiter.Wait(ip) > 0 {
+		return true
+	}
+	a.limiter.Fail(ip)
+	return false
 }
 
 // IsStoreError reports whether err is the token store failing (the

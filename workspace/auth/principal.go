@@ -70,6 +70,22 @@ func FromContext(ctx context.Context) (p Principal, ok bool) {
 	return p, ok
 }
 
+type recheckKey struct{}
+
+// WithRecheck returns ctx carrying f, which authenticates the request again.
+func WithRecheck(ctx context.Context, f func() error) context.Context {
+	return context.WithValue(ctx, recheckKey{}, f)
+}
+
+// Recheck authenticates ctx's request again (nil when it still holds, or
+// when ctx carries no check).
+func Recheck(ctx context.Context) error {
+	if f, ok := ctx.Value(recheckKey{}).(func() error); ok {
+		return f()
+	}
+	return nil
+}
+
 // Scope is the owner filter for p's reads: "" (every owner) for an admin,
 // else p's own owner.
 func (p Principal) Scope() string {

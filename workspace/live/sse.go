@@ -69,6 +69,9 @@ func (s *Server) pump(r *http.Request, rc *http.ResponseController, w http.Respo
 			b, _ := json.Marshal(e)
 			_, err = fmt.Fprintf(w, "event: %s\nid: %d\ndata: %s\n\n", e.Type, e.Seq, b)
 		case <-ka.C:
+			if auth.Recheck(r.Context()) != nil {
+				return // revoked, logged out or expired: the stream ends
+			}
 			_, err = fmt.Fprint(w, ": keep-alive\n\n")
 		}
 		if err != nil || rc.Flush() != nil {

@@ -64,6 +64,33 @@ func TestQuotaIsRaceFree(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			// The slot moving between two workspaces while a third asks:
+			// A down, A up again, B up, at once, over and over.
+			a, b := ids[0], ids[1]
+			if _, err := stores[0].SetDesiredWithin(ctx, a, wstype.Running, q, time.Now()); err != nil {
+				t.Fatal(err)
+			}
+			for round := range 30 {
+				var wg sync.WaitGroup
+				for i, step := range []struct {
+					id string
+					to wstype.Status
+				}{{a, wstype.Standby}, {a, wstype.Running}, {b, wstype.Running}} {
+					wg.Go(func() { stores[i%2].SetDesiredWithin(ctx, step.id, step.to, q, time.Now()) })
+				}
+				wg.Wait()
+				n := 0
+				for _, id := range []string{a, b} {
+					if w, _ := stores[0].Get(ctx, id); w.DesiredState == wstype.Running {
+						n++
+					}
+				}
+				if n > 1 {
+					t.Fatalf("round %d: %d workspaces desired RUNNING with one slot", round, n)
+				}
+				stores[0].SetDesired(ctx, b, wstype.Standby, time.Now())
+				stores[0].SetDesiredWithin(ctx, a, wstype.Running, q, time.Now())
+			}
 		})
 	}
 }

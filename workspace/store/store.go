@@ -185,7 +185,7 @@ func (s *Store) applyMigration(ctx context.Context, version int, body string) er
 	if n > 0 {
 		return nil
 	}
-	for _, stmt := range strings.Split(body, ";") {
+	for _, stmt := range strings.Split(stripComments(body), ";") { // comments first: a ; in one would split a statement
 		if strings.TrimSpace(stripComments(stmt)) == "" {
 			continue
 		}
@@ -391,7 +391,7 @@ func (s *Store) SetDesiredWithin(ctx context.Context, id string, desired wstype.
 	}
 	ms := now.UnixMilli()
 	var n int64
-	if q.Running <= 0 || desired != wstype.Running || w.DesiredState == wstype.Running {
+	if q.Running <= 0 || desired != wstype.Running {
 		n, err = s.exec(ctx, setDesiredSQL, string(desired), ms, ms, w.ID)
 	} else {
 		err = s.withOwnerLock(ctx, w.Owner, func(tx *sql.Tx) error {

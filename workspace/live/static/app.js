@@ -77,15 +77,7 @@ function render() {
     actions.className = "actions";
     const ws = `/v1/workspaces/${encodeURIComponent(w.id)}`;
     const set = (s) => () => api("PUT", `${ws}/desired`, { desired_state: s });
-    const open = document.createElement("a");
-    open.href = `/w/${encodeURIComponent(w.id)}/`;
-    open.target = "_blank";
-    open.rel = "noopener";
-    open.textContent = "open";
-    open.title = "its PORT through the proxy (wakes it if it is not running)";
-    open.className = "open";
     actions.append(
-      open,
       button("up", "run it (desired RUNNING)", set("RUNNING")),
       button("down", "stop it, keep the volume (desired STANDBY)", set("STANDBY")),
       button("archive", "archive it and free the volume (desired PENDING)", set("PENDING")),
