@@ -352,7 +352,9 @@ func TestCancelRunningTasksAcrossWorkers(t *testing.T) {
 	}
 	close(release)
 	waitFor(t, 30*time.Second, "the other 500 to complete", func() bool { return completed.Load() == 500 })
-	st := queueStats(t, c, q)
+	// Acks are batched: wait for Redis to have them all.
+	var st QueueStats
+	waitFor(t, 10*time.Second, "the acks", func() bool { st = queueStats(t, c, q); return st.Active == 0 })
 	if st.Cancelled != 500 || st.Retry != 0 || st.Pending != 0 || st.Active != 0 || st.Dead != 0 {
 		t.Fatalf("after: cancelled %d, retry %d, pending %d, active %d, dead %d; want 500 cancelled and nothing else left", st.Cancelled, st.Retry, st.Pending, st.Active, st.Dead)
 	}
