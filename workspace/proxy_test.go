@@ -338,3 +338,29 @@ func TestLogsThroughCLI(t *testing.T) {
 		t.Fatalf("logs without a token: %s", resp.Status)
 	}
 }
+
+// On the process provider, a command that exits with status 3 shows
+// Exited, "exit 3" and its output within 5 s, is restarted with backoff and
+// ends in ERROR after the retries.
+func TestCrashedCommandThroughCLI(t *testing.T) {
+	if testing.Short() {
+		t.Skip("process-level test")
+	}
+	s := startServe(t, "", t.TempDir(), "--max-retries", "2")
+	t0 := time.Now()
+	id := strings.TrimSpace(s.cli("create", "crash", "--desired", "RUNNING", "--cmd", "echo starting up; exit 3"))
+	waitFor(t, 5*time.Second, "Exited in error_info", func() (bool, string) {
+		w := s.get(id)
+		e := w.ErrorInfo
+		return e != nil && e.Reason == ReasonExited && e.ExitStatus == "exit 3" && strings.Contains(e.Output, "starting up"), describe(w)
+	})
+	t.Logf("exit visible %v after create", time.Since(t0).Round(time.Millisecond))
+	out, err := s.cliErr("wait", id, "RUNNING", "--timeout", "20s")
+	if err == nil || !strings.Contains(out, "ERROR") {
+		t.Fatalf("wait on a crash loop: %v\n%s", err, out)
+	}
+	w := s.get(id)
+	if w.ObservedStatus != Error || w.ErrorInfo == nil || w.ErrorInfo.Reason != ReasonRetryExceeded || w.ErrorInfo.ExitStatus != "exit 3" || w.ErrorCount != 3 {
+		t.Fatalf("after the retries: %s", describe(w))
+	}
+}

@@ -8,8 +8,12 @@ import (
 
 // failureReason is the error_info.reason of a failed, retryable provider call.
 func failureReason(err error) string {
-	if errors.Is(err, provider.ErrUnreachable) {
+	var ee *provider.ExitError
+	switch {
+	case errors.Is(err, provider.ErrUnreachable):
 		return ReasonUnreachable
+	case errors.As(err, &ee):
+		return ReasonExited
 	}
 	return ReasonActionFailed
 }

@@ -156,6 +156,7 @@ type ReconcilerStore interface {
 	Executed(ctx context.Context, id, opID string, now time.Time) error
 	SetArchiveKey(ctx context.Context, id, opID, key string, now time.Time) error
 	Failed(ctx context.Context, id, opID string, count int, info *ErrorInfo, now time.Time, next *time.Time) error
+	Crashed(ctx context.Context, id, opID string, count int, info *ErrorInfo, now time.Time, next *time.Time) error
 	Terminal(ctx context.Context, id, opID string, info *ErrorInfo, now time.Time) error
 	Complete(ctx context.Context, id, opID string, now time.Time) (bool, error)
 	DeleteRow(ctx context.Context, id, opID string) error
@@ -537,8 +538,9 @@ func (r *Reconciler) endInFlight(ctx context.Context, w *Workspace, now time.Tim
 // observation newer than a dead owner's lease.
 func (r *Reconciler) waitInFlight(ctx context.Context, w *Workspace, now time.Time) bool {
 	switch {
+	case w.OpExecuted && w.Operation == OpStarting && r.exitedSinceStart(ctx, w, now):
 	case w.OpExecuted:
-		r.pokeAt(w.ID, opStarted(w).Add(r.cfg.Timeouts[w.Operation]).Sub(now))
+		r.pokeAt(w.ID, min(opStarted(w).Add(r.cfg.Timeouts[w.Operation]).Sub(now), r.exitPoll(w)))
 	case w.NextRetryAt != nil && now.Before(*w.NextRetryAt):
 		r.pokeAt(w.ID, w.NextRetryAt.Sub(now))
 	case w.OpOwner == r.cfg.Owner || w.OpLeaseUntil == nil:
@@ -616,8 +618,34 @@ func (r *Reconciler) renewLease(ctx context.Context, w *Workspace) (stop func())
 // recordFailure records a failed provider call: terminal (a permanent
 // error, the deadline, retries exhausted) or retried after the backoff.
 func (r *Reconciler) recordFailure(ctx context.Context, w *Workspace, err error, now, deadline time.Time) {
+	info, next := r.failureInfo(w, err, now, deadline)
+	r.cfg.Logger.Warn("workspace: execute failed", "id", w.ID, "op", w.Operation, "error_count", info.ErrorCount, "reason", info.Reason, "err", err)
+	if err := r.store.Failed(ctx, w.ID, w.OpID, info.ErrorCount, info, now, next); err != nil {
+		r.cfg.Logger.Warn("workspace: record failure", "id", w.ID, "err", err)
+	}
+	r.afterFailure(ctx, w, info, now, next)
+}
+
+// afterFailure counts a terminal failure and lets the monitor flip it to
+// ERROR, or wakes the workspace for its retry.
+func (r *Reconciler) afterFailure(ctx context.Context, w *Workspace, info *ErrorInfo, now time.Time, next *time.Time) {
+	if info.IsTerminal {
+		r.cfg.Metrics.opEnded(w.Operation, terminalResult(info), w.OpStartedAt, now)
+		r.hints.Publish(ctx, ChanMonitor, w.ID)
+	} else {
+		r.pokeAt(w.ID, next.Sub(now))
+	}
+}
+
+// failureInfo is the error info of a failed attempt and, unless terminal,
+// when to try again.
+func (r *Reconciler) failureInfo(w *Workspace, err error, now, deadline time.Time) (*ErrorInfo, *time.Time) {
 	count := w.ErrorCount + 1
 	info := &ErrorInfo{Reason: failureReason(err), Operation: w.Operation, ErrorCount: count, LastError: err.Error(), OccurredAt: now.UTC()}
+	var ee *provider.ExitError
+	if errors.As(err, &ee) {
+		info.ExitStatus, info.Output = ee.Exit.Status, ee.Exit.Output
+	}
 	var next *time.Time
 	var pe *provider.PermanentError
 	switch {
@@ -632,16 +660,40 @@ func (r *Reconciler) recordFailure(ctx context.Context, w *Workspace, err error,
 		t := now.Add(r.cfg.retryPolicy().Delay(count - 1))
 		next = &t
 	}
-	r.cfg.Logger.Warn("workspace: execute failed", "id", w.ID, "op", w.Operation, "error_count", count, "reason", info.Reason, "err", err)
-	if err := r.store.Failed(ctx, w.ID, w.OpID, count, info, now, next); err != nil {
-		r.cfg.Logger.Warn("workspace: record failure", "id", w.ID, "err", err)
+	return info, next
+}
+
+// exitPoll is how soon an executed start is checked again for a command
+// that ended (the monitor sees no change: the workspace was not running
+// before either): every second, when the container can tell.
+func (r *Reconciler) exitPoll(w *Workspace) time.Duration {
+	if _, ok := r.container.(provider.ExitReporter); ok && w.Operation == OpStarting {
+		return time.Second
 	}
-	if info.IsTerminal {
-		r.cfg.Metrics.opEnded(w.Operation, terminalResult(info), w.OpStartedAt, now)
-		r.hints.Publish(ctx, ChanMonitor, w.ID)
-	} else {
-		r.pokeAt(w.ID, next.Sub(now))
+	return time.Duration(1<<63 - 1)
+}
+
+// exitedSinceStart records, if w's command ended after its start was
+// executed, a failed attempt (reason Exited, with its status and last
+// output) and reports true; the start runs again after the backoff.
+func (r *Reconciler) exitedSinceStart(ctx context.Context, w *Workspace, now time.Time) bool {
+	er, ok := r.container.(provider.ExitReporter)
+	if !ok || w.ObservedStatus == Running {
+		return false
 	}
+	e, err := er.Exited(ctx, w.ID, opStarted(w))
+	if err != nil || e == nil {
+		return false
+	}
+	info, next := r.failureInfo(w, &provider.ExitError{Exit: *e}, now, opStarted(w).Add(r.cfg.Timeouts[w.Operation]))
+	r.cfg.Logger.Warn("workspace: command ended while starting", "id", w.ID, "status", e.Status, "error_count", info.ErrorCount, "terminal", info.IsTerminal)
+	if err := r.store.Crashed(ctx, w.ID, w.OpID, info.ErrorCount, info, now, next); err != nil {
+		r.cfg.Logger.Warn("workspace: record exit", "id", w.ID, "err", err)
+		return false
+	}
+	r.hints.Publish(ctx, ChanWorkspace, w.ID)
+	r.afterFailure(ctx, w, info, now, next)
+	return true
 }
 
 // call is the provider side of each operation.

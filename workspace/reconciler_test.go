@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -277,6 +278,55 @@ func TestConvergesUnderRandomChanges(t *testing.T) {
 			h.stop()
 			if d := fk.Duplicates(); len(d) > 0 {
 				t.Fatalf("%d duplicate calls: %v", len(d), d[:min(5, len(d))])
+			}
+		})
+	}
+}
+
+// A command that ends right after its start is seen within seconds, not at
+// the STARTING timeout: error info Exited with the exit status and the
+// last output, a restart after the backoff, and ERROR once the retries are
+// spent (the exit status kept) — on every store.
+func TestCrashedStartIsReported(t *testing.T) {
+	for _, b := range recBackends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			st := b.open(t)
+			ctx := t.Context()
+			fk := fake.New(0)
+			h := startHarness(t, st, fk, hints.NewLocal(), Config{MaxRetries: 2, RetryBackoff: 300 * time.Millisecond,
+				Timeouts: map[Operation]time.Duration{OpStarting: 5 * time.Minute}})
+			mk := func(name string) Workspace {
+				w, err := st.Create(ctx, NewWorkspace{Name: name, Desired: Standby}, time.Now())
+				if err != nil {
+					t.Fatal(err)
+				}
+				h.waitState(t, w.ID, Standby, 10*time.Second)
+				return w
+			}
+			// Two crashes, then it runs: both visible, then cleared.
+			flaky := mk("flaky")
+			fk.Crash(flaky.ID, 2, "exit 3", 3)
+			t0 := time.Now()
+			st.SetDesired(ctx, flaky.ID, Running, time.Now())
+			var seen Workspace
+			waitFor(t, 5*time.Second, "the first exit in error_info", func() (bool, string) {
+				seen, _ = st.Get(ctx, flaky.ID)
+				e := seen.ErrorInfo
+				return e != nil && e.Reason == ReasonExited && e.ExitStatus == "exit 3" && strings.Contains(e.Output, "boom"), describe(seen)
+			})
+			t.Logf("exit reported %v after the start was asked for", time.Since(t0).Round(time.Millisecond))
+			got := h.waitState(t, flaky.ID, Running, 10*time.Second)
+			if got.ErrorInfo != nil || fk.Calls(flaky.ID, fake.Start) != 3 {
+				t.Fatalf("after two crashes: %s, %d starts (want 3)", describe(got), fk.Calls(flaky.ID, fake.Start))
+			}
+			// Always crashing: ERROR after the retries, the exit status kept.
+			loop := mk("loop")
+			fk.Crash(loop.ID, 100, "exit 3", 3)
+			st.SetDesired(ctx, loop.ID, Running, time.Now())
+			got = h.waitState(t, loop.ID, Error, 15*time.Second)
+			if e := got.ErrorInfo; e == nil || e.Reason != ReasonRetryExceeded || e.ExitStatus != "exit 3" || got.ErrorCount != 3 || fk.Calls(loop.ID, fake.Start) != 3 {
+				t.Fatalf("crash loop: %s, %d starts; want ERROR RetryExceeded with exit 3 after 3 starts", describe(got), fk.Calls(loop.ID, fake.Start))
 			}
 		})
 	}

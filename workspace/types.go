@@ -39,6 +39,7 @@ const (
 	ReasonRetryExceeded = wstype.ReasonRetryExceeded
 	ReasonTimeout       = wstype.ReasonTimeout
 	ReasonObserveFailed = wstype.ReasonObserveFailed
+	ReasonExited        = wstype.ReasonExited
 )
 
 // Sentinel errors (wstype's).

@@ -185,14 +185,20 @@ func TestDockerMultiHost(t *testing.T) {
 	t.Run("worker paused past the heartbeat timeout", func(t *testing.T) {
 		t.Parallel()
 		j := newDockerJob(t, c, 3)
-		j.start(nil)
-		j.master.waitLog("workers registered", 30*time.Second)
+		// Worker 2 holds before sorting (its heartbeats go on) until the
+		// file /data/release exists, so the job cannot finish before the
+		// pause however slow the docker CLI is.
+		j.start(map[int][]string{2: {"GANTRY_DSORT_FAULT=Sorting", "GANTRY_DSORT_FAULT_UNTIL=/data/release"}})
 		w := j.workers[2]
+		w.waitLog("fault point Sorting reached", 60*time.Second)
 		c.docker("pause", w.name)
 		// The master declares a worker lost after 5 s without a heartbeat;
 		// keep it frozen until the master has said so.
 		j.master.waitLog("worker lost", 20*time.Second)
 		c.docker("unpause", w.name)
+		if err := os.WriteFile(filepath.Join(w.dir, "release"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
 		j.succeed()
 	})
 

@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 )
 
 // ContainerState is what a Container observes for one workspace.
@@ -203,4 +204,26 @@ type LogReader interface {
 	// it) to w, then, with follow, what the command writes next, across
 	// restarts, until ctx ends.
 	Logs(ctx context.Context, id string, tail int, follow bool, w io.Writer) error
+}
+
+// Exit is how a workspace's command ended.
+type Exit struct {
+	Status string    // "exit 3", "signal killed"
+	Code   int       // the exit status; -1 when a signal ended it
+	At     time.Time // when it ended
+	Output string    // the last lines it wrote
+}
+
+// ExitError is Start's error for a command that ended at once.
+type ExitError struct{ Exit Exit }
+
+func (e *ExitError) Error() string {
+	return fmt.Sprintf("the command ended (%s); its last output:\n%s", e.Exit.Status, e.Exit.Output)
+}
+
+// ExitReporter is a Container that knows when a workspace's command ended.
+type ExitReporter interface {
+	// Exited reports the command's end if it ended at or after since and
+	// has not been started again; nil when it has not.
+	Exited(ctx context.Context, id string, since time.Time) (*Exit, error)
 }

@@ -463,6 +463,22 @@ func (s *Store) Failed(ctx context.Context, id, opID string, count int, info *ws
 	return err
 }
 
+// Crashed records that opID's executed start ended (the command exited
+// before it was observed running): like Failed, and the operation is to be
+// executed again (op_executed cleared) after next, unless terminal.
+func (s *Store) Crashed(ctx context.Context, id, opID string, count int, info *wstype.ErrorInfo, now time.Time, next *time.Time) error {
+	var nextMS any
+	if next != nil {
+		nextMS = next.UnixMilli()
+	}
+	_, err := s.exec(ctx, `UPDATE workspaces SET error_count = ?, error_info = ?, last_retry_at = ?, next_retry_at = ?,
+		op_executed = 0, op_lease_until = NULL,
+		previous_status = CASE WHEN ? = 1 THEN observed_status ELSE previous_status END, updated_at = ?
+		WHERE id = ? AND op_id = ? AND operation <> 'NONE' AND op_executed = 1`,
+		count, info.JSON(), now.UnixMilli(), nextMS, boolInt(info != nil && info.IsTerminal), now.UnixMilli(), id, opID)
+	return err
+}
+
 // Terminal records terminal error info for opID (Timeout); the operation
 // stays, as in the seed, until recover.
 func (s *Store) Terminal(ctx context.Context, id, opID string, info *wstype.ErrorInfo, now time.Time) error {

@@ -96,6 +96,10 @@ type ErrorInfo struct {
 	LastError  string    `json:"last_error,omitempty"`
 	Elapsed    float64   `json:"elapsed_seconds,omitempty"`
 	OccurredAt time.Time `json:"occurred_at"`
+	// ExitStatus ("exit 3", "signal killed") and Output (its last lines)
+	// tell how the workspace's command ended (reason Exited).
+	ExitStatus string `json:"exit_status,omitempty"`
+	Output     string `json:"output,omitempty"`
 }
 
 // JSON is e as the error_info column holds it: a JSON string, or nil.
@@ -169,6 +173,10 @@ const (
 	// what was last seen, an operation in flight still ends by its
 	// timeout, and the next successful observation clears it.
 	ReasonObserveFailed = "ObserveFailed"
+	// ReasonExited: the workspace's command ended while it was being
+	// started (exit status and last output in the error info); retried
+	// with backoff like a failed call, ERROR after the retries.
+	ReasonExited = "Exited"
 )
 
 // NewWorkspace is what creating a workspace needs.

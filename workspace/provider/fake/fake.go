@@ -48,11 +48,20 @@ type Provider struct {
 	lastCall   map[string]time.Time // id → when its latest mutating call began
 	inflight   map[string]int
 	duplicates []string
+	crashes    map[string]crash // id → starts whose command ends at once
+	exits      map[string]provider.Exit
+}
+
+type crash struct {
+	n      int
+	status string
+	code   int
 }
 
 var (
-	_ provider.Container = (*Provider)(nil)
-	_ provider.Storage   = (*Provider)(nil)
+	_ provider.Container    = (*Provider)(nil)
+	_ provider.Storage      = (*Provider)(nil)
+	_ provider.ExitReporter = (*Provider)(nil)
 )
 
 // New returns an empty fake world.
@@ -67,7 +76,29 @@ func New(latency time.Duration) *Provider {
 		calls:      map[string]map[Op]int{},
 		lastCall:   map[string]time.Time{},
 		inflight:   map[string]int{},
+		crashes:    map[string]crash{},
+		exits:      map[string]provider.Exit{},
 	}
+}
+
+// Crash makes the commands of id's next n starts end right after their
+// start returned, with status ("exit 3") and code: Observe then reports
+// Stopped and Exited reports the end.
+func (p *Provider) Crash(id string, n int, status string, code int) {
+	p.mu.Lock()
+	p.crashes[id] = crash{n, status, code}
+	p.mu.Unlock()
+}
+
+// Exited reports the end of id's command since since (see Crash).
+func (p *Provider) Exited(_ context.Context, id string, since time.Time) (*provider.Exit, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e, ok := p.exits[id]
+	if !ok || e.At.Before(since.Truncate(time.Millisecond)) || p.containers[id] == provider.Running {
+		return nil, nil
+	}
+	return &e, nil
 }
 
 // Fail makes the next n calls of op for id fail.
@@ -179,6 +210,14 @@ func (p *Provider) Start(ctx context.Context, spec provider.Spec) error {
 	defer p.mu.Unlock()
 	if !p.volumes[spec.ID] {
 		return fmt.Errorf("fake: start %s: no volume", spec.ID)
+	}
+	delete(p.exits, spec.ID)
+	if c := p.crashes[spec.ID]; c.n > 0 {
+		c.n--
+		p.crashes[spec.ID] = c
+		p.containers[spec.ID] = provider.Stopped
+		p.exits[spec.ID] = provider.Exit{Status: c.status, Code: c.code, At: time.Now(), Output: "starting\nboom\n"}
+		return nil
 	}
 	p.containers[spec.ID] = provider.Running
 	return nil

@@ -144,9 +144,23 @@ func (c *Container) Start(ctx context.Context, spec provider.Spec) error {
 		return fmt.Errorf("process: start %s: %w", spec.ID, err)
 	}
 	pid := cmd.Process.Pid
-	go cmd.Wait() // reap while this server lives; after a restart init does
+	exitPath := filepath.Join(c.RunDir, spec.ID+".exit")
+	os.Remove(exitPath) // an earlier run's end is not this one's
+	ended := make(chan struct{})
+	go func() { // reap while this server lives (after a restart, init does) and record how it ended
+		defer close(ended)
+		cmd.Wait()
+		c.recordExit(exitPath, cmd.ProcessState)
+	}()
 	start, ok := procStart(pid)
 	if !ok {
+		select {
+		case <-ended:
+		case <-time.After(time.Second):
+		}
+		if e, _ := c.Exited(ctx, spec.ID, time.Time{}); e != nil {
+			return fmt.Errorf("process: start %s: %w", spec.ID, &provider.ExitError{Exit: *e})
+		}
 		return fmt.Errorf("process: start %s: command exited at once (see %s)", spec.ID, logf.Name())
 	}
 	if err := fsutil.WriteFileAtomic(pf, []byte(fmt.Sprintf("%d %d %d\n", pid, start, port)), 0o644); err != nil {
@@ -154,6 +168,51 @@ func (c *Container) Start(ctx context.Context, spec provider.Spec) error {
 		return err
 	}
 	return nil
+}
+
+// recordExit writes how the command ended to <id>.exit: "code unixms status".
+func (c *Container) recordExit(path string, ps *os.ProcessState) {
+	if ps == nil {
+		return
+	}
+	status := fmt.Sprintf("exit %d", ps.ExitCode())
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		status = "signal " + ws.Signal().String()
+	}
+	fsutil.WriteFileAtomic(path, []byte(fmt.Sprintf("%d %d %s\n", ps.ExitCode(), time.Now().UnixMilli(), status)), 0o644)
+}
+
+// Exited reports the command's end recorded at or after since, with its
+// last 20 lines of output; nil while it runs or if it did not end since.
+// (A command that ends while no server reaps it leaves no record.)
+func (c *Container) Exited(_ context.Context, id string, since time.Time) (*provider.Exit, error) {
+	pf, err := c.pidfile(id)
+	if err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile(strings.TrimSuffix(pf, ".pid") + ".exit")
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var code int
+	var at int64
+	f := strings.SplitN(strings.TrimSpace(string(b)), " ", 3)
+	if len(f) < 3 {
+		return nil, nil
+	}
+	code, _ = strconv.Atoi(f[0])
+	at, _ = strconv.ParseInt(f[1], 10, 64)
+	e := &provider.Exit{Code: code, At: time.UnixMilli(at), Status: f[2]}
+	if e.At.Before(since.Truncate(time.Millisecond)) {
+		return nil, nil
+	}
+	var out strings.Builder
+	c.Logs(context.Background(), id, 20, false, &out)
+	e.Output = out.String()
+	return e, nil
 }
 
 // freePort picks a free port on 127.0.0.1 for the command's PORT.

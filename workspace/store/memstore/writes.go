@@ -127,6 +127,25 @@ func (s *Store) Failed(_ context.Context, id, opID string, count int, info *wsty
 	return nil
 }
 
+// Crashed is Failed for an executed start whose command ended: the
+// operation is to be executed again.
+func (s *Store) Crashed(ctx context.Context, id, opID string, count int, info *wstype.ErrorInfo, now time.Time, next *time.Time) error {
+	executed := false
+	s.with(id, func(r *row) bool { executed = inFlight(r, opID) && r.w.OpExecuted; return false })
+	if !executed {
+		return nil
+	}
+	s.Failed(ctx, id, opID, count, info, now, next)
+	s.with(id, func(r *row) bool {
+		if !inFlight(r, opID) {
+			return false
+		}
+		r.w.OpExecuted, r.w.OpLeaseUntil = false, nil
+		return true
+	})
+	return nil
+}
+
 // Terminal records terminal error info for opID; the operation stays.
 func (s *Store) Terminal(_ context.Context, id, opID string, info *wstype.ErrorInfo, now time.Time) error {
 	s.with(id, func(r *row) bool {
