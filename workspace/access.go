@@ -18,7 +18,7 @@ const maxBody = 1 << 20
 // cross-site check, authentication (all but the public routes), then the
 // route, then the audit row of a mutating route, accepted or refused.
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Body != nil && !strings.HasPrefix(r.URL.Path, proxyPrefix) { // the workspace's program sets its own limits
+	if r.Body != nil && !streamsBody(r) {
 		r.Body = http.MaxBytesReader(w, r.Body, maxBody)
 	}
 	_, pattern := a.mux.Handler(r)
@@ -31,6 +31,12 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.mux.ServeHTTP(rec, r)
+}
+
+// streamsBody reports the requests whose body is a stream for a workspace's
+// program (the proxy, exec's stdin): the program sets its own limits.
+func streamsBody(r *http.Request) bool {
+	return strings.HasPrefix(r.URL.Path, proxyPrefix) || r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/exec")
 }
 
 // isPublic reports the routes served without a token: the probes and

@@ -73,9 +73,7 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
-		var e struct{ Error string }
-		json.NewDecoder(resp.Body).Decode(&e)
-		return &APIError{Status: resp.StatusCode, Message: e.Error}
+		return apiError(resp)
 	}
 	if out == nil {
 		return nil
@@ -203,13 +201,18 @@ func (c *Client) Logs(ctx context.Context, id string, tail int, follow bool, w i
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
-		var e struct{ Error string }
-		json.NewDecoder(resp.Body).Decode(&e)
-		return &APIError{Status: resp.StatusCode, Message: e.Error}
+		return apiError(resp)
 	}
 	_, err = io.Copy(w, resp.Body)
 	if ctx.Err() != nil {
 		return nil // followed until the caller stopped
 	}
 	return err
+}
+
+// apiError reads a non-2xx answer's {"error": …}.
+func apiError(resp *http.Response) error {
+	var e struct{ Error string }
+	json.NewDecoder(resp.Body).Decode(&e)
+	return &APIError{Status: resp.StatusCode, Message: e.Error}
 }

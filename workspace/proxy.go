@@ -36,6 +36,7 @@ func (a *API) proxyRoutes() []route {
 	return []route{
 		{"/w/{id}/{path...}", "", a.proxy},
 		{"GET /v1/workspaces/{id}/logs", "", a.logs},
+		{"POST /v1/workspaces/{id}/exec", "workspace.exec", a.exec},
 		{"/w/{id}", "", func(w http.ResponseWriter, r *http.Request) {
 			http.Redirect(w, r, proxyPrefix+url.PathEscape(r.PathValue("id"))+"/", http.StatusMovedPermanently)
 		}},

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -362,5 +363,73 @@ func TestCrashedCommandThroughCLI(t *testing.T) {
 	w := s.get(id)
 	if w.ObservedStatus != Error || w.ErrorInfo == nil || w.ErrorInfo.Reason != ReasonRetryExceeded || w.ErrorInfo.ExitStatus != "exit 3" || w.ErrorCount != 3 {
 		t.Fatalf("after the retries: %s", describe(w))
+	}
+}
+
+// `ws exec` runs a command in the workspace: its files and environment,
+// output streamed before it ends, stdin with -i, and gantry's exit status
+// is the command's (7; 137 for SIGKILL); another owner gets 404, a
+// workspace that is not running 409.
+func TestExecThroughCLI(t *testing.T) {
+	if testing.Short() {
+		t.Skip("process-level test")
+	}
+	data := t.TempDir()
+	s := startServe(t, "", data)
+	id := strings.TrimSpace(s.cli("create", "shell", "--desired", "RUNNING"))
+	s.cli("wait", id, "RUNNING", "--timeout", "30s")
+	os.WriteFile(filepath.Join(data, "volumes", id, "notes.txt"), []byte("in the volume\n"), 0o644)
+	run := func(stdin string, args ...string) (stdout, stderr string, code int) {
+		t.Helper()
+		cmd := exec.Command(s.bin, append([]string{"ws", "--server", s.url, "exec"}, args...)...)
+		cmd.Env = append(os.Environ(), "GANTRY_TOKEN="+s.token())
+		cmd.Stdin = strings.NewReader(stdin)
+		var o, e strings.Builder
+		cmd.Stdout, cmd.Stderr = &o, &e
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if err != nil && !errors.As(err, &ee) {
+			t.Fatal(err)
+		}
+		return o.String(), e.String(), cmd.ProcessState.ExitCode()
+	}
+	if o, e, code := run("", id, "--", "sh", "-c", "cat notes.txt; echo $GANTRY_WORKSPACE_ID; echo oops >&2; exit 7"); o != "in the volume\n"+id+"\n" || !strings.Contains(e, "oops") || code != 7 {
+		t.Fatalf("exec: stdout %q stderr %q exit %d", o, e, code)
+	}
+	if _, _, code := run("", id, "--", "sh", "-c", "kill -9 $$"); code != 137 {
+		t.Fatalf("a command killed by SIGKILL: exit %d, want 137", code)
+	}
+	if o, _, code := run("hello\nworld\n", id, "-i", "--", "cat"); o != "hello\nworld\n" || code != 0 {
+		t.Fatalf("exec -i cat: %q exit %d", o, code)
+	}
+	// Streaming: the first line arrives while the command still runs.
+	cmd := exec.Command(s.bin, "ws", "--server", s.url, "exec", id, "--", "sh", "-c", "echo first; sleep 3; echo second")
+	cmd.Env = append(os.Environ(), "GANTRY_TOKEN="+s.token())
+	pipe, _ := cmd.StdoutPipe()
+	t0 := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(pipe).ReadString('\n')
+	if err != nil || line != "first\n" || time.Since(t0) > 2*time.Second {
+		t.Fatalf("first line %q (%v) after %v: want it before the command ends", line, err, time.Since(t0))
+	}
+	io.Copy(io.Discard, pipe)
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	bob := strings.TrimSpace(s.cli("token", "create", "--owner", "bob"))
+	c := &Client{Base: s.url, Token: bob}
+	var ae *APIError
+	if _, err := c.Exec(t.Context(), id, []string{"true"}, nil, io.Discard, io.Discard); !errors.As(err, &ae) || ae.Status != 404 {
+		t.Fatalf("bob's exec: %v, want 404", err)
+	}
+	s.cli("down", id)
+	s.cli("wait", id, "STANDBY", "--timeout", "30s")
+	if _, _, code := run("", id, "--", "true"); code == 0 {
+		t.Fatal("exec in a stopped workspace succeeded")
+	}
+	if audit := s.cli("audit", "--workspace", id); strings.Count(audit, "workspace.exec") < 4 {
+		t.Fatalf("exec is not audited:\n%s", audit)
 	}
 }

@@ -227,3 +227,18 @@ type ExitReporter interface {
 	// has not been started again; nil when it has not.
 	Exited(ctx context.Context, id string, since time.Time) (*Exit, error)
 }
+
+// Execer is a Container that can run a command inside a running workspace.
+type Execer interface {
+	// Exec runs spec.Argv in the workspace (its files, its environment)
+	// with stdin (nil: none), streaming its output as it comes, and returns
+	// its exit status (128+N when signal N ended it).
+	Exec(ctx context.Context, spec ExecSpec, stdin io.Reader, stdout, stderr io.Writer) (status int, err error)
+}
+
+// ExecSpec is a command to run in a running workspace.
+type ExecSpec struct {
+	ID        string
+	VolumeDir string // the workspace's files on the host (the process provider's working directory)
+	Argv      []string
+}
