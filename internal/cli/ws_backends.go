@@ -21,17 +21,19 @@ import (
 // wsBackendFlags selects the real backends of `gantry ws serve`:
 // --provider docker and --storage s3://bucket?endpoint=…
 type wsBackendFlags struct {
-	storage      string
-	dockerImage  string
-	idleTimeout  time.Duration
-	archiveAfter time.Duration
-	ttlInterval  time.Duration
-	leaderLease  time.Duration
+	storage       string
+	dockerImage   string
+	dockerNetwork string
+	idleTimeout   time.Duration
+	archiveAfter  time.Duration
+	ttlInterval   time.Duration
+	leaderLease   time.Duration
 }
 
 func (b *wsBackendFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&b.storage, "storage", "fs", "archive storage: fs (under --data) or s3://bucket[/prefix]?endpoint=http://host:port[&create=true] (credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)")
 	f.StringVar(&b.dockerImage, "docker-image", "", "default image for --provider docker when a workspace names none")
+	f.StringVar(&b.dockerNetwork, "docker-network", "", "network of the workspace containers (their PORT is proxied at /w/{id}/ on their address there; \"none\": no network, no proxy); default the engine's")
 	f.DurationVar(&b.idleTimeout, "idle-timeout", workspace.DefaultIdleTimeout, "TTL: a RUNNING workspace idle this long gets desired STANDBY (negative = never)")
 	f.DurationVar(&b.archiveAfter, "archive-after", workspace.DefaultArchiveAfter, "TTL: a workspace STANDBY this long gets desired PENDING (negative = never)")
 	f.DurationVar(&b.ttlInterval, "ttl-interval", workspace.DefaultTTLInterval, "TTL: time between the TTL manager's passes")
@@ -83,7 +85,7 @@ func (b *wsBackendFlags) apply(ctx context.Context, cfg *workspace.ServerConfig,
 	if prov != "docker" {
 		return nil
 	}
-	c, err := docker.New(docker.Config{Image: b.dockerImage, Logger: log})
+	c, err := docker.New(docker.Config{Image: b.dockerImage, NetworkMode: b.dockerNetwork, Logger: log})
 	if err != nil {
 		return fmt.Errorf("--provider docker: %w", err)
 	}

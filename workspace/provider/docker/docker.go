@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -309,9 +310,10 @@ func (p *Provider) create(ctx context.Context, spec provider.Spec, image string)
 		return "", err
 	}
 	cc := &container.Config{
-		Image:      image,
-		Labels:     labels,
-		Env:        append([]string{"HOME=" + p.cfg.MountPath, "GANTRY_WORKSPACE_ID=" + spec.ID}, spec.Env...),
+		Image:  image,
+		Labels: labels,
+		Env: append([]string{"HOME=" + p.cfg.MountPath, "GANTRY_WORKSPACE_ID=" + spec.ID, "PORT=" + strconv.Itoa(ContainerPort)},
+			spec.Env...),
 		WorkingDir: p.cfg.MountPath,
 		User:       p.cfg.User,
 	}
@@ -370,6 +372,11 @@ func (p *Provider) waitReady(ctx context.Context, id, cid string, started time.T
 			return p.wrap("inspect", id, err)
 		}
 		if done, err := p.ready(id, in.Container.State, &runningSince); done {
+			if st := in.Container.State; errors.Is(err, ErrExited) && st != nil && !st.Running {
+				// Say how it ended: the exit code and its last output.
+				finished, _ := time.Parse(time.RFC3339Nano, st.FinishedAt)
+				return fmt.Errorf("%w: %w", err, &provider.ExitError{Exit: *p.exit(ctx, id, st, finished)})
+			}
 			return err
 		}
 		if runningSince.IsZero() && clk.Since(started) > p.cfg.StartupTimeout {

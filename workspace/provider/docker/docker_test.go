@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,6 +26,8 @@ import (
 const wsProgram = `package main
 
 import (
+	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"time"
@@ -41,8 +44,15 @@ func main() {
 	if err := os.WriteFile(filepath.Join(home, "started-by-"+os.Getenv("GANTRY_WORKSPACE_ID")), []byte(time.Now().String()), 0o644); err != nil {
 		os.Exit(3)
 	}
+	fmt.Println("started", os.Getenv("GANTRY_WORKSPACE_ID"))
 	if os.Getenv("WS_FAIL") != "" {
+		fmt.Println("failing on purpose")
 		os.Exit(7)
+	}
+	if port := os.Getenv("PORT"); port != "" {
+		go http.ListenAndServe(":"+port, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprintf(w, "hello from %s at %s", os.Getenv("GANTRY_WORKSPACE_ID"), r.URL.Path)
+		}))
 	}
 	time.Sleep(300 * time.Millisecond)
 	os.WriteFile(filepath.Join(home, ".ready"), nil, 0o644)
@@ -285,6 +295,60 @@ func TestStartReportsExit(t *testing.T) {
 	err := p.Start(t.Context(), provider.Spec{ID: id, VolumeDir: t.TempDir(), Env: []string{"WS_FAIL=1"}})
 	if !errors.Is(err, ErrExited) || !strings.Contains(err.Error(), "exit code 7") {
 		t.Fatalf("Start of a crashing image = %v; want ErrExited with exit code 7", err)
+	}
+	var ee *provider.ExitError
+	if !errors.As(err, &ee) || ee.Exit.Status != "exit 7" || ee.Exit.Code != 7 || !strings.Contains(ee.Exit.Output, "failing on purpose") {
+		t.Fatalf("Start of a crashing image: %v; want an ExitError with exit 7 and its output", err)
+	}
+	if e, err := p.Exited(t.Context(), id, time.Now().Add(-time.Minute)); err != nil || e == nil || e.Code != 7 {
+		t.Fatalf("Exited = %+v, %v", e, err)
+	}
+}
+
+// A running container serves its PORT at the address Endpoint gives (on
+// a private network the test creates), and Logs has its output.
+func TestEndpointAndLogs(t *testing.T) {
+	p, cli := newTestProvider(t, Config{})
+	netName := "gantry-ws-test-" + randID(t)
+	if _, err := cli.NetworkCreate(t.Context(), netName, client.NetworkCreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.NetworkRemove(context.WithoutCancel(t.Context()), netName, client.NetworkRemoveOptions{}) })
+	p.cfg.NetworkMode = netName
+	id := "t" + randID(t)
+	cleanupWorkspace(t, p, id)
+	ctx := t.Context()
+	if _, err := p.Endpoint(ctx, id); !errors.Is(err, provider.ErrNotRunning) {
+		t.Fatalf("Endpoint of a missing workspace = %v", err)
+	}
+	if err := p.Start(ctx, provider.Spec{ID: id, VolumeDir: t.TempDir()}); err != nil {
+		t.Fatal(err)
+	}
+	addr, err := p.Endpoint(ctx, id)
+	if err != nil || !strings.HasSuffix(addr, ":8080") {
+		t.Fatalf("Endpoint = %q, %v", addr, err)
+	}
+	var body string
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get("http://" + addr + "/x")
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			body = string(b)
+			break
+		}
+		time.Sleep(50 * time.Millisecond) // poll: the program starts its server after the health check
+	}
+	if body != "hello from "+id+" at /x" {
+		t.Fatalf("GET %s: %q", addr, body)
+	}
+	var out bytes.Buffer
+	if err := p.Logs(ctx, id, 5, false, &out); err != nil || !strings.Contains(out.String(), "started "+id) {
+		t.Fatalf("Logs = %q, %v", out.String(), err)
+	}
+	if e, err := p.Exited(ctx, id, time.Time{}); err != nil || e != nil {
+		t.Fatalf("Exited of a running container = %+v, %v", e, err)
 	}
 }
 
