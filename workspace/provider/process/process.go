@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -35,6 +36,11 @@ type Container struct {
 	StopGrace time.Duration
 	// LogCap: a start rotates <id>.log past this size; 0 = DefaultLogCap.
 	LogCap int64
+
+	// reapers maps the id of a command this server started to a channel
+	// closed once its end is recorded (<id>.exit): Stop waits for it, so
+	// nothing is written under RunDir after Stop returns.
+	reapers sync.Map
 }
 
 var (
@@ -147,10 +153,12 @@ func (c *Container) Start(ctx context.Context, spec provider.Spec) error {
 	exitPath := filepath.Join(c.RunDir, spec.ID+".exit")
 	os.Remove(exitPath) // an earlier run's end is not this one's
 	ended := make(chan struct{})
+	c.reapers.Store(spec.ID, ended)
 	go func() { // reap while this server lives (after a restart, init does) and record how it ended
 		defer close(ended)
 		cmd.Wait()
 		c.recordExit(exitPath, cmd.ProcessState)
+		c.reapers.CompareAndDelete(spec.ID, ended)
 	}()
 	start, ok := procStart(pid)
 	if !ok {
@@ -168,6 +176,17 @@ func (c *Container) Start(ctx context.Context, spec provider.Spec) error {
 		return err
 	}
 	return nil
+}
+
+// waitReaped waits (a little) for the reaper of id's command to record its
+// end, if this server started it.
+func (c *Container) waitReaped(id string) {
+	if ch, ok := c.reapers.Load(id); ok {
+		select {
+		case <-ch.(chan struct{}):
+		case <-time.After(2 * time.Second):
+		}
+	}
 }
 
 // recordExit writes how the command ended to <id>.exit: "code unixms status".
@@ -252,6 +271,7 @@ func (c *Container) Endpoint(_ context.Context, id string) (string, error) {
 
 // Stop sends SIGTERM to the process group, then SIGKILL after StopGrace.
 func (c *Container) Stop(ctx context.Context, id string) error {
+	defer c.waitReaped(id)
 	pid, _, running, err := c.alive(id)
 	if err != nil || !running {
 		return err
