@@ -347,9 +347,20 @@ func TestCrashedCommandThroughCLI(t *testing.T) {
 	if testing.Short() {
 		t.Skip("process-level test")
 	}
-	s := startServe(t, "", t.TempDir(), "--max-retries", "2")
+	// A minute between monitor passes: the end of a command is observed
+	// because the provider says so, not because a pass came by.
+	s := startServe(t, "", t.TempDir(), "--max-retries", "2", "--monitor-interval", "1m")
+	for _, tc := range []struct{ name, cmd string }{
+		{"at-once", "echo starting up; exit 3"},
+		{"after-running", "echo starting up; sleep 0.7; exit 3"}, // observed RUNNING first
+	} {
+		t.Run(tc.name, func(t *testing.T) { checkCrash(t, s, tc.name, tc.cmd) })
+	}
+}
+
+func checkCrash(t *testing.T, s *e2eServer, name, command string) {
 	t0 := time.Now()
-	id := strings.TrimSpace(s.cli("create", "crash", "--desired", "RUNNING", "--cmd", "echo starting up; exit 3"))
+	id := strings.TrimSpace(s.cli("create", name, "--desired", "RUNNING", "--cmd", command))
 	waitFor(t, 5*time.Second, "Exited in error_info", func() (bool, string) {
 		w := s.get(id)
 		e := w.ErrorInfo

@@ -469,8 +469,16 @@ func (r *Reconciler) complete(w *Workspace) bool {
 	if w.Operation == OpArchiving {
 		return w.ObservedStatus == Pending && w.ArchiveKey == provider.ArchiveKey(w.ID, w.OpID)
 	}
+	if w.Operation == OpStarting && w.ErrorInfo != nil && w.ErrorInfo.Reason == ReasonExited && w.NextRetryAt != nil &&
+		r.cfg.Clock.Now().Before(w.NextRetryAt.Add(CrashGrace)) {
+		return false // restarted after its command ended: it must stay up a while to count as started
+	}
 	return w.ObservedStatus == w.Operation.Target()
 }
+
+// CrashGrace is how long a command restarted after it ended must stay up
+// before its start counts as done; ending sooner is another failed attempt.
+const CrashGrace = 2 * time.Second
 
 // inFlight advances w's operation in flight: it completes it, times it
 // out, waits (for the monitor, a retry or another replica's lease), or
@@ -644,7 +652,7 @@ func (r *Reconciler) failureInfo(w *Workspace, err error, now, deadline time.Tim
 	info := &ErrorInfo{Reason: failureReason(err), Operation: w.Operation, ErrorCount: count, LastError: err.Error(), OccurredAt: now.UTC()}
 	var ee *provider.ExitError
 	if errors.As(err, &ee) {
-		info.ExitStatus, info.Output = ee.Exit.Status, ee.Exit.Output
+		info.ExitStatus, info.Output, info.ExitedAt = ee.Exit.Status, ee.Exit.Output, ee.Exit.At.UTC()
 	}
 	var next *time.Time
 	var pe *provider.PermanentError
@@ -661,6 +669,21 @@ func (r *Reconciler) failureInfo(w *Workspace, err error, now, deadline time.Tim
 		next = &t
 	}
 	return info, next
+}
+
+// endedBefore is how the workspace's command ended, if it ended (and was
+// not stopped) and that end is not counted yet: a start that follows is a
+// restart after a crash, which counts as a failed attempt first.
+func (r *Reconciler) endedBefore(ctx context.Context, w *Workspace) *provider.Exit {
+	er, ok := r.container.(provider.ExitReporter)
+	if !ok {
+		return nil
+	}
+	e, err := er.Exited(ctx, w.ID, time.Time{})
+	if err != nil || e == nil || w.ErrorInfo != nil && !e.At.After(w.ErrorInfo.ExitedAt) {
+		return nil // no end, or one already counted
+	}
+	return e
 }
 
 // exitPoll is how soon an executed start is checked again for a command
@@ -682,7 +705,7 @@ func (r *Reconciler) exitedSinceStart(ctx context.Context, w *Workspace, now tim
 		return false
 	}
 	e, err := er.Exited(ctx, w.ID, opStarted(w))
-	if err != nil || e == nil {
+	if err != nil || e == nil || w.ErrorInfo != nil && !e.At.After(w.ErrorInfo.ExitedAt) {
 		return false
 	}
 	info, next := r.failureInfo(w, &provider.ExitError{Exit: *e}, now, opStarted(w).Add(r.cfg.Timeouts[w.Operation]))
@@ -704,6 +727,9 @@ func (r *Reconciler) call(ctx context.Context, w *Workspace) error {
 	case OpRestoring:
 		return r.storage.Restore(ctx, w.ID, w.ArchiveKey)
 	case OpStarting:
+		if e := r.endedBefore(ctx, w); e != nil {
+			return &provider.ExitError{Exit: *e} // it was running and its command ended: a failed attempt, then a restart
+		}
 		return r.container.Start(ctx, provider.Spec{ID: w.ID, Name: w.Name, Image: w.Image, Command: w.Command, VolumeDir: r.storage.VolumePath(w.ID)})
 	case OpStopping:
 		return r.container.Stop(ctx, w.ID)

@@ -128,6 +128,7 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 		st.Close()
 		return nil, err
 	}
+	s.hintExits(cfg.Container)
 	metrics := NewMetrics(cfg.Registry)
 	cfg.Reconciler.Logger = cfg.Logger
 	cfg.Reconciler.Metrics = metrics
@@ -242,4 +243,13 @@ func (s *Server) startHints(cfg ServerConfig) error {
 func apiConfig(cfg ServerConfig, st *store.Store, h Hints) APIConfig {
 	return APIConfig{Store: st, Storage: cfg.Storage, Container: cfg.Container, Hints: h, Quotas: cfg.Quotas,
 		SecureCookies: cfg.TLSCert != "" || cfg.InsecureListen, Logger: cfg.Logger}
+}
+
+// hintExits has the process provider hint the monitor when a workspace's
+// command ends, so a crash is observed at once, not at the next pass.
+func (s *Server) hintExits(c provider.Container) {
+	if pc, ok := c.(*process.Container); ok && pc.OnExit == nil {
+		h := s.hints
+		pc.OnExit = func(id string) { h.Publish(context.Background(), ChanMonitor, id) }
+	}
 }

@@ -98,8 +98,9 @@ type ErrorInfo struct {
 	OccurredAt time.Time `json:"occurred_at"`
 	// ExitStatus ("exit 3", "signal killed") and Output (its last lines)
 	// tell how the workspace's command ended (reason Exited).
-	ExitStatus string `json:"exit_status,omitempty"`
-	Output     string `json:"output,omitempty"`
+	ExitStatus string    `json:"exit_status,omitempty"`
+	Output     string    `json:"output,omitempty"`
+	ExitedAt   time.Time `json:"exited_at,omitzero"` // when it ended: each end counts once
 }
 
 // JSON is e as the error_info column holds it: a JSON string, or nil.

@@ -37,6 +37,11 @@ type Container struct {
 	// LogCap: a start rotates <id>.log past this size; 0 = DefaultLogCap.
 	LogCap int64
 
+	// OnExit, if set, is called (on its own goroutine) when a command this
+	// server started ends, after its end is recorded: the server hints its
+	// monitor, so a crash is observed at once, not at the next pass.
+	OnExit func(id string)
+
 	// reapers maps the id of a command this server started to a channel
 	// closed once its end is recorded (<id>.exit): Stop waits for it, so
 	// nothing is written under RunDir after Stop returns.
@@ -150,32 +155,49 @@ func (c *Container) Start(ctx context.Context, spec provider.Spec) error {
 		return fmt.Errorf("process: start %s: %w", spec.ID, err)
 	}
 	pid := cmd.Process.Pid
-	exitPath := filepath.Join(c.RunDir, spec.ID+".exit")
-	os.Remove(exitPath) // an earlier run's end is not this one's
-	ended := make(chan struct{})
-	c.reapers.Store(spec.ID, ended)
-	go func() { // reap while this server lives (after a restart, init does) and record how it ended
-		defer close(ended)
-		cmd.Wait()
-		c.recordExit(exitPath, cmd.ProcessState)
-		c.reapers.CompareAndDelete(spec.ID, ended)
-	}()
+	ended := c.reap(spec.ID, cmd)
 	start, ok := procStart(pid)
 	if !ok {
-		select {
-		case <-ended:
-		case <-time.After(time.Second):
-		}
-		if e, _ := c.Exited(ctx, spec.ID, time.Time{}); e != nil {
-			return fmt.Errorf("process: start %s: %w", spec.ID, &provider.ExitError{Exit: *e})
-		}
-		return fmt.Errorf("process: start %s: command exited at once (see %s)", spec.ID, logf.Name())
+		return c.endedAtOnce(ctx, spec.ID, ended, logf.Name())
 	}
 	if err := fsutil.WriteFileAtomic(pf, []byte(fmt.Sprintf("%d %d %d\n", pid, start, port)), 0o644); err != nil {
 		syscall.Kill(-pid, syscall.SIGKILL)
 		return err
 	}
 	return nil
+}
+
+// reap waits for cmd (while this server lives; after a restart, init
+// reaps), records how it ended in <id>.exit and calls OnExit; the channel
+// closes once the end is recorded.
+func (c *Container) reap(id string, cmd *exec.Cmd) chan struct{} {
+	exitPath := filepath.Join(c.RunDir, id+".exit")
+	os.Remove(exitPath) // an earlier run's end is not this one's
+	ended := make(chan struct{})
+	c.reapers.Store(id, ended)
+	go func() {
+		defer close(ended)
+		cmd.Wait()
+		c.recordExit(exitPath, cmd.ProcessState)
+		c.reapers.CompareAndDelete(id, ended)
+		if c.OnExit != nil {
+			c.OnExit(id)
+		}
+	}()
+	return ended
+}
+
+// endedAtOnce is Start's error for a command gone before its pidfile was
+// written: how it ended (an ExitError) once the reaper has recorded it.
+func (c *Container) endedAtOnce(ctx context.Context, id string, ended chan struct{}, logName string) error {
+	select {
+	case <-ended:
+	case <-time.After(time.Second):
+	}
+	if e, _ := c.Exited(ctx, id, time.Time{}); e != nil {
+		return fmt.Errorf("process: start %s: %w", id, &provider.ExitError{Exit: *e})
+	}
+	return fmt.Errorf("process: start %s: command exited at once (see %s)", id, logName)
 }
 
 // waitReaped waits (a little) for the reaper of id's command to record its
@@ -186,6 +208,13 @@ func (c *Container) waitReaped(id string) {
 		case <-ch.(chan struct{}):
 		case <-time.After(2 * time.Second):
 		}
+	}
+}
+
+// forgetExit removes id's end record.
+func (c *Container) forgetExit(id string) {
+	if pf, err := c.pidfile(id); err == nil {
+		os.Remove(strings.TrimSuffix(pf, ".pid") + ".exit")
 	}
 }
 
@@ -271,6 +300,7 @@ func (c *Container) Endpoint(_ context.Context, id string) (string, error) {
 
 // Stop sends SIGTERM to the process group, then SIGKILL after StopGrace.
 func (c *Container) Stop(ctx context.Context, id string) error {
+	defer c.forgetExit(id) // a stop is not a crash
 	defer c.waitReaped(id)
 	pid, _, running, err := c.alive(id)
 	if err != nil || !running {
