@@ -27,6 +27,8 @@
 //	              the audit row of every mutating request
 //	accounts.go   whoami, tokens and audit (admin), page login and logout
 //	client.go     the Go client (`gantry ws …`): bearer token, --ca-cert
+//	proxy.go      /w/{id}/… into the workspace's PORT (wakes it, TTL activity), logs
+//	exec.go       `ws exec`: a command in the workspace over a framed stream
 //	security.go   TLS/listen checks, the first admin token, audit retention
 //	server.go     Server: store + providers + reconciler + singletons + API
 //
