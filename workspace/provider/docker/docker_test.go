@@ -9,6 +9,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,7 +19,10 @@ import (
 
 	"github.com/moby/moby/client"
 
+	"github.com/gantryhq/gantry/workspace"
 	"github.com/gantryhq/gantry/workspace/provider"
+	"github.com/gantryhq/gantry/workspace/store/storetest"
+	"github.com/gantryhq/gantry/workspace/wstype"
 )
 
 // wsProgram is the workspace image's only binary: it writes a marker into its
@@ -381,5 +385,47 @@ func TestConfigValidate(t *testing.T) {
 	defer p.Close()
 	if err := p.Start(t.Context(), provider.Spec{ID: "a"}); err == nil || !strings.Contains(err.Error(), "VolumeDir") {
 		t.Fatalf("missing VolumeDir: %v", err)
+	}
+}
+
+// The API's proxy reaches a Docker workspace's PORT on its network.
+func TestProxyThroughTheAPI(t *testing.T) {
+	p, cli := newTestProvider(t, Config{})
+	netName := "gantry-ws-test-" + randID(t)
+	if _, err := cli.NetworkCreate(t.Context(), netName, client.NetworkCreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.NetworkRemove(context.WithoutCancel(t.Context()), netName, client.NetworkRemoveOptions{}) })
+	p.cfg.NetworkMode = netName
+	st := storetest.Open(t, storetest.SQLiteDSN(t))
+	ctx := t.Context()
+	w, err := st.Create(ctx, wstype.NewWorkspace{Name: "web", Desired: wstype.Running}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cleanupWorkspace(t, p, w.ID)
+	if err := p.Start(ctx, provider.Spec{ID: w.ID, VolumeDir: t.TempDir()}); err != nil {
+		t.Fatal(err)
+	}
+	storetest.Force(t, st, w.ID, map[string]any{"observed_status": "RUNNING"})
+	srv := httptest.NewServer(workspace.NewAPI(workspace.APIConfig{Store: st, Container: p}))
+	defer srv.Close()
+	token := storetest.Token(t, st, "admin", true)
+	var body string
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) && body != "hello from "+w.ID+" at /a/b" {
+		req, _ := http.NewRequest("GET", srv.URL+"/w/"+w.ID+"/a/b", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		body = string(b)
+		time.Sleep(50 * time.Millisecond) // poll: the program's server starts after its health check
+	}
+	if body != "hello from "+w.ID+" at /a/b" {
+		t.Fatalf("through the proxy: %q", body)
 	}
 }
