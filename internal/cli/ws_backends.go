@@ -24,6 +24,9 @@ type wsBackendFlags struct {
 	storage       string
 	dockerImage   string
 	dockerNetwork string
+	cpus          float64
+	memory        string
+	pids          int64
 	idleTimeout   time.Duration
 	archiveAfter  time.Duration
 	ttlInterval   time.Duration
@@ -33,6 +36,9 @@ type wsBackendFlags struct {
 func (b *wsBackendFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&b.storage, "storage", "fs", "archive storage: fs (under --data) or s3://bucket[/prefix]?endpoint=http://host:port[&create=true] (credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)")
 	f.StringVar(&b.dockerImage, "docker-image", "", "default image for --provider docker when a workspace names none")
+	f.Float64Var(&b.cpus, "default-cpus", 0, "--provider docker: CPUs per workspace container (e.g. 1.5; 0 = no limit)")
+	f.StringVar(&b.memory, "default-memory", "", "--provider docker: memory per workspace container (e.g. 2GiB; past it the kernel kills and the workspace shows OOMKilled; default no limit)")
+	f.Int64Var(&b.pids, "default-pids", 0, "--provider docker: processes and threads per workspace container (0 = no limit)")
 	f.StringVar(&b.dockerNetwork, "docker-network", "", "network of the workspace containers (their PORT is proxied at /w/{id}/ on their address there; \"none\": no network, no proxy); default the engine's")
 	f.DurationVar(&b.idleTimeout, "idle-timeout", workspace.DefaultIdleTimeout, "TTL: a RUNNING workspace idle this long gets desired STANDBY (negative = never)")
 	f.DurationVar(&b.archiveAfter, "archive-after", workspace.DefaultArchiveAfter, "TTL: a workspace STANDBY this long gets desired PENDING (negative = never)")
@@ -83,14 +89,38 @@ func (b *wsBackendFlags) apply(ctx context.Context, cfg *workspace.ServerConfig,
 		return fmt.Errorf("--storage %q: want fs or s3://bucket?endpoint=http://host:port", b.storage)
 	}
 	if prov != "docker" {
-		return nil
+		return b.noLimits()
 	}
-	c, err := docker.New(docker.Config{Image: b.dockerImage, NetworkMode: b.dockerNetwork, Logger: log})
+	mem, err := b.memoryLimit()
+	if err != nil {
+		return err
+	}
+	c, err := docker.New(docker.Config{Image: b.dockerImage, NetworkMode: b.dockerNetwork, CPUs: b.cpus, Memory: mem, Pids: b.pids, Logger: log})
 	if err != nil {
 		return fmt.Errorf("--provider docker: %w", err)
 	}
 	cfg.Container = c
 	return nil
+}
+
+// noLimits refuses limits the process provider cannot enforce.
+func (b *wsBackendFlags) noLimits() error {
+	if b.cpus != 0 || b.memory != "" || b.pids != 0 {
+		return fmt.Errorf("--default-cpus, --default-memory and --default-pids need --provider docker: the process provider enforces no limits")
+	}
+	return nil
+}
+
+// memoryLimit is --default-memory in bytes (0: none).
+func (b *wsBackendFlags) memoryLimit() (int64, error) {
+	if b.memory == "" {
+		return 0, nil
+	}
+	n, err := parseSize(b.memory)
+	if err != nil {
+		return 0, fmt.Errorf("--default-memory: %w", err)
+	}
+	return n, nil
 }
 
 // mountLive adds the operators' surface to `ws serve`: the web

@@ -99,6 +99,12 @@ type Config struct {
 	NetworkMode string
 	// User runs the container's process as "uid:gid"; zero = the image's.
 	User string
+	// CPUs, Memory (bytes) and Pids bound every workspace container (zero:
+	// no limit). A container killed for memory shows OOMKilled in its
+	// exit status.
+	CPUs   float64
+	Memory int64
+	Pids   int64
 	// StartupTimeout bounds Start from create to running; zero = 300s.
 	StartupTimeout time.Duration
 	// HealthTimeout bounds the wait for a HEALTHCHECK to report healthy
@@ -115,6 +121,9 @@ type Config struct {
 }
 
 func (c *Config) validate() error {
+	if c.CPUs < 0 || c.Memory < 0 || c.Pids < 0 {
+		return fmt.Errorf("docker: limits must not be negative (cpus %g, memory %d, pids %d)", c.CPUs, c.Memory, c.Pids)
+	}
 	if c.MountPath == "" {
 		c.MountPath = "/home/coder"
 	}
@@ -343,6 +352,7 @@ func (p *Provider) hostConfig(ctx context.Context, spec provider.Spec, labels ma
 	hc := &container.HostConfig{
 		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyDisabled},
 		NetworkMode:   container.NetworkMode(p.cfg.NetworkMode),
+		Resources:     p.resources(),
 	}
 	switch p.cfg.Volumes {
 	case BindMount:
@@ -354,6 +364,19 @@ func (p *Provider) hostConfig(ctx context.Context, spec provider.Spec, labels ma
 		hc.Mounts = []mount.Mount{{Type: mount.TypeVolume, Source: VolumeName(spec.ID), Target: p.cfg.MountPath}}
 	}
 	return hc, nil
+}
+
+// resources are the configured limits as the engine takes them.
+func (p *Provider) resources() container.Resources {
+	r := container.Resources{NanoCPUs: int64(p.cfg.CPUs * 1e9), Memory: p.cfg.Memory}
+	if p.cfg.Memory > 0 {
+		r.MemorySwap = p.cfg.Memory // no swap beyond the limit: past it, the kernel kills
+	}
+	if p.cfg.Pids > 0 {
+		pids := p.cfg.Pids
+		r.PidsLimit = &pids
+	}
+	return r
 }
 
 // waitReady polls until the container runs and, if it has a health check,

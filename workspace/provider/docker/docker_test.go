@@ -34,6 +34,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"time"
 )
 
@@ -52,6 +54,24 @@ func main() {
 	if os.Getenv("WS_FAIL") != "" {
 		fmt.Println("failing on purpose")
 		os.Exit(7)
+	}
+	if n, _ := strconv.Atoi(os.Getenv("WS_ALLOC_MB")); n > 0 { // touch n MiB: past a memory limit, the kernel kills
+		var keep [][]byte
+		for i := 0; i < n; i++ {
+			b := make([]byte, 1<<20)
+			for j := range b {
+				b[j] = byte(j)
+			}
+			keep = append(keep, b)
+		}
+		fmt.Println("allocated", len(keep))
+	}
+	if n, _ := strconv.Atoi(os.Getenv("WS_THREADS")); n > 0 { // n OS threads: past a pids limit, thread creation fails
+		for i := 0; i < n; i++ {
+			go func() { runtime.LockOSThread(); time.Sleep(time.Hour) }()
+		}
+		time.Sleep(2 * time.Second)
+		fmt.Println("threads", n)
 	}
 	if port := os.Getenv("PORT"); port != "" {
 		go http.ListenAndServe(":"+port, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -428,4 +448,39 @@ func TestProxyThroughTheAPI(t *testing.T) {
 	if body != "hello from "+w.ID+" at /a/b" {
 		t.Fatalf("through the proxy: %q", body)
 	}
+}
+
+// Limits: the CPU, memory and pids limits are in the container's config;
+// allocating past the memory limit gets the container killed, with
+// OOMKilled in its exit status; too many threads fail under the pids limit.
+func TestLimits(t *testing.T) {
+	p, cli := newTestProvider(t, Config{NetworkMode: "none", CPUs: 0.5, Memory: 64 << 20, Pids: 64})
+	ctx := t.Context()
+	id := "t" + randID(t)
+	cleanupWorkspace(t, p, id)
+	if err := p.Start(ctx, provider.Spec{ID: id, VolumeDir: t.TempDir()}); err != nil {
+		t.Fatal(err)
+	}
+	in, err := cli.ContainerInspect(ctx, ContainerName(id), client.ContainerInspectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := in.Container.HostConfig
+	if hc.NanoCPUs != 5e8 || hc.Memory != 64<<20 || hc.PidsLimit == nil || *hc.PidsLimit != 64 {
+		t.Fatalf("limits in the container's config: cpus %d, memory %d, pids %v", hc.NanoCPUs, hc.Memory, hc.PidsLimit)
+	}
+	oom := "t" + randID(t)
+	cleanupWorkspace(t, p, oom)
+	err = p.Start(ctx, provider.Spec{ID: oom, VolumeDir: t.TempDir(), Env: []string{"WS_ALLOC_MB=256"}})
+	var ee *provider.ExitError
+	if !errors.As(err, &ee) || !strings.Contains(ee.Exit.Status, "OOMKilled") {
+		t.Fatalf("allocating 256 MiB under a 64 MiB limit: %v; want an exit with OOMKilled", err)
+	}
+	bomb := "t" + randID(t)
+	cleanupWorkspace(t, p, bomb)
+	err = p.Start(ctx, provider.Spec{ID: bomb, VolumeDir: t.TempDir(), Env: []string{"WS_THREADS=500"}})
+	if !errors.As(err, &ee) || ee.Exit.Code == 0 {
+		t.Fatalf("500 threads under a 64 pids limit: %v; want the program to fail", err)
+	}
+	t.Logf("pids limit: %s; output: %.200s", ee.Exit.Status, ee.Exit.Output)
 }
