@@ -31,16 +31,33 @@ const wsProgram = `package main
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"time"
 )
 
 func main() {
 	home := os.Getenv("HOME")
+	if len(os.Args) > 1 { // commands for exec
+		switch os.Args[1] {
+		case "echo":
+			wd, _ := os.Getwd()
+			fmt.Println(strings.Join(os.Args[2:], " "), wd)
+			fmt.Fprintln(os.Stderr, "to stderr")
+			return
+		case "exit":
+			n, _ := strconv.Atoi(os.Args[2])
+			os.Exit(n)
+		case "cat":
+			io.Copy(os.Stdout, os.Stdin)
+			return
+		}
+	}
 	if len(os.Args) > 1 && os.Args[1] == "health" {
 		if _, err := os.Stat(filepath.Join(home, ".ready")); err != nil {
 			os.Exit(1)
@@ -483,4 +500,35 @@ func TestLimits(t *testing.T) {
 		t.Fatalf("500 threads under a 64 pids limit: %v; want the program to fail", err)
 	}
 	t.Logf("pids limit: %s; output: %.200s", ee.Exit.Status, ee.Exit.Output)
+}
+
+// Exec runs a command in the running container: its output on the right
+// streams, stdin passed, its exit status returned; a stopped workspace is
+// refused.
+func TestExec(t *testing.T) {
+	p, _ := newTestProvider(t, Config{NetworkMode: "none"})
+	ctx := t.Context()
+	id := "t" + randID(t)
+	cleanupWorkspace(t, p, id)
+	spec := provider.ExecSpec{ID: id}
+	if _, err := p.Exec(ctx, provider.ExecSpec{ID: id, Argv: []string{"/ws", "echo"}}, nil, io.Discard, io.Discard); !errors.Is(err, provider.ErrNotRunning) {
+		t.Fatalf("exec before start: %v, want ErrNotRunning", err)
+	}
+	if err := p.Start(ctx, provider.Spec{ID: id, VolumeDir: t.TempDir()}); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	spec.Argv = []string{"/ws", "echo", "hi", "there"}
+	if code, err := p.Exec(ctx, spec, nil, &out, &errb); err != nil || code != 0 || out.String() != "hi there /home/coder\n" || errb.String() != "to stderr\n" {
+		t.Fatalf("exec echo: %d %v stdout %q stderr %q", code, err, out.String(), errb.String())
+	}
+	spec.Argv = []string{"/ws", "exit", "7"}
+	if code, err := p.Exec(ctx, spec, nil, io.Discard, io.Discard); err != nil || code != 7 {
+		t.Fatalf("exec exit 7: %d %v", code, err)
+	}
+	out.Reset()
+	spec.Argv = []string{"/ws", "cat"}
+	if code, err := p.Exec(ctx, spec, strings.NewReader("piped\n"), &out, io.Discard); err != nil || code != 0 || out.String() != "piped\n" {
+		t.Fatalf("exec cat with stdin: %d %v %q", code, err, out.String())
+	}
 }
