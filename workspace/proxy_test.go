@@ -28,7 +28,7 @@ import (
 func python3(t *testing.T) {
 	t.Helper()
 	if _, err := exec.LookPath("python3"); err != nil {
-		t.Fatalf("python3 is needed to serve HTTP inside the test workspaces: %v", err)
+		t.Fatalf("python3 is needed to serve HTTP inside the test workspaces (scripts/services.sh python3 installs it): %v", err)
 	}
 }
 
