@@ -55,11 +55,27 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 		b, _ := json.Marshal(body)
 		rd = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.Base+path, rd)
+	resp, err := c.send(ctx, method, path, "application/json", rd)
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Content-Type", "application/json")
+	defer resp.Body.Close()
+	if out == nil {
+		return nil
+	}
+	return json.NewDecoder(resp.Body).Decode(out)
+}
+
+// send makes one request with the client's token; a non-2xx answer is an
+// *APIError (its body read and closed), else the caller closes the body.
+func (c *Client) send(ctx context.Context, method, path, contentType string, body io.Reader) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.Base+path, body)
+	if err != nil {
+		return nil, err
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
 	if c.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.Token)
 	}
@@ -69,16 +85,13 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
-		return apiError(resp)
+		defer resp.Body.Close()
+		return nil, apiError(resp)
 	}
-	if out == nil {
-		return nil
-	}
-	return json.NewDecoder(resp.Body).Decode(out)
+	return resp, nil
 }
 
 // Create creates a workspace.
@@ -184,25 +197,11 @@ func (c *Client) Logs(ctx context.Context, id string, tail int, follow bool, w i
 	if follow {
 		q.Set("follow", "1")
 	}
-	req, err := http.NewRequestWithContext(ctx, "GET", c.Base+"/v1/workspaces/"+url.PathEscape(id)+"/logs?"+q.Encode(), nil)
-	if err != nil {
-		return err
-	}
-	if c.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.Token)
-	}
-	hc := c.HTTP
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	resp, err := hc.Do(req)
+	resp, err := c.send(ctx, "GET", "/v1/workspaces/"+url.PathEscape(id)+"/logs?"+q.Encode(), "", nil)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		return apiError(resp)
-	}
 	_, err = io.Copy(w, resp.Body)
 	if ctx.Err() != nil {
 		return nil // followed until the caller stopped

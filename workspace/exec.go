@@ -130,26 +130,11 @@ func (c *Client) Exec(ctx context.Context, id string, argv []string, stdin io.Re
 	if stdin != nil {
 		q.Set("stdin", "1")
 	}
-	req, err := http.NewRequestWithContext(ctx, "POST", c.Base+"/v1/workspaces/"+url.PathEscape(id)+"/exec?"+q.Encode(), stdin)
-	if err != nil {
-		return 0, err
-	}
-	req.Header.Set("Content-Type", "application/octet-stream")
-	if c.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.Token)
-	}
-	hc := c.HTTP
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	resp, err := hc.Do(req)
+	resp, err := c.send(ctx, "POST", "/v1/workspaces/"+url.PathEscape(id)+"/exec?"+q.Encode(), "application/octet-stream", stdin)
 	if err != nil {
 		return 0, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return 0, apiError(resp)
-	}
 	return readFrames(bufio.NewReader(resp.Body), stdout, stderr)
 }
 
