@@ -83,9 +83,6 @@ type redisHealth struct {
 	// errs counts failed calls so far; any goroutine Adds and Loads
 	// (sequentially consistent; a counter, no other memory hangs on it).
 	errs atomic.Int64
-	// down is whether the fetcher's last call failed; the fetcher Stores,
-	// anyone Loads.
-	down atomic.Bool
 	// since is when the current outage began (clock's Unix ms; 0: Redis
 	// answered the last call). Any goroutine.
 	since atomic.Int64
@@ -96,6 +93,9 @@ func (h *redisHealth) outage() { h.since.CompareAndSwap(0, h.clock.Now().UnixMil
 
 // answered records a call Redis answered: the outage, if any, is over.
 func (h *redisHealth) answered() { h.since.Store(0) }
+
+// down reports whether an outage is open (the last call failed).
+func (h *redisHealth) down() bool { return h.since.Load() != 0 }
 
 // downFor is how long Redis has been unreachable at now (0: it answers).
 func (h *redisHealth) downFor(now time.Time) time.Duration {
@@ -123,7 +123,6 @@ func (h *redisHealth) failed(ctx context.Context, fails *int, op string, err err
 	if *fails == 1 || *fails%20 == 0 {
 		h.log.Warn("taskq: redis unavailable, backing off", "op", op, "failures", *fails, "err", err)
 	}
-	h.down.Store(true)
 	h.outage()
 	return sleep(ctx, h.clock, h.backoff.Delay(*fails-1))
 }
@@ -134,7 +133,6 @@ func (h *redisHealth) ok(fails *int) {
 		h.log.Info("taskq: redis reachable again, resuming", "after_failures", *fails)
 	}
 	*fails = 0
-	h.down.Store(false)
 	h.answered()
 }
 

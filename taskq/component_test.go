@@ -158,7 +158,7 @@ func TestOutageBacksOffOnTheClock(t *testing.T) {
 	red.stop()
 	// The fetcher's blocking pop fails; it arms its backoff timer.
 	testutil.WaitFor(t, 10*time.Second, "the fetcher to back off", func() (bool, string) {
-		return clk.Waiters() == 4 && w.health.down.Load(), fmt.Sprintf("%d waiters, down %v", clk.Waiters(), w.health.down.Load())
+		return clk.Waiters() == 4 && w.health.down(), fmt.Sprintf("%d waiters, down %v", clk.Waiters(), w.health.down())
 	})
 	e0 := w.health.errs.Load()
 	const advances = 20
@@ -178,7 +178,7 @@ func TestOutageBacksOffOnTheClock(t *testing.T) {
 		if clk.Waiters() == 4 { // still backing off: let it try again
 			clk.Advance(maxBackoff)
 		}
-		return !w.health.down.Load(), "still down"
+		return !w.health.down(), "still down"
 	})
 	// The client's own connection broke with the restart: its first call
 	// may fail once.

@@ -671,15 +671,16 @@ func (r *Reconciler) failureInfo(w *Workspace, err error, now, deadline time.Tim
 	return info, next
 }
 
-// endedBefore is how the workspace's command ended, if it ended (and was
-// not stopped) and that end is not counted yet: a start that follows is a
-// restart after a crash, which counts as a failed attempt first.
-func (r *Reconciler) endedBefore(ctx context.Context, w *Workspace) *provider.Exit {
+// uncountedExit is how the workspace's command ended, if it ended at or
+// after since (and was not stopped) and that end is not counted in its
+// error info yet. A start that follows such an end is a restart after a
+// crash, which counts as a failed attempt first.
+func (r *Reconciler) uncountedExit(ctx context.Context, w *Workspace, since time.Time) *provider.Exit {
 	er, ok := r.container.(provider.ExitReporter)
 	if !ok {
 		return nil
 	}
-	e, err := er.Exited(ctx, w.ID, time.Time{})
+	e, err := er.Exited(ctx, w.ID, since)
 	if err != nil || e == nil || w.ErrorInfo != nil && !e.At.After(w.ErrorInfo.ExitedAt) {
 		return nil // no end, or one already counted
 	}
@@ -700,12 +701,11 @@ func (r *Reconciler) exitPoll(w *Workspace) time.Duration {
 // executed, a failed attempt (reason Exited, with its status and last
 // output) and reports true; the start runs again after the backoff.
 func (r *Reconciler) exitedSinceStart(ctx context.Context, w *Workspace, now time.Time) bool {
-	er, ok := r.container.(provider.ExitReporter)
-	if !ok || w.ObservedStatus == Running {
+	if w.ObservedStatus == Running {
 		return false
 	}
-	e, err := er.Exited(ctx, w.ID, opStarted(w))
-	if err != nil || e == nil || w.ErrorInfo != nil && !e.At.After(w.ErrorInfo.ExitedAt) {
+	e := r.uncountedExit(ctx, w, opStarted(w))
+	if e == nil {
 		return false
 	}
 	info, next := r.failureInfo(w, &provider.ExitError{Exit: *e}, now, opStarted(w).Add(r.cfg.Timeouts[w.Operation]))
@@ -727,7 +727,7 @@ func (r *Reconciler) call(ctx context.Context, w *Workspace) error {
 	case OpRestoring:
 		return r.storage.Restore(ctx, w.ID, w.ArchiveKey)
 	case OpStarting:
-		if e := r.endedBefore(ctx, w); e != nil {
+		if e := r.uncountedExit(ctx, w, time.Time{}); e != nil {
 			return &provider.ExitError{Exit: *e} // it was running and its command ended: a failed attempt, then a restart
 		}
 		return r.container.Start(ctx, provider.Spec{ID: w.ID, Name: w.Name, Image: w.Image, Command: w.Command, VolumeDir: r.storage.VolumePath(w.ID)})

@@ -40,7 +40,7 @@ func (p *Provider) Endpoint(ctx context.Context, id string) (string, error) {
 		return "", p.wrap("inspect", id, err)
 	}
 	if ns := in.Container.NetworkSettings; ns != nil {
-		for _, name := range sortedNetworks(ns.Networks) {
+		for _, name := range slices.Sorted(maps.Keys(ns.Networks)) {
 			if ep := ns.Networks[name]; ep != nil && ep.IPAddress.IsValid() {
 				return net.JoinHostPort(ep.IPAddress.String(), strconv.Itoa(ContainerPort)), nil
 			}
@@ -118,5 +118,3 @@ func (p *Provider) exit(ctx context.Context, id string, st *container.State, at 
 	e.Output = out.String()
 	return e
 }
-
-func sortedNetworks[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
