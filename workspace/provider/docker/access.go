@@ -110,11 +110,31 @@ func (p *Provider) Exited(ctx context.Context, id string, since time.Time) (*pro
 // exit describes a container that ended.
 func (p *Provider) exit(ctx context.Context, id string, st *container.State, at time.Time) *provider.Exit {
 	e := &provider.Exit{Code: st.ExitCode, At: at, Status: fmt.Sprintf("exit %d", st.ExitCode)}
-	if st.OOMKilled {
+	if st.OOMKilled || st.ExitCode == 137 && p.cfg.Memory > 0 && p.oomKilledLate(ctx, id) {
 		e.Status += ", OOMKilled"
 	}
 	var out bytes.Buffer
 	p.Logs(ctx, id, 20, false, &out)
 	e.Output = out.String()
 	return e
+}
+
+// oomKilledLate re-reads a SIGKILLed container's state for up to a second:
+// the engine can record OOMKilled just after it reports the exit.
+func (p *Provider) oomKilledLate(ctx context.Context, id string) bool {
+	for range 10 {
+		in, err := p.cli.ContainerInspect(ctx, ContainerName(id), client.ContainerInspectOptions{})
+		if err != nil || in.Container.State == nil {
+			return false
+		}
+		if in.Container.State.OOMKilled {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return false
 }
