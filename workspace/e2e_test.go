@@ -187,6 +187,12 @@ func TestFullCycleThroughCLI(t *testing.T) {
 			if w.Volume != filepath.Join(data, "volumes", id) {
 				t.Fatalf("volume = %q", w.Volume)
 			}
+			// RUNNING means the process lives; under load its shell may not
+			// have written started.txt yet, which the digest would then miss.
+			waitFor(t, 10*time.Second, "the command's started.txt", func() (bool, string) {
+				b, err := os.ReadFile(filepath.Join(w.Volume, "started.txt"))
+				return err == nil && string(b) == "started\n", fmt.Sprint(err)
+			})
 			writeTree(t, w.Volume, 2)
 			before := treeDigest(t, w.Volume)
 
@@ -207,9 +213,12 @@ func TestFullCycleThroughCLI(t *testing.T) {
 			}
 			s.cli("up", id)
 			s.cli("wait", id, "RUNNING", "--timeout", "30s")
-			if after := treeDigest(t, w.Volume); after != before {
-				t.Fatalf("tree sha256 after restore %s, before %s", after, before)
-			}
+			// The restarted command rewrites started.txt (truncate, then
+			// write): a digest read in between differs for a moment.
+			waitFor(t, 10*time.Second, "the restored tree to equal the archived one", func() (bool, string) {
+				after := treeDigest(t, w.Volume)
+				return after == before, "tree sha256 after restore " + after + ", before " + before
+			})
 			s.cli("delete", id)
 			s.cli("wait", id, "DELETED", "--timeout", "30s")
 			if pidAlive(t, data, id) {

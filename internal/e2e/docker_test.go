@@ -240,9 +240,11 @@ func TestDockerMultiHost(t *testing.T) {
 	t.Run("worker cut off past the rejoin timeout", func(t *testing.T) {
 		t.Parallel()
 		j := newDockerJob(t, c, 5, "--rejoin-timeout", "2s")
-		j.start(nil)
-		j.master.waitLog("workers registered", 30*time.Second)
+		// Worker 0 holds before sorting, so the job cannot finish before it
+		// is cut off however slow the docker CLI is.
+		j.start(map[int][]string{0: {"GANTRY_DSORT_FAULT=Sorting", "GANTRY_DSORT_FAULT_UNTIL=/data/release"}})
 		w := j.workers[0]
+		w.waitLog("fault point Sorting reached", 60*time.Second)
 		c.docker("network", "disconnect", "-f", c.network, w.name)
 		// The master gives up on its own, with the reason and exit code 1.
 		code := j.master.wait(30 * time.Second)
@@ -251,6 +253,9 @@ func TestDockerMultiHost(t *testing.T) {
 			t.Fatalf("master exit %d, want 1 and the rejoin-timeout reason; stderr:\n%s", code, tail(e, 30))
 		}
 		c.docker("network", "connect", "--ip", w.ip, c.network, w.name)
+		if err := os.WriteFile(filepath.Join(w.dir, "release"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
 		// Every worker ends too, with a failure status: the others hear of
 		// the abort, the cut-off one stops after --master-timeout.
 		for _, w := range j.workers {
