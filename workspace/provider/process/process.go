@@ -30,7 +30,7 @@ const DefaultCommand = "exec sleep infinity"
 
 // Container runs workspaces as processes.
 type Container struct {
-	// RunDir holds <id>.pid and <id>.log.
+	// RunDir holds <id>.pid, <id>.log and <id>.exit.
 	RunDir string
 	// StopGrace is how long Stop waits after SIGTERM before SIGKILL; 0 = 5 s.
 	StopGrace time.Duration
@@ -41,16 +41,18 @@ type Container struct {
 	// server started ends, after its end is recorded: the server hints its
 	// monitor, so a crash is observed at once, not at the next pass.
 	OnExit func(id string)
-
-	// reapers maps the id of a command this server started to a channel
-	// closed once its end is recorded (<id>.exit): Stop waits for it, so
-	// nothing is written under RunDir after Stop returns.
-	reapers sync.Map
 }
 
+// reapers maps <RunDir>/<id> of a command this process started to a
+// channel closed once its end is recorded (<id>.exit): Stop waits for it,
+// so nothing is written under RunDir after Stop returns, whichever
+// Container value (sharing the RunDir) started the command.
+var reapers sync.Map
+
 var (
-	_ provider.Container  = (*Container)(nil)
-	_ provider.Endpointer = (*Container)(nil)
+	_ provider.Container    = (*Container)(nil)
+	_ provider.Endpointer   = (*Container)(nil)
+	_ provider.ExitReporter = (*Container)(nil)
 )
 
 // ErrBadID is returned for ids that are not plain names.
@@ -174,12 +176,13 @@ func (c *Container) reap(id string, cmd *exec.Cmd) chan struct{} {
 	exitPath := filepath.Join(c.RunDir, id+".exit")
 	os.Remove(exitPath) // an earlier run's end is not this one's
 	ended := make(chan struct{})
-	c.reapers.Store(id, ended)
+	key := filepath.Join(c.RunDir, id)
+	reapers.Store(key, ended)
 	go func() {
 		defer close(ended)
 		cmd.Wait()
 		c.recordExit(exitPath, cmd.ProcessState)
-		c.reapers.CompareAndDelete(id, ended)
+		reapers.CompareAndDelete(key, ended)
 		if c.OnExit != nil {
 			c.OnExit(id)
 		}
@@ -203,7 +206,7 @@ func (c *Container) endedAtOnce(ctx context.Context, id string, ended chan struc
 // waitReaped waits (a little) for the reaper of id's command to record its
 // end, if this server started it.
 func (c *Container) waitReaped(id string) {
-	if ch, ok := c.reapers.Load(id); ok {
+	if ch, ok := reapers.Load(filepath.Join(c.RunDir, id)); ok {
 		select {
 		case <-ch.(chan struct{}):
 		case <-time.After(2 * time.Second):
