@@ -24,6 +24,7 @@ type APIStore interface {
 	ListOwned(ctx context.Context, owner string) ([]Workspace, error)
 	SetDesiredWithin(ctx context.Context, id string, desired Status, q auth.Quotas, now time.Time) (Workspace, error)
 	Recover(ctx context.Context, id string, now time.Time) (Workspace, error)
+	UpdateSpec(ctx context.Context, id string, u SpecUpdate, now time.Time) (Workspace, error)
 	Touch(ctx context.Context, id string, now time.Time) error
 	MarkDeleted(ctx context.Context, id string, now time.Time) error
 	AccountStore
@@ -147,6 +148,7 @@ func (a *API) routes() []route {
 		{"POST /v1/workspaces", "workspace.create", a.create},
 		{"GET /v1/workspaces", "", a.list},
 		{"GET /v1/workspaces/{id}", "", a.get},
+		{"PATCH /v1/workspaces/{id}", "workspace.update", a.update},
 		{"PUT /v1/workspaces/{id}/desired", "workspace.desired", a.setDesired},
 		{"POST /v1/workspaces/{id}/recover", "workspace.recover", a.recover},
 		{"POST /v1/workspaces/{id}/touch", "workspace.touch", a.touch},
@@ -265,7 +267,11 @@ func (a *API) create(w http.ResponseWriter, r *http.Request) {
 	}
 	p, _ := auth.FromContext(r.Context())
 	n.Owner = p.Owner
-	ws, err := a.store.CreateWithin(r.Context(), n, a.cfg.Quotas, a.clock.Now())
+	err := a.checkLimits(n.Spec)
+	var ws Workspace
+	if err == nil {
+		ws, err = a.store.CreateWithin(r.Context(), n, a.cfg.Quotas, a.clock.Now())
+	}
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -317,6 +323,43 @@ type DesiredRequest struct {
 
 // desiredActions names the audit action of each desired state.
 var desiredActions = map[Status]string{Running: "workspace.up", Standby: "workspace.down", Pending: "workspace.archive"}
+
+// checkLimits refuses the limits the server's provider would not enforce.
+func (a *API) checkLimits(s Spec) error {
+	lc, ok := a.cfg.Container.(provider.LimitChecker)
+	if !ok {
+		return nil
+	}
+	if err := lc.CheckLimits(provider.Limits{CPUs: s.CPUs, Memory: s.Memory, Pids: s.Pids}); err != nil {
+		return fmt.Errorf("%w: %v", ErrBadInput, err)
+	}
+	return nil
+}
+
+// update applies a SpecUpdate (PATCH): it takes effect at the next start.
+func (a *API) update(w http.ResponseWriter, r *http.Request) {
+	var u SpecUpdate
+	err := decode(r, &u)
+	var ws Workspace
+	if err == nil {
+		ws, err = a.lookup(r)
+	}
+	if err == nil {
+		var nw Workspace
+		if nw, err = u.Apply(ws); err == nil {
+			err = a.checkLimits(nw.Spec)
+		}
+	}
+	if err == nil {
+		ws, err = a.store.UpdateSpec(r.Context(), ws.ID, u, a.clock.Now())
+	}
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	a.hints.Publish(r.Context(), ChanWorkspace, ws.ID)
+	writeJSON(w, http.StatusOK, a.fill(ws))
+}
 
 func (a *API) setDesired(w http.ResponseWriter, r *http.Request) {
 	var req DesiredRequest

@@ -118,6 +118,13 @@ func (c *Client) SetDesired(ctx context.Context, id string, st Status) (Workspac
 	return w, c.do(ctx, "PUT", "/v1/workspaces/"+url.PathEscape(id)+"/desired", DesiredRequest{DesiredState: string(st)}, &w)
 }
 
+// Update changes a workspace's image, command, environment or limits; they
+// take effect at its next start.
+func (c *Client) Update(ctx context.Context, id string, u SpecUpdate) (Workspace, error) {
+	var w Workspace
+	return w, c.do(ctx, "PATCH", "/v1/workspaces/"+url.PathEscape(id), u, &w)
+}
+
 // Recover clears a workspace's error.
 func (c *Client) Recover(ctx context.Context, id string) (Workspace, error) {
 	var w Workspace

@@ -413,6 +413,17 @@ func TestExecThroughCLI(t *testing.T) {
 	if o, _, code := run("hello\nworld\n", id, "-i", "--", "cat"); o != "hello\nworld\n" || code != 0 {
 		t.Fatalf("exec -i cat: %q exit %d", o, code)
 	}
+	// -t: a terminal (of the default size, since ours is a pipe), output
+	// with the terminal's line endings; -it: a shell reading what we type.
+	if o, _, code := run("", id, "-t", "--", "sh", "-c", "test -t 0 && test -t 1 && echo on a tty; stty size; exit 4"); o != "on a tty\r\n24 80\r\n" || code != 4 {
+		t.Fatalf("exec -t: %q exit %d", o, code)
+	}
+	if o, _, code := run("echo $((6*7)) >&2\nexit 5\n", id, "-it", "--", "sh"); !strings.Contains(o, " 42\r\n") || code != 5 {
+		t.Fatalf("exec -it sh: %q exit %d; want 42 on the terminal and exit 5", o, code)
+	}
+	if o, _, code := run("typed\n", id, "-it", "--", "cat"); strings.Count(o, "typed\r\n") != 2 || code != 0 {
+		t.Fatalf("exec -it cat: %q exit %d; want the echo and cat's copy, and cat ended by the terminal's EOF", o, code)
+	}
 	// Streaming: the first line arrives while the command still runs.
 	cmd := exec.Command(s.bin, "ws", "--server", s.url, "exec", id, "--", "sh", "-c", "echo first; sleep 3; echo second")
 	cmd.Env = append(os.Environ(), "GANTRY_TOKEN="+s.token())
@@ -429,10 +440,35 @@ func TestExecThroughCLI(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatal(err)
 	}
+	// A resize reaches the command's terminal (SIGWINCH, the new size).
+	resize := make(chan provider.WinSize, 1)
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	var status int
+	go func() {
+		var err error
+		status, err = (&Client{Base: s.url, Token: s.token()}).Exec(t.Context(), id,
+			[]string{"sh", "-c", `trap 'stty size; exit 0' WINCH; echo ready; while :; do sleep 0.05; done`},
+			ExecIO{Stdout: pw, Stderr: io.Discard, TTY: &provider.TTY{Size: provider.WinSize{Rows: 10, Cols: 20}, Resize: resize}})
+		pw.CloseWithError(err)
+		done <- err
+	}()
+	br := bufio.NewReader(pr)
+	if line, err := br.ReadString('\n'); err != nil || line != "ready\r\n" {
+		t.Fatalf("tty exec: %q %v", line, err)
+	}
+	resize <- provider.WinSize{Rows: 50, Cols: 132}
+	if line, err := br.ReadString('\n'); err != nil || line != "50 132\r\n" {
+		t.Fatalf("after a resize to 50x132 the command saw %q (%v)", line, err)
+	}
+	io.Copy(io.Discard, br)
+	if err := <-done; err != nil || status != 0 {
+		t.Fatalf("tty exec ended: %d %v", status, err)
+	}
 	bob := strings.TrimSpace(s.cli("token", "create", "--owner", "bob"))
 	c := &Client{Base: s.url, Token: bob}
 	var ae *APIError
-	if _, err := c.Exec(t.Context(), id, []string{"true"}, nil, io.Discard, io.Discard); !errors.As(err, &ae) || ae.Status != 404 {
+	if _, err := c.Exec(t.Context(), id, []string{"true"}, ExecIO{Stdout: io.Discard, Stderr: io.Discard}); !errors.As(err, &ae) || ae.Status != 404 {
 		t.Fatalf("bob's exec: %v, want 404", err)
 	}
 	s.cli("down", id)

@@ -730,7 +730,8 @@ func (r *Reconciler) call(ctx context.Context, w *Workspace) error {
 		if e := r.uncountedExit(ctx, w, time.Time{}); e != nil {
 			return &provider.ExitError{Exit: *e} // it was running and its command ended: a failed attempt, then a restart
 		}
-		return r.container.Start(ctx, provider.Spec{ID: w.ID, Name: w.Name, Image: w.Image, Command: w.Command, VolumeDir: r.storage.VolumePath(w.ID)})
+		return r.container.Start(ctx, provider.Spec{ID: w.ID, Name: w.Name, Image: w.Image, Command: w.Command,
+			VolumeDir: r.storage.VolumePath(w.ID), Env: w.Env, Limits: provider.Limits{CPUs: w.CPUs, Memory: w.Memory, Pids: w.Pids}})
 	case OpStopping:
 		return r.container.Stop(ctx, w.ID)
 	case OpArchiving:

@@ -14,6 +14,8 @@ type (
 	ErrorInfo    = wstype.ErrorInfo
 	Workspace    = wstype.Workspace
 	NewWorkspace = wstype.NewWorkspace
+	Spec         = wstype.Spec
+	SpecUpdate   = wstype.SpecUpdate
 )
 
 const (

@@ -33,7 +33,8 @@ func newWSCmd(env *Env) *cobra.Command {
 		newWSDesiredCmd(client, "down", workspace.Standby, "Stop a workspace, keep its volume (desired STANDBY)"),
 		newWSDesiredCmd(client, "archive", workspace.Pending, "Archive a workspace and remove its volume (desired PENDING)"),
 		newWSDeleteCmd(client), newWSRecoverCmd(client), newWSWaitCmd(client), newWSTouchCmd(client),
-		newWSTokenCmd(client), newWSAuditCmd(client), newWSWhoamiCmd(client), newWSLogsCmd(client), newWSExecCmd(client))
+		newWSTokenCmd(client), newWSAuditCmd(client), newWSWhoamiCmd(client), newWSLogsCmd(client), newWSExecCmd(client),
+		newWSUpdateCmd(client))
 	return cmd
 }
 
@@ -154,30 +155,6 @@ func (o *wsServeOptions) reconcilerConfig(f *pflag.FlagSet) (workspace.Config, e
 	}
 	rc.Lease = o.lease
 	return rc, nil
-}
-
-func newWSCreateCmd(client func() *workspace.Client) *cobra.Command {
-	var n workspace.NewWorkspace
-	var desired string
-	cmd := &cobra.Command{
-		Use:   "create NAME",
-		Short: "Create a workspace (it gets an empty volume: STANDBY); prints its id",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			n.Name = args[0]
-			n.Desired = workspace.Status(desired)
-			w, err := client().Create(cmd.Context(), n)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), w.ID)
-			return nil
-		},
-	}
-	cmd.Flags().StringVar(&n.Command, "cmd", "", "command run in the volume while RUNNING (default: "+`"exec sleep infinity"`+")")
-	cmd.Flags().StringVar(&n.Image, "image", "", "container image (docker provider)")
-	cmd.Flags().StringVar(&desired, "desired", "", "initial desired state: STANDBY (default), RUNNING or PENDING")
-	return cmd
 }
 
 func printJSON(cmd *cobra.Command, v any) error {

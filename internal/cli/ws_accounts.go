@@ -2,9 +2,7 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"strings"
@@ -205,30 +203,5 @@ func newWSLogsCmd(client func() *workspace.Client) *cobra.Command {
 	}
 	cmd.Flags().IntVar(&tail, "tail", 0, "only the last N lines (0: all)")
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing what the command writes until Ctrl-C")
-	return cmd
-}
-
-func newWSExecCmd(client func() *workspace.Client) *cobra.Command {
-	var interactive bool
-	cmd := &cobra.Command{
-		Use:   "exec ID [-i] -- CMD [ARG...]",
-		Short: "Run a command in a running workspace; its output streams as it comes, its exit status is gantry's",
-		Args:  cobra.MinimumNArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			var stdin io.Reader
-			if interactive {
-				stdin = cmd.InOrStdin()
-			}
-			status, err := client().Exec(cmd.Context(), args[0], args[1:], stdin, cmd.OutOrStdout(), cmd.ErrOrStderr())
-			if err != nil {
-				return err
-			}
-			if status != 0 {
-				return withCode(status, errors.New(""))
-			}
-			return nil
-		},
-	}
-	cmd.Flags().BoolVarP(&interactive, "interactive", "i", false, "pass stdin to the command")
 	return cmd
 }

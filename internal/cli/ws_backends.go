@@ -13,8 +13,10 @@ import (
 
 	"github.com/gantryhq/gantry/workspace"
 	"github.com/gantryhq/gantry/workspace/live"
+	"github.com/gantryhq/gantry/workspace/provider"
 	"github.com/gantryhq/gantry/workspace/provider/archive"
 	"github.com/gantryhq/gantry/workspace/provider/docker"
+	"github.com/gantryhq/gantry/workspace/provider/process"
 	"github.com/gantryhq/gantry/workspace/provider/s3"
 )
 
@@ -36,9 +38,9 @@ type wsBackendFlags struct {
 func (b *wsBackendFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&b.storage, "storage", "fs", "archive storage: fs (under --data) or s3://bucket[/prefix]?endpoint=http://host:port[&create=true] (credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)")
 	f.StringVar(&b.dockerImage, "docker-image", "", "default image for --provider docker when a workspace names none")
-	f.Float64Var(&b.cpus, "default-cpus", 0, "--provider docker: CPUs per workspace container (e.g. 1.5; 0 = no limit)")
-	f.StringVar(&b.memory, "default-memory", "", "--provider docker: memory per workspace container (e.g. 2GiB; past it the kernel kills and the workspace shows OOMKilled; default no limit)")
-	f.Int64Var(&b.pids, "default-pids", 0, "--provider docker: processes and threads per workspace container (0 = no limit)")
+	f.Float64Var(&b.cpus, "default-cpus", 0, "CPUs per workspace (e.g. 1.5; 0 = no limit; --provider docker only)")
+	f.StringVar(&b.memory, "default-memory", "", "memory per workspace (e.g. 2GiB; docker: past it the kernel kills and the workspace shows OOMKilled; process: the address space of each process); default no limit")
+	f.Int64Var(&b.pids, "default-pids", 0, "processes and threads per workspace (0 = no limit; process provider: not as root)")
 	f.StringVar(&b.dockerNetwork, "docker-network", "", "network of the workspace containers (their PORT is proxied at /w/{id}/ on their address there; \"none\": no network, no proxy); default the engine's")
 	f.DurationVar(&b.idleTimeout, "idle-timeout", workspace.DefaultIdleTimeout, "TTL: a RUNNING workspace idle this long gets desired STANDBY (negative = never)")
 	f.DurationVar(&b.archiveAfter, "archive-after", workspace.DefaultArchiveAfter, "TTL: a workspace STANDBY this long gets desired PENDING (negative = never)")
@@ -88,12 +90,12 @@ func (b *wsBackendFlags) apply(ctx context.Context, cfg *workspace.ServerConfig,
 	default:
 		return fmt.Errorf("--storage %q: want fs or s3://bucket?endpoint=http://host:port", b.storage)
 	}
-	if prov != "docker" {
-		return b.noLimits()
-	}
 	mem, err := b.memoryLimit()
 	if err != nil {
 		return err
+	}
+	if prov != "docker" {
+		return b.processLimits(cfg, abs, provider.Limits{CPUs: b.cpus, Memory: mem, Pids: b.pids})
 	}
 	c, err := docker.New(docker.Config{Image: b.dockerImage, NetworkMode: b.dockerNetwork, CPUs: b.cpus, Memory: mem, Pids: b.pids, Logger: log})
 	if err != nil {
@@ -103,11 +105,17 @@ func (b *wsBackendFlags) apply(ctx context.Context, cfg *workspace.ServerConfig,
 	return nil
 }
 
-// noLimits refuses limits the process provider cannot enforce.
-func (b *wsBackendFlags) noLimits() error {
-	if b.cpus != 0 || b.memory != "" || b.pids != 0 {
-		return fmt.Errorf("--default-cpus, --default-memory and --default-pids need --provider docker: the process provider enforces no limits")
+// processLimits gives the process provider the default limits, refusing
+// those it cannot enforce (process/limits.go).
+func (b *wsBackendFlags) processLimits(cfg *workspace.ServerConfig, data string, l provider.Limits) error {
+	if l == (provider.Limits{}) {
+		return nil
 	}
+	pc := &process.Container{RunDir: filepath.Join(data, "run"), Defaults: l}
+	if err := pc.CheckLimits(provider.Limits{}); err != nil {
+		return fmt.Errorf("--default-cpus/--default-memory/--default-pids: %w", err)
+	}
+	cfg.Container = pc
 	return nil
 }
 

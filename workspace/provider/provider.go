@@ -58,6 +58,23 @@ type Spec struct {
 	Command   string   // shell command run with `sh -c`; empty = the provider's default
 	VolumeDir string   // host directory holding the workspace's files: cwd and HOME
 	Env       []string // extra KEY=VALUE environment
+	Limits    Limits   // zero fields: the provider's defaults
+}
+
+// Limits bound a workspace's resources: CPUs (fractional cores), Memory
+// (bytes) and Pids (processes and threads). Zero is "no limit of the
+// workspace's own".
+type Limits struct {
+	CPUs   float64
+	Memory int64
+	Pids   int64
+}
+
+// LimitChecker is a Container that cannot enforce every limit: CheckLimits
+// says which of l it would not enforce, so the API refuses them at create
+// and update instead of ignoring them at start.
+type LimitChecker interface {
+	CheckLimits(l Limits) error
 }
 
 // Container runs workspaces. Every method is idempotent and safe to call
@@ -232,7 +249,10 @@ type ExitReporter interface {
 type Execer interface {
 	// Exec runs spec.Argv in the workspace (its files, its environment)
 	// with stdin (nil: none), streaming its output as it comes, and returns
-	// its exit status (128+N when signal N ended it).
+	// its exit status (128+N when signal N ended it). With spec.TTY the
+	// command runs on a terminal: its output (stdout and stderr merged, as
+	// a terminal shows them) goes to stdout, and the end of stdin is sent
+	// as the terminal's end-of-file character.
 	Exec(ctx context.Context, spec ExecSpec, stdin io.Reader, stdout, stderr io.Writer) (status int, err error)
 }
 
@@ -241,4 +261,19 @@ type ExecSpec struct {
 	ID        string
 	VolumeDir string // the workspace's files on the host (the process provider's working directory)
 	Argv      []string
+	Env       []string // the workspace's own KEY=VALUE environment (a container has it already)
+	TTY       *TTY     // nil: pipes
 }
+
+// TTY asks Exec for a terminal of Size, resized to each size Resize
+// delivers until the command ends.
+type TTY struct {
+	Size   WinSize
+	Resize <-chan WinSize
+}
+
+// WinSize is a terminal's size in characters.
+type WinSize struct{ Rows, Cols uint16 }
+
+// DefaultWinSize is the size of a terminal nobody gave a size for.
+var DefaultWinSize = WinSize{Rows: 24, Cols: 80}

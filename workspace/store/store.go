@@ -211,7 +211,7 @@ func stripComments(s string) string {
 
 const cols = `id, name, owner, image, command, desired_state, observed_status, observed_at, operation, op_id,
 	op_started_at, op_owner, op_lease_until, op_executed, archive_key, error_count, error_info,
-	previous_status, last_retry_at, next_retry_at, created_at, updated_at`
+	previous_status, last_retry_at, next_retry_at, created_at, updated_at, spec`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -221,11 +221,17 @@ func scanWorkspace(r scanner) (wstype.Workspace, error) {
 	var opID, owner, key, info, prev sql.NullString
 	var executed int
 	var created, updated int64
+	var spec string
 	err := r.Scan(&w.ID, &w.Name, &w.Owner, &w.Image, &w.Command, &w.DesiredState, &w.ObservedStatus, &observedAt,
 		&w.Operation, &opID, &opStarted, &owner, &lease, &executed, &key, &w.ErrorCount, &info,
-		&prev, &lastRetry, &nextRetry, &created, &updated)
+		&prev, &lastRetry, &nextRetry, &created, &updated, &spec)
 	if err != nil {
 		return w, err
+	}
+	if spec != "" {
+		if err := json.Unmarshal([]byte(spec), &w.Spec); err != nil {
+			return w, fmt.Errorf("workspace %s: spec: %w", w.ID, err)
+		}
 	}
 	w.ObservedAt, w.OpStartedAt, w.OpLeaseUntil = msPtr(observedAt), msPtr(opStarted), msPtr(lease)
 	w.LastRetryAt, w.NextRetryAt = msPtr(lastRetry), msPtr(nextRetry)
@@ -255,8 +261,20 @@ func (s *Store) Create(ctx context.Context, n wstype.NewWorkspace, now time.Time
 	return s.CreateWithin(ctx, n, auth.Quotas{}, now)
 }
 
-const insertSQL = `INSERT INTO workspaces (id, name, owner, image, command, desired_state, observed_status, created_at, updated_at)
-	VALUES (?, ?, ?, ?, ?, ?, 'PENDING', ?, ?)`
+const insertSQL = `INSERT INTO workspaces (id, name, owner, image, command, desired_state, observed_status, created_at, updated_at, spec)
+	VALUES (?, ?, ?, ?, ?, ?, 'PENDING', ?, ?, ?)`
+
+// specJSON is the spec column's value: '' for an empty spec.
+func specJSON(s wstype.Spec) string {
+	if len(s.Env) == 0 && s.CPUs == 0 && s.Memory == 0 && s.Pids == 0 {
+		return ""
+	}
+	if len(s.Env) == 0 {
+		s.Env = nil
+	}
+	b, _ := json.Marshal(s)
+	return string(b)
+}
 
 // CreateWithin is Create under the owner's quotas: a *auth.QuotaError if
 // the new workspace would exceed one. The check and the insert are one
@@ -271,7 +289,7 @@ func (s *Store) CreateWithin(ctx context.Context, n wstype.NewWorkspace, q auth.
 		return wstype.Workspace{}, err
 	}
 	ms := now.UnixMilli()
-	args := []any{id.String(), n.Name, n.Owner, n.Image, n.Command, string(n.Desired), ms, ms}
+	args := []any{id.String(), n.Name, n.Owner, n.Image, n.Command, string(n.Desired), ms, ms, specJSON(n.Spec)}
 	if q == (auth.Quotas{}) {
 		_, err = s.exec(ctx, insertSQL, args...)
 	} else {
@@ -511,6 +529,31 @@ func (s *Store) SetObserved(ctx context.Context, w wstype.Workspace, status wsty
 		WHERE id = ? AND (observed_status <> ? OR operation <> 'NONE') AND operation = ? AND COALESCE(op_id, '') = ?`,
 		string(status), now.UnixMilli(), w.ID, string(status), string(w.Operation), w.OpID)
 	return n == 1, err
+}
+
+// UpdateSpec applies u to workspace id's image, command and spec (taking
+// effect at its next start) and returns the row. A concurrent update of
+// the same workspace is not lost: the write only lands on the values it
+// was computed from, and is computed again otherwise.
+func (s *Store) UpdateSpec(ctx context.Context, id string, u wstype.SpecUpdate, now time.Time) (wstype.Workspace, error) {
+	for range 10 {
+		w, err := s.Get(ctx, id)
+		if err != nil {
+			return w, err
+		}
+		nw, err := u.Apply(w)
+		if err != nil {
+			return w, err
+		}
+		n, err := s.exec(ctx, `UPDATE workspaces SET image = ?, command = ?, spec = ?, updated_at = ?
+			WHERE id = ? AND image = ? AND command = ? AND spec = ?`,
+			nw.Image, nw.Command, specJSON(nw.Spec), now.UnixMilli(), id, w.Image, w.Command, specJSON(w.Spec))
+		if err != nil || n == 1 {
+			nw.UpdatedAt = now.UTC().Truncate(time.Millisecond)
+			return nw, err
+		}
+	}
+	return wstype.Workspace{}, fmt.Errorf("%w: workspace %s changed under ten updates in a row; try again", wstype.ErrConflict, id)
 }
 
 // Recover is the seed's manual recovery: error info, count and operation

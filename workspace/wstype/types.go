@@ -121,6 +121,7 @@ type Workspace struct {
 	Owner   string `json:"owner"`
 	Image   string `json:"image,omitempty"`
 	Command string `json:"command,omitempty"`
+	Spec           // env and limits, applied at each start
 
 	DesiredState   Status     `json:"desired_state"`
 	ObservedStatus Status     `json:"observed_status"`
@@ -185,6 +186,7 @@ type NewWorkspace struct {
 	Name    string `json:"name"`
 	Image   string `json:"image,omitempty"`
 	Command string `json:"command,omitempty"`
+	Spec
 	// Desired defaults to STANDBY: a new workspace gets an empty volume.
 	Desired Status `json:"desired_state,omitempty"`
 	// Owner is set by the API from the caller's token, never from the
@@ -202,6 +204,9 @@ const AdminOwner = "admin"
 // Validate checks the name and the desired state, filling the default.
 func (n *NewWorkspace) Validate() error {
 	if err := ValidName(n.Name); err != nil {
+		return err
+	}
+	if err := n.Spec.Validate(); err != nil {
 		return err
 	}
 	if n.Owner == "" {

@@ -352,7 +352,7 @@ func (p *Provider) hostConfig(ctx context.Context, spec provider.Spec, labels ma
 	hc := &container.HostConfig{
 		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyDisabled},
 		NetworkMode:   container.NetworkMode(p.cfg.NetworkMode),
-		Resources:     p.resources(),
+		Resources:     p.resources(spec.Limits),
 	}
 	switch p.cfg.Volumes {
 	case BindMount:
@@ -366,15 +366,24 @@ func (p *Provider) hostConfig(ctx context.Context, spec provider.Spec, labels ma
 	return hc, nil
 }
 
-// resources are the configured limits as the engine takes them.
-func (p *Provider) resources() container.Resources {
-	r := container.Resources{NanoCPUs: int64(p.cfg.CPUs * 1e9), Memory: p.cfg.Memory}
-	if p.cfg.Memory > 0 {
-		r.MemorySwap = p.cfg.Memory // no swap beyond the limit: past it, the kernel kills
+// resources are the workspace's limits (the configured ones where it sets
+// none) as the engine takes them.
+func (p *Provider) resources(l provider.Limits) container.Resources {
+	if l.CPUs == 0 {
+		l.CPUs = p.cfg.CPUs
 	}
-	if p.cfg.Pids > 0 {
-		pids := p.cfg.Pids
-		r.PidsLimit = &pids
+	if l.Memory == 0 {
+		l.Memory = p.cfg.Memory
+	}
+	if l.Pids == 0 {
+		l.Pids = p.cfg.Pids
+	}
+	r := container.Resources{NanoCPUs: int64(l.CPUs * 1e9), Memory: l.Memory}
+	if l.Memory > 0 {
+		r.MemorySwap = l.Memory // no swap beyond the limit: past it, the kernel kills
+	}
+	if l.Pids > 0 {
+		r.PidsLimit = &l.Pids
 	}
 	return r
 }

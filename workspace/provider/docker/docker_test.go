@@ -38,7 +38,9 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
+	"unsafe"
 )
 
 func main() {
@@ -56,6 +58,18 @@ func main() {
 		case "cat":
 			io.Copy(os.Stdout, os.Stdin)
 			return
+		case "tty": // the terminal's size, or exit 1 without one
+			var ws [4]uint16
+			for i := 0; i < 100 && ws[0] == 0; i++ { // engines before API 1.42 size it just after the start
+				if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, 1, syscall.TIOCGWINSZ, uintptr(unsafe.Pointer(&ws))); e != 0 {
+					fmt.Println("not a tty")
+					os.Exit(1)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			fmt.Println("tty", ws[0], ws[1], os.Getenv("TERM"))
+			fmt.Fprintln(os.Stderr, "stderr too")
+			os.Exit(3)
 		}
 	}
 	if len(os.Args) > 1 && os.Args[1] == "health" {
@@ -530,5 +544,23 @@ func TestExec(t *testing.T) {
 	spec.Argv = []string{"/ws", "cat"}
 	if code, err := p.Exec(ctx, spec, strings.NewReader("piped\n"), &out, io.Discard); err != nil || code != 0 || out.String() != "piped\n" {
 		t.Fatalf("exec cat with stdin: %d %v %q", code, err, out.String())
+	}
+	// On a terminal: its size, one merged stream, the status; stdin typed
+	// into it and its end sent as the terminal's EOF.
+	out.Reset()
+	spec.Argv, spec.TTY = []string{"/ws", "tty"}, &provider.TTY{Size: provider.WinSize{Rows: 30, Cols: 100}}
+	if code, err := p.Exec(ctx, spec, nil, &out, io.Discard); err != nil || code != 3 || out.String() != "tty 30 100 xterm-256color\r\nstderr too\r\n" {
+		t.Fatalf("exec -t: %d %v %q", code, err, out.String())
+	}
+	spec.TTY.Size = provider.WinSize{}
+	spec.Argv = []string{"/ws", "tty"}
+	out.Reset()
+	if code, err := p.Exec(ctx, spec, nil, &out, io.Discard); err != nil || code != 3 || !strings.HasPrefix(out.String(), "tty 24 80 ") {
+		t.Fatalf("exec -t with no size: %d %v %q, want the default 24x80", code, err, out.String())
+	}
+	out.Reset()
+	spec.Argv = []string{"/ws", "cat"}
+	if code, err := p.Exec(ctx, spec, strings.NewReader("typed\n"), &out, io.Discard); err != nil || code != 0 || strings.Count(out.String(), "typed\r\n") != 2 {
+		t.Fatalf("exec -it cat: %d %v %q; want the echo and cat's copy", code, err, out.String())
 	}
 }

@@ -25,12 +25,22 @@ func (p *Provider) Exec(ctx context.Context, spec provider.ExecSpec, stdin io.Re
 	if !p.running(ctx, spec.ID) {
 		return 0, fmt.Errorf("%w: workspace %s", provider.ErrNotRunning, spec.ID)
 	}
-	created, err := p.cli.ExecCreate(ctx, ContainerName(spec.ID), client.ExecCreateOptions{Cmd: spec.Argv,
-		AttachStdin: stdin != nil, AttachStdout: true, AttachStderr: true, WorkingDir: p.cfg.MountPath})
+	opts := client.ExecCreateOptions{Cmd: spec.Argv,
+		AttachStdin: stdin != nil, AttachStdout: true, AttachStderr: true, WorkingDir: p.cfg.MountPath}
+	var size client.ConsoleSize
+	if spec.TTY != nil {
+		ws := spec.TTY.Size
+		if ws.Rows == 0 || ws.Cols == 0 {
+			ws = provider.DefaultWinSize
+		}
+		size = client.ConsoleSize{Height: uint(ws.Rows), Width: uint(ws.Cols)}
+		opts.TTY, opts.ConsoleSize, opts.Env = true, size, []string{"TERM=xterm-256color"}
+	}
+	created, err := p.cli.ExecCreate(ctx, ContainerName(spec.ID), opts)
 	if err != nil {
 		return 0, p.wrap("exec in", spec.ID, err)
 	}
-	att, err := p.cli.ExecAttach(ctx, created.ID, client.ExecAttachOptions{})
+	att, err := p.cli.ExecAttach(ctx, created.ID, client.ExecAttachOptions{TTY: opts.TTY, ConsoleSize: size})
 	if err != nil {
 		return 0, p.wrap("attach to exec in", spec.ID, err)
 	}
@@ -38,10 +48,27 @@ func (p *Provider) Exec(ctx context.Context, spec provider.ExecSpec, stdin io.Re
 	if stdin != nil {
 		go func() {
 			io.Copy(att.Conn, stdin)
+			if opts.TTY {
+				// The terminal's EOF, as the process provider sends it; the
+				// stream stays open (closing it ends a terminal's output).
+				att.Conn.Write([]byte{4})
+				return
+			}
 			att.CloseWrite()
 		}()
 	}
-	if _, err := stdcopy.StdCopy(stdout, stderr, att.Reader); err != nil && ctx.Err() == nil {
+	if opts.TTY {
+		done := make(chan struct{})
+		defer close(done)
+		// Engines before API 1.42 ignore the size given at the start;
+		// they get it right after (a shell reads it again on SIGWINCH).
+		p.cli.ExecResize(ctx, created.ID, client.ExecResizeOptions{Height: size.Height, Width: size.Width})
+		go p.resizeExec(ctx, created.ID, spec.TTY.Resize, done)
+		_, err = io.Copy(stdout, att.Reader) // a terminal's output is one raw stream
+	} else {
+		_, err = stdcopy.StdCopy(stdout, stderr, att.Reader)
+	}
+	if err != nil && ctx.Err() == nil {
 		return 0, p.wrap("exec output of", spec.ID, err)
 	}
 	in, err := p.cli.ExecInspect(ctx, created.ID, client.ExecInspectOptions{})
@@ -49,6 +76,21 @@ func (p *Provider) Exec(ctx context.Context, spec provider.ExecSpec, stdin io.Re
 		return 0, p.wrap("inspect exec in", spec.ID, err)
 	}
 	return in.ExitCode, nil
+}
+
+// resizeExec applies each size from sizes to the exec's terminal until done.
+func (p *Provider) resizeExec(ctx context.Context, execID string, sizes <-chan provider.WinSize, done <-chan struct{}) {
+	for {
+		select {
+		case s, ok := <-sizes:
+			if !ok {
+				return
+			}
+			p.cli.ExecResize(ctx, execID, client.ExecResizeOptions{Height: uint(s.Rows), Width: uint(s.Cols)})
+		case <-done:
+			return
+		}
+	}
 }
 
 // running reports whether the workspace's container runs.

@@ -34,8 +34,12 @@ type Container struct {
 	RunDir string
 	// StopGrace is how long Stop waits after SIGTERM before SIGKILL; 0 = 5 s.
 	StopGrace time.Duration
-	// LogCap: a start rotates <id>.log past this size; 0 = DefaultLogCap.
+	// LogCap bounds <id>.log: past it the log is rotated (to <id>.log.1);
+	// 0 = DefaultLogCap.
 	LogCap int64
+	// Defaults are the limits of workspaces that set none (limits.go says
+	// which are enforced and how).
+	Defaults provider.Limits
 
 	// OnExit, if set, is called (on its own goroutine) when a command this
 	// server started ends, after its end is recorded: the server hints its
@@ -143,6 +147,11 @@ func (c *Container) Start(ctx context.Context, spec provider.Spec) error {
 	if command == "" {
 		command = DefaultCommand
 	}
+	limits := c.withDefaults(spec.Limits)
+	if err := c.CheckLimits(limits); err != nil {
+		return provider.Permanent("LimitUnsupported", fmt.Errorf("process: start %s: %w", spec.ID, err))
+	}
+	command = limitPrefix(limits) + command
 	port, err := freePort()
 	if err != nil {
 		return fmt.Errorf("process: start %s: %w", spec.ID, err)

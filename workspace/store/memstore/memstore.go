@@ -88,7 +88,7 @@ func (s *Store) Create(_ context.Context, n wstype.NewWorkspace, now time.Time) 
 		}
 	}
 	r := &row{w: wstype.Workspace{ID: id.String(), Name: n.Name, Owner: n.Owner, Image: n.Image, Command: n.Command,
-		DesiredState: n.Desired, ObservedStatus: wstype.Pending, Operation: wstype.OpNone,
+		Spec: n.Spec, DesiredState: n.Desired, ObservedStatus: wstype.Pending, Operation: wstype.OpNone,
 		CreatedAt: ms(now), UpdatedAt: ms(now)}}
 	s.rows[r.w.ID] = r
 	return snapshot(r), nil

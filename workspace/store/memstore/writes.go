@@ -3,6 +3,7 @@ package memstore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/gantryhq/gantry/workspace/store"
@@ -183,6 +184,24 @@ func (s *Store) DeleteRow(_ context.Context, id, opID string) error {
 		delete(s.rows, id)
 	}
 	return nil
+}
+
+// UpdateSpec applies u to the workspace's image, command and spec.
+func (s *Store) UpdateSpec(_ context.Context, id string, u wstype.SpecUpdate, now time.Time) (wstype.Workspace, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, err := s.lookupLocked(id)
+	if err != nil {
+		return wstype.Workspace{}, err
+	}
+	nw, err := u.Apply(r.w)
+	if err != nil {
+		return wstype.Workspace{}, err
+	}
+	nw.Env = slices.Clone(nw.Env)
+	nw.UpdatedAt = ms(now)
+	r.w = nw
+	return snapshot(r), nil
 }
 
 // Recover clears error info, count and operation (op_id kept).

@@ -1,0 +1,154 @@
+package cli
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/gantryhq/gantry/workspace"
+)
+
+// specFlags are the spec flags of `ws create` and `ws update`: the
+// command's environment and the workspace's limits.
+type specFlags struct {
+	env    []string
+	cpus   float64
+	memory string
+	pids   int64
+}
+
+func (f *specFlags) register(fs *pflag.FlagSet, verb string) {
+	fs.StringArrayVar(&f.env, "env", nil, verb+" an environment variable of the command, KEY=VALUE (repeatable)")
+	fs.Float64Var(&f.cpus, "cpus", 0, "CPUs the workspace may use, e.g. 1.5 (0: the server's --default-cpus)")
+	fs.StringVar(&f.memory, "memory", "", "memory the workspace may use, e.g. 512MiB (past it the kernel kills: OOMKilled)")
+	fs.Int64Var(&f.pids, "pids", 0, "processes and threads the workspace may run (a fork bomb stops there)")
+}
+
+// memoryBytes is --memory in bytes ("" and "0": 0, the server's default).
+func (f *specFlags) memoryBytes() (int64, error) {
+	if f.memory == "" || f.memory == "0" {
+		return 0, nil
+	}
+	n, err := parseSize(f.memory)
+	if err != nil {
+		return 0, fmt.Errorf("--memory: %w", err)
+	}
+	return n, nil
+}
+
+func newWSCreateCmd(client func() *workspace.Client) *cobra.Command {
+	var n workspace.NewWorkspace
+	var desired string
+	var sf specFlags
+	cmd := &cobra.Command{
+		Use:   "create NAME [--cmd CMD] [--image IMG] [--env K=V]... [--cpus N] [--memory SIZE] [--pids N]",
+		Short: "Create a workspace (it gets an empty volume: STANDBY); prints its id",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			mem, err := sf.memoryBytes()
+			if err != nil {
+				return err
+			}
+			n.Name, n.Desired = args[0], workspace.Status(desired)
+			n.Spec = workspace.Spec{Env: sf.env, CPUs: sf.cpus, Memory: mem, Pids: sf.pids}
+			w, err := client().Create(cmd.Context(), n)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), w.ID)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&n.Command, "cmd", "", "command run in the volume while RUNNING; it gets $PORT to serve HTTP on, proxied at /w/{id}/ (default: "+`"exec sleep infinity"`+")")
+	cmd.Flags().StringVar(&n.Image, "image", "", "container image (docker provider)")
+	cmd.Flags().StringVar(&desired, "desired", "", "initial desired state: STANDBY (default), RUNNING or PENDING")
+	sf.register(cmd.Flags(), "set")
+	return cmd
+}
+
+func newWSUpdateCmd(client func() *workspace.Client) *cobra.Command {
+	var sf specFlags
+	var image, command string
+	var unset []string
+	var restart bool
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "update ID [--cmd CMD] [--image IMG] [--env K=V]... [--unset-env K]... [--cpus N] [--memory SIZE] [--pids N] [--restart]",
+		Short: "Change a workspace's command, image, environment or limits: applied at its next start (--restart: now)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			u, err := sf.update(cmd.Flags())
+			if err != nil {
+				return err
+			}
+			if cmd.Flags().Changed("image") {
+				u.Image = &image
+			}
+			if cmd.Flags().Changed("cmd") {
+				u.Command = &command
+			}
+			u.EnvUnset = unset
+			c := client()
+			w, err := c.Update(cmd.Context(), args[0], u)
+			if err != nil {
+				return err
+			}
+			if restart && w.DesiredState == workspace.Running {
+				return restartWorkspace(cmd, c, w.ID, timeout)
+			}
+			return printJSON(cmd, w)
+		},
+	}
+	cmd.Flags().StringVar(&command, "cmd", "", "the command run while RUNNING")
+	cmd.Flags().StringVar(&image, "image", "", "container image (docker provider)")
+	cmd.Flags().StringArrayVar(&unset, "unset-env", nil, "remove an environment variable (repeatable)")
+	cmd.Flags().BoolVar(&restart, "restart", false, "if the workspace should be RUNNING, stop it and start it again now (waiting for both)")
+	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "--restart: give up waiting after this long")
+	sf.register(cmd.Flags(), "set or replace")
+	return cmd
+}
+
+// update is the SpecUpdate of the spec flags given on the command line.
+func (f *specFlags) update(fs *pflag.FlagSet) (workspace.SpecUpdate, error) {
+	var u workspace.SpecUpdate
+	u.EnvSet = f.env
+	if fs.Changed("cpus") {
+		u.CPUs = &f.cpus
+	}
+	if fs.Changed("memory") {
+		mem, err := f.memoryBytes()
+		if err != nil {
+			return u, err
+		}
+		u.Memory = &mem
+	}
+	if fs.Changed("pids") {
+		u.Pids = &f.pids
+	}
+	return u, nil
+}
+
+// restartWorkspace applies an update now: desired STANDBY, wait for it,
+// desired RUNNING, wait for that; it prints the workspace as it runs.
+func restartWorkspace(cmd *cobra.Command, c *workspace.Client, id string, timeout time.Duration) error {
+	ctx := cmd.Context()
+	if _, err := c.SetDesired(ctx, id, workspace.Standby); err != nil {
+		return err
+	}
+	if err := runWSWait(ctx, c, id, string(workspace.Standby), timeout); err != nil {
+		return fmt.Errorf("restart: stopping: %w", err)
+	}
+	if _, err := c.SetDesired(ctx, id, workspace.Running); err != nil {
+		return err
+	}
+	if err := runWSWait(ctx, c, id, string(workspace.Running), timeout); err != nil {
+		return fmt.Errorf("restart: starting: %w", err)
+	}
+	w, err := c.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	return printJSON(cmd, w)
+}
