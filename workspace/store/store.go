@@ -264,7 +264,7 @@ func (s *Store) Create(ctx context.Context, n wstype.NewWorkspace, now time.Time
 const insertSQL = `INSERT INTO workspaces (id, name, owner, image, command, desired_state, observed_status, created_at, updated_at, spec)
 	VALUES (?, ?, ?, ?, ?, ?, 'PENDING', ?, ?, ?)`
 
-// specJSON is the spec column's value: '' for an empty spec.
+// specJSON is the spec column's value: ” for an empty spec.
 func specJSON(s wstype.Spec) string {
 	if len(s.Env) == 0 && s.CPUs == 0 && s.Memory == 0 && s.Pids == 0 {
 		return ""
