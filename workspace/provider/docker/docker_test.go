@@ -500,6 +500,18 @@ func TestLimits(t *testing.T) {
 	if hc.NanoCPUs != 5e8 || hc.Memory != 64<<20 || hc.PidsLimit == nil || *hc.PidsLimit != 64 {
 		t.Fatalf("limits in the container's config: cpus %d, memory %d, pids %v", hc.NanoCPUs, hc.Memory, hc.PidsLimit)
 	}
+	// A workspace's own limits replace the defaults it sets.
+	own := "t" + randID(t)
+	cleanupWorkspace(t, p, own)
+	if err := p.Start(ctx, provider.Spec{ID: own, VolumeDir: t.TempDir(), Limits: provider.Limits{CPUs: 1.25, Pids: 100}}); err != nil {
+		t.Fatal(err)
+	}
+	if in, err = cli.ContainerInspect(ctx, ContainerName(own), client.ContainerInspectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if hc := in.Container.HostConfig; hc.NanoCPUs != 1.25e9 || hc.Memory != 64<<20 || *hc.PidsLimit != 100 {
+		t.Fatalf("a workspace's own limits: cpus %d, memory %d, pids %v; want 1.25e9, the default 64 MiB, 100", hc.NanoCPUs, hc.Memory, *hc.PidsLimit)
+	}
 	oom := "t" + randID(t)
 	cleanupWorkspace(t, p, oom)
 	err = p.Start(ctx, provider.Spec{ID: oom, VolumeDir: t.TempDir(), Env: []string{"WS_ALLOC_MB=256"}})
