@@ -8,16 +8,23 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
+
+	"github.com/gantryhq/gantry/internal/fsutil"
 
 	"github.com/gantryhq/gantry/workspace/provider"
 )
 
 var _ provider.LogReader = (*Container)(nil)
 
-// DefaultLogCap is the size at which a workspace's log is rotated when its
-// command starts: <id>.log becomes <id>.log.1 (replacing the older one).
+// DefaultLogCap is the size at which a workspace's log is rotated:
+// <id>.log becomes <id>.log.1 (replacing the older one). A start renames
+// it; while the command runs, capLog copies and truncates it.
 const DefaultLogCap = 8 << 20
+
+// logMu serialises capLog (the reaper's ticker and Observe both call it).
+var logMu sync.Mutex
 
 func (c *Container) logPath(id string) (string, error) {
 	if _, err := c.pidfile(id); err != nil {
@@ -26,15 +33,49 @@ func (c *Container) logPath(id string) (string, error) {
 	return filepath.Join(c.RunDir, id+".log"), nil
 }
 
+func (c *Container) logCap() int64 {
+	if c.LogCap <= 0 {
+		return DefaultLogCap
+	}
+	return c.LogCap
+}
+
 // rotate moves a log over the cap aside before a start appends to it.
 func (c *Container) rotate(path string) {
-	limit := c.LogCap
-	if limit <= 0 {
-		limit = DefaultLogCap
-	}
-	if fi, err := os.Stat(path); err == nil && fi.Size() >= limit {
+	if fi, err := os.Stat(path); err == nil && fi.Size() >= c.logCap() {
 		os.Rename(path, path+".1")
 	}
+}
+
+// capLog rotates a running command's log once it reaches the cap: the log
+// is copied to <id>.log.1 and truncated in place, since the command keeps
+// its file open (it appends, O_APPEND, so its next write lands at the new
+// end). What the command writes between the copy and the truncation is
+// lost: a few writes at most. A log stays under the cap plus what the
+// command writes in one check interval (LogCheck).
+func (c *Container) capLog(id string) {
+	path, err := c.logPath(id)
+	if err != nil {
+		return
+	}
+	logMu.Lock()
+	defer logMu.Unlock()
+	fi, err := os.Stat(path)
+	if err != nil || fi.Size() < c.logCap() {
+		return
+	}
+	src, err := os.Open(path)
+	if err != nil {
+		return
+	}
+	defer src.Close()
+	if err := fsutil.WriteAtomic(path+".1", 0o644, func(w io.Writer) error {
+		_, err := io.Copy(w, src)
+		return err
+	}); err != nil {
+		return
+	}
+	os.Truncate(path, 0)
 }
 
 // Logs writes the tail of id's output and, with follow, what comes next,
@@ -83,6 +124,7 @@ func followFile(ctx context.Context, f **os.File, path string, w io.Writer) erro
 		if err != nil && err != io.EOF {
 			return err
 		}
+		truncated(*f)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -94,6 +136,15 @@ func followFile(ctx context.Context, f **os.File, path string, w io.Writer) erro
 				*f = nf
 			}
 		}
+	}
+}
+
+// truncated moves f back to its start if the file was truncated (capLog)
+// below where f reads.
+func truncated(f *os.File) {
+	pos, err := f.Seek(0, io.SeekCurrent)
+	if fi, serr := f.Stat(); err == nil && serr == nil && fi.Size() < pos {
+		f.Seek(0, io.SeekStart)
 	}
 }
 

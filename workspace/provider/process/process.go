@@ -35,8 +35,10 @@ type Container struct {
 	// StopGrace is how long Stop waits after SIGTERM before SIGKILL; 0 = 5 s.
 	StopGrace time.Duration
 	// LogCap bounds <id>.log: past it the log is rotated (to <id>.log.1);
-	// 0 = DefaultLogCap.
-	LogCap int64
+	// 0 = DefaultLogCap. LogCheck is how often a running command's log is
+	// checked against it; 0 = 1 s.
+	LogCap   int64
+	LogCheck time.Duration
 	// Defaults are the limits of workspaces that set none (limits.go says
 	// which are enforced and how).
 	Defaults provider.Limits
@@ -117,6 +119,7 @@ func (c *Container) Observe(_ context.Context, id string) (provider.ContainerSta
 	case err != nil:
 		return provider.Missing, err
 	case running:
+		c.capLog(id) // a command started by an earlier server has no reaper watching its log
 		return provider.Running, nil
 	case exists:
 		return provider.Stopped, nil
@@ -187,6 +190,7 @@ func (c *Container) reap(id string, cmd *exec.Cmd) chan struct{} {
 	ended := make(chan struct{})
 	key := filepath.Join(c.RunDir, id)
 	reapers.Store(key, ended)
+	go c.watchLog(id, ended)
 	go func() {
 		defer close(ended)
 		cmd.Wait()
@@ -197,6 +201,24 @@ func (c *Container) reap(id string, cmd *exec.Cmd) chan struct{} {
 		}
 	}()
 	return ended
+}
+
+// watchLog keeps id's log under its cap until ended closes.
+func (c *Container) watchLog(id string, ended chan struct{}) {
+	every := c.LogCheck
+	if every <= 0 {
+		every = time.Second
+	}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-tick.C:
+			c.capLog(id)
+		case <-ended:
+			return
+		}
+	}
 }
 
 // endedAtOnce is Start's error for a command gone before its pidfile was

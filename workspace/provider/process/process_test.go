@@ -1,9 +1,13 @@
 package process_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -94,4 +98,57 @@ func TestLogRotatesAtStart(t *testing.T) {
 	if buf.String() != "fresh\n" {
 		t.Fatalf("logs after the rotation: %q", buf.String())
 	}
+}
+
+// A running command's log stays under its cap (plus one check interval's
+// writes) however long it writes, and a follower keeps up across the
+// truncations, seeing the newest lines.
+func TestLogStaysUnderItsCapWhileRunning(t *testing.T) {
+	dir := t.TempDir()
+	const limit = 64 << 10
+	c := &process.Container{RunDir: filepath.Join(dir, "run"), StopGrace: time.Second, LogCap: limit, LogCheck: 20 * time.Millisecond}
+	vol := filepath.Join(dir, "vol")
+	os.MkdirAll(vol, 0o755)
+	// About 100 lines of 60 bytes every 10 ms: 600 KB/s, ten caps a second.
+	cmd := `i=0; while :; do j=0; while [ $j -lt 100 ]; do i=$((i+1)); j=$((j+1)); echo "line $i ................................................"; done; sleep 0.01; done`
+	if err := c.Start(t.Context(), provider.Spec{ID: "w1", VolumeDir: vol, Command: cmd}); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop(context.WithoutCancel(t.Context()), "w1")
+	ctx, cancel := context.WithCancel(t.Context())
+	pr, pw := io.Pipe()
+	go func() { c.Logs(ctx, "w1", 1, true, pw); pw.Close() }()
+	lines := bufio.NewScanner(pr)
+	log := filepath.Join(c.RunDir, "w1.log")
+	var biggest int64
+	var last int
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); {
+		if fi, err := os.Stat(log); err == nil {
+			biggest = max(biggest, fi.Size())
+		}
+		if !lines.Scan() {
+			t.Fatal("the follower ended")
+		}
+		var n int
+		if _, err := fmt.Sscanf(lines.Text(), "line %d", &n); err == nil && n > last {
+			last = n
+		}
+	}
+	cancel()
+	pr.Close()
+	rotated, err := os.Stat(log + ".1")
+	if err != nil {
+		t.Fatalf("no rotated log: %v", err)
+	}
+	// One check interval at 600 KB/s is 12 KB; allow for a loaded machine.
+	if biggest > limit+256<<10 || rotated.Size() > limit+256<<10 {
+		t.Fatalf("log reached %d bytes, rotated %d; cap %d", biggest, rotated.Size(), limit)
+	}
+	out, _ := exec.Command("sh", "-c", "tail -n1 "+log).Output()
+	var now int
+	fmt.Sscanf(string(out), "line %d", &now)
+	if last < 1000 || now-last > 20000 {
+		t.Fatalf("the follower saw up to line %d; the command is at %d", last, now)
+	}
+	t.Logf("largest log %d bytes (cap %d), rotated %d; follower at line %d of %d", biggest, limit, rotated.Size(), last, now)
 }
