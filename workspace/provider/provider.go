@@ -117,6 +117,16 @@ type BlobStore interface {
 	Stat(ctx context.Context, key string) (size int64, ok bool, err error)
 	// Delete removes the blob; deleting a missing key is not an error.
 	Delete(ctx context.Context, key string) error
+	// List returns every complete blob whose key starts with prefix (a
+	// Put in progress is not listed), in no particular order.
+	List(ctx context.Context, prefix string) ([]BlobInfo, error)
+}
+
+// BlobInfo is one listed blob.
+type BlobInfo struct {
+	Key      string
+	Size     int64
+	Modified time.Time // when its Put completed
 }
 
 // Storage owns a workspace's volume and archives (the seed's Storage

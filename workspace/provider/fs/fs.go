@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	iofs "io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -93,6 +94,49 @@ func (b *BlobStore) Delete(_ context.Context, key string) error {
 		return err
 	}
 	return nil
+}
+
+// List walks the files under Dir whose keys start with prefix, skipping
+// the temporary files of Puts in progress.
+func (b *BlobStore) List(ctx context.Context, prefix string) ([]provider.BlobInfo, error) {
+	// Walk from the deepest directory the prefix names whole.
+	start := b.Dir
+	if i := strings.LastIndexByte(prefix, '/'); i > 0 {
+		start = filepath.Join(b.Dir, filepath.FromSlash(prefix[:i]))
+	}
+	var out []provider.BlobInfo
+	err := filepath.WalkDir(start, func(p string, d iofs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				return nil // removed while we walked, or no such prefix
+			}
+			return err
+		}
+		if cerr := ctx.Err(); cerr != nil {
+			return cerr
+		}
+		if d.IsDir() || strings.HasPrefix(d.Name(), fsutil.TempPrefix) {
+			return nil
+		}
+		rel, err := filepath.Rel(b.Dir, p)
+		if err != nil {
+			return err
+		}
+		key := filepath.ToSlash(rel)
+		if !strings.HasPrefix(key, prefix) {
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		out = append(out, provider.BlobInfo{Key: key, Size: fi.Size(), Modified: fi.ModTime()})
+		return nil
+	})
+	return out, err
 }
 
 type ctxReader struct {

@@ -7,10 +7,13 @@ package providertest
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gantryhq/gantry/workspace/provider"
 )
@@ -37,6 +40,48 @@ func BlobStore(t *testing.T, bs provider.BlobStore) {
 	}
 	if _, ok, _ := bs.Stat(ctx, key); ok {
 		t.Fatal("blob still there after Delete")
+	}
+	blobList(t, bs)
+}
+
+// blobList checks that List finds exactly the blobs under a prefix, with
+// their sizes and recent modification times.
+func blobList(t *testing.T, bs provider.BlobStore) {
+	t.Helper()
+	ctx := t.Context()
+	keys := map[string]int{"archives/a1/op1/home.tar.zst": 10, "archives/a1/op1/home.tar.zst.meta": 3,
+		"archives/a1/op2/home.tar.zst": 5, "archives/a10/op1/home.tar.zst": 7, "other/x": 1}
+	for k, n := range keys {
+		if err := bs.Put(ctx, k, strings.NewReader(strings.Repeat("x", n))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for k := range keys {
+			bs.Delete(context.WithoutCancel(ctx), k)
+		}
+	})
+	for prefix, want := range map[string][]string{
+		"archives/a1/": {"archives/a1/op1/home.tar.zst", "archives/a1/op1/home.tar.zst.meta", "archives/a1/op2/home.tar.zst"},
+		"archives/":    {"archives/a1/op1/home.tar.zst", "archives/a1/op1/home.tar.zst.meta", "archives/a1/op2/home.tar.zst", "archives/a10/op1/home.tar.zst"},
+		"archives/a1":  {"archives/a1/op1/home.tar.zst", "archives/a1/op1/home.tar.zst.meta", "archives/a1/op2/home.tar.zst", "archives/a10/op1/home.tar.zst"},
+		"nothing/":     nil,
+	} {
+		got, err := bs.List(ctx, prefix)
+		if err != nil {
+			t.Fatalf("List(%q): %v", prefix, err)
+		}
+		var names []string
+		for _, b := range got {
+			names = append(names, b.Key)
+			if int(b.Size) != keys[b.Key] || time.Since(b.Modified) > time.Hour || time.Until(b.Modified) > time.Minute {
+				t.Fatalf("List(%q): %+v; want size %d and a recent time", prefix, b, keys[b.Key])
+			}
+		}
+		slices.Sort(names)
+		if !slices.Equal(names, want) {
+			t.Fatalf("List(%q) = %q, want %q", prefix, names, want)
+		}
 	}
 }
 

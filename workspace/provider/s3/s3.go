@@ -359,6 +359,26 @@ func (b *BlobStore) Delete(ctx context.Context, key string) error {
 	return nil
 }
 
+// List lists the objects under prefix (within the store's Prefix).
+func (b *BlobStore) List(ctx context.Context, prefix string) ([]provider.BlobInfo, error) {
+	objPrefix := prefix
+	if b.cfg.Prefix != "" {
+		objPrefix = b.cfg.Prefix + "/" + prefix
+	}
+	var out []provider.BlobInfo
+	for o := range b.cli.ListObjects(ctx, b.cfg.Bucket, minio.ListObjectsOptions{Prefix: objPrefix, Recursive: true}) {
+		if o.Err != nil {
+			return nil, b.wrap("list", prefix, o.Err)
+		}
+		key := o.Key
+		if b.cfg.Prefix != "" {
+			key = strings.TrimPrefix(key, b.cfg.Prefix+"/")
+		}
+		out = append(out, provider.BlobInfo{Key: key, Size: o.Size, Modified: o.LastModified})
+	}
+	return out, nil
+}
+
 func isNotFound(err error) bool {
 	r := minio.ToErrorResponse(err)
 	return r.Code == "NoSuchKey" || r.StatusCode == 404 && r.Code != "NoSuchBucket"
