@@ -25,6 +25,8 @@ type APIStore interface {
 	SetDesiredWithin(ctx context.Context, id string, desired Status, q auth.Quotas, now time.Time) (Workspace, error)
 	Recover(ctx context.Context, id string, now time.Time) (Workspace, error)
 	UpdateSpec(ctx context.Context, id string, u SpecUpdate, now time.Time) (Workspace, error)
+	ChooseArchive(ctx context.Context, id, key string, now time.Time) (Workspace, error)
+	Get(ctx context.Context, id string) (Workspace, error)
 	Touch(ctx context.Context, id string, now time.Time) error
 	MarkDeleted(ctx context.Context, id string, now time.Time) error
 	AccountStore
@@ -153,6 +155,8 @@ func (a *API) routes() []route {
 		{"POST /v1/workspaces/{id}/recover", "workspace.recover", a.recover},
 		{"POST /v1/workspaces/{id}/touch", "workspace.touch", a.touch},
 		{"DELETE /v1/workspaces/{id}", "workspace.delete", a.delete},
+		{"GET /v1/workspaces/{id}/archives", "", a.archives},
+		{"POST /v1/workspaces/{id}/restore", "workspace.restore", a.restore},
 	}, append(a.accountRoutes(), a.proxyRoutes()...)...)
 }
 

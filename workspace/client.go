@@ -13,6 +13,7 @@ import (
 	"os"
 
 	"github.com/gantryhq/gantry/workspace/auth"
+	"github.com/gantryhq/gantry/workspace/provider"
 )
 
 // Client talks to the API.
@@ -123,6 +124,19 @@ func (c *Client) SetDesired(ctx context.Context, id string, st Status) (Workspac
 func (c *Client) Update(ctx context.Context, id string, u SpecUpdate) (Workspace, error) {
 	var w Workspace
 	return w, c.do(ctx, "PATCH", "/v1/workspaces/"+url.PathEscape(id), u, &w)
+}
+
+// Archives lists a workspace's archives, newest first.
+func (c *Client) Archives(ctx context.Context, id string) ([]provider.ArchiveInfo, error) {
+	var out []provider.ArchiveInfo
+	return out, c.do(ctx, "GET", "/v1/workspaces/"+url.PathEscape(id)+"/archives", nil, &out)
+}
+
+// Restore makes archive key the one the workspace's next restore (ws up)
+// uses; the workspace must be archived (PENDING).
+func (c *Client) Restore(ctx context.Context, id, key string) (Workspace, error) {
+	var w Workspace
+	return w, c.do(ctx, "POST", "/v1/workspaces/"+url.PathEscape(id)+"/restore", RestoreRequest{Archive: key}, &w)
 }
 
 // Recover clears a workspace's error.

@@ -749,7 +749,15 @@ func (r *Reconciler) call(ctx context.Context, w *Workspace) error {
 		if err := r.container.Stop(ctx, w.ID); err != nil {
 			return err
 		}
-		return r.storage.DeleteVolume(ctx, w.ID)
+		if err := r.storage.DeleteVolume(ctx, w.ID); err != nil {
+			return err
+		}
+		if as, ok := r.storage.(provider.ArchiveStore); ok {
+			// The archive GC removes its archives once the retention has
+			// passed since this moment.
+			return as.Tombstone(ctx, w.ID, r.cfg.Clock.Now())
+		}
+		return nil
 	}
 	return fmt.Errorf("workspace: unknown operation %q", w.Operation)
 }

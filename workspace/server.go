@@ -45,6 +45,9 @@ type ServerConfig struct {
 	// AuditRetention is how long audit rows are kept; zero = 90 days,
 	// negative = forever. The leader removes older rows.
 	AuditRetention time.Duration
+	// Archives: the GC of archives (ArchiveGC; its Store and Storage are
+	// filled in). Used when the Storage keeps archives.
+	Archives ArchiveGC
 	// Redis, if set (redis://…), carries hints instead of the in-process
 	// channel or Postgres LISTEN/NOTIFY.
 	Redis      string
@@ -148,6 +151,11 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	retention := &Retention{Store: st, Audit: cfg.AuditRetention, Logger: cfg.Logger}
 	singletons := SingletonsConfig{Store: st, Monitor: s.Mon, TTL: s.TTL, Retention: retention, Lease: cfg.LeaderLease,
 		NodeID: s.Rec.Config().Owner, Metrics: metrics, Logger: cfg.Logger}
+	if as, ok := cfg.Storage.(provider.ArchiveStore); ok {
+		gc := cfg.Archives
+		gc.Store, gc.Storage, gc.Logger = st, as, cfg.Logger
+		singletons.ArchiveGC = &gc
+	}
 	s.runs = append(s.runs, s.Rec.Run, func(ctx context.Context) error { return RunSingletons(ctx, singletons) })
 	s.cfg = cfg
 	return s, nil

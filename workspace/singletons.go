@@ -29,6 +29,8 @@ type SingletonsConfig struct {
 	TTL     *TTLManager    // nil = no TTL manager
 	// Retention prunes the audit log and expired sessions; nil = none.
 	Retention *Retention
+	// ArchiveGC removes surplus and deleted workspaces' archives; nil = none.
+	ArchiveGC *ArchiveGC
 	// Lease bounds how long the loops can outlive a dead leader (Postgres);
 	// zero = 10 s (leader.Config.Lease). A standby takes over within it
 	// after the leader's process dies.
@@ -109,6 +111,9 @@ func runLoops(ctx context.Context, cfg SingletonsConfig, sess *leader.Session) {
 	}
 	if cfg.Retention != nil {
 		run("retention", cfg.Retention.Run)
+	}
+	if cfg.ArchiveGC != nil {
+		run("archive-gc", cfg.ArchiveGC.Run)
 	}
 	wg.Wait()
 }

@@ -34,7 +34,7 @@ func newWSCmd(env *Env) *cobra.Command {
 		newWSDesiredCmd(client, "archive", workspace.Pending, "Archive a workspace and remove its volume (desired PENDING)"),
 		newWSDeleteCmd(client), newWSRecoverCmd(client), newWSWaitCmd(client), newWSTouchCmd(client),
 		newWSTokenCmd(client), newWSAuditCmd(client), newWSWhoamiCmd(client), newWSLogsCmd(client), newWSExecCmd(client),
-		newWSUpdateCmd(client))
+		newWSUpdateCmd(client), newWSArchivesCmd(client), newWSRestoreCmd(client))
 	return cmd
 }
 
@@ -70,6 +70,9 @@ func newWSServeCmd(env *Env) *cobra.Command {
 	f.IntVar(&o.cfg.Quotas.Running, "quota-running", 0, "per owner: workspaces RUNNING or on their way there (0 = no limit)")
 	f.IntVar(&o.cfg.Quotas.Workspaces, "quota-workspaces", 0, "per owner: workspaces in any state (0 = no limit)")
 	f.DurationVar(&o.cfg.AuditRetention, "audit-retention", workspace.DefaultAuditRetention, "keep audit rows this long (negative = forever)")
+	f.IntVar(&o.cfg.Archives.Keep, "keep-archives", workspace.DefaultKeepArchives, "archives kept per workspace, newest first, besides the one its next restore uses (0 = every archive)")
+	f.DurationVar(&o.cfg.Archives.Retention, "archive-retention", workspace.DefaultArchiveRetention, "a deleted workspace's archives are removed this long after (negative = never)")
+	f.DurationVar(&o.cfg.Archives.Interval, "archive-gc-interval", 5*time.Minute, "time between the archive GC's passes (on the leader)")
 	f.StringVar(&o.cfg.Redis, "redis", "", "Redis URL for hints (redis://127.0.0.1:6379/0); default: in-process or Postgres NOTIFY")
 	o.backends.register(f) // --storage, --docker-image
 	f.StringVar(&o.prov, "provider", "process", "providers: process (+ fs volumes/archives) or fake (tests, benchmarks)")
@@ -97,6 +100,9 @@ func runWSServe(cmd *cobra.Command, env *Env, o *wsServeOptions) error {
 	cfg := o.cfg
 	cfg.Reconciler = rc
 	cfg.Monitor.Interval = o.monInterval
+	if cfg.Archives.Keep == 0 {
+		cfg.Archives.Keep = -1 // --keep-archives 0: every archive
+	}
 	switch o.prov {
 	case "process":
 	case "fake":
@@ -307,12 +313,10 @@ func waitDone(ctx context.Context, w workspace.Workspace, err error, want worksp
 	switch {
 	case err == nil && w.ObservedStatus == want && (want == workspace.Error || w.Operation == workspace.OpNone):
 		return true, nil
-	case err == nil && w.ObservedStatus == workspace.Error:
-		reason := ""
-		if w.ErrorInfo != nil {
-			reason = w.ErrorInfo.Reason + ": " + w.ErrorInfo.LastError
-		}
-		return true, withCode(1, fmt.Errorf("workspace %s is in ERROR (%s)", w.ID, reason))
+	case err == nil && w.ObservedStatus == workspace.Error && w.ErrorInfo != nil:
+		// (ERROR with no error info is a recovered workspace the monitor
+		// has not observed again yet: keep waiting.)
+		return true, withCode(1, fmt.Errorf("workspace %s is in ERROR (%s: %s)", w.ID, w.ErrorInfo.Reason, w.ErrorInfo.LastError))
 	case err == nil:
 		return false, nil
 	case errors.As(err, &ae) && ae.Status == 404 && want == workspace.Deleted:

@@ -152,6 +152,40 @@ type Storage interface {
 	DeleteVolume(ctx context.Context, id string) error
 }
 
+// ArchiveStore is a Storage that keeps every archive a workspace's
+// ARCHIVING operations wrote (snapshots) and can list and remove them.
+type ArchiveStore interface {
+	// Archives lists workspace id's archives, newest first, committed
+	// ones with their sha256.
+	Archives(ctx context.Context, id string) ([]ArchiveInfo, error)
+	// Holders lists every workspace id that has blobs (without digests).
+	Holders(ctx context.Context) (map[string]*ArchiveHolder, error)
+	// DeleteArchive removes one archive, its commit marker first.
+	DeleteArchive(ctx context.Context, key string) error
+	// Tombstone records that workspace id was deleted at now.
+	Tombstone(ctx context.Context, id string, now time.Time) error
+	// Forget removes every blob of workspace id.
+	Forget(ctx context.Context, id string) error
+}
+
+// ArchiveInfo is one archive of a workspace.
+type ArchiveInfo struct {
+	Key       string    `json:"key"`
+	Size      int64     `json:"size"`
+	SHA256    string    `json:"sha256,omitempty"`
+	Created   time.Time `json:"created"`   // when it was committed (its .meta written)
+	Committed bool      `json:"committed"` // false: an interrupted write's leftover, never restored
+	Current   bool      `json:"current"`   // the one the workspace's next restore uses (filled by the API)
+}
+
+// ArchiveHolder is a workspace id that has blobs in the archive storage.
+type ArchiveHolder struct {
+	ID       string
+	Archives []ArchiveInfo // newest first
+	Deleted  time.Time     // its tombstone's time; zero if it has none
+	Newest   time.Time     // its newest blob's time
+}
+
 // Errors a provider returns. The reconciler treats the ones wrapped in a
 // *PermanentError as terminal at once (no retries): they need an admin.
 var (

@@ -467,6 +467,52 @@ func (s *Store) SetArchiveKey(ctx context.Context, id, opID, key string, now tim
 	return err
 }
 
+// ChooseArchive makes key the archive workspace id's next restore uses.
+// An archived workspace (observed PENDING) with no operation in flight
+// takes one; so does a workspace whose restore failed for good (a
+// tampered or missing archive), whose error it clears, so the restore runs
+// again from key. Otherwise its volume is the newer data, or an operation
+// is running: ErrConflict.
+func (s *Store) ChooseArchive(ctx context.Context, id, key string, now time.Time) (wstype.Workspace, error) {
+	w, err := s.Get(ctx, id)
+	if err != nil {
+		return w, err
+	}
+	var n int64
+	if failedRestore(w) {
+		n, err = s.exec(ctx, `UPDATE workspaces SET archive_key = ?, error_info = NULL, error_count = 0, operation = 'NONE',
+			op_owner = NULL, op_lease_until = NULL, op_executed = 0, next_retry_at = NULL, updated_at = ?
+			WHERE id = ? AND op_id = ? AND operation = 'RESTORING'`, key, now.UnixMilli(), id, w.OpID)
+	} else {
+		n, err = s.exec(ctx, `UPDATE workspaces SET archive_key = ?, updated_at = ?
+			WHERE id = ? AND observed_status = 'PENDING' AND operation = 'NONE' AND desired_state <> 'DELETED'`, key, now.UnixMilli(), id)
+	}
+	if err != nil {
+		return w, err
+	}
+	if n == 0 {
+		return w, chooseConflict(w)
+	}
+	return s.Get(ctx, id)
+}
+
+// failedRestore reports whether w's restore failed for good.
+func failedRestore(w wstype.Workspace) bool {
+	return w.Operation == wstype.OpRestoring && w.ErrorInfo != nil && w.ErrorInfo.IsTerminal
+}
+
+// chooseConflict is ChooseArchive's refusal for w.
+func chooseConflict(w wstype.Workspace) error {
+	if w.ObservedStatus == wstype.Error || w.ErrorInfo != nil && w.ErrorInfo.IsTerminal {
+		return fmt.Errorf("%w: workspace %s is in ERROR: recover it first (gantry ws recover %s) and wait for PENDING", wstype.ErrConflict, w.ID, w.ID)
+	}
+	if w.ObservedStatus != wstype.Pending {
+		return fmt.Errorf("%w: workspace %s is %s: its volume holds newer data than any archive; archive it first (gantry ws archive %s)",
+			wstype.ErrConflict, w.ID, w.ObservedStatus, w.ID)
+	}
+	return fmt.Errorf("%w: workspace %s has operation %s in flight (desired %s); wait for it, or recover it first", wstype.ErrConflict, w.ID, w.Operation, w.DesiredState)
+}
+
 // Failed records a failed provider call of opID: the new error count, the
 // time of the next attempt, and error info (terminal or not).
 func (s *Store) Failed(ctx context.Context, id, opID string, count int, info *wstype.ErrorInfo, now time.Time, next *time.Time) error {

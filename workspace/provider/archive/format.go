@@ -212,16 +212,22 @@ func Extract(ctx context.Context, bs provider.BlobStore, key, staging, dst strin
 		}
 	}()
 	h := sha256.New()
-	if err := unpack(ctx, io.TeeReader(rc, h), staging); err != nil {
-		return err
+	uerr := unpack(ctx, io.TeeReader(rc, h), staging)
+	if uerr != nil && (ctx.Err() != nil || !errors.Is(uerr, provider.ErrCorruptArchive) && !errors.Is(uerr, provider.ErrUnsafePath)) {
+		return uerr // a read or disk failure: the blob may be fine
 	}
 	// Drain what the tar reader left (zstd padding) so the digest covers
-	// every byte of the blob.
+	// every byte of the blob; after a format error, so that a blob that
+	// is not the one written is called that (ChecksumMismatch), not
+	// corrupt.
 	if _, err := io.Copy(h, rc); err != nil {
 		return err
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); got != m.SHA256 {
 		return provider.Permanent("ChecksumMismatch", fmt.Errorf("%w: %s: sha256 %s, .meta says %s", provider.ErrChecksumMismatch, key, got, m.SHA256))
+	}
+	if uerr != nil {
+		return uerr
 	}
 	if err := os.Rename(staging, dst); err != nil {
 		return err

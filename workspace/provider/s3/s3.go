@@ -31,6 +31,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"path"
@@ -79,6 +80,8 @@ type Config struct {
 	MaxRetries int
 	// CreateBucket makes the bucket on New when it is missing.
 	CreateBucket bool
+	// Transport carries the requests; nil = minio-go's default.
+	Transport http.RoundTripper
 	// Logger; nil = discard.
 	Logger *slog.Logger
 }
@@ -206,6 +209,7 @@ func New(ctx context.Context, cfg Config) (*BlobStore, error) {
 		Region:       cfg.Region,
 		BucketLookup: minio.BucketLookupPath,
 		MaxRetries:   cfg.MaxRetries,
+		Transport:    cfg.Transport,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("s3: client for %s: %w", cfg.Endpoint, err)

@@ -105,6 +105,26 @@ func (s *Store) SetArchiveKey(_ context.Context, id, opID, key string, now time.
 	return nil
 }
 
+// ChooseArchive makes key the archive the next restore uses (see store.Store.ChooseArchive).
+func (s *Store) ChooseArchive(_ context.Context, id, key string, now time.Time) (wstype.Workspace, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, err := s.lookupLocked(id)
+	if err != nil {
+		return wstype.Workspace{}, err
+	}
+	failed := r.w.Operation == wstype.OpRestoring && r.w.ErrorInfo != nil && r.w.ErrorInfo.IsTerminal
+	if !failed && (r.w.ObservedStatus != wstype.Pending || r.w.Operation != wstype.OpNone || r.w.DesiredState == wstype.Deleted) {
+		return snapshot(r), fmt.Errorf("%w: workspace %s is %s with operation %s: only an archived workspace with no operation in flight, or one whose restore failed, takes another archive",
+			wstype.ErrConflict, id, r.w.ObservedStatus, r.w.Operation)
+	}
+	if failed {
+		clearOp(&r.w, now)
+	}
+	r.w.ArchiveKey, r.w.UpdatedAt = key, ms(now)
+	return snapshot(r), nil
+}
+
 // inFlight reports whether opID is id's operation in flight.
 func inFlight(r *row, opID string) bool { return r.w.OpID == opID && r.w.Operation != wstype.OpNone }
 
