@@ -29,6 +29,12 @@ type Config struct {
 	RetryBackoff time.Duration // RECONCILER_RETRY_BACKOFF: first retry delay, 0 = 30 s; doubles per retry
 	// RetryBackoffMax caps the exponential backoff; 0 = 32 × RetryBackoff.
 	RetryBackoffMax time.Duration
+	// CrashWindow: a workspace whose command ends within this long of its
+	// previous end is in a crash loop, and each end counts as one more
+	// failed attempt (backoff doubling, ERROR after MaxRetries); one that
+	// ran longer starts counting again. 0 = 10 min (Kubernetes resets its
+	// crash-loop backoff after 10 minutes of running too).
+	CrashWindow time.Duration
 	// Timeouts per operation (RECONCILER_{STARTING,STOPPING,ARCHIVING,
 	// RESTORING}_TIMEOUT); missing = 300 s for start/stop, 1800 s for
 	// archive/restore/provision/delete.
@@ -107,6 +113,7 @@ func (c *Config) validate() error {
 	c.MaxRetries = max(c.MaxRetries, 0)
 	setDefault(&c.RetryBackoff, 30*time.Second)
 	setDefault(&c.RetryBackoffMax, 32*c.RetryBackoff)
+	setDefault(&c.CrashWindow, 10*time.Minute)
 	t := map[Operation]time.Duration{
 		OpStarting: 300 * time.Second, OpStopping: 300 * time.Second,
 		OpArchiving: 1800 * time.Second, OpRestoring: 1800 * time.Second,
@@ -159,6 +166,7 @@ type ReconcilerStore interface {
 	Crashed(ctx context.Context, id, opID string, count int, info *ErrorInfo, now time.Time, next *time.Time) error
 	Terminal(ctx context.Context, id, opID string, info *ErrorInfo, now time.Time) error
 	Complete(ctx context.Context, id, opID string, now time.Time) (bool, error)
+	CompleteRestart(ctx context.Context, id, opID string, now time.Time) (bool, error)
 	DeleteRow(ctx context.Context, id, opID string) error
 }
 
@@ -476,6 +484,13 @@ func (r *Reconciler) complete(w *Workspace) bool {
 	return w.ObservedStatus == w.Operation.Target()
 }
 
+// crashLooping reports whether w is a start after its command ended (a
+// restart in a crash loop): its completion keeps the error count and the
+// last exit, which the next end within CrashWindow counts on from.
+func crashLooping(w *Workspace) bool {
+	return w.Operation == OpStarting && w.ErrorInfo != nil && w.ErrorInfo.Reason == ReasonExited && !w.ErrorInfo.IsTerminal
+}
+
 // CrashGrace is how long a command restarted after it ended must stay up
 // before its start counts as done; ending sooner is another failed attempt.
 const CrashGrace = 2 * time.Second
@@ -519,7 +534,11 @@ func (r *Reconciler) endInFlight(ctx context.Context, w *Workspace, now time.Tim
 		return stepResult{}, true
 	}
 	if w.Operation != OpDeleting && r.complete(w) {
-		if ok, err := r.store.Complete(ctx, w.ID, w.OpID, now); err == nil && ok {
+		complete := r.store.Complete
+		if crashLooping(w) {
+			complete = r.store.CompleteRestart // the count goes on: the crash loop is not over
+		}
+		if ok, err := complete(ctx, w.ID, w.OpID, now); err == nil && ok {
 			r.cfg.Logger.Info("workspace: operation completed", "id", w.ID, "op", w.Operation)
 			r.cfg.Metrics.opEnded(w.Operation, resultOK, w.OpStartedAt, now)
 			r.hints.Publish(ctx, ChanWorkspace, w.ID)
@@ -649,9 +668,13 @@ func (r *Reconciler) afterFailure(ctx context.Context, w *Workspace, info *Error
 // when to try again.
 func (r *Reconciler) failureInfo(w *Workspace, err error, now, deadline time.Time) (*ErrorInfo, *time.Time) {
 	count := w.ErrorCount + 1
-	info := &ErrorInfo{Reason: failureReason(err), Operation: w.Operation, ErrorCount: count, LastError: err.Error(), OccurredAt: now.UTC()}
 	var ee *provider.ExitError
-	if errors.As(err, &ee) {
+	isExit := errors.As(err, &ee)
+	if isExit && w.ErrorInfo != nil && w.ErrorInfo.Reason == ReasonExited && ee.Exit.At.Sub(w.ErrorInfo.ExitedAt) > r.cfg.CrashWindow {
+		count = 1 // it ran longer than the crash window since its last end: a new count
+	}
+	info := &ErrorInfo{Reason: failureReason(err), Operation: w.Operation, ErrorCount: count, LastError: err.Error(), OccurredAt: now.UTC()}
+	if isExit {
 		info.ExitStatus, info.Output, info.ExitedAt = ee.Exit.Status, ee.Exit.Output, ee.Exit.At.UTC()
 	}
 	var next *time.Time

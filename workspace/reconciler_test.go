@@ -317,8 +317,9 @@ func TestCrashedStartIsReported(t *testing.T) {
 			})
 			t.Logf("exit reported %v after the start was asked for", time.Since(t0).Round(time.Millisecond))
 			got := h.waitState(t, flaky.ID, Running, 10*time.Second)
-			if got.ErrorInfo != nil || fk.Calls(flaky.ID, fake.Start) != 3 {
-				t.Fatalf("after two crashes: %s, %d starts (want 3)", describe(got), fk.Calls(flaky.ID, fake.Start))
+			// It runs; the last end and the count stay (the crash window).
+			if e := got.ErrorInfo; e == nil || e.Reason != ReasonExited || got.ErrorCount != 2 || fk.Calls(flaky.ID, fake.Start) != 3 {
+				t.Fatalf("after two crashes: %s, %d starts (want RUNNING, Exited count 2, 3 starts)", describe(got), fk.Calls(flaky.ID, fake.Start))
 			}
 			// Always crashing: ERROR after the retries, the exit status kept.
 			loop := mk("loop")
@@ -327,6 +328,71 @@ func TestCrashedStartIsReported(t *testing.T) {
 			got = h.waitState(t, loop.ID, Error, 15*time.Second)
 			if e := got.ErrorInfo; e == nil || e.Reason != ReasonRetryExceeded || e.ExitStatus != "exit 3" || got.ErrorCount != 3 || fk.Calls(loop.ID, fake.Start) != 3 {
 				t.Fatalf("crash loop: %s, %d starts; want ERROR RetryExceeded with exit 3 after 3 starts", describe(got), fk.Calls(loop.ID, fake.Start))
+			}
+		})
+	}
+}
+
+// A command that keeps ending after it ran a while is a crash loop: each
+// end within the crash window counts on (the workspace shows RUNNING with
+// the count between ends), and the loop ends in ERROR after the retries;
+// ends further apart than the window start the count again — on every
+// store.
+func TestCrashLoopAcrossRestarts(t *testing.T) {
+	for _, b := range recBackends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			var st testStore
+			var hr *harness
+			// run starts a reconciler with its own store and fake world.
+			run := func(window time.Duration) (*fake.Provider, Workspace) {
+				st = b.open(t)
+				fk := fake.New(0)
+				hr = startHarness(t, st, fk, hints.NewLocal(), Config{MaxRetries: 2, RetryBackoff: 100 * time.Millisecond, CrashWindow: window})
+				w, err := st.Create(ctx, NewWorkspace{Name: "loop", Desired: Running}, time.Now())
+				if err != nil {
+					t.Fatal(err)
+				}
+				return fk, w
+			}
+			// waitRunning waits for RUNNING, the start complete, count ends counted.
+			waitRunning := func(w Workspace, count int) Workspace {
+				var got Workspace
+				waitFor(t, 20*time.Second, "RUNNING, start complete", func() (bool, string) {
+					got, _ = st.Get(ctx, w.ID)
+					return got.ObservedStatus == Running && got.Operation == OpNone && got.ErrorCount == count, describe(got)
+				})
+				return got
+			}
+			fk, loop := run(time.Minute)
+			waitRunning(loop, 0)
+			for i := 1; i <= 2; i++ {
+				fk.End(loop.ID, "exit 3", 3)
+				got := waitRunning(loop, i)
+				if e := got.ErrorInfo; e == nil || e.Reason != ReasonExited || got.ErrorCount != i || e.ExitStatus != "exit 3" {
+					t.Fatalf("after end %d: %s; want RUNNING with Exited, count %d", i, describe(got), i)
+				}
+			}
+			fk.End(loop.ID, "exit 3", 3)
+			got := hr.waitState(t, loop.ID, Error, 20*time.Second)
+			if e := got.ErrorInfo; e == nil || e.Reason != ReasonRetryExceeded || e.ExitStatus != "exit 3" || got.ErrorCount != 3 {
+				t.Fatalf("the third end in a row: %s; want ERROR RetryExceeded with exit 3", describe(got))
+			}
+			// Ends further apart than the window never add up.
+			fk2, spaced := run(300 * time.Millisecond)
+			waitRunning(spaced, 0)
+			for i := 0; i < 4; i++ {
+				time.Sleep(400 * time.Millisecond)
+				before := time.Now()
+				fk2.End(spaced.ID, "exit 1", 1)
+				waitFor(t, 10*time.Second, "the end counted, as the first of a new count", func() (bool, string) {
+					got, _ = st.Get(ctx, spaced.ID)
+					return got.ErrorInfo != nil && got.ErrorInfo.ExitedAt.After(before.Add(-time.Millisecond)) && got.ObservedStatus == Running && got.Operation == OpNone, describe(got)
+				})
+				if got.ErrorCount != 1 {
+					t.Fatalf("end %d, apart from the previous by more than the window: %s; want count 1", i+1, describe(got))
+				}
 			}
 		})
 	}

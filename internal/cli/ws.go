@@ -47,6 +47,7 @@ type wsServeOptions struct {
 	backoff     time.Duration
 	lease       time.Duration
 	monInterval time.Duration
+	crashWindow time.Duration
 	maxRetries  int
 	timeouts    map[workspace.Operation]*time.Duration
 	backends    wsBackendFlags
@@ -82,6 +83,7 @@ func newWSServeCmd(env *Env) *cobra.Command {
 	f.DurationVar(&o.backoff, "retry-backoff", 30*time.Second, "first retry delay, doubled per retry (overrides RECONCILER_RETRY_BACKOFF)")
 	f.DurationVar(&o.lease, "op-lease", 15*time.Second, "how long a claimed operation survives a dead replica before another takes it over")
 	f.DurationVar(&o.monInterval, "monitor-interval", 30*time.Second, "health monitor interval")
+	f.DurationVar(&o.crashWindow, "crash-window", 10*time.Minute, "a command that ends within this long of its previous end is crash-looping: each end is a failed attempt (backoff, ERROR after --max-retries)")
 	for op, def := range map[workspace.Operation]time.Duration{workspace.OpStarting: 300 * time.Second, workspace.OpStopping: 300 * time.Second, workspace.OpArchiving: 1800 * time.Second, workspace.OpRestoring: 1800 * time.Second} {
 		d := new(time.Duration)
 		o.timeouts[op] = d
@@ -137,7 +139,8 @@ func (o *wsServeOptions) reconcilerConfig(f *pflag.FlagSet) (workspace.Config, e
 	if err != nil {
 		return rc, err
 	}
-	for name, d := range map[string]time.Duration{"interval": o.interval, "retry-backoff": o.backoff, "op-lease": o.lease, "monitor-interval": o.monInterval} {
+	for name, d := range map[string]time.Duration{"interval": o.interval, "retry-backoff": o.backoff, "op-lease": o.lease, "monitor-interval": o.monInterval,
+		"crash-window": o.crashWindow} {
 		if f.Changed(name) && d <= 0 {
 			return rc, fmt.Errorf("--%s %v: want a positive duration", name, d)
 		}
@@ -148,6 +151,7 @@ func (o *wsServeOptions) reconcilerConfig(f *pflag.FlagSet) (workspace.Config, e
 	if f.Changed("retry-backoff") {
 		rc.RetryBackoff = o.backoff
 	}
+	rc.CrashWindow = o.crashWindow
 	if f.Changed("max-retries") {
 		rc.MaxRetries = o.maxRetries
 		if o.maxRetries == 0 {

@@ -559,6 +559,16 @@ func (s *Store) Complete(ctx context.Context, id, opID string, now time.Time) (b
 	return n == 1, err
 }
 
+// CompleteRestart ends opID, a restart after the command ended, keeping
+// the error count and error info: the crash loop's count goes on (see
+// Config.CrashWindow).
+func (s *Store) CompleteRestart(ctx context.Context, id, opID string, now time.Time) (bool, error) {
+	n, err := s.exec(ctx, `UPDATE workspaces SET operation = 'NONE', op_owner = NULL, op_lease_until = NULL, op_executed = 0,
+		next_retry_at = NULL, updated_at = ?
+		WHERE id = ? AND op_id = ? AND operation <> 'NONE'`, now.UnixMilli(), id, opID)
+	return n == 1, err
+}
+
 // DeleteRow removes the workspace once DELETING opID has run.
 func (s *Store) DeleteRow(ctx context.Context, id, opID string) error {
 	_, err := s.exec(ctx, `DELETE FROM workspaces WHERE id = ? AND op_id = ? AND operation = 'DELETING'`, id, opID)

@@ -90,6 +90,17 @@ func (p *Provider) Crash(id string, n int, status string, code int) {
 	p.mu.Unlock()
 }
 
+// End makes id's running command end now with status and code, as a
+// command that crashes after running a while.
+func (p *Provider) End(id, status string, code int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.containers[id] == provider.Running {
+		p.containers[id] = provider.Stopped
+		p.exits[id] = provider.Exit{Status: status, Code: code, At: time.Now(), Output: "running\nthen failed\n"}
+	}
+}
+
 // Exited reports the end of id's command since since (see Crash).
 func (p *Provider) Exited(_ context.Context, id string, since time.Time) (*provider.Exit, error) {
 	p.mu.Lock()

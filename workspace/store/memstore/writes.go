@@ -185,6 +185,19 @@ func clearOp(c *wstype.Workspace, now time.Time) {
 	c.ErrorCount, c.ErrorInfo, c.NextRetryAt, c.UpdatedAt = 0, nil, nil, ms(now)
 }
 
+// CompleteRestart ends opID keeping the error count and info.
+func (s *Store) CompleteRestart(_ context.Context, id, opID string, now time.Time) (bool, error) {
+	return s.with(id, func(r *row) bool {
+		if !inFlight(r, opID) {
+			return false
+		}
+		count, info := r.w.ErrorCount, r.w.ErrorInfo
+		clearOp(&r.w, now)
+		r.w.ErrorCount, r.w.ErrorInfo = count, info
+		return true
+	}), nil
+}
+
 // Complete ends opID.
 func (s *Store) Complete(_ context.Context, id, opID string, now time.Time) (bool, error) {
 	return s.with(id, func(r *row) bool {
