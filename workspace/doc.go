@@ -18,7 +18,8 @@
 //	reasons.go    which error_info reason a failed provider call gets
 //	monitor.go    HealthMonitor: the sole writer of observed_status; MonitorStore
 //	ttl.go        TTLManager: idle RUNNING → STANDBY, long STANDBY → PENDING; TTLStore
-//	singletons.go RunSingletons: monitor + TTL once per cluster (leader/); LeaderStore
+//	singletons.go RunSingletons: monitor, TTL, retention and archive GC once per
+//	              cluster (leader/); LeaderStore
 //	wakeups.go    the reconciler's one timer for retries, leases and deadlines
 //	metrics.go    Metrics: operations and loop latency, recorded at the source
 //	api.go        HTTP JSON API (routes in one table; the live/ page, SSE and
@@ -29,6 +30,11 @@
 //	client.go     the Go client (`gantry ws …`): bearer token, --ca-cert
 //	proxy.go      /w/{id}/… into the workspace's PORT (wakes it, TTL activity), logs
 //	exec.go       `ws exec`: a command in the workspace over a framed stream
+//	              (pipes, or a terminal with resizes)
+//	archives.go   snapshots over the API: list a workspace's archives, choose
+//	              the one its next restore uses
+//	archivegc.go  ArchiveGC: keep the newest N, drop deleted workspaces' after
+//	              the retention (on the leader)
 //	security.go   TLS/listen checks, the first admin token, audit retention
 //	server.go     Server: store + providers + reconciler + singletons + API
 //
