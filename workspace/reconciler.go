@@ -754,7 +754,7 @@ func (r *Reconciler) call(ctx context.Context, w *Workspace) error {
 			return &provider.ExitError{Exit: *e} // it was running and its command ended: a failed attempt, then a restart
 		}
 		return r.container.Start(ctx, provider.Spec{ID: w.ID, Name: w.Name, Image: w.Image, Command: w.Command,
-			VolumeDir: r.storage.VolumePath(w.ID), Env: w.Env, Limits: provider.Limits{CPUs: w.CPUs, Memory: w.Memory, Pids: w.Pids}})
+			VolumeDir: r.storage.VolumePath(w.ID), Env: w.Env, Limits: provider.Limits{CPUs: w.CPUs, Memory: w.Memory, Pids: w.Pids}, HTTP: w.HTTP})
 	case OpStopping:
 		return r.container.Stop(ctx, w.ID)
 	case OpArchiving:

@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"encoding/json"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -77,4 +78,26 @@ func TestSpecThroughCLI(t *testing.T) {
 	if w := s.get(id); w.ObservedStatus != Running || w.DesiredState != Running {
 		t.Fatalf("after --restart: %s", describe(w))
 	}
+
+	// --http: the start completes only once PORT accepts connections, so
+	// the proxy answers as soon as the workspace is RUNNING.
+	web := strings.TrimSpace(s.cli("create", "slow-web", "--http", "--desired", "RUNNING",
+		"--cmd", `sleep 1.5; exec python3 -m http.server --bind 127.0.0.1 "$PORT"`))
+	s.cli("wait", web, "RUNNING", "--timeout", "30s")
+	req, _ := http.NewRequest("GET", s.url+"/w/"+web+"/", nil)
+	req.Header.Set("Authorization", "Bearer "+s.token())
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("right after RUNNING, /w/%s/ answered %d", web, resp.StatusCode)
+	}
+	// One that ends before it serves is a failed start, with its output.
+	dud := strings.TrimSpace(s.cli("create", "dud", "--http", "--desired", "RUNNING", "--cmd", "echo no server here; exit 4"))
+	waitFor(t, 10*time.Second, "the failed start reported", func() (bool, string) {
+		w := s.get(dud)
+		return w.ErrorInfo != nil && w.ErrorInfo.ExitStatus == "exit 4" && strings.Contains(w.ErrorInfo.Output, "no server here"), describe(w)
+	})
 }

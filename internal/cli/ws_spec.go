@@ -17,6 +17,7 @@ type specFlags struct {
 	cpus   float64
 	memory string
 	pids   int64
+	http   bool
 }
 
 func (f *specFlags) register(fs *pflag.FlagSet, verb string) {
@@ -24,6 +25,7 @@ func (f *specFlags) register(fs *pflag.FlagSet, verb string) {
 	fs.Float64Var(&f.cpus, "cpus", 0, "CPUs the workspace may use, e.g. 1.5 (0: the server's --default-cpus)")
 	fs.StringVar(&f.memory, "memory", "", "memory the workspace may use, e.g. 512MiB (past it the kernel kills: OOMKilled)")
 	fs.Int64Var(&f.pids, "pids", 0, "processes and threads the workspace may run (a fork bomb stops there)")
+	fs.BoolVar(&f.http, "http", false, "the command serves HTTP on $PORT: a start completes once it accepts connections")
 }
 
 // memoryBytes is --memory in bytes ("" and "0": 0, the server's default).
@@ -43,7 +45,7 @@ func newWSCreateCmd(client func() *workspace.Client) *cobra.Command {
 	var desired string
 	var sf specFlags
 	cmd := &cobra.Command{
-		Use:   "create NAME [--cmd CMD] [--image IMG] [--env K=V]... [--cpus N] [--memory SIZE] [--pids N]",
+		Use:   "create NAME [--cmd CMD] [--image IMG] [--env K=V]... [--http] [--cpus N] [--memory SIZE] [--pids N]",
 		Short: "Create a workspace (it gets an empty volume: STANDBY); prints its id",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -52,7 +54,7 @@ func newWSCreateCmd(client func() *workspace.Client) *cobra.Command {
 				return err
 			}
 			n.Name, n.Desired = args[0], workspace.Status(desired)
-			n.Spec = workspace.Spec{Env: sf.env, CPUs: sf.cpus, Memory: mem, Pids: sf.pids}
+			n.Spec = workspace.Spec{Env: sf.env, CPUs: sf.cpus, Memory: mem, Pids: sf.pids, HTTP: sf.http}
 			w, err := client().Create(cmd.Context(), n)
 			if err != nil {
 				return err
@@ -75,7 +77,7 @@ func newWSUpdateCmd(client func() *workspace.Client) *cobra.Command {
 	var restart bool
 	var timeout time.Duration
 	cmd := &cobra.Command{
-		Use:   "update ID [--cmd CMD] [--image IMG] [--env K=V]... [--unset-env K]... [--cpus N] [--memory SIZE] [--pids N] [--restart]",
+		Use:   "update ID [--cmd CMD] [--image IMG] [--env K=V]... [--unset-env K]... [--http] [--cpus N] [--memory SIZE] [--pids N] [--restart]",
 		Short: "Change a workspace's command, image, environment or limits: applied at its next start (--restart: now)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -126,6 +128,9 @@ func (f *specFlags) update(fs *pflag.FlagSet) (workspace.SpecUpdate, error) {
 	}
 	if fs.Changed("pids") {
 		u.Pids = &f.pids
+	}
+	if fs.Changed("http") {
+		u.HTTP = &f.http
 	}
 	return u, nil
 }

@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"time"
 )
 
@@ -59,6 +60,34 @@ type Spec struct {
 	VolumeDir string   // host directory holding the workspace's files: cwd and HOME
 	Env       []string // extra KEY=VALUE environment
 	Limits    Limits   // zero fields: the provider's defaults
+	// HTTP: Start returns only once the command accepts connections on
+	// its PORT (WaitServing), or fails if the command ends first.
+	HTTP bool
+}
+
+// WaitServing polls until addr's address accepts a TCP connection; gone
+// reports (as an error) a command that ended meanwhile. It ends with ctx.
+func WaitServing(ctx context.Context, id string, addr func(context.Context) (string, error), gone func(context.Context) error) error {
+	var last error
+	for {
+		a, err := addr(ctx)
+		if err == nil {
+			var c net.Conn
+			if c, err = (&net.Dialer{Timeout: time.Second}).DialContext(ctx, "tcp", a); err == nil {
+				c.Close()
+				return nil
+			}
+		}
+		last = err
+		if err := gone(ctx); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("provider: workspace %s: its command serves no HTTP on its PORT (%v): %w", id, last, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // Limits bound a workspace's resources: CPUs (fractional cores), Memory

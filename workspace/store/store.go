@@ -266,7 +266,7 @@ const insertSQL = `INSERT INTO workspaces (id, name, owner, image, command, desi
 
 // specJSON is the spec column's value: ” for an empty spec.
 func specJSON(s wstype.Spec) string {
-	if len(s.Env) == 0 && s.CPUs == 0 && s.Memory == 0 && s.Pids == 0 {
+	if len(s.Env) == 0 && s.CPUs == 0 && s.Memory == 0 && s.Pids == 0 && !s.HTTP {
 		return ""
 	}
 	if len(s.Env) == 0 {

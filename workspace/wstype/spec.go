@@ -17,6 +17,9 @@ type Spec struct {
 	CPUs   float64 `json:"cpus,omitempty"`
 	Memory int64   `json:"memory,omitempty"`
 	Pids   int64   `json:"pids,omitempty"`
+	// HTTP: the command serves HTTP on $PORT, and a start is complete only
+	// once that port accepts connections (so /w/{id}/ answers at once).
+	HTTP bool `json:"http,omitempty"`
 }
 
 // MaxEnv bounds a spec's environment: entries and bytes.
@@ -91,6 +94,7 @@ type SpecUpdate struct {
 	CPUs     *float64 `json:"cpus,omitempty"`
 	Memory   *int64   `json:"memory,omitempty"`
 	Pids     *int64   `json:"pids,omitempty"`
+	HTTP     *bool    `json:"http,omitempty"`
 }
 
 // Apply returns w with u's fields set, validated.
@@ -113,6 +117,9 @@ func (u SpecUpdate) Apply(w Workspace) (Workspace, error) {
 	}
 	if u.Pids != nil {
 		w.Pids = *u.Pids
+	}
+	if u.HTTP != nil {
+		w.HTTP = *u.HTTP
 	}
 	return w, w.Spec.Validate()
 }

@@ -261,7 +261,19 @@ func (p *Provider) Start(ctx context.Context, spec provider.Spec) error {
 		return p.wrap("start", spec.ID, err)
 	}
 	p.cfg.Logger.Info("docker: container started", "workspace", spec.ID, "container", cid[:12], "image", image)
-	return p.waitReady(ctx, spec.ID, cid, started)
+	if err := p.waitReady(ctx, spec.ID, cid, started); err != nil || !spec.HTTP {
+		return err
+	}
+	return provider.WaitServing(ctx, spec.ID, func(ctx context.Context) (string, error) { return p.Endpoint(ctx, spec.ID) },
+		func(ctx context.Context) error {
+			in, err := p.cli.ContainerInspect(ctx, cid, client.ContainerInspectOptions{})
+			if err != nil || in.Container.State == nil || in.Container.State.Running {
+				return nil
+			}
+			st := in.Container.State
+			finished, _ := time.Parse(time.RFC3339Nano, st.FinishedAt)
+			return fmt.Errorf("%w: workspace %s: %w", ErrExited, spec.ID, &provider.ExitError{Exit: *p.exit(ctx, spec.ID, st, finished)})
+		})
 }
 
 // checkSpec checks what Start needs of spec and returns the image to run.

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -55,6 +56,8 @@ func main() {
 		case "exit":
 			n, _ := strconv.Atoi(os.Args[2])
 			os.Exit(n)
+		case "killself":
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		case "cat":
 			io.Copy(os.Stdout, os.Stdin)
 			return
@@ -105,9 +108,13 @@ func main() {
 		fmt.Println("threads", n)
 	}
 	if port := os.Getenv("PORT"); port != "" {
-		go http.ListenAndServe(":"+port, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			fmt.Fprintf(w, "hello from %s at %s", os.Getenv("GANTRY_WORKSPACE_ID"), r.URL.Path)
-		}))
+		delay, _ := strconv.Atoi(os.Getenv("WS_HTTP_DELAY_MS")) // serve only this long after the start
+		go func() {
+			time.Sleep(time.Duration(delay) * time.Millisecond)
+			http.ListenAndServe(":"+port, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				fmt.Fprintf(w, "hello from %s at %s", os.Getenv("GANTRY_WORKSPACE_ID"), r.URL.Path)
+			}))
+		}()
 	}
 	time.Sleep(300 * time.Millisecond)
 	os.WriteFile(filepath.Join(home, ".ready"), nil, 0o644)
@@ -405,6 +412,20 @@ func TestEndpointAndLogs(t *testing.T) {
 	if e, err := p.Exited(ctx, id, time.Time{}); err != nil || e != nil {
 		t.Fatalf("Exited of a running container = %+v, %v", e, err)
 	}
+	// Spec.HTTP: Start returns once PORT accepts connections, here 1.5 s
+	// after the command started (its health check passes after 0.3 s).
+	slow := "t" + randID(t)
+	cleanupWorkspace(t, p, slow)
+	t0 := time.Now()
+	if err := p.Start(ctx, provider.Spec{ID: slow, VolumeDir: t.TempDir(), HTTP: true, Env: []string{"WS_HTTP_DELAY_MS=1500"}}); err != nil {
+		t.Fatal(err)
+	}
+	addr, _ = p.Endpoint(ctx, slow)
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil || time.Since(t0) < 1500*time.Millisecond {
+		t.Fatalf("Start with HTTP returned after %v; a connection to %s then: %v", time.Since(t0), addr, err)
+	}
+	c.Close()
 }
 
 func TestEngineDown(t *testing.T) {
@@ -551,6 +572,10 @@ func TestExec(t *testing.T) {
 	spec.Argv = []string{"/ws", "exit", "7"}
 	if code, err := p.Exec(ctx, spec, nil, io.Discard, io.Discard); err != nil || code != 7 {
 		t.Fatalf("exec exit 7: %d %v", code, err)
+	}
+	spec.Argv = []string{"/ws", "killself"}
+	if code, err := p.Exec(ctx, spec, nil, io.Discard, io.Discard); err != nil || code != 137 {
+		t.Fatalf("exec of a command killed by SIGKILL: %d %v, want 137", code, err)
 	}
 	out.Reset()
 	spec.Argv = []string{"/ws", "cat"}

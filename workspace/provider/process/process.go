@@ -178,7 +178,19 @@ func (c *Container) Start(ctx context.Context, spec provider.Spec) error {
 		syscall.Kill(-pid, syscall.SIGKILL)
 		return err
 	}
-	return nil
+	if !spec.HTTP {
+		return nil
+	}
+	return provider.WaitServing(ctx, spec.ID, func(context.Context) (string, error) {
+		return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), nil
+	}, func(ctx context.Context) error {
+		select {
+		case <-ended:
+			return c.endedAtOnce(ctx, spec.ID, ended, logf.Name())
+		default:
+			return nil
+		}
+	})
 }
 
 // reap waits for cmd (while this server lives; after a restart, init
