@@ -383,7 +383,7 @@ func TestCrashLoopAcrossRestarts(t *testing.T) {
 			fk2, spaced := run(300 * time.Millisecond)
 			waitRunning(spaced, 0)
 			for i := 0; i < 4; i++ {
-				time.Sleep(400 * time.Millisecond)
+				time.Sleep(400 * time.Millisecond) // real time: run longer than the 300 ms crash window
 				before := time.Now()
 				fk2.End(spaced.ID, "exit 1", 1)
 				waitFor(t, 10*time.Second, "the end counted, as the first of a new count", func() (bool, string) {

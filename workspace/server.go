@@ -151,14 +151,21 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	retention := &Retention{Store: st, Audit: cfg.AuditRetention, Logger: cfg.Logger}
 	singletons := SingletonsConfig{Store: st, Monitor: s.Mon, TTL: s.TTL, Retention: retention, Lease: cfg.LeaderLease,
 		NodeID: s.Rec.Config().Owner, Metrics: metrics, Logger: cfg.Logger}
-	if as, ok := cfg.Storage.(provider.ArchiveStore); ok {
-		gc := cfg.Archives
-		gc.Store, gc.Storage, gc.Logger = st, as, cfg.Logger
-		singletons.ArchiveGC = &gc
-	}
+	singletons.ArchiveGC = archiveGC(cfg, st)
 	s.runs = append(s.runs, s.Rec.Run, func(ctx context.Context) error { return RunSingletons(ctx, singletons) })
 	s.cfg = cfg
 	return s, nil
+}
+
+// archiveGC is the server's archive GC, if its storage keeps archives.
+func archiveGC(cfg ServerConfig, st *store.Store) *ArchiveGC {
+	as, ok := cfg.Storage.(provider.ArchiveStore)
+	if !ok {
+		return nil
+	}
+	gc := cfg.Archives
+	gc.Store, gc.Storage, gc.Logger = st, as, cfg.Logger
+	return &gc
 }
 
 // Run serves until ctx ends, then drains: the API stops accepting, the

@@ -65,15 +65,12 @@ func (s *Storage) Holders(ctx context.Context) (map[string]*provider.ArchiveHold
 // group sorts a listing of archives/ into holders by workspace id.
 func group(blobs []provider.BlobInfo) map[string]*provider.ArchiveHolder {
 	out := map[string]*provider.ArchiveHolder{}
-	type parts struct {
-		blob, meta *provider.BlobInfo
-	}
-	byKey := map[string]*parts{}
+	parts := map[string]*archiveParts{}
 	for i := range blobs {
 		b := &blobs[i]
-		rest, ok := strings.CutPrefix(b.Key, archivesPrefix)
-		id, tail, ok2 := strings.Cut(rest, "/")
-		if !ok || !ok2 || checkID(id) != nil {
+		rest, _ := strings.CutPrefix(b.Key, archivesPrefix)
+		id, tail, ok := strings.Cut(rest, "/")
+		if !ok || rest == b.Key || checkID(id) != nil {
 			continue
 		}
 		h := out[id]
@@ -89,10 +86,10 @@ func group(blobs []provider.BlobInfo) map[string]*provider.ArchiveHolder {
 			continue
 		}
 		key, isMeta := strings.CutSuffix(b.Key, ".meta")
-		p := byKey[key]
+		p := parts[key]
 		if p == nil {
-			p = &parts{}
-			byKey[key] = p
+			p = &archiveParts{id: id}
+			parts[key] = p
 		}
 		if isMeta {
 			p.meta = b
@@ -100,26 +97,37 @@ func group(blobs []provider.BlobInfo) map[string]*provider.ArchiveHolder {
 			p.blob = b
 		}
 	}
-	for key, p := range byKey {
-		id := strings.SplitN(strings.TrimPrefix(key, archivesPrefix), "/", 2)[0]
-		a := provider.ArchiveInfo{Key: key, Committed: p.blob != nil && p.meta != nil}
-		if p.blob != nil {
-			a.Size, a.Created = p.blob.Size, p.blob.Modified
-		}
-		if p.meta != nil {
-			a.Created = p.meta.Modified // the commit
-		}
-		out[id].Archives = append(out[id].Archives, a)
+	for key, p := range parts {
+		out[p.id].Archives = append(out[p.id].Archives, p.info(key))
 	}
 	for _, h := range out {
 		slices.SortFunc(h.Archives, func(a, b provider.ArchiveInfo) int {
 			if c := b.Created.Compare(a.Created); c != 0 {
 				return c
 			}
-			return strings.Compare(b.Key, a.Key)
+			return strings.Compare(b.Key, a.Key) // op ids are UUIDv7: later sorts first
 		})
 	}
 	return out
+}
+
+// archiveParts are the blob and the .meta of one archive key.
+type archiveParts struct {
+	id         string
+	blob, meta *provider.BlobInfo
+}
+
+// info describes the archive: committed when both parts exist, created
+// when its .meta was written (the commit).
+func (p *archiveParts) info(key string) provider.ArchiveInfo {
+	a := provider.ArchiveInfo{Key: key, Committed: p.blob != nil && p.meta != nil}
+	if p.blob != nil {
+		a.Size, a.Created = p.blob.Size, p.blob.Modified
+	}
+	if p.meta != nil {
+		a.Created = p.meta.Modified
+	}
+	return a
 }
 
 // DeleteArchive removes the archive under key: its .meta first, so an

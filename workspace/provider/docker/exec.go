@@ -62,7 +62,7 @@ func (p *Provider) Exec(ctx context.Context, spec provider.ExecSpec, stdin io.Re
 		defer close(done)
 		// Engines before API 1.42 ignore the size given at the start;
 		// they get it right after (a shell reads it again on SIGWINCH).
-		p.cli.ExecResize(ctx, created.ID, client.ExecResizeOptions{Height: size.Height, Width: size.Width})
+		p.cli.ExecResize(ctx, created.ID, client.ExecResizeOptions(size))
 		go p.resizeExec(ctx, created.ID, spec.TTY.Resize, done)
 		_, err = io.Copy(stdout, att.Reader) // a terminal's output is one raw stream
 	} else {
