@@ -45,12 +45,15 @@ func (c *Client) Close() { c.r.Close() }
 type TaskInfo struct {
 	ID, Queue, Tenant string
 	Due               time.Time // zero when pending at once
+	// Replaced is the task a Debounce enqueue replaced ("" if none).
+	Replaced string
 }
 
 type prepared struct {
 	queue string
 	msg   rdb.EnqMsg
 	info  *TaskInfo
+	o     options
 }
 
 func prepare(t *Task, now time.Time, extra []Option) (prepared, error) {
@@ -79,9 +82,15 @@ func prepare(t *Task, now time.Time, extra []Option) (prepared, error) {
 	case o.timeout < 0 || o.retention < 0:
 		return prepared{}, fmt.Errorf("%w: negative timeout or retention", ErrInvalidTask)
 	}
+	if err := checkUnique(o); err != nil {
+		return prepared{}, err
+	}
 	due := o.processAt
 	if o.processIn > 0 {
 		due = now.Add(o.processIn)
+	}
+	if o.debounce > 0 {
+		due = now.Add(o.debounce)
 	}
 	if !due.After(now) {
 		due = time.Time{}
@@ -99,7 +108,23 @@ func prepare(t *Task, now time.Time, extra []Option) (prepared, error) {
 		queue: o.queue,
 		msg:   rdb.EnqMsg{ID: o.id, Msg: string(b), Tenant: o.tenant, Weight: o.weight, Priority: o.priority, Due: due},
 		info:  &TaskInfo{ID: o.id, Queue: o.queue, Tenant: o.tenant, Due: due},
+		o:     o,
 	}, nil
+}
+
+// checkUnique checks Unique's and Debounce's arguments.
+func checkUnique(o options) error {
+	switch {
+	case o.uniqueKey == "":
+		return nil
+	case len(o.uniqueKey) > 1024:
+		return fmt.Errorf("%w: unique key of %d bytes, at most 1024", ErrInvalidTask, len(o.uniqueKey))
+	case o.uniqueFor <= 0 && o.debounce <= 0:
+		return fmt.Errorf("%w: unique key %q needs a positive window (Unique) or delay (Debounce)", ErrInvalidTask, o.uniqueKey)
+	case o.debounce > 0 && (!o.processAt.IsZero() || o.processIn > 0):
+		return fmt.Errorf("%w: Debounce sets the task's delay; drop ProcessAt/ProcessIn", ErrInvalidTask)
+	}
+	return nil
 }
 
 func (c *Client) register(ctx context.Context, q string) error {
@@ -128,6 +153,9 @@ func (c *Client) Enqueue(ctx context.Context, t *Task, opts ...Option) (*TaskInf
 	if err := c.register(ctx, p.queue); err != nil {
 		return nil, err
 	}
+	if p.o.uniqueKey != "" {
+		return c.enqueueUnique(ctx, p)
+	}
 	n, err := c.r.Enqueue(ctx, p.queue, time.Now(), []rdb.EnqMsg{p.msg})
 	if err != nil {
 		return nil, err
@@ -135,6 +163,26 @@ func (c *Client) Enqueue(ctx context.Context, t *Task, opts ...Option) (*TaskInf
 	if n == 0 {
 		return nil, fmt.Errorf("%w: %s", ErrDuplicateTask, p.info.ID)
 	}
+	return p.info, nil
+}
+
+// enqueueUnique adds a task that holds a unique key (or debounces).
+func (c *Client) enqueueUnique(ctx context.Context, p prepared) (*TaskInfo, error) {
+	now := time.Now()
+	mode, hold := rdb.ModeUnique, now.Add(p.o.uniqueFor)
+	if p.o.debounce > 0 {
+		mode, hold = rdb.ModeDebounce, p.msg.Due
+	}
+	added, holder, replaced, err := c.r.EnqueueUnique(ctx, p.queue, now, mode, p.o.uniqueKey, hold, p.msg)
+	switch {
+	case err != nil:
+		return nil, err
+	case !added && holder == p.info.ID:
+		return nil, fmt.Errorf("%w: %s", ErrDuplicateTask, p.info.ID)
+	case !added:
+		return nil, &DuplicateError{Key: p.o.uniqueKey, Queue: p.queue, ID: holder}
+	}
+	p.info.Replaced = replaced
 	return p.info, nil
 }
 
@@ -150,6 +198,9 @@ func (c *Client) EnqueueBatch(ctx context.Context, tasks []*Task, opts ...Option
 		p, err := prepare(t, now, opts)
 		if err != nil {
 			return nil, fmt.Errorf("task %d: %w", i, err)
+		}
+		if p.o.uniqueKey != "" {
+			return nil, fmt.Errorf("task %d: %w: Unique and Debounce need Enqueue, one task at a time", i, ErrInvalidTask)
 		}
 		if _, ok := byQueue[p.queue]; !ok {
 			order = append(order, p.queue)

@@ -30,6 +30,9 @@ var (
 	SkipRetry = errors.New("taskq: skip retry")
 	// ErrDuplicateTask is returned by Enqueue when the task id exists.
 	ErrDuplicateTask = errors.New("taskq: task id already exists")
+	// ErrDuplicate is matched (errors.Is) by the *DuplicateError Enqueue
+	// returns for a unique task whose key another task holds.
+	ErrDuplicate = errors.New("taskq: duplicate of a unique task")
 	// ErrInvalidTask is returned for a task that cannot be enqueued.
 	ErrInvalidTask = errors.New("taskq: invalid task")
 	// ErrRedisUnreachable is wrapped by NewWorker and NewClient when the
@@ -138,6 +141,9 @@ type options struct {
 	processAt         time.Time
 	processIn         time.Duration
 	retention         time.Duration
+	uniqueKey         string
+	uniqueFor         time.Duration // Unique's window
+	debounce          time.Duration // Debounce's delay
 }
 
 // Queue puts the task into queue q (default "default").
@@ -171,6 +177,36 @@ func ProcessAt(t time.Time) Option { return func(o *options) { o.processAt = t }
 
 // Retention keeps the completed task and its result for d (default 0: deleted at once).
 func Retention(d time.Duration) Option { return func(o *options) { o.retention = d } }
+
+// Unique makes the task hold key for window from its enqueue: while it
+// holds it — the task pending, running, or already done — another enqueue
+// with the same key in the same queue is refused with a *DuplicateError
+// naming this task. After the window the key is free again.
+func Unique(key string, window time.Duration) Option {
+	return func(o *options) { o.uniqueKey, o.uniqueFor, o.debounce = key, window, 0 }
+}
+
+// Debounce delays the task by d and makes it replace the task of the same
+// key (in the same queue) that is still waiting for its own delay: a burst
+// of enqueues within d of each other runs once, d after the last one, with
+// the last one's payload. A task already due or running is not replaced:
+// the enqueue adds a new one.
+func Debounce(key string, d time.Duration) Option {
+	return func(o *options) { o.uniqueKey, o.debounce, o.uniqueFor = key, d, 0 }
+}
+
+// DuplicateError is Enqueue's refusal of a unique task: the task ID holds
+// Key.
+type DuplicateError struct {
+	Key, Queue, ID string
+}
+
+func (e *DuplicateError) Error() string {
+	return fmt.Sprintf("taskq: unique key %q of queue %q is held by task %s", e.Key, e.Queue, e.ID)
+}
+
+// Is makes errors.Is(err, ErrDuplicate) true.
+func (e *DuplicateError) Is(target error) bool { return target == ErrDuplicate }
 
 // TaskID sets the task's id (default: random); enqueueing an existing id fails.
 func TaskID(id string) Option { return func(o *options) { o.id = id } }

@@ -166,7 +166,7 @@ func serveQueueMetrics(env *Env, addr, redis string) (func(), error) {
 func newQueueEnqueueCmd() *cobra.Command {
 	var o queueEnqueueOptions
 	cmd := &cobra.Command{
-		Use:   "enqueue --redis URL --queue Q [--tenant T] [--weight W] [--priority P] --type TYPE [--payload JSON] [--count N]",
+		Use:   "enqueue --redis URL --queue Q [--tenant T] [--weight W] [--priority P] --type TYPE [--payload JSON] [--count N] [--unique-key K --unique-for D | --debounce D]",
 		Short: "Add tasks to a queue",
 		Args:  cobra.NoArgs,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return runQueueEnqueue(cmd, &o) },
@@ -184,6 +184,9 @@ func newQueueEnqueueCmd() *cobra.Command {
 	f.DurationVar(&o.timeout, "timeout", 0, "timeout of one attempt (default: the worker's, 30m)")
 	f.DurationVar(&o.in, "in", 0, "run after this delay")
 	f.DurationVar(&o.retention, "retention", 0, "keep the completed task and its result this long")
+	f.StringVar(&o.uniqueKey, "unique-key", "", "with --unique-for: refuse the task while another with this key holds it; with --debounce: the key to debounce on")
+	f.DurationVar(&o.uniqueFor, "unique-for", 0, "how long the task holds --unique-key from its enqueue (pending, running or done); a duplicate exits 3 and prints the holder's id")
+	f.DurationVar(&o.debounce, "debounce", 0, "run the task this long after the last enqueue with --unique-key, with the last payload (replacing the waiting one)")
 	return cmd
 }
 
@@ -193,6 +196,8 @@ type queueEnqueueOptions struct {
 	weight                             float64
 	priority, count, maxRetries        int
 	timeout, in, retention             time.Duration
+	uniqueKey                          string
+	uniqueFor, debounce                time.Duration
 }
 
 // runQueueEnqueue checks the flags and enqueues --count tasks (in batches
@@ -214,6 +219,13 @@ func runQueueEnqueue(cmd *cobra.Command, o *queueEnqueueOptions) error {
 	opts := []taskq.Option{taskq.Queue(o.queue), taskq.Tenant(o.tenant), taskq.Weight(o.weight),
 		taskq.Priority(o.priority), taskq.MaxRetries(o.maxRetries), taskq.Timeout(o.timeout),
 		taskq.ProcessIn(o.in), taskq.Retention(o.retention)}
+	uopt, err := o.uniqueOption()
+	if err != nil {
+		return err
+	}
+	if uopt != nil {
+		opts = append(opts, uopt)
+	}
 	c, err := taskq.NewClient(taskq.ClientConfig{Redis: o.redis})
 	if err != nil {
 		return err
@@ -223,10 +235,18 @@ func runQueueEnqueue(cmd *cobra.Command, o *queueEnqueueOptions) error {
 	start := time.Now()
 	if o.count == 1 {
 		info, err := c.Enqueue(ctx, taskq.NewTask(o.typ, body), opts...)
+		var dup *taskq.DuplicateError
+		if errors.As(err, &dup) {
+			fmt.Fprintln(cmd.OutOrStdout(), dup.ID)
+			return withCode(3, fmt.Errorf("enqueue: duplicate: %w", err))
+		}
 		if err != nil {
 			return err
 		}
 		fmt.Fprintln(cmd.OutOrStdout(), info.ID)
+		if info.Replaced != "" {
+			fmt.Fprintf(cmd.ErrOrStderr(), "debounced: replaced task %s\n", info.Replaced)
+		}
 		return nil
 	}
 	const chunk = 5000
@@ -245,6 +265,25 @@ func runQueueEnqueue(cmd *cobra.Command, o *queueEnqueueOptions) error {
 	fmt.Fprintf(cmd.OutOrStdout(), "enqueued %d %s tasks into %s (tenant %s) in %s (%.0f tasks/s)\n",
 		o.count, o.typ, o.queue, o.tenant, el.Round(time.Millisecond), float64(o.count)/el.Seconds())
 	return nil
+}
+
+// uniqueOption is the Unique or Debounce option of the flags (nil: none).
+func (o *queueEnqueueOptions) uniqueOption() (taskq.Option, error) {
+	switch {
+	case o.uniqueKey == "" && (o.uniqueFor != 0 || o.debounce != 0):
+		return nil, errors.New("enqueue: --unique-for and --debounce need --unique-key")
+	case o.uniqueKey == "":
+		return nil, nil
+	case o.count != 1:
+		return nil, errors.New("enqueue: --unique-key takes one task (--count 1)")
+	case (o.uniqueFor > 0) == (o.debounce > 0):
+		return nil, errors.New("enqueue: --unique-key needs one of --unique-for D or --debounce D")
+	case o.debounce > 0 && o.in > 0:
+		return nil, errors.New("enqueue: --debounce sets the delay; drop --in")
+	case o.debounce > 0:
+		return taskq.Debounce(o.uniqueKey, o.debounce), nil
+	}
+	return taskq.Unique(o.uniqueKey, o.uniqueFor), nil
 }
 
 func newQueueStatsCmd() *cobra.Command {

@@ -75,6 +75,18 @@ func TestQueueEnqueueStatsJSON(t *testing.T) {
 	if out, code := run("queue", "enqueue", "--redis", addr, "--queue", q, "--type", "noop", "--payload", "{bad"); code == 0 || !strings.Contains(out, "--payload is not valid JSON") {
 		t.Errorf("bad payload: exit %d, %s", code, out)
 	}
+	// A unique task: the duplicate exits 3 and prints the holder's id.
+	uargs := []string{"queue", "enqueue", "--redis", addr, "--queue", q + "-u", "--type", "noop", "--unique-key", "k", "--unique-for", "1m"}
+	holder, code := run(uargs...)
+	if code != 0 {
+		t.Fatalf("unique enqueue: %d %s", code, holder)
+	}
+	if out, code := run(uargs...); code != 3 || !strings.HasPrefix(out, holder) || !strings.Contains(out, "duplicate") {
+		t.Errorf("duplicate: exit %d, %q; want 3 and the holder %s", code, out, holder)
+	}
+	if out, code := run("queue", "enqueue", "--redis", addr, "--queue", q, "--type", "noop", "--unique-for", "1m"); code == 0 || !strings.Contains(out, "need --unique-key") {
+		t.Errorf("--unique-for alone: exit %d, %s", code, out)
+	}
 	out, code := run("queue", "stats", "--redis", addr, "--json")
 	if code != 0 {
 		t.Fatalf("stats: %d %s", code, out)

@@ -25,7 +25,7 @@ import (
 var luaFS embed.FS
 
 // NKeys is the number of keys of one queue passed to every script.
-const NKeys = 13
+const NKeys = 15
 
 // QueuesKey is the set of known queue names (outside any queue's slot; it is
 // only touched by plain commands, never inside a script).
@@ -40,6 +40,7 @@ func QueueKeys(q string) []string {
 	return []string{
 		p + "pending", p + "tenants", p + "state", p + "tasks", p + "active", p + "lease",
 		p + "scheduled", p + "retry", p + "dead", p + "completed", p + "results", p + "wake", p + "cancelled",
+		p + "uniq", p + "uniqexp",
 	}
 }
 
@@ -58,6 +59,8 @@ const (
 	KResults
 	KWake
 	KCancelled
+	KUniq
+	KUniqExp
 )
 
 func script(name string) *rueidis.Lua {
@@ -74,6 +77,7 @@ func script(name string) *rueidis.Lua {
 
 var (
 	enqueueScript  = script("enqueue")
+	uniqueScript   = script("unique")
 	dequeueScript  = script("dequeue")
 	ackScript      = script("ack")
 	failScript     = script("fail")
@@ -161,6 +165,36 @@ func (r *RDB) Enqueue(ctx context.Context, q string, now time.Time, msgs []EnqMs
 		return 0, fmt.Errorf("rdb: enqueue into %q: %w", q, err)
 	}
 	return int(n), nil
+}
+
+// Unique modes of EnqueueUnique.
+const (
+	ModeUnique   = "unique"
+	ModeDebounce = "debounce"
+)
+
+// EnqueueUnique adds m to q holding unique key until holdUntil (mode
+// ModeUnique: refused while another task holds key) or debouncing (mode
+// ModeDebounce: replaces the holder while it is still scheduled). It
+// returns whether m was added, the id of the task holding key, and the id
+// of the task m replaced ("" if none).
+func (r *RDB) EnqueueUnique(ctx context.Context, q string, now time.Time, mode, key string, holdUntil time.Time, m EnqMsg) (added bool, holder, replaced string, err error) {
+	due := "0"
+	if !m.Due.IsZero() {
+		due = ms(m.Due)
+	}
+	res, err := uniqueScript.Exec(ctx, r.c, QueueKeys(q), []string{ms(now), mode, key, ms(holdUntil),
+		m.ID, m.Msg, m.Tenant, strconv.FormatFloat(m.Weight, 'g', -1, 64), fmt.Sprintf("%02x", 255-m.Priority), due}).ToArray()
+	if err != nil {
+		return false, "", "", fmt.Errorf("rdb: enqueue into %q: %w", q, err)
+	}
+	if len(res) != 3 {
+		return false, "", "", fmt.Errorf("rdb: enqueue into %q: unique script returned %d values", q, len(res))
+	}
+	n, _ := res[0].AsInt64()
+	holder, _ = res[1].ToString()
+	replaced, _ = res[2].ToString()
+	return n == 1, holder, replaced, nil
 }
 
 // RegisterQueues adds names to the set of known queues.

@@ -1,6 +1,6 @@
 -- lib.lua is prepended to every operation script (it is not an operation).
 --
--- Every queue's keys share the hash tag {queue} and arrive as 13 consecutive
+-- Every queue's keys share the hash tag {queue} and arrive as 15 consecutive
 -- KEYS, in the order of rdb.queueKeys:
 --   +1 pending   ZSET, all scores 0, member = tenant \0 prio(2 hex, inverted) seq(16 hex) \0 id
 --                (lexicographic order = FIFO per tenant, higher priority first)
@@ -18,7 +18,9 @@
 --   +11 results  HASH id -> result bytes
 --   +12 wake     LIST of wake-up tokens idle workers BLPOP on
 --   +13 cancelled ZSET id -> time cancelled (ms)
-local NKEYS = 13
+--   +14 uniq      HASH unique key -> id of the task holding it
+--   +15 uniqexp   ZSET unique key -> when it stops holding (ms)
+local NKEYS = 15
 
 -- A paused tenant stays in tenants with its tag raised above PAUSED, so the
 -- dequeue, which takes the smallest tag, reaches it only when every
@@ -115,4 +117,35 @@ end
 local function forget(k, id)
   redis.call('HDEL', KEYS[k + 4], id, id .. '|r', id .. '|n', id .. '|e', id .. '|d', id .. '|m', id .. '|c')
   redis.call('HDEL', KEYS[k + 11], id)
+end
+
+-- add_task stores a task and makes it pending (or scheduled, if due > now);
+-- returns 1, or 0 if the id exists. The caller wakes idle workers.
+local function add_task(k, now, id, msg, t, w, prio, due)
+  if redis.call('HSETNX', KEYS[k + 4], id, msg) == 0 then return 0 end
+  local seq = redis.call('HINCRBY', KEYS[k + 3], 'seq', 1)
+  local member = t .. '\0' .. prio .. string.format('%016x', seq) .. '\0' .. id
+  redis.call('HSET', KEYS[k + 4], id .. '|m', member)
+  if w > 0 then
+    redis.call('HSET', KEYS[k + 3], 'w:' .. t, w)
+  elseif not redis.call('HGET', KEYS[k + 3], 'w:' .. t) then
+    redis.call('HSET', KEYS[k + 3], 'w:' .. t, 1)
+  end
+  redis.call('HINCRBY', KEYS[k + 3], 'enqueued', 1)
+  if due > now then
+    redis.call('ZADD', KEYS[k + 7], due, member)
+  else
+    activate(k, member)
+  end
+  return 1
+end
+
+-- expire_unique drops up to limit unique keys whose hold ended by now.
+local function expire_unique(k, now, limit)
+  local keys = redis.call('ZRANGEBYSCORE', KEYS[k + 15], '-inf', now, 'LIMIT', 0, limit)
+  for _, u in ipairs(keys) do
+    redis.call('HDEL', KEYS[k + 14], u)
+    redis.call('ZREM', KEYS[k + 15], u)
+  end
+  return #keys
 end

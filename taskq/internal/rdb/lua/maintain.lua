@@ -1,11 +1,12 @@
 -- maintain: periodic housekeeping of one queue, run by every worker.
--- KEYS: the queue's 13 keys.
+-- KEYS: the queue's 15 keys.
 -- ARGV: now_ms, limit, dead_before_ms (dead tasks older are deleted), dead_max
 -- Returns {reaped, promoted, trimmed}.
 -- Guarantees: tasks whose lease expired before now (their worker died or
 -- lost Redis) go back to pending in their old place (at-least-once; the next
 -- start is counted as a duplicate); due scheduled/retry tasks become pending;
--- expired completed records and results, dead tasks past retention or beyond
+-- expired completed records and results, unique keys whose hold ended,
+-- dead tasks past retention or beyond
 -- dead_max, and cancelled tasks past the dead retention are deleted; queue
 -- and tenant pauses that are over end. At most limit of each per call.
 local now, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
@@ -54,4 +55,5 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[13], '-inf', dead_before, '
   forget(0, id)
   trimmed = trimmed + 1
 end
+expire_unique(0, now, limit)
 return {reaped, promoted, trimmed}
