@@ -24,7 +24,8 @@ func newQueueCmd(env *Env) *cobra.Command {
 		Use:   "queue",
 		Short: "Fair Redis task queue: run workers, enqueue tasks, inspect stats, dead letters and health",
 	}
-	cmd.AddCommand(newQueueWorkerCmd(env), newQueueEnqueueCmd(), newQueueStatsCmd(), newQueueDLQCmd(), newQueueHealthCmd(), newQueueTasksCmd())
+	cmd.AddCommand(newQueueWorkerCmd(env), newQueueEnqueueCmd(), newQueueStatsCmd(), newQueueDLQCmd(), newQueueHealthCmd(), newQueueTasksCmd(),
+		newQueueCronCmd())
 	cmd.AddCommand(newQueuePauseCmds()...)
 	return cmd
 }
@@ -82,6 +83,7 @@ tasks, cancels the rest and puts them back; a second signal exits at once.`,
 	f.DurationVar(&o.cfg.DeadRetention, "dead-retention", 7*24*time.Hour, "how long dead-letter tasks are kept")
 	f.IntVar(&o.cfg.DeadMax, "dead-max", 10000, "most dead-letter tasks kept per queue (oldest dropped first)")
 	f.DurationVar(&o.cfg.RedisLostAfter, "redis-lost-after", 0, "exit 1 once Redis has been unreachable this long, naming it (default 0: wait for it forever)")
+	f.BoolVar(&o.noCron, "no-cron", false, "do not run the periodic-task scheduler (queue cron) in this worker")
 	return cmd
 }
 
@@ -89,6 +91,7 @@ tasks, cancels the rest and puts them back; a second signal exits at once.`,
 type queueWorkerOptions struct {
 	cfg             taskq.WorkerConfig
 	queues, metrics string
+	noCron          bool
 }
 
 // runQueueWorker waits for Redis, registers the built-in task types and
@@ -118,6 +121,15 @@ func runQueueWorker(cmd *cobra.Command, env *Env, o *queueWorkerOptions) error {
 			return err
 		}
 		defer stop()
+	}
+	if !o.noCron {
+		sch, err := taskq.NewScheduler(taskq.SchedulerConfig{Redis: o.cfg.Redis, Logger: env.Logger})
+		if err != nil {
+			return err
+		}
+		done := make(chan struct{})
+		go func() { sch.Run(ctx); close(done) }()
+		defer func() { <-done }()
 	}
 	return w.Run(ctx)
 }
