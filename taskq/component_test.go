@@ -75,7 +75,7 @@ func TestLeaseKeeperBeatsOnTheClock(t *testing.T) {
 	enqueueTenant(t, c, q, "x", 0, 1)
 	clk := fakeClock()
 	t0 := clk.Now()
-	ds, err := r.Dequeue(t.Context(), []string{q}, 1, t0, t0.Add(time.Minute))
+	ds, _, err := r.Dequeue(t.Context(), []string{q}, 1, t0, t0.Add(time.Minute))
 	if err != nil || len(ds) != 1 {
 		t.Fatalf("dequeue: %v %v", ds, err)
 	}
@@ -112,7 +112,7 @@ func TestMaintainerReapsOnTheClock(t *testing.T) {
 	enqueueTenant(t, c, q, "x", 0, 2)
 	clk := fakeClock()
 	t0 := clk.Now()
-	if ds, err := r.Dequeue(t.Context(), []string{q}, 2, t0, t0.Add(3*time.Second)); err != nil || len(ds) != 2 {
+	if ds, _, err := r.Dequeue(t.Context(), []string{q}, 2, t0, t0.Add(3*time.Second)); err != nil || len(ds) != 2 {
 		t.Fatalf("dequeue: %v %v", ds, err)
 	}
 	var records atomic.Int32

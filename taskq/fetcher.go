@@ -60,7 +60,7 @@ func (f *fetcher) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		ds, err := f.dequeue(order, n)
+		ds, retry, err := f.dequeue(order, n)
 		if err != nil {
 			if ctx.Err() != nil || f.p.health.failed(ctx, &fails, "dequeue", err) != nil {
 				return
@@ -80,7 +80,7 @@ func (f *fetcher) run(ctx context.Context) {
 		}
 		idleFrom := f.p.clock.Now()
 		f.p.m.idle.Set(1)
-		_, err = f.p.r.WaitWake(ctx, order, f.p.adaptive.idleWait())
+		_, err = f.p.r.WaitWake(ctx, order, f.idleWait(retry))
 		f.p.m.idle.Set(0)
 		f.p.m.idleSeconds.Add(f.p.clock.Since(idleFrom).Seconds())
 		if err != nil && ctx.Err() == nil {
@@ -116,14 +116,25 @@ func (f *fetcher) takeSlots(ctx context.Context) (n int, ok bool) {
 // the slots it could not fill. The call is not cut short by shutdown: the
 // script may already have leased the tasks, which would then wait for
 // their lease to expire.
-func (f *fetcher) dequeue(order []string, n int) ([]rdb.Dequeued, error) {
+func (f *fetcher) dequeue(order []string, n int) ([]rdb.Dequeued, time.Time, error) {
 	now := f.p.clock.Now()
 	dctx, cancel := context.WithTimeout(f.p.persist, 10*time.Second)
-	ds, err := f.p.r.Dequeue(dctx, order, n, now, now.Add(f.p.lease))
+	ds, retry, err := f.p.r.Dequeue(dctx, order, n, now, now.Add(f.p.lease))
 	cancel()
 	f.p.m.dequeues.Inc()
 	f.giveSlots(n - len(ds))
-	return ds, err
+	return ds, retry, err
+}
+
+// idleWait is how long to block on the wake-up lists: the adaptive idle
+// wait, or less when a rate-limited tenant gets its next token sooner
+// (nothing pushes a wake-up token for that).
+func (f *fetcher) idleWait(retry time.Time) time.Duration {
+	d := f.p.adaptive.idleWait()
+	if !retry.IsZero() {
+		d = min(d, max(time.Millisecond, retry.Sub(f.p.clock.Now())))
+	}
+	return d
 }
 
 // giveSlots returns n slots taken for a dequeue that did not fill them.

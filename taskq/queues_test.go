@@ -100,7 +100,9 @@ func TestClusterIntegration(t *testing.T) {
 }
 
 // One dequeue is one script call, however many of the worker's queues are
-// empty before the one with work (asynq makes one call per queue).
+// empty before the one with work (asynq makes one call per queue), with
+// limits too: here a rate of 1/s with a burst of 2 lets 2 of the 3 tasks
+// go and says when the third may.
 func TestDequeueOneRoundTripOverQueues(t *testing.T) {
 	red := startPrivateRedis(t)
 	c := newClient(t, red.addr())
@@ -121,15 +123,25 @@ func TestDequeueOneRoundTripOverQueues(t *testing.T) {
 		}
 		return 0
 	}
+	in := newInspector(t, red.addr())
+	if err := in.SetLimit(t.Context(), "q5", "x", Limit{Rate: 1, Burst: 2, MaxActive: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if err := in.SetLimit(t.Context(), "q5", "", Limit{MaxActive: 10}); err != nil {
+		t.Fatal(err)
+	}
 	now := time.Now()
 	r.Dequeue(t.Context(), []string{"warm"}, 1, now, now) // loads the script (EVALSHA → NOSCRIPT → EVAL)
 	before := evalsha()
-	ds, err := r.Dequeue(t.Context(), []string{"q1", "q2", "q3", "q4", "q5"}, 10, now, now.Add(time.Minute))
+	ds, retry, err := r.Dequeue(t.Context(), []string{"q1", "q2", "q3", "q4", "q5"}, 10, now, now.Add(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := evalsha() - before; len(ds) != 3 || n != 1 {
-		t.Errorf("got %d tasks with %d script calls, want 3 with 1", len(ds), n)
+	if n := evalsha() - before; len(ds) != 2 || n != 1 {
+		t.Errorf("got %d tasks with %d script calls, want 2 (the burst) with 1", len(ds), n)
+	}
+	if d := retry.Sub(now); d < 900*time.Millisecond || d > 1100*time.Millisecond {
+		t.Errorf("the next token is due %v after now, want 1 s", d)
 	}
 }
 

@@ -34,6 +34,7 @@ type QueueStats struct {
 	// PausedUntil is when a pause of the whole queue ends (zero: not
 	// paused; year 142,000-odd: until resumed).
 	PausedUntil time.Time              `json:"paused_until,omitzero"`
+	Limit       *LimitInfo             `json:"limit,omitempty"` // the queue's own limit and its use
 	Tenants     map[string]TenantStats `json:"tenants"`
 }
 
@@ -44,7 +45,8 @@ type TenantStats struct {
 	Completed int64   `json:"completed"`
 	Weight    float64 `json:"weight"`
 	// PausedUntil is when the tenant's pause ends (zero: not paused).
-	PausedUntil time.Time `json:"paused_until,omitzero"`
+	PausedUntil time.Time  `json:"paused_until,omitzero"`
+	Limit       *LimitInfo `json:"limit,omitempty"` // the tenant's limit and its use
 }
 
 // WorkerRecord is what a worker writes about itself into Redis (tq:workers)
@@ -102,6 +104,22 @@ func (c *Client) Stats(ctx context.Context) (*Stats, error) {
 		for t, ts := range st.Tenants {
 			qs.Tenants[t] = TenantStats{Pending: ts.Pending, Active: ts.Active, Completed: ts.Completed, Weight: ts.Weight,
 				PausedUntil: pausedAfter(ts.PausedUntil, now)}
+		}
+		ls, err := c.r.Limits(ctx, q)
+		if err != nil {
+			return nil, err
+		}
+		for _, li := range limitInfos(q, ls, st) {
+			if li.Tenant == "" {
+				qs.Limit = &li
+				continue
+			}
+			ts := qs.Tenants[li.Tenant]
+			if li.Weight > 0 {
+				ts.Weight = li.Weight
+			}
+			ts.Limit = &li
+			qs.Tenants[li.Tenant] = ts
 		}
 		out.Queues[q] = qs
 	}

@@ -298,7 +298,7 @@ func TestLeaseExpiryRedelivers(t *testing.T) {
 	enqueueTenant(t, c, q, "x", 0, 5)
 	// A "dead worker": takes the tasks with a short lease and never returns.
 	now := time.Now()
-	ds, err := r.Dequeue(ctx, []string{q}, 5, now, now.Add(300*time.Millisecond))
+	ds, _, err := r.Dequeue(ctx, []string{q}, 5, now, now.Add(300*time.Millisecond))
 	if err != nil || len(ds) != 5 {
 		t.Fatalf("dequeue: %d, %v", len(ds), err)
 	}

@@ -27,6 +27,7 @@ func newQueueCmd(env *Env) *cobra.Command {
 	cmd.AddCommand(newQueueWorkerCmd(env), newQueueEnqueueCmd(), newQueueStatsCmd(), newQueueDLQCmd(), newQueueHealthCmd(), newQueueTasksCmd(),
 		newQueueCronCmd())
 	cmd.AddCommand(newQueuePauseCmds()...)
+	cmd.AddCommand(newQueueLimitCmd())
 	return cmd
 }
 
@@ -370,7 +371,7 @@ func printStats(w io.Writer, st *taskq.Stats) {
 	sort.Strings(names)
 	for _, q := range names {
 		s := st.Queues[q]
-		fmt.Fprintf(tw, "%s%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", q, pausedNote(s.PausedUntil), s.Pending, s.Active, s.Scheduled, s.Retry, s.Dead,
+		fmt.Fprintf(tw, "%s%s%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", q, pausedNote(s.PausedUntil), limitNote(s.Limit), s.Pending, s.Active, s.Scheduled, s.Retry, s.Dead,
 			s.Completed, s.ProcessedTotal, s.FailedTotal, s.DuplicatesTotal)
 		tenants := make([]string, 0, len(s.Tenants))
 		for t := range s.Tenants {
@@ -379,7 +380,7 @@ func printStats(w io.Writer, st *taskq.Stats) {
 		sort.Strings(tenants)
 		for _, t := range tenants {
 			ts := s.Tenants[t]
-			fmt.Fprintf(tw, "  tenant %s (w=%g)%s\t%d\t%d\t\t\t\t%d\t\t\t\t\n", t, ts.Weight, pausedNote(ts.PausedUntil), ts.Pending, ts.Active, ts.Completed)
+			fmt.Fprintf(tw, "  tenant %s (w=%g)%s%s\t%d\t%d\t\t\t\t%d\t\t\t\t\n", t, ts.Weight, pausedNote(ts.PausedUntil), limitNote(ts.Limit), ts.Pending, ts.Active, ts.Completed)
 		}
 	}
 	tw.Flush()
@@ -387,6 +388,23 @@ func printStats(w io.Writer, st *taskq.Stats) {
 		fmt.Fprintf(w, "worker %s: %s, queues %s, active %d, processed %d, failed %d, steals %d, %.0f tasks/s\n",
 			wr.ID, wr.State, strings.Join(wr.Queues, ","), wr.Active, wr.Processed, wr.Failed, wr.Steals, wr.RatePerSec)
 	}
+}
+
+// limitNote shows a queue's or tenant's limit in the stats table.
+func limitNote(l *taskq.LimitInfo) string {
+	if l == nil {
+		return ""
+	}
+	lim := l.Limit
+	lim.Weight = 0 // shown as w=
+	d := describeLimit(lim)
+	if d == "" {
+		return ""
+	}
+	if !l.ThrottledUntil.IsZero() {
+		d += ", throttled"
+	}
+	return " [" + d + "]"
 }
 
 // pausedNote marks a paused queue or tenant in the stats table.

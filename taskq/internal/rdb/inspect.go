@@ -394,3 +394,91 @@ func pausedUntil(v string) time.Time {
 	}
 	return time.UnixMilli(n)
 }
+
+// Limit is a limit of a queue or of one tenant of it (zero fields: none).
+type Limit struct {
+	Rate      float64 // tasks started per second
+	Burst     int     // the token bucket's size (≥1 when Rate is set)
+	MaxActive int     // tasks running at once, across all workers
+	Weight    float64 // a tenant's fair-share weight, overriding the enqueues'
+}
+
+// LimitState is a limit with its current use.
+type LimitState struct {
+	Limit
+	Tokens         float64   // in the bucket when last used (Rate only)
+	ThrottledUntil time.Time // zero: not throttled; Forever: until a running task ends
+}
+
+// SetLimit sets the limit of q, or of tenant t of it ("" = the queue).
+func (r *RDB) SetLimit(ctx context.Context, q, t string, l Limit) error {
+	v := fmt.Sprintf("%g %d %d %g", l.Rate, l.Burst, l.MaxActive, l.Weight)
+	return limitScript.Exec(ctx, r.c, QueueKeys(q), []string{"set", t, v}).Error()
+}
+
+// ClearLimit removes the limit of q or of tenant t ("" = the queue's own;
+// all = every limit of q); it reports whether there was one.
+func (r *RDB) ClearLimit(ctx context.Context, q, t string, all bool) (bool, error) {
+	op := "clear"
+	if all {
+		op = "clearall"
+	}
+	n, err := limitScript.Exec(ctx, r.c, QueueKeys(q), []string{op, t, ""}).AsInt64()
+	return n == 1, err
+}
+
+// Limits returns q's limits: the queue's own under "" and each limited
+// tenant's, with their tokens and throttling.
+func (r *RDB) Limits(ctx context.Context, q string) (map[string]LimitState, error) {
+	k := QueueKeys(q)
+	b := r.c.B()
+	res := r.c.DoMulti(ctx, b.Hgetall().Key(k[KLimits]).Build(), b.Zrange().Key(k[KThrottled]).Min("0").Max("-1").Withscores().Build())
+	h, err := res[0].AsStrMap()
+	if err != nil {
+		return nil, fmt.Errorf("rdb: limits of %q: %w", q, err)
+	}
+	th, err := res[1].AsZScores()
+	if err != nil {
+		return nil, fmt.Errorf("rdb: limits of %q: %w", q, err)
+	}
+	out := map[string]LimitState{}
+	for f, v := range h {
+		var t string
+		switch {
+		case f == "q":
+		case strings.HasPrefix(f, "t:"):
+			t = f[2:]
+		default:
+			continue
+		}
+		var l LimitState
+		fmt.Sscanf(v, "%g %d %d %g", &l.Rate, &l.Burst, &l.MaxActive, &l.Weight)
+		l.Tokens = float64(l.Burst)
+		tokField := "tok:" + f
+		if tv, ok := h[tokField]; ok {
+			var at int64
+			fmt.Sscanf(tv, "%g %d", &l.Tokens, &at)
+			if l.Rate > 0 {
+				l.Tokens = min(float64(l.Burst), l.Tokens+float64(time.Now().UnixMilli()-at)*l.Rate/1000)
+			}
+		}
+		out[t] = l
+	}
+	for _, z := range th {
+		t := z.Member
+		if t == "\x00q" {
+			t = ""
+		}
+		l, ok := out[t]
+		if !ok {
+			continue
+		}
+		if z.Score >= 1e15 {
+			l.ThrottledUntil = Forever
+		} else if until := time.UnixMilli(int64(z.Score)); until.After(time.Now()) {
+			l.ThrottledUntil = until
+		}
+		out[t] = l
+	}
+	return out, nil
+}

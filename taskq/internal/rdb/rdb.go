@@ -25,7 +25,7 @@ import (
 var luaFS embed.FS
 
 // NKeys is the number of keys of one queue passed to every script.
-const NKeys = 15
+const NKeys = 17
 
 // QueuesKey is the set of known queue names (outside any queue's slot; it is
 // only touched by plain commands, never inside a script).
@@ -40,7 +40,7 @@ func QueueKeys(q string) []string {
 	return []string{
 		p + "pending", p + "tenants", p + "state", p + "tasks", p + "active", p + "lease",
 		p + "scheduled", p + "retry", p + "dead", p + "completed", p + "results", p + "wake", p + "cancelled",
-		p + "uniq", p + "uniqexp",
+		p + "uniq", p + "uniqexp", p + "limits", p + "throttled",
 	}
 }
 
@@ -61,6 +61,8 @@ const (
 	KCancelled
 	KUniq
 	KUniqExp
+	KLimits
+	KThrottled
 )
 
 func script(name string) *rueidis.Lua {
@@ -88,6 +90,7 @@ var (
 	pauseScript    = script("pause")
 	cancelScript   = script("cancel")
 	taskopScript   = script("taskop")
+	limitScript    = script("limit")
 )
 
 // RDB wraps a Redis client (single node or cluster).
@@ -220,10 +223,11 @@ type Dequeued struct {
 }
 
 // Dequeue takes up to n tasks from queues, serving them in the given order,
-// in one script call (one per queue on a cluster).
-func (r *RDB) Dequeue(ctx context.Context, queues []string, n int, now, leaseUntil time.Time) ([]Dequeued, error) {
+// in one script call (one per queue on a cluster). retry is the earliest
+// time a tenant or queue throttled by a rate may run again (zero: none).
+func (r *RDB) Dequeue(ctx context.Context, queues []string, n int, now, leaseUntil time.Time) (ds []Dequeued, retry time.Time, err error) {
 	if len(queues) == 0 || n <= 0 {
-		return nil, nil
+		return nil, time.Time{}, nil
 	}
 	args := []string{strconv.Itoa(n), ms(now), ms(leaseUntil), "100"}
 	if !r.cluster {
@@ -233,25 +237,34 @@ func (r *RDB) Dequeue(ctx context.Context, queues []string, n int, now, leaseUnt
 		}
 		return r.dequeue(ctx, queues, keys, args, leaseUntil)
 	}
-	var out []Dequeued
 	for _, q := range queues {
-		args[0] = strconv.Itoa(n - len(out))
-		d, err := r.dequeue(ctx, []string{q}, QueueKeys(q), args, leaseUntil)
+		args[0] = strconv.Itoa(n - len(ds))
+		d, rt, err := r.dequeue(ctx, []string{q}, QueueKeys(q), args, leaseUntil)
 		if err != nil {
-			return out, err
+			return ds, retry, err
 		}
-		out = append(out, d...)
-		if len(out) >= n {
+		ds = append(ds, d...)
+		if !rt.IsZero() && (retry.IsZero() || rt.Before(retry)) {
+			retry = rt
+		}
+		if len(ds) >= n {
 			break
 		}
 	}
-	return out, nil
+	return ds, retry, nil
 }
 
-func (r *RDB) dequeue(ctx context.Context, queues, keys, args []string, leaseUntil time.Time) ([]Dequeued, error) {
+func (r *RDB) dequeue(ctx context.Context, queues, keys, args []string, leaseUntil time.Time) ([]Dequeued, time.Time, error) {
 	vals, err := dequeueScript.Exec(ctx, r.c, keys, args).ToArray()
 	if err != nil {
-		return nil, fmt.Errorf("rdb: dequeue: %w", err)
+		return nil, time.Time{}, fmt.Errorf("rdb: dequeue: %w", err)
+	}
+	var retry time.Time
+	if len(vals)%6 == 1 {
+		if hint, _ := vals[len(vals)-1].AsInt64(); hint > 0 {
+			retry = time.UnixMilli(hint)
+		}
+		vals = vals[:len(vals)-1]
 	}
 	out := make([]Dequeued, 0, len(vals)/6)
 	for i := 0; i+5 < len(vals); i += 6 {
@@ -262,11 +275,11 @@ func (r *RDB) dequeue(ctx context.Context, queues, keys, args []string, leaseUnt
 		starts, _ := vals[i+4].AsInt64()
 		tenant, _ := vals[i+5].ToString()
 		if qi < 1 || int(qi) > len(queues) {
-			return nil, fmt.Errorf("rdb: dequeue: queue index %d out of range", qi)
+			return nil, time.Time{}, fmt.Errorf("rdb: dequeue: queue index %d out of range", qi)
 		}
 		out = append(out, Dequeued{Queue: queues[qi-1], ID: id, Msg: []byte(msg), Retried: int(retried), Starts: int(starts), Tenant: tenant, LeaseUntil: leaseUntil})
 	}
-	return out, nil
+	return out, retry, nil
 }
 
 // AckItem is one successful task.

@@ -1,5 +1,5 @@
 -- dlq: requeue or delete dead tasks of one queue.
--- KEYS: the queue's 15 keys. ARGV: op ('requeue' | 'delete'), ids... (none = all)
+-- KEYS: the queue's 17 keys. ARGV: op ('requeue' | 'delete'), ids... (none = all)
 -- Returns the number of tasks affected.
 -- Guarantees: atomic; a requeued task starts over (retried and starts reset)
 -- in its tenant's order; a deleted task leaves no field behind.

@@ -1,5 +1,5 @@
 -- fail: record one failed attempt of a task of one queue.
--- KEYS: the queue's 15 keys.
+-- KEYS: the queue's 17 keys.
 -- ARGV: now_ms, id, error, retry_at_ms (0 = no retry: dead), reason (for dead)
 -- Returns 1 if retried, 2 if dead, 0 if the worker no longer held the task.
 -- Guarantees: atomic; a retried task waits in retry until retry_at_ms and its

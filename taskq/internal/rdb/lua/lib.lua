@@ -1,6 +1,6 @@
 -- lib.lua is prepended to every operation script (it is not an operation).
 --
--- Every queue's keys share the hash tag {queue} and arrive as 15 consecutive
+-- Every queue's keys share the hash tag {queue} and arrive as 17 consecutive
 -- KEYS, in the order of rdb.queueKeys:
 --   +1 pending   ZSET, all scores 0, member = tenant \0 prio(2 hex, inverted) seq(16 hex) \0 id
 --                (lexicographic order = FIFO per tenant, higher priority first)
@@ -20,12 +20,24 @@
 --   +13 cancelled ZSET id -> time cancelled (ms)
 --   +14 uniq      HASH unique key -> id of the task holding it
 --   +15 uniqexp   ZSET unique key -> when it stops holding (ms)
-local NKEYS = 15
+--   +16 limits    HASH q -> "rate burst max" of the whole queue, t:<tenant> -> "rate burst max weight"
+--                 (rate per second, 0 = none; weight 0 = the enqueues' weight); tok:q and
+--                 tok:t:<tenant> -> "tokens at_ms", the token buckets
+--   +17 throttled ZSET tenant -> when it may be served again (ms; HELD: when one of its running tasks
+--                 ends); member "\0q" = the queue's own in-flight cap is reached
+-- A throttled tenant leaves tenants (so it never blocks the others) and
+-- keeps its tag in f:<tenant>; the dequeue takes it back once due.
+local NKEYS = 17
 
 -- A paused tenant stays in tenants with its tag raised above PAUSED, so the
 -- dequeue, which takes the smallest tag, reaches it only when every
 -- unpaused tenant is drained, and then resumes it if its pause is over.
 local PAUSED = 1e15
+
+-- HELD is the throttled score of a tenant (or "\0q", the queue) at its
+-- in-flight cap: release makes it due.
+local HELD = 1e15
+local QUEUE = '\0q'
 
 local function tenant_of(member)
   return string.match(member, '^([^%z]*)')
@@ -51,7 +63,7 @@ end
 local function activate(k, member)
   local t = tenant_of(member)
   redis.call('ZADD', KEYS[k + 1], 0, member)
-  if not redis.call('ZSCORE', KEYS[k + 2], t) then
+  if not redis.call('ZSCORE', KEYS[k + 2], t) and not redis.call('ZSCORE', KEYS[k + 17], t) then
     local tag = start_tag(k, t)
     if redis.call('HEXISTS', KEYS[k + 3], 'p:' .. t) == 1 then tag = tag + PAUSED end
     redis.call('ZADD', KEYS[k + 2], tag, t)
@@ -110,7 +122,18 @@ local function release(k, id)
   if not m then return false end
   redis.call('HDEL', KEYS[k + 5], id)
   redis.call('ZREM', KEYS[k + 6], id)
-  redis.call('HINCRBY', KEYS[k + 3], 'a:' .. tenant_of(m), -1)
+  local t = tenant_of(m)
+  redis.call('HINCRBY', KEYS[k + 3], 'a:' .. t, -1)
+  -- A tenant (or the queue) held at its in-flight cap may run again.
+  if redis.call('ZCARD', KEYS[k + 17]) > 0 then
+    for _, who in ipairs({t, QUEUE}) do
+      local s = redis.call('ZSCORE', KEYS[k + 17], who)
+      if s and tonumber(s) >= HELD then
+        redis.call('ZADD', KEYS[k + 17], 0, who)
+        wake(k)
+      end
+    end
+  end
   return m
 end
 
@@ -148,4 +171,64 @@ local function expire_unique(k, now, limit)
     redis.call('ZREM', KEYS[k + 15], u)
   end
   return #keys
+end
+
+-- parse_limit reads a limits value: rate, burst, max, weight (0 = none).
+local function parse_limit(v)
+  local r, b, m, w = string.match(v, '^(%S+) (%S+) (%S+) ?(%S*)$')
+  return tonumber(r) or 0, tonumber(b) or 1, tonumber(m) or 0, tonumber(w) or 0
+end
+
+-- bucket returns the tokens of a token bucket at now (full when new).
+local function bucket(k, field, rate, burst, now)
+  local v = redis.call('HGET', KEYS[k + 16], field)
+  if not v then return burst end
+  local tok, at = string.match(v, '^(%S+) (%S+)$')
+  return math.min(burst, tonumber(tok) + math.max(0, now - tonumber(at)) * rate / 1000)
+end
+
+-- next_token is when a bucket holding tok tokens has one.
+local function next_token(now, tok, rate)
+  return now + math.max(1, math.ceil((1 - tok) * 1000 / rate))
+end
+
+-- limited checks a limit against the in-flight count active: 0 if a task
+-- may start now (its token is taken unless peek), else when it may (HELD:
+-- when a running task ends).
+local function limited(k, field, lim, active, now, peek)
+  local rate, burst, mx = parse_limit(lim)
+  if mx > 0 and active >= mx then return HELD end
+  if rate <= 0 then return 0 end
+  local tok = bucket(k, field, rate, burst, now)
+  if tok < 1 then return next_token(now, tok, rate) end
+  if not peek then redis.call('HSET', KEYS[k + 16], field, string.format('%.6f %d', tok - 1, now)) end
+  return 0
+end
+
+-- park throttles tenant t (tag s) until untl.
+local function park(k, t, s, untl)
+  redis.call('ZREM', KEYS[k + 2], t)
+  redis.call('HSET', KEYS[k + 3], 'f:' .. t, s)
+  redis.call('ZADD', KEYS[k + 17], untl, t)
+end
+
+-- unpark_due gives the throttled tenants due at now their place back (or
+-- every one of them if now is false: the limits changed).
+local function unpark_due(k, now)
+  local due
+  if now then
+    due = redis.call('ZRANGEBYSCORE', KEYS[k + 17], '-inf', now, 'LIMIT', 0, 100)
+  else
+    due = redis.call('ZRANGE', KEYS[k + 17], 0, -1)
+  end
+  for _, t in ipairs(due) do
+    redis.call('ZREM', KEYS[k + 17], t)
+    if t ~= QUEUE and not redis.call('ZSCORE', KEYS[k + 2], t) and
+        #redis.call('ZRANGEBYLEX', KEYS[k + 1], '[' .. t .. '\0', '(' .. t .. '\1', 'LIMIT', 0, 1) > 0 then
+      local tag = start_tag(k, t)
+      if redis.call('HEXISTS', KEYS[k + 3], 'p:' .. t) == 1 then tag = tag + PAUSED end
+      redis.call('ZADD', KEYS[k + 2], tag, t)
+    end
+  end
+  return #due
 end

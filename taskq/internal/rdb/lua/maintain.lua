@@ -1,5 +1,5 @@
 -- maintain: periodic housekeeping of one queue, run by every worker.
--- KEYS: the queue's 15 keys.
+-- KEYS: the queue's 17 keys.
 -- ARGV: now_ms, limit, dead_before_ms (dead tasks older are deleted), dead_max
 -- Returns {reaped, promoted, trimmed}.
 -- Guarantees: tasks whose lease expired before now (their worker died or

@@ -1,0 +1,23 @@
+-- limit: set or clear the limit of a queue, or of one tenant of it.
+-- KEYS: the queue's 17 keys.
+-- ARGV: op ('set' | 'clear' | 'clearall'), tenant ('' = the whole queue),
+--       value (set: "rate burst max weight", see lib.lua)
+-- Returns 1 if something changed.
+-- Guarantees: atomic; from the reply on, every dequeue applies the new
+-- limits: the throttled tenants are given their place back (and parked
+-- again if still limited) and idle workers are woken.
+local op, t, v = ARGV[1], ARGV[2], ARGV[3]
+local field, tok = 'q', 'tok:q'
+if t ~= '' then field, tok = 't:' .. t, 'tok:t:' .. t end
+local changed
+if op == 'set' then
+  changed = redis.call('HSET', KEYS[16], field, v) >= 0
+elseif op == 'clear' then
+  changed = redis.call('HDEL', KEYS[16], field, tok) > 0
+else
+  changed = redis.call('DEL', KEYS[16]) > 0
+end
+unpark_due(0, false)
+wake(0)
+if changed then return 1 end
+return 0
