@@ -24,6 +24,8 @@ type Client struct {
 	// mu protects registered.
 	mu         sync.Mutex
 	registered map[string]bool
+
+	middleware []EnqueueMiddleware // set by Use before the client is shared
 }
 
 // NewClient connects to Redis.
@@ -85,6 +87,19 @@ func prepare(t *Task, now time.Time, extra []Option) (prepared, error) {
 	if err := checkUnique(o); err != nil {
 		return prepared{}, err
 	}
+	headers := t.Headers
+	if len(o.headers) > 0 {
+		headers = make(map[string]string, len(t.Headers)+len(o.headers))
+		for k, v := range t.Headers {
+			headers[k] = v
+		}
+		for k, v := range o.headers {
+			headers[k] = v
+		}
+	}
+	if err := checkHeaders(headers); err != nil {
+		return prepared{}, err
+	}
 	due := o.processAt
 	if o.processIn > 0 {
 		due = now.Add(o.processIn)
@@ -99,7 +114,7 @@ func prepare(t *Task, now time.Time, extra []Option) (prepared, error) {
 		ID: o.id, Type: t.Type, Payload: t.Payload, Queue: o.queue,
 		MaxRetries: o.maxRetries, TimeoutMS: o.timeout.Milliseconds(), RetentionMS: o.retention.Milliseconds(),
 		DeadlineMS: deadlineMS(o.deadline),
-		EnqueuedAt: now.UnixMilli(),
+		EnqueuedAt: now.UnixMilli(), Headers: headers,
 	})
 	if err != nil {
 		return prepared{}, err
@@ -146,6 +161,13 @@ func (c *Client) register(ctx context.Context, q string) error {
 // Enqueue adds t; when Enqueue returns nil the task is in Redis (durable as
 // far as Redis's persistence setting makes it: see the README).
 func (c *Client) Enqueue(ctx context.Context, t *Task, opts ...Option) (*TaskInfo, error) {
+	if len(c.middleware) > 0 {
+		return c.chain(c.enqueue)(ctx, t, opts...)
+	}
+	return c.enqueue(ctx, t, opts...)
+}
+
+func (c *Client) enqueue(ctx context.Context, t *Task, opts ...Option) (*TaskInfo, error) {
 	p, err := prepare(t, time.Now(), opts)
 	if err != nil {
 		return nil, err
@@ -194,19 +216,29 @@ func (c *Client) EnqueueBatch(ctx context.Context, tasks []*Task, opts ...Option
 	byQueue := map[string][]rdb.EnqMsg{}
 	var order []string
 	infos := make([]*TaskInfo, len(tasks))
-	for i, t := range tasks {
+	// collect is the end of the enqueue middleware chain for a batch: it
+	// prepares the task into the batch.
+	collect := func(_ context.Context, t *Task, opts ...Option) (*TaskInfo, error) {
 		p, err := prepare(t, now, opts)
 		if err != nil {
-			return nil, fmt.Errorf("task %d: %w", i, err)
+			return nil, err
 		}
 		if p.o.uniqueKey != "" {
-			return nil, fmt.Errorf("task %d: %w: Unique and Debounce need Enqueue, one task at a time", i, ErrInvalidTask)
+			return nil, fmt.Errorf("%w: Unique and Debounce need Enqueue, one task at a time", ErrInvalidTask)
 		}
 		if _, ok := byQueue[p.queue]; !ok {
 			order = append(order, p.queue)
 		}
 		byQueue[p.queue] = append(byQueue[p.queue], p.msg)
-		infos[i] = p.info
+		return p.info, nil
+	}
+	add := c.chain(collect)
+	for i, t := range tasks {
+		info, err := add(ctx, t, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("task %d: %w", i, err)
+		}
+		infos[i] = info
 	}
 	for _, q := range order {
 		if err := c.register(ctx, q); err != nil {

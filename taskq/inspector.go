@@ -67,8 +67,10 @@ type TaskDetail struct {
 	LeaseUntil  *time.Time      `json:"lease_until,omitempty"` // active
 	EndedAt     *time.Time      `json:"ended_at,omitempty"`    // dead: died; cancelled: cancelled
 	KeptUntil   *time.Time      `json:"kept_until,omitempty"`  // completed
-	CancelledBy string          `json:"cancelled_by,omitempty"`
-	Result      []byte          `json:"result,omitempty"`
+	CancelledBy string            `json:"cancelled_by,omitempty"`
+	Result      []byte            `json:"result,omitempty"`
+	Headers     map[string]string `json:"headers,omitempty"`
+	Progress    *Progress         `json:"progress,omitempty"` // the handler's last report
 }
 
 func detail(raw rdb.Raw) TaskDetail {
@@ -77,7 +79,7 @@ func detail(raw rdb.Raw) TaskDetail {
 		Tenant: rdb.TenantOf(raw.Member)}
 	var m message
 	if json.Unmarshal(raw.Msg, &m) == nil {
-		d.Type, d.MaxRetries = m.Type, m.MaxRetries
+		d.Type, d.MaxRetries, d.Headers = m.Type, m.MaxRetries, m.Headers
 		if len(m.Payload) > 0 {
 			if json.Valid(m.Payload) {
 				d.Payload = m.Payload
@@ -90,6 +92,12 @@ func detail(raw rdb.Raw) TaskDetail {
 		}
 		if d.Tenant == "" {
 			d.Tenant = m.Tenant
+		}
+	}
+	if raw.Progress != "" {
+		var p Progress
+		if json.Unmarshal([]byte(raw.Progress), &p) == nil {
+			d.Progress = &p
 		}
 	}
 	at := func() *time.Time { t := raw.At; return &t }

@@ -3,11 +3,13 @@ package taskq
 import (
 	"context"
 	"encoding/json"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/gantryhq/gantry/internal/testutil"
+	"github.com/gantryhq/gantry/taskq/internal/rdb"
 )
 
 // A tenant limited to 20/s completes 200±25 tasks in 10 s, while an
@@ -29,18 +31,31 @@ func TestRateLimitedTenantBesideAFreeOne(t *testing.T) {
 		})
 		runWorker(t, w)
 	}
+	tenant := func(name string) rdb.TenantStats {
+		st, err := c.r.Stats(ctx, q)
+		if err != nil {
+			t.Error(err)
+		}
+		return st.Tenants[name]
+	}
 	// Keep the free tenant's backlog full for the whole test.
 	topUp, stopTopUp := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	defer stopTopUp()
-	go func() {
+	wg.Go(func() {
+		free := make([]*Task, 2000)
+		for i := range free {
+			free[i] = NewTask("noop", nil, Queue(q), Tenant("free"))
+		}
 		for topUp.Err() == nil {
-			if queueStats(t, c, q).Tenants["free"].Pending < 3000 {
-				enqueueTenant(t, c, q, "free", 0, 2000)
+			if st, err := c.r.Stats(topUp, q); err == nil && st.Tenants["free"].Pending < 3000 {
+				c.EnqueueBatch(topUp, free)
 			}
 			time.Sleep(50 * time.Millisecond) // poll: top up the backlog
 		}
-	}()
-	completed := func(tenant string) int64 { return queueStats(t, c, q).Tenants[tenant].Completed }
+	})
+	completed := func(name string) int64 { return tenant(name).Completed }
 	measure := func(d time.Duration) float64 {
 		n0, t0 := completed("free"), time.Now()
 		time.Sleep(d) // real time: a throughput window

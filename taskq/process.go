@@ -49,7 +49,14 @@ func (w *Worker) process(handlerCtx, persist context.Context, d rdb.Dequeued) {
 	key := inflightKey{d.Queue, d.ID}
 	it := &inflightTask{cancel: cancel}
 	it.lease.Store(d.LeaseUntil.UnixMilli())
-	t.run = &runInfo{workerID: w.cfg.ID, host: w.host, starts: d.Starts, lease: &it.lease}
+	t.run = &runInfo{workerID: w.cfg.ID, host: w.host, starts: d.Starts, lease: &it.lease,
+		progress: func(ctx context.Context, v string) error {
+			ok, err := w.r.Progress(ctx, d.Queue, d.ID, v)
+			if err == nil && !ok {
+				err = ErrNotRunning
+			}
+			return err
+		}}
 	if m.EnqueuedAt > 0 {
 		t.run.enqueuedAt = time.UnixMilli(m.EnqueuedAt)
 	}
@@ -99,7 +106,7 @@ func (w *Worker) prepare(persist context.Context, d rdb.Dequeued) (m *message, t
 	if d.Tenant != "" {
 		m.Tenant = d.Tenant // the member is the source; an old message's field is the fallback
 	}
-	t = &Task{Type: m.Type, Payload: m.Payload, id: m.ID, queue: m.Queue, tenant: m.Tenant, retried: d.Retried, max: m.MaxRetries}
+	t = &Task{Type: m.Type, Payload: m.Payload, Headers: m.Headers, id: m.ID, queue: m.Queue, tenant: m.Tenant, retried: d.Retried, max: m.MaxRetries}
 	if m.EnqueuedAt > 0 && d.Retried == 0 {
 		w.m.wait.WithLabelValues(d.Queue).Observe(time.Since(time.UnixMilli(m.EnqueuedAt)).Seconds())
 	}

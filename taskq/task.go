@@ -48,6 +48,11 @@ var (
 type Task struct {
 	Type    string
 	Payload []byte
+	// Headers travel with the task from the enqueue to the handler: trace
+	// context, a request id, the caller's identity. Set them before
+	// Enqueue (or with the Header option, or in enqueue middleware); at
+	// most 64 KiB in all.
+	Headers map[string]string
 
 	opts []Option
 
@@ -65,6 +70,7 @@ type runInfo struct {
 	starts         int
 	enqueuedAt     time.Time
 	lease          *atomic.Int64 // Unix ms; the lease keeper moves it on every heartbeat
+	progress       func(ctx context.Context, value string) error
 }
 
 // NewTask returns a task of type typ; opts are applied at enqueue.
@@ -144,6 +150,7 @@ type options struct {
 	uniqueKey         string
 	uniqueFor         time.Duration // Unique's window
 	debounce          time.Duration // Debounce's delay
+	headers           map[string]string
 }
 
 // Queue puts the task into queue q (default "default").
@@ -224,8 +231,9 @@ type message struct {
 	MaxRetries  int    `json:"max_retries"`
 	TimeoutMS   int64  `json:"timeout_ms,omitempty"`
 	RetentionMS int64  `json:"retention_ms,omitempty"`
-	DeadlineMS  int64  `json:"deadline_ms,omitempty"` // unix ms
-	EnqueuedAt  int64  `json:"enqueued_at"`           // unix ms
+	DeadlineMS  int64             `json:"deadline_ms,omitempty"` // unix ms
+	EnqueuedAt  int64             `json:"enqueued_at"`           // unix ms
+	Headers     map[string]string `json:"headers,omitempty"`
 }
 
 func newID() string {

@@ -259,8 +259,9 @@ type Worker struct {
 	started time.Time
 
 	// hmu protects handlers (Handle writes, processors read).
-	hmu      sync.RWMutex
-	handlers map[string]HandlerFunc
+	hmu        sync.RWMutex
+	handlers   map[string]HandlerFunc
+	middleware []Middleware
 
 	// processed and failed count ended attempts; processors Add, the
 	// adaptive controller and the worker record Load (any goroutine).
@@ -323,7 +324,14 @@ func (w *Worker) Handle(typ string, h HandlerFunc) {
 func (w *Worker) handler(typ string) HandlerFunc {
 	w.hmu.RLock()
 	defer w.hmu.RUnlock()
-	return w.handlers[typ]
+	h := w.handlers[typ]
+	if h == nil {
+		return nil
+	}
+	for i := len(w.middleware) - 1; i >= 0; i-- {
+		h = w.middleware[i](h)
+	}
+	return h
 }
 
 // ID is the worker's id in Redis.

@@ -197,6 +197,7 @@ func newQueueEnqueueCmd() *cobra.Command {
 	f.DurationVar(&o.timeout, "timeout", 0, "timeout of one attempt (default: the worker's, 30m)")
 	f.DurationVar(&o.in, "in", 0, "run after this delay")
 	f.DurationVar(&o.retention, "retention", 0, "keep the completed task and its result this long")
+	f.StringArrayVar(&o.headers, "header", nil, "a header K=V the handler sees (repeatable)")
 	f.StringVar(&o.uniqueKey, "unique-key", "", "with --unique-for: refuse the task while another with this key holds it; with --debounce: the key to debounce on")
 	f.DurationVar(&o.uniqueFor, "unique-for", 0, "how long the task holds --unique-key from its enqueue (pending, running or done); a duplicate exits 3 and prints the holder's id")
 	f.DurationVar(&o.debounce, "debounce", 0, "run the task this long after the last enqueue with --unique-key, with the last payload (replacing the waiting one)")
@@ -211,6 +212,7 @@ type queueEnqueueOptions struct {
 	timeout, in, retention             time.Duration
 	uniqueKey                          string
 	uniqueFor, debounce                time.Duration
+	headers                            []string
 }
 
 // runQueueEnqueue checks the flags and enqueues --count tasks (in batches
@@ -232,6 +234,13 @@ func runQueueEnqueue(cmd *cobra.Command, o *queueEnqueueOptions) error {
 	opts := []taskq.Option{taskq.Queue(o.queue), taskq.Tenant(o.tenant), taskq.Weight(o.weight),
 		taskq.Priority(o.priority), taskq.MaxRetries(o.maxRetries), taskq.Timeout(o.timeout),
 		taskq.ProcessIn(o.in), taskq.Retention(o.retention)}
+	for _, h := range o.headers {
+		k, v, ok := strings.Cut(h, "=")
+		if !ok || k == "" {
+			return fmt.Errorf("enqueue: --header %q, want K=V", h)
+		}
+		opts = append(opts, taskq.Header(k, v))
+	}
 	uopt, err := o.uniqueOption()
 	if err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/user"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -124,6 +125,17 @@ func printTask(w io.Writer, d taskq.TaskDetail, asJSON bool) error {
 	row("cancelled by", d.CancelledBy)
 	row("last error", d.LastError)
 	row("dead reason", d.DeadReason)
+	if p := d.Progress; p != nil {
+		row("progress", fmt.Sprintf("%g%% %s (attempt %d, %s)", p.Percent, p.Note, p.Attempt, p.At.Format(time.RFC3339Nano)))
+	}
+	keys := make([]string, 0, len(d.Headers))
+	for k := range d.Headers {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		row("header "+k, d.Headers[k])
+	}
 	row("payload", string(d.Payload))
 	row("result", string(d.Result))
 	return tw.Flush()

@@ -18,7 +18,7 @@ import (
 // Register registers every built-in task type on w:
 //
 //	noop                                  succeeds at once
-//	sleep  {"ms": N}                      sleeps N ms (returns early when cancelled)
+//	sleep  {"ms": N}                      sleeps N ms (returns early when cancelled), reporting progress each second
 //	fail   {"times": N}                   fails its first N attempts, then succeeds
 //	sort   {"input": [dirs], "output": dir}  sorts gensort records (extsort), result {"records","partitions"}
 func Register(w *taskq.Worker, log *slog.Logger) {
@@ -34,13 +34,23 @@ func Register(w *taskq.Worker, log *slog.Logger) {
 		if p.MS == nil || *p.MS < 0 {
 			return fmt.Errorf("sleep: payload needs \"ms\" >= 0: %w", taskq.SkipRetry)
 		}
-		tm := time.NewTimer(time.Duration(*p.MS) * time.Millisecond)
+		total := time.Duration(*p.MS) * time.Millisecond
+		start := time.Now()
+		tm := time.NewTimer(total)
 		defer tm.Stop()
-		select {
-		case <-tm.C:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-tm.C:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-tick.C:
+				el := time.Since(start)
+				// Best effort: a failed report does not fail the task.
+				_ = t.Progress(ctx, min(100, 100*el.Seconds()/total.Seconds()), "slept "+el.Round(time.Second).String()+" of "+total.String())
+			}
 		}
 	})
 	w.Handle("fail", func(ctx context.Context, t *taskq.Task) error {

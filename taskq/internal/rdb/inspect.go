@@ -32,6 +32,7 @@ type Raw struct {
 	CancelledBy                  string
 	CancelledAt, At, LeaseUntil  time.Time // At: due (scheduled, retry), died, retained until, cancelled
 	Result                       []byte
+	Progress                     string // JSON, as the handler reported it
 	HasResult, MemberFromEnqueue bool
 }
 
@@ -230,21 +231,21 @@ func (r *RDB) read(ctx context.Context, q string, ids []string) ([]Raw, error) {
 	cmds := make([]rueidis.Completed, 0, 2*len(ids))
 	for _, id := range ids {
 		cmds = append(cmds,
-			b.Hmget().Key(k[KTasks]).Field(id, id+"|r", id+"|n", id+"|e", id+"|d", id+"|m", id+"|c").Build(),
+			b.Hmget().Key(k[KTasks]).Field(id, id+"|r", id+"|n", id+"|e", id+"|d", id+"|m", id+"|c", id+"|p").Build(),
 			b.Zscore().Key(k[KLease]).Member(id).Build())
 	}
 	res := r.c.DoMulti(ctx, cmds...)
 	out := make([]Raw, len(ids))
 	for i, id := range ids {
 		v, err := res[2*i].ToArray()
-		if err != nil || len(v) != 7 {
+		if err != nil || len(v) != 8 {
 			return nil, fmt.Errorf("rdb: read %s/%s: %w", q, id, err)
 		}
-		s := make([]string, 7)
+		s := make([]string, 8)
 		for j := range v {
 			s[j], _ = v[j].ToString()
 		}
-		raw := Raw{ID: id, Queue: q, Msg: []byte(s[0]), LastError: s[3], DeadReason: s[4], Member: s[5], MemberFromEnqueue: s[5] != ""}
+		raw := Raw{ID: id, Queue: q, Msg: []byte(s[0]), LastError: s[3], DeadReason: s[4], Member: s[5], MemberFromEnqueue: s[5] != "", Progress: s[7]}
 		raw.Retried, _ = strconv.Atoi(s[1])
 		raw.Starts, _ = strconv.Atoi(s[2])
 		if who, at, ok := strings.Cut(s[6], "\x00"); ok {
@@ -481,4 +482,11 @@ func (r *RDB) Limits(ctx context.Context, q string) (map[string]LimitState, erro
 		out[t] = l
 	}
 	return out, nil
+}
+
+// Progress records the progress of running task id of q; false if it is
+// not running.
+func (r *RDB) Progress(ctx context.Context, q, id, value string) (bool, error) {
+	n, err := progressScript.Exec(ctx, r.c, QueueKeys(q), []string{id, value}).AsInt64()
+	return n == 1, err
 }

@@ -91,6 +91,7 @@ var (
 	cancelScript   = script("cancel")
 	taskopScript   = script("taskop")
 	limitScript    = script("limit")
+	progressScript = script("progress")
 )
 
 // RDB wraps a Redis client (single node or cluster).

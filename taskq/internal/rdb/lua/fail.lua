@@ -16,6 +16,7 @@ redis.call('HINCRBY', KEYS[3], 'processed', 1)
 redis.call('HINCRBY', KEYS[3], 'failed', 1)
 redis.call('HSET', KEYS[4], id .. '|e', err)
 if at > 0 then
+  redis.call('HDEL', KEYS[4], id .. '|p') -- the next attempt reports its own
   redis.call('HINCRBY', KEYS[4], id .. '|r', 1)
   redis.call('ZADD', KEYS[8], at, m)
   return 1
