@@ -39,7 +39,7 @@ type LimitInfo struct {
 	// Tokens is what the rate bucket holds now (Rate only).
 	Tokens float64 `json:"tokens,omitempty"`
 	// ThrottledUntil is when a throttled tenant or queue may start a task
-	// again (year 142,000-odd: when one of its running tasks ends); zero
+	// again (Indefinitely: when one of its running tasks ends); zero
 	// when it is not throttled.
 	ThrottledUntil time.Time `json:"throttled_until,omitzero"`
 }
@@ -131,6 +131,9 @@ func limitInfos(q string, ls map[string]rdb.LimitState, st rdb.QueueStats) []Lim
 	out := make([]LimitInfo, 0, len(ls))
 	for t, l := range ls {
 		li := LimitInfo{Queue: q, Tenant: t, Limit: Limit(l.Limit), ThrottledUntil: l.ThrottledUntil}
+		if !li.ThrottledUntil.Before(rdb.Forever) {
+			li.ThrottledUntil = Indefinitely
+		}
 		if l.Rate > 0 {
 			li.Tokens = math.Floor(l.Tokens*100) / 100
 		}

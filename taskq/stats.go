@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"sort"
 	"time"
+
+	"github.com/gantryhq/gantry/taskq/internal/rdb"
 )
 
 // Stats is the state of every known queue: the shape `gantry queue stats
@@ -32,7 +34,7 @@ type QueueStats struct {
 	Cancelled       int64 `json:"cancelled"` // cancelled tasks still kept (dead retention)
 	CancelledTotal  int64 `json:"cancelled_total"`
 	// PausedUntil is when a pause of the whole queue ends (zero: not
-	// paused; year 142,000-odd: until resumed).
+	// paused; Indefinitely: until resumed).
 	PausedUntil time.Time              `json:"paused_until,omitzero"`
 	Limit       *LimitInfo             `json:"limit,omitempty"` // the queue's own limit and its use
 	Tenants     map[string]TenantStats `json:"tenants"`
@@ -78,6 +80,12 @@ type WorkerRecord struct {
 	MemBytes int64 `json:"mem_bytes"`
 	MemLimit int64 `json:"mem_limit,omitempty"`
 }
+
+// Indefinitely is the PausedUntil of a pause without an end (until
+// resumed) and the ThrottledUntil of a tenant at its in-flight cap (until
+// one of its tasks ends): the last second of year 9999, the latest time
+// JSON can carry.
+var Indefinitely = time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC)
 
 // Stats reads every known queue's state and the worker records.
 func (c *Client) Stats(ctx context.Context) (*Stats, error) {
@@ -140,6 +148,9 @@ func (c *Client) Stats(ctx context.Context) (*Stats, error) {
 // pausedAfter is until if the pause is still on at now, else zero (a pause
 // that ran out ends in Redis at the next dequeue or maintenance).
 func pausedAfter(until, now time.Time) time.Time {
+	if !until.Before(rdb.Forever) {
+		return Indefinitely
+	}
 	if until.After(now) {
 		return until
 	}

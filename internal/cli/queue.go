@@ -27,7 +27,7 @@ func newQueueCmd(env *Env) *cobra.Command {
 	cmd.AddCommand(newQueueWorkerCmd(env), newQueueEnqueueCmd(), newQueueStatsCmd(), newQueueDLQCmd(), newQueueHealthCmd(), newQueueTasksCmd(),
 		newQueueCronCmd())
 	cmd.AddCommand(newQueuePauseCmds()...)
-	cmd.AddCommand(newQueueLimitCmd())
+	cmd.AddCommand(newQueueLimitCmd(), newQueueUICmd(env))
 	return cmd
 }
 
@@ -421,7 +421,7 @@ func pausedNote(until time.Time) string {
 	switch {
 	case until.IsZero():
 		return ""
-	case until.Year() > 9999:
+	case until.Equal(taskq.Indefinitely):
 		return " [paused]"
 	}
 	return " [paused until " + until.Format(time.TimeOnly) + "]"

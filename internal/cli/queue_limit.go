@@ -174,7 +174,7 @@ func throttledNote(until time.Time) string {
 	switch {
 	case until.IsZero():
 		return "-"
-	case until.Year() > 9999:
+	case until.Equal(taskq.Indefinitely):
 		return "until a task ends"
 	}
 	return "until " + until.Format("15:04:05.000")

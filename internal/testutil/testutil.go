@@ -165,3 +165,19 @@ func WaitFor(tb testing.TB, d time.Duration, what string, cond func() (bool, str
 		step = min(2*step, 20*time.Millisecond)
 	}
 }
+
+// Chromium returns the path of Debian's chromium for browser tests,
+// installing it with scripts/services.d/chromium.sh when missing; the test
+// fails without it.
+func Chromium(tb testing.TB) string {
+	tb.Helper()
+	if p, err := exec.LookPath("chromium"); err == nil {
+		return p
+	}
+	out, err := exec.Command("bash", filepath.Join(RepoRoot(tb), "scripts/services.d/chromium.sh")).CombinedOutput()
+	p, lerr := exec.LookPath("chromium")
+	if lerr != nil {
+		tb.Fatalf("chromium needed and scripts/services.d/chromium.sh could not install it: %v\n%s", err, out)
+	}
+	return p
+}

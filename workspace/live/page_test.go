@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -14,30 +13,10 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/gantryhq/gantry/internal/testutil"
 	"github.com/gantryhq/gantry/workspace/store/storetest"
 )
-
-// chromiumPath finds Debian's chromium, installing it with
-// scripts/services.d/chromium.sh when missing; the test fails without it.
-func chromiumPath(t *testing.T) string {
-	t.Helper()
-	if p, err := exec.LookPath("chromium"); err == nil {
-		return p
-	}
-	root, _ := os.Getwd()
-	for {
-		if _, err := os.Stat(filepath.Join(root, "go.mod")); err == nil {
-			break
-		}
-		root = filepath.Dir(root)
-	}
-	out, err := exec.Command("bash", filepath.Join(root, "scripts/services.d/chromium.sh")).CombinedOutput()
-	p, lerr := exec.LookPath("chromium")
-	if lerr != nil {
-		t.Fatalf("chromium needed and scripts/services.d/chromium.sh could not install it: %v\n%s", err, out)
-	}
-	return p
-}
 
 // The page end to end in headless Chromium: log in with alice's token, see
 // only alice's workspaces (never bob's), create one in the form, press "up",
@@ -51,7 +30,7 @@ func TestPageInChromium(t *testing.T) {
 	}
 	s := newStack(t, true)
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromiumPath(t)),
+		chromedp.ExecPath(testutil.Chromium(t)),
 		chromedp.UserDataDir(t.TempDir()),
 		chromedp.NoSandbox,
 		chromedp.DisableGPU,
