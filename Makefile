@@ -19,7 +19,7 @@ demo: ## Sort 1 GB of generated data on a local cluster (1 master, 4 workers) an
 bench-sort: ## Benchmark sort local against GNU sort on 1 GB (figures in docs/BENCHMARKS.md)
 	bash scripts/bench-sort-local.sh
 
-bench-queue: ## Benchmark taskq against asynq on a private Redis: tasks/s, ratio, enqueue→start p50/p99
+bench-queue: ## Benchmark taskq against asynq (private Redis) and River (private Postgres database): tasks/s, ratios, enqueue→start p50/p99
 	cd bench && $(GO) run ./cmd/queuebench $(QUEUEBENCHFLAGS)
 
 bench-dsort: ## End-to-end dsort (4 workers, 2 GB) and sort local (1 GB) vs GNU sort (figures in docs/BENCHMARKS.md)

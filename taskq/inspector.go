@@ -51,22 +51,22 @@ func (i *Inspector) Close() { i.r.Close() }
 
 // TaskDetail is one task as the inspector shows it.
 type TaskDetail struct {
-	ID          string          `json:"id"`
-	Queue       string          `json:"queue"`
-	Tenant      string          `json:"tenant"`
-	Type        string          `json:"type"`
-	State       string          `json:"state"`
-	Payload     json.RawMessage `json:"payload,omitempty"`
-	Retried     int             `json:"retried"`
-	Starts      int             `json:"starts"`
-	MaxRetries  int             `json:"max_retries"`
-	LastError   string          `json:"last_error,omitempty"`
-	DeadReason  string          `json:"dead_reason,omitempty"`
-	EnqueuedAt  time.Time       `json:"enqueued_at"`
-	DueAt       *time.Time      `json:"due_at,omitempty"`      // scheduled, retry
-	LeaseUntil  *time.Time      `json:"lease_until,omitempty"` // active
-	EndedAt     *time.Time      `json:"ended_at,omitempty"`    // dead: died; cancelled: cancelled
-	KeptUntil   *time.Time      `json:"kept_until,omitempty"`  // completed
+	ID          string            `json:"id"`
+	Queue       string            `json:"queue"`
+	Tenant      string            `json:"tenant"`
+	Type        string            `json:"type"`
+	State       string            `json:"state"`
+	Payload     json.RawMessage   `json:"payload,omitempty"`
+	Retried     int               `json:"retried"`
+	Starts      int               `json:"starts"`
+	MaxRetries  int               `json:"max_retries"`
+	LastError   string            `json:"last_error,omitempty"`
+	DeadReason  string            `json:"dead_reason,omitempty"`
+	EnqueuedAt  time.Time         `json:"enqueued_at"`
+	DueAt       *time.Time        `json:"due_at,omitempty"`      // scheduled, retry
+	LeaseUntil  *time.Time        `json:"lease_until,omitempty"` // active
+	EndedAt     *time.Time        `json:"ended_at,omitempty"`    // dead: died; cancelled: cancelled
+	KeptUntil   *time.Time        `json:"kept_until,omitempty"`  // completed
 	CancelledBy string            `json:"cancelled_by,omitempty"`
 	Result      []byte            `json:"result,omitempty"`
 	Headers     map[string]string `json:"headers,omitempty"`

@@ -223,14 +223,14 @@ func TaskID(id string) Option { return func(o *options) { o.id = id } }
 // and comes back with the dequeue. Messages written by earlier releases
 // carry a "tenant" field; it is read only if the member gave none.
 type message struct {
-	ID          string `json:"id"`
-	Type        string `json:"type"`
-	Payload     []byte `json:"payload,omitempty"`
-	Queue       string `json:"queue"`
-	Tenant      string `json:"tenant,omitempty"`
-	MaxRetries  int    `json:"max_retries"`
-	TimeoutMS   int64  `json:"timeout_ms,omitempty"`
-	RetentionMS int64  `json:"retention_ms,omitempty"`
+	ID          string            `json:"id"`
+	Type        string            `json:"type"`
+	Payload     []byte            `json:"payload,omitempty"`
+	Queue       string            `json:"queue"`
+	Tenant      string            `json:"tenant,omitempty"`
+	MaxRetries  int               `json:"max_retries"`
+	TimeoutMS   int64             `json:"timeout_ms,omitempty"`
+	RetentionMS int64             `json:"retention_ms,omitempty"`
 	DeadlineMS  int64             `json:"deadline_ms,omitempty"` // unix ms
 	EnqueuedAt  int64             `json:"enqueued_at"`           // unix ms
 	Headers     map[string]string `json:"headers,omitempty"`

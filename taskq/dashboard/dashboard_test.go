@@ -198,7 +198,7 @@ func TestDashboardInChromium(t *testing.T) {
 	click := func(sel string) chromedp.Action[chromedp.Void] {
 		// Clicked from inside the page: rows are re-rendered on every event.
 		return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-			ok, err := chromedp.Evaluate[bool](`(() => { const b = document.querySelector(` + strconv.Quote(sel) + `); if (!b) return false; b.click(); return true })()`)(ctx, tg)
+			ok, err := chromedp.Evaluate[bool](`(() => { const b = document.querySelector(`+strconv.Quote(sel)+`); if (!b) return false; b.click(); return true })()`)(ctx, tg)
 			if err == nil && !ok {
 				err = fmt.Errorf("nothing matches %s", sel)
 			}
@@ -217,7 +217,7 @@ func TestDashboardInChromium(t *testing.T) {
 		{"the limit", chromedp.WaitVisible(globex + ` .badge.limit`)},
 		{"the cron entry", chromedp.WaitVisible(`tr[data-cron="nightly-report"]`)},
 		{"a rate", chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-			_, err := chromedp.Poll[bool](`parseFloat(document.querySelector(` + strconv.Quote(emails+` td:nth-child(10)`) + `).textContent) > 0`)(ctx, tg)
+			_, err := chromedp.Poll[bool](`parseFloat(document.querySelector(`+strconv.Quote(emails+` td:nth-child(10)`)+`).textContent) > 0`)(ctx, tg)
 			return err
 		})},
 		{"list active tasks", chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {

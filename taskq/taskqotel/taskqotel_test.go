@@ -23,10 +23,10 @@ import (
 
 // span is what the worker process reports of each span it ended.
 type span struct {
-	Name, Kind       string
+	Name, Kind        string
 	Trace, ID, Parent string
-	Attrs            map[string]string
-	Status           string
+	Attrs             map[string]string
+	Status            string
 }
 
 func record(spans tracetest.SpanStubs) []span {

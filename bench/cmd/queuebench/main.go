@@ -1,11 +1,14 @@
 // Command queuebench runs taskq and asynq side by side on one private
-// redis-server (started on a free loopback port, no persistence): the same
-// no-op handler, the same concurrency, the same number of tasks, one run.
-// It prints tasks/s of each and the ratio, then the enqueue→start latency
-// of a task enqueued into an idle worker (p50/p99), and, with -clients, a
-// rueidis vs go-redis comparison of the dequeue-shaped script call.
+// redis-server (started on a free loopback port, no persistence), and River
+// (riverqueue/river on Postgres) in a private database it creates on the
+// -postgres server: the same no-op handler, the same concurrency, the same
+// number of tasks, in every run. It prints tasks/s of each and the ratios,
+// then the enqueue→start latency of a task enqueued into an idle worker
+// (p50/p99), and, with -clients, a rueidis vs go-redis comparison of the
+// dequeue-shaped script call.
 //
 //	go run ./cmd/queuebench -tasks 100000 -concurrency 10 -runs 3
+//	go run ./cmd/queuebench -river=false   # taskq and asynq only, no Postgres
 package main
 
 import (
@@ -14,48 +17,106 @@ import (
 	"fmt"
 	"log"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/riverqueue/river"
 
+	"github.com/gantryhq/gantry/internal/testutil"
 	"github.com/gantryhq/gantry/taskq"
 )
 
 func main() {
 	tasks := flag.Int("tasks", 100_000, "tasks per throughput run")
-	conc := flag.Int("concurrency", 10, "handler concurrency of both workers")
+	conc := flag.Int("concurrency", 10, "handler concurrency of every worker")
 	runs := flag.Int("runs", 3, "throughput runs of each (medians reported)")
 	samples := flag.Int("latency-samples", 1000, "enqueue→start samples for taskq")
 	asynqSamples := flag.Int("asynq-latency-samples", 20, "enqueue→start samples for asynq (it sleeps up to 1s when idle)")
 	clients := flag.Bool("clients", false, "also compare rueidis and go-redis on the dequeue-shaped script")
+	pgDefault := os.Getenv("GANTRY_TEST_POSTGRES")
+	if pgDefault == "" {
+		pgDefault = testutil.DefaultPostgres
+	}
+	withRiver := flag.Bool("river", true, "also run River (Postgres) in every run")
+	pgURL := flag.String("postgres", pgDefault, "Postgres server for River, $GANTRY_TEST_POSTGRES if set; the bench creates and drops its own database there")
+	riverSamples := flag.Int("river-latency-samples", 200, "enqueue→start samples for River")
+	riverDefaultSamples := flag.Int("river-default-latency-samples", 20, "enqueue→start samples for River with all its fetch defaults (0: skip)")
+	// River's FetchCooldown (default 100ms) is, per its documentation, the
+	// limit on throughput: a client fetches at most once per cooldown and at
+	// most its free MaxWorkers slots per fetch, so with MaxWorkers 10 the
+	// default caps a backlog at 100 jobs/s (measured: 100). The bench gives
+	// River the least cooldown it accepts (1ms; River's own "river bench" sets
+	// 2ms, which measured ~25% slower here at MaxWorkers 10) and the poll
+	// interval "river bench" sets (20ms, a fallback to LISTEN/NOTIFY).
+	riverCooldown := flag.Duration("river-fetch-cooldown", river.FetchCooldownMin, "River Config.FetchCooldown: River's default is 100ms, its own \"river bench\" sets 2ms, 1ms is the least River accepts")
+	riverPoll := flag.Duration("river-fetch-poll-interval", 20*time.Millisecond, "River Config.FetchPollInterval: River's default is 1s, its own \"river bench\" sets 20ms")
 	flag.Parse()
+	tuning := riverTuning{FetchCooldown: *riverCooldown, FetchPollInterval: *riverPoll}
 
 	srv := startRedis()
-	defer srv.stop()
+	cleanups = append(cleanups, srv.stop)
+	defer runCleanups()
+	go func() { // Ctrl-C: stop redis-server and drop River's database before exiting
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+		<-sig
+		runCleanups()
+		os.Exit(130)
+	}()
 	addr := srv.addr
 	fmt.Printf("redis-server on %s (private, no persistence); %d tasks, concurrency %d, %d runs\n", addr, *tasks, *conc, *runs)
+
+	ctx := context.Background()
+	var rb *riverBench
+	if *withRiver {
+		if !isLoopbackURL(*pgURL) {
+			log.Printf("warning: -postgres is not on loopback; River's figures include the network")
+		}
+		var err error
+		if rb, err = startRiver(ctx, *pgURL); err != nil {
+			runCleanups()
+			log.Fatalf("river: %v (-river=false skips River)", err)
+		}
+		cleanups = append(cleanups, rb.close)
+		fmt.Printf("River %s (riverpgxv5) in private database %s on %s\n  %s\n", riverVersion, rb.dbName, hostOf(*pgURL), rb.version)
+		fmt.Printf("  River config: %s; queue %q MaxWorkers %d; everything else River's defaults\n", tuning, river.QueueDefault, *conc)
+	}
 
 	if *clients {
 		clientBench(addr)
 	}
-	var tq, aq []float64
+	var tq, aq, rq []float64
 	for i := range *runs {
 		a := asynqThroughput(addr, *tasks, *conc)
 		flush(addr)
 		t := taskqThroughput(addr, *tasks, *conc)
 		flush(addr)
-		fmt.Printf("run %d: taskq %8.0f tasks/s   asynq %8.0f tasks/s   ratio %.2fx\n", i+1, t, a, t/a)
 		tq, aq = append(tq, t), append(aq, a)
+		if rb == nil {
+			fmt.Printf("run %d: taskq %8.0f tasks/s   asynq %8.0f tasks/s   ratio %.2fx\n", i+1, t, a, t/a)
+			continue
+		}
+		r := rb.throughput(ctx, *tasks, *conc, tuning)
+		rq = append(rq, r)
+		fmt.Printf("run %d: taskq %8.0f tasks/s   asynq %8.0f tasks/s   river %8.0f tasks/s   ratio taskq/asynq %.2fx   taskq/river %.2fx\n", i+1, t, a, r, t/a, t/r)
 	}
 	mt, ma := median(tq), median(aq)
-	fmt.Printf("THROUGHPUT median: taskq %.0f tasks/s, asynq %.0f tasks/s, ratio %.2fx\n", mt, ma, mt/ma)
+	if rb == nil {
+		fmt.Printf("THROUGHPUT median: taskq %.0f tasks/s, asynq %.0f tasks/s, ratio %.2fx\n", mt, ma, mt/ma)
+	} else {
+		mr := median(rq)
+		fmt.Printf("THROUGHPUT median: taskq %.0f tasks/s, asynq %.0f tasks/s, river %.0f tasks/s, ratio taskq/asynq %.2fx, taskq/river %.2fx\n", mt, ma, mr, mt/ma, mt/mr)
+	}
 
 	p50, p99 := taskqLatency(addr, *samples)
 	fmt.Printf("LATENCY taskq enqueue→start into an idle worker (%d samples): p50 %s p99 %s\n", *samples, p50, p99)
@@ -64,6 +125,36 @@ func main() {
 		a50, a99 := asynqLatency(addr, *asynqSamples)
 		fmt.Printf("LATENCY asynq enqueue→start into an idle worker (%d samples): p50 %s p99 %s\n", *asynqSamples, a50, a99)
 	}
+	if rb != nil && *riverSamples > 0 {
+		r50, r99 := rb.latency(ctx, *riverSamples, tuning)
+		fmt.Printf("LATENCY river enqueue→start into an idle worker (%d samples): p50 %s p99 %s [%s]\n", *riverSamples, r50, r99, tuning)
+	}
+	if rb != nil && *riverDefaultSamples > 0 {
+		r50, r99 := rb.latency(ctx, *riverDefaultSamples, riverTuning{})
+		fmt.Printf("LATENCY river-defaults enqueue→start into an idle worker (%d samples): p50 %s p99 %s [%s]\n", *riverDefaultSamples, r50, r99, riverTuning{})
+	}
+}
+
+// cleanups stop the redis-server and drop River's database, newest first,
+// once: at the end of main or on SIGINT/SIGTERM.
+var (
+	cleanups    []func()
+	cleanupOnce sync.Once
+)
+
+func runCleanups() {
+	cleanupOnce.Do(func() {
+		for i := len(cleanups) - 1; i >= 0; i-- {
+			cleanups[i]()
+		}
+	})
+}
+
+func hostOf(raw string) string {
+	if u, err := url.Parse(raw); err == nil && u.Host != "" {
+		return u.Host
+	}
+	return "(default host)"
 }
 
 func median(xs []float64) float64 {
