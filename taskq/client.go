@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -69,33 +70,16 @@ func prepare(t *Task, now time.Time, extra []Option) (prepared, error) {
 	if o.id == "" {
 		o.id = newID()
 	}
-	for _, c := range []struct{ f, v string }{{"queue", o.queue}, {"tenant", o.tenant}, {"task id", o.id}, {"type", t.Type}} {
-		if err := checkName(c.f, c.v); err != nil {
-			return prepared{}, err
-		}
-	}
-	switch {
-	case o.priority < 0 || o.priority > MaxPriority:
-		return prepared{}, fmt.Errorf("%w: priority %d, want 0..%d", ErrInvalidTask, o.priority, MaxPriority)
-	case o.weight < 0:
-		return prepared{}, fmt.Errorf("%w: weight %g, want > 0", ErrInvalidTask, o.weight)
-	case o.maxRetries < 0:
-		return prepared{}, fmt.Errorf("%w: max retries %d, want >= 0", ErrInvalidTask, o.maxRetries)
-	case o.timeout < 0 || o.retention < 0:
-		return prepared{}, fmt.Errorf("%w: negative timeout or retention", ErrInvalidTask)
-	}
-	if err := checkUnique(o); err != nil {
+	if err := checkOptions(t, o); err != nil {
 		return prepared{}, err
 	}
 	headers := t.Headers
 	if len(o.headers) > 0 {
-		headers = make(map[string]string, len(t.Headers)+len(o.headers))
-		for k, v := range t.Headers {
-			headers[k] = v
+		headers = maps.Clone(t.Headers)
+		if headers == nil {
+			headers = map[string]string{}
 		}
-		for k, v := range o.headers {
-			headers[k] = v
-		}
+		maps.Copy(headers, o.headers)
 	}
 	if err := checkHeaders(headers); err != nil {
 		return prepared{}, err
@@ -125,6 +109,26 @@ func prepare(t *Task, now time.Time, extra []Option) (prepared, error) {
 		info:  &TaskInfo{ID: o.id, Queue: o.queue, Tenant: o.tenant, Due: due},
 		o:     o,
 	}, nil
+}
+
+// checkOptions checks a task's names and options.
+func checkOptions(t *Task, o options) error {
+	for _, c := range []struct{ f, v string }{{"queue", o.queue}, {"tenant", o.tenant}, {"task id", o.id}, {"type", t.Type}} {
+		if err := checkName(c.f, c.v); err != nil {
+			return err
+		}
+	}
+	switch {
+	case o.priority < 0 || o.priority > MaxPriority:
+		return fmt.Errorf("%w: priority %d, want 0..%d", ErrInvalidTask, o.priority, MaxPriority)
+	case o.weight < 0:
+		return fmt.Errorf("%w: weight %g, want > 0", ErrInvalidTask, o.weight)
+	case o.maxRetries < 0:
+		return fmt.Errorf("%w: max retries %d, want >= 0", ErrInvalidTask, o.maxRetries)
+	case o.timeout < 0 || o.retention < 0:
+		return fmt.Errorf("%w: negative timeout or retention", ErrInvalidTask)
+	}
+	return checkUnique(o)
 }
 
 // checkUnique checks Unique's and Debounce's arguments.

@@ -57,7 +57,7 @@ func TestCronOncePerTickAcrossWorkers(t *testing.T) {
 	if err != nil || len(list) != 1 || list[0].Name != "late" || list[0].Tenant != "t9" {
 		t.Fatalf("cron list: %+v %v", list, err)
 	}
-	if l := list[0]; l.Last.IsZero() || time.Since(l.Last) > 2*time.Second || !l.Next.After(time.Now()) || l.Next.Sub(time.Now()) > time.Second {
+	if l := list[0]; l.Last.IsZero() || time.Since(l.Last) > 2*time.Second || !l.Next.After(time.Now()) || time.Until(l.Next) > time.Second {
 		t.Fatalf("cron list: last %v, next %v", l.Last, l.Next)
 	}
 }

@@ -78,12 +78,7 @@ func (f *fetcher) run(ctx context.Context) {
 		if len(order) > nAssigned {
 			f.p.stealer.noteMiss()
 		}
-		idleFrom := f.p.clock.Now()
-		f.p.m.idle.Set(1)
-		_, err = f.p.r.WaitWake(ctx, order, f.idleWait(retry))
-		f.p.m.idle.Set(0)
-		f.p.m.idleSeconds.Add(f.p.clock.Since(idleFrom).Seconds())
-		if err != nil && ctx.Err() == nil {
+		if err := f.idle(ctx, order, retry); err != nil && ctx.Err() == nil {
 			if f.p.health.failed(ctx, &fails, "wait", err) != nil {
 				return
 			}
@@ -126,15 +121,40 @@ func (f *fetcher) dequeue(order []string, n int) ([]rdb.Dequeued, time.Time, err
 	return ds, retry, err
 }
 
+// idle waits for work: on the wake-up lists, or asleep when a throttled
+// tenant's next token is due sooner than the idle wait and near.
+func (f *fetcher) idle(ctx context.Context, order []string, retry time.Time) (err error) {
+	idleFrom := f.p.clock.Now()
+	f.p.m.idle.Set(1)
+	d, byToken := f.idleWait(retry)
+	if byToken && d <= nearToken {
+		// Redis times a blocked pop out only on its 100 ms timer (hz 10).
+		err = sleep(ctx, f.p.clock, d)
+	} else {
+		_, err = f.p.r.WaitWake(ctx, order, d)
+	}
+	f.p.m.idle.Set(0)
+	f.p.m.idleSeconds.Add(f.p.clock.Since(idleFrom).Seconds())
+	return err
+}
+
+// nearToken is the wait for a rate-limited tenant's next token below which
+// the fetcher sleeps instead of blocking on the wake-up lists: Redis checks
+// blocked-pop timeouts only on its 100 ms timer, which would stretch a 50 ms
+// wait (a 20/s rate) to 100 ms. New work waits at most this long meanwhile.
+const nearToken = 100 * time.Millisecond
+
 // idleWait is how long to block on the wake-up lists: the adaptive idle
 // wait, or less when a rate-limited tenant gets its next token sooner
-// (nothing pushes a wake-up token for that).
-func (f *fetcher) idleWait(retry time.Time) time.Duration {
-	d := f.p.adaptive.idleWait()
+// (nothing pushes a wake-up token for that; byToken says so).
+func (f *fetcher) idleWait(retry time.Time) (d time.Duration, byToken bool) {
+	d = f.p.adaptive.idleWait()
 	if !retry.IsZero() {
-		d = min(d, max(time.Millisecond, retry.Sub(f.p.clock.Now())))
+		if until := max(time.Millisecond, retry.Sub(f.p.clock.Now())); until < d {
+			return until, true
+		}
 	}
-	return d
+	return d, false
 }
 
 // giveSlots returns n slots taken for a dequeue that did not fill them.

@@ -215,6 +215,28 @@ type queueEnqueueOptions struct {
 	headers                            []string
 }
 
+// options are the enqueue options the flags give.
+func (o *queueEnqueueOptions) options() ([]taskq.Option, error) {
+	opts := []taskq.Option{taskq.Queue(o.queue), taskq.Tenant(o.tenant), taskq.Weight(o.weight),
+		taskq.Priority(o.priority), taskq.MaxRetries(o.maxRetries), taskq.Timeout(o.timeout),
+		taskq.ProcessIn(o.in), taskq.Retention(o.retention)}
+	for _, h := range o.headers {
+		k, v, ok := strings.Cut(h, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("enqueue: --header %q, want K=V", h)
+		}
+		opts = append(opts, taskq.Header(k, v))
+	}
+	uopt, err := o.uniqueOption()
+	if err != nil {
+		return nil, err
+	}
+	if uopt != nil {
+		opts = append(opts, uopt)
+	}
+	return opts, nil
+}
+
 // runQueueEnqueue checks the flags and enqueues --count tasks (in batches
 // of 5000), printing the id of a single task or the rate of many.
 func runQueueEnqueue(cmd *cobra.Command, o *queueEnqueueOptions) error {
@@ -231,22 +253,9 @@ func runQueueEnqueue(cmd *cobra.Command, o *queueEnqueueOptions) error {
 		}
 		body = []byte(o.payload)
 	}
-	opts := []taskq.Option{taskq.Queue(o.queue), taskq.Tenant(o.tenant), taskq.Weight(o.weight),
-		taskq.Priority(o.priority), taskq.MaxRetries(o.maxRetries), taskq.Timeout(o.timeout),
-		taskq.ProcessIn(o.in), taskq.Retention(o.retention)}
-	for _, h := range o.headers {
-		k, v, ok := strings.Cut(h, "=")
-		if !ok || k == "" {
-			return fmt.Errorf("enqueue: --header %q, want K=V", h)
-		}
-		opts = append(opts, taskq.Header(k, v))
-	}
-	uopt, err := o.uniqueOption()
+	opts, err := o.options()
 	if err != nil {
 		return err
-	}
-	if uopt != nil {
-		opts = append(opts, uopt)
 	}
 	c, err := taskq.NewClient(taskq.ClientConfig{Redis: o.redis})
 	if err != nil {

@@ -68,7 +68,7 @@ func taskqRedis(t *testing.T, addr string) func() {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		if err := c.Do(context.Background(), c.B().Flushdb().Build()).Error(); err != nil {
+		if err := c.Do(context.WithoutCancel(t.Context()), c.B().Flushdb().Build()).Error(); err != nil {
 			t.Fatal(err)
 		}
 	}

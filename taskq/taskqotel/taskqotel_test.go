@@ -36,7 +36,7 @@ func record(spans tracetest.SpanStubs) []span {
 			ID: s.SpanContext.SpanID().String(), Parent: s.Parent.SpanID().String(), Attrs: map[string]string{},
 			Status: s.Status.Code.String()}
 		for _, a := range s.Attributes {
-			sp.Attrs[string(a.Key)] = a.Value.Emit()
+			sp.Attrs[string(a.Key)] = a.Value.String()
 		}
 		out = append(out, sp)
 	}
@@ -47,7 +47,7 @@ func record(spans tracetest.SpanStubs) []span {
 // by it as a child process.
 func TestMain(m *testing.M) {
 	if os.Getenv("TASKQOTEL_REDIS") != "" {
-		if err := workerProcess(); err != nil {
+		if err := workerProcessMain(); err != nil {
 			fmt.Fprintln(os.Stderr, "worker process:", err)
 			os.Exit(1)
 		}
@@ -56,10 +56,10 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// workerProcess serves TASKQOTEL_QUEUE with the tracing middleware until
+// workerProcessMain serves TASKQOTEL_QUEUE with the tracing middleware until
 // two tasks ran, then writes the spans its in-memory exporter holds to
 // TASKQOTEL_SPANS.
-func workerProcess() error {
+func workerProcessMain() error {
 	addr, out := os.Getenv("TASKQOTEL_REDIS"), os.Getenv("TASKQOTEL_SPANS")
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))

@@ -108,6 +108,12 @@ for q = 0, #KEYS / NKEYS - 1 do
       end
     end
   end
+  -- Tell the caller when the first tenant throttled by a rate may run
+  -- again: nothing else wakes an idle worker for it.
+  if redis.call('ZCARD', KEYS[k + 17]) > 0 then
+    local first = redis.call('ZRANGE', KEYS[k + 17], 0, 0, 'WITHSCORES')
+    note(tonumber(first[2]))
+  end
   -- Chain wake-up: work is left and no token waits, so wake one more idle
   -- worker (one enqueue call may have added many tasks but one token).
   if got > before and redis.call('ZCARD', KEYS[k + 2]) > 0 and redis.call('LLEN', KEYS[k + 12]) == 0 then
