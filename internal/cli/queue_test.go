@@ -295,6 +295,42 @@ func TestQueueTasksAndPauseCommands(t *testing.T) {
 	if !strings.Contains(out, q+" [paused]") || !strings.Contains(out, "tenant t2 (w=1) [paused until") {
 		t.Fatalf("stats does not show the pauses:\n%s", out)
 	}
+	var paused taskq.Stats
+	if err := json.Unmarshal([]byte(must("queue", "stats", "--redis", addr, "--json")), &paused); err != nil {
+		t.Fatal(err)
+	}
+	if qs := paused.Queues[q]; !qs.PausedUntil.Equal(taskq.Indefinitely) || qs.Tenants["t2"].PausedUntil.Before(time.Now().Add(59*time.Minute)) {
+		t.Fatalf("stats --json of the pauses: queue until %v, t2 until %v", qs.PausedUntil, qs.Tenants["t2"].PausedUntil)
+	}
+
+	// Limits: set, shown by list and stats, refused when nonsense, cleared.
+	must("queue", "limit", "set", "--redis", addr, "--queue", q, "--tenant", "t2", "--rate", "1200/m", "--max-active", "3", "--weight", "2")
+	must("queue", "limit", "set", "--redis", addr, "--queue", q, "--max-active", "50")
+	if out := must("queue", "limit", "list", "--redis", addr, "--queue", q); !strings.Contains(out, "20/s burst 1, max-active 3, weight 2") || !strings.Contains(out, "(queue)") {
+		t.Fatalf("limit list:\n%s", out)
+	}
+	var lims []taskq.LimitInfo
+	if err := json.Unmarshal([]byte(must("queue", "limit", "list", "--redis", addr, "--queue", q, "--json")), &lims); err != nil || len(lims) != 2 || lims[1].Tenant != "t2" || lims[1].Rate != 20 || lims[1].MaxActive != 3 {
+		t.Fatalf("limit list --json: %+v %v", lims, err)
+	}
+	if out := must("queue", "stats", "--redis", addr); !strings.Contains(out, "tenant t2 (w=2) [paused until ") || !strings.Contains(out, "] [20/s burst 1, max-active 3]") || !strings.Contains(out, q+" [paused] [max-active 50]") {
+		t.Fatalf("stats does not show the limit:\n%s", out)
+	}
+	for _, bad := range [][]string{{"--rate", "fast"}, {"--weight", "2"}, {"--burst", "3"}, {}} {
+		args := append([]string{"queue", "limit", "set", "--redis", addr, "--queue", q}, bad...)
+		if out, code := run(args...); code == 0 {
+			t.Errorf("limit set %v accepted: %s", bad, out)
+		}
+	}
+	must("queue", "limit", "clear", "--redis", addr, "--queue", q, "--tenant", "t2")
+	if out, code := run("queue", "limit", "clear", "--redis", addr, "--queue", q, "--tenant", "t2"); code == 0 || !strings.Contains(out, "has no limit") {
+		t.Errorf("clearing a limit twice: exit %d, %s", code, out)
+	}
+	must("queue", "limit", "clear", "--redis", addr, "--queue", q, "--all")
+	if out := must("queue", "limit", "list", "--redis", addr, "--queue", q); !strings.Contains(out, "no limits") {
+		t.Errorf("after clear --all:\n%s", out)
+	}
+
 	must("queue", "resume", "--redis", addr, "--queue", q)
 	must("queue", "resume", "--redis", addr, "--queue", q, "--tenant", "t2")
 	var st taskq.Stats
@@ -303,5 +339,57 @@ func TestQueueTasksAndPauseCommands(t *testing.T) {
 	}
 	if qs := st.Queues[q]; !qs.PausedUntil.IsZero() || !qs.Tenants["t2"].PausedUntil.IsZero() {
 		t.Fatalf("stats after resume still shows a pause: %+v", qs)
+	}
+}
+
+// queue cron add/list/remove: the entry as given, its next tick, refusals.
+func TestQueueCronCommands(t *testing.T) {
+	addr := os.Getenv("GANTRY_TEST_REDIS")
+	if addr == "" {
+		addr = "127.0.0.1:6379"
+	}
+	name := fmt.Sprintf("clicron-%d", os.Getpid())
+	run := func(args ...string) (string, int) {
+		var out, errb bytes.Buffer
+		code := Execute(t.Context(), Env{Args: args, Stdout: &out, Stderr: &errb})
+		return out.String() + errb.String(), code
+	}
+	t.Cleanup(func() { run("queue", "cron", "remove", "--redis", addr, name) })
+	if out, code := run("queue", "cron", "add", "--redis", addr, "--name", name, "--spec", "30 0 2 * * *", "--tz", "Asia/Tokyo",
+		"--queue", "reports", "--type", "report", "--tenant", "acme", "--payload", `{"k":1}`, "--missed", "once"); code != 0 {
+		t.Fatalf("cron add: exit %d: %s", code, out)
+	}
+	out, code := run("queue", "cron", "list", "--redis", addr, "--json")
+	var list []taskq.CronInfo
+	if code != 0 || json.Unmarshal([]byte(out), &list) != nil {
+		t.Fatalf("cron list --json: exit %d: %s", code, out)
+	}
+	var e *taskq.CronInfo
+	for i := range list {
+		if list[i].Name == name {
+			e = &list[i]
+		}
+	}
+	tokyo, _ := time.LoadLocation("Asia/Tokyo")
+	if e == nil || e.Tenant != "acme" || e.Missed != taskq.MissedOnce || string(e.Payload) != `{"k":1}` {
+		t.Fatalf("cron list: %+v", e)
+	}
+	if n := e.Next.In(tokyo); n.Hour() != 2 || n.Minute() != 0 || n.Second() != 30 || !n.After(time.Now()) || time.Until(n) > 24*time.Hour {
+		t.Errorf("next tick %v, want the next 02:00:30 in Tokyo", n)
+	}
+	for _, bad := range [][]string{
+		{"--name", name + "x", "--spec", "61 * * * *", "--queue", "q", "--type", "t"},
+		{"--name", name + "x", "--spec", "@every 1s", "--queue", "q"},
+		{"--name", name + "x", "--spec", "@every 1s", "--queue", "q", "--type", "t", "--payload", "{bad"},
+	} {
+		if out, code := run(append([]string{"queue", "cron", "add", "--redis", addr}, bad...)...); code == 0 {
+			t.Errorf("cron add %v accepted: %s", bad, out)
+		}
+	}
+	if out, code := run("queue", "cron", "remove", "--redis", addr, name); code != 0 {
+		t.Fatalf("cron remove: %d %s", code, out)
+	}
+	if out, code := run("queue", "cron", "remove", "--redis", addr, name); code == 0 || !strings.Contains(out, "no entry") {
+		t.Errorf("removing twice: exit %d: %s", code, out)
 	}
 }
