@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"sort"
 	"strconv"
 	"strings"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/gantryhq/gantry/internal/backoff"
 	"github.com/gantryhq/gantry/taskq"
+	"github.com/gantryhq/gantry/taskq/taskqotel"
 	"github.com/gantryhq/gantry/taskq/tasks"
 )
 
@@ -116,6 +118,14 @@ func runQueueWorker(cmd *cobra.Command, env *Env, o *queueWorkerOptions) error {
 	}
 	tasks.Register(w, env.Logger)
 	ctx := cmd.Context()
+	tcfg, flush, traced, err := queueTracing(ctx, env.Logger, "gantry-queue-worker")
+	if err != nil {
+		return err
+	}
+	defer flush()
+	if traced {
+		w.Use(taskqotel.Middleware(tcfg))
+	}
 	if o.metrics != "" {
 		stop, err := serveQueueMetrics(env, o.metrics, o.cfg.Redis)
 		if err != nil {
@@ -215,6 +225,32 @@ type queueEnqueueOptions struct {
 	headers                            []string
 }
 
+// closingClient is a client that also flushes its spans on Close.
+type closingClient struct {
+	*taskq.Client
+	flush func()
+}
+
+func (c closingClient) Close() { c.flush(); c.Client.Close() }
+
+// tracedClient connects an enqueuing client, traced when OTLP is set up
+// (queueTracing).
+func tracedClient(ctx context.Context, redis string) (closingClient, error) {
+	c, err := taskq.NewClient(taskq.ClientConfig{Redis: redis})
+	if err != nil {
+		return closingClient{}, err
+	}
+	tcfg, flush, traced, err := queueTracing(ctx, slog.Default(), "gantry-queue-enqueue")
+	if err != nil {
+		c.Close()
+		return closingClient{}, err
+	}
+	if traced {
+		c.Use(taskqotel.EnqueueMiddleware(tcfg))
+	}
+	return closingClient{c, flush}, nil
+}
+
 // options are the enqueue options the flags give.
 func (o *queueEnqueueOptions) options() ([]taskq.Option, error) {
 	opts := []taskq.Option{taskq.Queue(o.queue), taskq.Tenant(o.tenant), taskq.Weight(o.weight),
@@ -257,12 +293,12 @@ func runQueueEnqueue(cmd *cobra.Command, o *queueEnqueueOptions) error {
 	if err != nil {
 		return err
 	}
-	c, err := taskq.NewClient(taskq.ClientConfig{Redis: o.redis})
+	ctx := cmd.Context()
+	c, err := tracedClient(ctx, o.redis)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	ctx := cmd.Context()
 	start := time.Now()
 	if o.count == 1 {
 		info, err := c.Enqueue(ctx, taskq.NewTask(o.typ, body), opts...)
