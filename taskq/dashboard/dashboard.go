@@ -226,15 +226,17 @@ func (d *Dashboard) snapshot(ctx context.Context) (*Overview, error) {
 	}
 	for name, qs := range st.Queues {
 		qv := QueueView{Name: name, QueueStats: qs, Rate: rate(name, qs.Completed)}
+		// A paused tenant, or one without work, has no share.
+		competing := func(ts taskq.TenantStats) bool { return ts.Pending+ts.Active > 0 && ts.PausedUntil.IsZero() }
 		var weights float64
 		for _, ts := range qs.Tenants {
-			if ts.Pending+ts.Active > 0 {
+			if competing(ts) {
 				weights += max(ts.Weight, 0)
 			}
 		}
 		for tn, ts := range qs.Tenants {
 			tv := TenantView{Name: tn, TenantStats: ts, Rate: rate(name+"\x00"+tn, ts.Completed)}
-			if ts.Pending+ts.Active > 0 && weights > 0 {
+			if competing(ts) && weights > 0 {
 				tv.Share = 100 * ts.Weight / weights
 			}
 			qv.Tenants = append(qv.Tenants, tv)

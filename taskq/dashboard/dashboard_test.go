@@ -258,6 +258,10 @@ func TestDashboardInChromium(t *testing.T) {
 	// Pause a tenant from the page.
 	run("pause initech", click(`tr.tenant[data-tenant="initech"] button[data-action="pause"]`))
 	run("initech shown paused", chromedp.WaitVisible(`tr.tenant[data-tenant="initech"] .badge.paused`))
+	run("shares without the paused tenant", chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		_, err := chromedp.Poll[bool](`[...document.querySelectorAll('tr.tenant[data-queue="emails"] td:nth-child(3)')].map(td => td.textContent).join() === "75%,25%,–"`)(ctx, tg)
+		return err
+	}))
 	st, err := s.c.Stats(ctx)
 	if err != nil || st.Queues["emails"].Tenants["initech"].PausedUntil.IsZero() {
 		t.Errorf("initech not paused in Redis: %+v %v", st.Queues["emails"].Tenants["initech"], err)
