@@ -5,27 +5,63 @@
 -- lost (reaped and possibly re-run elsewhere) is counted in state.late and
 -- left alone: the holder of the new lease completes it.
 -- Guarantees: atomic; completed tasks leave active/lease; counters processed,
--- completed and c:<tenant> grow; retained records expire via maintain.
+-- completed and c:<tenant> grow; retained records expire via maintain. A
+-- tenant (or the queue) throttled at its in-flight cap may run again.
+-- Cost: a few calls for the whole batch, plus one per retained task.
 local now = tonumber(ARGV[1])
-local held = 0
-for i = 2, #ARGV, 3 do
-  local id, keep, res = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2]
-  local m = release(0, id)
+local ids = {}
+for i = 2, #ARGV, 3 do ids[#ids + 1] = ARGV[i] end
+if #ids == 0 then return 0 end
+local members = {}
+for i = 1, #ids, 1000 do
+  local part = {}
+  for j = i, math.min(i + 999, #ids) do part[#part + 1] = ids[j] end
+  for _, m in ipairs(redis.call('HMGET', KEYS[5], unpack(part))) do members[#members + 1] = m end
+end
+local held, gone, fields, per = {}, {}, {}, {}
+for i, id in ipairs(ids) do
+  local m = members[i]
   if m then
-    held = held + 1
+    held[#held + 1] = id
     local t = tenant_of(m)
-    redis.call('HINCRBY', KEYS[3], 'c:' .. t, 1)
-    redis.call('HINCRBY', KEYS[3], 'completed', 1)
-    redis.call('HINCRBY', KEYS[3], 'processed', 1)
+    per[t] = (per[t] or 0) + 1
+    local a = 2 + 3 * (i - 1)
+    local keep, res = tonumber(ARGV[a + 1]), ARGV[a + 2]
     if keep > now then
-      redis.call('HDEL', KEYS[4], id .. '|r', id .. '|n', id .. '|e', id .. '|m')
+      for _, f in ipairs({id .. '|r', id .. '|n', id .. '|e', id .. '|m'}) do fields[#fields + 1] = f end
       redis.call('ZADD', KEYS[10], keep, id)
       if res ~= '' then redis.call('HSET', KEYS[11], id, res) end
     else
-      forget(0, id)
+      gone[#gone + 1] = id
+      for _, f in ipairs({id, id .. '|r', id .. '|n', id .. '|e', id .. '|d', id .. '|m', id .. '|c', id .. '|p'}) do fields[#fields + 1] = f end
     end
-  else
-    redis.call('HINCRBY', KEYS[3], 'late', 1)
   end
 end
-return held
+if #held < #ids then redis.call('HINCRBY', KEYS[3], 'late', #ids - #held) end
+if #held == 0 then return 0 end
+chunked('HDEL', KEYS[5], held)
+chunked('ZREM', KEYS[6], held)
+chunked('HDEL', KEYS[4], fields)
+chunked('HDEL', KEYS[11], gone)
+local throttled = redis.call('ZCARD', KEYS[17]) > 0
+for t, c in pairs(per) do
+  redis.call('HINCRBY', KEYS[3], 'a:' .. t, -c)
+  redis.call('HINCRBY', KEYS[3], 'c:' .. t, c)
+  if throttled then
+    local s = redis.call('ZSCORE', KEYS[17], t)
+    if s and tonumber(s) >= HELD then
+      redis.call('ZADD', KEYS[17], 0, t)
+      wake(0)
+    end
+  end
+end
+if throttled then
+  local s = redis.call('ZSCORE', KEYS[17], QUEUE)
+  if s and tonumber(s) >= HELD then
+    redis.call('ZADD', KEYS[17], 0, QUEUE)
+    wake(0)
+  end
+end
+redis.call('HINCRBY', KEYS[3], 'completed', #held)
+redis.call('HINCRBY', KEYS[3], 'processed', #held)
+return #held

@@ -11,13 +11,18 @@
 -- of weight w advances by 1/w per task) and each tenant's tasks in priority,
 -- then FIFO order; each O(log n). Every returned task is in active with a
 -- lease; a paused queue is skipped and a paused tenant's tasks stay (a
--- pause that is over ends here or in maintain); when work is left in a queue it served and no wake-up token is
--- queued, one token is pushed so another idle worker joins. A task whose starts exceed retried+1 was re-delivered after a lost
--- lease and is counted in state.dup.
+-- pause that is over ends here or in maintain); when work is left in a queue
+-- it served and no wake-up token is queued, one token is pushed so another
+-- idle worker joins. A task whose starts exceed retried+1 was re-delivered
+-- after a lost lease and is counted in state.dup.
 -- Limits (lib.lua, +16/+17): a tenant at its in-flight cap or out of rate
 -- tokens is parked in throttled and the next tenant is served; a queue at
 -- its own cap or rate is left for the next queue. An admin weight in the
 -- limits overrides the weight the enqueues carry.
+-- Cost: the tenant with the smallest tag is served a run of tasks at once,
+-- as many as fair order gives it before the next tenant's tag (all of them
+-- when it is alone), so a batch from one tenant costs a few calls, not a
+-- few per task.
 local n = tonumber(ARGV[1])
 local now = tonumber(ARGV[2])
 local until_ms = tonumber(ARGV[3])
@@ -28,6 +33,65 @@ local hint = 0
 local function note(t)
   if t > 0 and t < HELD and (hint == 0 or t < hint) then hint = t end
 end
+
+-- fair_run is how many tasks tenant t (tag s, weight w) gets in a row,
+-- up to room: while its tag stays before the next tenant's (ties go to
+-- the smaller name, as the sorted set orders them).
+local function fair_run(k, t, s, w, room)
+  local second = redis.call('ZRANGE', KEYS[k + 2], 1, 1, 'WITHSCORES')
+  if #second == 0 then return room end
+  local t2, s2 = second[1], tonumber(second[2])
+  local j = 1
+  while j < room do
+    local tag = s + j / w
+    if tag > s2 or (tag == s2 and t > t2) then break end
+    j = j + 1
+  end
+  return j
+end
+
+-- serve leases the run of tenant t's tasks in members (their tag s, weight w)
+-- and puts t back at its new tag, or out of tenants if it has no more.
+local function serve(k, q, t, s, w, members, more)
+  local take = #members
+  local ids, act, lease = {}, {}, {}
+  for i, m in ipairs(members) do
+    local id = id_of(m)
+    ids[i] = id
+    act[#act + 1] = id
+    act[#act + 1] = m
+    lease[#lease + 1] = until_ms
+    lease[#lease + 1] = id
+  end
+  chunked('ZREM', KEYS[k + 1], members)
+  chunked('HSET', KEYS[k + 5], act)
+  chunked('ZADD', KEYS[k + 6], lease)
+  redis.call('HINCRBY', KEYS[k + 3], 'a:' .. t, take)
+  local f = s + take / w
+  redis.call('HSET', KEYS[k + 3], 'vt', s + (take - 1) / w)
+  if more then
+    redis.call('ZADD', KEYS[k + 2], f, t)
+  else
+    redis.call('ZREM', KEYS[k + 2], t)
+    redis.call('HSET', KEYS[k + 3], 'f:' .. t, f)
+  end
+  local dups = 0
+  for _, id in ipairs(ids) do
+    local starts = redis.call('HINCRBY', KEYS[k + 4], id .. '|n', 1)
+    local v = redis.call('HMGET', KEYS[k + 4], id, id .. '|r')
+    local retried = tonumber(v[2] or '0')
+    if starts > retried + 1 then dups = dups + 1 end
+    out[#out + 1] = q + 1
+    out[#out + 1] = id
+    out[#out + 1] = v[1] or ''
+    out[#out + 1] = retried
+    out[#out + 1] = starts
+    out[#out + 1] = t
+  end
+  if dups > 0 then redis.call('HINCRBY', KEYS[k + 3], 'dup', dups) end
+  got = got + take
+end
+
 for q = 0, #KEYS / NKEYS - 1 do
   if got >= n then break end
   local k = q * NKEYS
@@ -36,17 +100,22 @@ for q = 0, #KEYS / NKEYS - 1 do
   if not paused then promote(k, now, plimit) end
   local qlim = redis.call('HGET', KEYS[k + 16], 'q')
   local lims = {}
-  if redis.call('ZCARD', KEYS[k + 17]) > 0 then unpark_due(k, now) end
+  local throttled = redis.call('ZCARD', KEYS[k + 17]) > 0
+  if throttled then unpark_due(k, now) end
   while got < n and not paused do
+    local room, qtok = n - got, nil
     if qlim then
-      local wait = limited(k, 'tok:q', qlim, redis.call('HLEN', KEYS[k + 5]), now, true)
-      if wait > 0 then
+      local allowed, wait
+      allowed, wait, qtok = allowance(k, 'tok:q', qlim, redis.call('HLEN', KEYS[k + 5]), now)
+      if allowed <= 0 then
         if redis.call('ZCARD', KEYS[k + 2]) > 0 then
           redis.call('ZADD', KEYS[k + 17], 'GT', wait, QUEUE)
+          throttled = true
           note(wait)
         end
         break
       end
+      room = math.min(room, allowed)
     end
     local top = redis.call('ZRANGE', KEYS[k + 2], 0, 0, 'WITHSCORES')
     if #top == 0 then break end
@@ -58,61 +127,41 @@ for q = 0, #KEYS / NKEYS - 1 do
       t, s = top[1], tonumber(top[2])
       if s >= PAUSED then break end
     end
-    local head = redis.call('ZRANGEBYLEX', KEYS[k + 1], '[' .. t .. '\0', '(' .. t .. '\1', 'LIMIT', 0, 1)
-    if #head == 0 then
-      redis.call('ZREM', KEYS[k + 2], t)
-    else
-      if lims[t] == nil then lims[t] = redis.call('HGET', KEYS[k + 16], 't:' .. t) end
-      local lim = lims[t]
-      local wait = 0
-      if lim then
-        wait = limited(k, 'tok:t:' .. t, lim, tonumber(redis.call('HGET', KEYS[k + 3], 'a:' .. t) or '0'), now, false)
-      end
-      if wait > 0 then
+    if lims[t] == nil then lims[t] = redis.call('HGET', KEYS[k + 16], 't:' .. t) end
+    local lim, ttok = lims[t], nil
+    local w = 0
+    if lim then
+      local allowed, wait
+      allowed, wait, ttok = allowance(k, 'tok:t:' .. t, lim, tonumber(redis.call('HGET', KEYS[k + 3], 'a:' .. t) or '0'), now)
+      room = math.min(room, allowed)
+      if allowed <= 0 then
         park(k, t, s, wait)
+        throttled = true
         note(wait)
-      else
-      if qlim then limited(k, 'tok:q', qlim, 0, now, false) end
-      local m = head[1]
-      redis.call('ZREM', KEYS[k + 1], m)
-      local w = 0
-      if lim then w = select(4, parse_limit(lim)) end
+      end
+      w = select(4, parse_limit(lim))
+    end
+    if room > 0 then
       if w <= 0 then w = tonumber(redis.call('HGET', KEYS[k + 3], 'w:' .. t) or '1') end
       if w <= 0 then w = 1 end
-      local f = s + 1 / w
-      redis.call('HSET', KEYS[k + 3], 'vt', s)
-      local more = redis.call('ZRANGEBYLEX', KEYS[k + 1], '[' .. t .. '\0', '(' .. t .. '\1', 'LIMIT', 0, 1)
-      if #more == 0 then
+      room = fair_run(k, t, s, w, room)
+      local heads = redis.call('ZRANGEBYLEX', KEYS[k + 1], '[' .. t .. '\0', '(' .. t .. '\1', 'LIMIT', 0, room + 1)
+      if #heads == 0 then
         redis.call('ZREM', KEYS[k + 2], t)
-        redis.call('HSET', KEYS[k + 3], 'f:' .. t, f)
       else
-        redis.call('ZADD', KEYS[k + 2], f, t)
-      end
-      local id = id_of(m)
-      redis.call('HSET', KEYS[k + 5], id, m)
-      redis.call('ZADD', KEYS[k + 6], until_ms, id)
-      redis.call('HINCRBY', KEYS[k + 3], 'a:' .. t, 1)
-      local starts = redis.call('HINCRBY', KEYS[k + 4], id .. '|n', 1)
-      local retried = tonumber(redis.call('HGET', KEYS[k + 4], id .. '|r') or '0')
-      if starts > retried + 1 then
-        redis.call('HINCRBY', KEYS[k + 3], 'dup', 1)
-      end
-      local msg = redis.call('HGET', KEYS[k + 4], id) or ''
-      out[#out + 1] = q + 1
-      out[#out + 1] = id
-      out[#out + 1] = msg
-      out[#out + 1] = retried
-      out[#out + 1] = starts
-      out[#out + 1] = t
-      got = got + 1
+        local more = #heads > room
+        if more then heads[#heads] = nil end
+        serve(k, q, t, s, w, heads, more)
+        if lim then spend(k, 'tok:t:' .. t, ttok, #heads, now) end
+        if qlim then spend(k, 'tok:q', qtok, #heads, now) end
       end
     end
   end
   -- Tell the caller when the first tenant throttled by a rate may run
   -- again: nothing else wakes an idle worker for it.
-  if redis.call('ZCARD', KEYS[k + 17]) > 0 then
+  if throttled then
     local first = redis.call('ZRANGE', KEYS[k + 17], 0, 0, 'WITHSCORES')
-    note(tonumber(first[2]))
+    if #first > 0 then note(tonumber(first[2])) end
   end
   -- Chain wake-up: work is left and no token waits, so wake one more idle
   -- worker (one enqueue call may have added many tasks but one token).

@@ -193,17 +193,25 @@ local function next_token(now, tok, rate)
   return now + math.max(1, math.ceil((1 - tok) * 1000 / rate))
 end
 
--- limited checks a limit against the in-flight count active: 0 if a task
--- may start now (its token is taken unless peek), else when it may (HELD:
--- when a running task ends).
-local function limited(k, field, lim, active, now, peek)
+-- allowance checks a limit against the in-flight count active: how many
+-- tasks may start now (0: none, until wait; HELD: until a running task
+-- ends) and the bucket's tokens (nil without a rate). Nothing is spent.
+local function allowance(k, field, lim, active, now)
   local rate, burst, mx = parse_limit(lim)
-  if mx > 0 and active >= mx then return HELD end
-  if rate <= 0 then return 0 end
+  local room = math.huge
+  if mx > 0 then
+    room = mx - active
+    if room <= 0 then return 0, HELD end
+  end
+  if rate <= 0 then return room, 0 end
   local tok = bucket(k, field, rate, burst, now)
-  if tok < 1 then return next_token(now, tok, rate) end
-  if not peek then redis.call('HSET', KEYS[k + 16], field, string.format('%.6f %d', tok - 1, now)) end
-  return 0
+  if tok < 1 then return 0, next_token(now, tok, rate) end
+  return math.min(room, math.floor(tok)), 0, tok
+end
+
+-- spend takes count tokens from a bucket that held tok at now.
+local function spend(k, field, tok, count, now)
+  if tok then redis.call('HSET', KEYS[k + 16], field, string.format('%.6f %d', tok - count, now)) end
 end
 
 -- park throttles tenant t (tag s) until untl.
@@ -232,4 +240,15 @@ local function unpark_due(k, now)
     end
   end
   return #due
+end
+
+-- chunked runs cmd key args… over list in chunks (Lua's unpack has a
+-- stack limit), prefix are the arguments before each chunk's items.
+local function chunked(cmd, key, list, prefix)
+  for i = 1, #list, 1000 do
+    local args = {}
+    for _, p in ipairs(prefix or {}) do args[#args + 1] = p end
+    for j = i, math.min(i + 999, #list) do args[#args + 1] = list[j] end
+    redis.call(cmd, key, unpack(args))
+  end
 end
