@@ -225,25 +225,7 @@ func (d *Dashboard) snapshot(ctx context.Context) (*Overview, error) {
 		return float64(n-p) / dt
 	}
 	for name, qs := range st.Queues {
-		qv := QueueView{Name: name, QueueStats: qs, Rate: rate(name, qs.Completed)}
-		// A paused tenant, or one without work, has no share.
-		competing := func(ts taskq.TenantStats) bool { return ts.Pending+ts.Active > 0 && ts.PausedUntil.IsZero() }
-		var weights float64
-		for _, ts := range qs.Tenants {
-			if competing(ts) {
-				weights += max(ts.Weight, 0)
-			}
-		}
-		for tn, ts := range qs.Tenants {
-			tv := TenantView{Name: tn, TenantStats: ts, Rate: rate(name+"\x00"+tn, ts.Completed)}
-			if competing(ts) && weights > 0 {
-				tv.Share = 100 * ts.Weight / weights
-			}
-			qv.Tenants = append(qv.Tenants, tv)
-		}
-		sort.Slice(qv.Tenants, func(i, j int) bool { return qv.Tenants[i].Name < qv.Tenants[j].Name })
-		qv.QueueStats.Tenants = nil // in tenant_list
-		o.Queues = append(o.Queues, qv)
+		o.Queues = append(o.Queues, queueView(name, qs, rate))
 	}
 	sort.Slice(o.Queues, func(i, j int) bool { return o.Queues[i].Name < o.Queues[j].Name })
 	d.prev, d.last = counts, o
@@ -387,4 +369,28 @@ func (d *Dashboard) queueOp(w http.ResponseWriter, r *http.Request) {
 	d.last = nil // the next overview shows the change
 	d.mu.Unlock()
 	writeJSON(w, http.StatusOK, map[string]int{"n": n})
+}
+
+// queueView is one queue with its tenants' rates and fair shares; rate
+// gives a count's rate since the last sample, by key.
+func queueView(name string, qs taskq.QueueStats, rate func(key string, n int64) float64) QueueView {
+	qv := QueueView{Name: name, QueueStats: qs, Rate: rate(name, qs.Completed)}
+	// A paused tenant, or one without work, has no share.
+	competing := func(ts taskq.TenantStats) bool { return ts.Pending+ts.Active > 0 && ts.PausedUntil.IsZero() }
+	var weights float64
+	for _, ts := range qs.Tenants {
+		if competing(ts) {
+			weights += max(ts.Weight, 0)
+		}
+	}
+	for tn, ts := range qs.Tenants {
+		tv := TenantView{Name: tn, TenantStats: ts, Rate: rate(name+"\x00"+tn, ts.Completed)}
+		if competing(ts) && weights > 0 {
+			tv.Share = 100 * ts.Weight / weights
+		}
+		qv.Tenants = append(qv.Tenants, tv)
+	}
+	sort.Slice(qv.Tenants, func(i, j int) bool { return qv.Tenants[i].Name < qv.Tenants[j].Name })
+	qv.QueueStats.Tenants = nil // in tenant_list
+	return qv
 }

@@ -1,7 +1,7 @@
 // taskq dashboard: renders /api/events (SSE) and drives the inspector.
 "use strict";
 const $ = (id) => document.getElementById(id);
-const state = { stream: null, cursor: "", queues: [] };
+const state = { stream: null, cursor: "", queues: [], listed: false, pages: 0, refreshed: 0 };
 
 function el(tag, attrs, ...kids) {
   const e = document.createElement(tag);
@@ -55,6 +55,8 @@ function start() {
   es.addEventListener("overview", (e) => {
     setConn(true);
     try { render(JSON.parse(e.data)); } catch (err) { msg("cannot show the update: " + err); }
+    // The first page of the task list follows along (states, progress).
+    if (state.listed && state.pages === 1 && Date.now() - state.refreshed > 2000) loadTasks(false);
   });
   es.addEventListener("error", () => {
     setConn(false);
@@ -133,7 +135,8 @@ async function loadTasks(more) {
   const queue = $("f-queue").value, st = $("f-state").value;
   if (!queue) return;
   $("requeue-dead").hidden = st !== "dead";
-  if (!more) state.cursor = "";
+  if (!more) { state.cursor = ""; state.pages = 0; }
+  state.listed = true; state.refreshed = Date.now();
   const p = new URLSearchParams({ queue, state: st, tenant: $("f-tenant").value.trim(), cursor: state.cursor });
   let page;
   try { page = await api("/api/tasks?" + p); msg(""); } catch (e) { msg(e.message); return; }
@@ -142,6 +145,7 @@ async function loadTasks(more) {
   if (!more && !rows.length) rows.push(el("tr", { class: "empty" }, el("td", { colSpan: 8 }, `no ${st} tasks`)));
   $("task-rows").append(...rows);
   state.cursor = page.next || "";
+  state.pages++;
   $("more").hidden = !state.cursor;
 }
 
