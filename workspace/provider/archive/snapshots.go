@@ -2,6 +2,7 @@ package archive
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -38,18 +39,21 @@ func (s *Storage) Archives(ctx context.Context, id string) ([]provider.ArchiveIn
 	if h == nil {
 		return nil, nil
 	}
-	for i := range h.Archives {
-		a := &h.Archives[i]
-		if !a.Committed {
-			continue
+	out := h.Archives[:0]
+	for _, a := range h.Archives {
+		if a.Committed {
+			m, err := ReadMeta(ctx, s.Blobs, a.Key)
+			switch {
+			case errors.Is(err, provider.ErrMetaNotFound):
+				continue // deleted (retention, GC) between the listing and now
+			case err != nil:
+				return nil, err
+			}
+			a.SHA256 = m.SHA256
 		}
-		m, err := ReadMeta(ctx, s.Blobs, a.Key)
-		if err != nil {
-			return nil, err
-		}
-		a.SHA256 = m.SHA256
+		out = append(out, a)
 	}
-	return h.Archives, nil
+	return out, nil
 }
 
 // Holders lists every workspace id that has blobs, with its archives
