@@ -75,7 +75,10 @@ func TestRateLimitedTenantBesideAFreeOne(t *testing.T) {
 	if slow < 175 || slow > 225 {
 		t.Errorf("the tenant limited to 20/s completed %d tasks in 10 s, want 200±25", slow)
 	}
-	if beside < 0.7*alone {
+	// Blocked by the limited tenant, the free one would run at about its
+	// 20/s; the bound leaves room for a loaded machine (CI runs packages
+	// side by side on 2 cores).
+	if beside < 0.3*alone {
 		t.Errorf("the free tenant slowed from %.0f to %.0f tasks/s beside a limited one", alone, beside)
 	}
 	st := queueStats(t, c, q).Tenants["slow"]
