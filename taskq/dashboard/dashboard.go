@@ -156,11 +156,10 @@ func (d *Dashboard) fail(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, taskq.ErrTaskNotFound):
 		code = http.StatusNotFound
-	case errors.Is(err, taskq.ErrTaskState), errors.Is(err, taskq.ErrInvalidTask), errors.Is(err, errBadRequest):
+	case errors.Is(err, errBadRequest), errors.Is(err, taskq.ErrInvalidTask):
+		code = http.StatusBadRequest
+	case errors.Is(err, taskq.ErrTaskState):
 		code = http.StatusConflict
-		if errors.Is(err, errBadRequest) || errors.Is(err, taskq.ErrInvalidTask) {
-			code = http.StatusBadRequest
-		}
 	}
 	writeJSON(w, code, map[string]string{"error": err.Error()})
 }

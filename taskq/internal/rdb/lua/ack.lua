@@ -47,21 +47,9 @@ local throttled = redis.call('ZCARD', KEYS[17]) > 0
 for t, c in pairs(per) do
   redis.call('HINCRBY', KEYS[3], 'a:' .. t, -c)
   redis.call('HINCRBY', KEYS[3], 'c:' .. t, c)
-  if throttled then
-    local s = redis.call('ZSCORE', KEYS[17], t)
-    if s and tonumber(s) >= HELD then
-      redis.call('ZADD', KEYS[17], 0, t)
-      wake(0)
-    end
-  end
+  if throttled then unhold(0, t) end
 end
-if throttled then
-  local s = redis.call('ZSCORE', KEYS[17], QUEUE)
-  if s and tonumber(s) >= HELD then
-    redis.call('ZADD', KEYS[17], 0, QUEUE)
-    wake(0)
-  end
-end
+if throttled then unhold(0, QUEUE) end
 redis.call('HINCRBY', KEYS[3], 'completed', #held)
 redis.call('HINCRBY', KEYS[3], 'processed', #held)
 return #held

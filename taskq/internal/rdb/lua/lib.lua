@@ -116,6 +116,16 @@ local function wake(k)
   redis.call('LTRIM', KEYS[k + 12], 0, 63)
 end
 
+-- unhold makes a tenant (or QUEUE) throttled at its in-flight cap due
+-- now, and wakes a worker to take it back: one of its tasks ended.
+local function unhold(k, who)
+  local s = redis.call('ZSCORE', KEYS[k + 17], who)
+  if s and tonumber(s) >= HELD then
+    redis.call('ZADD', KEYS[k + 17], 0, who)
+    wake(k)
+  end
+end
+
 -- release takes id out of active/lease and returns its member (false if the
 -- worker no longer holds it: its lease expired and the reaper took it back).
 local function release(k, id)
@@ -127,13 +137,8 @@ local function release(k, id)
   redis.call('HINCRBY', KEYS[k + 3], 'a:' .. t, -1)
   -- A tenant (or the queue) held at its in-flight cap may run again.
   if redis.call('ZCARD', KEYS[k + 17]) > 0 then
-    for _, who in ipairs({t, QUEUE}) do
-      local s = redis.call('ZSCORE', KEYS[k + 17], who)
-      if s and tonumber(s) >= HELD then
-        redis.call('ZADD', KEYS[k + 17], 0, who)
-        wake(k)
-      end
-    end
+    unhold(k, t)
+    unhold(k, QUEUE)
   end
   return m
 end
