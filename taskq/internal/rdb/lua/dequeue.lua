@@ -75,19 +75,36 @@ local function serve(k, q, t, s, w, members, more)
     redis.call('ZREM', KEYS[k + 2], t)
     redis.call('HSET', KEYS[k + 3], 'f:' .. t, f)
   end
-  local dups = 0
+  -- One read of every task's message, retries and starts, one write of the
+  -- new starts: two calls for the run, however long.
+  local fields, starts = {}, {}
   for _, id in ipairs(ids) do
-    local starts = redis.call('HINCRBY', KEYS[k + 4], id .. '|n', 1)
-    local v = redis.call('HMGET', KEYS[k + 4], id, id .. '|r')
-    local retried = tonumber(v[2] or '0')
-    if starts > retried + 1 then dups = dups + 1 end
+    fields[#fields + 1] = id
+    fields[#fields + 1] = id .. '|r'
+    fields[#fields + 1] = id .. '|n'
+  end
+  local v = {}
+  for i = 1, #fields, 999 do
+    local part = {}
+    for j = i, math.min(i + 998, #fields) do part[#part + 1] = fields[j] end
+    for _, x in ipairs(redis.call('HMGET', KEYS[k + 4], unpack(part))) do v[#v + 1] = x end
+  end
+  local dups = 0
+  for i, id in ipairs(ids) do
+    local b = 3 * (i - 1)
+    local retried = tonumber(v[b + 2] or '0')
+    local st = tonumber(v[b + 3] or '0') + 1
+    starts[#starts + 1] = id .. '|n'
+    starts[#starts + 1] = st
+    if st > retried + 1 then dups = dups + 1 end
     out[#out + 1] = q + 1
     out[#out + 1] = id
-    out[#out + 1] = v[1] or ''
+    out[#out + 1] = v[b + 1] or ''
     out[#out + 1] = retried
-    out[#out + 1] = starts
+    out[#out + 1] = st
     out[#out + 1] = t
   end
+  chunked('HSET', KEYS[k + 4], starts)
   if dups > 0 then redis.call('HINCRBY', KEYS[k + 3], 'dup', dups) end
   got = got + take
 end
