@@ -354,6 +354,7 @@ func TestEndToEnd(t *testing.T) {
 		}
 	}
 	j.master.waitLine(false, regexp.MustCompile(`SAMPLING\s+SORTING\s+SHUFFLING\s+MERGING`), time.Second)
+	checkSeedLines(t, j, true)
 	// Heartbeats come from their own goroutine: busy workers are never
 	// taken for dead.
 	if strings.Contains(j.master.tail(1000), "worker lost") {
@@ -504,6 +505,36 @@ func TestAbortWhenWorkerNeverReturns(t *testing.T) {
 		}
 		w.proc.waitLine(false, regexp.MustCompile(`job aborted: worker \d+ .* did not come back`), time.Second)
 	}
+	checkSeedLines(t, &job{master: j.master, workers: j.workers[:2]}, false)
+}
+
+// checkSeedLines checks seed 003's lines in the logs of the master and the
+// workers of a job that ended: its phase lines (when completed), then the
+// shutdown's, in order.
+func checkSeedLines(t *testing.T, j *job, completed bool) {
+	t.Helper()
+	var worker []string
+	if completed {
+		worker = []string{"Phase 1/4: Sampling...", "✓ Sampling complete", "Phase 2/4: Sorting...", "✓ Sorting complete",
+			"Phase 3/4: Shuffling...", "✓ Shuffling complete", "Phase 4/4: Merging...", "✓ Merging complete", "✓ All phases complete!"}
+	}
+	worker = append(worker, "Received shutdown signal from Master", "Shutting down...", "Shutdown complete")
+	check := func(p *proc, want []string) {
+		log := p.tail(100000)
+		at := 0
+		for _, w := range want {
+			i := strings.Index(log[at:], "msg=\""+w)
+			if i < 0 {
+				t.Errorf("%s's log lacks %q after offset %d:\n%s", p.name, w, at, log)
+				return
+			}
+			at += i
+		}
+	}
+	check(j.master, []string{"Stopping Master node...", "Master node stopped"})
+	for _, w := range j.workers {
+		check(w.proc, worker)
+	}
 }
 
 // TestInterruptCleansUp: SIGINT to a worker in the middle of the job aborts
@@ -575,4 +606,33 @@ func TestMasterInterruptAbortsJob(t *testing.T) {
 	for _, w := range j.workers {
 		w.proc.waitLine(false, regexp.MustCompile(`job aborted: the master was interrupted`), time.Second)
 	}
+}
+
+// TestWatchdogEndsAHungShutdown: every shutdown step of a worker hangs (the
+// bounds add up to more than 15 s); seed 003's watchdog ends the process
+// 15 s after the master's shutdown signal, saying so, with status 0: the
+// job had succeeded and its output is committed.
+func TestWatchdogEndsAHungShutdown(t *testing.T) {
+	j := newJob(t, 1, 4000)
+	var points []string
+	for _, s := range shutdownOrder {
+		points = append(points, "shutdown-"+s)
+	}
+	w := j.startWorker(0, "GANTRY_DSORT_FAULT="+strings.Join(points, ","))
+	order := j.workerOrder()
+	signal := w.waitLine(false, regexp.MustCompile(`Received shutdown signal from Master`), time.Minute).at
+	if code := w.wait(30 * time.Second); code != 0 {
+		t.Fatalf("worker exited %d, want 0 (the job succeeded)", code)
+	}
+	if el := w.end.Sub(signal); el < 14*time.Second || el > 16*time.Second {
+		t.Errorf("worker exited %s after the shutdown signal, want 15s ± 1s", el.Round(time.Millisecond))
+	}
+	w.waitLine(false, regexp.MustCompile(`Shutdown timeout - forcing exit`), time.Second)
+	if strings.Contains(w.tail(100000), "Shutdown complete") {
+		t.Error("the hung shutdown completed")
+	}
+	if code := j.master.wait(30 * time.Second); code != 0 {
+		t.Fatalf("master exited %d", code)
+	}
+	j.validate(order)
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"slices"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/gantryhq/gantry/dsort/dsortpb"
 	"github.com/gantryhq/gantry/internal/clock"
+	"github.com/gantryhq/gantry/lifecycle"
 	"github.com/gantryhq/gantry/record"
 )
 
@@ -254,15 +256,8 @@ func (m *Master) Run(ctx context.Context) error {
 
 	sendCtx, cancelSends := context.WithCancel(context.WithoutCancel(ctx))
 	m.loop(ctx, sendCtx)
-	stopServer()
-	cancelSends()
-	m.sends.Wait()
+	m.stop(stopServer, cancelSends)
 	m.mu.Lock()
-	for _, mb := range m.members {
-		if mb.conn != nil {
-			mb.conn.Close()
-		}
-	}
 	ok, reason := m.phase == JobSucceeded, m.abortReason
 	m.mu.Unlock()
 	if ok {
@@ -270,6 +265,36 @@ func (m *Master) Run(ctx context.Context) error {
 		return nil
 	}
 	return &AbortError{Reason: reason}
+}
+
+// stop is seed 003's master stop(): "Stopping Master node...", then the
+// gRPC server (graceful for 2 s, then forced; 3 s), the signals still being
+// sent (the seed's executor; 3 s) and the connections to the workers (2 s),
+// each cut off at its bound (lifecycle.RunSteps), then "Master node
+// stopped". The CLI's 15 s watchdog, armed when the job ended, is the last
+// resort.
+func (m *Master) stop(stopServer, cancelSends func()) {
+	log := m.cfg.Logger
+	log.Info("Stopping Master node...")
+	cut := lifecycle.RunSteps(func(s lifecycle.Step) {
+		log.Warn("shutdown step cut off at its bound", "step", s.Name, "bound", s.Bound)
+	},
+		lifecycle.Step{Name: "server", Bound: 3 * time.Second, Run: stopServer},
+		lifecycle.Step{Name: "sends", Bound: 3 * time.Second, Run: func() { cancelSends(); m.sends.Wait() }},
+		lifecycle.Step{Name: "connections", Bound: 2 * time.Second, Run: func() {
+			m.mu.Lock()
+			var conns []io.Closer
+			for _, mb := range m.members {
+				if mb.conn != nil {
+					conns = append(conns, mb.conn)
+				}
+			}
+			m.mu.Unlock()
+			for _, c := range conns {
+				c.Close()
+			}
+		}})
+	log.Info("Master node stopped", "cut_off", cut)
 }
 
 // announce logs and reports the address other hosts can reach.

@@ -3,6 +3,7 @@ package dsort
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -32,6 +33,7 @@ type phaseTracker struct {
 	sm      *StateMachine
 	clock   clock.Clock
 	metrics *metrics
+	logger  *slog.Logger // the seed's "Phase n/4" lines
 
 	// phase and since are the phase in progress and when it began; only
 	// runPhases's goroutine touches them.
@@ -44,16 +46,27 @@ type phaseTracker struct {
 }
 
 // start moves the state machine to `to`, closing the previous phase's
-// metric and resetting the progress to 0 of total.
+// metric and resetting the progress to 0 of total. It logs seed 003's
+// progress lines: "Phase n/4: <phase>..." as a phase begins, "✓ <phase>
+// complete" as it ends and "✓ All phases complete!" at Completed.
 func (t *phaseTracker) start(to State, reason string, total int64) error {
 	now := t.clock.Now()
 	if slices.Contains(phaseStates, t.phase) {
 		t.metrics.phaseDone(t.phase, now.Sub(t.since))
+		t.logger.Info(fmt.Sprintf("✓ %s complete", t.phase), "elapsed", now.Sub(t.since).Round(time.Millisecond))
 	}
 	t.phase, t.since = to, now
 	t.done.Store(0)
 	t.total.Store(total)
-	return t.sm.Transition(to, reason)
+	if err := t.sm.Transition(to, reason); err != nil {
+		return err
+	}
+	if i := slices.Index(phaseStates, to); i >= 0 {
+		t.logger.Info(fmt.Sprintf("Phase %d/%d: %s...", i+1, len(phaseStates), to))
+	} else if to == Completed {
+		t.logger.Info("✓ All phases complete!")
+	}
+	return nil
 }
 
 func (t *phaseTracker) frac() float64 {

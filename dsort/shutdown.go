@@ -2,11 +2,99 @@ package dsort
 
 import (
 	"context"
+	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gantryhq/gantry/dsort/dsortpb"
+	"github.com/gantryhq/gantry/lifecycle"
 )
+
+// Seed 003's shutdown. When the job ends (the master's word in a
+// heartbeat reply: "Received shutdown signal from Master") or this worker
+// fails, the supervisor arms the caller's watchdog (OnShutdown) and Run's
+// exit runs the seed's stop(): "Shutting down...", then each step below
+// within its own bound, then "Shutdown complete". A step still running at
+// its bound is cut off (lifecycle.RunSteps) and the next one starts, so a
+// hang costs that step's bound, not the process; everything hung at once
+// adds up to more than the CLI's 15 s watchdog, which then ends the
+// process. The bounds are the seed's (file cleanup, "~1s" there, gets 3 s).
+//
+//	step       bound  seed step          what it does
+//	heartbeat  2 s    heartbeat stop     stop the heartbeats; after a failure, the last report (Failed)
+//	server     3 s    gRPC server        graceful stop for 2 s, then forced
+//	master     2 s    master channel     close the connection to the master
+//	shuffle    5 s    shuffle cleanup    wait for the cancelled phases: fetch streams, merges
+//	files      3 s    file cleanup       remove an uncommitted job's staged partitions and the temp dir
+//	memory     3 s    executor           free the sorted input kept in memory (only once the server stopped)
+//
+// Each step calls the fault hook at "shutdown-<step>" first (with a
+// context that never ends), so tests can make any step hang.
+var shutdownBounds = map[string]time.Duration{
+	"heartbeat": 2 * time.Second,
+	"server":    3 * time.Second,
+	"master":    2 * time.Second,
+	"shuffle":   5 * time.Second,
+	"files":     3 * time.Second,
+	"memory":    3 * time.Second,
+}
+
+// shutdownOrder is the order Run's exit runs the steps in (the seed's).
+var shutdownOrder = []string{"heartbeat", "server", "master", "shuffle", "files", "memory"}
+
+// shutdown collects what Run started, as it starts it, and stops it on
+// Run's exit. A nil part has nothing to stop and its step is skipped.
+type shutdown struct {
+	w         *Worker
+	heartbeat func()    // stops the heartbeats (and sends the last report)
+	server    func()    // stops the gRPC server
+	conn      io.Closer // the connection to the master
+	phases    func()    // waits for the (cancelled) phases to return
+}
+
+// run is seed 003's stop(). errp is Run's result: an uncommitted job's
+// staged partitions are removed unless it is nil.
+func (sd *shutdown) run(errp *error) {
+	w := sd.w
+	log := w.track.logger
+	log.Info("Shutting down...")
+	start := time.Now()
+	var serverStopped atomic.Bool
+	parts := map[string]func(){
+		"heartbeat": sd.heartbeat,
+		"server":    nil,
+		"master":    nil,
+		"shuffle":   sd.phases,
+		"files":     func() { w.cleanupFiles(*errp) },
+		"memory": func() {
+			// A stream still running on a server that was cut off
+			// may read the memory: leave it to the process's exit.
+			if serverStopped.Load() || sd.server == nil {
+				w.pieces.close()
+			}
+		},
+	}
+	if sd.server != nil {
+		parts["server"] = func() { sd.server(); serverStopped.Store(true) }
+	}
+	if sd.conn != nil {
+		parts["master"] = func() { sd.conn.Close() }
+	}
+	var steps []lifecycle.Step
+	for _, name := range shutdownOrder {
+		if fn := parts[name]; fn != nil {
+			steps = append(steps, lifecycle.Step{Name: name, Bound: shutdownBounds[name], Run: func() {
+				w.fault(context.Background(), "shutdown-"+name)
+				fn()
+			}})
+		}
+	}
+	cut := lifecycle.RunSteps(func(s lifecycle.Step) {
+		log.Warn("shutdown step cut off at its bound", "step", s.Name, "bound", s.Bound)
+	}, steps...)
+	log.Info("Shutdown complete", "elapsed", time.Since(start).Round(time.Millisecond), "cut_off", cut)
+}
 
 // supervisor holds what supervise's exits share: the master ended the job
 // (end), or this worker failed, lost the master or was interrupted (fail).
@@ -16,6 +104,7 @@ type supervisor struct {
 	cancelJob func()
 	phases    <-chan error // nil once runPhases has returned
 	stopHB    func()       // stops the heartbeats and waits for them (safe twice)
+	sd        *shutdown
 	once      sync.Once
 }
 
@@ -25,47 +114,54 @@ func (s *supervisor) shuttingDown(ok bool) {
 	}
 }
 
-// stopPhases cancels the phases and waits for runPhases to return.
-func (s *supervisor) stopPhases() {
-	s.cancelJob()
+// waitPhases waits for runPhases to return (cancelJob first to make it).
+func (s *supervisor) waitPhases() {
 	if s.phases != nil {
 		<-s.phases
 		s.phases = nil
 	}
 }
 
-// end handles the master's word that the job is over.
+// end handles the master's word that the job is over: a job that succeeded
+// (and this worker completed) is committed; otherwise the phases are
+// cancelled and the shutdown's shuffle step waits for them.
 func (s *supervisor) end(rep *dsortpb.HeartbeatReply) error {
 	ok := rep.GetJobSucceeded() && s.w.sm.Is(Completed)
+	s.w.track.logger.Info("Received shutdown signal from Master", "succeeded", ok, "reason", rep.GetReason())
 	s.shuttingDown(ok)
-	s.stopPhases()
+	s.cancelJob()
+	s.sd.heartbeat = s.stopHB
+	s.sd.phases = s.waitPhases
 	if ok {
+		s.waitPhases() // returned already: Completed is its last step
 		return s.w.out.commit(s.asg.jobID, s.asg.index)
 	}
 	return &AbortError{Reason: rep.GetReason()}
 }
 
-// fail moves the worker to Failed and tells the master why, once.
+// fail moves the worker to Failed; the shutdown's heartbeat step tells the
+// master why, once.
 func (s *supervisor) fail(cause error) error {
+	s.w.track.logger.Error("worker failed", "state", s.w.sm.State(), "err", cause)
 	s.shuttingDown(false)
-	s.stopPhases()
+	s.cancelJob()
 	if !s.w.sm.Is(Failed, Completed) {
 		s.w.sm.Transition(Failed, cause.Error())
 	}
-	s.stopHB()
-	s.w.report(context.Background(), s.asg, 2*time.Second, cause.Error())
+	s.sd.heartbeat = func() {
+		s.stopHB()
+		s.w.report(context.Background(), s.asg, shutdownBounds["heartbeat"]*3/4, cause.Error())
+	}
+	s.sd.phases = s.waitPhases
 	return cause
 }
 
-// cleanup runs on every exit of Run that can run code, after the server
-// has stopped: it removes the staged partitions of a job that did not
-// commit (an aborted job leaves no complete-looking output; the previous
-// output stays), frees the input kept sorted in memory, then removes the
-// worker's temp dir and releases its lock.
-func (w *Worker) cleanup(errp *error) {
-	if job := w.assigned().jobID; *errp != nil && job != "" {
+// cleanupFiles removes, when the job did not commit (err != nil), its
+// staged partitions (an aborted job leaves no complete-looking output; the
+// previous output stays), then the worker's temp dir, releasing its lock.
+func (w *Worker) cleanupFiles(err error) {
+	if job := w.assigned().jobID; err != nil && job != "" {
 		w.out.discard(job)
 	}
-	w.pieces.close()
 	w.dir.close()
 }

@@ -11,27 +11,26 @@ import (
 
 // supervise runs the phases and the heartbeats, each in its own goroutine,
 // until the master ends the job, this worker fails, the master is lost or
-// ctx ends (the exits are in shutdown.go); it waits for both goroutines
-// before returning.
-func (w *Worker) supervise(ctx context.Context, asg assignment, interval time.Duration, needSample bool) error {
+// ctx ends (the exits are in shutdown.go). It hands sd what stops the
+// heartbeats and waits for the phases: Run's shutdown runs them, each
+// within its bound.
+func (w *Worker) supervise(ctx context.Context, asg assignment, interval time.Duration, needSample bool, sd *shutdown) error {
 	hbCtx, cancelHB := context.WithCancel(context.Background())
 	hb := w.newHeartbeater(asg, interval)
 	hbDone := make(chan struct{})
 	go func() { defer close(hbDone); hb.run(hbCtx) }()
 	stopHB := func() { cancelHB(); <-hbDone }
-	defer stopHB()
 
 	jobCtx, cancelJob := context.WithCancel(ctx)
-	defer cancelJob()
 	phases := make(chan error, 1)
 	go func() { phases <- w.runPhases(jobCtx, asg, needSample) }()
-	s := &supervisor{w: w, asg: asg, cancelJob: cancelJob, phases: phases, stopHB: stopHB}
+	s := &supervisor{w: w, asg: asg, cancelJob: cancelJob, phases: phases, stopHB: stopHB, sd: sd}
 	for {
 		select {
 		case perr := <-s.phases:
 			s.phases = nil
 			if perr == nil {
-				w.cfg.Logger.Info("all phases completed; waiting for the master's go to exit")
+				w.track.logger.Info("all phases completed; waiting for the master's go to exit")
 				continue
 			}
 			if ctx.Err() != nil {

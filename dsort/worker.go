@@ -190,7 +190,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	w := &Worker{cfg: cfg, clock: cfg.Clock, cores: runtime.GOMAXPROCS(0), metrics: newMetrics(cfg.Metrics),
 		dir: newWorkDir(cfg.TempDir, cfg.Inputs, cfg.Output), kick: make(chan struct{}, 1), signals: newSignals()}
 	w.out = output{dir: cfg.Output, logger: cfg.Logger, clock: cfg.Clock}
-	w.track = &phaseTracker{clock: cfg.Clock, metrics: w.metrics}
+	w.track = &phaseTracker{clock: cfg.Clock, metrics: w.metrics, logger: cfg.Logger}
 	w.pieces = newPieceServer(w.cores, w.dir.path, w.fault)
 	return w, nil
 }
@@ -223,28 +223,30 @@ func (w *Worker) WorkDir() string { return w.dir.path }
 // Run does the worker's part of the job and returns nil when the master says
 // the job succeeded. It returns an *AbortError when the master aborted the
 // job, ErrMasterLost (wrapped) when the master vanished, the phase's error
-// when this worker failed, and ctx's error when ctx ended first. It always
-// removes its temporary files, and waits for every goroutine it started,
-// before returning.
+// when this worker failed, and ctx's error when ctx ended first.
 //
-// Run is three steps: start (clean up, state machine, serve), register
-// (with the master, retrying) and supervise (phases and heartbeats until
-// the job ends).
+// Run is four steps: start (clean up, state machine, serve), register
+// (with the master, retrying), supervise (phases and heartbeats until
+// the job ends) and the seed's bounded shutdown (shutdown.go), which
+// removes the temporary files and waits for every goroutine Run started,
+// each step within its bound: only a step cut off at its bound (a hang)
+// leaves its goroutine behind.
 func (w *Worker) Run(ctx context.Context) (err error) {
 	if err := w.prepare(); err != nil {
 		return err
 	}
-	defer w.cleanup(&err)
+	sd := &shutdown{w: w}
+	defer func() { sd.run(&err) }()
 	addr, stop, err := w.start()
 	if err != nil {
 		return err
 	}
-	defer stop()
+	sd.server = stop
 	conn, err := dialMetered(w.cfg.Master, w.cfg.Token, w.metrics)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
+	sd.conn = conn
 	reg, err := w.register(ctx, dsortpb.NewMasterClient(conn), addr)
 	if errors.Is(err, ErrJobSucceeded) {
 		return w.alreadySucceeded(err)
@@ -256,7 +258,7 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 	if err := w.out.prepare(); err != nil {
 		return err
 	}
-	return w.supervise(ctx, w.assigned(), time.Duration(reg.GetHeartbeatIntervalMs())*time.Millisecond, reg.GetNeedSample())
+	return w.supervise(ctx, w.assigned(), time.Duration(reg.GetHeartbeatIntervalMs())*time.Millisecond, reg.GetNeedSample(), sd)
 }
 
 // prepare reads the inputs' sizes and prepares the worker's temp dir
@@ -360,6 +362,7 @@ func (w *Worker) register(ctx context.Context, master dsortpb.MasterClient, addr
 	w.mu.Lock()
 	w.asg = asg
 	w.mu.Unlock()
+	w.track.logger = w.cfg.Logger.With("worker", asg.index)
 	w.cfg.Logger.Info("registered", "worker", asg.index, "epoch", asg.epoch, "job", asg.jobID, "addr", addr)
 	return rep, nil
 }

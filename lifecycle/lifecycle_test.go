@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -287,5 +288,25 @@ func TestStopper(t *testing.T) {
 	<-s.Done()
 	if !s.Stopped() {
 		t.Fatal("not stopped")
+	}
+}
+
+// TestRunSteps: a hung step is cut off at its bound and the next one runs.
+func TestRunSteps(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	var ran []string
+	var told []string
+	start := time.Now()
+	cut := RunSteps(func(s Step) { told = append(told, s.Name) },
+		Step{Name: "a", Bound: time.Second, Run: func() { ran = append(ran, "a") }},
+		Step{Name: "hang", Bound: 200 * time.Millisecond, Run: func() { <-release }},
+		Step{Name: "b", Bound: time.Second, Run: func() { ran = append(ran, "b") }})
+	el := time.Since(start)
+	if !slices.Equal(cut, []string{"hang"}) || !slices.Equal(told, cut) || !slices.Equal(ran, []string{"a", "b"}) {
+		t.Fatalf("cut %v, told %v, ran %v", cut, told, ran)
+	}
+	if el < 200*time.Millisecond || el > 2*time.Second {
+		t.Fatalf("took %s, want about the hung step's 200ms bound", el)
 	}
 }

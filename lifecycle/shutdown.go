@@ -119,3 +119,35 @@ func (s *Stopper) Stopped() bool {
 		return false
 	}
 }
+
+// Step is one step of a bounded shutdown: Run gets at most Bound.
+type Step struct {
+	Name  string
+	Bound time.Duration
+	Run   func()
+}
+
+// RunSteps runs steps in order, each for at most its bound (seed 003's
+// per-step timeouts): a step still running at its bound is cut off, that
+// is, left running in its goroutine while the next step starts, and
+// onCut (if set) is told. It returns the names of the steps cut off. A
+// hang in one step therefore costs that step's bound, not the process;
+// what a cut-off step leaves behind ends with the process (or a
+// watchdog's exit).
+func RunSteps(onCut func(s Step), steps ...Step) (cut []string) {
+	for _, s := range steps {
+		done := make(chan struct{})
+		go func() { defer close(done); s.Run() }()
+		t := time.NewTimer(s.Bound)
+		select {
+		case <-done:
+			t.Stop()
+		case <-t.C:
+			cut = append(cut, s.Name)
+			if onCut != nil {
+				onCut(s)
+			}
+		}
+	}
+	return cut
+}

@@ -39,19 +39,24 @@ func isTerminal(w io.Writer) bool {
 	return ok && term.IsTerminal(int(f.Fd()))
 }
 
-// armWatchdog returns a function that starts the hard deadline (once):
-// after it, the process exits whatever is still running, with status 0 if
-// the job had succeeded (its output is complete) and 1 otherwise.
+// armWatchdog returns a function that starts seed 003's watchdog (once):
+// dsortExitDeadline after the shutdown began, the process says "[Worker]
+// Shutdown timeout - forcing exit" (or [Master]) and exits whatever is
+// still running, with status 0 if the job had succeeded (its output is
+// complete) and 1 otherwise. The seed exits 0 in both cases; a supervisor
+// or script must not take an aborted job for a success (dsort/README.md).
 func armWatchdog(stderr io.Writer, what string) func(succeeded bool) {
 	var once sync.Once
 	return func(succeeded bool) {
 		once.Do(func() {
 			lifecycle.StartWatchdog(dsortExitDeadline, func() {
-				fmt.Fprintf(stderr, "gantry: %s still shutting down %s after the job ended; forcing exit\n", what, dsortExitDeadline)
+				code := 1
 				if succeeded {
-					exitProcess(0)
+					code = 0
 				}
-				exitProcess(1)
+				fmt.Fprintf(stderr, "[%s] Shutdown timeout - forcing exit: still shutting down %s after the job ended (exit %d)\n",
+					what, dsortExitDeadline, code)
+				exitProcess(code)
 			})
 		})
 	}
@@ -138,7 +143,7 @@ func runMasterJob(ctx context.Context, env *Env, cfg dsort.MasterConfig) error {
 		fmt.Fprintf(stderr, "all %d workers registered: %s\n", len(ips), strings.Join(ips, ", "))
 	}
 	cfg.OnChange = view.change
-	cfg.OnShutdown = armWatchdog(stderr, "master")
+	cfg.OnShutdown = armWatchdog(stderr, "Master")
 	m, err := dsort.NewMaster(cfg)
 	if err != nil {
 		return err
@@ -303,7 +308,7 @@ func runSortWorker(ctx context.Context, env *Env, o sortWorkerOptions, master st
 	cfg.OnTransition = func(t lifecycle.Transition[dsort.State]) {
 		fmt.Fprintf(stderr, "worker: %s -> %s: %s\n", t.From, t.To, t.Reason)
 	}
-	cfg.OnShutdown = armWatchdog(stderr, "worker")
+	cfg.OnShutdown = armWatchdog(stderr, "Worker")
 	if points := os.Getenv("GANTRY_DSORT_FAULT"); points != "" {
 		cfg.FaultHook = faultHook(stderr, strings.Split(points, ","))
 	}
