@@ -155,8 +155,10 @@ func workDirs(t *testing.T, tmp string) []string {
 // restarts it with the same arguments while the master is still there: the
 // master answers that the job succeeded, the new process commits the staged
 // partitions and exits 0, and the output is valid. Then, with the master
-// gone, it re-runs a worker's exact command: the worker gives up naming the
-// master, exits non-zero and leaves the output, marker included, unchanged.
+// gone, it re-runs a worker's exact command: "already completed", exit 0
+// at once, nothing changed. With one input rewritten (same size and
+// mtime), or with --rerun, the worker does not claim completion: it gives
+// up naming the master, exits non-zero and leaves the output unchanged.
 func TestRestartAfterCompletedAndRerunKeepOutput(t *testing.T) {
 	j := newJob(t, 2, 8000)
 	victim := 0
@@ -194,20 +196,49 @@ func TestRestartAfterCompletedAndRerunKeepOutput(t *testing.T) {
 		}
 	}
 
-	// The master has exited: a re-run must leave everything as it is.
+	// The master has exited: a re-run of the same command has nothing to
+	// do (seed 000 §8.1): it says so and exits 0 within 2 s, leaving
+	// everything as it is.
 	before := treeSum(t, j.root)
-	rerun := j.startWorkerWith(victim, nil, "--register-timeout", "2s")
-	if code := rerun.wait(time.Minute); code == 0 {
-		t.Fatal("a worker whose master is gone exited 0")
+	start := time.Now()
+	rerun := j.startWorker(victim)
+	if code := rerun.wait(time.Minute); code != 0 {
+		t.Fatalf("a re-run after success exited %d:\n%s", code, rerun.tail(20))
 	}
-	msg := rerun.tail(20)
-	if !strings.Contains(msg, j.addr) || !strings.Contains(msg, "left as it was") {
-		t.Errorf("the worker should name the master %s and say the output was left as it was:\n%s", j.addr, msg)
+	if el := rerun.end.Sub(start); el > 2*time.Second {
+		t.Errorf("the re-run took %s, want <= 2s", el.Round(time.Millisecond))
 	}
+	rerun.waitLine(false, regexp.MustCompile(`already completed, nothing to do: .* holds job \w+'s committed output`), time.Second)
 	if after := treeSum(t, j.root); !maps.Equal(before, after) {
 		t.Errorf("a re-run after success changed files:\nbefore %v\nafter  %v", before, after)
 	}
-	j.validate(order)
+
+	// Other inputs (same size and modification time, other records): no
+	// claim of completion; the worker looks for its master as always,
+	// gives up naming it and leaves the output as it was.
+	in := filepath.Join(j.workers[victim].inputs[0], "binary")
+	fi, err := os.Stat(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.gensort(in, 1_000_000, int(fi.Size()/record.Size))
+	if err := os.Chtimes(in, fi.ModTime(), fi.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	before = treeSum(t, j.root)
+	for _, extra := range [][]string{nil, {"--rerun"}} {
+		other := j.startWorkerWith(victim, nil, append([]string{"--register-timeout", "2s"}, extra...)...)
+		if code := other.wait(time.Minute); code == 0 {
+			t.Fatalf("a worker with other inputs %v whose master is gone exited 0:\n%s", extra, other.tail(20))
+		}
+		msg := other.tail(20)
+		if strings.Contains(msg, "already completed") || !strings.Contains(msg, j.addr) || !strings.Contains(msg, "left as it was") {
+			t.Errorf("the worker %v should not claim completion, name the master %s and say the output was left as it was:\n%s", extra, j.addr, msg)
+		}
+		if after := treeSum(t, j.root); !maps.Equal(before, after) {
+			t.Errorf("a re-run with other inputs changed files:\nbefore %v\nafter  %v", before, after)
+		}
+	}
 }
 
 // TestTurnedAwayWorkersDeleteNothing starts a two-worker job with a token

@@ -34,7 +34,11 @@ type doneMarker struct {
 	Job        string    `json:"job"`
 	Worker     int       `json:"worker"`
 	Partitions []int     `json:"partitions"`
+	Bytes      []int64   `json:"bytes"` // each partition's size, as Partitions
 	Committed  time.Time `json:"committed"`
+	// Inputs is what the output was made from (done.go); nil when the
+	// inputs could not be printed: then no re-run claims completion.
+	Inputs *inputPrint `json:"inputs,omitempty"`
 }
 
 // output is the worker's output directory: where merge stages the job's
@@ -43,6 +47,7 @@ type output struct {
 	dir    string
 	logger *slog.Logger
 	clock  clock.Clock // dates the marker
+	inputs *inputPrint // what the worker's inputs were at its start
 }
 
 // stagedPath is where merge writes job's partition p until the job commits.
@@ -99,11 +104,18 @@ func (o output) commit(job string, index int) error {
 	if err := os.Remove(filepath.Join(dir, record.DoneMarker)); err != nil && !os.IsNotExist(err) {
 		return fmt.Errorf("dsort: commit output: %w", err)
 	}
-	mk := doneMarker{Job: job, Worker: index, Committed: o.clock.Now().UTC()}
+	mk := doneMarker{Job: job, Worker: index, Committed: o.clock.Now().UTC(), Inputs: o.inputs}
 	for p := range staged {
 		mk.Partitions = append(mk.Partitions, p)
 	}
 	slices.Sort(mk.Partitions)
+	for _, p := range mk.Partitions {
+		fi, err := os.Stat(filepath.Join(dir, staged[p]))
+		if err != nil {
+			return fmt.Errorf("dsort: commit output: %w", err)
+		}
+		mk.Bytes = append(mk.Bytes, fi.Size())
+	}
 	for _, name := range old {
 		if n, _ := record.PartitionNumber(name); staged[int(n)] == "" {
 			if err := os.Remove(filepath.Join(dir, name)); err != nil {

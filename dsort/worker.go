@@ -55,6 +55,10 @@ type WorkerConfig struct {
 	// MasterTimeout is how long the master may stay unreachable before the
 	// worker gives up. Default 30s.
 	MasterTimeout time.Duration
+	// Rerun makes the worker join a job even when its output holds the
+	// completed result of its inputs and no master answers at once (by
+	// default it then exits with nothing to do, seed 000 §8.1).
+	Rerun bool
 	// FetchParallel is how many shuffle streams the worker pulls at once.
 	// Default 4.
 	FetchParallel int
@@ -160,8 +164,9 @@ type Worker struct {
 	signals *signals     // the master's signals, from the RPC handlers to runPhases
 	pieces  *pieceServer // serves the sorted runs once the sort phase is done
 
-	mu  sync.Mutex // protects asg
-	asg assignment // set by registration, then fixed
+	mu        sync.Mutex // protects asg and completed
+	asg       assignment // set by registration, then fixed
+	completed string     // the job whose output was found complete (join)
 }
 
 // assignment is what registration gave this process: fixed afterwards.
@@ -247,7 +252,10 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 		return err
 	}
 	sd.conn = conn
-	reg, err := w.register(ctx, dsortpb.NewMasterClient(conn), addr)
+	reg, err := w.join(ctx, dsortpb.NewMasterClient(conn), addr)
+	if errors.Is(err, errNothingToDo) {
+		return nil
+	}
 	if errors.Is(err, ErrJobSucceeded) {
 		return w.alreadySucceeded(err)
 	}
@@ -269,7 +277,52 @@ func (w *Worker) prepare() error {
 		return err
 	}
 	w.inputs, w.inputBytes = inputs, total
+	if w.out.inputs, err = printInputs(inputs); err != nil {
+		return fmt.Errorf("dsort: read inputs: %w", err)
+	}
 	return w.dir.prepare(w.cfg.TempDir, w.cfg.Logger)
+}
+
+// completedProbe is how long a worker whose output already holds the
+// result of its inputs looks for a master before it says there is nothing
+// to do.
+const completedProbe = time.Second
+
+// errNothingToDo: the output holds the completed result of these inputs
+// and no master is there to start a new job (join).
+var errNothingToDo = errors.New("dsort: already completed")
+
+// join registers with the master. When the output dir holds the committed
+// result of these very inputs (done.go) and Rerun is not set, a master
+// that does not answer within completedProbe means the job this output
+// came from is over: seed 000's "already completed, nothing to do"
+// (errNothingToDo; AlreadyCompleted names the job). A master that answers
+// runs a job as always: the other workers' inputs may have changed.
+func (w *Worker) join(ctx context.Context, master dsortpb.MasterClient, addr string) (*dsortpb.RegisterReply, error) {
+	job := ""
+	if !w.cfg.Rerun {
+		job = w.out.completedJob(w.out.inputs)
+	}
+	if job == "" {
+		return w.register(ctx, master, addr, w.cfg.RegisterTimeout)
+	}
+	reg, err := w.register(ctx, master, addr, min(completedProbe, w.cfg.RegisterTimeout))
+	if errors.Is(err, ErrMasterLost) {
+		w.mu.Lock()
+		w.completed = job
+		w.mu.Unlock()
+		w.cfg.Logger.Info("Worker already completed. Nothing to do.", "job", job, "output", w.cfg.Output)
+		return nil, errNothingToDo
+	}
+	return reg, err
+}
+
+// AlreadyCompleted is the job whose completed output Run found and left as
+// it was, having nothing to do (seed 000 §8.1); "" when Run ran a job.
+func (w *Worker) AlreadyCompleted() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.completed
 }
 
 // start creates the state machine and serves the worker's RPCs; it returns
@@ -325,10 +378,10 @@ func (w *Worker) fault(ctx context.Context, point string) {
 
 // register joins the job, retrying while the master is unreachable (up to
 // RegisterTimeout), and records what the master assigned.
-func (w *Worker) register(ctx context.Context, master dsortpb.MasterClient, addr string) (*dsortpb.RegisterReply, error) {
+func (w *Worker) register(ctx context.Context, master dsortpb.MasterClient, addr string, timeout time.Duration) (*dsortpb.RegisterReply, error) {
 	req := &dsortpb.RegisterRequest{Address: addr, InputDirs: w.cfg.Inputs, OutputDir: w.cfg.Output,
 		InputBytes: w.inputBytes, Cores: int32(w.cores), MachineId: machineID()}
-	rctx, cancel := context.WithTimeout(ctx, w.cfg.RegisterTimeout)
+	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var rep *dsortpb.RegisterReply
 	var last error
@@ -355,7 +408,7 @@ func (w *Worker) register(ctx context.Context, master dsortpb.MasterClient, addr
 		return nil, err
 	default:
 		return nil, fmt.Errorf("%w: cannot register with %s for %s: %s; the output directory %s was left as it was",
-			ErrMasterLost, w.cfg.Master, w.cfg.RegisterTimeout, statusMessage(last), w.cfg.Output)
+			ErrMasterLost, w.cfg.Master, timeout, statusMessage(last), w.cfg.Output)
 	}
 	asg := assignment{jobID: rep.GetJobId(), index: int(rep.GetIndex()), epoch: rep.GetEpoch(),
 		numWorkers: int(rep.GetNumWorkers()), master: master}

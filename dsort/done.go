@@ -1,0 +1,109 @@
+package dsort
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/gantryhq/gantry/extsort"
+	"github.com/gantryhq/gantry/record"
+)
+
+// Seed 000 §8.1, "Worker already completed. Nothing to do.": the done
+// marker a commit writes records what this worker's output was made from
+// (inputPrint) and what it holds (each partition's size). A worker started
+// again whose output still holds exactly that, for inputs that still match
+// the print, has nothing to do once it finds no master to join
+// (Worker.join): it exits 0 without touching anything. Anything else — an
+// input added, removed, rewritten, touched or moved; a partition missing,
+// added or resized; no print (an older marker) — is not "completed", and
+// the worker runs as always.
+
+// sampleKeys is how many keys, at evenly spaced records, the print digests.
+const sampleKeys = 4096
+
+// inputFile is one input file as the print records it: its absolute path
+// and stat data (the change time and inode catch a rewrite that kept the
+// size and the modification time).
+type inputFile struct {
+	Path  string `json:"path"`
+	Size  int64  `json:"size"`
+	MTime int64  `json:"mtime_ns"`
+	CTime int64  `json:"ctime_ns,omitempty"`
+	Inode uint64 `json:"inode,omitempty"`
+	Dev   uint64 `json:"dev,omitempty"`
+}
+
+// inputPrint identifies a worker's inputs: every file, in input order, and
+// a SHA-256 of sampleKeys keys read at evenly spaced records.
+type inputPrint struct {
+	Files  []inputFile `json:"files"`
+	Sample string      `json:"sample_sha256"`
+}
+
+// printInputs takes the print of inputs (as ScanInputs listed them).
+func printInputs(inputs []extsort.Input) (*inputPrint, error) {
+	p := &inputPrint{}
+	for _, in := range inputs {
+		abs, err := filepath.Abs(in.Path)
+		if err != nil {
+			return nil, err
+		}
+		fi, err := os.Stat(in.Path)
+		if err != nil {
+			return nil, err
+		}
+		f := inputFile{Path: abs, Size: fi.Size(), MTime: fi.ModTime().UnixNano()}
+		f.CTime, f.Inode, f.Dev = statIDs(fi)
+		p.Files = append(p.Files, f)
+	}
+	keys, _, err := sampleInputs(inputs, sampleKeys)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(keys)
+	p.Sample = hex.EncodeToString(sum[:])
+	return p, nil
+}
+
+func (p *inputPrint) equal(q *inputPrint) bool {
+	return p != nil && q != nil && p.Sample == q.Sample && slices.Equal(p.Files, q.Files)
+}
+
+// completedJob returns the job whose committed output dir holds the result
+// of inputs printed as fp: the marker's print equals fp and the dir's
+// partition.<n> files are exactly the marker's, with their sizes. It
+// returns "" otherwise (no marker, an older one, any difference).
+func (o output) completedJob(fp *inputPrint) string {
+	data, err := os.ReadFile(filepath.Join(o.dir, record.DoneMarker))
+	if err != nil {
+		return ""
+	}
+	var mk doneMarker
+	if json.Unmarshal(data, &mk) != nil || !mk.Inputs.equal(fp) || len(mk.Bytes) != len(mk.Partitions) {
+		return ""
+	}
+	ents, err := os.ReadDir(o.dir)
+	if err != nil {
+		return ""
+	}
+	found := 0
+	for _, e := range ents {
+		if isPartitionName(e.Name()) {
+			found++
+		}
+	}
+	if found != len(mk.Partitions) {
+		return ""
+	}
+	for i, p := range mk.Partitions {
+		fi, err := os.Stat(filepath.Join(o.dir, partitionName(p)))
+		if err != nil || !fi.Mode().IsRegular() || fi.Size() != mk.Bytes[i] {
+			return ""
+		}
+	}
+	return mk.Job
+}
