@@ -2,11 +2,13 @@ package dsort
 
 import (
 	"errors"
+	"log/slog"
 	"path/filepath"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/gantryhq/gantry/internal/clock"
 	"github.com/gantryhq/gantry/lifecycle"
 )
 
@@ -189,4 +191,40 @@ func FuzzParseState(f *testing.F) {
 			t.Fatalf("ParseState(%q) = %v, which prints as %q", name, s, s.String())
 		}
 	})
+}
+
+// TestPhaseProgressWithinAPhase: seed 000 §7.1's progress inside a phase
+// (getSortProgress and the rest): what the phase has done of its total
+// moves the worker through its band, in the percentage and the message,
+// and a new phase starts again from 0.
+func TestPhaseProgressWithinAPhase(t *testing.T) {
+	tr := &phaseTracker{sm: newSM(t), clock: clock.Or(nil), metrics: newMetrics(nil), logger: slog.New(slog.DiscardHandler)}
+	for _, s := range []State{Sampling, WaitingForPartitionConfig} {
+		if err := tr.start(s, "", 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tr.start(Sorting, "", 400); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		add  int64
+		pct  float64
+		text string
+	}{{0, 15, "Sorting: 0%"}, {100, 25, "Sorting: 25%"}, {200, 45, "Sorting: 75%"}, {100, 55, "Sorting: 100%"}} {
+		tr.done.Add(c.add)
+		if got, msg := tr.progress(Sorting), tr.message(Sorting); got != c.pct || msg != c.text {
+			t.Errorf("after %d more: progress %v %q, want %v %q", c.add, got, msg, c.pct, c.text)
+		}
+	}
+	if err := tr.start(WaitingForShuffleSignal, "", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.start(Shuffling, "", 10); err != nil {
+		t.Fatal(err)
+	}
+	tr.done.Add(5)
+	if got, msg := tr.progress(Shuffling), tr.message(Shuffling); got != 67.5 || msg != "Shuffling: 50%" {
+		t.Errorf("shuffling half done: progress %v %q, want 67.5 \"Shuffling: 50%%\"", got, msg)
+	}
 }
