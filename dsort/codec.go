@@ -1,7 +1,9 @@
 package dsort
 
 import (
+	"encoding/binary"
 	"fmt"
+	"slices"
 
 	"github.com/gantryhq/gantry/dsort/dsortpb"
 	"google.golang.org/grpc"
@@ -36,50 +38,141 @@ func (c chunkCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	if !ok {
 		return c.proto.Unmarshal(data, v)
 	}
-	if len(data) == 1 {
-		return decodeChunk(data[0].ReadOnlyData(), m)
+	// A chunk arrives in pieces (one per HTTP/2 data frame): it is decoded
+	// from them in place, its data copied once, straight into m.Data,
+	// instead of first gathering the pieces in a buffer of its own.
+	r := &sliceReader{bufs: make([][]byte, 0, len(data))}
+	for _, b := range data {
+		r.bufs = append(r.bufs, b.ReadOnlyData())
 	}
-	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
-	defer buf.Free()
-	return decodeChunk(buf.ReadOnlyData(), m)
+	return decodeChunkFrom(r, m)
 }
 
 // decodeChunk sets every field of m from b, a ShuffleDataChunk in proto
 // wire format, copying the data into m.Data's own buffer when it is large
 // enough. Unknown fields are skipped, as proto does.
 func decodeChunk(b []byte, m *dsortpb.ShuffleDataChunk) error {
+	return decodeChunkFrom(&sliceReader{bufs: [][]byte{b}}, m)
+}
+
+// decodeChunkFrom is decodeChunk over the pieces of r.
+func decodeChunkFrom(r *sliceReader, m *dsortpb.ShuffleDataChunk) error {
 	data := m.Data[:0]
 	m.Reset()
 	m.Data = data
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
+	for r.len() > 0 {
+		num, typ, n := protowire.ConsumeTag(r.peek())
 		if n < 0 {
 			return fmt.Errorf("dsort: decode ShuffleDataChunk: %w", protowire.ParseError(n))
 		}
-		b = b[n:]
+		r.skip(n)
 		switch {
 		case num == 5 && typ == protowire.BytesType:
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return fmt.Errorf("dsort: decode ShuffleDataChunk data: %w", protowire.ParseError(n))
+			v, n := protowire.ConsumeVarint(r.peek())
+			if n < 0 || v > uint64(r.len()-n) {
+				return fmt.Errorf("dsort: decode ShuffleDataChunk data: %w", protowire.ParseError(min(n, -1)))
 			}
-			m.Data = append(m.Data[:0], v...)
-			b = b[n:]
+			r.skip(n)
+			m.Data = r.read(m.Data[:0], int(v))
 		case typ == protowire.VarintType && num >= 1 && num <= 7:
-			v, n := protowire.ConsumeVarint(b)
+			v, n := protowire.ConsumeVarint(r.peek())
 			if n < 0 {
 				return fmt.Errorf("dsort: decode ShuffleDataChunk field %d: %w", num, protowire.ParseError(n))
 			}
 			setChunkField(m, num, v)
-			b = b[n:]
+			r.skip(n)
 		default:
-			n := protowire.ConsumeFieldValue(num, typ, b)
-			if n < 0 {
-				return fmt.Errorf("dsort: decode ShuffleDataChunk field %d: %w", num, protowire.ParseError(n))
+			if err := r.skipField(num, typ); err != nil {
+				return fmt.Errorf("dsort: decode ShuffleDataChunk field %d: %w", num, err)
 			}
-			b = b[n:]
 		}
 	}
+	return nil
+}
+
+// sliceReader reads a message that lies in several buffers, in order.
+type sliceReader struct {
+	bufs    [][]byte // what is left: bufs[0] is never empty unless len is 0
+	scratch [binary.MaxVarintLen64 + 1]byte
+}
+
+// len is the number of bytes left.
+func (r *sliceReader) len() int {
+	n := 0
+	for _, b := range r.bufs {
+		n += len(b)
+	}
+	return n
+}
+
+// peek returns the next bytes: all of the current buffer, or, when a tag or
+// varint may straddle it and the next, up to len(scratch) bytes gathered
+// across buffers (enough for any tag or varint).
+func (r *sliceReader) peek() []byte {
+	r.trim()
+	if len(r.bufs) == 0 {
+		return nil
+	}
+	if len(r.bufs[0]) >= len(r.scratch) || len(r.bufs) == 1 {
+		return r.bufs[0]
+	}
+	n := 0
+	for _, b := range r.bufs {
+		n += copy(r.scratch[n:], b)
+		if n == len(r.scratch) {
+			break
+		}
+	}
+	return r.scratch[:n]
+}
+
+// skip drops n bytes (at most len).
+func (r *sliceReader) skip(n int) {
+	for n > 0 && len(r.bufs) > 0 {
+		k := min(n, len(r.bufs[0]))
+		r.bufs[0] = r.bufs[0][k:]
+		n -= k
+		r.trim()
+	}
+}
+
+// read appends the next n bytes (at most len) to dst.
+func (r *sliceReader) read(dst []byte, n int) []byte {
+	dst = slices.Grow(dst, n)
+	for n > 0 && len(r.bufs) > 0 {
+		k := min(n, len(r.bufs[0]))
+		dst = append(dst, r.bufs[0][:k]...)
+		r.bufs[0] = r.bufs[0][k:]
+		n -= k
+		r.trim()
+	}
+	return dst
+}
+
+// trim drops the empty buffers at the front.
+func (r *sliceReader) trim() {
+	for len(r.bufs) > 0 && len(r.bufs[0]) == 0 {
+		r.bufs = r.bufs[1:]
+	}
+}
+
+// skipField skips the value of an unknown field, as proto does.
+func (r *sliceReader) skipField(num protowire.Number, typ protowire.Type) error {
+	if typ != protowire.BytesType {
+		// Varints and fixed-size values fit in what peek returns;
+		// groups, deprecated, are not expected and must lie in one buffer.
+		n := protowire.ConsumeFieldValue(num, typ, r.peek())
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		r.skip(n)
+		return nil
+	}
+	v, n := protowire.ConsumeVarint(r.peek())
+	if n < 0 || v > uint64(r.len()-n) {
+		return protowire.ParseError(min(n, -1))
+	}
+	r.skip(n + int(v))
 	return nil
 }
 

@@ -82,6 +82,10 @@ func (f *fetcher) fetch(ctx context.Context, s, p int) error {
 	return err
 }
 
+// chunkMessages holds the messages (with their 1 MiB data buffers) that
+// the fetches decode chunks into, one per fetch running.
+var chunkMessages = sync.Pool{New: func() any { return &dsortpb.ShuffleDataChunk{} }}
+
 // errNoAddress: the master has not told this worker a sender's address yet.
 var errNoAddress = errors.New("dsort: sender's address not known yet")
 
@@ -120,7 +124,7 @@ func (f *fetcher) client(addr string) (dsortpb.WorkerClient, error) {
 	cc := f.conns[addr]
 	if cc == nil {
 		var err error
-		if cc, err = dialMetered(addr, f.token, f.metrics); err != nil {
+		if cc, err = dialPeer(addr, f.token, f.metrics); err != nil {
 			return nil, err
 		}
 		f.conns[addr] = cc
@@ -142,8 +146,10 @@ func (f *fetcher) tryFetch(ctx context.Context, addr string, s, p int) (err erro
 	}
 	rc := &pieceReceiver{dir: f.dir.recv(), addr: addr, sender: s, partition: p}
 	// One message for the whole stream: chunkCodec decodes each chunk into
-	// it, reusing its data buffer (rc.chunk keeps nothing of it).
-	msg := &dsortpb.ShuffleDataChunk{}
+	// it, reusing its data buffer (rc.chunk keeps nothing of it); the next
+	// stream reuses it in turn.
+	msg := chunkMessages.Get().(*dsortpb.ShuffleDataChunk)
+	defer chunkMessages.Put(msg)
 	recv := func() (*dsortpb.ShuffleDataChunk, error) {
 		if err := stream.RecvMsg(msg); err != nil {
 			return nil, err

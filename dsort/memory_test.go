@@ -32,6 +32,12 @@ func TestWorkerSharesOnlyADefaultedBudget(t *testing.T) {
 	}
 }
 
+// goShare is the Go runtime's share of a plan with fetches fetch streams
+// and cores served streams.
+func goShare(fetches, cores int64) int64 {
+	return runtimeReserve - binaryResident + fetches*fetchStreamMemory + cores*serveStreamMemory
+}
+
 func TestMemoryPlan(t *testing.T) {
 	const mib = 1 << 20
 	for _, tc := range []struct {
@@ -42,29 +48,34 @@ func TestMemoryPlan(t *testing.T) {
 		records               int64
 		want                  memoryPlan
 	}{
+		// 984 MiB to share: 4 fetches (12 MiB), 4 served streams (8 MiB),
+		// 4 merges' direct writes (48 MiB); 916 MiB left, a third to the
+		// served streams, two thirds to the merges.
 		{"alone, 1 GiB, 4 cores, 8 partitions", 1024 * mib, true, 1, 4, 8, 0,
-			memoryPlan{budget: 1024 * mib, sort: 1000 * mib, serve: 64 * mib, merge: 128 * mib}},
+			memoryPlan{budget: 1024 * mib, sort: 984 * mib, serve: 76 * mib, merge: 152 * mib, goLimit: goShare(4, 4)}},
 		{"a defaulted budget is shared by the machine's 4 workers", 1024 * mib, true, 4, 2, 2, 0,
-			memoryPlan{budget: 256 * mib, sort: 232 * mib, serve: 32 * mib, merge: 64 * mib}},
+			memoryPlan{budget: 256 * mib, sort: 216 * mib, serve: 29 * mib, merge: 58 * mib, goLimit: goShare(4, 2)}},
 		{"a budget the user set is not shared", 1024 * mib, false, 4, 2, 2, 0,
-			memoryPlan{budget: 1024 * mib, sort: 1000 * mib, serve: 128 * mib, merge: 256 * mib}},
+			memoryPlan{budget: 1024 * mib, sort: 984 * mib, serve: 157 * mib, merge: 314 * mib, goLimit: goShare(4, 2)}},
+		{"the issue's 128 MiB, 2 cores, 15 partitions", 128 * mib, false, 4, 2, 15, 0,
+			memoryPlan{budget: 128 * mib, sort: 88 * mib, serve: 8 * mib, merge: 16 * mib, goLimit: goShare(4, 2)}},
 		{"sharing keeps what a sort needs", 64 * mib, true, 8, 1, 1, 0,
-			memoryPlan{budget: 40 * mib, sort: 16 * mib, serve: 10 * mib, merge: 20 * mib}},
+			memoryPlan{budget: 56 * mib, sort: 16 * mib, serve: minMergeMemory, merge: minMergeMemory, goLimit: goShare(4, 1)}},
 		{"merges run on at most ppw partitions at once", 512 * mib, false, 1, 8, 2, 0,
-			memoryPlan{budget: 512 * mib, sort: 488 * mib, serve: 16 * mib, merge: 128 * mib}},
+			memoryPlan{budget: 512 * mib, sort: 472 * mib, serve: 17 * mib, merge: 140 * mib, goLimit: goShare(4, 8)}},
 		{"tiny shares get the floor", 40 * mib, false, 1, 64, 64, 0,
-			memoryPlan{budget: 40 * mib, sort: 16 * mib, serve: minMergeMemory, merge: minMergeMemory}},
-		{"an input whose sorted form fits half the budget is kept, at half the serve and merge shares", 1024 * mib, false, 1, 2, 2, 4_000_000,
-			memoryPlan{budget: 1024 * mib, sort: 1000 * mib, serve: 64 * mib, merge: 128 * mib, keep: true}},
+			memoryPlan{budget: 40 * mib, sort: 16 * mib, serve: minMergeMemory, merge: minMergeMemory, goLimit: goShare(4, 64)}},
+		{"an input whose sorted form fits half the work share is kept, the merges sharing what it leaves", 1024 * mib, false, 1, 2, 2, 4_000_000,
+			memoryPlan{budget: 1024 * mib, sort: 984 * mib, serve: 83 * mib, merge: 167 * mib, goLimit: goShare(4, 2), keep: true}},
 		{"one that does not is spilled", 1024 * mib, false, 1, 2, 2, 5_000_000,
-			memoryPlan{budget: 1024 * mib, sort: 1000 * mib, serve: 128 * mib, merge: 256 * mib}},
-		{"the kept size is checked against the shared budget", 1024 * mib, true, 4, 2, 2, 1_200_000,
-			memoryPlan{budget: 256 * mib, sort: 232 * mib, serve: 32 * mib, merge: 64 * mib}},
-		{"and a shared budget can keep a smaller input", 1024 * mib, true, 4, 2, 2, 1_000_000,
-			memoryPlan{budget: 256 * mib, sort: 232 * mib, serve: 16 * mib, merge: 32 * mib, keep: true}},
+			memoryPlan{budget: 1024 * mib, sort: 984 * mib, serve: 157 * mib, merge: 314 * mib, goLimit: goShare(4, 2)}},
+		{"the kept size is checked against the shared budget", 1024 * mib, true, 4, 2, 2, 1_000_000,
+			memoryPlan{budget: 256 * mib, sort: 216 * mib, serve: 29 * mib, merge: 58 * mib, goLimit: goShare(4, 2)}},
+		{"and a shared budget can keep a smaller input", 1024 * mib, true, 4, 2, 2, 900_000,
+			memoryPlan{budget: 256 * mib, sort: 216 * mib, serve: 12 * mib, merge: 25 * mib, goLimit: goShare(4, 2), keep: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := newMemoryPlan(tc.budget, tc.shared, tc.onMachine, tc.cores, tc.ppw, tc.records)
+			got := newMemoryPlan(tc.budget, tc.shared, tc.onMachine, tc.cores, 4, tc.ppw, tc.records)
 			if d := cmp.Diff(tc.want, got, cmp.AllowUnexported(memoryPlan{})); d != "" {
 				t.Fatal(d)
 			}

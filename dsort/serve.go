@@ -82,8 +82,9 @@ func (s *pieceServer) serve(ctx context.Context, receiver, p int, send func(*dso
 		return ctx.Err()
 	}
 	self := int32(l.self)
-	cw := &chunkWriter{send: send, sender: self, epoch: src.epoch, partition: int32(p),
-		buf: make([]byte, 0, chunkBytes)}
+	buf := chunkBuffers.Get().(*[]byte)
+	defer chunkBuffers.Put(buf)
+	cw := &chunkWriter{send: send, sender: self, epoch: src.epoch, partition: int32(p), buf: (*buf)[:0]}
 	if segs := src.sorted.segments(p); len(segs) > 0 {
 		if err := extsort.Merge(ctx, extsort.Config{Memory: src.memory, TempDir: s.tempDir, Workers: 1}, segs, cw, nil); err != nil {
 			return err
@@ -99,6 +100,10 @@ func (s *pieceServer) serve(ctx context.Context, receiver, p int, send func(*dso
 	return send(&dsortpb.ShuffleDataChunk{Sender: self, SenderEpoch: src.epoch, Partition: int32(p),
 		Offset: cw.off, IsLastChunk: true, TotalBytes: cw.off})
 }
+
+// chunkBuffers holds the chunk buffers of the streams served, one per
+// stream running.
+var chunkBuffers = sync.Pool{New: func() any { b := make([]byte, 0, chunkBytes); return &b }}
 
 // chunkWriter cuts a byte stream into ShuffleDataChunks.
 type chunkWriter struct {

@@ -215,10 +215,30 @@ func statusMessage(err error) string {
 // window size would switch it off.
 func dial(addr, token string) (*grpc.ClientConn, error) { return dialMetered(addr, token, nil) }
 
-// dialMetered is dial that also counts failed calls in m.
-func dialMetered(addr, token string, m *metrics) (*grpc.ClientConn, error) {
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithWriteBufferSize(ioBufferSize), grpc.WithReadBufferSize(ioBufferSize)}
+// Shuffle data flows into a worker over its connections to its peers,
+// whose flow-control windows bound how much of it gRPC holds (in buffers
+// of its own) before the fetcher reads it: with BDP estimation they grow
+// to 16 MiB each, so they are static, shuffleStreamWindow per stream
+// (two 1 MiB chunks: the sender keeps sending while the receiver stores
+// one) and shuffleConnWindow per connection (a peer serves at most two
+// of a worker's FetchParallel streams at once).
+const (
+	shuffleStreamWindow = 2 << 20
+	shuffleConnWindow   = 2 * shuffleStreamWindow
+)
+
+// dialPeer is dialMetered for a connection to a peer, which carries
+// shuffle data to this worker: with static flow-control windows.
+func dialPeer(addr, token string, m *metrics) (*grpc.ClientConn, error) {
+	return dialMetered(addr, token, m,
+		grpc.WithStaticStreamWindowSize(shuffleStreamWindow), grpc.WithStaticConnWindowSize(shuffleConnWindow))
+}
+
+// dialMetered is dial that also counts failed calls in m; extra options
+// are added.
+func dialMetered(addr, token string, m *metrics, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithWriteBufferSize(ioBufferSize), grpc.WithReadBufferSize(ioBufferSize)}, extra...)
 	if m != nil {
 		opts = append(opts, grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, inv grpc.UnaryInvoker, o ...grpc.CallOption) error {
 			err := inv(ctx, method, req, reply, cc, o...)

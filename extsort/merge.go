@@ -278,6 +278,17 @@ func mergeSources(ctx context.Context, memory int64, srcs []source, w io.Writer,
 			only = append(only, s)
 		}
 	}
+	if len(only) == 0 {
+		return nil
+	}
+	if a == nil {
+		// Buffers of their own, mapped outside the Go heap and unmapped on
+		// return: a merge's buffers are gone the moment it ends instead of
+		// lingering as garbage until the next collection, and the next merge
+		// does not find the heap grown by them.
+		a = newArena(arenaSize(memory, only))
+		defer a.free()
+	}
 	if len(only) == 1 {
 		return copySource(ctx, only[0], w, progress, a)
 	}
@@ -289,6 +300,23 @@ func mergeSources(ctx context.Context, memory int64, srcs []source, w io.Writer,
 	mo := &mergeOut{w: w, progress: progress, out: a.carve(&used, mergeOutBuf-mergeOutBuf%recSize)}
 	mo.bw, _ = w.(BlockWriter)
 	return mergeLoop(ctx, cur, mo)
+}
+
+// arenaSize is what mergeSources carves for srcs (non-empty): the output
+// buffer and, unless there is a single source (copied), a read buffer per
+// file source.
+func arenaSize(memory int64, srcs []source) int64 {
+	n := int64(mergeOutBuf - mergeOutBuf%recSize)
+	if len(srcs) == 1 {
+		return n
+	}
+	files := 0
+	for _, s := range srcs {
+		if s.mem == nil {
+			files++
+		}
+	}
+	return n + int64(files)*int64(mergeBufSize(memory, max(files, 1)))
 }
 
 // openCursors makes a cursor on each non-empty source, its first block read:

@@ -119,10 +119,18 @@ func newSorter(cfg Config, chunkRecs int64) *sorter {
 	buf, f1 := bigAlloc(int(recs * recSize))
 	es, f2 := bigEntries(int(recs))
 	t, f3 := bigEntries(int(recs))
-	s := &sorter{cfg: cfg, buf: buf, es: es, t: t, free: func() { f1(); f2(); f3() }}
+	frees := []func(){f1, f2, f3}
+	s := &sorter{cfg: cfg, buf: buf, es: es, t: t}
 	s.gather = make([][]byte, cfg.Workers)
 	for i := range s.gather {
-		s.gather[i] = make([]byte, cfg.gather)
+		var f func()
+		s.gather[i], f = bigAlloc(int(cfg.gather))
+		frees = append(frees, f)
+	}
+	s.free = func() {
+		for _, f := range frees {
+			f()
+		}
 	}
 	return s
 }
