@@ -184,7 +184,9 @@ func (m *HealthMonitor) Pass(ctx context.Context) error {
 }
 
 // Run passes every Interval and observes hinted workspaces at once, until
-// ctx ends; it then waits for observations in progress.
+// ctx ends; it then waits for observations in progress. A pass runs in its
+// own goroutine (one at a time; a tick during a pass is skipped), so that
+// hinted workspaces never wait for a pass over 100,000 rows to end.
 func (m *HealthMonitor) Run(ctx context.Context) error {
 	hinted, cancel := m.hints.Subscribe(ChanMonitor)
 	defer cancel()
@@ -193,17 +195,28 @@ func (m *HealthMonitor) Run(ctx context.Context) error {
 	sem := make(chan struct{}, m.cfg.Concurrency)
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	if err := m.Pass(ctx); err != nil && ctx.Err() == nil {
-		m.cfg.Logger.Warn("workspace: monitor pass", "err", err)
+	passing := make(chan struct{}, 1) // holds a token while a pass runs
+	pass := func() {
+		select {
+		case passing <- struct{}{}:
+		default:
+			return // the previous pass is still running
+		}
+		wg.Add(1)
+		go func() {
+			defer func() { <-passing; wg.Done() }()
+			if err := m.Pass(ctx); err != nil && ctx.Err() == nil {
+				m.cfg.Logger.Warn("workspace: monitor pass", "err", err)
+			}
+		}()
 	}
+	pass()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C():
-			if err := m.Pass(ctx); err != nil && ctx.Err() == nil {
-				m.cfg.Logger.Warn("workspace: monitor pass", "err", err)
-			}
+			pass()
 		case id := <-hinted:
 			select {
 			case sem <- struct{}{}:

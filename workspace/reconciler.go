@@ -384,22 +384,20 @@ func (r *Reconciler) Run(ctx context.Context) error {
 	defer cancel()
 	t := r.cfg.Clock.NewTicker(r.cfg.Interval)
 	defer t.Stop()
-	if err := r.Tick(ctx); err != nil && ctx.Err() == nil {
-		r.cfg.Logger.Warn("workspace: tick", "err", err)
-	}
+	tick, ticks := r.ticker(ctx)
+	tick()
 loop:
 	for {
 		select {
 		case <-ctx.Done():
 			break loop
 		case <-t.C():
-			if err := r.Tick(ctx); err != nil && ctx.Err() == nil {
-				r.cfg.Logger.Warn("workspace: tick", "err", err)
-			}
+			tick()
 		case id := <-hints:
 			r.poke(id, nil)
 		}
 	}
+	ticks.Wait()
 	r.mu.Lock()
 	r.draining = true
 	r.mu.Unlock()
@@ -411,6 +409,27 @@ loop:
 	defer stop()
 	sch.Stop(stopCtx)
 	return nil
+}
+
+// ticker returns tick, which starts a Tick in its own goroutine unless one
+// is running (an interval passing during a long tick is skipped), so that
+// hints are handled while a tick lists 100,000 rows; wg counts the tick.
+func (r *Reconciler) ticker(ctx context.Context) (tick func(), wg *sync.WaitGroup) {
+	wg = &sync.WaitGroup{}
+	running := make(chan struct{}, 1)
+	return func() {
+		select {
+		case running <- struct{}{}:
+		default:
+			return
+		}
+		wg.Go(func() {
+			defer func() { <-running }()
+			if err := r.Tick(ctx); err != nil && ctx.Err() == nil {
+				r.cfg.Logger.Warn("workspace: tick", "err", err)
+			}
+		})
+	}, wg
 }
 
 // step is one reconcile of one workspace (seed: reconcile(ws)).

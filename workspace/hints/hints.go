@@ -34,18 +34,24 @@ type Bus interface {
 	Subscribe(channel string) (<-chan string, func())
 }
 
-// Local is the in-process hub (SQLite mode). Delivery never blocks:
-// a subscriber whose buffer is full misses the hint.
+// Local is the in-process hub (SQLite mode). Delivery never blocks and
+// never drops: each subscriber holds the set of ids published and not yet
+// taken, each once (a hint for an id already pending merges with it), and
+// one goroutine feeds them to the subscriber in the order they were first
+// published. A burst of hints (a TTL pass archiving a night's idle
+// workspaces, 100,000 rows changed at once) costs memory per distinct
+// pending id, never a lost hint that would leave its workspace waiting for
+// the next poll.
 type Local struct {
 	// mu protects subs.
 	mu   sync.Mutex
-	subs map[string]map[chan string]struct{}
+	subs map[string]map[*sub]struct{}
 }
 
 var _ Bus = (*Local)(nil)
 
 // NewLocal returns an empty hub.
-func NewLocal() *Local { return &Local{subs: map[string]map[chan string]struct{}{}} }
+func NewLocal() *Local { return &Local{subs: map[string]map[*sub]struct{}{}} }
 
 // Publish delivers id to every subscriber of channel.
 func (h *Local) Publish(_ context.Context, channel, id string) error {
@@ -56,27 +62,85 @@ func (h *Local) Publish(_ context.Context, channel, id string) error {
 func (h *Local) deliver(channel, id string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for c := range h.subs[channel] {
-		select {
-		case c <- id:
-		default:
-		}
+	for s := range h.subs[channel] {
+		s.add(id)
 	}
 }
 
-// Subscribe registers a buffered subscriber.
+// Subscribe registers a subscriber; cancel stops its feeding goroutine.
 func (h *Local) Subscribe(channel string) (<-chan string, func()) {
-	c := make(chan string, 16384)
+	s := &sub{pending: map[string]struct{}{}, kick: make(chan struct{}, 1), out: make(chan string, 1024), done: make(chan struct{})}
+	go s.feed()
 	h.mu.Lock()
 	if h.subs[channel] == nil {
-		h.subs[channel] = map[chan string]struct{}{}
+		h.subs[channel] = map[*sub]struct{}{}
 	}
-	h.subs[channel][c] = struct{}{}
+	h.subs[channel][s] = struct{}{}
 	h.mu.Unlock()
-	return c, func() {
+	var once sync.Once
+	return s.out, func() {
 		h.mu.Lock()
-		delete(h.subs[channel], c)
+		delete(h.subs[channel], s)
 		h.mu.Unlock()
+		once.Do(func() { close(s.done) })
+	}
+}
+
+// sub is one subscriber of a Local hub.
+type sub struct {
+	// mu protects pending and order.
+	// Invariant: pending holds exactly the ids in order (each once).
+	mu      sync.Mutex
+	pending map[string]struct{}
+	order   []string
+	kick    chan struct{} // buffered 1: "order may be non-empty"
+	out     chan string
+	done    chan struct{} // closed by cancel
+}
+
+func (s *sub) add(id string) {
+	s.mu.Lock()
+	if _, ok := s.pending[id]; !ok {
+		s.pending[id] = struct{}{}
+		s.order = append(s.order, id)
+	}
+	s.mu.Unlock()
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// take removes and returns the pending ids. An id published again after
+// this is pending again: the receiver may already have read its row.
+func (s *sub) take() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids := s.order
+	s.order = nil
+	for _, id := range ids {
+		delete(s.pending, id)
+	}
+	return ids
+}
+
+// feed sends the pending ids to out until cancelled.
+func (s *sub) feed() {
+	for {
+		select {
+		case <-s.kick:
+		case <-s.done:
+			return
+		}
+		for ids := s.take(); len(ids) > 0; ids = s.take() {
+			for _, id := range ids {
+				select {
+				case s.out <- id:
+				case <-s.done:
+					return
+				}
+			}
+		}
 	}
 }
 

@@ -2,6 +2,7 @@ package hints_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -85,4 +86,44 @@ func TestHintsDeliver(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestLocalNeverDropsAHint: a burst far larger than any buffer, published
+// while nobody reads, arrives whole, each id once and in published order;
+// an id published again after it was delivered arrives again; cancel
+// stops the feeding.
+func TestLocalNeverDropsAHint(t *testing.T) {
+	h := hints.NewLocal()
+	c, cancel := h.Subscribe(hints.ChanWorkspace)
+	const n = 100_000
+	for i := range n {
+		h.Publish(t.Context(), hints.ChanWorkspace, fmt.Sprint(i))
+	}
+	for i := range n {
+		select {
+		case id := <-c:
+			if id != fmt.Sprint(i) {
+				t.Fatalf("hint %d is %q, want %d", i, id, i)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("only %d of %d hints arrived", i, n)
+		}
+	}
+	h.Publish(t.Context(), hints.ChanWorkspace, "0")
+	select {
+	case id := <-c:
+		if id != "0" {
+			t.Fatalf("got %q, want 0 again", id)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("an id published again after delivery did not arrive")
+	}
+	select {
+	case id := <-c:
+		t.Fatalf("extra hint %q", id)
+	case <-time.After(50 * time.Millisecond): // real time: nothing more may come
+	}
+	cancel()
+	cancel()
+	h.Publish(t.Context(), hints.ChanWorkspace, "after")
 }

@@ -1,0 +1,22 @@
+package hints
+
+import (
+	"slices"
+	"testing"
+)
+
+// TestSubMergesPendingHints: an id published again while still pending is
+// one hint; once taken, it is pending again when published again.
+func TestSubMergesPendingHints(t *testing.T) {
+	s := &sub{pending: map[string]struct{}{}, kick: make(chan struct{}, 1)}
+	for _, id := range []string{"a", "b", "a", "c", "b"} {
+		s.add(id)
+	}
+	if got := s.take(); !slices.Equal(got, []string{"a", "b", "c"}) {
+		t.Fatalf("take = %q, want [a b c]", got)
+	}
+	s.add("a")
+	if got := s.take(); !slices.Equal(got, []string{"a"}) || len(s.pending) != 0 {
+		t.Fatalf("take = %q (pending %v), want [a]", got, s.pending)
+	}
+}

@@ -1,0 +1,50 @@
+package workspace
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/gantryhq/gantry/workspace/hints"
+	"github.com/gantryhq/gantry/workspace/provider/fake"
+	"github.com/gantryhq/gantry/workspace/store"
+)
+
+// TestConvergesWithoutTicks: with the reconcile and monitor intervals set
+// to an hour, 20,000 new workspaces wanting RUNNING all converge: every
+// step after the start-up pass follows a hint or a wake-up, none waits for
+// a tick (a hint lost in a burst would leave its workspace stuck for the
+// hour), on both databases. Under the race detector (make test) it runs
+// 2,000, which take about as long as 20,000 without it (go test ./workspace
+// -run TestConvergesWithoutTicks; docs/BENCHMARKS.md quotes a run); the
+// hub's own test bursts 100,000 hints.
+func TestConvergesWithoutTicks(t *testing.T) {
+	n := 20000
+	if raceEnabled {
+		n = 2000
+	}
+	for _, be := range backends {
+		t.Run(be.name, func(t *testing.T) {
+			st := openStore(t, be.dsn(t))
+			createMany(t, st, n, Running)
+			var hb Hints = hints.NewLocal()
+			if st.Dialect() == store.Postgres {
+				hb = &hints.Postgres{DB: st.DB(), DSN: st.DSN()}
+			}
+			start := time.Now()
+			h := startHarnessWith(t, st, fake.New(time.Millisecond), hb, Config{Interval: time.Hour}, MonitorConfig{Interval: time.Hour}, nil)
+			defer h.stop()
+			waitFor(t, 4*time.Minute, fmt.Sprintf("%d workspaces to converge with hour-long intervals", n), func() (bool, string) {
+				left, err := st.CountActionable(t.Context())
+				if err != nil {
+					return false, err.Error()
+				}
+				return left == 0, fmt.Sprintf("%d still actionable after %s", left, time.Since(start).Round(time.Second))
+			})
+			if c := countConverged(t, st); c != n {
+				t.Fatalf("%d of %d converged", c, n)
+			}
+			t.Logf("%d workspaces converged in %s", n, time.Since(start).Round(time.Millisecond))
+		})
+	}
+}
