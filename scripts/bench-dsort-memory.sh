@@ -18,12 +18,13 @@
 # worker runs under /usr/bin/time -f %M (its peak RSS). The wall time is the
 # master's start to the last process's exit. The 1-minute load average
 # before each round is recorded: the machine may be shared. The output of
-# the last round is checked with `gantry valsort` (SUCCESS, checksum equal
-# to the input's).
+# every round is checked with `gantry valsort` (SUCCESS, checksum equal to
+# the input's).
 #
 # COMPARE=BINARY also runs every round with another gantry binary (e.g. one
-# built before a change), interleaved with the tree's, on the same data:
-# both are listed, the verdict is the tree's. Work files live in a temp dir
+# built before a change), interleaved with the tree's on the same data,
+# which runs first alternating round by round: both are listed, the verdict
+# and the output check are the tree's. Work files live in a temp dir
 # under $TMPDIR (default /tmp), removed at the end unless KEEP=1; they need
 # about 3 × RECORDS × 100 bytes of disk.
 set -euo pipefail
@@ -53,12 +54,11 @@ avail=$(df -Pk "$work" | awk 'NR == 2 {print $4}')
 
 echo "building gantry…" >&2
 go build -o "$work/gantry" ./cmd/gantry
-bins=()
+bins=(tree)
 if [ -n "${COMPARE:-}" ]; then
 	cp "$COMPARE" "$work/gantry-compare"
 	bins+=(compare)
 fi
-bins+=(tree) # last in each round: its output is the one checked
 bin() { [ "$1" = tree ] && echo "$work/gantry" || echo "$work/gantry-compare"; }
 G="$work/gantry"
 
@@ -103,6 +103,9 @@ run() {
 	sync
 	pids=()
 	local start end
+	# Emptied here, not by the background job's redirection, which may come
+	# after the wait below has read the previous round's port.
+	: >"$work/master.out"
 	start=$(date +%s.%N)
 	"$b" sort master "$W" >"$work/master.out" 2>"$work/master.err" &
 	pids+=($!)
@@ -121,6 +124,10 @@ run() {
 	if [ "$status" -ne 0 ]; then
 		echo "$label round $r failed (exit $status):" >&2
 		tail -20 "$work/master.err" >&2
+		for i in $(seq 0 $((W - 1))); do
+			echo "worker $i:" >&2
+			tail -5 "$work/w$i.err" >&2
+		done
 		exit 1
 	fi
 	local line="$label $r $(awk -v s="$start" -v e="$end" 'BEGIN {printf "%.2f", e - s}') $l"
@@ -128,17 +135,26 @@ run() {
 	echo "$line" >>"$work/results"
 }
 
+# check: the output of the job just run, in the master's worker order,
+# must be sorted with the input's checksum.
+check() {
+	local outs
+	outs=$(sed -n 2p "$work/master.out" | tr ',' '\n' | while read -r ip; do echo "$work/w$((${ip##*.} - 2))/out"; done)
+	"$G" valsort $outs >"$work/valsort.out" 2>&1 || { cat "$work/valsort.out" >&2; exit 1; }
+	out_sum=$(awk '/^Checksum/ {print $2}' "$work/valsort.out")
+	[ "$in_sum" = "$out_sum" ] || { echo "checksum mismatch: input $in_sum, output $out_sum" >&2; exit 1; }
+}
+
+# The two binaries alternate which runs first, round by round.
 for r in $(seq "$ROUNDS"); do
-	for label in "${bins[@]}"; do
+	order=("${bins[@]}")
+	if [ $((r % 2)) -eq 0 ] && [ ${#bins[@]} -eq 2 ]; then order=(compare tree); fi
+	for label in "${order[@]}"; do
 		echo "round $r/$ROUNDS: $label" >&2
 		run "$label" "$r"
+		if [ "$label" = tree ]; then check; fi
 	done
 done
-
-outs=$(sed -n 2p "$work/master.out" | tr ',' '\n' | while read -r ip; do echo "$work/w$((${ip##*.} - 2))/out"; done)
-"$G" valsort $outs >"$work/valsort.out" 2>&1 || { cat "$work/valsort.out" >&2; exit 1; }
-out_sum=$(awk '/^Checksum/ {print $2}' "$work/valsort.out")
-[ "$in_sum" = "$out_sum" ] || { echo "checksum mismatch: input $in_sum, output $out_sum" >&2; exit 1; }
 
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 
@@ -156,7 +172,7 @@ for label in "${bins[@]}"; do
 		"$(awk -v k="$max_kib" 'BEGIN {print k / 1024}')"
 	if [ "$label" = tree ]; then tree_kib=$max_kib; fi
 done
-echo "output of the last tree round: $(tail -1 "$work/valsort.out"), checksum $out_sum = input's"
+echo "output of every tree round: $(tail -1 "$work/valsort.out"), checksum $out_sum = input's"
 if [ -n "$budget" ]; then
 	over=$((tree_kib * 1024 - budget))
 	verdict=PASS
