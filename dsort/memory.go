@@ -113,23 +113,20 @@ func wholeMiB(n int64) int64 { return n &^ (1<<20 - 1) }
 
 // planMemory plans the worker's budget once the partition config is in:
 // with onMachine of the job's workers on this machine (a defaulted budget
-// is divided among them) and ppw partitions per worker. It sets the Go
-// runtime's soft memory limit from the plan (limitGoMemory).
+// is divided among them) and ppw partitions per worker. With
+// WorkerConfig.LimitGoMemory it sets the Go runtime's soft memory limit
+// from the plan (limitGoMemory).
 func (w *Worker) planMemory(onMachine, ppw int) memoryPlan {
 	mem := newMemoryPlan(w.cfg.Memory, w.cfg.sharedMemory, onMachine, w.cores, w.cfg.FetchParallel, max(ppw, 1), w.inputBytes/record.Size)
 	if w.cfg.sharedMemory && onMachine > 1 {
 		w.cfg.Logger.Info("memory budget shared with the job's other workers on this machine",
 			"workers_on_machine", onMachine, "budget_bytes", mem.budget)
 	}
-	if setGoLimit && limitGoMemory(mem.goLimit) {
+	if w.cfg.LimitGoMemory && limitGoMemory(mem.goLimit) {
 		w.cfg.Logger.Debug("Go soft memory limit set", "limit_bytes", debug.SetMemoryLimit(-1))
 	}
 	return mem
 }
-
-// setGoLimit: planMemory sets the Go runtime's soft memory limit. Tests
-// that run whole jobs in their own process turn it off.
-var setGoLimit = true
 
 // goMemory is the soft memory limit this package set: the sum of the Go
 // shares of the workers planned in this process (one, from the CLI).

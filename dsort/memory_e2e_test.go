@@ -12,12 +12,6 @@ import (
 	"time"
 )
 
-// The tests of this package that run whole jobs in their own process (a
-// master and several workers) must not have each worker lower the test
-// process's Go memory limit: the process's limit is the CLI worker's
-// (TestWorkerPeakMemoryWithinBudget, TestLimitGoMemory).
-func init() { setGoLimit = false }
-
 // TestWorkerPeakMemoryWithinBudget runs a job of 4 workers of 200 MB each
 // with --memory 128MiB as processes and checks every worker's peak RSS
 // against the budget: at most 32 MiB over it. Each input is five

@@ -55,6 +55,12 @@ type WorkerConfig struct {
 	// MasterTimeout is how long the master may stay unreachable before the
 	// worker gives up. Default 30s.
 	MasterTimeout time.Duration
+	// LimitGoMemory sets the Go runtime's soft memory limit
+	// (debug.SetMemoryLimit) from the worker's memory plan, so that the
+	// heap collects before the process outgrows Memory. It is process-wide:
+	// for a program that runs one worker (the CLI sets it); a limit set by
+	// GOMEMLIMIT or the program is left alone.
+	LimitGoMemory bool
 	// Rerun makes the worker join a job even when its output holds the
 	// completed result of its inputs and no master answers at once (by
 	// default it then exits with nothing to do, seed 000 §8.1).

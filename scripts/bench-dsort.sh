@@ -73,6 +73,7 @@ run_dsort() {
 	start=$(date +%s.%N)
 	local prof=() wprof=()
 	[ -n "${PROFILE:-}" ] && mkdir -p "$PROFILE" && prof=(--cpuprofile "$PROFILE/master.$r.prof")
+	: >"$work/master.out" # the wait below must not read the previous round's port
 	"$G" sort master "$W" "${prof[@]}" >"$work/master.out" 2>"$work/master.err" &
 	local master=$!
 	pids+=("$master")

@@ -313,6 +313,7 @@ func runSortWorker(ctx context.Context, env *Env, o sortWorkerOptions, master st
 		fmt.Fprintf(stderr, "worker: %s -> %s: %s\n", t.From, t.To, t.Reason)
 	}
 	cfg.OnShutdown = armWatchdog(stderr, "Worker")
+	cfg.LimitGoMemory = true // this process runs one worker
 	if points := os.Getenv("GANTRY_DSORT_FAULT"); points != "" {
 		cfg.FaultHook = faultHook(stderr, strings.Split(points, ","))
 	}

@@ -2,6 +2,7 @@ package fsutil
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -176,5 +177,42 @@ func assertOnly(t *testing.T, dir string, names ...string) {
 	}
 	if strings.Join(got, ",") != strings.Join(names, ",") {
 		t.Fatalf("%s holds %v, want %v", dir, got, names)
+	}
+}
+
+// TestLockDirBesideASweep: processes sharing a temp dir each lock their
+// own subdirectory while another sweeps stale ones; a sweep that takes a
+// directory being created for a dead owner's must not leave its creator
+// holding a lock on a removed file (or failing to open it): every LockDir
+// ends owning a directory that is there.
+func TestLockDirBesideASweep(t *testing.T) {
+	parent := t.TempDir()
+	stop := make(chan struct{})
+	swept := make(chan struct{})
+	go func() {
+		defer close(swept)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				SweepStale(parent, "w-")
+			}
+		}
+	}()
+	defer func() { close(stop); <-swept }()
+	for i := range 300 {
+		path := filepath.Join(parent, fmt.Sprint("w-", i))
+		d, err := LockDir(path)
+		if err != nil {
+			t.Fatalf("LockDir %d beside a sweep: %v", i, err)
+		}
+		if err := os.WriteFile(filepath.Join(path, "run"), []byte("x"), 0o644); err != nil {
+			t.Fatalf("LockDir %d: the owned directory is gone: %v", i, err)
+		}
+		if _, err := os.Stat(filepath.Join(path, OwnerFile)); err != nil {
+			t.Fatalf("LockDir %d: its lock file is gone: %v", i, err)
+		}
+		d.Close()
 	}
 }

@@ -62,26 +62,65 @@ func CreateOwnedDir(parent, prefix string) (*OwnedDir, error) {
 // LockDir takes ownership of path, creating it if missing. It fails with ErrBusy (wrapped,
 // naming the owner) when a live process holds it; a directory left by a dead owner is taken
 // over with its contents, which is how a restarted process resumes from its predecessor's files.
+//
+// A concurrent SweepStale may take path for a dead owner's between its
+// creation and the lock, and remove it: LockDir then finds its lock file
+// gone from path and starts again (a lock on a removed file would own
+// nothing). A holder that lets go at once (such a sweeper) is waited for
+// briefly before the directory counts as busy.
 func LockDir(path string) (*OwnedDir, error) {
+	var err error
+	busy := 0
+	for attempt := range 50 {
+		var d *OwnedDir
+		var retry bool
+		d, retry, err = lockDirOnce(path)
+		if errors.Is(err, ErrBusy) {
+			busy++
+		}
+		if !retry || busy > 5 {
+			return d, err
+		}
+		time.Sleep(time.Duration(min(attempt+1, 10)) * 2 * time.Millisecond)
+	}
+	return nil, err
+}
+
+// lockDirOnce is one attempt of LockDir; retry reports that it may succeed
+// if tried again (a sweep removed path meanwhile, or a short-lived holder).
+func lockDirOnce(path string) (d *OwnedDir, retry bool, err error) {
 	if err := os.MkdirAll(path, 0o755); err != nil {
-		return nil, fmt.Errorf("fsutil: %w", err)
+		return nil, false, fmt.Errorf("fsutil: %w", err)
 	}
 	f, err := os.OpenFile(filepath.Join(path, OwnerFile), os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
-		return nil, fmt.Errorf("fsutil: lock %s: %w", path, err)
+		return nil, errors.Is(err, os.ErrNotExist), fmt.Errorf("fsutil: lock %s: %w", path, err)
 	}
 	ok, err := tryLock(f)
-	if err != nil {
+	switch {
+	case err != nil:
 		f.Close()
-		return nil, fmt.Errorf("fsutil: lock %s: %w", path, err)
-	}
-	if !ok {
+		return nil, false, fmt.Errorf("fsutil: lock %s: %w", path, err)
+	case !stillAt(f, path):
+		f.Close()
+		return nil, true, fmt.Errorf("fsutil: lock %s: removed by a sweep while being locked", path)
+	case !ok:
 		owner, _ := os.ReadFile(f.Name())
 		f.Close()
-		return nil, fmt.Errorf("%w: %s (owner: %s)", ErrBusy, path, strings.TrimSpace(string(owner)))
+		return nil, true, fmt.Errorf("%w: %s (owner: %s)", ErrBusy, path, strings.TrimSpace(string(owner)))
 	}
 	writeOwner(f)
-	return &OwnedDir{Path: path, lock: f}, nil
+	return &OwnedDir{Path: path, lock: f}, false, nil
+}
+
+// stillAt reports whether f is the lock file at path.
+func stillAt(f *os.File, path string) bool {
+	fi, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	at, err := os.Stat(filepath.Join(path, OwnerFile))
+	return err == nil && os.SameFile(fi, at)
 }
 
 // writeOwner records who holds the lock, for people reading the file.
