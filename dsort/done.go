@@ -44,7 +44,10 @@ type inputPrint struct {
 	Sample string      `json:"sample_sha256"`
 }
 
-// printInputs takes the print of inputs (as ScanInputs listed them).
+// printInputs takes the stat part of inputs' print (as ScanInputs listed
+// them): cheap, taken at every start. The sample is added by withSample
+// only where it is needed (at commit, and on a re-run that finds a
+// marker): 4096 reads at random offsets cost seconds on a disk that seeks.
 func printInputs(inputs []extsort.Input) (*inputPrint, error) {
 	p := &inputPrint{}
 	for _, in := range inputs {
@@ -60,17 +63,32 @@ func printInputs(inputs []extsort.Input) (*inputPrint, error) {
 		f.CTime, f.Inode, f.Dev = statIDs(fi)
 		p.Files = append(p.Files, f)
 	}
-	keys, _, err := sampleInputs(inputs, sampleKeys)
-	if err != nil {
-		return nil, err
-	}
-	sum := sha256.Sum256(keys)
-	p.Sample = hex.EncodeToString(sum[:])
 	return p, nil
 }
 
+// withSample returns a copy of p (taken at start) with the digest of
+// inputs' sampled keys now; nil if p is nil or the inputs cannot be read.
+func (p *inputPrint) withSample(inputs []extsort.Input) *inputPrint {
+	if p == nil {
+		return nil
+	}
+	keys, _, err := sampleInputs(inputs, sampleKeys)
+	if err != nil {
+		return nil
+	}
+	sum := sha256.Sum256(keys)
+	q := &inputPrint{Files: p.Files, Sample: hex.EncodeToString(sum[:])}
+	return q
+}
+
 func (p *inputPrint) equal(q *inputPrint) bool {
-	return p != nil && q != nil && p.Sample == q.Sample && slices.Equal(p.Files, q.Files)
+	return p != nil && q != nil && p.Sample != "" && p.Sample == q.Sample && slices.Equal(p.Files, q.Files)
+}
+
+// hasMarker reports whether the output dir holds a done marker.
+func (o output) hasMarker() bool {
+	_, err := os.Stat(filepath.Join(o.dir, record.DoneMarker))
+	return err == nil
 }
 
 // completedJob returns the job whose committed output dir holds the result

@@ -30,7 +30,7 @@ func TestCompletedJobNeedsTheSameInputsAndOutput(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return p
+		return p.withSample(inputs)
 	}
 	fp := printOf()
 	o := output{dir: outDir, logger: slog.New(slog.DiscardHandler), clock: clock.Or(nil), inputs: fp}
@@ -40,7 +40,7 @@ func TestCompletedJobNeedsTheSameInputsAndOutput(t *testing.T) {
 	for _, p := range []int{4, 5} {
 		testutil.WriteRecords(t, o.stagedPath("job1", p), make([]byte, 100*(p+1)))
 	}
-	if err := o.commit("job1", 2); err != nil {
+	if err := o.commit("job1", 2, fp); err != nil {
 		t.Fatal(err)
 	}
 	if got := o.completedJob(fp); got != "job1" {
@@ -74,6 +74,12 @@ func TestCompletedJobNeedsTheSameInputsAndOutput(t *testing.T) {
 			t.Fatalf("%s undone: completedJob = %q, want job1", s.what, got)
 		}
 	}
+	// The sample alone: the same stat data, other keys.
+	other := *fp
+	other.Sample = "0" + fp.Sample[1:]
+	if got := o.completedJob(&other); got != "" {
+		t.Errorf("the same files, another sample: completedJob = %q, want none", got)
+	}
 	// An input rewritten in place with its size and times kept: the
 	// change time and the sampled keys differ.
 	a := filepath.Join(in, "a")
@@ -91,7 +97,7 @@ func TestCompletedJobNeedsTheSameInputsAndOutput(t *testing.T) {
 	// claims completion.
 	noPrint := output{dir: filepath.Join(root, "old"), logger: o.logger, clock: o.clock}
 	testutil.WriteRecords(t, noPrint.stagedPath("job0", 0), make([]byte, 100))
-	if err := noPrint.commit("job0", 0); err != nil {
+	if err := noPrint.commit("job0", 0, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := noPrint.completedJob(nil); got != "" {

@@ -155,10 +155,11 @@ func workDirs(t *testing.T, tmp string) []string {
 // restarts it with the same arguments while the master is still there: the
 // master answers that the job succeeded, the new process commits the staged
 // partitions and exits 0, and the output is valid. Then, with the master
-// gone, it re-runs a worker's exact command: "already completed", exit 0
-// at once, nothing changed. With one input rewritten (same size and
-// mtime), or with --rerun, the worker does not claim completion: it gives
-// up naming the master, exits non-zero and leaves the output unchanged.
+// gone, it re-runs worker 1's exact command: "already completed", exit 0
+// at once, nothing changed. Worker 0 (its commit finished for a killed
+// predecessor), worker 1 with one input rewritten (same size and mtime)
+// or with --rerun do not claim completion: each gives up naming the
+// master, exits non-zero and leaves the output unchanged.
 func TestRestartAfterCompletedAndRerunKeepOutput(t *testing.T) {
 	j := newJob(t, 2, 8000)
 	victim := 0
@@ -196,12 +197,12 @@ func TestRestartAfterCompletedAndRerunKeepOutput(t *testing.T) {
 		}
 	}
 
-	// The master has exited: a re-run of the same command has nothing to
-	// do (seed 000 §8.1): it says so and exits 0 within 2 s, leaving
-	// everything as it is.
+	// The master has exited: a re-run of worker 1's command (its output
+	// committed by itself) has nothing to do (seed 000 §8.1): it says so
+	// and exits 0 within 2 s, leaving everything as it is.
 	before := treeSum(t, j.root)
 	start := time.Now()
-	rerun := j.startWorker(victim)
+	rerun := j.startWorker(1)
 	if code := rerun.wait(time.Minute); code != 0 {
 		t.Fatalf("a re-run after success exited %d:\n%s", code, rerun.tail(20))
 	}
@@ -213,32 +214,39 @@ func TestRestartAfterCompletedAndRerunKeepOutput(t *testing.T) {
 		t.Errorf("a re-run after success changed files:\nbefore %v\nafter  %v", before, after)
 	}
 
-	// Other inputs (same size and modification time, other records): no
-	// claim of completion; the worker looks for its master as always,
-	// gives up naming it and leaves the output as it was.
-	in := filepath.Join(j.workers[victim].inputs[0], "binary")
+	// No claim of completion, the worker looks for its master as always,
+	// gives up naming it and leaves everything as it was: for worker 0,
+	// whose commit a restarted process finished for its killed predecessor
+	// (it cannot vouch for the inputs the partitions came from); for
+	// worker 1 with other inputs (same size and modification time, other
+	// records); and with --rerun.
+	in := filepath.Join(j.workers[1].inputs[0], "binary")
 	fi, err := os.Stat(in)
 	if err != nil {
 		t.Fatal(err)
 	}
+	noClaim := func(w int, extra ...string) {
+		t.Helper()
+		before := treeSum(t, j.root)
+		other := j.startWorkerWith(w, nil, append([]string{"--register-timeout", "2s"}, extra...)...)
+		if code := other.wait(time.Minute); code == 0 {
+			t.Fatalf("worker %d %v whose master is gone exited 0:\n%s", w, extra, other.tail(20))
+		}
+		msg := other.tail(20)
+		if strings.Contains(msg, "already completed") || !strings.Contains(msg, j.addr) || !strings.Contains(msg, "left as it was") {
+			t.Errorf("worker %d %v should not claim completion, name the master %s and say the output was left as it was:\n%s", w, extra, j.addr, msg)
+		}
+		if after := treeSum(t, j.root); !maps.Equal(before, after) {
+			t.Errorf("worker %d %v changed files:\nbefore %v\nafter  %v", w, extra, before, after)
+		}
+	}
+	noClaim(victim)
+	noClaim(1, "--rerun")
 	j.gensort(in, 1_000_000, int(fi.Size()/record.Size))
 	if err := os.Chtimes(in, fi.ModTime(), fi.ModTime()); err != nil {
 		t.Fatal(err)
 	}
-	before = treeSum(t, j.root)
-	for _, extra := range [][]string{nil, {"--rerun"}} {
-		other := j.startWorkerWith(victim, nil, append([]string{"--register-timeout", "2s"}, extra...)...)
-		if code := other.wait(time.Minute); code == 0 {
-			t.Fatalf("a worker with other inputs %v whose master is gone exited 0:\n%s", extra, other.tail(20))
-		}
-		msg := other.tail(20)
-		if strings.Contains(msg, "already completed") || !strings.Contains(msg, j.addr) || !strings.Contains(msg, "left as it was") {
-			t.Errorf("the worker %v should not claim completion, name the master %s and say the output was left as it was:\n%s", extra, j.addr, msg)
-		}
-		if after := treeSum(t, j.root); !maps.Equal(before, after) {
-			t.Errorf("a re-run with other inputs changed files:\nbefore %v\nafter  %v", before, after)
-		}
-	}
+	noClaim(1)
 }
 
 // TestTurnedAwayWorkersDeleteNothing starts a two-worker job with a token

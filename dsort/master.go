@@ -229,8 +229,9 @@ func (m *Master) JobID() string { return m.cfg.JobID }
 // Run listens, drives the job to its end and returns nil when it succeeded,
 // an *AbortError when it was aborted (including when ctx ends first). Before
 // returning it gives workers up to ShutdownGrace to hear the outcome, then
-// stops the server within a bounded time and waits for every goroutine it
-// started (the server's and the signal deliveries).
+// runs the bounded stop (stop): it waits for every goroutine it started
+// (the server's and the signal deliveries) unless that step was cut off at
+// its bound, in which case they end with the process.
 func (m *Master) Run(ctx context.Context) error {
 	m.start = m.clock.Now()
 	m.mu.Lock()

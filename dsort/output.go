@@ -36,8 +36,9 @@ type doneMarker struct {
 	Partitions []int     `json:"partitions"`
 	Bytes      []int64   `json:"bytes"` // each partition's size, as Partitions
 	Committed  time.Time `json:"committed"`
-	// Inputs is what the output was made from (done.go); nil when the
-	// inputs could not be printed: then no re-run claims completion.
+	// Inputs is what the output was made from (done.go); nil when this
+	// process cannot vouch for it (it finished a predecessor's commit):
+	// then no re-run claims completion.
 	Inputs *inputPrint `json:"inputs,omitempty"`
 }
 
@@ -92,7 +93,7 @@ func removeStaged(dir, prefix string) error {
 // commit makes job's staged partitions the output: it runs once the master
 // has declared the job succeeded. Interrupted, it is finished by the next
 // process of this worker (alreadySucceeded).
-func (o output) commit(job string, index int) error {
+func (o output) commit(job string, index int, inputs *inputPrint) error {
 	dir := o.dir
 	staged, old, err := scanOutput(dir, job)
 	if err != nil {
@@ -104,7 +105,7 @@ func (o output) commit(job string, index int) error {
 	if err := os.Remove(filepath.Join(dir, record.DoneMarker)); err != nil && !os.IsNotExist(err) {
 		return fmt.Errorf("dsort: commit output: %w", err)
 	}
-	mk := doneMarker{Job: job, Worker: index, Committed: o.clock.Now().UTC(), Inputs: o.inputs}
+	mk := doneMarker{Job: job, Worker: index, Committed: o.clock.Now().UTC(), Inputs: inputs}
 	for p := range staged {
 		mk.Partitions = append(mk.Partitions, p)
 	}
@@ -159,16 +160,20 @@ func scanOutput(dir, job string) (staged map[int]string, old []string, err error
 // alreadySucceeded handles the master's answer that this worker's job has
 // already succeeded: the partitions are final. It finishes a commit a
 // crashed predecessor had not completed, and otherwise leaves them alone.
+//
+// Its marker carries no print of the inputs: the staged partitions were
+// made by a predecessor, from inputs this process cannot vouch for, so no
+// later re-run claims completion from it.
 func (w *Worker) alreadySucceeded(err error) error {
 	w.cfg.Logger.Info("the job already succeeded; leaving the output as it is", "reason", err)
 	job := jobOf(err.Error())
 	w.mu.Lock()
-	w.asg.jobID = job // cleanup removes this job's staged files if the commit fails
+	w.asg.jobID = job
 	w.mu.Unlock()
 	if job == "" {
 		return nil
 	}
-	return w.out.commit(job, w.assigned().index)
+	return w.out.commit(job, w.assigned().index, nil)
 }
 
 // jobOf extracts the job ID from the master's "job <id> succeeded" answer.

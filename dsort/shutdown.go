@@ -51,29 +51,52 @@ type shutdown struct {
 	server    func()    // stops the gRPC server
 	conn      io.Closer // the connection to the master
 	phases    func()    // waits for the (cancelled) phases to return
+	// succeeded: the master declared the job succeeded and this process
+	// committed it, or tried to: its staged partitions are the job's
+	// final output and are never discarded (the next process of this
+	// worker finishes a failed commit, alreadySucceeded).
+	succeeded bool
 }
 
 // run is seed 003's stop(). errp is Run's result: an uncommitted job's
-// staged partitions are removed unless it is nil.
+// staged partitions are removed unless it is nil (or the job succeeded).
+//
+// What a step cut off at its bound may still be doing decides what the
+// later steps leave alone: the phases (a merge stuck in a write) may
+// still read the sorted input and write staged partitions and temp
+// files, and streams of a server not yet stopped may read the sorted
+// input. So the files step keeps the temp dir (and its lock) and the
+// staged files unless the phases have returned, and the memory step frees
+// the sorted input only once both the server and the phases are done; what
+// is left goes with the process (the next start sweeps the temp dir and
+// removes staged files).
 func (sd *shutdown) run(errp *error) {
 	w := sd.w
 	log := w.track.logger
 	log.Info("Shutting down...")
 	start := time.Now()
-	var serverStopped atomic.Bool
+	var serverStopped, phasesDone atomic.Bool
+	if sd.server == nil {
+		serverStopped.Store(true)
+	}
+	if sd.phases == nil {
+		phasesDone.Store(true)
+	}
 	parts := map[string]func(){
 		"heartbeat": sd.heartbeat,
-		"server":    nil,
-		"master":    nil,
-		"shuffle":   sd.phases,
-		"files":     func() { w.cleanupFiles(*errp) },
+		"files": func() {
+			if phasesDone.Load() {
+				w.cleanupFiles(*errp, sd.succeeded)
+			}
+		},
 		"memory": func() {
-			// A stream still running on a server that was cut off
-			// may read the memory: leave it to the process's exit.
-			if serverStopped.Load() || sd.server == nil {
+			if serverStopped.Load() && phasesDone.Load() {
 				w.pieces.close()
 			}
 		},
+	}
+	if sd.phases != nil {
+		parts["shuffle"] = func() { sd.phases(); phasesDone.Store(true) }
 	}
 	if sd.server != nil {
 		parts["server"] = func() { sd.server(); serverStopped.Store(true) }
@@ -134,7 +157,8 @@ func (s *supervisor) end(rep *dsortpb.HeartbeatReply) error {
 	s.sd.phases = s.waitPhases
 	if ok {
 		s.waitPhases() // returned already: Completed is its last step
-		return s.w.out.commit(s.asg.jobID, s.asg.index)
+		s.sd.succeeded = true
+		return s.w.out.commit(s.asg.jobID, s.asg.index, s.w.out.inputs.withSample(s.w.inputs))
 	}
 	return &AbortError{Reason: rep.GetReason()}
 }
@@ -156,11 +180,12 @@ func (s *supervisor) fail(cause error) error {
 	return cause
 }
 
-// cleanupFiles removes, when the job did not commit (err != nil), its
-// staged partitions (an aborted job leaves no complete-looking output; the
-// previous output stays), then the worker's temp dir, releasing its lock.
-func (w *Worker) cleanupFiles(err error) {
-	if job := w.assigned().jobID; err != nil && job != "" {
+// cleanupFiles removes, when the job did not commit (err != nil) and did
+// not succeed, its staged partitions (an aborted job leaves no
+// complete-looking output; the previous output stays), then the worker's
+// temp dir, releasing its lock.
+func (w *Worker) cleanupFiles(err error, succeeded bool) {
+	if job := w.assigned().jobID; err != nil && !succeeded && job != "" {
 		w.out.discard(job)
 	}
 	w.dir.close()

@@ -79,12 +79,20 @@ func TestShutdownStepsAreBounded(t *testing.T) {
 			c := startCluster(t, t.Context(), MasterConfig{Workers: 1, HeartbeatInterval: 100 * time.Millisecond}, []WorkerConfig{wcfg})
 			c.mustSucceed(t)
 			close(release)
-			// The released step finishes in the background: wait for
-			// the temp dir (the last files step) before t.TempDir's cleanup.
-			testutil.WaitFor(t, 10*time.Second, "the released step's end", func() (bool, string) {
-				ents, _ := os.ReadDir(tmp)
-				return len(ents) == 0, fmt.Sprint(len(ents), " entries in the temp dir")
-			})
+			if step == "shuffle" {
+				// Phases cut off may still write there: the files step
+				// left the temp dir (and its lock) to the process's end.
+				if ents, _ := os.ReadDir(tmp); len(ents) != 1 {
+					t.Errorf("with the phases cut off the temp dir holds %d entries, want the worker's dir kept", len(ents))
+				}
+			} else {
+				// The released step finishes in the background: wait for
+				// the temp dir (the files step) before t.TempDir's cleanup.
+				testutil.WaitFor(t, 10*time.Second, "the released step's end", func() (bool, string) {
+					ents, _ := os.ReadDir(tmp)
+					return len(ents) == 0, fmt.Sprint(len(ents), " entries in the temp dir")
+				})
+			}
 			checkOutput(t, []string{out}, sum)
 
 			lines := parseLog(t, logBuf.String())

@@ -263,6 +263,7 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 		return nil
 	}
 	if errors.Is(err, ErrJobSucceeded) {
+		sd.succeeded = true // its staged partitions are final: never discarded
 		return w.alreadySucceeded(err)
 	}
 	if err != nil {
@@ -290,8 +291,8 @@ func (w *Worker) prepare() error {
 }
 
 // completedProbe is how long a worker whose output already holds the
-// result of its inputs looks for a master before it says there is nothing
-// to do.
+// result of its inputs looks for a listening master before it says there
+// is nothing to do.
 const completedProbe = time.Second
 
 // errNothingToDo: the output holds the completed result of these inputs
@@ -299,28 +300,42 @@ const completedProbe = time.Second
 var errNothingToDo = errors.New("dsort: already completed")
 
 // join registers with the master. When the output dir holds the committed
-// result of these very inputs (done.go) and Rerun is not set, a master
-// that does not answer within completedProbe means the job this output
-// came from is over: seed 000's "already completed, nothing to do"
-// (errNothingToDo; AlreadyCompleted names the job). A master that answers
+// result of these very inputs (done.go) and Rerun is not set, nothing
+// listening at the master's address for completedProbe means the job this
+// output came from is over: seed 000's "already completed, nothing to do"
+// (errNothingToDo; AlreadyCompleted names the job). A master that is there
 // runs a job as always: the other workers' inputs may have changed.
 func (w *Worker) join(ctx context.Context, master dsortpb.MasterClient, addr string) (*dsortpb.RegisterReply, error) {
 	job := ""
-	if !w.cfg.Rerun {
-		job = w.out.completedJob(w.out.inputs)
+	if !w.cfg.Rerun && w.out.hasMarker() {
+		job = w.out.completedJob(w.out.inputs.withSample(w.inputs))
 	}
-	if job == "" {
-		return w.register(ctx, master, addr, w.cfg.RegisterTimeout)
-	}
-	reg, err := w.register(ctx, master, addr, min(completedProbe, w.cfg.RegisterTimeout))
-	if errors.Is(err, ErrMasterLost) {
+	if job != "" && !listening(w.cfg.Master, completedProbe) {
 		w.mu.Lock()
 		w.completed = job
 		w.mu.Unlock()
 		w.cfg.Logger.Info("Worker already completed. Nothing to do.", "job", job, "output", w.cfg.Output)
 		return nil, errNothingToDo
 	}
-	return reg, err
+	return w.register(ctx, master, addr, w.cfg.RegisterTimeout)
+}
+
+// listening reports whether anything accepts a TCP connection at addr
+// within d. A master that is there, however slow to answer, gets the
+// worker as always.
+func listening(addr string, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Until(deadline))
+		if err == nil {
+			c.Close()
+			return true
+		}
+		if time.Until(deadline) < 100*time.Millisecond {
+			return false
+		}
+		time.Sleep(100 * time.Millisecond) // a master starting at this moment
+	}
 }
 
 // AlreadyCompleted is the job whose completed output Run found and left as

@@ -278,7 +278,7 @@ touches the output only once the master accepted it, and replaces earlier
 partitions only when the job has succeeded; -I, -O and --tmp must not
 overlap. Restarted with the same arguments after a crash (even with its
 temp dir wiped) it rejoins the job; restarted after the job succeeded it
-leaves the output as it is: with the same inputs and no master answering,
+leaves the output as it is: with the same inputs and no master listening,
 it says "already completed" and exits 0 at once (--rerun joins a job
 anyway). On the master's shutdown signal it stops in bounded steps and
 exits within 15 s whatever hangs.`,
@@ -296,7 +296,7 @@ exits within 15 s whatever hangs.`,
 	f.IntVar(&o.cfg.Port, "port", 0, "TCP port to listen on (0: any free port)")
 	f.StringVar(&o.cfg.Token, "token", os.Getenv("GANTRY_TOKEN"), "shared secret every RPC must carry (default $GANTRY_TOKEN)")
 	f.DurationVar(&o.cfg.RegisterTimeout, "register-timeout", 30*time.Second, "how long to keep trying to reach the master at start (the output dir is left as it was)")
-	f.BoolVar(&o.cfg.Rerun, "rerun", false, "join a job even when the output holds the completed result of these inputs (default: then exit 0 at once, nothing to do, unless a master answers within 1s)")
+	f.BoolVar(&o.cfg.Rerun, "rerun", false, "join a job even when the output holds the completed result of these inputs (default: then exit 0 at once, nothing to do, unless a master listens at its address within 1s)")
 	f.DurationVar(&o.cfg.MasterTimeout, "master-timeout", 30*time.Second, "give up when the master stays unreachable this long")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9091; default: off)")
 	return cmd
@@ -338,8 +338,8 @@ func runSortWorker(ctx context.Context, env *Env, o sortWorkerOptions, master st
 		return withCode(1, fmt.Errorf("sort worker: %w", err))
 	}
 	if job := w.AlreadyCompleted(); job != "" {
-		fmt.Fprintf(stderr, "worker: already completed, nothing to do: %s holds job %s's committed output of these inputs and no master answers (--rerun to sort again)\n",
-			cfg.Output, job)
+		fmt.Fprintf(stderr, "worker: already completed, nothing to do: %s holds job %s's committed output of these inputs and no master listens at %s (--rerun to sort again)\n",
+			cfg.Output, job, cfg.Master)
 		return nil
 	}
 	fmt.Fprintln(stderr, "worker: the job succeeded")

@@ -3,6 +3,7 @@ package hints_test
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -123,7 +124,20 @@ func TestLocalNeverDropsAHint(t *testing.T) {
 		t.Fatalf("extra hint %q", id)
 	case <-time.After(50 * time.Millisecond): // real time: nothing more may come
 	}
+	before := runtime.NumGoroutine()
 	cancel()
 	cancel()
 	h.Publish(t.Context(), hints.ChanWorkspace, "after")
+	select {
+	case id := <-c:
+		t.Fatalf("hint %q after cancel", id)
+	case <-time.After(50 * time.Millisecond): // real time: nothing may come
+	}
+	// The feeding goroutine has ended.
+	for deadline := time.Now().Add(5 * time.Second); runtime.NumGoroutine() >= before; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines after cancel, %d before: the feed goroutine is still running", runtime.NumGoroutine(), before)
+		}
+		time.Sleep(5 * time.Millisecond) // poll: the goroutine ends on its own
+	}
 }
