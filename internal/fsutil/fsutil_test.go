@@ -182,9 +182,10 @@ func assertOnly(t *testing.T, dir string, names ...string) {
 
 // TestLockDirBesideASweep: processes sharing a temp dir each lock their
 // own subdirectory while another sweeps stale ones; a sweep that takes a
-// directory being created for a dead owner's must not leave its creator
-// holding a lock on a removed file (or failing to open it): every LockDir
-// ends owning a directory that is there.
+// directory being created (or an old ownerless one being taken over) for a
+// dead owner's must not leave its taker holding a lock on a removed file
+// (or failing to open it): every LockDir ends owning a directory that is
+// there.
 func TestLockDirBesideASweep(t *testing.T) {
 	parent := t.TempDir()
 	stop := make(chan struct{})
@@ -201,8 +202,15 @@ func TestLockDirBesideASweep(t *testing.T) {
 		}
 	}()
 	defer func() { close(stop); <-swept }()
+	past := time.Now().Add(-2 * StaleGrace)
 	for i := range 300 {
 		path := filepath.Join(parent, fmt.Sprint("w-", i))
+		if i%2 == 1 {
+			// An old ownerless directory (left by a crash before its
+			// lock file existed), taken over while a sweep removes it.
+			os.Mkdir(path, 0o755)
+			os.Chtimes(path, past, past)
+		}
 		d, err := LockDir(path)
 		if err != nil {
 			t.Fatalf("LockDir %d beside a sweep: %v", i, err)

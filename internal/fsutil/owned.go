@@ -191,7 +191,13 @@ func sweepOne(path string) (bool, error) {
 		if serr != nil || time.Since(st.ModTime()) < StaleGrace {
 			return false, nil
 		}
-		return true, os.RemoveAll(path)
+		// Old and ownerless: remove it holding its lock, as for a dead
+		// owner's, so that a LockDir taking it over at this moment
+		// either wins the lock first or sees its lock file gone and
+		// starts again.
+		if f, err = os.OpenFile(filepath.Join(path, OwnerFile), os.O_RDWR|os.O_CREATE, 0o644); err != nil {
+			return false, nil // removed or taken meanwhile
+		}
 	}
 	if err != nil {
 		return false, fmt.Errorf("fsutil: sweep %s: %w", path, err)
