@@ -40,27 +40,19 @@ W=${4:-4}
 SLACK=$((32 << 20))
 command -v /usr/bin/time >/dev/null || { echo "needs /usr/bin/time (apt-get install time)" >&2; exit 1; }
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/gantry-bench-dsort-memory-XXXXXX")
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	[ "${KEEP:-0}" = 1 ] && echo "kept $work" >&2 || rm -rf "$work"
-}
-trap cleanup EXIT
+. scripts/lib/dsort.sh
+workdir bench-dsort-memory
 
 need=$((N * 100 * 3 / 1024)) # KiB: input, runs, output
 avail=$(df -Pk "$work" | awk 'NR == 2 {print $4}')
 [ "$avail" -gt "$need" ] || { echo "not enough disk under $work: $((avail >> 20)) GiB free, $((need >> 20)) GiB needed" >&2; exit 1; }
 
-echo "building gantry…" >&2
-go build -o "$work/gantry" ./cmd/gantry
 bins=(tree)
 if [ -n "${COMPARE:-}" ]; then
 	cp "$COMPARE" "$work/gantry-compare"
 	bins+=(compare)
 fi
-bin() { [ "$1" = tree ] && echo "$work/gantry" || echo "$work/gantry-compare"; }
-G="$work/gantry"
+bin() { [ "$1" = tree ] && echo "$G" || echo "$work/gantry-compare"; }
 
 # bytes SIZE: a --memory value (e.g. 128MiB, 1GiB, 512MB) in bytes.
 bytes() {
@@ -91,7 +83,6 @@ in_sum=$("$G" valsort --checksum-only "$work"/w*/in 2>&1 | awk '/^Checksum/ {pri
 sync
 
 : >"$work/results"
-load() { cut -d' ' -f1 /proc/loadavg; }
 
 # run LABEL ROUND: one job with the binary LABEL; appends
 # "LABEL ROUND seconds load peak_kib..." to results.
@@ -104,15 +95,13 @@ run() {
 	pids=()
 	local start end
 	# Emptied here, not by the background job's redirection, which may come
-	# after the wait below has read the previous round's port.
+	# after master_port has read the previous round's port.
 	: >"$work/master.out"
 	start=$(date +%s.%N)
 	"$b" sort master "$W" >"$work/master.out" 2>"$work/master.err" &
 	pids+=($!)
-	for _ in $(seq 200); do [ -s "$work/master.out" ] && break; sleep 0.05; done
 	local port
-	port=$(head -1 "$work/master.out")
-	port=${port##*:}
+	port=$(master_port)
 	for i in $(seq 0 $((W - 1))); do
 		/usr/bin/time -f %M -o "$work/w$i.rss" "$b" sort worker "127.0.0.1:$port" --bind "127.0.0.$((i + 2))" \
 			"${memflag[@]}" -I "$work/w$i/in" -O "$work/w$i/out" --tmp "$work/w$i/tmp" 2>"$work/w$i.err" &
@@ -135,16 +124,6 @@ run() {
 	echo "$line" >>"$work/results"
 }
 
-# check: the output of the job just run, in the master's worker order,
-# must be sorted with the input's checksum.
-check() {
-	local outs
-	outs=$(sed -n 2p "$work/master.out" | tr ',' '\n' | while read -r ip; do echo "$work/w$((${ip##*.} - 2))/out"; done)
-	"$G" valsort $outs >"$work/valsort.out" 2>&1 || { cat "$work/valsort.out" >&2; exit 1; }
-	out_sum=$(awk '/^Checksum/ {print $2}' "$work/valsort.out")
-	[ "$in_sum" = "$out_sum" ] || { echo "checksum mismatch: input $in_sum, output $out_sum" >&2; exit 1; }
-}
-
 # The two binaries alternate which runs first, round by round.
 for r in $(seq "$ROUNDS"); do
 	order=("${bins[@]}")
@@ -152,11 +131,9 @@ for r in $(seq "$ROUNDS"); do
 	for label in "${order[@]}"; do
 		echo "round $r/$ROUNDS: $label" >&2
 		run "$label" "$r"
-		if [ "$label" = tree ]; then check; fi
+		if [ "$label" = tree ]; then check_output "$in_sum"; fi
 	done
 done
-
-median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 
 echo "mode $MODE: $N records ($((N / 10000)) MB) on $W workers, memory ${MEM:-default}; $ROUNDS rounds; $(nproc) CPUs; $(date -u +'%F %H:%M UTC')"
 shared=$(sed -n 's/.*memory budget shared.*budget_bytes=\([0-9]*\).*/\1/p' "$work/w0.err" | head -1)

@@ -32,16 +32,8 @@ W=${3:-4}
 NL=$((N / 2))
 command -v /usr/bin/time >/dev/null || { echo "needs /usr/bin/time (apt-get install time)" >&2; exit 1; }
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/gantry-bench-dsort-XXXXXX")
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	[ "${KEEP:-0}" = 1 ] && echo "kept $work" >&2 || rm -rf "$work"
-}
-trap cleanup EXIT
-G="$work/gantry"
-echo "building gantry…" >&2
-go build -o "$G" ./cmd/gantry
+. scripts/lib/dsort.sh
+workdir bench-dsort
 
 echo "generating $N records for $W workers and their ASCII form…" >&2
 per=$((N / W))
@@ -60,7 +52,6 @@ in_sum=$("$G" valsort --checksum-only "$work"/w*/in 2>&1 | awk '/^Checksum/ {pri
 sync
 
 : >"$work/results"
-load() { cut -d' ' -f1 /proc/loadavg; }
 
 # run_dsort ROUND: one job, master start to last exit.
 run_dsort() {
@@ -73,14 +64,11 @@ run_dsort() {
 	start=$(date +%s.%N)
 	local prof=() wprof=()
 	[ -n "${PROFILE:-}" ] && mkdir -p "$PROFILE" && prof=(--cpuprofile "$PROFILE/master.$r.prof")
-	: >"$work/master.out" # the wait below must not read the previous round's port
+	: >"$work/master.out" # master_port must not read the previous round's port
 	"$G" sort master "$W" "${prof[@]}" >"$work/master.out" 2>"$work/master.err" &
-	local master=$!
-	pids+=("$master")
-	for _ in $(seq 200); do [ -s "$work/master.out" ] && break; sleep 0.05; done
+	pids+=($!)
 	local port
-	port=$(head -1 "$work/master.out")
-	port=${port##*:}
+	port=$(master_port)
 	for i in $(seq 0 $((W - 1))); do
 		[ -n "${PROFILE:-}" ] && wprof=(--cpuprofile "$PROFILE/w$i.$r.prof")
 		"$G" sort worker "127.0.0.1:$port" --bind "127.0.0.$((i + 2))" "${wprof[@]}" \
@@ -130,14 +118,11 @@ for r in $(seq "$ROUNDS"); do
 done
 
 # Correctness of the timed runs' outputs.
-outs=$(sed -n 2p "$work/master.out" | tr ',' '\n' | while read -r ip; do echo "$work/w$((${ip##*.} - 2))/out"; done)
-"$G" valsort $outs >"$work/valsort.out" 2>&1 || { cat "$work/valsort.out" >&2; exit 1; }
-out_sum=$(awk '/^Checksum/ {print $2}' "$work/valsort.out")
-[ "$in_sum" = "$out_sum" ] || { echo "dsort checksum mismatch: input $in_sum, output $out_sum" >&2; exit 1; }
+check_output "$in_sum"
 cmp <(cat $(ls -v "$work"/local-out/partition.*)) "$work/gnu-local.out" >/dev/null ||
 	{ echo "sort local and GNU sort outputs differ" >&2; exit 1; }
 
-median() { grep "^$1 " "$work/results" | awk '{print $2}' | sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+median_of() { grep "^$1 " "$work/results" | awk '{print $2}' | median; }
 div() { awk "BEGIN { d = $2; print (d > 0 ? $1 / d : 0) }"; }
 
 echo
@@ -147,16 +132,16 @@ echo
 echo "$N records ($((N / 10000)) MB) for dsort, $NL for sort local; $ROUNDS rounds; $(nproc) CPUs; $(date -u +'%F %H:%M UTC')"
 printf "%-20s %9s %8s\n" contender median_s MB/s
 for l in "dsort-${W}w-e2e" dsort-master-job gnu-sort-4G-2GB local-256MiB-1GB gnu-sort-256M-1GB; do
-	s=$(median "$l")
+	s=$(median_of "$l")
 	b=$N
 	case $l in *1GB) b=$NL ;; esac
 	printf "%-20s %9.2f %8.0f\n" "$l" "$s" "$(div "$b * 100" "1000000 * $s")"
 done
 echo
 printf "dsort end to end (%d workers, master start to last exit) vs GNU sort -S 4G: %.2fx (goal 2.5x)\n" "$W" \
-	"$(div "$(median gnu-sort-4G-2GB)" "$(median "dsort-${W}w-e2e")")"
+	"$(div "$(median_of gnu-sort-4G-2GB)" "$(median_of "dsort-${W}w-e2e")")"
 printf "sort local --memory 256MiB vs GNU sort -S 256M:                          %.2fx (goal 3x)\n" \
-	"$(div "$(median gnu-sort-256M-1GB)" "$(median local-256MiB-1GB)")"
+	"$(div "$(median_of gnu-sort-256M-1GB)" "$(median_of local-256MiB-1GB)")"
 echo "dsort output of the last round: $(tail -1 "$work/valsort.out"), checksum $out_sum = input's"
 echo
 echo "last dsort round, master (stderr):"

@@ -17,16 +17,8 @@ cd "$(dirname "$0")/.."
 N=${1:-10000000}
 W=${2:-4}
 MP=${METRICS_PORT:-19464}
-work=$(mktemp -d "${TMPDIR:-/tmp}/gantry-demo-XXXXXX")
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	[ "${KEEP:-0}" = 1 ] && echo "kept $work" >&2 || rm -rf "$work"
-}
-trap cleanup EXIT
-G="$work/gantry"
-echo "building gantry…" >&2
-go build -o "$G" ./cmd/gantry
+. scripts/lib/dsort.sh
+workdir demo
 
 # Each worker gets N/W records in two input dirs: an ASCII file and two binary
 # files with consecutive record numbers (-b), so no two files repeat records.
@@ -47,9 +39,8 @@ start=$(date +%s.%N)
 "$G" sort master "$W" --metrics-addr "127.0.0.1:$MP" >"$work/master.out" 2>"$work/master.err" &
 pids+=($!)
 master_pid=$!
-for _ in $(seq 100); do [ -s "$work/master.out" ] && break; sleep 0.1; done
+port=$(master_port)
 addr=$(head -1 "$work/master.out")
-port=${addr##*:}
 echo "master listening on $addr; metrics: http://127.0.0.1:$MP/metrics" >&2
 for i in $(seq 0 $((W - 1))); do
 	"$G" sort worker "127.0.0.1:$port" --bind "127.0.0.$((i + 2))" --metrics-addr "127.0.0.$((i + 2)):$MP" \
@@ -73,13 +64,7 @@ grep -v '^time=' "$work/master.err" | tail -20 >&2 || true
 echo >&2
 # Worker order is registration order: the master's second line lists the
 # workers' IPs in that order, and worker i of this script bound 127.0.0.(i+2).
-outs=$(sed -n 2p "$work/master.out" | tr ',' '\n' | while read -r ip; do echo "$work/w$((${ip##*.} - 2))/out"; done)
-"$G" valsort $outs >"$work/valsort.out" 2>&1 || { cat "$work/valsort.out"; exit 1; }
-out_sum=$(awk '/^Checksum/ {print $2}' "$work/valsort.out")
+check_output "$in_sum"
 cat "$work/valsort.out"
-if [ "$in_sum" != "$out_sum" ]; then
-	echo "checksum mismatch: input $in_sum, output $out_sum" >&2
-	exit 1
-fi
 awk -v n="$N" -v s="$start" -v e="$end" -v w="$W" 'BEGIN {
 	t = e - s; printf "sorted %d records (%.2f GB) on %d workers in %.2f s: %.0f MB/s; checksum matches the input\n", n, n * 100 / 1e9, w, t, n * 100 / 1e6 / t }'

@@ -133,11 +133,8 @@ func TestLocalNeverDropsAHint(t *testing.T) {
 		t.Fatalf("hint %q after cancel", id)
 	case <-time.After(50 * time.Millisecond): // real time: nothing may come
 	}
-	// The feeding goroutine has ended.
-	for deadline := time.Now().Add(5 * time.Second); runtime.NumGoroutine() >= before; {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d goroutines after cancel, %d before: the feed goroutine is still running", runtime.NumGoroutine(), before)
-		}
-		time.Sleep(5 * time.Millisecond) // poll: the goroutine ends on its own
-	}
+	testutil.WaitFor(t, 5*time.Second, "the feed goroutine to end after cancel", func() (bool, string) {
+		n := runtime.NumGoroutine()
+		return n < before, fmt.Sprintf("%d goroutines after cancel, %d before", n, before)
+	})
 }
