@@ -189,8 +189,8 @@ func (m *HealthMonitor) Pass(ctx context.Context) error {
 
 // Run passes every Interval and observes hinted workspaces at once, until
 // ctx ends; it then waits for observations in progress. A pass runs in its
-// own goroutine (one at a time; a tick during a pass is skipped), so that
-// hinted workspaces never wait for a pass over 100,000 rows to end.
+// own goroutine (oneAtATime), so that hinted workspaces never wait for a
+// pass over 100,000 rows to end.
 func (m *HealthMonitor) Run(ctx context.Context) error {
 	hinted, cancel := m.hints.Subscribe(ChanMonitor)
 	defer cancel()
@@ -199,21 +199,11 @@ func (m *HealthMonitor) Run(ctx context.Context) error {
 	sem := make(chan struct{}, m.cfg.Concurrency)
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	passing := make(chan struct{}, 1) // holds a token while a pass runs
-	pass := func() {
-		select {
-		case passing <- struct{}{}:
-		default:
-			return // the previous pass is still running
+	pass := oneAtATime(&wg, func() {
+		if err := m.Pass(ctx); err != nil && ctx.Err() == nil {
+			m.cfg.Logger.Warn("workspace: monitor pass", "err", err)
 		}
-		wg.Add(1)
-		go func() {
-			defer func() { <-passing; wg.Done() }()
-			if err := m.Pass(ctx); err != nil && ctx.Err() == nil {
-				m.cfg.Logger.Warn("workspace: monitor pass", "err", err)
-			}
-		}()
-	}
+	})
 	pass()
 	for {
 		select {

@@ -384,7 +384,12 @@ func (r *Reconciler) Run(ctx context.Context) error {
 	defer cancel()
 	t := r.cfg.Clock.NewTicker(r.cfg.Interval)
 	defer t.Stop()
-	tick, ticks := r.ticker(ctx)
+	var ticks sync.WaitGroup
+	tick := oneAtATime(&ticks, func() {
+		if err := r.Tick(ctx); err != nil && ctx.Err() == nil {
+			r.cfg.Logger.Warn("workspace: tick", "err", err)
+		}
+	})
 	tick()
 loop:
 	for {
@@ -411,11 +416,12 @@ loop:
 	return nil
 }
 
-// ticker returns tick, which starts a Tick in its own goroutine unless one
-// is running (an interval passing during a long tick is skipped), so that
-// hints are handled while a tick lists 100,000 rows; wg counts the tick.
-func (r *Reconciler) ticker(ctx context.Context) (tick func(), wg *sync.WaitGroup) {
-	wg = &sync.WaitGroup{}
+// oneAtATime returns start, which runs fn in its own goroutine, counted in
+// wg, unless the previous run is still going (then start does nothing): a
+// periodic pass over 100,000 rows (the reconciler's tick, the monitor's
+// pass) runs beside the hint loop instead of blocking it, and an interval
+// that ends during a long pass is skipped.
+func oneAtATime(wg *sync.WaitGroup, fn func()) (start func()) {
 	running := make(chan struct{}, 1)
 	return func() {
 		select {
@@ -425,11 +431,9 @@ func (r *Reconciler) ticker(ctx context.Context) (tick func(), wg *sync.WaitGrou
 		}
 		wg.Go(func() {
 			defer func() { <-running }()
-			if err := r.Tick(ctx); err != nil && ctx.Err() == nil {
-				r.cfg.Logger.Warn("workspace: tick", "err", err)
-			}
+			fn()
 		})
-	}, wg
+	}
 }
 
 // step is one reconcile of one workspace (seed: reconcile(ws)).
