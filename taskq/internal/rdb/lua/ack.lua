@@ -12,12 +12,7 @@ local now = tonumber(ARGV[1])
 local ids = {}
 for i = 2, #ARGV, 3 do ids[#ids + 1] = ARGV[i] end
 if #ids == 0 then return 0 end
-local members = {}
-for i = 1, #ids, 1000 do
-  local part = {}
-  for j = i, math.min(i + 999, #ids) do part[#part + 1] = ids[j] end
-  for _, m in ipairs(redis.call('HMGET', KEYS[5], unpack(part))) do members[#members + 1] = m end
-end
+local members = chunked('HMGET', KEYS[5], ids)
 local held, gone, fields, per = {}, {}, {}, {}
 for i, id in ipairs(ids) do
   local m = members[i]

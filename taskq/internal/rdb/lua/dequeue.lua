@@ -83,12 +83,7 @@ local function serve(k, q, t, s, w, members, more)
     fields[#fields + 1] = id .. '|r'
     fields[#fields + 1] = id .. '|n'
   end
-  local v = {}
-  for i = 1, #fields, 999 do
-    local part = {}
-    for j = i, math.min(i + 998, #fields) do part[#part + 1] = fields[j] end
-    for _, x in ipairs(redis.call('HMGET', KEYS[k + 4], unpack(part))) do v[#v + 1] = x end
-  end
+  local v = chunked('HMGET', KEYS[k + 4], fields)
   local dups = 0
   for i, id in ipairs(ids) do
     local b = 3 * (i - 1)

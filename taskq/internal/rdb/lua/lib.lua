@@ -248,12 +248,19 @@ local function unpark_due(k, now)
 end
 
 -- chunked runs cmd key args… over list in chunks (Lua's unpack has a
--- stack limit), prefix are the arguments before each chunk's items.
+-- stack limit), prefix are the arguments before each chunk's items. It
+-- returns the chunks' array replies joined in order (HMGET: one value per
+-- item of list, false where missing), or an empty table.
 local function chunked(cmd, key, list, prefix)
+  local out = {}
   for i = 1, #list, 1000 do
     local args = {}
     for _, p in ipairs(prefix or {}) do args[#args + 1] = p end
     for j = i, math.min(i + 999, #list) do args[#args + 1] = list[j] end
-    redis.call(cmd, key, unpack(args))
+    local reply = redis.call(cmd, key, unpack(args))
+    if type(reply) == 'table' then
+      for _, x in ipairs(reply) do out[#out + 1] = x end
+    end
   end
+  return out
 end
