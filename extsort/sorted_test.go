@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"os"
 	"path/filepath"
 	"testing"
 )
@@ -11,6 +12,18 @@ import (
 // SortInMemory is the stable sort of its inputs, read back through ReadAt
 // at any offset and length, and usable as a merge segment.
 func TestSortInMemoryReadsBackTheStableSort(t *testing.T) {
+	for _, read := range []bool{false, true} {
+		t.Run(map[bool]string{false: "mapped", true: "read"}[read], func(t *testing.T) {
+			defer func(old bool) { readNotMap = old }(readNotMap)
+			readNotMap = read
+			testSortInMemoryReadsBack(t)
+		})
+	}
+}
+
+// testSortInMemoryReadsBack is TestSortInMemoryReadsBackTheStableSort for
+// one way of holding the input.
+func testSortInMemoryReadsBack(t *testing.T) {
 	ctx := t.Context()
 	for name, d := range dists {
 		t.Run(name, func(t *testing.T) {
@@ -66,6 +79,32 @@ func TestSortInMemoryReadsBackTheStableSort(t *testing.T) {
 				t.Fatalf("merge with a Sorted segment differs from the reference at byte %d", firstDiff(out.Bytes(), ref))
 			}
 		})
+	}
+}
+
+// An input file truncated while its records are held mapped makes ReadAt
+// fail with ErrBadInput instead of crashing the process.
+func TestSortInMemoryInputTruncatedUnderIt(t *testing.T) {
+	dir := t.TempDir()
+	writeInputs(t, dir, makeRecords(5, 200000, dists["uniform"]), []int{200000})
+	inputs, _, err := ScanInputs([]string{dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := SortInMemory(t.Context(), Config{Memory: 64 << 20, Workers: 2}, inputs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Free()
+	if !s.in.mapped {
+		t.Skip("inputs are not mapped on this system")
+	}
+	if err := os.Truncate(inputs[0].Path, 0); err != nil {
+		t.Fatal(err)
+	}
+	p := make([]byte, 200000*recSize)
+	if _, err := s.ReadAt(p, 0); !errors.Is(err, ErrBadInput) {
+		t.Fatalf("ReadAt of a truncated input: %v, want ErrBadInput", err)
 	}
 }
 

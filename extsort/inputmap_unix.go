@@ -1,0 +1,100 @@
+//go:build unix
+
+package extsort
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gantryhq/gantry/internal/par"
+)
+
+// mapAlign is where each input file starts in the mapped range: a huge
+// page boundary, so that the kernel can map the page cache's huge folios
+// whole where it has them.
+const mapAlign = 2 << 20
+
+// populateStep is how much of a mapping one populate call covers: the
+// workers populate the input in parallel, a step at a time.
+const populateStep = 64 << 20
+
+// mapInputs maps inputs (total bytes, total > 0) read-only into one
+// address range, each file at a mapAlign boundary, and populates the page
+// tables (reading what the page cache does not hold) with up to workers
+// goroutines. It returns nil and no error when the system will not map
+// them (the caller reads them instead), and an error when an input cannot
+// be opened or read.
+func mapInputs(ctx context.Context, inputs []Input, workers int) (*inputMap, error) {
+	starts := make([]int64, len(inputs))
+	var span int64
+	for i, in := range inputs {
+		starts[i] = span
+		span += (in.Size + mapAlign - 1) &^ (mapAlign - 1)
+	}
+	// Reserve the range (no access, no memory), then map each file over
+	// its part of it.
+	res, err := unix.Mmap(-1, 0, int(span+mapAlign), unix.PROT_NONE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
+	if err != nil {
+		return nil, nil
+	}
+	free := func() { unix.Munmap(res) }
+	skip := int((mapAlign - uintptr(unsafe.Pointer(&res[0]))%mapAlign) % mapAlign)
+	mem := res[skip : skip+int(span)]
+	m := &inputMap{mem: mem, starts: starts, mapped: true, free: free}
+	var steps []populateRange
+	for i, in := range inputs {
+		if in.Size == 0 {
+			continue
+		}
+		part := mem[starts[i] : starts[i]+in.Size]
+		if err := mapFile(in.Path, part); err != nil {
+			free()
+			return nil, err
+		}
+		adviseHugePages(part)
+		for off := int64(0); off < in.Size; off += populateStep {
+			steps = append(steps, populateRange{path: in.Path, off: off, mem: part[off:min(off+populateStep, in.Size)]})
+		}
+	}
+	if err := par.Do(ctx, len(steps), workers, func(_ context.Context, i int) error { return steps[i].populate() }); err != nil {
+		free()
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		free()
+		return nil, err
+	}
+	return m, nil
+}
+
+// mapFile maps the file at path over part (its size), read-only.
+func mapFile(path string, part []byte) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrBadInput, err)
+	}
+	defer f.Close()
+	_, err = unix.MmapPtr(int(f.Fd()), 0, unsafe.Pointer(&part[0]), uintptr(len(part)), unix.PROT_READ, unix.MAP_SHARED|unix.MAP_FIXED)
+	if err != nil {
+		return fmt.Errorf("%w: map %s: %v", ErrBadInput, path, err)
+	}
+	return nil
+}
+
+// populateRange is one step of populating a mapped file.
+type populateRange struct {
+	path string
+	off  int64
+	mem  []byte
+}
+
+func (p populateRange) populate() error {
+	if err := populateRead(p.mem); err != nil {
+		return fmt.Errorf("%w: read %s at %d: %v", ErrBadInput, p.path, p.off, err)
+	}
+	return nil
+}
