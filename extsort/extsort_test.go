@@ -81,7 +81,7 @@ func referenceSort(buf []byte) []byte {
 }
 
 // writeInputs spreads buf over files of the given sizes (in records) in dir.
-func writeInputs(t *testing.T, dir string, buf []byte, sizes []int) {
+func writeInputs(t testing.TB, dir string, buf []byte, sizes []int) {
 	t.Helper()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)

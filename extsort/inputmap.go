@@ -5,6 +5,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"runtime/debug"
+	"slices"
+
+	"github.com/gantryhq/gantry/internal/par"
 )
 
 // inputMap is a sort's whole input laid out in one address range: on
@@ -54,36 +57,110 @@ func readInputs(ctx context.Context, inputs []Input, total int64, workers int) (
 	return &inputMap{mem: buf, starts: starts, free: free}, nil
 }
 
-// entries fills es (one per record) with the records' keys and their
-// positions (offset/posUnit), in input order, using up to workers
-// goroutines. It fails only when a mapped file shrank.
-func (m *inputMap) entries(inputs []Input, es []entry, workers int) error {
-	g := 0
+// sortEntries fills es (one per record) with the records' keys and
+// positions (offset/posUnit) and sorts it, using up to workers goroutines
+// and no second array: a histogram pass over the keys of the top 16 bits
+// places each entry straight into its bucket (records taken in input
+// order, so each bucket is in input order), then each bucket is sorted in
+// place (sortBucket; scratch only for buckets too long for a comparison
+// sort, i.e. heavily repeated keys). It fails only when a mapped file
+// shrank.
+func (m *inputMap) sortEntries(inputs []Input, es []entry, workers int) error {
+	workers = max(workers, 1)
+	n := len(es)
+	recStarts := make([]int, len(inputs)+1) // record number of each input's first record
 	for i, in := range inputs {
-		n := int(in.Size / recSize)
-		if n == 0 {
-			continue
-		}
-		base, out := m.starts[i], es[g:g+n]
-		errs := make([]error, max(workers, 1))
-		parallelChunks(n, workers, func(w, from, to int) {
-			errs[w] = m.guard(func() {
-				for k := from; k < to; k++ {
-					off := base + int64(k)*recSize
-					r := m.mem[off : off+keySize]
-					out[k] = entry{
-						hi: binary.BigEndian.Uint64(r),
-						lo: uint64(r[8])<<56 | uint64(r[9])<<48 | uint64(off/posUnit),
-					}
-				}
-			})
-		})
-		for _, err := range errs {
-			if err != nil {
-				return err
+		recStarts[i+1] = recStarts[i] + int(in.Size/recSize)
+	}
+	// each calls fn with the offset of every record in [from, to).
+	each := func(from, to int, fn func(off int64)) {
+		for i := range inputs {
+			lo, hi := max(from, recStarts[i]), min(to, recStarts[i+1])
+			for g := lo; g < hi; g++ {
+				fn(m.starts[i] + int64(g-recStarts[i])*recSize)
 			}
 		}
-		g += n
+	}
+	counts := make([][]int, workers)
+	if err := m.parallel(n, workers, func(w, from, to int) {
+		c := make([]int, numBuckets)
+		each(from, to, func(off int64) { c[int(m.mem[off])<<8|int(m.mem[off+1])]++ })
+		counts[w] = c
+	}); err != nil {
+		return err
+	}
+	starts := bucketOffsets(counts, n)
+	if err := m.parallel(n, workers, func(w, from, to int) {
+		next := counts[w]
+		each(from, to, func(off int64) {
+			r := m.mem[off : off+keySize]
+			e := entry{hi: binary.BigEndian.Uint64(r), lo: uint64(r[8])<<56 | uint64(r[9])<<48 | uint64(off/posUnit)}
+			b := e.hi >> 48
+			es[next[b]] = e
+			next[b]++
+		})
+	}); err != nil {
+		return err
+	}
+	sortBuckets(es, starts, workers)
+	return nil
+}
+
+// bucketOffsets turns counts[w][b] (worker w's entries in bucket b) into
+// where worker w writes its first entry of bucket b, workers in order
+// within a bucket, and returns where each bucket starts (and n at the end).
+func bucketOffsets(counts [][]int, n int) []int {
+	starts := make([]int, numBuckets+1)
+	pos := 0
+	for b := range numBuckets {
+		starts[b] = pos
+		for w := range counts {
+			c := counts[w][b]
+			counts[w][b] = pos
+			pos += c
+		}
+	}
+	starts[numBuckets] = n
+	return starts
+}
+
+// sortBuckets sorts each bucket es[starts[b]:starts[b+1]] in place, whose
+// entries share digit 0 and are in index order, largest first so that a
+// big skewed bucket does not finish last on one core. A bucket longer
+// than smallBucket gets scratch of its own while it is sorted.
+func sortBuckets(es []entry, starts []int, workers int) {
+	type span struct{ from, to int }
+	var spans []span
+	for b := range numBuckets {
+		if starts[b+1]-starts[b] > 1 {
+			spans = append(spans, span{starts[b], starts[b+1]})
+		}
+	}
+	slices.SortFunc(spans, func(a, b span) int { return (b.to - b.from) - (a.to - a.from) })
+	par.Do(context.Background(), len(spans), workers, func(_ context.Context, i int) error {
+		a := es[spans[i].from:spans[i].to]
+		if len(a) <= smallBucket {
+			sortBucket(a, nil, 1)
+			return nil
+		}
+		scratch, free := bigEntries(len(a))
+		defer free()
+		sortBucket(a, scratch, 1)
+		return nil
+	})
+}
+
+// parallel runs fn on one contiguous chunk of [0, n) per worker (see
+// parallelChunks), under guard.
+func (m *inputMap) parallel(n, workers int, fn func(w, from, to int)) error {
+	errs := make([]error, workers)
+	parallelChunks(n, workers, func(w, from, to int) {
+		errs[w] = m.guard(func() { fn(w, from, to) })
+	})
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
 	}
 	return nil
 }

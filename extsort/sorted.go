@@ -43,9 +43,9 @@ var readNotMap bool
 // SortInMemory sorts inputs (whole records) stably in memory, as
 // GenerateRuns does for one chunk; the budget must hold the whole input
 // (FitsOneChunk). The inputs are mapped where the system allows, else read
-// into one buffer. While sorting it also holds a scratch array of one
-// entry per record, which it frees before returning. progress, if set,
-// receives bytes read.
+// into one buffer. It sorts one entry per record in place: no scratch
+// array beside it, except while it sorts a bucket of many equal keys
+// (inputMap.sortEntries). progress, if set, receives bytes read.
 func SortInMemory(ctx context.Context, cfg Config, inputs []Input, progress func(int64)) (*Sorted, error) {
 	cfg, total, err := prepareSort(cfg, inputs)
 	if err != nil {
@@ -71,23 +71,13 @@ func SortInMemory(ctx context.Context, cfg Config, inputs []Input, progress func
 	if progress != nil {
 		progress(total)
 	}
-	es, freeEs := bigEntries(int(recs))
-	tmp, freeTmp := bigEntries(int(recs))
-	if err := in.entries(inputs, es, cfg.Workers); err != nil {
+	order, freeOrder := bigEntries(int(recs))
+	if err := in.sortEntries(inputs, order, cfg.Workers); err != nil {
 		in.free()
-		freeEs()
-		freeTmp()
+		freeOrder()
 		return nil, err
 	}
-	order := sortEntries(es, tmp, cfg.Workers)
-	keep := freeEs
-	if &order[0] == &es[0] {
-		freeTmp()
-	} else {
-		freeEs()
-		keep = freeTmp
-	}
-	return &Sorted{in: in, order: order, n: recs, free: func() { in.free(); keep() }}, nil
+	return &Sorted{in: in, order: order, n: recs, free: func() { in.free(); freeOrder() }}, nil
 }
 
 // FitsOneChunk reports whether SortInMemory can sort records records
@@ -118,17 +108,24 @@ func (s *Sorted) ReadAt(p []byte, off int64) (n int, err error) {
 	if int64(want) > size-off {
 		p = p[:size-off]
 	}
-	if err := s.in.guard(func() { n = s.gather(p, off) }); err != nil {
+	var sink byte
+	if err := s.in.guard(func() { n, sink = s.gather(p, off) }); err != nil {
 		return 0, err
 	}
+	_ = sink
 	if n < want {
 		return n, io.EOF
 	}
 	return n, nil
 }
 
-// gather fills p (within the data) with the sorted data from byte off.
-func (s *Sorted) gather(p []byte, off int64) int {
+// gatherBatch is how many records gather touches before it copies them.
+const gatherBatch = 16
+
+// gather fills p (within the data) with the sorted data from byte off and
+// returns the bytes read and what keeps its touching loads from being
+// optimized away.
+func (s *Sorted) gather(p []byte, off int64) (int, byte) {
 	mem := s.in.mem
 	n := 0
 	i := off / recSize
@@ -137,22 +134,29 @@ func (s *Sorted) gather(p []byte, off int64) int {
 		n = copy(p, mem[j+skip:j+recSize])
 		i++
 	}
-	// Whole records, four at a time where possible: the loads of the
-	// next records' positions do not wait on the copies.
-	for ; n+4*recSize <= len(p); i += 4 {
-		o := s.order[i : i+4 : i+4]
-		j0, j1, j2, j3 := o[0].index()*posUnit, o[1].index()*posUnit, o[2].index()*posUnit, o[3].index()*posUnit
-		copy(p[n:n+recSize], mem[j0:j0+recSize])
-		copy(p[n+recSize:n+2*recSize], mem[j1:j1+recSize])
-		copy(p[n+2*recSize:n+3*recSize], mem[j2:j2+recSize])
-		copy(p[n+3*recSize:n+4*recSize], mem[j3:j3+recSize])
-		n += 4 * recSize
+	// Whole records, a batch at a time: first one load from each record
+	// of the batch, independent of each other, so the processor overlaps
+	// their cache and TLB misses (mapped input sits on small pages: nearly
+	// every record is a TLB miss), then the copies, which find the
+	// records' lines arriving.
+	var sink byte
+	for ; n+gatherBatch*recSize <= len(p); i += gatherBatch {
+		o := s.order[i : i+gatherBatch : i+gatherBatch]
+		var at [gatherBatch]int
+		for k := range at {
+			at[k] = o[k].index() * posUnit
+			sink ^= mem[at[k]] ^ mem[at[k]+recSize-1]
+		}
+		for k := range at {
+			copy(p[n:n+recSize], mem[at[k]:at[k]+recSize])
+			n += recSize
+		}
 	}
 	for ; n < len(p); i++ {
 		j := s.order[i].index() * posUnit
 		n += copy(p[n:], mem[j:j+recSize])
 	}
-	return n
+	return n, sink
 }
 
 // Free releases the memory; later calls do nothing.
