@@ -1,0 +1,38 @@
+package extsort
+
+import (
+	"testing"
+)
+
+// BenchmarkSortedGather reads a 200 MB input sorted in memory back in
+// sorted order, 1 MiB at a time, as a served piece does.
+func BenchmarkSortedGather(b *testing.B) {
+	for _, read := range []bool{false, true} {
+		b.Run(map[bool]string{false: "mapped", true: "read"}[read], func(b *testing.B) {
+			defer func(old bool) { readNotMap = old }(readNotMap)
+			readNotMap = read
+			const n = 2000000
+			dir := b.TempDir()
+			writeInputs(b, dir, makeRecords(1, n, dists["uniform"]), []int{n})
+			inputs, _, err := ScanInputs([]string{dir})
+			if err != nil {
+				b.Fatal(err)
+			}
+			s, err := SortInMemory(b.Context(), Config{Memory: 512 << 20, Workers: 2}, inputs, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Free()
+			p := make([]byte, 10485*recSize)
+			b.SetBytes(n * recSize)
+			b.ResetTimer()
+			for range b.N {
+				for off := int64(0); off < n*recSize; off += int64(len(p)) {
+					if _, err := s.ReadAt(p, off); err != nil && off+int64(len(p)) < n*recSize {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
+	}
+}
