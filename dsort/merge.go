@@ -24,6 +24,11 @@ type merger struct {
 	out    output
 	job    string // names the staged files
 	memory int64  // each partition's merge (memoryPlan.merge)
+	// mapPieces: the merge maps the received pieces (just written, in the
+	// page cache) and reads them in place, instead of copying them into
+	// read buffers; their pages count in the process's RSS while it runs,
+	// so only the in-memory plan (memoryPlan.keep) does so.
+	mapPieces bool
 }
 
 // partition merges partition p's pieces into its staged partition file,
@@ -42,7 +47,7 @@ func (m *merger) partition(ctx context.Context, p int, progress func(int64)) err
 			return fmt.Errorf("dsort: merge partition %d: %w", p, err)
 		}
 		if info.Size() > 0 {
-			segs = append(segs, extsort.Segment{Path: path, Length: info.Size()})
+			segs = append(segs, extsort.Segment{Path: path, Length: info.Size(), Map: m.mapPieces})
 		}
 	}
 	// Staged under a hidden name: it becomes partition.<p> only when the

@@ -229,7 +229,7 @@ func (w *Worker) sortPhase(ctx context.Context, asg assignment) (*sortedJob, err
 	}
 	w.pieces.ready(&pieceSource{sorted: sorted, layout: layout, epoch: asg.epoch, memory: plan.serve})
 	job := &sortedJob{layout: layout, plan: plan, sorted: sorted,
-		merger: &merger{layout: layout, own: sorted, dir: w.dir, out: w.out, job: asg.jobID, memory: plan.merge}}
+		merger: &merger{layout: layout, own: sorted, dir: w.dir, out: w.out, job: asg.jobID, memory: plan.merge, mapPieces: plan.keep}}
 	return job, w.track.start(WaitingForShuffleSignal, "sorting complete, waiting for signal", 0)
 }
 

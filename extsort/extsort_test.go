@@ -246,15 +246,22 @@ func TestMergeIsStable(t *testing.T) {
 	segs = append(segs, Segment{Path: filepath.Join(dir, "runs"), Offset: 0, Length: 0}) // empty segment
 	var out bytes.Buffer
 	var progress int64
-	// A tiny budget forces intermediate merge passes.
-	for _, mem := range []int64{MinMemory, 1 << 30} {
+	// A tiny budget forces intermediate merge passes. Mapped segments
+	// start off page boundaries.
+	for _, c := range []struct {
+		mem    int64
+		mapped bool
+	}{{MinMemory, false}, {1 << 30, false}, {1 << 30, true}} {
+		for i := range segs {
+			segs[i].Map = c.mapped
+		}
 		out.Reset()
 		progress = 0
-		if err := Merge(t.Context(), Config{Memory: mem, TempDir: dir}, segs, &out, func(n int64) { progress += n }); err != nil {
+		if err := Merge(t.Context(), Config{Memory: c.mem, TempDir: dir}, segs, &out, func(n int64) { progress += n }); err != nil {
 			t.Fatal(err)
 		}
 		if want := referenceSort(all); !bytes.Equal(out.Bytes(), want) {
-			t.Fatalf("memory %d: merge is not the stable sort of its inputs", mem)
+			t.Fatalf("memory %d, mapped %v: merge is not the stable sort of its inputs", c.mem, c.mapped)
 		}
 		if progress != int64(len(all)) {
 			t.Errorf("progress reported %d bytes, want %d", progress, len(all))

@@ -98,3 +98,24 @@ func (p populateRange) populate() error {
 	}
 	return nil
 }
+
+// mapSegment maps s's bytes of its file read-only and populates them; it
+// returns nil (and no error) when the system will not map the file.
+func mapSegment(s Segment) (mem []byte, unmap func(), err error) {
+	f, err := os.Open(s.Path)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	start := s.Offset &^ (int64(os.Getpagesize()) - 1)
+	m, err := unix.Mmap(int(f.Fd()), start, int(s.Offset+s.Length-start), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return nil, nil, nil
+	}
+	mem = m[s.Offset-start:]
+	if err := populateRead(mem); err != nil {
+		unix.Munmap(m)
+		return nil, nil, fmt.Errorf("read %s: %w", s.Path, err)
+	}
+	return mem, func() { unix.Munmap(m) }, nil
+}

@@ -214,13 +214,17 @@ func reduceSegments(ctx context.Context, memory int64, workers int, segs []Segme
 	return segs, cleanup, nil
 }
 
-// mergeSegments opens the segments' files (or reads their Readers) and
-// merges them.
+// mergeSegments opens the segments' files (or reads their Readers, or maps
+// them) and merges them.
 func mergeSegments(ctx context.Context, memory int64, segs []Segment, w io.Writer, progress func(int64), a *arena) error {
 	files := map[string]*os.File{}
+	var unmaps []func()
 	defer func() {
 		for _, f := range files {
 			f.Close()
+		}
+		for _, u := range unmaps {
+			u()
 		}
 	}()
 	srcs := make([]source, 0, len(segs))
@@ -231,6 +235,17 @@ func mergeSegments(ctx context.Context, memory int64, segs []Segment, w io.Write
 		if s.Reader != nil {
 			srcs = append(srcs, source{name: s.Path, ra: s.Reader, off: s.Offset, length: s.Length})
 			continue
+		}
+		if s.Map && s.Length > 0 {
+			mem, unmap, err := mapSegment(s)
+			if err != nil {
+				return fmt.Errorf("extsort: merge: %w", err)
+			}
+			if mem != nil {
+				unmaps = append(unmaps, unmap)
+				srcs = append(srcs, source{name: s.Path, mem: mem, off: 0, length: s.Length})
+				continue
+			}
 		}
 		f := files[s.Path]
 		if f == nil {

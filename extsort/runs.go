@@ -33,10 +33,17 @@ func (m memRun) WriteAt(p []byte, off int64) (int, error) { return copy(m[off:],
 // Segment is a byte range of a sorted file, or of Reader when it is set
 // (Path is then only its name); Offset and Length are multiples of the
 // record size.
+//
+// Map asks a merge to map the file and read the records in place instead
+// of copying them into a buffer first: no buffer, no copy, but the file's
+// pages count in the process's resident memory while the merge runs. Use
+// it for files the page cache holds anyway (just written). Where the
+// system does not map files, the file is read through a buffer.
 type Segment struct {
 	Path           string
 	Offset, Length int64
 	Reader         io.ReaderAt
+	Map            bool
 }
 
 // Segment returns the whole run as a segment.

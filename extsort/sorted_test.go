@@ -156,6 +156,7 @@ func TestMergeOneSegmentIsACopy(t *testing.T) {
 	defer s.Free()
 	for _, seg := range []Segment{
 		{Path: inputs[0].Path, Offset: 700 * recSize, Length: 25000 * recSize},
+		{Path: inputs[0].Path, Offset: 700 * recSize, Length: 25000 * recSize, Map: true},
 		{Path: "kept", Offset: 700 * recSize, Length: 25000 * recSize, Reader: s},
 	} {
 		var out bytes.Buffer
@@ -165,7 +166,7 @@ func TestMergeOneSegmentIsACopy(t *testing.T) {
 			t.Fatal(err)
 		}
 		if want := data[700*recSize : 25700*recSize]; !bytes.Equal(out.Bytes(), want) || progress != int64(len(want)) {
-			t.Fatalf("%s: merged %d bytes (progress %d), want the %d bytes of the segment", seg.Path, out.Len(), progress, len(want))
+			t.Fatalf("%s (map %v): merged %d bytes (progress %d), want the %d bytes of the segment", seg.Path, seg.Map, out.Len(), progress, len(want))
 		}
 	}
 }
