@@ -36,3 +36,48 @@ func BenchmarkSortedGather(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSortInMemory sorts a 200 MB input in memory (mapped), as a
+// dsort worker whose input fits its budget does.
+func BenchmarkSortInMemory(b *testing.B) {
+	const n = 2000000
+	dir := b.TempDir()
+	writeInputs(b, dir, makeRecords(1, n, dists["uniform"]), []int{n})
+	inputs, _, err := ScanInputs([]string{dir})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(n * recSize)
+	for b.Loop() {
+		s, err := SortInMemory(b.Context(), Config{Memory: 512 << 20, Workers: 2}, inputs, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		s.Free()
+	}
+}
+
+// BenchmarkSortMappedEntries is the sort of BenchmarkSortInMemory alone:
+// input mapped and entry array allocated (and touched) once.
+func BenchmarkSortMappedEntries(b *testing.B) {
+	const n = 2000000
+	dir := b.TempDir()
+	writeInputs(b, dir, makeRecords(1, n, dists["uniform"]), []int{n})
+	inputs, total, err := ScanInputs([]string{dir})
+	if err != nil {
+		b.Fatal(err)
+	}
+	in, err := mapInputs(b.Context(), inputs, 2)
+	if err != nil || in == nil {
+		b.Skip("inputs not mapped", err)
+	}
+	defer in.free()
+	es, free := bigEntries(int(total / recSize))
+	defer free()
+	b.SetBytes(total)
+	for b.Loop() {
+		if err := in.sortEntries(inputs, es, 2); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -72,19 +72,14 @@ func (m *inputMap) sortEntries(inputs []Input, es []entry, workers int) error {
 	for i, in := range inputs {
 		recStarts[i+1] = recStarts[i] + int(in.Size/recSize)
 	}
-	// each calls fn with the offset of every record in [from, to).
-	each := func(from, to int, fn func(off int64)) {
-		for i := range inputs {
-			lo, hi := max(from, recStarts[i]), min(to, recStarts[i+1])
-			for g := lo; g < hi; g++ {
-				fn(m.starts[i] + int64(g-recStarts[i])*recSize)
-			}
-		}
-	}
 	counts := make([][]int, workers)
 	if err := m.parallel(n, workers, func(w, from, to int) {
 		c := make([]int, numBuckets)
-		each(from, to, func(off int64) { c[int(m.mem[off])<<8|int(m.mem[off+1])]++ })
+		m.eachRange(recStarts, from, to, func(_ int64, mem []byte) {
+			for off := 0; off < len(mem); off += recSize {
+				c[int(mem[off])<<8|int(mem[off+1])]++
+			}
+		})
 		counts[w] = c
 	}); err != nil {
 		return err
@@ -92,18 +87,34 @@ func (m *inputMap) sortEntries(inputs []Input, es []entry, workers int) error {
 	starts := bucketOffsets(counts, n)
 	if err := m.parallel(n, workers, func(w, from, to int) {
 		next := counts[w]
-		each(from, to, func(off int64) {
-			r := m.mem[off : off+keySize]
-			e := entry{hi: binary.BigEndian.Uint64(r), lo: uint64(r[8])<<56 | uint64(r[9])<<48 | uint64(off/posUnit)}
-			b := e.hi >> 48
-			es[next[b]] = e
-			next[b]++
+		m.eachRange(recStarts, from, to, func(at int64, mem []byte) {
+			pos := uint64(at) / posUnit
+			for off := 0; off < len(mem); off += recSize {
+				r := mem[off : off+keySize : off+keySize]
+				e := entry{hi: binary.BigEndian.Uint64(r), lo: uint64(r[8])<<56 | uint64(r[9])<<48 | (pos + uint64(off/posUnit))}
+				b := e.hi >> 48
+				es[next[b]] = e
+				next[b]++
+			}
 		})
 	}); err != nil {
 		return err
 	}
 	sortBuckets(es, starts, workers)
 	return nil
+}
+
+// eachRange calls fn with the bytes of the records numbered [from, to)
+// (recStarts: each input's first record number), one slice per input, and
+// the slice's offset in m.mem.
+func (m *inputMap) eachRange(recStarts []int, from, to int, fn func(at int64, mem []byte)) {
+	for i, base := range m.starts {
+		lo, hi := max(from, recStarts[i]), min(to, recStarts[i+1])
+		if lo < hi {
+			at := base + int64(lo-recStarts[i])*recSize
+			fn(at, m.mem[at:base+int64(hi-recStarts[i])*recSize])
+		}
+	}
 }
 
 // bucketOffsets turns counts[w][b] (worker w's entries in bucket b) into
