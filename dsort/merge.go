@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 	"sync/atomic"
 
 	"github.com/gantryhq/gantry/extsort"
@@ -29,13 +30,16 @@ type merger struct {
 	// read buffers; their pages count in the process's RSS while it runs,
 	// so only the in-memory plan (memoryPlan.keep) does so.
 	mapPieces bool
+
+	mu      sync.Mutex // protects removed and the removal of pieces
+	removed int64      // bytes of the pieces removed once merged
 }
 
 // partition merges partition p's pieces into its staged partition file,
 // written atomically: the file appears complete or not at all. progress
 // receives the bytes written.
 func (m *merger) partition(ctx context.Context, p int, progress func(int64)) error {
-	var segs []extsort.Segment
+	var segs, pieces []extsort.Segment
 	for s := range m.layout.workers {
 		if s == m.layout.self {
 			segs = append(segs, m.own.segments(p)...)
@@ -48,6 +52,7 @@ func (m *merger) partition(ctx context.Context, p int, progress func(int64)) err
 		}
 		if info.Size() > 0 {
 			segs = append(segs, extsort.Segment{Path: path, Length: info.Size(), Map: m.mapPieces})
+			pieces = append(pieces, segs[len(segs)-1])
 		}
 	}
 	// Staged under a hidden name: it becomes partition.<p> only when the
@@ -63,7 +68,31 @@ func (m *merger) partition(ctx context.Context, p int, progress func(int64)) err
 	if err != nil {
 		return fmt.Errorf("dsort: merge partition %d: %w", p, err)
 	}
+	m.removePieces(pieces)
 	return nil
+}
+
+// removePieces removes the received pieces of a partition (segs) once its
+// output is staged: nothing reads them again (a restarted worker fetches anew),
+// and the page cache they held is reused, warm, by the pieces still to
+// come instead of more memory being first touched.
+func (m *merger) removePieces(segs []extsort.Segment) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, sg := range segs {
+		if os.Remove(sg.Path) == nil {
+			m.removed += sg.Length
+		}
+	}
+}
+
+// receivedBytes is the size of all the pieces received so far, those
+// merged and removed included.
+func (m *merger) receivedBytes() (int64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n, err := m.dir.receivedBytes()
+	return n + m.removed, err
 }
 
 // ownBytes is the size of this worker's own pieces of its partitions (read

@@ -258,7 +258,7 @@ func (w *Worker) mergePhase(ctx context.Context, job *sortedJob, early *earlyMer
 	if _, err := waitFor(ctx, w.signals.merge); err != nil {
 		return err
 	}
-	recvBytes, err := w.dir.receivedBytes()
+	recvBytes, err := job.merger.receivedBytes()
 	if err != nil {
 		return err
 	}
