@@ -3,6 +3,7 @@ package extsort
 import (
 	"context"
 	"encoding/binary"
+	"math/bits"
 	"slices"
 	"sync"
 
@@ -137,7 +138,7 @@ func sortBucket(a, scratch []entry, d int) {
 			insertionSort(a)
 			return
 		case n <= smallBucket:
-			slices.SortFunc(a, entryCmp)
+			quickSort(a)
 			return
 		}
 		var count [numBuckets]int
@@ -173,11 +174,61 @@ func sortBucket(a, scratch []entry, d int) {
 	}
 }
 
+// less orders entries by (hi, lo); no two entries are equal (lo holds the
+// record's position), so any correct sort gives the one stable order.
+func less(a, b entry) bool { return a.hi < b.hi || a.hi == b.hi && a.lo < b.lo }
+
+// quickSort sorts a by (hi, lo): quicksort on the median of three, short
+// slices by insertion, recursing into the smaller side only. Past a depth
+// that only adversarial input reaches, it hands over to slices.SortFunc.
+func quickSort(a []entry) {
+	for depth := 2 * bits.Len(uint(len(a))); len(a) > 24; depth-- {
+		if depth == 0 {
+			slices.SortFunc(a, entryCmp)
+			return
+		}
+		m := len(a) / 2
+		l, h := len(a)-1, 0
+		if less(a[m], a[h]) {
+			a[m], a[h] = a[h], a[m]
+		}
+		if less(a[l], a[m]) {
+			a[l], a[m] = a[m], a[l]
+			if less(a[m], a[h]) {
+				a[m], a[h] = a[h], a[m]
+			}
+		}
+		pivot := a[m]
+		i, j := 0, len(a)-1
+		for i <= j {
+			for less(a[i], pivot) {
+				i++
+			}
+			for less(pivot, a[j]) {
+				j--
+			}
+			if i <= j {
+				a[i], a[j] = a[j], a[i]
+				i++
+				j--
+			}
+		}
+		if j+1 < len(a)-i {
+			quickSort(a[:j+1])
+			a = a[i:]
+		} else {
+			quickSort(a[i:])
+			a = a[:j+1]
+		}
+	}
+	insertionSort(a)
+}
+
 func insertionSort(a []entry) {
 	for i := 1; i < len(a); i++ {
 		e := a[i]
 		j := i
-		for j > 0 && entryCmp(a[j-1], e) > 0 {
+		for j > 0 && less(e, a[j-1]) {
 			a[j] = a[j-1]
 			j--
 		}
