@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gantryhq/gantry/workspace/auth"
+	"github.com/gantryhq/gantry/workspace/store"
 )
 
 // maxBody caps every request body; more is 413.
@@ -23,7 +24,9 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	_, pattern := a.mux.Handler(r)
 	note := &reqNote{action: a.actions[pattern], workspace: pathWorkspace(r.URL.Path)}
-	r = r.WithContext(context.WithValue(r.Context(), noteKey{}, note))
+	// Every request is a user's: its statements and hints go ahead of bulk
+	// work (urgent.go).
+	r = r.WithContext(store.Urgent(context.WithValue(r.Context(), noteKey{}, note)))
 	rec := &recorder{ResponseWriter: w}
 	defer a.audit(r, rec, note)
 	r, ok := a.admit(rec, r, note)

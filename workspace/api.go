@@ -127,7 +127,7 @@ func NewAPI(cfg APIConfig) *API {
 		cfg.ActivityEvery = DefaultActivityEvery
 	}
 	cfg.Clock = clock.Or(cfg.Clock)
-	a := &API{cfg: cfg, store: cfg.Store, hints: cfg.Hints, log: cfg.Logger, clock: cfg.Clock,
+	a := &API{cfg: cfg, store: cfg.Store, hints: urgentHints{cfg.Hints}, log: cfg.Logger, clock: cfg.Clock,
 		mux: http.NewServeMux(), actions: map[string]string{}, cop: http.NewCrossOriginProtection()}
 	a.authn = auth.NewAuthenticator(cfg.Store, cfg.Clock, cfg.Limiter)
 	for _, r := range a.routes() {

@@ -14,8 +14,13 @@ import (
 	"github.com/gantryhq/gantry/workspace/store"
 )
 
-// createMany inserts n workspaces wanting desired.
+// createMany inserts n workspaces wanting desired, named b0, b1, ….
 func createMany(tb testing.TB, st *store.Store, n int, desired Status) []string {
+	return createNamed(tb, st, "b", n, desired)
+}
+
+// createNamed inserts n workspaces wanting desired, named prefix0, ….
+func createNamed(tb testing.TB, st *store.Store, prefix string, n int, desired Status) []string {
 	ids := make([]string, n)
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 8)
@@ -24,7 +29,7 @@ func createMany(tb testing.TB, st *store.Store, n int, desired Status) []string 
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			w, err := st.Create(tb.Context(), NewWorkspace{Name: fmt.Sprint("b", i), Desired: desired}, time.Now())
+			w, err := st.Create(tb.Context(), NewWorkspace{Name: fmt.Sprint(prefix, i), Desired: desired}, time.Now())
 			if err != nil {
 				tb.Error(err)
 				return

@@ -75,7 +75,7 @@ func NewHealthMonitor(cfg MonitorConfig, st MonitorStore, c provider.Container, 
 	if h == nil {
 		h = hints.Drop{}
 	}
-	return &HealthMonitor{cfg: cfg, store: st, container: c, storage: s, hints: h}
+	return &HealthMonitor{cfg: cfg, store: st, container: c, storage: s, hints: urgentHints{h}}
 }
 
 // Observe computes w's status from the providers.
@@ -190,15 +190,32 @@ func (m *HealthMonitor) Pass(ctx context.Context) error {
 // Run passes every Interval and observes hinted workspaces at once, until
 // ctx ends; it then waits for observations in progress. A pass runs in its
 // own goroutine (oneAtATime), so that hinted workspaces never wait for a
-// pass over 100,000 rows to end.
+// pass over 100,000 rows to end. ChanMonitorUrgent hints are served by a
+// loop of their own, with a share of the slots reserved (urgent.go), so an
+// urgent hint never waits while the plain loop waits for a slot.
 func (m *HealthMonitor) Run(ctx context.Context) error {
 	hinted, cancel := m.hints.Subscribe(ChanMonitor)
 	defer cancel()
+	urgent, cancelUrgent := m.hints.Subscribe(ChanMonitorUrgent)
+	defer cancelUrgent()
 	t := m.cfg.Clock.NewTicker(m.cfg.Interval)
 	defer t.Stop()
-	sem := make(chan struct{}, m.cfg.Concurrency)
+	slots := newLanes(m.cfg.Concurrency)
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	uctx := store.Urgent(ctx)
+	wg.Go(func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case id := <-urgent:
+				if !m.observeHinted(uctx, slots, &wg, id) {
+					return
+				}
+			}
+		}
+	})
 	pass := oneAtATime(&wg, func() {
 		if err := m.Pass(ctx); err != nil && ctx.Err() == nil {
 			m.cfg.Logger.Warn("workspace: monitor pass", "err", err)
@@ -212,20 +229,27 @@ func (m *HealthMonitor) Run(ctx context.Context) error {
 		case <-t.C():
 			pass()
 		case id := <-hinted:
-			select {
-			case sem <- struct{}{}:
-			case <-ctx.Done():
+			if !m.observeHinted(ctx, slots, &wg, id) {
 				return nil
 			}
-			wg.Add(1)
-			go func() {
-				defer func() { <-sem; wg.Done() }()
-				w, err := m.store.Get(ctx, id)
-				if err != nil {
-					return
-				}
-				m.observeOne(ctx, w)
-			}()
 		}
 	}
+}
+
+// observeHinted observes id in its own goroutine once it has a slot (an
+// urgent ctx takes the reserved share too); false if ctx ended first.
+func (m *HealthMonitor) observeHinted(ctx context.Context, slots lanes, wg *sync.WaitGroup, id string) bool {
+	release := slots.acquire(ctx, store.IsUrgent(ctx))
+	if release == nil {
+		return false
+	}
+	wg.Go(func() {
+		defer release()
+		w, err := m.store.Get(ctx, id)
+		if err != nil {
+			return
+		}
+		m.observeOne(ctx, w)
+	})
+	return true
 }

@@ -183,7 +183,7 @@ type Reconciler struct {
 	container provider.Container
 	storage   provider.Storage
 	hints     Hints
-	sem       chan struct{}
+	slots     lanes // provider-call slots, a share reserved for urgent steps
 
 	wake *wakeups // pokeAt's one timer
 
@@ -219,8 +219,8 @@ func NewReconciler(cfg Config, st ReconcilerStore, c provider.Container, s provi
 	if h == nil {
 		h = hints.Drop{}
 	}
-	return &Reconciler{cfg: cfg, store: st, container: c, storage: s, hints: h,
-		sem: make(chan struct{}, cfg.Concurrency), procs: map[string]sched.PID{}, ids: map[sched.PID]string{}, wake: newWakeups(cfg.Clock)}, nil
+	return &Reconciler{cfg: cfg, store: st, container: c, storage: s, hints: urgentHints{h},
+		slots: newLanes(cfg.Concurrency), procs: map[string]sched.PID{}, ids: map[sched.PID]string{}, wake: newWakeups(cfg.Clock)}, nil
 }
 
 // Config returns the effective configuration.
@@ -230,9 +230,14 @@ const cmdReconcile sched.CommandType = 1001
 
 // reconcileCmd asks for one reconcile step of a workspace; w nil = re-read.
 type reconcileCmd struct {
-	id string
-	w  *Workspace
+	id     string
+	w      *Workspace
+	urgent bool // a user asked for it (urgent.go)
 }
+
+// urgentHint is the message of a ChanWorkspaceUrgent hint: re-read, and
+// treat the workspace as urgent until it is settled.
+type urgentHint struct{}
 
 func (reconcileCmd) CommandType() sched.CommandType { return cmdReconcile }
 
@@ -244,15 +249,22 @@ type stepResult struct {
 	// plans from it without a read (its claim's CAS catches any change
 	// made meanwhile). nil = re-read.
 	next *Workspace
+	// settled: nothing is left to do (converged, or ERROR); an urgent
+	// workspace is no longer urgent.
+	settled bool
 }
 
 // wsProc is one workspace's process. Messages are row snapshots (ticks),
-// nil (hints, timers); the yield is one reconcile step. While a step is in
-// flight newer messages are coalesced into one follow-up.
+// nil (hints, timers) or urgentHint; the yield is one reconcile step. While
+// a step is in flight newer messages are coalesced into one follow-up.
+// Invariant: urgent is set from an urgentHint until a step that started
+// after it finds the workspace settled; every step yielded meanwhile is
+// urgent.
 type wsProc struct {
 	id      string
 	busy    bool
 	pending bool
+	urgent  bool
 	latest  *Workspace
 	tag     uint64
 }
@@ -269,6 +281,9 @@ func (p *wsProc) Step(events []sched.Event, out *sched.StepOutput) error {
 			return nil
 		case sched.EventMessage:
 			w, _ := ev.Data.(*Workspace)
+			if _, ok := ev.Data.(urgentHint); ok {
+				p.urgent = true
+			}
 			if p.busy {
 				w = nil // a snapshot taken during our own step is stale after it: re-read
 			}
@@ -279,6 +294,9 @@ func (p *wsProc) Step(events []sched.Event, out *sched.StepOutput) error {
 				if res.gone {
 					out.Status = sched.StatusDone
 					return nil
+				}
+				if res.settled && !p.pending { // a message during the step may be a newer urgent change
+					p.urgent = false
 				}
 				if res.again {
 					if !p.pending { // a message during the step: the row may have moved, re-read
@@ -291,7 +309,7 @@ func (p *wsProc) Step(events []sched.Event, out *sched.StepOutput) error {
 	}
 	if p.pending && !p.busy {
 		p.tag++
-		out.Yield(p.tag, reconcileCmd{id: p.id, w: p.latest})
+		out.Yield(p.tag, reconcileCmd{id: p.id, w: p.latest, urgent: p.urgent})
 		p.busy, p.pending, p.latest = true, false, nil
 	}
 	return nil
@@ -303,6 +321,20 @@ func (r *Reconciler) poke(id string, w *Workspace) {
 		r.alt.poke(id, w)
 		return
 	}
+	r.send(id, w)
+}
+
+// pokeUrgent makes id's process urgent and re-read (a user's change).
+func (r *Reconciler) pokeUrgent(id string) {
+	if r.alt != nil {
+		r.alt.poke(id, nil)
+		return
+	}
+	r.send(id, urgentHint{})
+}
+
+// send sends msg to id's process, spawning it if needed.
+func (r *Reconciler) send(id string, msg any) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.sch == nil {
@@ -310,7 +342,7 @@ func (r *Reconciler) poke(id string, w *Workspace) {
 	}
 	pid, ok := r.procs[id]
 	if ok {
-		if err := r.sch.Send(pid, w); err == nil {
+		if err := r.sch.Send(pid, msg); err == nil {
 			return
 		}
 	}
@@ -319,7 +351,7 @@ func (r *Reconciler) poke(id string, w *Workspace) {
 		return
 	}
 	r.procs[id], r.ids[pid] = pid, id
-	r.sch.Send(pid, w)
+	r.sch.Send(pid, msg)
 }
 
 // pokeAt pokes id after d (retry backoff, lease expiry, timeout).
@@ -340,8 +372,9 @@ func (r *Reconciler) Tick(ctx context.Context) error {
 	return nil
 }
 
-// Run ticks every Interval and on ChanWorkspace hints until ctx ends, then
-// stops the processes and waits for provider calls in flight.
+// Run ticks every Interval and on ChanWorkspace hints until ctx ends (and
+// on ChanWorkspaceUrgent ones, served apart: urgent.go), then stops the
+// processes and waits for provider calls in flight.
 func (r *Reconciler) Run(ctx context.Context) error {
 	wakeCtx, stopWake := context.WithCancel(ctx)
 	var wakeDone sync.WaitGroup
@@ -382,6 +415,8 @@ func (r *Reconciler) Run(ctx context.Context) error {
 	r.mu.Unlock()
 	hints, cancel := r.hints.Subscribe(ChanWorkspace)
 	defer cancel()
+	urgent, cancelUrgent := r.hints.Subscribe(ChanWorkspaceUrgent)
+	defer cancelUrgent()
 	t := r.cfg.Clock.NewTicker(r.cfg.Interval)
 	defer t.Stop()
 	var ticks sync.WaitGroup
@@ -398,6 +433,8 @@ loop:
 			break loop
 		case <-t.C():
 			tick()
+		case id := <-urgent:
+			r.pokeUrgent(id)
 		case id := <-hints:
 			r.poke(id, nil)
 		}
@@ -452,7 +489,7 @@ func (r *Reconciler) step(ctx context.Context, id string, w *Workspace) stepResu
 	}
 	// 1. ERROR: skip (deleting needs no recovery).
 	if w.ObservedStatus == Error && w.DesiredState != Deleted {
-		return stepResult{}
+		return stepResult{settled: true}
 	}
 	// 2. An operation in flight: completion, timeout, retry or takeover.
 	if w.Operation != OpNone {
@@ -460,12 +497,12 @@ func (r *Reconciler) step(ctx context.Context, id string, w *Workspace) stepResu
 	}
 	// 3. Converged.
 	if w.ObservedStatus == w.DesiredState {
-		return stepResult{}
+		return stepResult{settled: true}
 	}
 	// 4. Plan.
 	op := Plan(w.ObservedStatus, w.DesiredState, w.ArchiveKey != "")
 	if op == OpNone {
-		return stepResult{}
+		return stepResult{settled: true}
 	}
 	// 5. Claim (CAS with a fresh op_id), then execute.
 	opID, err := uuid.NewV7()
@@ -826,7 +863,8 @@ func (r *Reconciler) archive(ctx context.Context, w *Workspace) error {
 }
 
 // stepHandler runs a reconcile step off the sched worker (bounded by the
-// reconciler's semaphore) and completes the yield with its result.
+// reconciler's slots; an urgent step with its context marked) and
+// completes the yield with its result.
 type stepHandler struct {
 	r   *Reconciler
 	ctx context.Context // Run's context, fixed before the scheduler starts
@@ -844,14 +882,17 @@ func (h *stepHandler) Handle(_ context.Context, cmd sched.Command, tag uint64, c
 	r.mu.Unlock()
 	go func() {
 		defer r.calls.Done()
-		select {
-		case r.sem <- struct{}{}:
-		case <-ctx.Done():
+		release := r.slots.acquire(ctx, rc.urgent)
+		if release == nil {
 			c.CompleteYield(tag, stepResult{}, ctx.Err())
 			return
 		}
-		res := r.step(ctx, rc.id, rc.w)
-		<-r.sem
+		sctx := ctx
+		if rc.urgent {
+			sctx = store.Urgent(ctx)
+		}
+		res := r.step(sctx, rc.id, rc.w)
+		release()
 		c.CompleteYield(tag, res, nil)
 	}()
 	return nil

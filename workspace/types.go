@@ -59,6 +59,8 @@ func ParseDesired(s string) (Status, error) { return wstype.ParseDesired(s) }
 type Hints = hints.Bus
 
 const (
-	ChanMonitor   = hints.ChanMonitor
-	ChanWorkspace = hints.ChanWorkspace
+	ChanMonitor         = hints.ChanMonitor
+	ChanWorkspace       = hints.ChanWorkspace
+	ChanMonitorUrgent   = hints.ChanMonitorUrgent
+	ChanWorkspaceUrgent = hints.ChanWorkspaceUrgent
 )

@@ -14,16 +14,27 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/rueidis"
 )
 
-// Hint channels (the seed's names). A hint carries a workspace id.
+// Hint channels (the first two are the seed's names). A hint carries a
+// workspace id.
+//
+// The urgent channels carry the same hints for work a user asked for
+// directly (an API call): the reconciler and the monitor serve them ahead of
+// the plain channels, which a TTL pass or a resync after a restart may fill
+// with 100,000 ids. Each subscriber of a channel has its own queue, so an
+// urgent hint never waits behind a plain one.
 const (
 	ChanMonitor   = "monitor:trigger" // "observe this workspace now"
 	ChanWorkspace = "workspace"       // "this workspace's row changed" (Redis: workspace:{id})
+
+	ChanMonitorUrgent   = "monitor-urgent"   // ChanMonitor, for work a user asked for
+	ChanWorkspaceUrgent = "workspace-urgent" // ChanWorkspace, for work a user asked for
 )
 
 // Bus publishes and delivers hints.
@@ -69,7 +80,7 @@ func (h *Local) deliver(channel, id string) {
 
 // Subscribe registers a subscriber; cancel stops its feeding goroutine.
 func (h *Local) Subscribe(channel string) (<-chan string, func()) {
-	s := &sub{pending: map[string]struct{}{}, kick: make(chan struct{}, 1), out: make(chan string, 1024), done: make(chan struct{})}
+	s := &sub{pendingSet: newPendingSet(), out: make(chan string, 1024), done: make(chan struct{})}
 	go s.feed()
 	h.mu.Lock()
 	if h.subs[channel] == nil {
@@ -88,17 +99,27 @@ func (h *Local) Subscribe(channel string) (<-chan string, func()) {
 
 // sub is one subscriber of a Local hub.
 type sub struct {
+	*pendingSet
+	out  chan string
+	done chan struct{} // closed by cancel
+}
+
+// pendingSet is a FIFO set of ids: an id added while pending merges with
+// it.
+type pendingSet struct {
 	// mu protects pending and order.
 	// Invariant: pending holds exactly the ids in order (each once).
 	mu      sync.Mutex
 	pending map[string]struct{}
 	order   []string
 	kick    chan struct{} // buffered 1: "order may be non-empty"
-	out     chan string
-	done    chan struct{} // closed by cancel
 }
 
-func (s *sub) add(id string) {
+func newPendingSet() *pendingSet {
+	return &pendingSet{pending: map[string]struct{}{}, kick: make(chan struct{}, 1)}
+}
+
+func (s *pendingSet) add(id string) {
 	s.mu.Lock()
 	if _, ok := s.pending[id]; !ok {
 		s.pending[id] = struct{}{}
@@ -113,7 +134,7 @@ func (s *sub) add(id string) {
 
 // take removes and returns the pending ids. An id published again after
 // this is pending again: the receiver may already have read its row.
-func (s *sub) take() []string {
+func (s *pendingSet) take() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ids := s.order
@@ -155,26 +176,77 @@ func (Drop) Subscribe(string) (<-chan string, func()) {
 // Postgres uses Postgres NOTIFY (sent with the pool) and LISTEN (on one
 // dedicated connection, reconnected after errors). Run must be running for
 // Subscribe to receive anything.
+//
+// While Run runs, plain hints are sent in batches, many NOTIFYs in one
+// statement (Publish only queues them, merging an id already queued): a
+// burst of 100,000 hints costs a hundred round trips, not 100,000 that
+// would hold the connection pool every user's request needs. Urgent hints
+// are sent at once, alone.
 type Postgres struct {
 	DB     *sql.DB
 	DSN    string
 	Logger *slog.Logger
 	local  *Local
 	once   sync.Once
+	// outbox queues the plain hints while Run runs (nil otherwise); its
+	// entries are channel + "\x00" + id.
+	outbox atomic.Pointer[pendingSet]
 }
+
+// notifyBatch bounds the hints one NOTIFY statement sends.
+const notifyBatch = 1000
 
 var _ Bus = (*Postgres)(nil)
 
-func pgChannel(c string) string { return "gantry_" + strings.NewReplacer(":", "_").Replace(c) }
+// pgChannel is channel c as a Postgres identifier (no quoting needed).
+func pgChannel(c string) string {
+	return "gantry_" + strings.NewReplacer(":", "_", "-", "_").Replace(c)
+}
 
 func (h *Postgres) hub() *Local {
 	h.once.Do(func() { h.local = NewLocal() })
 	return h.local
 }
 
-// Publish sends NOTIFY (delivered at commit, to every replica).
+// Publish sends NOTIFY (delivered at commit, to every replica): an urgent
+// hint at once, a plain one with the next batch while Run runs.
 func (h *Postgres) Publish(ctx context.Context, channel, id string) error {
+	if ob := h.outbox.Load(); ob != nil && channel != ChanMonitorUrgent && channel != ChanWorkspaceUrgent {
+		ob.add(channel + "\x00" + id)
+		return nil
+	}
 	_, err := h.DB.ExecContext(ctx, `SELECT pg_notify($1, $2)`, pgChannel(channel), id)
+	return err
+}
+
+// send sends the hints queued in ob, in batches, until ctx ends.
+func (h *Postgres) send(ctx context.Context, ob *pendingSet, log *slog.Logger) {
+	for {
+		select {
+		case <-ob.kick:
+		case <-ctx.Done():
+			return
+		}
+		for keys := ob.take(); len(keys) > 0; keys = ob.take() {
+			for len(keys) > 0 {
+				n := min(len(keys), notifyBatch)
+				if err := h.notify(ctx, keys[:n]); err != nil && ctx.Err() == nil {
+					log.Warn("workspace: NOTIFY failed; polling covers the gap", "hints", n, "err", err)
+				}
+				keys = keys[n:]
+			}
+		}
+	}
+}
+
+// notify sends keys (channel NUL id) as one statement.
+func (h *Postgres) notify(ctx context.Context, keys []string) error {
+	chans, ids := make([]string, len(keys)), make([]string, len(keys))
+	for i, k := range keys {
+		c, id, _ := strings.Cut(k, "\x00")
+		chans[i], ids[i] = pgChannel(c), id
+	}
+	_, err := h.DB.ExecContext(ctx, `SELECT pg_notify(c, i) FROM unnest($1::text[], $2::text[]) AS t(c, i)`, chans, ids)
 	return err
 }
 
@@ -183,13 +255,22 @@ func (h *Postgres) Subscribe(channel string) (<-chan string, func()) {
 	return h.hub().Subscribe(channel)
 }
 
-// Run listens until ctx ends.
+// Run listens, and sends the queued hints, until ctx ends.
 func (h *Postgres) Run(ctx context.Context) error {
 	log := h.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	chans := map[string]string{pgChannel(ChanMonitor): ChanMonitor, pgChannel(ChanWorkspace): ChanWorkspace}
+	ob := newPendingSet()
+	h.outbox.Store(ob)
+	defer h.outbox.CompareAndSwap(ob, nil)
+	var sending sync.WaitGroup
+	sending.Go(func() { h.send(ctx, ob, log) })
+	defer sending.Wait()
+	chans := map[string]string{}
+	for _, c := range []string{ChanMonitor, ChanWorkspace, ChanMonitorUrgent, ChanWorkspaceUrgent} {
+		chans[pgChannel(c)] = c
+	}
 	for ctx.Err() == nil {
 		err := h.listen(ctx, chans)
 		if ctx.Err() != nil {
@@ -226,8 +307,9 @@ func (h *Postgres) listen(ctx context.Context, chans map[string]string) error {
 	}
 }
 
-// Redis uses Redis pub/sub: monitor:trigger and workspace:{id}. Run must
-// be running for Subscribe to receive anything.
+// Redis uses Redis pub/sub: monitor:trigger and workspace:{id}, and the
+// urgent channels under their own names. Run must be running for Subscribe
+// to receive anything.
 type Redis struct {
 	Client rueidis.Client
 	Logger *slog.Logger
@@ -262,7 +344,7 @@ func (h *Redis) Run(ctx context.Context) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	cmd := h.Client.B().Psubscribe().Pattern(ChanMonitor, "workspace:*").Build()
+	cmd := h.Client.B().Psubscribe().Pattern(ChanMonitor, "workspace:*", ChanMonitorUrgent, ChanWorkspaceUrgent).Build()
 	for ctx.Err() == nil {
 		err := h.Client.Receive(ctx, cmd, func(m rueidis.PubSubMessage) {
 			if id, ok := strings.CutPrefix(m.Channel, "workspace:"); ok {

@@ -75,17 +75,30 @@ func TestHintsDeliver(t *testing.T) {
 				}
 			}
 			h.Publish(ctx, hints.ChanMonitor, id)
-			for timeout := time.After(10 * time.Second); ; {
-				select {
-				case v := <-mon:
-					if v == id {
-						return
-					}
-				case <-timeout:
-					t.Fatal("no monitor hint")
-				}
+			waitHint(t, mon, id, hints.ChanMonitor)
+			// The urgent channels deliver apart from the plain ones.
+			for _, c := range []string{hints.ChanWorkspaceUrgent, hints.ChanMonitorUrgent} {
+				sub, cancel := h.Subscribe(c)
+				defer cancel()
+				h.Publish(ctx, c, id)
+				waitHint(t, sub, id, c)
 			}
 		})
+	}
+}
+
+// waitHint waits for id on c (other tests' ids may come first).
+func waitHint(t *testing.T, c <-chan string, id, channel string) {
+	t.Helper()
+	for timeout := time.After(10 * time.Second); ; {
+		select {
+		case v := <-c:
+			if v == id {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("no hint on %s", channel)
+		}
 	}
 }
 

@@ -5,10 +5,10 @@ import (
 	"testing"
 )
 
-// TestSubMergesPendingHints: an id published again while still pending is
+// TestPendingSetMergesHints: an id published again while still pending is
 // one hint; once taken, it is pending again when published again.
-func TestSubMergesPendingHints(t *testing.T) {
-	s := &sub{pending: map[string]struct{}{}, kick: make(chan struct{}, 1)}
+func TestPendingSetMergesHints(t *testing.T) {
+	s := newPendingSet()
 	for _, id := range []string{"a", "b", "a", "c", "b"} {
 		s.add(id)
 	}

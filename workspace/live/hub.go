@@ -57,7 +57,8 @@ var _ Source = (*store.Store)(nil)
 type HubConfig struct {
 	// ResyncInterval is how often every row is re-read; zero = 2s.
 	ResyncInterval time.Duration
-	// Hints feeds row-changed ids (ChanWorkspace); nil = resync only.
+	// Hints feeds row-changed ids (ChanWorkspace and ChanWorkspaceUrgent);
+	// nil = resync only.
 	Hints workspace.Hints
 	// Buffer is each subscriber's queue; a subscriber that falls this far
 	// behind is dropped (its stream ends; EventSource reconnects). Zero = 1024.
@@ -163,11 +164,13 @@ func (h *Hub) Poke(ctx context.Context, id string) { h.refresh(ctx, id) }
 
 // Run reads the store on hints and every ResyncInterval until ctx ends.
 func (h *Hub) Run(ctx context.Context) error {
-	var hints <-chan string
+	var hints, urgent <-chan string
 	if h.cfg.Hints != nil {
 		c, cancel := h.cfg.Hints.Subscribe(workspace.ChanWorkspace)
 		defer cancel()
-		hints = c
+		u, cancelUrgent := h.cfg.Hints.Subscribe(workspace.ChanWorkspaceUrgent)
+		defer cancelUrgent()
+		hints, urgent = c, u
 	}
 	t := time.NewTicker(h.cfg.ResyncInterval)
 	defer t.Stop()
@@ -181,6 +184,8 @@ func (h *Hub) Run(ctx context.Context) error {
 			}
 			h.mu.Unlock()
 			return nil
+		case id := <-urgent:
+			h.refresh(ctx, id)
 		case id := <-hints:
 			h.refresh(ctx, id)
 		case <-t.C:

@@ -25,6 +25,12 @@ package store
 // every write its caller finished before asking. A loop never waits for
 // more requests than are already queued: a lone statement runs at once (no
 // added latency), and batches grow only while the database is busy.
+//
+// Statements issued under an Urgent context (work a user asked for) never
+// wait behind bulk work: a read runs at once in its caller; a write on
+// Postgres runs alone at once; a write on SQLite is handed to the single
+// writer on a channel of its own, which the writer drains first, even
+// between two statements of a bulk batch (runSQLiteTx).
 
 import (
 	"github.com/gantryhq/gantry/workspace/wstype"
@@ -60,6 +66,16 @@ const (
 	lingerAfter = 16
 	lingerFor   = 500 * time.Microsecond
 )
+
+type urgentKey struct{}
+
+// Urgent marks ctx as work a user asked for directly (an API call, the
+// reconcile steps and observations that follow it): its statements go
+// ahead of bulk work in the batches.
+func Urgent(ctx context.Context) context.Context { return context.WithValue(ctx, urgentKey{}, true) }
+
+// IsUrgent reports whether ctx was marked by Urgent.
+func IsUrgent(ctx context.Context) bool { u, _ := ctx.Value(urgentKey{}).(bool); return u }
 
 // readBuckets are the IN-list sizes of batched reads: a batch is padded up
 // to the next size (repeating an id), so a handful of prepared statements
@@ -97,8 +113,11 @@ type batcher struct {
 	s      *Store
 	writes chan *writeReq
 	reads  chan *readReq
-	quit   chan struct{}
-	wg     sync.WaitGroup
+	// urgentWrites carries the SQLite writes made under an Urgent
+	// context; the writer drains it first, even in the midst of a batch.
+	urgentWrites chan *writeReq
+	quit         chan struct{}
+	wg           sync.WaitGroup
 
 	// prepared is the SQLite writer's statement cache; only the writer
 	// goroutine touches it.
@@ -121,7 +140,8 @@ type BatchStats struct {
 }
 
 func newBatcher(s *Store) *batcher {
-	b := &batcher{s: s, writes: make(chan *writeReq), reads: make(chan *readReq), quit: make(chan struct{}),
+	b := &batcher{s: s, writes: make(chan *writeReq), reads: make(chan *readReq),
+		urgentWrites: make(chan *writeReq), quit: make(chan struct{}),
 		prepared: map[string]*sql.Stmt{}, readStmts: map[int]*sql.Stmt{}}
 	// SQLite: one writer, as the file allows, and one reader (in-process
 	// reads cost CPU, not waiting: a second loop only halves the batches).
@@ -180,12 +200,19 @@ func rowKey(q string, args []any) (string, bool) {
 // one-row write) or, on Postgres, alone.
 func (b *batcher) exec(ctx context.Context, q string, args []any) (int64, error) {
 	key, oneRow := rowKey(q, args)
-	if b.s.dialect == Postgres && !oneRow {
+	if b.s.dialect == Postgres && (!oneRow || IsUrgent(ctx)) {
+		// Alone: a statement that is not a one-row write, or an urgent one,
+		// which runs at once on its own connection (one row: it cannot
+		// deadlock with a batch) instead of waiting for a batch.
 		return b.s.execDirect(ctx, q, args)
 	}
 	r := &writeReq{ctx: ctx, key: key, q: q, args: args, res: make(chan writeRes, 1)}
+	ch := b.writes
+	if IsUrgent(ctx) {
+		ch = b.urgentWrites
+	}
 	select {
-	case b.writes <- r:
+	case ch <- r:
 	case <-b.quit:
 		return 0, errStoreClosed
 	case <-ctx.Done():
@@ -204,10 +231,36 @@ func (s *Store) execDirect(ctx context.Context, q string, args []any) (int64, er
 	return res.RowsAffected()
 }
 
-// gather is a batch of first and the requests already waiting on ch, at
-// most limit: it never waits for more.
-func gather[T any](first T, ch <-chan T, limit int) []T {
-	batch := append(make([]T, 0, 64), first)
+// next waits for a request, urgent first; isUrgent reports its kind.
+func next[T any](urgent, plain <-chan T, quit <-chan struct{}) (r T, isUrgent, ok bool) {
+	select {
+	case r := <-urgent:
+		return r, true, true
+	default:
+	}
+	select {
+	case r = <-urgent:
+		return r, true, true
+	case r = <-plain:
+		return r, false, true
+	case <-quit:
+		return r, false, false
+	}
+}
+
+// gather is a batch of first and the requests already waiting, at most
+// limit: it never waits for more. Urgent requests come first, and a batch
+// with one (hasUrgent) carries no plain request beyond first.
+func gather[T any](first T, firstUrgent bool, urgent, plain <-chan T, limit int) (batch []T, hasUrgent bool) {
+	batch = drain(append(make([]T, 0, 64), first), urgent, limit)
+	if firstUrgent || len(batch) > 1 {
+		return batch, true
+	}
+	return drain(batch, plain, limit), false
+}
+
+// drain appends the requests waiting on ch to batch, up to limit.
+func drain[T any](batch []T, ch <-chan T, limit int) []T {
 	for len(batch) < limit {
 		select {
 		case r := <-ch:
@@ -223,17 +276,17 @@ func (b *batcher) writeLoop(run func([]*writeReq)) {
 	defer b.wg.Done()
 	prev := 0 // size of the previous batch
 	for {
-		var first *writeReq
-		select {
-		case first = <-b.writes:
-		case <-b.quit:
+		first, urgent, ok := next(b.urgentWrites, b.writes, b.quit)
+		if !ok {
 			return
 		}
-		batch := gather(first, b.writes, maxWriteBatch)
-		if prev >= lingerAfter && len(batch) < prev {
-			batch = b.linger(batch, prev)
+		batch, urgent := gather(first, urgent, b.urgentWrites, b.writes, maxWriteBatch)
+		if !urgent {
+			if prev >= lingerAfter && len(batch) < prev {
+				batch = b.linger(batch, prev)
+			}
+			prev = len(batch)
 		}
-		prev = len(batch)
 		b.writeBatches.Add(1)
 		b.writeStmts.Add(int64(len(batch)))
 		run(batch)
@@ -249,6 +302,8 @@ func (b *batcher) linger(batch []*writeReq, want int) []*writeReq {
 	defer t.Stop()
 	for len(batch) < min(want, maxWriteBatch) {
 		select {
+		case r := <-b.urgentWrites:
+			return append(batch, r) // no lingering with a user waiting
 		case r := <-b.writes:
 			batch = append(batch, r)
 		case <-t.C:
@@ -273,12 +328,20 @@ func live(batch []*writeReq) []*writeReq {
 	return out
 }
 
-// runSQLite runs batch in one write transaction.
+// runSQLite runs batch in write transactions: one, unless urgent
+// statements arrive meanwhile (runSQLiteTx).
 func (b *batcher) runSQLite(batch []*writeReq) {
-	batch = live(batch)
-	if len(batch) == 0 {
-		return
+	for batch = live(batch); len(batch) > 0; {
+		batch = b.runSQLiteTx(batch)
 	}
+}
+
+// runSQLiteTx runs batch in one write transaction, unless an urgent
+// statement arrives while it runs: then that statement runs next in the
+// same transaction, which commits at once, and the statements not yet run
+// are returned for the next one. A user's write on SQLite's single writer
+// so waits for one statement and a commit, not for a bulk batch.
+func (b *batcher) runSQLiteTx(batch []*writeReq) (rest []*writeReq) {
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
 	defer cancel()
 	tx, err := b.s.db.BeginTx(ctx, nil) // BEGIN IMMEDIATE (_txlock)
@@ -286,31 +349,46 @@ func (b *batcher) runSQLite(batch []*writeReq) {
 		for _, r := range batch {
 			r.res <- writeRes{err: err}
 		}
-		return
+		return nil
 	}
 	inTx := map[string]*sql.Stmt{}
-	results := make([]writeRes, len(batch))
+	ran := make([]*writeReq, 0, len(batch))
+	results := make([]writeRes, 0, len(batch))
 	for i, r := range batch {
-		var res sql.Result
-		if st := b.txStmt(ctx, tx, inTx, r.q); st != nil {
-			res, err = st.ExecContext(ctx, r.args...)
-		} else {
-			res, err = tx.ExecContext(ctx, r.q, r.args...)
+		ran, results = append(ran, r), append(results, b.execInTx(ctx, tx, inTx, r))
+		if urgent := live(drain(nil, b.urgentWrites, maxWriteBatch)); len(urgent) > 0 {
+			for _, u := range urgent {
+				ran, results = append(ran, u), append(results, b.execInTx(ctx, tx, inTx, u))
+			}
+			rest = batch[i+1:]
+			break
 		}
-		if err != nil {
-			results[i].err = err
-			continue
-		}
-		results[i].n, results[i].err = res.RowsAffected()
 	}
 	if err := tx.Commit(); err != nil {
 		for i := range results {
 			results[i] = writeRes{err: err}
 		}
 	}
-	for i, r := range batch {
+	for i, r := range ran {
 		r.res <- results[i]
 	}
+	return rest
+}
+
+// execInTx runs r's statement in tx.
+func (b *batcher) execInTx(ctx context.Context, tx *sql.Tx, inTx map[string]*sql.Stmt, r *writeReq) writeRes {
+	var res sql.Result
+	var err error
+	if st := b.txStmt(ctx, tx, inTx, r.q); st != nil {
+		res, err = st.ExecContext(ctx, r.args...)
+	} else {
+		res, err = tx.ExecContext(ctx, r.q, r.args...)
+	}
+	if err != nil {
+		return writeRes{err: err}
+	}
+	n, err := res.RowsAffected()
+	return writeRes{n: n, err: err}
 }
 
 // txStmt returns q prepared (once per store, re-bound to tx once per
@@ -412,6 +490,13 @@ func (b *batcher) pgSQL(q string) string {
 
 // get reads one row by id through a batch.
 func (b *batcher) get(ctx context.Context, id string) (wstype.Workspace, bool, error) {
+	if IsUrgent(ctx) {
+		// At once, in the caller: reads never wait for one another, so an
+		// urgent one need not wait for the read loop's batch in flight.
+		rows, err := b.readRowsByID([]string{id})
+		w, ok := rows[id]
+		return w, ok, err
+	}
 	r := &readReq{id: id, res: make(chan readRes, 1)}
 	select {
 	case b.reads <- r:
@@ -437,7 +522,7 @@ func (b *batcher) readLoop() {
 		case <-b.quit:
 			return
 		}
-		batch := gather(first, b.reads, maxReadBatch)
+		batch := drain(append(make([]*readReq, 0, 64), first), b.reads, maxReadBatch)
 		b.runReads(batch)
 	}
 }

@@ -1,6 +1,8 @@
 package store_test
 
 import (
+	"github.com/gantryhq/gantry/internal/testutil"
+	"github.com/gantryhq/gantry/workspace/store"
 	"github.com/gantryhq/gantry/workspace/store/storetest"
 	"github.com/gantryhq/gantry/workspace/wstype"
 
@@ -97,6 +99,61 @@ func TestStoreBatchesKeepEachOutcome(t *testing.T) {
 				if errs[i] != nil || got[i].ID != w.ID || got[i].Name != w.Name || got[i].Operation != wstype.OpProvisioning {
 					t.Fatalf("Get(%s) = %s name=%s, %v", w.ID, describe(got[i]), got[i].Name, errs[i])
 				}
+			}
+		})
+	}
+}
+
+// TestUrgentWriteGoesAheadOfBulk: with thousands of bulk writes queued, a
+// write under an Urgent context completes while most of them still wait:
+// it never queues behind them (on SQLite the single writer takes it
+// between two statements of the batch in hand; on Postgres it runs
+// alone), and it takes effect like any other.
+func TestUrgentWriteGoesAheadOfBulk(t *testing.T) {
+	for _, b := range storetest.Backends {
+		t.Run(b.Name, func(t *testing.T) {
+			ctx := t.Context()
+			st := storetest.Open(t, b.DSN(t))
+			now := time.UnixMilli(1_700_000_000_000)
+			const bulk = 4000
+			ids := make([]string, 64)
+			for i := range ids {
+				w, err := st.Create(ctx, wstype.NewWorkspace{Name: fmt.Sprint("u", i)}, now)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ids[i] = w.ID
+			}
+			var done sync.WaitGroup
+			var mu sync.Mutex
+			finished := 0
+			for i := range bulk {
+				done.Go(func() {
+					if err := st.Touch(ctx, ids[i%len(ids)], now); err != nil {
+						t.Error(err)
+					}
+					mu.Lock()
+					finished++
+					mu.Unlock()
+				})
+			}
+			// Let the bulk writes queue up and the first batches start.
+			testutil.WaitFor(t, 10*time.Second, "the bulk to start", func() (bool, string) {
+				mu.Lock()
+				defer mu.Unlock()
+				return finished > 0, "none finished"
+			})
+			w, err := st.SetDesired(store.Urgent(ctx), ids[0], wstype.Running, now)
+			mu.Lock()
+			ahead := finished
+			mu.Unlock()
+			done.Wait()
+			if err != nil || w.DesiredState != wstype.Running {
+				t.Fatalf("urgent write: %v (desired %s)", err, w.DesiredState)
+			}
+			t.Logf("the urgent write completed after %d of %d bulk writes", ahead, bulk)
+			if ahead > bulk/2 {
+				t.Errorf("the urgent write waited for %d of %d bulk writes queued before it", ahead, bulk)
 			}
 		})
 	}
