@@ -16,13 +16,13 @@ import (
 // workspaces through the API, one after another. Each change must be
 // claimed (its provider call begun, which follows the claim's commit)
 // promptly, not after the bulk: p99 ≤ 50 ms over 200 changes, on both
-// databases. N is GANTRY_WS_BENCH_N (default 20,000; 2,000 under the race
+// databases. N is GANTRY_WS_BENCH_N (default 20,000; 4,000 under the race
 // detector, where the bound is 250 ms: -race slows every step ~5x);
 // docs/BENCHMARKS.md quotes N = 100,000.
 func TestUserChangeClaimedAheadOfBulk(t *testing.T) {
 	n, limit := envInt("GANTRY_WS_BENCH_N", 20000), 50*time.Millisecond
 	if raceEnabled && os.Getenv("GANTRY_WS_BENCH_N") == "" {
-		n, limit = 2000, 250*time.Millisecond
+		n, limit = 4000, 250*time.Millisecond
 	}
 	const samples = 200
 	for _, be := range backends {

@@ -284,8 +284,12 @@ func (p *wsProc) Step(events []sched.Event, out *sched.StepOutput) error {
 			if _, ok := ev.Data.(urgentHint); ok {
 				p.urgent = true
 			}
-			if p.busy {
-				w = nil // a snapshot taken during our own step is stale after it: re-read
+			if p.busy || p.pending && p.latest == nil {
+				// Re-read: a snapshot taken during our own step is stale
+				// after it, and one that arrives after a hint may predate
+				// the change the hint announced (a tick's list read before
+				// a user's write).
+				w = nil
 			}
 			p.pending, p.latest = true, w
 		case sched.EventYieldComplete:
