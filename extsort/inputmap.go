@@ -6,8 +6,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"slices"
-
-	"github.com/gantryhq/gantry/internal/par"
+	"sync/atomic"
 )
 
 // inputMap is a sort's whole input laid out in one address range: on
@@ -137,8 +136,9 @@ func bucketOffsets(counts [][]int, n int) []int {
 
 // sortBuckets sorts each bucket es[starts[b]:starts[b+1]] in place, whose
 // entries share digit 0 and are in index order, largest first so that a
-// big skewed bucket does not finish last on one core. A bucket longer
-// than smallBucket gets scratch of its own while it is sorted.
+// big skewed bucket does not finish last on one core. Each worker keeps one
+// scratch buffer for the buckets of up to smallBucket entries (nearly all
+// of them); a longer one gets scratch of its own while it is sorted.
 func sortBuckets(es []entry, starts []int, workers int) {
 	type span struct{ from, to int }
 	var spans []span
@@ -148,18 +148,58 @@ func sortBuckets(es []entry, starts []int, workers int) {
 		}
 	}
 	slices.SortFunc(spans, func(a, b span) int { return (b.to - b.from) - (a.to - a.from) })
-	par.Do(context.Background(), len(spans), workers, func(_ context.Context, i int) error {
-		a := es[spans[i].from:spans[i].to]
-		if len(a) <= smallBucket {
-			sortBucket(a, nil, 1)
-			return nil
+	var next atomic.Int64
+	parallelChunks(workers, workers, func(int, int, int) {
+		scratch := make([]entry, smallBucket)
+		for {
+			i := int(next.Add(1) - 1)
+			if i >= len(spans) {
+				return
+			}
+			a := es[spans[i].from:spans[i].to]
+			if len(a) <= smallBucket {
+				sortSmallBucket(a, scratch[:len(a)])
+				continue
+			}
+			big, free := bigEntries(len(a))
+			sortBucket(a, big, 1)
+			free()
 		}
-		scratch, free := bigEntries(len(a))
-		defer free()
-		sortBucket(a, scratch, 1)
-		return nil
 	})
 }
+
+// sortSmallBucket sorts a, whose entries share their top 16 key bits and
+// are in index order, using scratch (same length): a stable counting sort
+// on the next 8 bits, then each of those 256 runs by insertion (or
+// quickSort when long), which beats a comparison sort of the whole bucket.
+func sortSmallBucket(a, scratch []entry) {
+	if len(a) <= 32 {
+		insertionSort(a)
+		return
+	}
+	var at [257]int
+	for _, e := range a {
+		at[int(byte(e.hi>>40))+1]++
+	}
+	for b := 1; b <= 256; b++ {
+		at[b] += at[b-1]
+	}
+	pos := at
+	for _, e := range a {
+		b := byte(e.hi >> 40)
+		scratch[pos[b]] = e
+		pos[b]++
+	}
+	for b := range 256 {
+		if run := scratch[at[b]:at[b+1]]; len(run) > 32 {
+			quickSort(run)
+		} else if len(run) > 1 {
+			insertionSort(run)
+		}
+	}
+	copy(a, scratch)
+}
+
 
 // parallel runs fn on one contiguous chunk of [0, n) per worker (see
 // parallelChunks), under guard.

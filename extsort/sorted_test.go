@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -211,6 +213,33 @@ func TestMergeIntoLentBlocks(t *testing.T) {
 		}
 		if !bytes.Equal(out.Bytes(), w) {
 			t.Fatalf("%d segments: merged %d bytes differ from the reference (%d bytes) at %d", len(segs), out.Len(), len(w), firstDiff(out.Bytes(), w))
+		}
+	}
+}
+
+// sortSmallBucket and quickSort order any bucket as a comparison sort does,
+// whatever its next key byte (0xff included) and however many entries
+// share it.
+func TestSortSmallBucketAndQuickSort(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 9))
+	for _, n := range []int{2, 33, 100, 1000, smallBucket} {
+		for _, third := range []int{256, 2, 1} { // distinct values of the third key byte
+			a := make([]entry, n)
+			for i := range a {
+				a[i] = entry{hi: 0xab12<<48 | uint64(255-r.IntN(third))<<40 | r.Uint64()>>40, lo: r.Uint64()&^indexMask | uint64(i)}
+			}
+			want := slices.Clone(a)
+			slices.SortFunc(want, entryCmp)
+			got := slices.Clone(a)
+			sortSmallBucket(got, make([]entry, n))
+			if !slices.Equal(got, want) {
+				t.Fatalf("sortSmallBucket of %d entries (%d third bytes) is not sorted", n, third)
+			}
+			got = slices.Clone(a)
+			quickSort(got)
+			if !slices.Equal(got, want) {
+				t.Fatalf("quickSort of %d entries (%d third bytes) is not sorted", n, third)
+			}
 		}
 	}
 }
