@@ -200,7 +200,6 @@ func sortSmallBucket(a, scratch []entry) {
 	copy(a, scratch)
 }
 
-
 // parallel runs fn on one contiguous chunk of [0, n) per worker (see
 // parallelChunks), under guard.
 func (m *inputMap) parallel(n, workers int, fn func(w, from, to int)) error {
