@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/gantryhq/gantry/dsort/dsortpb"
 	"google.golang.org/grpc"
@@ -15,23 +16,97 @@ import (
 	_ "google.golang.org/grpc/encoding/proto"
 )
 
-// chunkCodec is the proto codec, except that it decodes a ShuffleDataChunk
-// into the message it is given reusing that message's Data buffer, where
-// proto.Unmarshal allocates a new one for every chunk: a receiver that
-// passes the same message to each RecvMsg (pieceReceiver) then takes in a
-// whole piece without allocating per chunk. The wire format is the proto's;
-// only the receiving side of ShuffleData uses it (the call option
-// recvChunks).
+// chunkCodec is the proto codec, except for ShuffleDataChunks, in both
+// directions. It decodes a chunk into the message it is given reusing that
+// message's Data buffer, where proto.Unmarshal allocates a new one for
+// every chunk: a receiver that passes the same message to each RecvMsg
+// (pieceReceiver) then takes in a whole piece without allocating per
+// chunk. It encodes a chunk's data without copying it: the encoding is the
+// fields before and after the data, and the data buffer itself, handed to
+// gRPC, which gives it back to sendBuffers once written (so the sender
+// must not touch a chunk's Data after sending it; chunkWriter takes a new
+// buffer). The wire format is the proto's. The receiving side of
+// ShuffleData uses it through the call option recvChunks, the worker's
+// server through sendChunks.
 type chunkCodec struct{ proto encoding.CodecV2 }
 
-var recvChunks = grpc.ForceCodecV2(chunkCodec{proto: recvChunksCodec()})
+var (
+	recvChunks = grpc.ForceCodecV2(chunkCodec{proto: recvChunksCodec()})
+	sendChunks = grpc.ForceServerCodecV2(chunkCodec{proto: recvChunksCodec()})
+)
 
 // recvChunksCodec is the standard proto codec chunkCodec builds on.
 func recvChunksCodec() encoding.CodecV2 { return encoding.GetCodecV2("proto") }
 
 func (c chunkCodec) Name() string { return c.proto.Name() }
 
-func (c chunkCodec) Marshal(v any) (mem.BufferSlice, error) { return c.proto.Marshal(v) }
+// Marshal encodes v; a ShuffleDataChunk whose data is one of sendBuffers'
+// goes out without its data being copied.
+func (c chunkCodec) Marshal(v any) (mem.BufferSlice, error) {
+	m, ok := v.(*dsortpb.ShuffleDataChunk)
+	if !ok || cap(m.Data) != chunkBytes {
+		return c.proto.Marshal(v)
+	}
+	// The fields in field order, as proto writes them: 1–4, the data (5),
+	// then 6 and 7; zero values are left out.
+	var head, tail []byte
+	head = appendVarintField(head, 1, uint64(m.Sender))
+	head = appendVarintField(head, 2, uint64(m.SenderEpoch))
+	head = appendVarintField(head, 3, uint64(m.Partition))
+	head = appendVarintField(head, 4, uint64(m.Offset))
+	if len(m.Data) > 0 {
+		head = protowire.AppendTag(head, 5, protowire.BytesType)
+		head = protowire.AppendVarint(head, uint64(len(m.Data)))
+	}
+	tail = appendVarintField(tail, 6, uint64(protowire.EncodeBool(m.IsLastChunk)))
+	tail = appendVarintField(tail, 7, uint64(m.TotalBytes))
+	out := mem.BufferSlice{mem.SliceBuffer(head)}
+	if len(m.Data) > 0 {
+		data := m.Data
+		out = append(out, mem.NewBuffer(&data, sendBuffers))
+	}
+	if len(tail) > 0 {
+		out = append(out, mem.SliceBuffer(tail))
+	}
+	return out, nil
+}
+
+// appendVarintField appends field num with value v unless v is zero.
+func appendVarintField(b []byte, num protowire.Number, v uint64) []byte {
+	if v == 0 {
+		return b
+	}
+	return protowire.AppendVarint(protowire.AppendTag(b, num, protowire.VarintType), v)
+}
+
+// sendBuffers holds the chunk buffers of the streams served: a buffer is
+// filled by chunkWriter, sent, and comes back here once gRPC has written
+// it (mem.BufferPool).
+var sendBuffers = &chunkPool{}
+
+// chunkPool is a mem.BufferPool of chunkBytes buffers.
+type chunkPool struct{ p sync.Pool }
+
+var _ mem.BufferPool = (*chunkPool)(nil)
+
+// Get returns an empty buffer of capacity chunkBytes (length is ignored:
+// only chunkWriter takes buffers, always whole ones).
+func (c *chunkPool) Get(int) *[]byte {
+	if b, ok := c.p.Get().(*[]byte); ok {
+		return b
+	}
+	b := make([]byte, 0, chunkBytes)
+	return &b
+}
+
+// Put takes a buffer back; buffers of another size are left to the
+// garbage collector.
+func (c *chunkPool) Put(b *[]byte) {
+	if cap(*b) == chunkBytes {
+		*b = (*b)[:0]
+		c.p.Put(b)
+	}
+}
 
 func (c chunkCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	m, ok := v.(*dsortpb.ShuffleDataChunk)

@@ -82,9 +82,8 @@ func (s *pieceServer) serve(ctx context.Context, receiver, p int, send func(*dso
 		return ctx.Err()
 	}
 	self := int32(l.self)
-	buf := chunkBuffers.Get().(*[]byte)
-	defer chunkBuffers.Put(buf)
-	cw := &chunkWriter{send: send, sender: self, epoch: src.epoch, partition: int32(p), buf: (*buf)[:0]}
+	cw := &chunkWriter{send: send, sender: self, epoch: src.epoch, partition: int32(p), buf: *sendBuffers.Get(chunkBytes)}
+	defer func() { sendBuffers.Put(&cw.buf) }()
 	if segs := src.sorted.segments(p); len(segs) > 0 {
 		if err := extsort.Merge(ctx, extsort.Config{Memory: src.memory, TempDir: s.tempDir, Workers: 1}, segs, cw, nil); err != nil {
 			return err
@@ -100,10 +99,6 @@ func (s *pieceServer) serve(ctx context.Context, receiver, p int, send func(*dso
 	return send(&dsortpb.ShuffleDataChunk{Sender: self, SenderEpoch: src.epoch, Partition: int32(p),
 		Offset: cw.off, IsLastChunk: true, TotalBytes: cw.off})
 }
-
-// chunkBuffers holds the chunk buffers of the streams served, one per
-// stream running.
-var chunkBuffers = sync.Pool{New: func() any { b := make([]byte, 0, chunkBytes); return &b }}
 
 // chunkWriter cuts a byte stream into ShuffleDataChunks.
 type chunkWriter struct {
@@ -143,8 +138,9 @@ func (c *chunkWriter) Commit(n int) error {
 	return nil
 }
 
-// flush sends the buffered bytes. gRPC marshals the message inside Send,
-// so the buffer may be reused as soon as Send returns.
+// flush sends the buffered bytes. The codec (chunkCodec) hands the buffer
+// itself to gRPC, which gives it back to sendBuffers once written, so the
+// next chunk goes into another buffer.
 func (c *chunkWriter) flush() error {
 	if len(c.buf) == 0 {
 		return nil
@@ -152,6 +148,6 @@ func (c *chunkWriter) flush() error {
 	err := c.send(&dsortpb.ShuffleDataChunk{Sender: c.sender, SenderEpoch: c.epoch, Partition: c.partition,
 		Offset: c.off, Data: c.buf})
 	c.off += int64(len(c.buf))
-	c.buf = c.buf[:0]
+	c.buf = *sendBuffers.Get(chunkBytes)
 	return err
 }

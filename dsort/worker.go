@@ -363,7 +363,7 @@ func (w *Worker) start() (addr string, stop func(), err error) {
 		return "", nil, fmt.Errorf("dsort: worker listen: %w", err)
 	}
 	g := &guard{token: w.cfg.Token, metrics: w.metrics, jobID: func() string { return w.assigned().jobID }}
-	srv := grpc.NewServer(g.serverOptions()...)
+	srv := grpc.NewServer(append(g.serverOptions(), sendChunks)...)
 	dsortpb.RegisterWorkerServer(srv, &workerRPC{w: w})
 	return ln.Addr().String(), serve(srv, ln), nil
 }
