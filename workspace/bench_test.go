@@ -119,9 +119,9 @@ func BenchmarkConverge(b *testing.B) {
 }
 
 // BenchmarkClaimLatency: with N converged workspaces (default 10,000), flip
-// one workspace's desired state at a time (as the API does: write + hint),
-// wait until that change has fully converged, and take the claim time from
-// the row (op_started_at, written by the claim; ms resolution). Waiting for
+// one workspace's desired state at a time (as the API does: an urgent write
+// and an urgent hint), wait until that change has fully converged, and take
+// the claim time from the row (op_started_at, written by the claim; ms resolution). Waiting for
 // convergence rather than for "operation in flight" never misses a short
 // operation, and a sample that does not converge in 30 s fails the run
 // instead of spinning. One sample per b.Loop iteration:
@@ -192,10 +192,10 @@ func claimSample(b *testing.B, st *store.Store, fk *fake.Provider, hb Hints, id 
 		next = Standby
 	}
 	t := time.Now()
-	if _, err := st.SetDesired(ctx, id, next, t); err != nil {
+	if _, err := st.SetDesired(store.Urgent(ctx), id, next, t); err != nil {
 		b.Fatal(err)
 	}
-	hb.Publish(ctx, ChanWorkspace, id)
+	hb.Publish(ctx, ChanWorkspaceUrgent, id)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		w, err = st.Get(ctx, id)
