@@ -115,8 +115,8 @@ func TestUrgentWriteGoesAheadOfBulk(t *testing.T) {
 			ctx := t.Context()
 			st := storetest.Open(t, b.DSN(t))
 			now := time.UnixMilli(1_700_000_000_000)
-			const bulk = 4000
-			ids := make([]string, 64)
+			const bulk = 8000
+			ids := make([]string, 65) // the bulk writes the first 64, the user the last
 			for i := range ids {
 				w, err := st.Create(ctx, wstype.NewWorkspace{Name: fmt.Sprint("u", i)}, now)
 				if err != nil {
@@ -129,7 +129,7 @@ func TestUrgentWriteGoesAheadOfBulk(t *testing.T) {
 			finished := 0
 			for i := range bulk {
 				done.Go(func() {
-					if err := st.Touch(ctx, ids[i%len(ids)], now); err != nil {
+					if err := st.Touch(ctx, ids[i%64], now); err != nil {
 						t.Error(err)
 					}
 					mu.Lock()
@@ -143,7 +143,7 @@ func TestUrgentWriteGoesAheadOfBulk(t *testing.T) {
 				defer mu.Unlock()
 				return finished > 0, "none finished"
 			})
-			w, err := st.SetDesired(store.Urgent(ctx), ids[0], wstype.Running, now)
+			w, err := st.SetDesired(store.Urgent(ctx), ids[64], wstype.Running, now)
 			mu.Lock()
 			ahead := finished
 			mu.Unlock()
