@@ -98,6 +98,7 @@ func BenchmarkConverge(b *testing.B) {
 						setup = func(r *Reconciler) { usePool(r, 512) }
 					}
 					s0 := st.BatchStats()
+					u0 := startUsage()
 					b.StartTimer()
 					start := time.Now()
 					h := startHarnessWith(b, st, fake.New(10*time.Millisecond), hints.NewLocal(), cfg, MonitorConfig{Interval: 30 * time.Second}, setup)
@@ -106,6 +107,7 @@ func BenchmarkConverge(b *testing.B) {
 					b.StopTimer()
 					s1 := st.BatchStats()
 					h.stop()
+					u0.report(b, el)
 					b.ReportMetric(el.Seconds(), "s/converge")
 					b.ReportMetric(float64(n)/el.Seconds(), "workspaces/s")
 					b.ReportMetric(float64(s1.WriteStmts-s0.WriteStmts)/float64(n), "writes/ws")
