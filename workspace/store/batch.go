@@ -38,6 +38,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -371,6 +372,12 @@ func (b *batcher) runSQLiteTx(batch []*writeReq) (rest []*writeReq) {
 	}
 	for i, r := range ran {
 		r.res <- results[i]
+	}
+	if rest != nil {
+		// The urgent callers just answered wait in this P's run-next slot
+		// while the writer would go on with the rest of the bulk batch:
+		// let them run first.
+		runtime.Gosched()
 	}
 	return rest
 }
