@@ -32,6 +32,7 @@
 //	split.go       composite splitters that cut runs into balanced ranges
 //	merge.go       Merge, the loser tree and BlockWriter
 //	sorted.go      Sorted: a whole input sorted in memory (SortInMemory), read with ReadAt
+//	inputmap*.go   SortInMemory's input mapped (or read) into one range and its in-place entry sort; mapped merge segments
 //	output.go      partition files, written at offsets; CheckSeparate
 //	sort.go        Sort and Stats
 //	hugemem*.go    the sort's large buffers (zeroed, transparent huge pages where there are)
