@@ -3,6 +3,7 @@ package workspace
 import (
 	"fmt"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,20 +14,26 @@ import (
 
 // TestUserChangeClaimedAheadOfBulk: a replica restarts and finds N
 // workspaces to start (bulk work); meanwhile users change their own
-// workspaces through the API, one after another. Each change must be
-// claimed (its provider call begun, which follows the claim's commit)
-// promptly, not after the bulk: p99 ≤ 50 ms over 200 changes, on both
-// databases. N is GANTRY_WS_BENCH_N (default 20,000; 4,000 under the race
-// detector, where the bound is 250 ms: -race slows every step ~5x);
-// docs/BENCHMARKS.md quotes N = 100,000.
+// workspaces through the API, one after another: 200 changes, each timed
+// until it is claimed (its provider call begun, which follows the claim's
+// commit). Beside each, a control change of another workspace is made the
+// way bulk work is (a plain write and hint, as the TTL manager makes them).
+// The users' changes must be claimed ahead of the bulk: their p99 below the
+// controls' median, on both databases, whatever the machine's load. With
+// GANTRY_WS_BENCH_N set (the measurement docs/BENCHMARKS.md quotes, N =
+// 100,000, on a quiet machine) their p99 must also be at most 50 ms. N is
+// GANTRY_WS_BENCH_N, default 20,000 (under the race detector 6,000 on SQLite,
+// 15,000 on Postgres, and 100 changes).
 func TestUserChangeClaimedAheadOfBulk(t *testing.T) {
-	n, limit := envInt("GANTRY_WS_BENCH_N", 20000), 50*time.Millisecond
-	if raceEnabled && os.Getenv("GANTRY_WS_BENCH_N") == "" {
-		n, limit = 4000, 250*time.Millisecond
-	}
-	const samples = 200
+	measuring := os.Getenv("GANTRY_WS_BENCH_N") != ""
 	for _, be := range backends {
 		t.Run(be.name, func(t *testing.T) {
+			n, samples := envInt("GANTRY_WS_BENCH_N", 20000), 200
+			if raceEnabled && !measuring {
+				// 100 changes, and enough bulk to outlast them (Postgres
+				// converges faster than SQLite under the race detector).
+				n, samples = map[string]int{"sqlite": 6000, "postgres": 15000}[be.name], 100
+			}
 			ctx := t.Context()
 			st := openStore(t, be.dsn(t))
 			newHints := func() Hints {
@@ -36,19 +43,21 @@ func TestUserChangeClaimedAheadOfBulk(t *testing.T) {
 				return hints.NewLocal()
 			}
 			fk := fake.New(10 * time.Millisecond)
-			// The users' workspaces, converged to STANDBY before the bulk.
+			// The users' and the controls' workspaces, converged to STANDBY
+			// before the bulk.
 			users := createNamed(t, st, "user", samples, Standby)
+			controls := createNamed(t, st, "control", samples, Standby)
 			h := startHarnessWith(t, st, fk, newHints(), Config{Interval: 10 * time.Second}, MonitorConfig{Interval: 30 * time.Second}, nil)
 			waitFor(t, time.Minute, "the users' workspaces to converge", func() (bool, string) {
 				c := countConverged(t, st)
-				return c == samples, fmt.Sprintf("%d of %d", c, samples)
+				return c == 2*samples, fmt.Sprintf("%d of %d", c, 2*samples)
 			})
 			h.stop()
 			createMany(t, st, n, Running)
 			hb := newHints()
 			env := newAPIEnv(t, st, APIConfig{Hints: hb})
 			cl := env.client(env.admin)
-			start, calls0 := time.Now(), fk.TotalCalls()
+			calls0 := fk.TotalCalls()
 			h = startHarnessWith(t, st, fk, hb, Config{Interval: 10 * time.Second}, MonitorConfig{Interval: 30 * time.Second}, nil)
 			defer h.stop()
 			// Sample once the bulk is under way and hints flow (Postgres
@@ -65,14 +74,26 @@ func TestUserChangeClaimedAheadOfBulk(t *testing.T) {
 				}
 			})
 			cancelProbe()
+			start := time.Now()
 			// The changes are spread over about half of the bulk's time (it
 			// converges 4,000–8,000 workspaces/s), not bunched at its start.
-			gap := time.Duration(n) * 250 * time.Nanosecond
+			gap := time.Duration(n) * 100 * time.Nanosecond
 			var called, answered []time.Duration
+			controlAt := map[string]time.Time{}
+			var writes sync.WaitGroup
+			during := 0
 			for i, id := range users {
 				if i > 0 {
 					time.Sleep(gap) // real time: the pace of the users' changes
 				}
+				c := controls[i]
+				controlAt[c] = time.Now()
+				writes.Go(func() { // as bulk work: it waits in the bulk's queues, not in this loop
+					if _, err := st.SetDesired(ctx, c, Running, time.Now()); err != nil {
+						t.Error(err)
+					}
+					hb.Publish(ctx, ChanWorkspace, c)
+				})
 				t0 := time.Now()
 				if _, err := cl.SetDesired(ctx, id, Running); err != nil {
 					t.Fatal(err)
@@ -82,19 +103,36 @@ func TestUserChangeClaimedAheadOfBulk(t *testing.T) {
 					return fk.LastCall(id).After(t0), "not yet"
 				})
 				called = append(called, fk.LastCall(id).Sub(t0))
+				// Made while the bulk ran: all calls but the users' starts
+				// (an upper bound of the bulk's) are fewer than its 2n
+				// (provision, start).
+				if fk.TotalCalls()-calls0-len(called) < 2*n {
+					during++
+				}
 			}
 			sampled := time.Since(start)
-			// The bulk was still working when the last change was claimed:
-			// its 2n provider calls (provision, start) were not all made.
-			bulkCalls := fk.TotalCalls() - calls0 - len(called) // a user's change is one call (start)
+			writes.Wait()
+			var control []time.Duration
+			waitFor(t, 5*time.Minute, "the controls' starts to be called", func() (bool, string) {
+				for id, at := range controlAt {
+					if c := fk.LastCall(id); c.After(at) {
+						control = append(control, c.Sub(at))
+						delete(controlAt, id)
+					}
+				}
+				return len(controlAt) == 0, fmt.Sprintf("%d not yet", len(controlAt))
+			})
 			p50, p99, worst := rank(called, 50), rank(called, 99), rank(called, 100)
-			t.Logf("%d changes over %s of converging %d workspaces (%d of the bulk's %d provider calls made by then): claimed (provider call begun) p50 %s, p99 %s, max %s; API answered p50 %s, p99 %s",
-				samples, sampled.Round(time.Millisecond), n, bulkCalls, 2*n, p50, p99, worst, rank(answered, 50), rank(answered, 99))
-			if bulkCalls >= 2*n {
-				t.Fatalf("the bulk was done before the %d changes were: nothing was measured against it", samples)
+			t.Logf("%d changes over %s of converging %d workspaces (%d made while it ran): claimed (provider call begun) p50 %s, p99 %s, max %s; API answered p50 %s, p99 %s; controls (plain changes) claimed p50 %s, p99 %s",
+				samples, sampled.Round(time.Millisecond), n, during, p50, p99, worst, rank(answered, 50), rank(answered, 99), rank(control, 50), rank(control, 99))
+			if during < samples/2 {
+				t.Fatalf("only %d of the %d changes were made while the bulk ran", during, samples)
 			}
-			if p99 > limit {
-				t.Errorf("p99 %s > %s", p99, limit)
+			if c50 := rank(control, 50); p99 >= c50 {
+				t.Errorf("users' changes p99 %s, not ahead of plain changes (median %s)", p99, c50)
+			}
+			if measuring && p99 > 50*time.Millisecond {
+				t.Errorf("p99 %s > 50 ms", p99)
 			}
 		})
 	}
