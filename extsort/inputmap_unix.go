@@ -51,9 +51,9 @@ func mapInputs(ctx context.Context, inputs []Input, workers int) (*inputMap, err
 			continue
 		}
 		part := mem[starts[i] : starts[i]+in.Size]
-		if err := mapFile(in.Path, part); err != nil {
+		if mapped, err := mapFile(in.Path, part); err != nil || !mapped {
 			free()
-			return nil, err
+			return nil, err // not mapped (a file system that will not): the caller reads
 		}
 		adviseHugePages(part)
 		for off := int64(0); off < in.Size; off += populateStep {
@@ -71,18 +71,17 @@ func mapInputs(ctx context.Context, inputs []Input, workers int) (*inputMap, err
 	return m, nil
 }
 
-// mapFile maps the file at path over part (its size), read-only.
-func mapFile(path string, part []byte) error {
+// mapFile maps the file at path over part (its size), read-only, and
+// reports whether it did: a file that opens but will not map (its file
+// system does not support it) is no error, the caller reads it instead.
+func mapFile(path string, part []byte) (bool, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrBadInput, err)
+		return false, fmt.Errorf("%w: %v", ErrBadInput, err)
 	}
 	defer f.Close()
 	_, err = unix.MmapPtr(int(f.Fd()), 0, unsafe.Pointer(&part[0]), uintptr(len(part)), unix.PROT_READ, unix.MAP_SHARED|unix.MAP_FIXED)
-	if err != nil {
-		return fmt.Errorf("%w: map %s: %v", ErrBadInput, path, err)
-	}
-	return nil
+	return err == nil, nil
 }
 
 // populateRange is one step of populating a mapped file.
@@ -93,7 +92,11 @@ type populateRange struct {
 }
 
 func (p populateRange) populate() error {
-	if err := populateRead(p.mem); err != nil {
+	err := populateRead(p.mem)
+	switch {
+	case err == unix.EFAULT: // pages past the file's end
+		return fmt.Errorf("%w: %s shrank while being read (wanted %d bytes at offset %d)", ErrBadInput, p.path, len(p.mem), p.off)
+	case err != nil:
 		return fmt.Errorf("%w: read %s at %d: %v", ErrBadInput, p.path, p.off, err)
 	}
 	return nil

@@ -110,6 +110,27 @@ func TestSortInMemoryInputTruncatedUnderIt(t *testing.T) {
 	}
 }
 
+// An input that shrank between ScanInputs and the sort is ErrBadInput,
+// mapped or read.
+func TestSortInMemoryInputShrankBeforeTheSort(t *testing.T) {
+	for _, read := range []bool{false, true} {
+		defer func(old bool) { readNotMap = old }(readNotMap)
+		readNotMap = read
+		dir := t.TempDir()
+		writeInputs(t, dir, makeRecords(6, 100000, dists["uniform"]), []int{100000})
+		inputs, _, err := ScanInputs([]string{dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Truncate(inputs[0].Path, 30000*recSize); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := SortInMemory(t.Context(), Config{Memory: 64 << 20, Workers: 2}, inputs, nil); !errors.Is(err, ErrBadInput) {
+			t.Fatalf("read %v: SortInMemory of a shrunk input: %v, want ErrBadInput", read, err)
+		}
+	}
+}
+
 func TestSortInMemoryRefusesWhatDoesNotFit(t *testing.T) {
 	dir := t.TempDir()
 	all := makeRecords(5, 200000, dists["uniform"])
