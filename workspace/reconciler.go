@@ -280,34 +280,12 @@ func (p *wsProc) Step(events []sched.Event, out *sched.StepOutput) error {
 			out.Status = sched.StatusDone
 			return nil
 		case sched.EventMessage:
-			w, _ := ev.Data.(*Workspace)
-			if _, ok := ev.Data.(urgentHint); ok {
-				p.urgent = true
-			}
-			if p.busy || p.pending && p.latest == nil {
-				// Re-read: a snapshot taken during our own step is stale
-				// after it, and one that arrives after a hint may predate
-				// the change the hint announced (a tick's list read before
-				// a user's write).
-				w = nil
-			}
-			p.pending, p.latest = true, w
+			p.message(ev.Data)
 		case sched.EventYieldComplete:
 			p.busy = false
-			if res, ok := ev.Data.(stepResult); ok {
-				if res.gone {
-					out.Status = sched.StatusDone
-					return nil
-				}
-				if res.settled && !p.pending { // a message during the step may be a newer urgent change
-					p.urgent = false
-				}
-				if res.again {
-					if !p.pending { // a message during the step: the row may have moved, re-read
-						p.latest = res.next
-					}
-					p.pending = true
-				}
+			if res, ok := ev.Data.(stepResult); ok && !p.stepped(res) {
+				out.Status = sched.StatusDone
+				return nil
 			}
 		}
 	}
@@ -317,6 +295,38 @@ func (p *wsProc) Step(events []sched.Event, out *sched.StepOutput) error {
 		p.busy, p.pending, p.latest = true, false, nil
 	}
 	return nil
+}
+
+// message takes a snapshot, a hint, a timer or an urgentHint.
+func (p *wsProc) message(data any) {
+	w, _ := data.(*Workspace)
+	if _, ok := data.(urgentHint); ok {
+		p.urgent = true
+	}
+	if p.busy || p.pending && p.latest == nil {
+		// Re-read: a snapshot taken during our own step is stale after it,
+		// and one that arrives after a hint may predate the change the hint
+		// announced (a tick's list read before a user's write).
+		w = nil
+	}
+	p.pending, p.latest = true, w
+}
+
+// stepped takes a step's result; false when the workspace is gone.
+func (p *wsProc) stepped(res stepResult) bool {
+	if res.gone {
+		return false
+	}
+	if res.settled && !p.pending { // a message during the step may be a newer urgent change
+		p.urgent = false
+	}
+	if res.again {
+		if !p.pending { // a message during the step: the row may have moved, re-read
+			p.latest = res.next
+		}
+		p.pending = true
+	}
+	return true
 }
 
 // poke sends w (nil = re-read) to id's process, spawning it if needed.
