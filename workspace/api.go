@@ -22,7 +22,7 @@ type APIStore interface {
 	Lookup(ctx context.Context, ref, owner string) (Workspace, error)
 	List(ctx context.Context) ([]Workspace, error)
 	ListOwned(ctx context.Context, owner string) ([]Workspace, error)
-	SetDesiredWithin(ctx context.Context, id string, desired Status, q auth.Quotas, now time.Time) (Workspace, error)
+	SetDesiredOf(ctx context.Context, w Workspace, desired Status, q auth.Quotas, now time.Time) (Workspace, error)
 	Recover(ctx context.Context, id string, now time.Time) (Workspace, error)
 	UpdateSpec(ctx context.Context, id string, u SpecUpdate, now time.Time) (Workspace, error)
 	ChooseArchive(ctx context.Context, id, key string, now time.Time) (Workspace, error)
@@ -378,7 +378,7 @@ func (a *API) setDesired(w http.ResponseWriter, r *http.Request) {
 		ws, err = a.lookup(r)
 	}
 	if err == nil {
-		ws, err = a.store.SetDesiredWithin(r.Context(), ws.ID, st, a.cfg.Quotas, a.clock.Now())
+		ws, err = a.store.SetDesiredOf(r.Context(), ws, st, a.cfg.Quotas, a.clock.Now())
 	}
 	if err != nil {
 		a.fail(w, r, err)

@@ -140,7 +140,7 @@ func (a *API) wake(w http.ResponseWriter, r *http.Request, ws Workspace) {
 		n := noteOf(r)
 		n.action = "workspace.wake"
 		var err error
-		ws, err = a.store.SetDesiredWithin(r.Context(), ws.ID, Running, a.cfg.Quotas, a.clock.Now())
+		ws, err = a.store.SetDesiredOf(r.Context(), ws, Running, a.cfg.Quotas, a.clock.Now())
 		if err != nil {
 			a.fail(w, r, err)
 			return

@@ -410,6 +410,14 @@ func (s *Store) SetDesiredWithin(ctx context.Context, id string, desired wstype.
 	if err != nil {
 		return w, err
 	}
+	return s.SetDesiredOf(ctx, w, desired, q, now)
+}
+
+// SetDesiredOf is SetDesiredWithin for a row the caller has just read (the
+// API's lookup): only its id and owner are used, which never change, so the
+// write needs no read of its own.
+func (s *Store) SetDesiredOf(ctx context.Context, w wstype.Workspace, desired wstype.Status, q auth.Quotas, now time.Time) (wstype.Workspace, error) {
+	var err error
 	ms := now.UnixMilli()
 	var n int64
 	if q.Running <= 0 || desired != wstype.Running {
