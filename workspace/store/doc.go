@@ -21,7 +21,8 @@
 //	            MarkDeleted, LeaderLockID
 //	batch.go    the batcher: on SQLite one BEGIN IMMEDIATE … COMMIT per batch
 //	            on the single writer, on Postgres one pipelined round trip;
-//	            reads by id as one SELECT … IN (…)
+//	            reads by id as one SELECT … IN (…); statements under an
+//	            Urgent context (a user's request) go ahead of the batches
 //
 // Subpackages: memstore is the in-memory fake with the same conditions,
 // storetest the test support (fresh databases, Force).
