@@ -42,7 +42,9 @@ type Config struct {
 	// Lease is how long a claim survives its replica without renewal
 	// before another replica takes the operation over; 0 = 15 s.
 	Lease time.Duration
-	// Concurrency bounds provider calls in flight; 0 = 512.
+	// Concurrency bounds provider calls in flight; 0 = 256 (512 converged
+	// 100,000 workspaces no faster, and a user's change waited behind its
+	// runnable goroutines: p99 97–166 ms against 40–43 ms on Postgres).
 	Concurrency int
 	// Workers is the number of sched workers; 0 = GOMAXPROCS.
 	Workers int
@@ -124,7 +126,7 @@ func (c *Config) validate() error {
 	}
 	c.Timeouts = t
 	setDefault(&c.Lease, 15*time.Second)
-	setDefault(&c.Concurrency, 512)
+	setDefault(&c.Concurrency, 256)
 	if c.Owner == "" {
 		h, _ := os.Hostname()
 		c.Owner = fmt.Sprintf("%s-%d-%s", h, os.Getpid(), uuid.NewString()[:8])
