@@ -88,19 +88,9 @@ func sortEntries(es, tmp []entry, workers int) []entry {
 		}
 		counts[w] = c
 	})
-	// offsets[w][b]: where worker w writes its first entry of bucket b. Worker
-	// order within a bucket keeps the scatter stable.
-	starts := make([]int, numBuckets+1)
-	pos := 0
-	for b := 0; b < numBuckets; b++ {
-		starts[b] = pos
-		for w := range counts {
-			c := counts[w][b]
-			counts[w][b] = pos
-			pos += c
-		}
-	}
-	starts[numBuckets] = n
+	// counts[w][b] becomes where worker w writes its first entry of bucket
+	// b. Worker order within a bucket keeps the scatter stable.
+	starts := bucketOffsets(counts, n)
 	parallelChunks(n, workers, func(w, from, to int) {
 		off := counts[w]
 		for _, e := range es[from:to] {
