@@ -12,12 +12,7 @@ func BenchmarkSortedGather(b *testing.B) {
 			defer func(old bool) { readNotMap = old }(readNotMap)
 			readNotMap = read
 			const n = 2000000
-			dir := b.TempDir()
-			writeInputs(b, dir, makeRecords(1, n, dists["uniform"]), []int{n})
-			inputs, _, err := ScanInputs([]string{dir})
-			if err != nil {
-				b.Fatal(err)
-			}
+			inputs, _ := benchInputs(b, n)
 			s, err := SortInMemory(b.Context(), Config{Memory: 512 << 20, Workers: 2}, inputs, nil)
 			if err != nil {
 				b.Fatal(err)
@@ -41,12 +36,7 @@ func BenchmarkSortedGather(b *testing.B) {
 // dsort worker whose input fits its budget does.
 func BenchmarkSortInMemory(b *testing.B) {
 	const n = 2000000
-	dir := b.TempDir()
-	writeInputs(b, dir, makeRecords(1, n, dists["uniform"]), []int{n})
-	inputs, _, err := ScanInputs([]string{dir})
-	if err != nil {
-		b.Fatal(err)
-	}
+	inputs, _ := benchInputs(b, n)
 	b.SetBytes(n * recSize)
 	for b.Loop() {
 		s, err := SortInMemory(b.Context(), Config{Memory: 512 << 20, Workers: 2}, inputs, nil)
@@ -61,12 +51,7 @@ func BenchmarkSortInMemory(b *testing.B) {
 // input mapped and entry array allocated (and touched) once.
 func BenchmarkSortMappedEntries(b *testing.B) {
 	const n = 5000000
-	dir := b.TempDir()
-	writeInputs(b, dir, makeRecords(1, n, dists["uniform"]), []int{n})
-	inputs, total, err := ScanInputs([]string{dir})
-	if err != nil {
-		b.Fatal(err)
-	}
+	inputs, total := benchInputs(b, n)
 	in, err := mapInputs(b.Context(), inputs, 2)
 	if err != nil || in == nil {
 		b.Skip("inputs not mapped", err)
@@ -80,4 +65,16 @@ func BenchmarkSortMappedEntries(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// benchInputs writes n uniformly distributed records to one file in a
+// temp dir and returns it scanned, with its size.
+func benchInputs(b *testing.B, n int) ([]Input, int64) {
+	dir := b.TempDir()
+	writeInputs(b, dir, makeRecords(1, n, dists["uniform"]), []int{n})
+	inputs, total, err := ScanInputs([]string{dir})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return inputs, total
 }
