@@ -199,9 +199,9 @@ const notifyBatch = 1000
 var _ Bus = (*Postgres)(nil)
 
 // pgChannel is channel c as a Postgres identifier (no quoting needed).
-func pgChannel(c string) string {
-	return "gantry_" + strings.NewReplacer(":", "_", "-", "_").Replace(c)
-}
+func pgChannel(c string) string { return "gantry_" + pgIdent.Replace(c) }
+
+var pgIdent = strings.NewReplacer(":", "_", "-", "_")
 
 func (h *Postgres) hub() *Local {
 	h.once.Do(func() { h.local = NewLocal() })
