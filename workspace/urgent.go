@@ -3,6 +3,7 @@ package workspace
 import (
 	"context"
 
+	"github.com/gantryhq/gantry/workspace/hints"
 	"github.com/gantryhq/gantry/workspace/store"
 )
 
@@ -32,12 +33,7 @@ type urgentHints struct{ Hints }
 
 func (h urgentHints) Publish(ctx context.Context, channel, id string) error {
 	if store.IsUrgent(ctx) {
-		switch channel {
-		case ChanWorkspace:
-			channel = ChanWorkspaceUrgent
-		case ChanMonitor:
-			channel = ChanMonitorUrgent
-		}
+		channel = hints.UrgentTwin(channel)
 	}
 	return h.Hints.Publish(ctx, channel, id)
 }

@@ -37,6 +37,22 @@ const (
 	ChanWorkspaceUrgent = "workspace-urgent" // ChanWorkspace, for work a user asked for
 )
 
+// UrgentTwin is the urgent channel that carries channel's hints for work a
+// user asked for (channel itself if it is one).
+func UrgentTwin(channel string) string {
+	switch channel {
+	case ChanMonitor:
+		return ChanMonitorUrgent
+	case ChanWorkspace:
+		return ChanWorkspaceUrgent
+	}
+	return channel
+}
+
+func isUrgent(channel string) bool {
+	return channel == ChanMonitorUrgent || channel == ChanWorkspaceUrgent
+}
+
 // Bus publishes and delivers hints.
 type Bus interface {
 	Publish(ctx context.Context, channel, id string) error
@@ -211,7 +227,7 @@ func (h *Postgres) hub() *Local {
 // Publish sends NOTIFY (delivered at commit, to every replica): an urgent
 // hint at once, a plain one with the next batch while Run runs.
 func (h *Postgres) Publish(ctx context.Context, channel, id string) error {
-	if ob := h.outbox.Load(); ob != nil && channel != ChanMonitorUrgent && channel != ChanWorkspaceUrgent {
+	if ob := h.outbox.Load(); ob != nil && !isUrgent(channel) {
 		ob.add(channel + "\x00" + id)
 		return nil
 	}
