@@ -24,14 +24,7 @@ func TestStoreBatchesKeepEachOutcome(t *testing.T) {
 			st := storetest.Open(t, b.DSN(t))
 			now := time.UnixMilli(1_700_000_000_000)
 			const n = 64
-			ws := make([]wstype.Workspace, n)
-			for i := range ws {
-				w, err := st.Create(ctx, wstype.NewWorkspace{Name: fmt.Sprint("b", i)}, now)
-				if err != nil {
-					t.Fatal(err)
-				}
-				ws[i] = w
-			}
+			ws := createN(t, st, n, now)
 			s0 := st.BatchStats()
 			start := make(chan struct{})
 			var wg sync.WaitGroup
@@ -116,20 +109,13 @@ func TestUrgentWriteGoesAheadOfBulk(t *testing.T) {
 			st := storetest.Open(t, b.DSN(t))
 			now := time.UnixMilli(1_700_000_000_000)
 			const bulk = 8000
-			ids := make([]string, 65) // the bulk writes the first 64, the user the last
-			for i := range ids {
-				w, err := st.Create(ctx, wstype.NewWorkspace{Name: fmt.Sprint("u", i)}, now)
-				if err != nil {
-					t.Fatal(err)
-				}
-				ids[i] = w.ID
-			}
+			ws := createN(t, st, 65, now) // the bulk writes the first 64, the user the last
 			var done sync.WaitGroup
 			var mu sync.Mutex
 			finished := 0
 			for i := range bulk {
 				done.Go(func() {
-					if err := st.Touch(ctx, ids[i%64], now); err != nil {
+					if err := st.Touch(ctx, ws[i%64].ID, now); err != nil {
 						t.Error(err)
 					}
 					mu.Lock()
@@ -143,7 +129,7 @@ func TestUrgentWriteGoesAheadOfBulk(t *testing.T) {
 				defer mu.Unlock()
 				return finished > 0, "none finished"
 			})
-			w, err := st.SetDesired(store.Urgent(ctx), ids[64], wstype.Running, now)
+			w, err := st.SetDesired(store.Urgent(ctx), ws[64].ID, wstype.Running, now)
 			mu.Lock()
 			ahead := finished
 			mu.Unlock()
