@@ -56,9 +56,9 @@ var errStoreClosed = errors.New("workspace: store closed")
 const (
 	maxWriteBatch = 512
 	maxReadBatch  = 256
-	// batchTimeout bounds one batch on the database (callers' contexts are
-	// checked when the batch starts; a statement is never interrupted
-	// halfway, which on SQLite would roll back the whole batch).
+	// batchTimeout bounds one batch on Postgres (callers' contexts are
+	// checked when the batch starts). SQLite batches run without a
+	// deadline (batchCtx).
 	batchTimeout = 30 * time.Second
 	// maxCachedStmts bounds the SQLite writer's prepared statements (the
 	// store has a dozen distinct writes).
@@ -316,6 +316,21 @@ func (b *batcher) linger(batch []*writeReq, want int) []*writeReq {
 	return batch
 }
 
+// batchCtx is the context a batch runs under. On Postgres it bounds the
+// batch by batchTimeout. On SQLite it has no deadline: a statement there
+// waits on nothing but the file's lock, which busy_timeout bounds, and a
+// statement is never interrupted halfway (that would roll back the whole
+// batch); a context that can end also costs the driver a watcher
+// goroutine per statement (modernc.org/sqlite interruptOnDone, and
+// database/sql's per-Rows one), a million of them converging 100,000
+// workspaces.
+func (b *batcher) batchCtx() (context.Context, context.CancelFunc) {
+	if b.s.dialect == SQLite {
+		return context.Background(), func() {}
+	}
+	return context.WithTimeout(context.Background(), batchTimeout)
+}
+
 // live answers the requests whose caller gave up and returns the others.
 func live(batch []*writeReq) []*writeReq {
 	out := batch[:0]
@@ -343,7 +358,7 @@ func (b *batcher) runSQLite(batch []*writeReq) {
 // are returned for the next one. A user's write on SQLite's single writer
 // so waits for one statement and a commit, not for a bulk batch.
 func (b *batcher) runSQLiteTx(batch []*writeReq) (rest []*writeReq) {
-	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
+	ctx, cancel := b.batchCtx()
 	defer cancel()
 	tx, err := b.s.db.BeginTx(ctx, nil) // BEGIN IMMEDIATE (_txlock)
 	if err != nil {
@@ -552,7 +567,7 @@ func (b *batcher) runReads(batch []*readReq) {
 }
 
 func (b *batcher) readRowsByID(ids []string) (map[string]wstype.Workspace, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
+	ctx, cancel := b.batchCtx()
 	defer cancel()
 	out := make(map[string]wstype.Workspace, len(ids))
 	for len(ids) > 0 {
