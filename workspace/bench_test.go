@@ -3,6 +3,8 @@ package workspace
 import (
 	"context"
 	"fmt"
+	"os"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -99,12 +101,14 @@ func BenchmarkConverge(b *testing.B) {
 					}
 					s0 := st.BatchStats()
 					u0 := startUsage()
+					stopProfile := startBenchProfile(b)
 					b.StartTimer()
 					start := time.Now()
 					h := startHarnessWith(b, st, fake.New(10*time.Millisecond), hints.NewLocal(), cfg, MonitorConfig{Interval: 30 * time.Second}, setup)
 					waitConverged(b, st, n, 5*time.Minute)
 					el := time.Since(start)
 					b.StopTimer()
+					stopProfile()
 					s1 := st.BatchStats()
 					h.stop()
 					u0.report(b, el)
@@ -208,6 +212,27 @@ func claimSample(b *testing.B, st *store.Store, fk *fake.Provider, hb Hints, id 
 			b.Fatalf("%s → %s not converged after 30 s: %s (err %v)", id, next, describe(w), err)
 		}
 		time.Sleep(time.Millisecond) // poll: the claim is timed from the row, not from this loop
+	}
+}
+
+// startBenchProfile writes a CPU profile of the timed part alone (not
+// the setup's inserts) to $GANTRY_WS_BENCH_CPUPROFILE, if set; the
+// returned stop ends it.
+func startBenchProfile(b *testing.B) (stop func()) {
+	path := getenv("GANTRY_WS_BENCH_CPUPROFILE")
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
 	}
 }
 
