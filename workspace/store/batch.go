@@ -128,7 +128,8 @@ type batcher struct {
 	mu        sync.Mutex
 	readStmts map[int]*sql.Stmt
 
-	pgText sync.Map // statement text → its Postgres spelling ($n placeholders)
+	pgText   sync.Map // statement text → its Postgres spelling ($n placeholders)
+	pgShapes sync.Map // statement text → its pgShape (pgmany.go)
 
 	// Counters for benchmarks (atomic, any goroutine).
 	writeStmts, writeBatches, readRows, readBatches atomic.Int64
@@ -467,7 +468,9 @@ func (b *batcher) runPostgres(batch []*writeReq) {
 	}
 }
 
-// pipeline sends reqs in one pgx batch on one pooled connection.
+// pipeline sends reqs (sorted by key) in one pgx batch on one pooled
+// connection, each shape of two or more requests as one statement
+// (pgmany.go).
 func (b *batcher) pipeline(reqs []*writeReq) ([]writeRes, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
 	defer cancel()
@@ -479,25 +482,80 @@ func (b *batcher) pipeline(reqs []*writeReq) ([]writeRes, error) {
 	out := make([]writeRes, len(reqs))
 	err = conn.Raw(func(dc any) error {
 		pc := dc.(*stdlib.Conn).Conn()
+		plan := planMany(reqs, func(q string) pgShape { return b.shapeOf(ctx, pc, q) })
 		var pb pgx.Batch
-		for _, r := range reqs {
-			pb.Queue(b.pgSQL(r.q), r.args...)
+		locked := len(plan) < len(reqs) // some statement writes several rows
+		if locked {
+			pb.Queue(lockRowsSQL, lockKeys(reqs))
+		}
+		for _, st := range plan {
+			if st.many {
+				group := pick(reqs, st.reqs)
+				sh := b.shapeOf(ctx, pc, group[0].q)
+				pb.Queue(sh.sql, manyArgs(group, sh.params)...)
+			} else {
+				r := reqs[st.reqs[0]]
+				pb.Queue(b.pgSQL(r.q), r.args...)
+			}
 		}
 		br := pc.SendBatch(ctx, &pb)
-		var first error
-		for i := range reqs {
-			tag, err := br.Exec()
-			if err != nil && first == nil {
-				first = err
-			}
-			out[i].n = tag.RowsAffected()
-		}
+		first := readPipeline(br, locked, plan, out)
 		if err := br.Close(); err != nil && first == nil {
 			first = err
 		}
 		return first
 	})
 	return out, err
+}
+
+// readPipeline reads the results of plan's statements (after the lock
+// statement, if locked) into out; it returns the first error.
+func readPipeline(br pgx.BatchResults, locked bool, plan []pgStmt, out []writeRes) error {
+	var first error
+	keep := func(err error) {
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	if locked {
+		_, err := br.Exec()
+		keep(err)
+	}
+	for _, st := range plan {
+		if !st.many {
+			tag, err := br.Exec()
+			keep(err)
+			out[st.reqs[0]].n = tag.RowsAffected()
+			continue
+		}
+		rows, err := br.Query()
+		keep(err)
+		if err != nil {
+			continue
+		}
+		for rows.Next() {
+			var ord int32
+			if err := rows.Scan(&ord); err != nil {
+				keep(err)
+				break
+			}
+			if int(ord) >= 0 && int(ord) < len(st.reqs) {
+				out[st.reqs[ord]].n = 1
+			}
+		}
+		rows.Close()
+		keep(rows.Err())
+	}
+	return first
+}
+
+// pick is reqs[idx...].
+func pick(reqs []*writeReq, idx []int) []*writeReq {
+	out := make([]*writeReq, len(idx))
+	for i, j := range idx {
+		out[i] = reqs[j]
+	}
+	return out
 }
 
 // pgSQL is s.rebind(q), remembered: the store has a dozen statements.

@@ -144,3 +144,89 @@ func TestUrgentWriteGoesAheadOfBulk(t *testing.T) {
 		})
 	}
 }
+
+// TestBatchedShapesKeepEachCompareAndSet: statements of one shape that
+// share a batch (on Postgres, one UPDATE … FROM unnest per shape) keep
+// each its own compare-and-set and its own rows affected, also with a
+// second statement of the same row in the batch, and write NULLs and
+// numbers as the one-row statement would.
+func TestBatchedShapesKeepEachCompareAndSet(t *testing.T) {
+	for _, b := range storetest.Backends {
+		t.Run(b.Name, func(t *testing.T) {
+			ctx := t.Context()
+			st := storetest.Open(t, b.DSN(t))
+			now := time.UnixMilli(1_700_000_000_000)
+			const n = 64
+			ws := createN(t, st, n, now)
+			// concurrently runs, for each workspace, every fn and returns
+			// how many reported true, by fn.
+			concurrently := func(fns ...func(w wstype.Workspace) (bool, error)) []int {
+				var wg sync.WaitGroup
+				var mu sync.Mutex
+				got := make([]int, len(fns))
+				for _, w := range ws {
+					for i, fn := range fns {
+						wg.Go(func() {
+							ok, err := fn(w)
+							if err != nil {
+								t.Error(err)
+							}
+							mu.Lock()
+							defer mu.Unlock()
+							if ok {
+								got[i]++
+							}
+						})
+					}
+				}
+				wg.Wait()
+				return got
+			}
+			lease := now.Add(time.Minute)
+			wins := concurrently(
+				func(w wstype.Workspace) (bool, error) {
+					return st.Claim(ctx, w, wstype.OpProvisioning, "op-"+w.ID, "r1", now, lease)
+				},
+				func(w wstype.Workspace) (bool, error) {
+					stale := w
+					stale.OpID = "an older op"
+					return st.Claim(ctx, stale, wstype.OpProvisioning, "op2-"+w.ID, "r2", now, lease)
+				})
+			if wins[0] != n || wins[1] != 0 {
+				t.Fatalf("claims won %v, want [%d 0]", wins, n)
+			}
+			renewed := lease.Add(time.Minute)
+			retry := now.Add(time.Hour)
+			info := &wstype.ErrorInfo{Reason: wstype.ReasonActionFailed, ErrorCount: 2, LastError: "boom"}
+			wins = concurrently(
+				func(w wstype.Workspace) (bool, error) { return st.Renew(ctx, w.ID, "op-"+w.ID, "r1", renewed) },
+				func(w wstype.Workspace) (bool, error) { return st.Renew(ctx, w.ID, "op-"+w.ID, "r2", renewed) },
+				func(w wstype.Workspace) (bool, error) {
+					return true, st.Failed(ctx, w.ID, "op-"+w.ID, 2, info, now, nil)
+				},
+				func(w wstype.Workspace) (bool, error) {
+					return true, st.Failed(ctx, w.ID, "another op", 5, nil, now, &retry)
+				})
+			if wins[0] != n || wins[1] != 0 {
+				t.Fatalf("renewals won %v, want [%d 0 …]", wins[:2], n)
+			}
+			for _, w := range ws {
+				got, err := st.Get(ctx, w.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got.ErrorCount != 2 || got.ErrorInfo == nil || got.ErrorInfo.LastError != "boom" || got.NextRetryAt != nil ||
+					got.OpLeaseUntil == nil || !got.OpLeaseUntil.Equal(renewed) || got.OpOwner != "r1" || got.OpID != "op-"+w.ID {
+					t.Fatalf("%s after the batch: %s next=%v lease=%v owner=%s op_id=%s", w.ID, describe(got), got.NextRetryAt, got.OpLeaseUntil, got.OpOwner, got.OpID)
+				}
+			}
+			wins = concurrently(
+				func(w wstype.Workspace) (bool, error) { return st.Complete(ctx, w.ID, "op-"+w.ID, now) },
+				func(w wstype.Workspace) (bool, error) { return st.Complete(ctx, w.ID, "op-"+w.ID, now) },
+				func(w wstype.Workspace) (bool, error) { return st.Complete(ctx, w.ID, "another op", now) })
+			if wins[0]+wins[1] != n || wins[2] != 0 {
+				t.Fatalf("completions won %v, want %d in all of the first two, none of the third", wins, n)
+			}
+		})
+	}
+}
