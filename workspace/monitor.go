@@ -57,6 +57,7 @@ var _ MonitorStore = (*store.Store)(nil)
 type HealthMonitor struct {
 	cfg       MonitorConfig
 	store     MonitorStore
+	handed    rowHandoff // nil: the store hands no rows (store/handoff.go)
 	container provider.Container
 	storage   provider.Storage
 	hints     Hints
@@ -77,7 +78,8 @@ func NewHealthMonitor(cfg MonitorConfig, st MonitorStore, c provider.Container, 
 	if h == nil {
 		h = hints.Drop{}
 	}
-	return &HealthMonitor{cfg: cfg, store: st, container: c, storage: s, hints: urgentHints{h}}
+	hr, _ := st.(rowHandoff)
+	return &HealthMonitor{cfg: cfg, store: st, handed: hr, container: c, storage: s, hints: urgentHints{h}}
 }
 
 // Observe computes w's status from the providers.
@@ -104,17 +106,24 @@ func (m *HealthMonitor) Observe(ctx context.Context, w Workspace) (Status, error
 	return Pending, nil
 }
 
-// observeOne observes and writes one workspace.
-func (m *HealthMonitor) observeOne(ctx context.Context, w Workspace) {
+// observeOne observes and writes one workspace. hinted marks w possibly
+// stale (a row the reconciler handed, store/handoff.go): then observeOne
+// writes only a changed status, whose compare-and-set checks the row's
+// operation, and otherwise reports false without writing, for the caller
+// to observe the row read instead.
+func (m *HealthMonitor) observeOne(ctx context.Context, w Workspace, hinted bool) bool {
 	// observed_at is when the observation began: a takeover trusts only
 	// observations begun after the dead owner's lease lapsed.
 	at := m.cfg.Clock.Now()
 	st, err := m.Observe(ctx, w)
 	if err != nil {
+		if hinted {
+			return false
+		}
 		if ctx.Err() == nil {
 			m.observeFailed(ctx, w, err, at)
 		}
-		return
+		return true
 	}
 	if w.ErrorInfo != nil && w.ErrorInfo.Reason == ReasonObserveFailed {
 		if ok, err := m.store.ClearObserveError(ctx, w.ID, at); err == nil && ok {
@@ -125,17 +134,32 @@ func (m *HealthMonitor) observeOne(ctx context.Context, w Workspace) {
 	// Unchanged: write only to date an observation a takeover waits for
 	// (an unexecuted operation whose owner's lease has lapsed).
 	if st == w.ObservedStatus && (w.Operation == OpNone || w.OpExecuted || w.OpLeaseUntil == nil || at.Before(*w.OpLeaseUntil)) {
-		return
+		return !hinted
 	}
+	return m.writeObserved(ctx, w, st, at) || !hinted
+}
+
+// writeObserved writes status st observed at at for w and reports whether
+// it changed the row.
+func (m *HealthMonitor) writeObserved(ctx context.Context, w Workspace, st Status, at time.Time) bool {
 	changed, err := m.store.SetObserved(ctx, w, st, at)
 	if err != nil {
 		m.cfg.Logger.Warn("workspace: write observed_status", "id", w.ID, "err", err)
-		return
+		return false
 	}
 	if changed {
 		m.cfg.Logger.Debug("workspace: observed", "id", w.ID, "status", st)
+		if m.handed != nil {
+			// The reconciler steps on it next: leave it the row as written.
+			w.ObservedStatus, w.ObservedAt = st, &at
+			if w.ErrorInfo != nil && w.ErrorInfo.Reason == ReasonObserveFailed {
+				w.ErrorInfo = nil // SetObserved cleared it
+			}
+			m.handed.Hand(store.ToReconciler, w)
+		}
 		m.hints.Publish(ctx, ChanWorkspace, w.ID)
 	}
+	return changed
 }
 
 // observeFailed makes a failed observation visible in error_info (reason
@@ -182,7 +206,7 @@ func (m *HealthMonitor) Pass(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			m.observeOne(ctx, w)
+			m.observeOne(ctx, w, false)
 		}()
 	}
 	wg.Wait()
@@ -247,11 +271,25 @@ func (m *HealthMonitor) observeHinted(ctx context.Context, slots lanes, wg *sync
 	}
 	wg.Go(func() {
 		defer release()
-		w, err := m.store.Get(ctx, id)
-		if err != nil {
-			return
-		}
-		m.observeOne(ctx, w)
+		m.observeID(ctx, id)
 	})
 	return true
+}
+
+// observeID observes id: from the row the reconciler handed with its hint
+// (store/handoff.go), unless urgent or that is not enough, else from the
+// row read.
+func (m *HealthMonitor) observeID(ctx context.Context, id string) {
+	if m.handed != nil {
+		if store.IsUrgent(ctx) {
+			m.handed.Drop(store.ToMonitor, id)
+		} else if w, ok := m.handed.Take(store.ToMonitor, id); ok && m.observeOne(ctx, w, true) {
+			return
+		}
+	}
+	w, err := m.store.Get(ctx, id)
+	if err != nil {
+		return
+	}
+	m.observeOne(ctx, w, false)
 }

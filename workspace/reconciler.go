@@ -174,6 +174,19 @@ type ReconcilerStore interface {
 
 var _ ReconcilerStore = (*store.Store)(nil)
 
+// rowHandoff is the optional part of a store through which the reconciler
+// and the monitor of one process leave each other the row a hint is about
+// to announce, so that its receiver need not read it (store/handoff.go).
+// A handed row may be stale: it only ever leads to a compare-and-set write
+// that checks what was decided from it, or to a read.
+type rowHandoff interface {
+	Hand(box store.Box, w Workspace)
+	Take(box store.Box, id string) (Workspace, bool)
+	Drop(box store.Box, id string)
+}
+
+var _ rowHandoff = (*store.Store)(nil)
+
 // Reconciler is seed 001's StateReconciler: it reads only the database and
 // runs each workspace as one sched process, so one workspace never has two
 // reconcile steps at once in a replica while thousands proceed together;
@@ -182,6 +195,7 @@ var _ ReconcilerStore = (*store.Store)(nil)
 type Reconciler struct {
 	cfg       Config
 	store     ReconcilerStore
+	handed    rowHandoff // nil: the store hands no rows (store/handoff.go)
 	container provider.Container
 	storage   provider.Storage
 	hints     Hints
@@ -221,7 +235,8 @@ func NewReconciler(cfg Config, st ReconcilerStore, c provider.Container, s provi
 	if h == nil {
 		h = hints.Drop{}
 	}
-	return &Reconciler{cfg: cfg, store: st, container: c, storage: s, hints: urgentHints{h},
+	hr, _ := st.(rowHandoff)
+	return &Reconciler{cfg: cfg, store: st, handed: hr, container: c, storage: s, hints: urgentHints{h},
 		slots: newLanes(cfg.Concurrency), procs: map[string]sched.PID{}, ids: map[sched.PID]string{}, wake: newWakeups(cfg.Clock)}, nil
 }
 
@@ -230,10 +245,12 @@ func (r *Reconciler) Config() Config { return r.cfg }
 
 const cmdReconcile sched.CommandType = 1001
 
-// reconcileCmd asks for one reconcile step of a workspace; w nil = re-read.
+// reconcileCmd asks for one reconcile step of a workspace; w nil = re-read
+// (or take the row handed for it, store/handoff.go).
 type reconcileCmd struct {
 	id     string
 	w      *Workspace
+	hinted bool // w is a possibly stale row (store/handoff.go)
 	urgent bool // a user asked for it (urgent.go)
 }
 
@@ -251,6 +268,13 @@ type stepResult struct {
 	// plans from it without a read (its claim's CAS catches any change
 	// made meanwhile). nil = re-read.
 	next *Workspace
+	// hinted: next is a possibly stale row (the step acted on one,
+	// store/handoff.go).
+	hinted bool
+	// acted: the step claimed or acquired the operation and ran it; a step
+	// on a possibly stale row that did not act looks again at the row
+	// read (store/handoff.go).
+	acted bool
 	// settled: nothing is left to do (converged, or ERROR); an urgent
 	// workspace is no longer urgent.
 	settled bool
@@ -268,6 +292,7 @@ type wsProc struct {
 	pending bool
 	urgent  bool
 	latest  *Workspace
+	hinted  bool // latest is a possibly stale row (store/handoff.go)
 	tag     uint64
 }
 
@@ -293,8 +318,8 @@ func (p *wsProc) Step(events []sched.Event, out *sched.StepOutput) error {
 	}
 	if p.pending && !p.busy {
 		p.tag++
-		out.Yield(p.tag, reconcileCmd{id: p.id, w: p.latest, urgent: p.urgent})
-		p.busy, p.pending, p.latest = true, false, nil
+		out.Yield(p.tag, reconcileCmd{id: p.id, w: p.latest, hinted: p.hinted, urgent: p.urgent})
+		p.busy, p.pending, p.latest, p.hinted = true, false, nil, false
 	}
 	return nil
 }
@@ -311,7 +336,7 @@ func (p *wsProc) message(data any) {
 		// announced (a tick's list read before a user's write).
 		w = nil
 	}
-	p.pending, p.latest = true, w
+	p.pending, p.latest, p.hinted = true, w, false
 }
 
 // stepped takes a step's result; false when the workspace is gone.
@@ -324,7 +349,7 @@ func (p *wsProc) stepped(res stepResult) bool {
 	}
 	if res.again {
 		if !p.pending { // a message during the step: the row may have moved, re-read
-			p.latest = res.next
+			p.latest, p.hinted = res.next, res.hinted
 		}
 		p.pending = true
 	}
@@ -489,20 +514,55 @@ func oneAtATime(wg *sync.WaitGroup, fn func()) (start func()) {
 	}
 }
 
-// step is one reconcile of one workspace (seed: reconcile(ws)).
+// step is one reconcile of one workspace (seed: reconcile(ws)) on w, or
+// on the row read if w is nil.
 func (r *Reconciler) step(ctx context.Context, id string, w *Workspace) stepResult {
+	return r.stepHinted(ctx, id, w, false)
+}
+
+// stepHinted is step; hinted marks w possibly stale. With w nil, a bulk
+// step takes the row handed for the workspace (store/handoff.go) instead of
+// reading it. A step on a possibly stale row only writes through a
+// compare-and-set that checks what it decided from; if it did not act it
+// steps again on the row read, so that "nothing to do" is never decided
+// from a stale row.
+func (r *Reconciler) stepHinted(ctx context.Context, id string, w *Workspace, hinted bool) stepResult {
 	defer r.cfg.Metrics.observeStep(time.Now())
-	if w == nil {
-		got, err := r.store.Get(ctx, id)
-		if errors.Is(err, ErrNotFound) {
-			return stepResult{gone: true}
+	switch {
+	case r.handed == nil:
+	case w != nil || store.IsUrgent(ctx):
+		r.handed.Drop(store.ToReconciler, id)
+	default:
+		if got, ok := r.handed.Take(store.ToReconciler, id); ok {
+			w, hinted = &got, true
 		}
-		if err != nil {
-			r.cfg.Logger.Warn("workspace: read", "id", id, "err", err)
-			return stepResult{}
-		}
-		w = &got
 	}
+	if w == nil {
+		return r.readAndStep(ctx, id)
+	}
+	res := r.stepOn(ctx, w)
+	if hinted && !res.acted && !res.again && !res.gone {
+		return r.readAndStep(ctx, id)
+	}
+	res.hinted = hinted && res.next != nil
+	return res
+}
+
+// readAndStep reads id's row and steps on it.
+func (r *Reconciler) readAndStep(ctx context.Context, id string) stepResult {
+	got, err := r.store.Get(ctx, id)
+	if errors.Is(err, ErrNotFound) {
+		return stepResult{gone: true}
+	}
+	if err != nil {
+		r.cfg.Logger.Warn("workspace: read", "id", id, "err", err)
+		return stepResult{}
+	}
+	return r.stepOn(ctx, &got)
+}
+
+// stepOn is the reconcile of w.
+func (r *Reconciler) stepOn(ctx context.Context, w *Workspace) stepResult {
 	// 1. ERROR: skip (deleting needs no recovery).
 	if w.ObservedStatus == Error && w.DesiredState != Deleted {
 		return stepResult{settled: true}
@@ -617,8 +677,13 @@ func (r *Reconciler) endInFlight(ctx context.Context, w *Workspace, now time.Tim
 		if ok, err := complete(ctx, w.ID, w.OpID, now); err == nil && ok {
 			r.cfg.Logger.Info("workspace: operation completed", "id", w.ID, "op", w.Operation)
 			r.cfg.Metrics.opEnded(w.Operation, resultOK, w.OpStartedAt, now)
+			next := completed(*w)
+			// The hint comes back to this workspace's process too, most
+			// often during this step: its next step then takes this row
+			// instead of reading it.
+			r.hand(store.ToReconciler, *next)
 			r.hints.Publish(ctx, ChanWorkspace, w.ID)
-			return stepResult{again: true, next: completed(*w)}, true
+			return stepResult{again: true, next: next}, true
 		}
 		return stepResult{}, true
 	}
@@ -675,17 +740,17 @@ func (r *Reconciler) execute(ctx context.Context, w *Workspace) stepResult {
 	cancel()
 	now := r.cfg.Clock.Now()
 	if ctx.Err() != nil {
-		return stepResult{} // shutting down: the lease lapses, a restart takes over
+		return stepResult{acted: true} // shutting down: the lease lapses, a restart takes over
 	}
 	r.cfg.Metrics.providerCall(w.Operation, err, callTime)
 	if err != nil {
 		r.recordFailure(ctx, w, err, now, deadline)
-		return stepResult{}
+		return stepResult{acted: true}
 	}
 	if w.Operation == OpDeleting {
 		if err := r.store.DeleteRow(ctx, w.ID, w.OpID); err != nil {
 			r.cfg.Logger.Warn("workspace: delete row", "id", w.ID, "err", err)
-			return stepResult{}
+			return stepResult{acted: true}
 		}
 		r.cfg.Metrics.opEnded(OpDeleting, resultOK, w.OpStartedAt, now)
 		r.hints.Publish(ctx, ChanWorkspace, w.ID)
@@ -693,10 +758,22 @@ func (r *Reconciler) execute(ctx context.Context, w *Workspace) stepResult {
 	}
 	if err := r.store.Executed(ctx, w.ID, w.OpID, now); err != nil {
 		r.cfg.Logger.Warn("workspace: record executed", "id", w.ID, "err", err)
+	} else {
+		// The monitor observes it next: leave it the row as executed.
+		x := *w
+		x.OpExecuted, x.OpLeaseUntil, x.UpdatedAt = true, nil, now.UTC().Truncate(time.Millisecond)
+		r.hand(store.ToMonitor, x)
 	}
 	r.hints.Publish(ctx, ChanMonitor, w.ID)
 	r.pokeAt(w.ID, deadline.Sub(now))
-	return stepResult{}
+	return stepResult{acted: true}
+}
+
+// hand leaves w in box for the hint about to be published (store/handoff.go).
+func (r *Reconciler) hand(box store.Box, w Workspace) {
+	if r.handed != nil {
+		r.handed.Hand(box, w)
+	}
 }
 
 // renewLease renews this replica's lease on w's operation every Lease/3
@@ -907,7 +984,7 @@ func (h *stepHandler) Handle(_ context.Context, cmd sched.Command, tag uint64, c
 		if rc.urgent {
 			sctx = store.Urgent(ctx)
 		}
-		res := r.step(sctx, rc.id, rc.w)
+		res := r.stepHinted(sctx, rc.id, rc.w, rc.hinted)
 		release()
 		c.CompleteYield(tag, res, nil)
 	}()

@@ -23,6 +23,11 @@
 //	            on the single writer, on Postgres one pipelined round trip;
 //	            reads by id as one SELECT … IN (…); statements under an
 //	            Urgent context (a user's request) go ahead of the batches
+//	pgmany.go   on Postgres, the statements of one shape in a batch as one
+//	            UPDATE … FROM unnest, each row keeping its compare-and-set
+//	handoff.go  rows the monitor and the reconciler of one process hand each
+//	            other with a hint (Hand, Take, Drop): a possibly stale row
+//	            that saves the receiver a read, never a read itself
 //
 // Subpackages: memstore is the in-memory fake with the same conditions,
 // storetest the test support (fresh databases, Force).

@@ -54,6 +54,9 @@ type Store struct {
 	// as one SELECT … IN (…).
 	batch     *batcher
 	closeOnce sync.Once
+	// handed is the rows the monitor and the reconciler of this process
+	// leave each other (handoff.go).
+	handed handoff
 }
 
 // Open opens dsn ("sqlite:PATH", "postgres://…" or "postgresql://…")
@@ -591,10 +594,17 @@ func (s *Store) DeleteRow(ctx context.Context, id, opID string) error {
 // than the dead owner's lease), and only while the operation is
 // still the one that was in flight when the observation started (so a slow
 // observation never overwrites a newer one across an operation boundary).
+//
+// The observation succeeded, so the write also clears the monitor's own
+// error info (ObserveFailed), as ClearObserveError would: the caller need
+// not know it is there.
 func (s *Store) SetObserved(ctx context.Context, w wstype.Workspace, status wstype.Status, now time.Time) (bool, error) {
-	n, err := s.exec(ctx, `UPDATE workspaces SET observed_status = ?, observed_at = ?
+	n, err := s.exec(ctx, `UPDATE workspaces SET observed_status = ?, observed_at = ?,
+		updated_at = CASE WHEN error_info LIKE ? THEN ? ELSE updated_at END,
+		error_info = CASE WHEN error_info LIKE ? THEN NULL ELSE error_info END
 		WHERE id = ? AND (observed_status <> ? OR operation <> 'NONE') AND operation = ? AND COALESCE(op_id, '') = ?`,
-		string(status), now.UnixMilli(), w.ID, string(status), string(w.Operation), w.OpID)
+		string(status), now.UnixMilli(), observeFailedPrefix+"%", now.UnixMilli(), observeFailedPrefix+"%",
+		w.ID, string(status), string(w.Operation), w.OpID)
 	return n == 1, err
 }
 

@@ -258,6 +258,9 @@ func (s *Store) SetObserved(_ context.Context, w wstype.Workspace, status wstype
 			return false
 		}
 		c.ObservedStatus, c.ObservedAt = status, msPtr(now)
+		if monitors(c.ErrorInfo) {
+			c.ErrorInfo, c.UpdatedAt = nil, ms(now)
+		}
 		return true
 	}), nil
 }
