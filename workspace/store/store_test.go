@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"github.com/gantryhq/gantry/workspace/store"
 	"github.com/gantryhq/gantry/workspace/store/storetest"
 	"github.com/gantryhq/gantry/workspace/wstype"
 
@@ -139,6 +140,67 @@ func TestStoreConformance(t *testing.T) {
 			}
 			if !strings.Contains(strings.ToLower(plan), "workspaces_actionable") && b.Name == "sqlite" {
 				t.Fatalf("actionable query does not use the partial index:\n%s", plan)
+			}
+		})
+	}
+}
+
+// TestHandoffAndObservedClearsObserveFailed: a handed row is taken once
+// (and a later Hand replaces it, Drop removes it, each box apart), and a
+// status written after a failed observation also clears the monitor's
+// own error info, never the reconciler's.
+func TestHandoffAndObservedClearsObserveFailed(t *testing.T) {
+	for _, b := range storetest.Backends {
+		t.Run(b.Name, func(t *testing.T) {
+			ctx := t.Context()
+			st := storetest.Open(t, b.DSN(t))
+			now := time.UnixMilli(1_700_000_000_000)
+			ws := createN(t, st, 2, now)
+			w := ws[0]
+			a, c := w, w
+			a.Name, c.Name = "a", "c"
+			st.Hand(store.ToMonitor, a)
+			st.Hand(store.ToMonitor, c)
+			st.Hand(store.ToReconciler, a)
+			if got, ok := st.Take(store.ToMonitor, w.ID); !ok || got.Name != "c" {
+				t.Fatalf("Take = %q, %v; want the last row handed", got.Name, ok)
+			}
+			if _, ok := st.Take(store.ToMonitor, w.ID); ok {
+				t.Fatal("a handed row was taken twice")
+			}
+			st.Drop(store.ToReconciler, w.ID)
+			if _, ok := st.Take(store.ToReconciler, w.ID); ok {
+				t.Fatal("a dropped row was taken")
+			}
+
+			failed := &wstype.ErrorInfo{Reason: wstype.ReasonObserveFailed, LastError: "engine down"}
+			if ok, err := st.SetObserveError(ctx, w.ID, failed, now); err != nil || !ok {
+				t.Fatalf("SetObserveError = %v, %v", ok, err)
+			}
+			later := now.Add(time.Second)
+			if ok, err := st.SetObserved(ctx, w, wstype.Standby, later); err != nil || !ok {
+				t.Fatalf("SetObserved = %v, %v", ok, err)
+			}
+			got, err := st.Get(ctx, w.ID)
+			if err != nil || got.ErrorInfo != nil || got.ObservedStatus != wstype.Standby || !got.UpdatedAt.Equal(later) {
+				t.Fatalf("after the observation: %s updated %v, %v", describe(got), got.UpdatedAt, err)
+			}
+
+			// The reconciler's error info stays.
+			o := ws[1]
+			if ok, err := st.Claim(ctx, o, wstype.OpProvisioning, "op1", "r1", now, now.Add(time.Minute)); err != nil || !ok {
+				t.Fatalf("Claim = %v, %v", ok, err)
+			}
+			info := &wstype.ErrorInfo{Reason: wstype.ReasonActionFailed, ErrorCount: 1, LastError: "boom"}
+			if err := st.Failed(ctx, o.ID, "op1", 1, info, now, nil); err != nil {
+				t.Fatal(err)
+			}
+			o.Operation, o.OpID = wstype.OpProvisioning, "op1"
+			if ok, err := st.SetObserved(ctx, o, wstype.Standby, later); err != nil || !ok {
+				t.Fatalf("SetObserved = %v, %v", ok, err)
+			}
+			if got, err := st.Get(ctx, o.ID); err != nil || got.ErrorInfo == nil || got.ErrorInfo.LastError != "boom" {
+				t.Fatalf("the reconciler's error info after an observation: %s, %v", describe(got), err)
 			}
 		})
 	}
