@@ -9,7 +9,10 @@ import (
 // failureReason is the error_info.reason of a failed, retryable provider call.
 func failureReason(err error) string {
 	var ee *provider.ExitError
+	var re *provider.ReasonError
 	switch {
+	case errors.As(err, &re):
+		return re.Reason
 	case errors.Is(err, provider.ErrUnreachable):
 		return ReasonUnreachable
 	case errors.As(err, &ee):

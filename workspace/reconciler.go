@@ -906,7 +906,7 @@ func (r *Reconciler) call(ctx context.Context, w *Workspace) error {
 		if e := r.uncountedExit(ctx, w, time.Time{}); e != nil {
 			return &provider.ExitError{Exit: *e} // it was running and its command ended: a failed attempt, then a restart
 		}
-		return r.container.Start(ctx, provider.Spec{ID: w.ID, Name: w.Name, Image: w.Image, Command: w.Command,
+		return r.container.Start(ctx, provider.Spec{ID: w.ID, Name: w.Name, Owner: w.Owner, Image: w.Image, Command: w.Command,
 			VolumeDir: r.storage.VolumePath(w.ID), Env: w.Env, Limits: provider.Limits{CPUs: w.CPUs, Memory: w.Memory, Pids: w.Pids}, HTTP: w.HTTP})
 	case OpStopping:
 		return r.container.Stop(ctx, w.ID)

@@ -267,4 +267,8 @@ func (s *Server) hintExits(c provider.Container) {
 		h := s.hints
 		pc.OnExit = func(id string) { h.Publish(context.Background(), ChanMonitor, id) }
 	}
+	if cn, ok := c.(provider.ChangeNotifier); ok {
+		h := s.hints
+		cn.OnChange(func(id string) { h.Publish(context.Background(), ChanMonitor, id) })
+	}
 }

@@ -34,7 +34,7 @@ func newWSCmd(env *Env) *cobra.Command {
 		newWSDesiredCmd(client, "archive", workspace.Pending, "Archive a workspace and remove its volume (desired PENDING)"),
 		newWSDeleteCmd(client), newWSRecoverCmd(client), newWSWaitCmd(client), newWSTouchCmd(client),
 		newWSTokenCmd(client), newWSAuditCmd(client), newWSWhoamiCmd(client), newWSLogsCmd(client), newWSExecCmd(client),
-		newWSUpdateCmd(client), newWSArchivesCmd(client), newWSRestoreCmd(client))
+		newWSUpdateCmd(client), newWSArchivesCmd(client), newWSRestoreCmd(client), newWSVolumeCmd(env))
 	return cmd
 }
 
@@ -76,7 +76,7 @@ func newWSServeCmd(env *Env) *cobra.Command {
 	f.DurationVar(&o.cfg.Archives.Interval, "archive-gc-interval", 5*time.Minute, "time between the archive GC's passes (on the leader)")
 	f.StringVar(&o.cfg.Redis, "redis", "", "Redis URL for hints (redis://127.0.0.1:6379/0); default: in-process or Postgres NOTIFY")
 	o.backends.register(f) // --storage, --docker-image
-	f.StringVar(&o.prov, "provider", "process", "providers: process (+ fs volumes/archives) or fake (tests, benchmarks)")
+	f.StringVar(&o.prov, "provider", "process", "providers: process (+ fs volumes/archives), docker, kubernetes (pods and claims; --kubeconfig, --namespace, --storage-class, --job-image) or fake (tests, benchmarks)")
 	f.DurationVar(&o.fakeLatency, "fake-latency", 10*time.Millisecond, "latency of each fake provider call")
 	f.DurationVar(&o.interval, "interval", 10*time.Second, "reconcile interval (overrides RECONCILER_INTERVAL)")
 	f.IntVar(&o.maxRetries, "max-retries", 3, "retries after a failed provider call (overrides RECONCILER_MAX_RETRIES)")
@@ -110,9 +110,9 @@ func runWSServe(cmd *cobra.Command, env *Env, o *wsServeOptions) error {
 	case "fake":
 		fk := fake.New(o.fakeLatency)
 		cfg.Container, cfg.Storage = fk, fk
-	case "docker": // the container comes from backends.apply
+	case "docker", "kubernetes": // the providers come from backends.apply
 	default:
-		return fmt.Errorf("--provider %q: want process, docker or fake", o.prov)
+		return fmt.Errorf("--provider %q: want process, docker, kubernetes or fake", o.prov)
 	}
 	if err := o.backends.apply(cmd.Context(), &cfg, o.prov, env.Logger); err != nil { // docker, --storage s3://…
 		return err

@@ -33,6 +33,7 @@ type wsBackendFlags struct {
 	archiveAfter  time.Duration
 	ttlInterval   time.Duration
 	leaderLease   time.Duration
+	kube          kubeFlags
 }
 
 func (b *wsBackendFlags) register(f *pflag.FlagSet) {
@@ -45,6 +46,7 @@ func (b *wsBackendFlags) register(f *pflag.FlagSet) {
 	f.DurationVar(&b.idleTimeout, "idle-timeout", workspace.DefaultIdleTimeout, "TTL: a RUNNING workspace idle this long gets desired STANDBY (negative = never)")
 	f.DurationVar(&b.archiveAfter, "archive-after", workspace.DefaultArchiveAfter, "TTL: a workspace STANDBY this long gets desired PENDING (negative = never)")
 	f.DurationVar(&b.ttlInterval, "ttl-interval", workspace.DefaultTTLInterval, "TTL: time between the TTL manager's passes")
+	b.kube.register(f)
 	f.DurationVar(&b.leaderLease, "leader-lease", 10*time.Second, "Postgres: the monitor and TTL manager run on one replica (leader lock); a standby takes over within this after the leader dies")
 }
 
@@ -62,6 +64,13 @@ func (b *wsBackendFlags) singletons(cfg *workspace.ServerConfig) error {
 // under --data) and cfg.Container for --provider docker (bind-mounting
 // those volume directories). The process and fs defaults are untouched.
 func (b *wsBackendFlags) apply(ctx context.Context, cfg *workspace.ServerConfig, prov string, log *slog.Logger) error {
+	if prov == "kubernetes" {
+		mem, err := b.memoryLimit()
+		if err != nil {
+			return err
+		}
+		return b.kube.apply(ctx, cfg, b.storage, b.cpus, mem, log)
+	}
 	data := cfg.Data
 	if data == "" {
 		data = "gantry-ws-data"

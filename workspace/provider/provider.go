@@ -55,6 +55,7 @@ func (s ContainerState) String() string {
 type Spec struct {
 	ID        string   // workspace id: the container's identity, stable for its life
 	Name      string   // human name, for labels and logs only
+	Owner     string   // the workspace's owner, for labels only
 	Image     string   // container image (docker); ignored by process
 	Command   string   // shell command run with `sh -c`; empty = the provider's default
 	VolumeDir string   // host directory holding the workspace's files: cwd and HOME
@@ -254,6 +255,25 @@ type PermanentError struct {
 
 func (e *PermanentError) Error() string { return e.Reason + ": " + e.Err.Error() }
 func (e *PermanentError) Unwrap() error { return e.Err }
+
+// ReasonError is a retryable failure that names its error_info.reason
+// (e.g. a Kubernetes Pod that is "Unschedulable" or in "ImagePullBackOff"):
+// the reconciler retries it per its policy like any failure, and records
+// Reason instead of the generic ActionFailed.
+type ReasonError struct {
+	Reason string
+	Err    error
+}
+
+func (e *ReasonError) Error() string { return e.Reason + ": " + e.Err.Error() }
+func (e *ReasonError) Unwrap() error { return e.Err }
+
+// ChangeNotifier is a Container that learns of its workspaces' changes
+// (a process ended, a Pod changed) and can tell the server, which
+// publishes each id as a monitor hint instead of waiting for a poll.
+type ChangeNotifier interface {
+	OnChange(f func(id string))
+}
 
 // Permanent wraps err as a PermanentError with reason.
 func Permanent(reason string, err error) error {
