@@ -113,10 +113,10 @@ done
 
 want=("$@")
 # Started without names (make test, CI), a service listed in DEFERRED whose start is slow
-# (MinIO's first start builds it) goes on in the background: lint and the tests that do not
+# (MinIO's and Kubernetes' first starts build them) goes on in the background: lint and the tests that do not
 # need it run meanwhile, and a test that needs it runs `scripts/services.sh <name>`
 # (testutil.Ensure), which waits for that build under its lock.
-DEFERRED=(minio)
+DEFERRED=(minio kubernetes)
 defer_slow=0
 if [ ${#want[@]} -eq 0 ]; then
 	want=("${SERVICES[@]}")

@@ -144,7 +144,8 @@ kube_start() {
 	local name=$1 st
 	shift
 	st=$(kube_state)
-	setsid nohup "$(kube_cache)/bin/$name" "$@" >"$st/$name.log" 2>&1 </dev/null &
+	# 8>&- 9>&-: the daemon must not inherit (and keep holding) the start or build lock.
+	setsid nohup "$(kube_cache)/bin/$name" "$@" >"$st/$name.log" 2>&1 </dev/null 8>&- 9>&- &
 	echo $! >"$st/$name.pid"
 }
 
@@ -183,16 +184,29 @@ kube_apiserver_args() {
 }
 
 service_kubernetes() {
-	local st cache port i
+	local st
 	st=$(kube_state)
-	cache=$(kube_cache)
-	port=$(kube_port)
 	[ "${1:-}" = stop ] && { kube_stop; return 0; }
 	kube_ready && kube_all_alive && return 0
 	command -v openssl >/dev/null 2>&1 || apt_install openssl
 	command -v curl >/dev/null 2>&1 || apt_install curl
 	mkdir -p "$st"
 	build_kubernetes || return 1
+	# One start at a time: services.sh starts this in the background (make test) while a
+	# test may ask for it (scripts/services.sh kubernetes); the second finds it running.
+	(
+		flock 8
+		kube_ready && kube_all_alive && exit 0
+		kube_up
+	) 8>"$st/start.lock"
+}
+
+# kube_up starts whatever of the control plane and kwok is not running.
+kube_up() {
+	local st cache port i
+	st=$(kube_state)
+	cache=$(kube_cache)
+	port=$(kube_port)
 	kube_pki "$st/pki" || return 1
 	kube_kubeconfig "$st"
 	if ! kube_alive etcd; then
