@@ -1,0 +1,125 @@
+package kubernetes
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gantryhq/gantry/internal/testutil"
+	"github.com/gantryhq/gantry/workspace/provider"
+)
+
+// TestStartAndStopAreIdempotent: a second Start finds the running Pod (same UID, no
+// second Pod); Stop keeps the claim; a Start after a Pod that ended replaces it.
+func TestStartAndStopAreIdempotent(t *testing.T) {
+	c := newTestCluster(t)
+	p := c.provider(c.config())
+	ctx := t.Context()
+	if err := p.Provision(ctx, "idem"); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Provision(ctx, "idem"); err != nil {
+		t.Fatalf("second Provision: %v", err)
+	}
+	spec := provider.Spec{ID: "idem", Owner: "alice", Name: "idem"}
+	if err := p.Start(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	first := c.pods(map[string]string{LabelWorkspaceID: "idem"})
+	if err := p.Start(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	again := c.pods(map[string]string{LabelWorkspaceID: "idem"})
+	if len(first) != 1 || len(again) != 1 || first[0].UID != again[0].UID || again[0].Labels[LabelOwner] != "alice" {
+		t.Fatalf("pods after two Starts: %s then %s; want the same one pod, labelled with its owner", podSummary(first), podSummary(again))
+	}
+	if st, err := p.Observe(ctx, "idem"); err != nil || st != provider.Running {
+		t.Fatalf("Observe: %v %v", st, err)
+	}
+
+	// The command ended (as a kubelet reports it): Observe says Stopped, Exited says how,
+	// and Start replaces the Pod.
+	pod := again[0].DeepCopy()
+	now := metav1.Now()
+	pod.Status.Phase = corev1.PodFailed
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "workspace", State: corev1.ContainerState{
+		Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "OOMKilled", FinishedAt: now}}}}
+	if _, err := c.cli.CoreV1().Pods(c.ns).UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 10*time.Second, "ended pod observed", func() (bool, string) {
+		st, err := p.Observe(ctx, "idem")
+		return st == provider.Stopped, st.String() + " " + errString(err)
+	})
+	e, err := p.Exited(ctx, "idem", now.Add(-time.Second))
+	if err != nil || e == nil || e.Code != 137 || e.Status != "exit 137 (OOMKilled)" {
+		t.Fatalf("Exited: %+v %v; want exit 137 (OOMKilled)", e, err)
+	}
+	if err := p.Start(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	if pods := c.pods(map[string]string{LabelWorkspaceID: "idem"}); len(pods) != 1 || pods[0].UID == pod.UID {
+		t.Fatalf("after Start of an ended pod: %s; want one new pod", podSummary(pods))
+	}
+
+	if err := p.Stop(ctx, "idem"); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Stop(ctx, "idem"); err != nil {
+		t.Fatalf("second Stop: %v", err)
+	}
+	if ok, err := p.VolumeExists(ctx, "idem"); err != nil || !ok {
+		t.Fatalf("VolumeExists after Stop: %v %v; want the claim kept", ok, err)
+	}
+}
+
+// TestRestoreOfACorruptArchiveIsPermanent: a restore Pod that finds the archive does not
+// match its .meta exits ExitPermanent; Restore returns a PermanentError with the reason
+// the Pod wrote (ChecksumMismatch), and the claim is not marked complete.
+func TestRestoreOfACorruptArchiveIsPermanent(t *testing.T) {
+	c := newTestCluster(t)
+	p := c.provider(c.config())
+	ctx := t.Context()
+	if err := p.Provision(ctx, "src"); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 30*time.Second, "claim bound", func() (bool, string) {
+		pvc, err := c.cli.CoreV1().PersistentVolumeClaims(c.ns).Get(ctx, ClaimName("src"), metav1.GetOptions{})
+		return err == nil && pvc.Status.Phase == corev1.ClaimBound, errString(err)
+	})
+	writeTree(t, filepath.Join(c.claimDir("src"), "home"), map[string]string{"a.txt": "alpha\n"})
+	key, err := p.Archive(ctx, "src", "op-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Flip the archive's bytes on the storage.
+	blob := filepath.Join(c.blobs, filepath.FromSlash(key))
+	b, err := os.ReadFile(blob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0xff
+	if err := os.WriteFile(blob, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err = p.Restore(ctx, "dst", key)
+	var pe *provider.PermanentError
+	if !errors.As(err, &pe) || pe.Reason != "ChecksumMismatch" {
+		t.Fatalf("Restore of a corrupt archive: %v; want a PermanentError ChecksumMismatch", err)
+	}
+	if ok, err := p.VolumeExists(ctx, "dst"); err != nil || ok {
+		t.Fatalf("VolumeExists after a failed restore: %v %v; want false", ok, err)
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
