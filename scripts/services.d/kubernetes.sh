@@ -179,6 +179,7 @@ kube_apiserver_args() {
 		--service-account-key-file=$st/pki/sa.pub
 		--service-account-signing-key-file=$st/pki/sa.key
 		--authorization-mode=Node,RBAC
+		--kubelet-preferred-address-types=InternalIP
 		--cert-dir=$st/apiserver-certs
 	EOF
 }
@@ -238,9 +239,13 @@ kube_up() {
 		--leader-elect=false --bind-address 127.0.0.1 --secure-port 20257 \
 		--service-account-private-key-file "$st/pki/sa.key" --root-ca-file "$st/pki/ca.crt" \
 		--use-service-account-credentials=false --kube-api-qps 1000 --kube-api-burst 2000
-	kube_stages >"$st/kwok.yaml"
+	# What `kubectl logs` shows of any workspace container, and where `kubectl exec` runs:
+	# kwok's server (the nodes' kubelet endpoint) runs the command on this host, as nobody.
+	# (The file is in the container runtime's log format: time, stream, P/F, line.)
+	echo "$(date -u +%Y-%m-%dT%H:%M:%S.%NZ) stdout F simulated output of a workspace container (kwok)" >"$st/workspace-container.log"
+	kube_stages | sed "s#@LOGS@#$st/workspace-container.log#" >"$st/kwok.yaml"
 	kube_alive kwok || kube_start kwok --kubeconfig "$st/kubeconfig" --config "$st/kwok.yaml" \
-		--manage-all-nodes=true --cidr 10.128.0.0/12 --node-ip 127.0.0.1 --server-address 127.0.0.1:20247 \
+		--manage-all-nodes=true --cidr 10.128.0.0/12 --node-ip 127.0.0.1 --node-port 20247 --server-address 127.0.0.1:20247 \
 		--node-lease-duration-seconds 40
 	kube_objects "$st" || return 1
 	kube_log "API server on https://127.0.0.1:$port (kubeconfig $st/kubeconfig)"
@@ -270,10 +275,20 @@ kube_apply() {
 	return 1
 }
 
+# kube_stop stops what kube_up started and waits until each has exited (SIGKILL after 10 s),
+# so that a start right after finds its ports free.
 kube_stop() {
-	local name
+	local name pid i
 	for name in kwok kube-controller-manager kube-scheduler kube-apiserver etcd; do
-		kube_alive "$name" && kill "$(cat "$(kube_state)/$name.pid")" 2>/dev/null
+		kube_alive "$name" || continue
+		pid=$(cat "$(kube_state)/$name.pid")
+		kill "$pid" 2>/dev/null || true
+		for ((i = 0; i < 100; i++)); do
+			kill -0 "$pid" 2>/dev/null || break
+			sleep 0.1
+		done
+		kill -9 "$pid" 2>/dev/null || true
+		rm -f "$(kube_state)/$name.pid"
 	done
 	return 0
 }
@@ -308,6 +323,8 @@ kube_stages() {
 		      addresses:
 		      - {address: {{ NodeIP | Quote }}, type: InternalIP}
 		      - {address: {{ .metadata.name | Quote }}, type: Hostname}
+		      daemonEndpoints:
+		        kubeletEndpoint: {Port: {{ NodePort }}}
 		      allocatable:
 		      {{ YAML .status.allocatable 1 }}
 		      capacity:
@@ -391,6 +408,24 @@ kube_stages() {
 		    - cel: {expression: "self.spec.storageClassName == 'gantry-sim'"}
 		    - cel: {expression: "has(self.status.phase) && self.status.phase == 'Released'"}
 		  next: {delete: true}
+		---
+		apiVersion: kwok.x-k8s.io/v1alpha1
+		kind: ClusterLogs
+		metadata: {name: sim-logs}
+		spec:
+		  logs:
+		  - containers: [workspace]
+		    logsFile: @LOGS@
+		---
+		apiVersion: kwok.x-k8s.io/v1alpha1
+		kind: ClusterExec
+		metadata: {name: sim-exec}
+		spec:
+		  execs:
+		  - containers: [workspace]
+		    local:
+		      workDir: /tmp
+		      securityContext: {runAsUser: 65534, runAsGroup: 65534}
 	EOF
 }
 

@@ -153,13 +153,15 @@ func (c *testCluster) addNodes(prefix string, n int, cpu, mem string) []string {
 			c.t.Fatal(err)
 		}
 		names = append(names, node.Name)
-		c.t.Cleanup(func() { _ = c.cli.CoreV1().Nodes().Delete(context.WithoutCancel(c.t.Context()), node.Name, metav1.DeleteOptions{}) })
+		c.t.Cleanup(func() {
+			_ = c.cli.CoreV1().Nodes().Delete(context.WithoutCancel(c.t.Context()), node.Name, metav1.DeleteOptions{})
+		})
 	}
 	testutil.WaitFor(c.t, 60*time.Second, "nodes ready", func() (bool, string) {
 		for _, name := range names {
 			node, err := c.cli.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-			if err != nil || !nodeReady(node) {
-				return false, name + " not ready"
+			if err != nil || !nodeReady(node) || len(node.Spec.Taints) > 0 {
+				return false, name + " not ready, or still tainted (the node controller lifts not-ready taints)"
 			}
 		}
 		return true, ""

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -122,4 +123,43 @@ func errString(err error) string {
 		return ""
 	}
 	return err.Error()
+}
+
+// TestExecAndLogsThroughTheAPIServer: `ws exec` and `ws logs` reach a workspace through
+// the API server's exec and log subresources, which it proxies to the node's kubelet
+// endpoint. kwok serves that endpoint: its exec runs the command on this host (as nobody),
+// and its log is the file the script wrote for every workspace container.
+func TestExecAndLogsThroughTheAPIServer(t *testing.T) {
+	c := newTestCluster(t)
+	c.addNodes("exec", 1, "4", "8Gi")
+	cfg := c.config()
+	cfg.NodeSelector = map[string]string{"gantry-test": c.ns}
+	p := c.provider(cfg)
+	ctx := t.Context()
+	if err := p.Provision(ctx, "shell"); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(ctx, provider.Spec{ID: "shell"}); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut strings.Builder
+	status, err := p.Exec(ctx, provider.ExecSpec{ID: "shell", Argv: []string{"sh", "-c", "echo hello; echo oops >&2; read line; echo got $line"}},
+		strings.NewReader("input\n"), &out, &errOut)
+	if err != nil || status != 0 || out.String() != "hello\ngot input\n" || errOut.String() != "oops\n" {
+		t.Fatalf("Exec: status %d err %v stdout %q stderr %q; want 0, \"hello\\ngot input\\n\", \"oops\\n\"", status, err, out.String(), errOut.String())
+	}
+	// A kubelet reports a non-zero exit as NonZeroExitCode, which Exec returns as the
+	// status; kwok reports it as an internal error naming the status. Either way the
+	// caller learns it.
+	status, err = p.Exec(ctx, provider.ExecSpec{ID: "shell", Argv: []string{"sh", "-c", "exit 3"}}, nil, &out, &errOut)
+	if status != 3 && (err == nil || !strings.Contains(err.Error(), "exit status 3")) {
+		t.Fatalf("Exec of exit 3: status %d err %v", status, err)
+	}
+	var logs strings.Builder
+	if err := p.Logs(ctx, "shell", 0, false, &logs); err != nil || !strings.Contains(logs.String(), "simulated output of a workspace container") {
+		t.Fatalf("Logs: %v %q", err, logs.String())
+	}
+	if _, err := p.Exec(ctx, provider.ExecSpec{ID: "absent", Argv: []string{"true"}}, nil, &out, &errOut); !errors.Is(err, provider.ErrNotRunning) {
+		t.Fatalf("Exec in a workspace with no pod: %v; want ErrNotRunning", err)
+	}
 }
