@@ -62,8 +62,10 @@ const (
 	LabelRole        = "gantry.dev/role" // workspace, archive, restore
 	LabelManagedBy   = "app.kubernetes.io/managed-by"
 	ManagedBy        = "gantry"
-	// AnnotationName carries the workspace's human name.
-	AnnotationName = "gantry.dev/workspace-name"
+	// AnnotationName and AnnotationOwner carry the workspace's human name
+	// and its owner.
+	AnnotationName  = "gantry.dev/workspace-name"
+	AnnotationOwner = "gantry.dev/owner"
 	// AnnotationVolumeReady marks a claim whose contents are complete: a
 	// fresh claim, or one a restore Pod filled. A claim without it is a
 	// restore that did not finish.
@@ -379,11 +381,17 @@ func (p *Provider) podSpec(spec provider.Spec, image string) *corev1.Pod {
 			Volumes:                      []corev1.Volume{claimVolume("home", spec.ID)},
 		},
 	}
+	pod.Annotations = map[string]string{}
 	if spec.Name != "" {
-		pod.Annotations = map[string]string{AnnotationName: spec.Name}
+		pod.Annotations[AnnotationName] = spec.Name
 	}
-	if spec.Owner != "" && validLabelValue(spec.Owner) {
-		pod.Labels[LabelOwner] = spec.Owner
+	if spec.Owner != "" {
+		// The owner is always in an annotation; in the label (for selectors)
+		// only when it is a valid label value (an e-mail address is not).
+		pod.Annotations[AnnotationOwner] = spec.Owner
+		if validLabelValue(spec.Owner) {
+			pod.Labels[LabelOwner] = spec.Owner
+		}
 	}
 	return pod
 }
