@@ -16,6 +16,7 @@ import (
 
 	"github.com/gantryhq/gantry/internal/testutil"
 	"github.com/gantryhq/gantry/workspace"
+	"github.com/gantryhq/gantry/workspace/provider"
 	"github.com/gantryhq/gantry/workspace/provider/archive"
 )
 
@@ -26,7 +27,13 @@ type wsServer struct {
 	srv *workspace.Server
 }
 
-func startServer(t *testing.T, p *Provider, mutate ...func(*workspace.ServerConfig)) *wsServer {
+// backend is a provider that is both the server's Container and its Storage.
+type backend interface {
+	provider.Container
+	provider.Storage
+}
+
+func startServer(t testing.TB, p backend, mutate ...func(*workspace.ServerConfig)) *wsServer {
 	t.Helper()
 	data := t.TempDir()
 	addr := make(chan string, 1)
@@ -64,7 +71,7 @@ func startServer(t *testing.T, p *Provider, mutate ...func(*workspace.ServerConf
 }
 
 // tlog writes the server's warnings to the test's log.
-type tlog struct{ t *testing.T }
+type tlog struct{ t testing.TB }
 
 func (l tlog) Write(b []byte) (int, error) {
 	l.t.Log(strings.TrimSpace(string(b)))
