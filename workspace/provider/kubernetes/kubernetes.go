@@ -79,6 +79,10 @@ const (
 	RoleRestore   = "restore"
 )
 
+// stopGraceSeconds is how long a stopped workspace's command has between
+// SIGTERM and SIGKILL.
+const stopGraceSeconds = 5
+
 // ContainerPort is the PORT a workspace's command is given.
 const ContainerPort = 8080
 
@@ -376,9 +380,13 @@ func (p *Provider) podSpec(spec provider.Spec, image string) *corev1.Pod {
 			RestartPolicy:                corev1.RestartPolicyNever,
 			AutomountServiceAccountToken: new(false),
 			EnableServiceLinks:           new(false),
-			NodeSelector:                 p.cfg.NodeSelector,
-			Containers:                   []corev1.Container{c},
-			Volumes:                      []corev1.Volume{claimVolume("home", spec.ID)},
+			// The seed's stop is a SIGKILL; a Pod is given a short grace
+			// instead of a force delete, which would let the next Pod mount
+			// the claim while the old container may still run.
+			TerminationGracePeriodSeconds: new(int64(stopGraceSeconds)),
+			NodeSelector:                  p.cfg.NodeSelector,
+			Containers:                    []corev1.Container{c},
+			Volumes:                       []corev1.Volume{claimVolume("home", spec.ID)},
 		},
 	}
 	pod.Annotations = map[string]string{}
@@ -464,9 +472,10 @@ func (p *Provider) deletePod(ctx context.Context, id, name, uid string) error {
 	return wrap("delete pod of", id, err)
 }
 
-// Observe reports Running when the workspace's Pod runs, Stopped when it
-// exists otherwise (pending, ended, terminating), Missing when there is
-// none. It reads the informer's cache.
+// Observe reports Running when the workspace's Pod is Ready (the seed's
+// is_running: the Ready condition, not phase Running), Stopped when it
+// exists otherwise (pending, not ready, ended, terminating), Missing when
+// there is none. It reads the informer's cache.
 func (p *Provider) Observe(ctx context.Context, id string) (provider.ContainerState, error) {
 	if err := p.w.waitSynced(ctx, syncWait); err != nil {
 		return provider.Missing, wrap("observe", id, err)
@@ -478,7 +487,7 @@ func (p *Provider) Observe(ctx context.Context, id string) (provider.ContainerSt
 	switch {
 	case pod == nil:
 		return provider.Missing, nil
-	case pod.DeletionTimestamp == nil && pod.Status.Phase == corev1.PodRunning:
+	case pod.DeletionTimestamp == nil && pod.Status.Phase == corev1.PodRunning && isReady(pod):
 		return provider.Running, nil
 	}
 	return provider.Stopped, nil

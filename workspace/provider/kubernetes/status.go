@@ -48,12 +48,17 @@ func podReady(pod *corev1.Pod, uid string) (bool, error) {
 	if reason, msg := podTrouble(pod); reason != "" {
 		return true, &provider.ReasonError{Reason: reason, Err: fmt.Errorf("pod %s/%s: %s", pod.Namespace, pod.Name, msg)}
 	}
+	return isReady(pod), nil
+}
+
+// isReady: the Pod's Ready condition is True.
+func isReady(pod *corev1.Pod) bool {
 	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-			return true, nil
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
 		}
 	}
-	return false, nil
+	return false
 }
 
 // podGone: done once Pod uid is no longer in the cache.
