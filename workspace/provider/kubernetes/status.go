@@ -13,12 +13,9 @@ import (
 
 func intstrPort() intstr.IntOrString { return intstr.FromInt32(ContainerPort) }
 
-// Reasons a Pod gives that become a workspace's error_info.reason.
-const (
-	ReasonUnschedulable = "Unschedulable"
-	ReasonOOMKilled     = "OOMKilled"
-	ReasonEvicted       = "Evicted"
-)
+// ReasonUnschedulable is the error_info.reason of a start whose Pod no node
+// can take; a container waiting reason (ImagePullBackOff, …) is used as is.
+const ReasonUnschedulable = "Unschedulable"
 
 // waitingTrouble are the container waiting reasons that a start cannot
 // wait out: the image is not there, the Pod's spec is wrong, or the
@@ -91,8 +88,12 @@ func podTrouble(pod *corev1.Pod) (reason, msg string) {
 // podExit is how an ended Pod's workspace container ended.
 func podExit(pod *corev1.Pod) provider.Exit {
 	e := provider.Exit{Status: string(pod.Status.Phase), Code: -1}
-	if pod.Status.Reason != "" {
-		e.Status = pod.Status.Reason // Evicted, DeadlineExceeded, …
+	if pod.Status.Reason != "" { // Evicted, DeadlineExceeded, …: the kubelet ended it
+		e.Status = pod.Status.Reason
+		if pod.Status.Message != "" {
+			e.Status += ": " + pod.Status.Message
+		}
+		e.Output = pod.Status.Message
 	}
 	for _, cs := range pod.Status.ContainerStatuses {
 		t := cs.State.Terminated
@@ -119,18 +120,12 @@ func podExit(pod *corev1.Pod) provider.Exit {
 	return e
 }
 
-// podExitError is Start's error for a Pod that ended: an ExitError, under a
-// ReasonError when the Pod names why (OOMKilled, Evicted).
+// podExitError is Start's error for a Pod that ended: an ExitError (reason
+// Exited, so the crash-loop policy applies as on every provider) whose status
+// names why the Pod ended: "exit 137 (OOMKilled)", "Evicted: The node was
+// low on resource: memory."
 func podExitError(pod *corev1.Pod) error {
-	e := podExit(pod)
-	var err error = &provider.ExitError{Exit: e}
-	switch {
-	case pod.Status.Reason == ReasonEvicted:
-		return &provider.ReasonError{Reason: ReasonEvicted, Err: fmt.Errorf("pod %s: %s: %w", pod.Name, pod.Status.Message, err)}
-	case strings.Contains(e.Status, ReasonOOMKilled):
-		return &provider.ReasonError{Reason: ReasonOOMKilled, Err: err}
-	}
-	return err
+	return &provider.ExitError{Exit: podExit(pod)}
 }
 
 // describe says where a Pod is, for a timeout's message.

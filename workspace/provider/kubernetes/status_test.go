@@ -26,7 +26,7 @@ func TestPodStatusReasons(t *testing.T) {
 		name   string
 		status corev1.PodStatus
 		done   bool
-		reason string // "" with done: no error; "exit": a plain ExitError
+		reason string // "" with done: no error; "exit": a plain ExitError (reason Exited), its status naming why
 		text   string
 	}{
 		{"pending", corev1.PodStatus{Phase: corev1.PodPending}, false, "", ""},
@@ -38,8 +38,8 @@ func TestPodStatusReasons(t *testing.T) {
 		{"ready", corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}, true, "", ""},
 		{"running, not ready", corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}}, false, "", ""},
 		{"oom killed", corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{{Name: "workspace",
-			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "OOMKilled"}}}}}, true, ReasonOOMKilled, "exit 137 (OOMKilled)"},
-		{"evicted", corev1.PodStatus{Phase: corev1.PodFailed, Reason: "Evicted", Message: "The node was low on resource: memory."}, true, ReasonEvicted, "low on resource"},
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "OOMKilled"}}}}}, true, "exit", "exit 137 (OOMKilled)"},
+		{"evicted", corev1.PodStatus{Phase: corev1.PodFailed, Reason: "Evicted", Message: "The node was low on resource: memory."}, true, "exit", "Evicted: The node was low on resource"},
 		{"exited", corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{{Name: "workspace",
 			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 2, Reason: "Error", Message: "boom"}}}}}, true, "exit", "exit 2"},
 	} {
