@@ -187,7 +187,6 @@ kube_apiserver_args() {
 service_kubernetes() {
 	local st
 	st=$(kube_state)
-	[ "${1:-}" = stop ] && { kube_stop; return 0; }
 	kube_ready && kube_all_alive && return 0
 	command -v openssl >/dev/null 2>&1 || apt_install openssl
 	command -v curl >/dev/null 2>&1 || apt_install curl
@@ -433,14 +432,9 @@ SERVICES+=(kubernetes)
 
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
 	set -euo pipefail
-	wait_port() {
-		local i
-		for ((i = 0; ; i++)); do
-			(exec 3<>"/dev/tcp/$1/$2") 2>/dev/null && return 0
-			((i < $3 * 10)) || return 1
-			sleep 0.1
-		done
-	}
-	apt_install() { kube_log "missing $*: install it"; return 1; }
-	service_kubernetes "$@"
+	if [ "${1:-}" = stop ]; then
+		kube_stop
+	else # start through services.sh: its lock, its helpers (apt_install, wait_port)
+		exec bash "$(dirname "$0")/../services.sh" kubernetes
+	fi
 fi

@@ -29,7 +29,6 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -160,9 +159,7 @@ type Provider struct {
 	cli  *client.Client
 	owns bool // cli was created here and is closed by Close
 
-	// mu protects locks.
-	mu    sync.Mutex
-	locks map[string]*sync.Mutex // per-id, so a Start and a Stop do not interleave
+	locks provider.IDLocks // per id, so a Start and a Stop do not interleave
 }
 
 var _ provider.Container = (*Provider)(nil)
@@ -173,7 +170,7 @@ func New(cfg Config) (*Provider, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	p := &Provider{cfg: cfg, cli: cfg.Client, locks: map[string]*sync.Mutex{}}
+	p := &Provider{cfg: cfg, cli: cfg.Client}
 	if p.cli == nil {
 		opts := []client.Opt{client.FromEnv}
 		if cfg.Host != "" {
@@ -202,17 +199,7 @@ func ContainerName(id string) string { return "ws-" + id }
 // VolumeName is the Docker volume's name for workspace id (DockerVolume mode).
 func VolumeName(id string) string { return "ws-" + id + "-home" }
 
-func (p *Provider) lock(id string) func() {
-	p.mu.Lock()
-	l, ok := p.locks[id]
-	if !ok {
-		l = &sync.Mutex{}
-		p.locks[id] = l
-	}
-	p.mu.Unlock()
-	l.Lock()
-	return l.Unlock
-}
+func (p *Provider) lock(id string) func() { return p.locks.Lock(id) }
 
 // wrap turns engine errors into ones that name the reason.
 func (p *Provider) wrap(op, id string, err error) error {

@@ -39,7 +39,6 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
-	"sync"
 	"syscall"
 	"time"
 
@@ -178,8 +177,7 @@ type Provider struct {
 	rest *rest.Config
 	w    *watcher
 
-	mu    sync.Mutex
-	locks map[string]*sync.Mutex // per id: a Start and a Stop do not interleave
+	locks provider.IDLocks // per id: a Start and a Stop do not interleave
 }
 
 var (
@@ -194,7 +192,7 @@ func New(cfg Config) (*Provider, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	p := &Provider{cfg: cfg, cli: cfg.Client, rest: cfg.REST, locks: map[string]*sync.Mutex{}}
+	p := &Provider{cfg: cfg, cli: cfg.Client, rest: cfg.REST}
 	if p.cli == nil || p.rest == nil {
 		rc, err := RESTConfig(cfg.Kubeconfig)
 		if err != nil {
@@ -246,17 +244,7 @@ func PodName(id string) string { return "ws-" + id }
 // ClaimName is the workspace's PersistentVolumeClaim.
 func ClaimName(id string) string { return "ws-" + id + "-home" }
 
-func (p *Provider) lock(id string) func() {
-	p.mu.Lock()
-	l, ok := p.locks[id]
-	if !ok {
-		l = &sync.Mutex{}
-		p.locks[id] = l
-	}
-	p.mu.Unlock()
-	l.Lock()
-	return l.Unlock
-}
+func (p *Provider) lock(id string) func() { return p.locks.Lock(id) }
 
 // wrap turns client errors into ones that name the reason: a refused or
 // timed-out connection (the API server restarting) is ErrUnreachable.
