@@ -260,13 +260,10 @@ func apiConfig(cfg ServerConfig, st *store.Store, h Hints) APIConfig {
 		SecureCookies: cfg.TLSCert != "" || cfg.InsecureListen, Logger: cfg.Logger}
 }
 
-// hintExits has the process provider hint the monitor when a workspace's
-// command ends, so a crash is observed at once, not at the next pass.
+// hintExits has a provider that learns of its workspaces' changes (a
+// process's command ended, a Pod changed) hint the monitor, so a crash is
+// observed at once, not at the next pass.
 func (s *Server) hintExits(c provider.Container) {
-	if pc, ok := c.(*process.Container); ok && pc.OnExit == nil {
-		h := s.hints
-		pc.OnExit = func(id string) { h.Publish(context.Background(), ChanMonitor, id) }
-	}
 	if cn, ok := c.(provider.ChangeNotifier); ok {
 		h := s.hints
 		cn.OnChange(func(id string) { h.Publish(context.Background(), ChanMonitor, id) })

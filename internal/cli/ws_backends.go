@@ -17,7 +17,6 @@ import (
 	"github.com/gantryhq/gantry/workspace/provider/archive"
 	"github.com/gantryhq/gantry/workspace/provider/docker"
 	"github.com/gantryhq/gantry/workspace/provider/process"
-	"github.com/gantryhq/gantry/workspace/provider/s3"
 )
 
 // wsBackendFlags selects the real backends of `gantry ws serve`:
@@ -86,12 +85,7 @@ func (b *wsBackendFlags) apply(ctx context.Context, cfg *workspace.ServerConfig,
 			cfg.Data = abs
 		}
 	case strings.HasPrefix(b.storage, "s3://"):
-		sc, err := s3.ParseURL(b.storage)
-		if err != nil {
-			return fmt.Errorf("--storage: %w", err)
-		}
-		sc.Logger = log
-		blobs, err := s3.New(ctx, sc)
+		blobs, err := openBlobs(ctx, b.storage, log)
 		if err != nil {
 			return fmt.Errorf("--storage: %w", err)
 		}

@@ -56,8 +56,11 @@ func (p *Provider) Endpoint(_ context.Context, id string) (string, error) {
 // since (a Pod that ended is not restarted: restart policy Never).
 func (p *Provider) Exited(ctx context.Context, id string, since time.Time) (*provider.Exit, error) {
 	pod, err := p.w.pod(PodName(id))
-	if err != nil || pod == nil || !podEnded(pod) {
-		return nil, err
+	if err != nil {
+		return nil, wrap("observe", id, err)
+	}
+	if pod == nil || !podEnded(pod) {
+		return nil, nil
 	}
 	e := podExit(pod)
 	if e.At.Before(since) {
@@ -79,10 +82,10 @@ func (p *Provider) Logs(ctx context.Context, id string, tail int, follow bool, w
 	name := PodName(id)
 	for {
 		err := p.copyLogs(ctx, name, tail, follow, w)
-		if !follow || ctx.Err() != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if !follow {
 			return wrap("read logs of", id, err)
 		}
 		// The Pod ended or is not there: wait for the next one.

@@ -23,7 +23,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/gantryhq/gantry/internal/testutil"
-	"github.com/gantryhq/gantry/workspace/provider"
 	"github.com/gantryhq/gantry/workspace/provider/fs"
 )
 
@@ -279,7 +278,5 @@ func (s *simKubelet) jobPods() []string {
 	defer s.mu.Unlock()
 	return append([]string(nil), s.seen...)
 }
-
-var _ provider.BlobStore = (*fs.BlobStore)(nil)
 
 func isNotFound(err error) bool { return apierrors.IsNotFound(err) }

@@ -39,6 +39,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -46,6 +47,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -347,7 +349,7 @@ func (p *Provider) ensurePod(ctx context.Context, spec provider.Spec, image stri
 func (p *Provider) podSpec(spec provider.Spec, image string) *corev1.Pod {
 	env := []corev1.EnvVar{{Name: "HOME", Value: p.cfg.MountPath}, {Name: "GANTRY_WORKSPACE_ID", Value: spec.ID}, {Name: "PORT", Value: strconv.Itoa(ContainerPort)}}
 	for _, kv := range spec.Env {
-		k, v, _ := cutEnv(kv)
+		k, v, _ := strings.Cut(kv, "=")
 		env = append(env, corev1.EnvVar{Name: k, Value: v})
 	}
 	c := corev1.Container{
@@ -360,7 +362,7 @@ func (p *Provider) podSpec(spec provider.Spec, image string) *corev1.Pod {
 		c.Command = []string{"sh", "-c", spec.Command}
 	}
 	if spec.HTTP {
-		c.ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstrPort()}}, PeriodSeconds: 2}
+		c.ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(ContainerPort)}}, PeriodSeconds: 2}
 	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: PodName(spec.ID), Namespace: p.cfg.Namespace, Labels: p.labels(spec.ID, RoleWorkspace)},
@@ -405,15 +407,6 @@ func validLabelValue(v string) bool {
 func claimVolume(name, id string) corev1.Volume {
 	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{
 		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: ClaimName(id)}}}
-}
-
-func cutEnv(kv string) (k, v string, ok bool) {
-	for i := 0; i < len(kv); i++ {
-		if kv[i] == '=' {
-			return kv[:i], kv[i+1:], true
-		}
-	}
-	return kv, "", false
 }
 
 // resources are the workspace's limits (the configured ones where it sets

@@ -6,12 +6,9 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/gantryhq/gantry/workspace/provider"
 )
-
-func intstrPort() intstr.IntOrString { return intstr.FromInt32(ContainerPort) }
 
 // ReasonUnschedulable is the error_info.reason of a start whose Pod no node
 // can take; a container waiting reason (ImagePullBackOff, …) is used as is.

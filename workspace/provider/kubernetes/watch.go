@@ -2,6 +2,7 @@ package kubernetes
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -27,7 +28,6 @@ type watcher struct {
 	ns     string
 	done   chan struct{}
 	once   sync.Once
-	log    *slog.Logger
 
 	mu       sync.Mutex
 	waits    map[string]chan struct{} // Pod name → closed at its next change
@@ -39,7 +39,7 @@ func newWatcher(cli kubernetes.Interface, ns string, resync time.Duration, log *
 	f := informers.NewSharedInformerFactoryWithOptions(cli, resync, informers.WithNamespace(ns),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = sel }))
 	pods := f.Core().V1().Pods()
-	w := &watcher{inf: pods.Informer(), lister: pods.Lister(), ns: ns, done: make(chan struct{}), log: log, waits: map[string]chan struct{}{}}
+	w := &watcher{inf: pods.Informer(), lister: pods.Lister(), ns: ns, done: make(chan struct{}), waits: map[string]chan struct{}{}}
 	_, _ = w.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    w.changed,
 		UpdateFunc: func(_, obj any) { w.changed(obj) },
@@ -95,8 +95,8 @@ func (w *watcher) next(name string) <-chan struct{} {
 }
 
 // errNotSynced: the informer has not listed the Pods yet (the API server
-// is not answering).
-var errNotSynced = fmt.Errorf("%w: the pod cache has not synced with the API server yet", ErrUnreachable)
+// is not answering); wrap makes it ErrUnreachable.
+var errNotSynced = errors.New("the pod cache has not synced with the API server yet")
 
 // pod is Pod name from the cache; nil if there is none.
 func (w *watcher) pod(name string) (*corev1.Pod, error) {

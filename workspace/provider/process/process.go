@@ -49,6 +49,16 @@ type Container struct {
 	OnExit func(id string)
 }
 
+var _ provider.ChangeNotifier = (*Container)(nil)
+
+// OnChange makes f the OnExit hook unless one is set already
+// (provider.ChangeNotifier).
+func (c *Container) OnChange(f func(id string)) {
+	if c.OnExit == nil {
+		c.OnExit = f
+	}
+}
+
 // reapers maps <RunDir>/<id> of a command this process started to a
 // channel closed once its end is recorded (<id>.exit): Stop waits for it,
 // so nothing is written under RunDir after Stop returns, whichever
