@@ -156,10 +156,14 @@ kube_all_alive() {
 	done
 }
 
+# kube_alive NAME: its pid file names a live process that runs NAME (not a stranger that got
+# the pid after a reboot: kube_stop kills what this says is alive).
 kube_alive() {
-	local f
+	local f pid
 	f="$(kube_state)/$1.pid"
-	[ -s "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null
+	[ -s "$f" ] || return 1
+	pid=$(cat "$f")
+	kill -0 "$pid" 2>/dev/null && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "/bin/$1 "
 }
 
 # kube_apiserver_args are the API server's flags.
