@@ -302,11 +302,20 @@ func (p *Provider) Start(ctx context.Context, spec provider.Spec) error {
 	// not schedule, and says so (Unschedulable, "persistentvolumeclaim …
 	// not found"); Start never creates an empty volume where files were
 	// expected.
-	uid, err := p.ensurePod(ctx, spec, image)
-	if err != nil {
-		return err
+	// A Pod deleted by someone else while it starts (an admin, an
+	// eviction, a late deletion of the Pod it replaced) is made again, a
+	// few times; then the error goes to the reconciler's retries.
+	for attempt := 1; ; attempt++ {
+		uid, err := p.ensurePod(ctx, spec, image)
+		if err != nil {
+			return err
+		}
+		err = p.waitPod(ctx, spec.ID, PodName(spec.ID), uid, podReady)
+		if !errors.Is(err, errDeletedWhileStarting) || attempt == 3 {
+			return err
+		}
+		p.cfg.Logger.Warn("kubernetes: pod deleted while it started; creating it again", "workspace", spec.ID, "attempt", attempt)
 	}
-	return p.waitPod(ctx, spec.ID, PodName(spec.ID), uid, podReady)
 }
 
 // ensurePod returns the UID of a live workspace Pod, creating it (after

@@ -35,7 +35,7 @@ func podReady(pod *corev1.Pod, uid string) (bool, error) {
 	case pod == nil || string(pod.UID) != uid:
 		return false, nil // not in the cache yet
 	case pod.DeletionTimestamp != nil:
-		return true, fmt.Errorf("kubernetes: pod %s is being deleted while it starts", pod.Name)
+		return true, fmt.Errorf("%w: pod %s", errDeletedWhileStarting, pod.Name)
 	case podEnded(pod):
 		return true, podExitError(pod)
 	}
@@ -54,6 +54,9 @@ func isReady(pod *corev1.Pod) bool {
 	}
 	return false
 }
+
+// errDeletedWhileStarting: someone else deleted the Pod Start made.
+var errDeletedWhileStarting = errors.New("kubernetes: the pod was deleted while it started")
 
 // podGone: done once Pod uid is no longer in the cache.
 func podGone(pod *corev1.Pod, uid string) (bool, error) {
