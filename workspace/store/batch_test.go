@@ -221,9 +221,18 @@ func TestBatchedShapesKeepEachCompareAndSet(t *testing.T) {
 				}
 			}
 			wins = concurrently(
-				func(w wstype.Workspace) (bool, error) { return st.Complete(ctx, w.ID, "op-"+w.ID, now) },
-				func(w wstype.Workspace) (bool, error) { return st.Complete(ctx, w.ID, "op-"+w.ID, now) },
-				func(w wstype.Workspace) (bool, error) { return st.Complete(ctx, w.ID, "another op", now) })
+				func(w wstype.Workspace) (bool, error) {
+					w.OpID = "op-" + w.ID
+					return st.Complete(ctx, w, now)
+				},
+				func(w wstype.Workspace) (bool, error) {
+					w.OpID = "op-" + w.ID
+					return st.Complete(ctx, w, now)
+				},
+				func(w wstype.Workspace) (bool, error) {
+					w.OpID = "another op"
+					return st.Complete(ctx, w, now)
+				})
 			if wins[0]+wins[1] != n || wins[2] != 0 {
 				t.Fatalf("completions won %v, want %d in all of the first two, none of the third", wins, n)
 			}

@@ -565,23 +565,34 @@ func (s *Store) Terminal(ctx context.Context, id, opID string, info *wstype.Erro
 	return err
 }
 
-// Complete ends opID: operation NONE, error count and info cleared.
-func (s *Store) Complete(ctx context.Context, id, opID string, now time.Time) (bool, error) {
+// Complete ends w's operation (w.OpID): operation NONE, error count and
+// info cleared. Like Claim it is a compare-and-set on what the decision was
+// made from: it writes only while the row still shows w's observed
+// status, desired state and archive key, so the row it leaves is exactly w
+// completed, and the reconciler plans its next step from that without a
+// read, even when w came from a hint (handoff.go).
+func (s *Store) Complete(ctx context.Context, w wstype.Workspace, now time.Time) (bool, error) {
 	n, err := s.exec(ctx, `UPDATE workspaces SET operation = 'NONE', op_owner = NULL, op_lease_until = NULL, op_executed = 0,
 		error_count = 0, error_info = NULL, next_retry_at = NULL, updated_at = ?
-		WHERE id = ? AND op_id = ? AND operation <> 'NONE'`, now.UnixMilli(), id, opID)
+		WHERE id = ? AND op_id = ? AND operation <> 'NONE'`+completeSeen,
+		now.UnixMilli(), w.ID, w.OpID, string(w.ObservedStatus), string(w.DesiredState), w.ArchiveKey)
 	return n == 1, err
 }
 
-// CompleteRestart ends opID, a restart after the command ended, keeping
-// the error count and error info: the crash loop's count goes on (see
-// Config.CrashWindow).
-func (s *Store) CompleteRestart(ctx context.Context, id, opID string, now time.Time) (bool, error) {
+// CompleteRestart is Complete for a restart after the command ended: it
+// keeps the error count and error info, so the crash loop's count goes on
+// (see Config.CrashWindow).
+func (s *Store) CompleteRestart(ctx context.Context, w wstype.Workspace, now time.Time) (bool, error) {
 	n, err := s.exec(ctx, `UPDATE workspaces SET operation = 'NONE', op_owner = NULL, op_lease_until = NULL, op_executed = 0,
 		next_retry_at = NULL, updated_at = ?
-		WHERE id = ? AND op_id = ? AND operation <> 'NONE'`, now.UnixMilli(), id, opID)
+		WHERE id = ? AND op_id = ? AND operation <> 'NONE'`+completeSeen,
+		now.UnixMilli(), w.ID, w.OpID, string(w.ObservedStatus), string(w.DesiredState), w.ArchiveKey)
 	return n == 1, err
 }
+
+// completeSeen is Complete's compare-and-set on the planning inputs.
+const completeSeen = `
+		  AND observed_status = ? AND desired_state = ? AND COALESCE(archive_key, '') = ?`
 
 // DeleteRow removes the workspace once DELETING opID has run.
 func (s *Store) DeleteRow(ctx context.Context, id, opID string) error {

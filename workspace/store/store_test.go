@@ -92,10 +92,20 @@ func TestStoreConformance(t *testing.T) {
 			if cur.ErrorCount != 1 || cur.ErrorInfo == nil || cur.ErrorInfo.LastError != "boom" || cur.NextRetryAt == nil || !cur.NextRetryAt.Equal(next) {
 				t.Fatalf("after Failed: %s next=%v", describe(cur), cur.NextRetryAt)
 			}
-			if ok, _ := st.Complete(ctx, w.ID, "op-other", later); ok {
+			other := cur
+			other.OpID = "op-other"
+			if ok, _ := st.Complete(ctx, other, later); ok {
 				t.Fatal("Complete with the wrong op_id succeeded")
 			}
-			if ok, _ := st.Complete(ctx, w.ID, "op-r1", later); !ok {
+			moved := cur
+			moved.DesiredState = wstype.Standby
+			if cur.DesiredState == wstype.Standby {
+				moved.DesiredState = wstype.Running
+			}
+			if ok, _ := st.Complete(ctx, moved, later); ok {
+				t.Fatal("Complete decided from a desired state the row no longer shows succeeded")
+			}
+			if ok, _ := st.Complete(ctx, cur, later); !ok {
 				t.Fatal("Complete failed")
 			}
 			cur, _ = st.Get(ctx, w.ID)

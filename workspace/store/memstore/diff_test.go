@@ -153,7 +153,8 @@ func (d *diff) apply(rng *rand.Rand, step int, name string) {
 		})
 	case 9:
 		d.both(step, "complete", name, func(i int, w wstype.Workspace) (bool, error) {
-			return d.s[i].Complete(ctx, w.ID, pick(w), now)
+			w.OpID = pick(w)
+			return d.s[i].Complete(ctx, w, now)
 		})
 	case 10:
 		d.both(step, "delete row", name, func(i int, w wstype.Workspace) (bool, error) {

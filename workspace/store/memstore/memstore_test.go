@@ -26,7 +26,7 @@ type fullStore interface {
 	SetArchiveKey(ctx ctxT, id, opID, key string, now time.Time) error
 	Failed(ctx ctxT, id, opID string, count int, info *wstype.ErrorInfo, now time.Time, next *time.Time) error
 	Terminal(ctx ctxT, id, opID string, info *wstype.ErrorInfo, now time.Time) error
-	Complete(ctx ctxT, id, opID string, now time.Time) (bool, error)
+	Complete(ctx ctxT, w wstype.Workspace, now time.Time) (bool, error)
 	DeleteRow(ctx ctxT, id, opID string) error
 	Recover(ctx ctxT, id string, now time.Time) (wstype.Workspace, error)
 	SetObserved(ctx ctxT, w wstype.Workspace, status wstype.Status, now time.Time) (bool, error)

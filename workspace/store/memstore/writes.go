@@ -185,10 +185,11 @@ func clearOp(c *wstype.Workspace, now time.Time) {
 	c.ErrorCount, c.ErrorInfo, c.NextRetryAt, c.UpdatedAt = 0, nil, nil, ms(now)
 }
 
-// CompleteRestart ends opID keeping the error count and info.
-func (s *Store) CompleteRestart(_ context.Context, id, opID string, now time.Time) (bool, error) {
-	return s.with(id, func(r *row) bool {
-		if !inFlight(r, opID) {
+// CompleteRestart ends w's operation keeping the error count and info, if
+// the row still shows what w shows (store.Store.Complete).
+func (s *Store) CompleteRestart(_ context.Context, w wstype.Workspace, now time.Time) (bool, error) {
+	return s.with(w.ID, func(r *row) bool {
+		if !inFlight(r, w.OpID) || !seen(r, w) {
 			return false
 		}
 		count, info := r.w.ErrorCount, r.w.ErrorInfo
@@ -198,15 +199,21 @@ func (s *Store) CompleteRestart(_ context.Context, id, opID string, now time.Tim
 	}), nil
 }
 
-// Complete ends opID.
-func (s *Store) Complete(_ context.Context, id, opID string, now time.Time) (bool, error) {
-	return s.with(id, func(r *row) bool {
-		if !inFlight(r, opID) {
+// Complete ends w's operation, if the row still shows what w shows
+// (store.Store.Complete).
+func (s *Store) Complete(_ context.Context, w wstype.Workspace, now time.Time) (bool, error) {
+	return s.with(w.ID, func(r *row) bool {
+		if !inFlight(r, w.OpID) || !seen(r, w) {
 			return false
 		}
 		clearOp(&r.w, now)
 		return true
 	}), nil
+}
+
+// seen reports whether r shows w's planning inputs.
+func seen(r *row, w wstype.Workspace) bool {
+	return r.w.ObservedStatus == w.ObservedStatus && r.w.DesiredState == w.DesiredState && r.w.ArchiveKey == w.ArchiveKey
 }
 
 // DeleteRow removes the workspace once DELETING opID has run.
