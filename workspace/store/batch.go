@@ -628,6 +628,9 @@ func (b *batcher) readRowsByID(ids []string) (map[string]wstype.Workspace, error
 	ctx, cancel := b.batchCtx()
 	defer cancel()
 	out := make(map[string]wstype.Workspace, len(ids))
+	if b.s.dialect == Postgres {
+		return out, b.readRowsByIDArray(ctx, ids, out)
+	}
 	for len(ids) > 0 {
 		size := readBuckets[len(readBuckets)-1]
 		for _, n := range readBuckets {
@@ -655,6 +658,26 @@ func (b *batcher) readRowsByID(ids []string) (map[string]wstype.Workspace, error
 	return out, nil
 }
 
+// readRowsByIDArray is readRowsByID on Postgres: one statement for every
+// batch size, the ids as one array parameter, planned for them at each
+// call (plan_cache_mode, store.go), so no padding to a few IN-list sizes.
+func (b *batcher) readRowsByIDArray(ctx context.Context, ids []string, out map[string]wstype.Workspace) error {
+	st, err := b.readStmt(ctx, 0)
+	if err != nil {
+		return err
+	}
+	for len(ids) > 0 {
+		chunk := ids[:min(maxReadBatch, len(ids))]
+		ids = ids[len(chunk):]
+		b.readBatches.Add(1)
+		if err := scanInto(ctx, st, []any{chunk}, out); err != nil {
+			return err
+		}
+		b.readRows.Add(int64(len(chunk)))
+	}
+	return nil
+}
+
 func scanInto(ctx context.Context, st *sql.Stmt, args []any, out map[string]wstype.Workspace) error {
 	rows, err := st.QueryContext(ctx, args...)
 	if err != nil {
@@ -671,14 +694,18 @@ func scanInto(ctx context.Context, st *sql.Stmt, args []any, out map[string]wsty
 	return rows.Err()
 }
 
-// readStmt returns the prepared read of n ids.
+// readStmt returns the prepared read of n ids (0: of an array of ids, on
+// Postgres).
 func (b *batcher) readStmt(ctx context.Context, n int) (*sql.Stmt, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if st, ok := b.readStmts[n]; ok {
 		return st, nil
 	}
-	q := `SELECT ` + cols + ` FROM workspaces WHERE id IN (?` + strings.Repeat(", ?", n-1) + `)`
+	q := `SELECT ` + cols + ` FROM workspaces WHERE id = ANY(?::text[])`
+	if n > 0 {
+		q = `SELECT ` + cols + ` FROM workspaces WHERE id IN (?` + strings.Repeat(", ?", n-1) + `)`
+	}
 	st, err := b.s.db.PrepareContext(ctx, b.s.rebind(q))
 	if err != nil {
 		return nil, err

@@ -15,8 +15,9 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	_ "github.com/jackc/pgx/v5/stdlib" // driver "pgx"
-	_ "modernc.org/sqlite"             // driver "sqlite"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+	_ "modernc.org/sqlite" // driver "sqlite"
 
 	"github.com/gantryhq/gantry/workspace/auth"
 	"github.com/gantryhq/gantry/workspace/wstype"
@@ -86,10 +87,21 @@ func OpenAtVersion(ctx context.Context, dsn string, version int) (*Store, error)
 		db.SetMaxOpenConns(8)
 		s = &Store{db: db, dialect: SQLite, dsn: dsn}
 	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
-		db, err := sql.Open("pgx", dsn)
+		cfg, err := pgx.ParseConfig(dsn)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%w: --db: %v", wstype.ErrBadInput, err)
 		}
+		if _, set := cfg.RuntimeParams["plan_cache_mode"]; !set {
+			// Plan each statement for its arguments and today's
+			// statistics. A prepared statement's generic plan is made once,
+			// from the statistics of that moment: prepared while the table
+			// was small, the reads by id kept a sequential scan after it
+			// held 100,000 rows (7 ms a call instead of 0.03, half of the
+			// server's time converging them). The store's statements are
+			// small and run in batches, so planning each costs little.
+			cfg.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
+		}
+		db := stdlib.OpenDB(*cfg)
 		db.SetMaxOpenConns(32)
 		db.SetMaxIdleConns(32)
 		s = &Store{db: db, dialect: Postgres, dsn: dsn}
@@ -734,4 +746,14 @@ func (s *Store) CountActionable(ctx context.Context) (int, error) {
 	var n int
 	err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM workspaces WHERE `+actionable).Scan(&n)
 	return n, err
+}
+
+// AnyActionable reports whether ListActionable would return a row: it
+// stops at the first, where CountActionable scans them all (51 ms a call
+// on Postgres with 100,000 left, a sixth of the server's time when the
+// convergence benchmark polled it four times a second).
+func (s *Store) AnyActionable(ctx context.Context) (bool, error) {
+	var n int
+	err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM (SELECT 1 FROM workspaces WHERE `+actionable+` LIMIT 1) AS one`).Scan(&n)
+	return n > 0, err
 }
