@@ -61,6 +61,10 @@ type HealthMonitor struct {
 	container provider.Container
 	storage   provider.Storage
 	hints     Hints
+
+	// hintedAt maps a workspace id to when its last observation on a hint
+	// began: a pass skips the rows observed since it listed them (skipPassed).
+	hintedAt sync.Map
 }
 
 // NewHealthMonitor checks cfg and returns a monitor.
@@ -195,13 +199,18 @@ func (m *HealthMonitor) observeFailed(ctx context.Context, w Workspace, err erro
 
 // Pass observes every workspace once.
 func (m *HealthMonitor) Pass(ctx context.Context) error {
+	listed := m.cfg.Clock.Now()
 	all, err := m.store.List(ctx)
 	if err != nil {
 		return err
 	}
+	defer m.forgetHinted(listed)
 	sem := make(chan struct{}, m.cfg.Concurrency)
 	var wg sync.WaitGroup
 	for _, w := range all {
+		if m.observedSince(w.ID, listed) {
+			continue
+		}
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
@@ -276,10 +285,33 @@ func (m *HealthMonitor) observeHinted(ctx context.Context, slots lanes, wg *sync
 	return true
 }
 
+// observedSince reports whether an observation of id on a hint began
+// after t. A pass skips such a row: that observation started from a newer
+// row than the pass's list and wrote what it saw, while the pass's own
+// compare-and-set on its older row would fail. While 100,000 workspaces
+// converged, the pass at startup trailed the hinted observations, and up
+// to 100,000 of its writes failed so, a third of the monitor's writes.
+func (m *HealthMonitor) observedSince(id string, t time.Time) bool {
+	v, ok := m.hintedAt.Load(id)
+	return ok && v.(time.Time).After(t)
+}
+
+// forgetHinted drops the hinted observations begun before t: the pass
+// that listed at t has seen those workspaces since.
+func (m *HealthMonitor) forgetHinted(t time.Time) {
+	m.hintedAt.Range(func(id, v any) bool {
+		if !v.(time.Time).After(t) {
+			m.hintedAt.CompareAndDelete(id, v)
+		}
+		return true
+	})
+}
+
 // observeID observes id: from the row the reconciler handed with its hint
 // (store/handoff.go), unless urgent or that is not enough, else from the
 // row read.
 func (m *HealthMonitor) observeID(ctx context.Context, id string) {
+	m.hintedAt.Store(id, m.cfg.Clock.Now())
 	if m.handed != nil {
 		if store.IsUrgent(ctx) {
 			m.handed.Drop(store.ToMonitor, id)

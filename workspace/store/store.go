@@ -15,9 +15,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/stdlib"
-	_ "modernc.org/sqlite" // driver "sqlite"
+	_ "github.com/jackc/pgx/v5/stdlib" // driver "pgx"
+	_ "modernc.org/sqlite"             // driver "sqlite"
 
 	"github.com/gantryhq/gantry/workspace/auth"
 	"github.com/gantryhq/gantry/workspace/wstype"
@@ -87,21 +86,10 @@ func OpenAtVersion(ctx context.Context, dsn string, version int) (*Store, error)
 		db.SetMaxOpenConns(8)
 		s = &Store{db: db, dialect: SQLite, dsn: dsn}
 	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
-		cfg, err := pgx.ParseConfig(dsn)
+		db, err := sql.Open("pgx", dsn)
 		if err != nil {
-			return nil, fmt.Errorf("%w: --db: %v", wstype.ErrBadInput, err)
+			return nil, err
 		}
-		if _, set := cfg.RuntimeParams["plan_cache_mode"]; !set {
-			// Plan each statement for its arguments and today's
-			// statistics. A prepared statement's generic plan is made once,
-			// from the statistics of that moment: prepared while the table
-			// was small, the reads by id kept a sequential scan after it
-			// held 100,000 rows (7 ms a call instead of 0.03, half of the
-			// server's time converging them). The store's statements are
-			// small and run in batches, so planning each costs little.
-			cfg.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
-		}
-		db := stdlib.OpenDB(*cfg)
 		db.SetMaxOpenConns(32)
 		db.SetMaxIdleConns(32)
 		s = &Store{db: db, dialect: Postgres, dsn: dsn}
