@@ -38,18 +38,6 @@ func (h urgentHints) Publish(ctx context.Context, channel, id string) error {
 	return h.Hints.Publish(ctx, channel, id)
 }
 
-// callSlots bound the reconciler's provider calls to n in flight, and the
-// claims that precede them (a compare-and-set write, then the wait for a
-// call slot) to n more, each with an urgent share. A claim so commits while
-// the calls before it run, and a call slot goes from one call straight to
-// the next claimed one instead of idling through the claim's round trip:
-// 6 ms on SQLite while 100,000 workspaces converge, against a 10 ms call,
-// when one slot covered both. Steps that only read, complete or wait take
-// neither.
-type callSlots struct{ claims, calls lanes }
-
-func newCallSlots(n int) callSlots { return callSlots{claims: newLanes(2 * n), calls: newLanes(n)} }
-
 // lanes bound concurrent work (provider calls, observations) to n slots, of
 // which an eighth is reserved for urgent work: bulk work holds at most the
 // rest, so urgent work finds a slot at once while bulk work queues.
