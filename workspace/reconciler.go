@@ -44,8 +44,7 @@ type Config struct {
 	// Lease is how long a claim survives its replica without renewal
 	// before another replica takes the operation over; 0 = 15 s.
 	Lease time.Duration
-	// Concurrency bounds claims and the provider calls that follow them
-	// in flight; 0 = 256 (512 converged
+	// Concurrency bounds provider calls in flight; 0 = 256 (512 converged
 	// 100,000 workspaces no faster, and a user's change waited behind its
 	// runnable goroutines: p99 97–166 ms against 40–43 ms on Postgres).
 	Concurrency int
@@ -202,12 +201,7 @@ type Reconciler struct {
 	container provider.Container
 	storage   provider.Storage
 	hints     Hints
-	// steps bounds the steps in flight (their reads and writes) to a
-	// quarter of Concurrency: with every step free to run, a user's
-	// change waited behind the runnable goroutines of 100,000 converging
-	// (p99 55–102 ms against 41–45 ms with the quarter).
-	steps lanes
-	slots lanes // claim-and-call slots, a share reserved for urgent steps
+	slots     lanes // provider-call slots, a share reserved for urgent steps
 
 	wake  *wakeups // pokeAt's one timer
 	opIDs opIDs
@@ -246,7 +240,7 @@ func NewReconciler(cfg Config, st ReconcilerStore, c provider.Container, s provi
 	}
 	hr, _ := st.(rowHandoff)
 	return &Reconciler{cfg: cfg, store: st, handed: hr, container: c, storage: s, hints: urgentHints{h},
-		steps: newLanes(max(16, cfg.Concurrency/4)), slots: newLanes(cfg.Concurrency), procs: map[string]sched.PID{}, ids: map[sched.PID]string{}, wake: newWakeups(cfg.Clock)}, nil
+		slots: newLanes(cfg.Concurrency), procs: map[string]sched.PID{}, ids: map[sched.PID]string{}, wake: newWakeups(cfg.Clock)}, nil
 }
 
 // Config returns the effective configuration.
@@ -594,26 +588,18 @@ func (r *Reconciler) stepOn(ctx context.Context, w *Workspace) stepResult {
 	if op == OpNone {
 		return stepResult{settled: true}
 	}
-	// 5. Claim (CAS with a fresh op_id), then execute, in a slot.
-	leaveStepSlot(ctx)
-	release := r.slots.acquire(ctx, store.IsUrgent(ctx))
-	if release == nil {
-		return stepResult{}
-	}
+	// 5. Claim (CAS with a fresh op_id), then execute.
 	opID, err := r.opIDs.next()
 	if err != nil {
-		release()
 		return stepResult{}
 	}
 	now := r.cfg.Clock.Now()
 	ok, err := r.store.Claim(ctx, *w, op, opID, r.cfg.Owner, now, now.Add(r.cfg.Lease))
 	if err != nil {
-		release()
 		r.cfg.Logger.Warn("workspace: claim", "id", w.ID, "err", err)
 		return stepResult{}
 	}
 	if !ok {
-		release()
 		// The row moved since the snapshot: plan again from a fresh read
 		// (another replica's claim then shows as an operation in flight).
 		return stepResult{again: true}
@@ -621,7 +607,7 @@ func (r *Reconciler) stepOn(ctx context.Context, w *Workspace) stepResult {
 	w.Operation, w.OpID, w.OpStartedAt, w.OpOwner = op, opID, &now, r.cfg.Owner
 	r.cfg.Metrics.opStarted(op)
 	r.cfg.Logger.Debug("workspace: claimed", "id", w.ID, "op", op, "op_id", w.OpID)
-	return r.execute(ctx, w, release)
+	return r.execute(ctx, w)
 }
 
 // opIDs makes operation ids: UUIDv7 (time-ordered) whose random bits
@@ -685,22 +671,15 @@ func (r *Reconciler) inFlight(ctx context.Context, w *Workspace) stepResult {
 	if r.waitInFlight(ctx, w, now) {
 		return stepResult{}
 	}
-	leaveStepSlot(ctx)
-	release := r.slots.acquire(ctx, store.IsUrgent(ctx))
-	if release == nil {
-		return stepResult{}
-	}
-	now = r.cfg.Clock.Now()
 	ok, err := r.store.Acquire(ctx, w.ID, w.OpID, r.cfg.Owner, now, now.Add(r.cfg.Lease))
 	if err != nil || !ok {
-		release()
 		return stepResult{}
 	}
 	if w.OpOwner != r.cfg.Owner {
 		r.cfg.Logger.Info("workspace: took over operation", "id", w.ID, "op", w.Operation, "from", w.OpOwner)
 	}
 	w.OpOwner = r.cfg.Owner
-	return r.execute(ctx, w, release)
+	return r.execute(ctx, w)
 }
 
 // opStarted is when w's operation was claimed (zero if unknown).
@@ -786,16 +765,14 @@ func (r *Reconciler) waitInFlight(ctx context.Context, w *Workspace, now time.Ti
 }
 
 // execute calls the provider for w's claimed operation, renewing the lease
-// meanwhile, gives back the slot its claim took (release) once the call
-// returns, and records the outcome.
-func (r *Reconciler) execute(ctx context.Context, w *Workspace, release func()) stepResult {
+// meanwhile, and records the outcome.
+func (r *Reconciler) execute(ctx context.Context, w *Workspace) stepResult {
 	deadline := opStarted(w).Add(r.cfg.Timeouts[w.Operation])
 	callCtx, cancel := context.WithDeadline(ctx, deadline)
 	stopRenew := r.renewLease(ctx, w)
 	t0 := time.Now()
 	err := r.call(callCtx, w)
 	callTime := time.Since(t0)
-	release()
 	stopRenew()
 	cancel()
 	now := r.cfg.Clock.Now()
@@ -1023,23 +1000,9 @@ func (r *Reconciler) archive(ctx context.Context, w *Workspace) error {
 	return nil
 }
 
-// stepSlotKey is the context key of a step's leaveStepSlot func.
-type stepSlotKey struct{}
-
-// leaveStepSlot gives back the step slot of the step running under ctx
-// (once; none outside a stepHandler step).
-func leaveStepSlot(ctx context.Context) {
-	if leave, ok := ctx.Value(stepSlotKey{}).(func()); ok {
-		leave()
-	}
-}
-
-// stepHandler runs a reconcile step off the sched worker (an urgent step
-// with its context marked) and completes the yield with its result. A step
-// runs in a step slot, which bounds the reads and writes in flight (and so
-// the goroutines a user's request may wait behind); a claim leaves it for
-// a claim-and-call slot (stepOn, inFlight), so a step that only reads,
-// completes or waits never queues behind provider calls.
+// stepHandler runs a reconcile step off the sched worker (bounded by the
+// reconciler's slots; an urgent step with its context marked) and
+// completes the yield with its result.
 type stepHandler struct {
 	r   *Reconciler
 	ctx context.Context // Run's context, fixed before the scheduler starts
@@ -1057,7 +1020,7 @@ func (h *stepHandler) Handle(_ context.Context, cmd sched.Command, tag uint64, c
 	r.mu.Unlock()
 	go func() {
 		defer r.calls.Done()
-		release := r.steps.acquire(ctx, rc.urgent)
+		release := r.slots.acquire(ctx, rc.urgent)
 		if release == nil {
 			c.CompleteYield(tag, stepResult{}, ctx.Err())
 			return
@@ -1066,9 +1029,8 @@ func (h *stepHandler) Handle(_ context.Context, cmd sched.Command, tag uint64, c
 		if rc.urgent {
 			sctx = store.Urgent(ctx)
 		}
-		leave := sync.OnceFunc(release)
-		res := r.stepHinted(context.WithValue(sctx, stepSlotKey{}, leave), rc.id, rc.w, rc.hinted)
-		leave()
+		res := r.stepHinted(sctx, rc.id, rc.w, rc.hinted)
+		release()
 		c.CompleteYield(tag, res, nil)
 	}()
 	return nil
