@@ -162,7 +162,7 @@ type ReconcilerStore interface {
 	Get(ctx context.Context, id string) (Workspace, error)
 	ListActionable(ctx context.Context) ([]Workspace, error)
 	Claim(ctx context.Context, w Workspace, op Operation, opID, owner string, now, leaseUntil time.Time) (bool, error)
-	Acquire(ctx context.Context, id, opID, owner string, now, leaseUntil time.Time) (bool, error)
+	Acquire(ctx context.Context, id, opID string, errorCount int, owner string, now, leaseUntil time.Time) (bool, error)
 	Renew(ctx context.Context, id, opID, owner string, leaseUntil time.Time) (bool, error)
 	Executed(ctx context.Context, id, opID string, now time.Time) error
 	SetArchiveKey(ctx context.Context, id, opID, key string, now time.Time) error
@@ -671,7 +671,9 @@ func (r *Reconciler) inFlight(ctx context.Context, w *Workspace) stepResult {
 	if r.waitInFlight(ctx, w, now) {
 		return stepResult{}
 	}
-	ok, err := r.store.Acquire(ctx, w.ID, w.OpID, r.cfg.Owner, now, now.Add(r.cfg.Lease))
+	// error_count too: a retry decided from a row that predates the last
+	// failure (a tick's snapshot) would be one call more than the policy.
+	ok, err := r.store.Acquire(ctx, w.ID, w.OpID, w.ErrorCount, r.cfg.Owner, now, now.Add(r.cfg.Lease))
 	if err != nil || !ok {
 		return stepResult{}
 	}

@@ -695,12 +695,15 @@ func boolInt(b bool) int {
 }
 
 // Acquire lets owner (re)execute opID that has not executed yet: its own
-// retry, or a takeover once the previous owner's lease lapsed.
-func (s *Store) Acquire(ctx context.Context, id, opID, owner string, now, leaseUntil time.Time) (bool, error) {
+// retry, or a takeover once the previous owner's lease lapsed; only while
+// the row still shows errorCount, the failures the decision counted (a
+// retry decided from a row that predates the last failure would be one
+// call more than the retry policy allows).
+func (s *Store) Acquire(ctx context.Context, id, opID string, errorCount int, owner string, now, leaseUntil time.Time) (bool, error) {
 	n, err := s.exec(ctx, `UPDATE workspaces SET op_owner = ?, op_lease_until = ?, updated_at = ?
-		WHERE id = ? AND op_id = ? AND operation <> 'NONE' AND op_executed = 0
+		WHERE id = ? AND op_id = ? AND operation <> 'NONE' AND op_executed = 0 AND error_count = ?
 		  AND (op_owner = ? OR op_lease_until IS NULL OR op_lease_until < ?)`,
-		owner, leaseUntil.UnixMilli(), now.UnixMilli(), id, opID, owner, now.UnixMilli())
+		owner, leaseUntil.UnixMilli(), now.UnixMilli(), id, opID, errorCount, owner, now.UnixMilli())
 	return n == 1, err
 }
 

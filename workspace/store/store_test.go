@@ -67,11 +67,14 @@ func TestStoreConformance(t *testing.T) {
 				t.Fatalf("after claim: %s op_id=%s owner=%s", describe(cur), cur.OpID, cur.OpOwner)
 			}
 			// Another replica cannot acquire while the lease holds; can after.
-			if ok, _ := st.Acquire(ctx, w.ID, "op-r1", "r2", now, now.Add(time.Second)); ok {
+			if ok, _ := st.Acquire(ctx, w.ID, "op-r1", cur.ErrorCount, "r2", now, now.Add(time.Second)); ok {
 				t.Fatal("acquired under a live lease")
 			}
 			later := now.Add(2 * time.Second)
-			if ok, _ := st.Acquire(ctx, w.ID, "op-r1", "r2", later, later.Add(time.Second)); !ok {
+			if ok, _ := st.Acquire(ctx, w.ID, "op-r1", cur.ErrorCount+1, "r2", later, later.Add(time.Second)); ok {
+				t.Fatal("acquired from a row older than its last failure (error count)")
+			}
+			if ok, _ := st.Acquire(ctx, w.ID, "op-r1", cur.ErrorCount, "r2", later, later.Add(time.Second)); !ok {
 				t.Fatal("could not take over an expired lease")
 			}
 			// A stale observation (started under another op) is dropped.

@@ -129,7 +129,7 @@ func (d *diff) apply(rng *rand.Rand, step int, name string) {
 		})
 	case 3:
 		d.both(step, "acquire", name, func(i int, w wstype.Workspace) (bool, error) {
-			return d.s[i].Acquire(ctx, w.ID, pick(w), owner, now, lease)
+			return d.s[i].Acquire(ctx, w.ID, pick(w), w.ErrorCount, owner, now, lease)
 		})
 	case 4:
 		d.both(step, "renew", name, func(i int, w wstype.Workspace) (bool, error) {

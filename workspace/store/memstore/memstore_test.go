@@ -20,7 +20,7 @@ type fullStore interface {
 	SetDesired(ctx ctxT, id string, desired wstype.Status, now time.Time) (wstype.Workspace, error)
 	MarkDeleted(ctx ctxT, id string, now time.Time) error
 	Claim(ctx ctxT, w wstype.Workspace, op wstype.Operation, opID, owner string, now, leaseUntil time.Time) (bool, error)
-	Acquire(ctx ctxT, id, opID, owner string, now, leaseUntil time.Time) (bool, error)
+	Acquire(ctx ctxT, id, opID string, errorCount int, owner string, now, leaseUntil time.Time) (bool, error)
 	Renew(ctx ctxT, id, opID, owner string, leaseUntil time.Time) (bool, error)
 	Executed(ctx ctxT, id, opID string, now time.Time) error
 	SetArchiveKey(ctx ctxT, id, opID, key string, now time.Time) error

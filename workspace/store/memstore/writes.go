@@ -52,10 +52,10 @@ func (s *Store) Claim(_ context.Context, w wstype.Workspace, op wstype.Operation
 }
 
 // Acquire lets owner (re)execute opID that has not executed yet.
-func (s *Store) Acquire(_ context.Context, id, opID, owner string, now, leaseUntil time.Time) (bool, error) {
+func (s *Store) Acquire(_ context.Context, id, opID string, errorCount int, owner string, now, leaseUntil time.Time) (bool, error) {
 	return s.with(id, func(r *row) bool {
 		c := &r.w
-		if c.OpID != opID || c.Operation == wstype.OpNone || c.OpExecuted {
+		if c.OpID != opID || c.Operation == wstype.OpNone || c.OpExecuted || c.ErrorCount != errorCount {
 			return false
 		}
 		if c.OpOwner != owner && c.OpLeaseUntil != nil && !c.OpLeaseUntil.Before(ms(now)) {
