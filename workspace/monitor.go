@@ -63,7 +63,7 @@ type HealthMonitor struct {
 	hints     Hints
 
 	// hintedAt maps a workspace id to when its last observation on a hint
-	// began: a pass skips the rows observed since it listed them (skipPassed).
+	// began: a pass skips the rows observed since it listed them (observedSince).
 	hintedAt sync.Map
 }
 

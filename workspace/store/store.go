@@ -452,8 +452,7 @@ func (s *Store) SetDesiredOf(ctx context.Context, w wstype.Workspace, desired ws
 func (s *Store) Claim(ctx context.Context, w wstype.Workspace, op wstype.Operation, opID, owner string, now, leaseUntil time.Time) (bool, error) {
 	n, err := s.exec(ctx, `UPDATE workspaces SET operation = ?, op_id = ?, op_started_at = ?, op_owner = ?, op_lease_until = ?,
 		op_executed = 0, next_retry_at = NULL, updated_at = ?
-		WHERE id = ? AND operation = 'NONE' AND observed_status = ? AND desired_state = ?
-		  AND COALESCE(archive_key, '') = ? AND COALESCE(op_id, '') = ?`,
+		WHERE id = ? AND operation = 'NONE'`+planSeen+` AND COALESCE(op_id, '') = ?`,
 		string(op), opID, now.UnixMilli(), owner, leaseUntil.UnixMilli(), now.UnixMilli(), w.ID, string(w.ObservedStatus), string(w.DesiredState),
 		w.ArchiveKey, w.OpID)
 	return n == 1, err
@@ -574,7 +573,7 @@ func (s *Store) Terminal(ctx context.Context, id, opID string, info *wstype.Erro
 func (s *Store) Complete(ctx context.Context, w wstype.Workspace, now time.Time) (bool, error) {
 	n, err := s.exec(ctx, `UPDATE workspaces SET operation = 'NONE', op_owner = NULL, op_lease_until = NULL, op_executed = 0,
 		error_count = 0, error_info = NULL, next_retry_at = NULL, updated_at = ?
-		WHERE id = ? AND op_id = ? AND operation <> 'NONE'`+completeSeen,
+		WHERE id = ? AND op_id = ? AND operation <> 'NONE'`+planSeen,
 		now.UnixMilli(), w.ID, w.OpID, string(w.ObservedStatus), string(w.DesiredState), w.ArchiveKey)
 	return n == 1, err
 }
@@ -585,13 +584,14 @@ func (s *Store) Complete(ctx context.Context, w wstype.Workspace, now time.Time)
 func (s *Store) CompleteRestart(ctx context.Context, w wstype.Workspace, now time.Time) (bool, error) {
 	n, err := s.exec(ctx, `UPDATE workspaces SET operation = 'NONE', op_owner = NULL, op_lease_until = NULL, op_executed = 0,
 		next_retry_at = NULL, updated_at = ?
-		WHERE id = ? AND op_id = ? AND operation <> 'NONE'`+completeSeen,
+		WHERE id = ? AND op_id = ? AND operation <> 'NONE'`+planSeen,
 		now.UnixMilli(), w.ID, w.OpID, string(w.ObservedStatus), string(w.DesiredState), w.ArchiveKey)
 	return n == 1, err
 }
 
-// completeSeen is Complete's compare-and-set on the planning inputs.
-const completeSeen = `
+// planSeen is the compare-and-set on the planning inputs a decision was
+// made from (Claim, Complete): observed status, desired state, archive key.
+const planSeen = `
 		  AND observed_status = ? AND desired_state = ? AND COALESCE(archive_key, '') = ?`
 
 // DeleteRow removes the workspace once DELETING opID has run.

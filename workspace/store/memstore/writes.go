@@ -41,8 +41,7 @@ func (s *Store) MarkDeleted(_ context.Context, id string, now time.Time) error {
 func (s *Store) Claim(_ context.Context, w wstype.Workspace, op wstype.Operation, opID, owner string, now, leaseUntil time.Time) (bool, error) {
 	return s.with(w.ID, func(r *row) bool {
 		c := &r.w
-		if c.Operation != wstype.OpNone || c.ObservedStatus != w.ObservedStatus || c.DesiredState != w.DesiredState ||
-			c.ArchiveKey != w.ArchiveKey || c.OpID != w.OpID {
+		if c.Operation != wstype.OpNone || !seen(r, w) || c.OpID != w.OpID {
 			return false
 		}
 		c.Operation, c.OpID, c.OpStartedAt, c.OpOwner, c.OpLeaseUntil = op, opID, msPtr(now), owner, msPtr(leaseUntil)
@@ -211,7 +210,7 @@ func (s *Store) Complete(_ context.Context, w wstype.Workspace, now time.Time) (
 	}), nil
 }
 
-// seen reports whether r shows w's planning inputs.
+// seen reports whether r shows w's planning inputs (store.planSeen).
 func seen(r *row, w wstype.Workspace) bool {
 	return r.w.ObservedStatus == w.ObservedStatus && r.w.DesiredState == w.DesiredState && r.w.ArchiveKey == w.ArchiveKey
 }
