@@ -68,3 +68,27 @@ func TestPodStatusReasons(t *testing.T) {
 		t.Fatal("a Pod with another UID (not in the cache yet, or replaced) ended the wait")
 	}
 }
+
+// TestJobWaitsForItsOwnClaim: a job Pod the scheduler has not matched to
+// its (just made) claim yet keeps waiting; another claim's absence, or no
+// node fitting, ends the wait with Unschedulable.
+func TestJobWaitsForItsOwnClaim(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "ws-a-restore-1", Namespace: "ns", UID: "u"},
+		Spec: corev1.PodSpec{Volumes: []corev1.Volume{claimVolume("volume", "a")}}}
+	for _, tc := range []struct {
+		msg  string
+		done bool
+	}{
+		{`0/4 nodes are available: persistentvolumeclaim "ws-a-home" not found.`, false},
+		{`0/4 nodes are available: persistentvolumeclaim "ws-b-home" not found.`, true},
+		{"0/4 nodes are available: 4 Insufficient cpu.", true},
+	} {
+		pod.Status = corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled,
+			Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: tc.msg}}}
+		done, err := jobDone(pod, "u")
+		var re *provider.ReasonError
+		if done != tc.done || done && (!errors.As(err, &re) || re.Reason != ReasonUnschedulable) {
+			t.Errorf("%q: done=%v err=%v; want done=%v (Unschedulable when done)", tc.msg, done, err, tc.done)
+		}
+	}
+}

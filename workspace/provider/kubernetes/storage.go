@@ -240,10 +240,24 @@ func jobDone(pod *corev1.Pod, uid string) (bool, error) {
 		}
 		return true, fmt.Errorf("kubernetes: job pod %s failed (%s): %s", pod.Name, e.Status, msg)
 	}
-	if reason, msg := podTrouble(pod); reason != "" {
+	if reason, msg := podTrouble(pod); reason != "" && !ownClaimNotSeenYet(pod, msg) {
 		return true, &provider.ReasonError{Reason: reason, Err: fmt.Errorf("pod %s/%s: %s", pod.Namespace, pod.Name, msg)}
 	}
 	return false, nil
+}
+
+// ownClaimNotSeenYet reports whether the scheduler's reason is that it has
+// not seen the job Pod's claim yet. runJob's callers have just found or
+// made that claim (Archive, Restore), so this is the scheduler's cache
+// behind the API server, which the wait outlasts: a clean-clone CI run
+// failed a restore on it.
+func ownClaimNotSeenYet(pod *corev1.Pod, msg string) bool {
+	for _, v := range pod.Spec.Volumes {
+		if c := v.PersistentVolumeClaim; c != nil && strings.Contains(msg, fmt.Sprintf("persistentvolumeclaim %q not found", c.ClaimName)) {
+			return true
+		}
+	}
+	return false
 }
 
 // The archives are blobs; listing and removing them needs no volume.
