@@ -163,3 +163,30 @@ func TestExecAndLogsThroughTheAPIServer(t *testing.T) {
 		t.Fatalf("Exec in a workspace with no pod: %v; want ErrNotRunning", err)
 	}
 }
+
+// TestStartSeesThePodWhenTheWatchIsBehind: with the provider's Pod cache frozen after
+// its first list (as when the watch under it has not resumed yet after an API server
+// restart), Start still sees its Pod become ready, by reading it from the API server
+// when the cache shows no change: it returns well within its timeout, not at it.
+func TestStartSeesThePodWhenTheWatchIsBehind(t *testing.T) {
+	c := newTestCluster(t)
+	p := c.provider(c.config())
+	ctx := t.Context()
+	if err := p.Provision(ctx, "behind"); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.w.waitSynced(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	p.w.stop() // the cache keeps what it listed; no change reaches it any more
+	start := time.Now()
+	if err := p.Start(ctx, provider.Spec{ID: "behind", Owner: "alice", Name: "behind"}); err != nil {
+		t.Fatalf("Start with the watch behind: %v", err)
+	}
+	if took := time.Since(start); took > 4*pollEvery {
+		t.Fatalf("Start took %v with the watch behind; want about one poll (%v)", took, pollEvery)
+	}
+	if pod, err := p.w.pod(PodName("behind")); err != nil || pod != nil {
+		t.Fatalf("cache has the pod (%v, %v): the watch was not behind, the test proves nothing", pod != nil, err)
+	}
+}

@@ -131,16 +131,27 @@ func (w *watcher) waitSynced(ctx context.Context, d time.Duration) error {
 // the wait, with err nil if the Pod is where the caller wants it.
 type podCond func(pod *corev1.Pod, uid string) (done bool, err error)
 
+// pollEvery is how long waitPod waits for a change before it reads the
+// Pod from the API server itself.
+const pollEvery = 5 * time.Second
+
 // waitPod waits until cond holds for Pod name, re-reading the cache at each
-// of its changes (and every few seconds, in case a change was coalesced).
+// of its changes. Every pollEvery without one it reads the Pod from the API
+// server instead: the watch under the cache may be behind (after an API
+// server restart client-go resumes it with a backoff, and a Pod created
+// meanwhile stayed unseen until Start's timeout).
 func (p *Provider) waitPod(ctx context.Context, id, name, uid string, cond podCond) error {
 	if err := p.w.waitSynced(ctx, syncWait); err != nil {
 		return wrap("wait for pod of", id, err)
 	}
 	var last *corev1.Pod
+	live := false
 	for {
 		ch := p.w.next(name)
 		pod, err := p.w.pod(name)
+		if live {
+			pod, err = p.livePod(ctx, name, pod, err)
+		}
 		if err != nil {
 			return wrap("wait for pod of", id, err)
 		}
@@ -152,7 +163,26 @@ func (p *Provider) waitPod(ctx context.Context, id, name, uid string, cond podCo
 		case <-ctx.Done():
 			return fmt.Errorf("kubernetes: workspace %s: pod %s: %s: %w", id, name, describe(last), ctx.Err())
 		case <-ch:
-		case <-time.After(5 * time.Second): // poll: a safety net under the watch
+			live = false
+		case <-time.After(pollEvery):
+			live = true
 		}
 	}
+}
+
+// livePod is Pod name as the API server has it (nil: none); cached and
+// cacheErr are the cache's answer, kept when the API server does not
+// answer (the wait goes on; its own deadline bounds it).
+func (p *Provider) livePod(ctx context.Context, name string, cached *corev1.Pod, cacheErr error) (*corev1.Pod, error) {
+	pod, err := p.cli.CoreV1().Pods(p.cfg.Namespace).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		pod = nil
+	case err != nil:
+		return cached, cacheErr
+	}
+	if (pod == nil) != (cached == nil) || pod != nil && pod.ResourceVersion != cached.ResourceVersion {
+		p.cfg.Logger.Warn("kubernetes: pod cache behind the API server; judging the live pod", "pod", name)
+	}
+	return pod, nil
 }
