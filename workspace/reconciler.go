@@ -201,7 +201,7 @@ type Reconciler struct {
 	container provider.Container
 	storage   provider.Storage
 	hints     Hints
-	slots     lanes // provider-call slots, a share reserved for urgent steps
+	steps     *stepQueue // steps waiting for one of the provider-call slots (urgent.go); set by Run
 
 	wake  *wakeups // pokeAt's one timer
 	opIDs opIDs
@@ -240,7 +240,7 @@ func NewReconciler(cfg Config, st ReconcilerStore, c provider.Container, s provi
 	}
 	hr, _ := st.(rowHandoff)
 	return &Reconciler{cfg: cfg, store: st, handed: hr, container: c, storage: s, hints: urgentHints{h},
-		slots: newLanes(cfg.Concurrency), procs: map[string]sched.PID{}, ids: map[sched.PID]string{}, wake: newWakeups(cfg.Clock)}, nil
+		procs: map[string]sched.PID{}, ids: map[sched.PID]string{}, wake: newWakeups(cfg.Clock)}, nil
 }
 
 // Config returns the effective configuration.
@@ -440,7 +440,8 @@ func (r *Reconciler) Run(ctx context.Context) error {
 	if r.alt != nil {
 		return r.alt.run(ctx)
 	}
-	handler := &stepHandler{r: r, ctx: ctx}
+	handler := &stepHandler{r: r}
+	defer r.startSteps(ctx)()
 	sch, err := sched.New(sched.Config{
 		Workers:  r.cfg.Workers,
 		Logger:   r.cfg.Logger,
@@ -1002,17 +1003,13 @@ func (r *Reconciler) archive(ctx context.Context, w *Workspace) error {
 	return nil
 }
 
-// stepHandler runs a reconcile step off the sched worker (bounded by the
-// reconciler's slots; an urgent step with its context marked) and
-// completes the yield with its result.
-type stepHandler struct {
-	r   *Reconciler
-	ctx context.Context // Run's context, fixed before the scheduler starts
-}
+// stepHandler queues a reconcile step for the reconciler's step workers
+// (stepQueue: one per provider-call slot, urgent steps first), which run
+// it off the sched worker and complete the yield with its result.
+type stepHandler struct{ r *Reconciler }
 
 func (h *stepHandler) Handle(_ context.Context, cmd sched.Command, tag uint64, c sched.Completer) error {
-	rc := cmd.(reconcileCmd)
-	r, ctx := h.r, h.ctx
+	r := h.r
 	r.mu.Lock()
 	if r.draining {
 		r.mu.Unlock()
@@ -1020,20 +1017,40 @@ func (h *stepHandler) Handle(_ context.Context, cmd sched.Command, tag uint64, c
 	}
 	r.calls.Add(1)
 	r.mu.Unlock()
-	go func() {
-		defer r.calls.Done()
-		release := r.slots.acquire(ctx, rc.urgent)
-		if release == nil {
-			c.CompleteYield(tag, stepResult{}, ctx.Err())
-			return
-		}
-		sctx := ctx
-		if rc.urgent {
-			sctx = store.Urgent(ctx)
-		}
-		res := r.stepHinted(sctx, rc.id, rc.w, rc.hinted)
-		release()
-		c.CompleteYield(tag, res, nil)
-	}()
+	if !r.steps.push(queuedStep{cmd: cmd.(reconcileCmd), tag: tag, c: c}) {
+		r.calls.Done()
+		return context.Canceled // Run is stopping
+	}
 	return nil
+}
+
+// startSteps starts the step workers (before the scheduler: its handler
+// pushes to r.steps). When ctx ends, the steps still queued complete with
+// its error; stop ends the workers once their steps are done.
+func (r *Reconciler) startSteps(ctx context.Context) (stop func()) {
+	r.steps = newStepQueue()
+	var workers sync.WaitGroup
+	r.steps.run(r.cfg.Concurrency, &workers, func(s queuedStep) { r.runStep(ctx, s) })
+	unhook := context.AfterFunc(ctx, func() {
+		for _, s := range r.steps.close() {
+			s.c.CompleteYield(s.tag, stepResult{}, ctx.Err())
+			r.calls.Done()
+		}
+	})
+	return func() {
+		unhook()
+		r.steps.close()
+		workers.Wait()
+	}
+}
+
+// runStep runs a queued step (an urgent one with its context marked) and
+// completes its yield.
+func (r *Reconciler) runStep(ctx context.Context, s queuedStep) {
+	defer r.calls.Done()
+	rc := s.cmd
+	if rc.urgent {
+		ctx = store.Urgent(ctx)
+	}
+	s.c.CompleteYield(s.tag, r.stepHinted(ctx, rc.id, rc.w, rc.hinted), nil)
 }

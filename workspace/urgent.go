@@ -2,7 +2,9 @@ package workspace
 
 import (
 	"context"
+	"sync"
 
+	"github.com/gantryhq/gantry/sched"
 	"github.com/gantryhq/gantry/workspace/hints"
 	"github.com/gantryhq/gantry/workspace/store"
 )
@@ -21,7 +23,7 @@ import (
 //   - the reconciler serves ChanWorkspaceUrgent apart from ChanWorkspace; a
 //     workspace so hinted stays urgent in its process until a step finds it
 //     settled (wsProc), its steps run with a marked context and take a
-//     reserved share of the provider-call slots (lanes);
+//     reserved share of the provider-call slots (stepQueue);
 //   - the monitor serves ChanMonitorUrgent apart from ChanMonitor, with its
 //     own reserved share, and its observation hints back urgently.
 //
@@ -67,4 +69,145 @@ func (l lanes) acquire(ctx context.Context, urgent bool) (release func()) {
 	case <-ctx.Done():
 		return nil
 	}
+}
+
+// stepQueue runs the reconciler's steps on a fixed set of goroutines, one
+// per provider-call slot, with lanes' split: an eighth of them run only
+// urgent steps, the others an urgent step first, then bulk ones in the
+// order they came. A step waiting for a slot is an entry in a slice, not a
+// goroutine: while 100,000 workspaces converge nearly all their steps
+// wait, and as goroutines parked on a slot each held a stack (most of the
+// process's memory) that every garbage collection scanned.
+type stepQueue struct {
+	mu sync.Mutex
+	// anyWork wakes a worker of either share (a push of either kind),
+	// urgentWork one of the urgent share (an urgent push): a signal must
+	// reach a worker that may take the step, or it is lost.
+	anyWork, urgentWork *sync.Cond
+	urgent, bulk        fifo[queuedStep]
+	closed              bool
+}
+
+// queuedStep is a step dispatched by a workspace's process: run it and
+// complete the process's yield (tag) through c.
+type queuedStep struct {
+	cmd reconcileCmd
+	tag uint64
+	c   sched.Completer
+}
+
+func newStepQueue() *stepQueue {
+	q := &stepQueue{}
+	q.anyWork, q.urgentWork = sync.NewCond(&q.mu), sync.NewCond(&q.mu)
+	return q
+}
+
+// push queues s; false once the queue is closed (s was not queued).
+func (q *stepQueue) push(s queuedStep) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return false
+	}
+	if s.cmd.urgent {
+		q.urgent.push(s)
+		q.urgentWork.Signal()
+	} else {
+		q.bulk.push(s)
+	}
+	q.anyWork.Signal()
+	return true
+}
+
+// pop waits for a step: urgent first, bulk too unless urgentOnly. false
+// once the queue is closed.
+func (q *stepQueue) pop(urgentOnly bool) (queuedStep, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for !q.closed {
+		if s, ok := q.urgent.pop(); ok {
+			return s, true
+		}
+		if !urgentOnly {
+			if s, ok := q.bulk.pop(); ok {
+				return s, true
+			}
+		}
+		if urgentOnly {
+			q.urgentWork.Wait()
+		} else {
+			q.anyWork.Wait()
+		}
+	}
+	return queuedStep{}, false
+}
+
+// close stops the workers (after the step each is running) and returns the
+// steps still queued, which will not run.
+func (q *stepQueue) close() []queuedStep {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.closed = true
+	q.anyWork.Broadcast()
+	q.urgentWork.Broadcast()
+	left := append(q.urgent.drain(), q.bulk.drain()...)
+	return left
+}
+
+// run runs n workers (n slots, lanes' urgent share among them) on exec
+// until close; it returns at once, wg counting the workers.
+func (q *stepQueue) run(n int, wg *sync.WaitGroup, exec func(queuedStep)) {
+	reserved := 0
+	if n >= 2 {
+		reserved = max(1, n/8)
+	}
+	for i := range max(n, 1) {
+		urgentOnly := i < reserved
+		wg.Go(func() {
+			for {
+				s, ok := q.pop(urgentOnly)
+				if !ok {
+					return
+				}
+				exec(s)
+			}
+		})
+	}
+}
+
+// fifo is a first-in, first-out queue on a slice that reuses its space.
+type fifo[T any] struct {
+	items []T
+	head  int // items[:head] are taken
+}
+
+func (f *fifo[T]) push(v T) {
+	if f.head > 0 && len(f.items) == cap(f.items) && f.head >= len(f.items)/2 {
+		n := copy(f.items, f.items[f.head:])
+		clear(f.items[n:])
+		f.items, f.head = f.items[:n], 0
+	}
+	f.items = append(f.items, v)
+}
+
+func (f *fifo[T]) pop() (T, bool) {
+	var zero T
+	if f.head == len(f.items) {
+		return zero, false
+	}
+	v := f.items[f.head]
+	f.items[f.head] = zero
+	f.head++
+	if f.head == len(f.items) {
+		f.items, f.head = f.items[:0], 0
+	}
+	return v, true
+}
+
+// drain takes every item left, in order.
+func (f *fifo[T]) drain() []T {
+	left := append([]T(nil), f.items[f.head:]...)
+	clear(f.items)
+	f.items, f.head = f.items[:0], 0
+	return left
 }
