@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gantryhq/gantry/internal/testutil"
 	"github.com/gantryhq/gantry/workspace/provider"
@@ -188,5 +189,52 @@ func TestStartSeesThePodWhenTheWatchIsBehind(t *testing.T) {
 	}
 	if pod, err := p.w.pod(PodName("behind")); err != nil || pod != nil {
 		t.Fatalf("cache has the pod (%v, %v): the watch was not behind, the test proves nothing", pod != nil, err)
+	}
+}
+
+// TestStartMakesAgainAPodDeletedOutright: a Pod removed at once (grace period 0) right
+// after Start made it, with the provider's cache frozen so that no terminating state is
+// ever seen, is found gone on the API server at the next poll and made again: Start
+// succeeds with a new Pod instead of waiting out its timeout.
+func TestStartMakesAgainAPodDeletedOutright(t *testing.T) {
+	c := newTestCluster(t)
+	p := c.provider(c.config())
+	ctx := t.Context()
+	if err := p.Provision(ctx, "outright"); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.w.waitSynced(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	p.w.stop()
+	deleted := make(chan types.UID, 1)
+	go func() {
+		defer close(deleted)
+		for ctx.Err() == nil {
+			pod, err := c.cli.CoreV1().Pods(c.ns).Get(ctx, PodName("outright"), metav1.GetOptions{})
+			if err == nil {
+				if err := c.cli.CoreV1().Pods(c.ns).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err == nil {
+					deleted <- pod.UID
+				}
+				return
+			}
+			time.Sleep(5 * time.Millisecond) // real time: the Pod appears through another client
+		}
+	}()
+	start := time.Now()
+	if err := p.Start(ctx, provider.Spec{ID: "outright", Owner: "alice", Name: "outright"}); err != nil {
+		t.Fatalf("Start with its Pod deleted outright: %v", err)
+	}
+	took := time.Since(start)
+	first, ok := <-deleted
+	if !ok {
+		t.Fatal("the Pod was never deleted: the test proves nothing")
+	}
+	pods := c.pods(map[string]string{LabelWorkspaceID: "outright"})
+	if len(pods) != 1 || pods[0].UID == first {
+		t.Fatalf("after Start: %s; want one new pod (the deleted one was %s)", podSummary(pods), first)
+	}
+	if took > 6*pollEvery {
+		t.Fatalf("Start took %v; want a poll or two (%v each)", took, pollEvery)
 	}
 }

@@ -135,11 +135,13 @@ type podCond func(pod *corev1.Pod, uid string) (done bool, err error)
 // Pod from the API server itself.
 const pollEvery = 5 * time.Second
 
-// waitPod waits until cond holds for Pod name, re-reading the cache at each
-// of its changes. Every pollEvery without one it reads the Pod from the API
-// server instead: the watch under the cache may be behind (after an API
-// server restart client-go resumes it with a backoff, and a Pod created
-// meanwhile stayed unseen until Start's timeout).
+// waitPod waits until cond holds for Pod name (uid: the Pod the caller
+// made, which existed when it asked), re-reading the cache at each of its
+// changes. Every pollEvery without one it reads the Pod from the API server
+// instead: the watch under the cache may be behind (after an API server
+// restart client-go resumes it with a backoff), and a Pod deleted outright
+// (no terminating state seen) is not in the cache either way; then it fails
+// with errDeletedWhileStarting, which Start answers with a new Pod.
 func (p *Provider) waitPod(ctx context.Context, id, name, uid string, cond podCond) error {
 	if err := p.w.waitSynced(ctx, syncWait); err != nil {
 		return wrap("wait for pod of", id, err)
@@ -158,6 +160,12 @@ func (p *Provider) waitPod(ctx context.Context, id, name, uid string, cond podCo
 		last = pod
 		if done, err := cond(pod, uid); done {
 			return err
+		}
+		if live && (pod == nil || string(pod.UID) != uid) {
+			// The API server itself no longer has the Pod this call made
+			// (deleted outright, perhaps replaced): waiting on would only
+			// end at the deadline.
+			return fmt.Errorf("%w: pod %s (uid %s) is gone from the API server", errDeletedWhileStarting, name, uid)
 		}
 		select {
 		case <-ctx.Done():
