@@ -236,9 +236,11 @@ func (s *Scheduler) wakeOne() {
 		s.nparked.Add(-1)
 		w.parked = false
 		w.token = true
+		// Counted before the signal: whatever the woken worker then does
+		// (a test reads Stats after it) happens after the count.
+		s.wakeups.Add(1)
 		w.cond.Signal()
 		s.idleMu.Unlock()
-		s.wakeups.Add(1)
 		return
 	}
 	s.idleMu.Unlock()
