@@ -1028,18 +1028,19 @@ func (h *stepHandler) Handle(_ context.Context, cmd sched.Command, tag uint64, c
 // pushes to r.steps). When ctx ends, the steps still queued complete with
 // its error; stop ends the workers once their steps are done.
 func (r *Reconciler) startSteps(ctx context.Context) (stop func()) {
-	r.steps = newStepQueue()
+	q := newStepQueue() // the closures keep this Run's queue
+	r.steps = q
 	var workers sync.WaitGroup
-	r.steps.run(r.cfg.Concurrency, &workers, func(s queuedStep) { r.runStep(ctx, s) })
+	q.run(r.cfg.Concurrency, &workers, func(s queuedStep) { r.runStep(ctx, s) })
 	unhook := context.AfterFunc(ctx, func() {
-		for _, s := range r.steps.close() {
+		for _, s := range q.close() {
 			s.c.CompleteYield(s.tag, stepResult{}, ctx.Err())
 			r.calls.Done()
 		}
 	})
 	return func() {
 		unhook()
-		r.steps.close()
+		q.close()
 		workers.Wait()
 	}
 }
