@@ -151,8 +151,9 @@ func (p *Provider) waitPod(ctx context.Context, id, name, uid string, cond podCo
 	for {
 		ch := p.w.next(name)
 		pod, err := p.w.pod(name)
+		answered := false
 		if live {
-			pod, err = p.livePod(ctx, name, pod, err)
+			pod, err, answered = p.livePod(ctx, name, pod, err)
 		}
 		if err != nil {
 			return wrap("wait for pod of", id, err)
@@ -161,7 +162,7 @@ func (p *Provider) waitPod(ctx context.Context, id, name, uid string, cond podCo
 		if done, err := cond(pod, uid); done {
 			return err
 		}
-		if live && (pod == nil || string(pod.UID) != uid) {
+		if answered && (pod == nil || string(pod.UID) != uid) {
 			// The API server itself no longer has the Pod this call made
 			// (deleted outright, perhaps replaced): waiting on would only
 			// end at the deadline.
@@ -178,19 +179,20 @@ func (p *Provider) waitPod(ctx context.Context, id, name, uid string, cond podCo
 	}
 }
 
-// livePod is Pod name as the API server has it (nil: none); cached and
-// cacheErr are the cache's answer, kept when the API server does not
-// answer (the wait goes on; its own deadline bounds it).
-func (p *Provider) livePod(ctx context.Context, name string, cached *corev1.Pod, cacheErr error) (*corev1.Pod, error) {
-	pod, err := p.cli.CoreV1().Pods(p.cfg.Namespace).Get(ctx, name, metav1.GetOptions{})
+// livePod is Pod name as the API server has it (nil: none), answered
+// true; cached and cacheErr are the cache's answer, kept (answered false)
+// when the API server does not answer: the wait goes on, its own deadline
+// bounds it, and a Pod is never judged gone on the cache's word alone.
+func (p *Provider) livePod(ctx context.Context, name string, cached *corev1.Pod, cacheErr error) (pod *corev1.Pod, err error, answered bool) {
+	pod, err = p.cli.CoreV1().Pods(p.cfg.Namespace).Get(ctx, name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 		pod = nil
 	case err != nil:
-		return cached, cacheErr
+		return cached, cacheErr, false
 	}
 	if (pod == nil) != (cached == nil) || pod != nil && pod.ResourceVersion != cached.ResourceVersion {
 		p.cfg.Logger.Warn("kubernetes: pod cache behind the API server; judging the live pod", "pod", name)
 	}
-	return pod, nil
+	return pod, nil, true
 }
