@@ -170,16 +170,8 @@ func TestExecAndLogsThroughTheAPIServer(t *testing.T) {
 // restart), Start still sees its Pod become ready, by reading it from the API server
 // when the cache shows no change: it returns well within its timeout, not at it.
 func TestStartSeesThePodWhenTheWatchIsBehind(t *testing.T) {
-	c := newTestCluster(t)
-	p := c.provider(c.config())
+	_, p := frozenCacheProvider(t, "behind")
 	ctx := t.Context()
-	if err := p.Provision(ctx, "behind"); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.w.waitSynced(ctx, time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	p.w.stop() // the cache keeps what it listed; no change reaches it any more
 	start := time.Now()
 	if err := p.Start(ctx, provider.Spec{ID: "behind", Owner: "alice", Name: "behind"}); err != nil {
 		t.Fatalf("Start with the watch behind: %v", err)
@@ -197,16 +189,8 @@ func TestStartSeesThePodWhenTheWatchIsBehind(t *testing.T) {
 // ever seen, is found gone on the API server at the next poll and made again: Start
 // succeeds with a new Pod instead of waiting out its timeout.
 func TestStartMakesAgainAPodDeletedOutright(t *testing.T) {
-	c := newTestCluster(t)
-	p := c.provider(c.config())
+	c, p := frozenCacheProvider(t, "outright")
 	ctx := t.Context()
-	if err := p.Provision(ctx, "outright"); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.w.waitSynced(ctx, time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	p.w.stop()
 	deleted := make(chan types.UID, 1)
 	go func() {
 		defer close(deleted)
@@ -237,4 +221,20 @@ func TestStartMakesAgainAPodDeletedOutright(t *testing.T) {
 	if took > 6*pollEvery {
 		t.Fatalf("Start took %v; want a poll or two (%v each)", took, pollEvery)
 	}
+}
+
+// frozenCacheProvider is a provider with workspace id provisioned whose Pod cache
+// keeps what it first listed: no change reaches it any more, as when the watch under
+// it is behind.
+func frozenCacheProvider(t *testing.T, id string) (*testCluster, *Provider) {
+	c := newTestCluster(t)
+	p := c.provider(c.config())
+	if err := p.Provision(t.Context(), id); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.w.waitSynced(t.Context(), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	p.w.stop()
+	return c, p
 }
