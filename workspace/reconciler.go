@@ -170,6 +170,7 @@ type ReconcilerStore interface {
 	Crashed(ctx context.Context, id, opID string, count int, info *ErrorInfo, now time.Time, next *time.Time) error
 	Terminal(ctx context.Context, id, opID string, info *ErrorInfo, now time.Time) error
 	Complete(ctx context.Context, w Workspace, now time.Time) (bool, error)
+	CompleteAndClaim(ctx context.Context, w Workspace, op Operation, opID, owner string, now, leaseUntil time.Time) (bool, error)
 	CompleteRestart(ctx context.Context, w Workspace, now time.Time) (bool, error)
 	DeleteRow(ctx context.Context, id, opID string) error
 }
@@ -580,24 +581,40 @@ func (r *Reconciler) stepOn(ctx context.Context, w *Workspace) stepResult {
 	if w.Operation != OpNone {
 		return r.inFlight(ctx, w)
 	}
-	// 3. Converged.
-	if w.ObservedStatus == w.DesiredState {
-		return stepResult{settled: true}
-	}
-	// 4. Plan.
-	op := Plan(w.ObservedStatus, w.DesiredState, w.ArchiveKey != "")
+	// 3. Converged, or 4. plan.
+	op := planNext(w)
 	if op == OpNone {
 		return stepResult{settled: true}
 	}
 	// 5. Claim (CAS with a fresh op_id), then execute.
+	return r.claim(ctx, w, op, func(opID string, now, leaseUntil time.Time) (bool, error) {
+		return r.store.Claim(ctx, *w, op, opID, r.cfg.Owner, now, leaseUntil)
+	})
+}
+
+// planNext is the operation a step claims on w: none while one is in
+// flight, when w is converged or in ERROR (unless deleting), else the plan.
+func planNext(w *Workspace) Operation {
+	switch {
+	case w.Operation != OpNone, w.ObservedStatus == w.DesiredState,
+		w.ObservedStatus == Error && w.DesiredState != Deleted:
+		return OpNone
+	}
+	return Plan(w.ObservedStatus, w.DesiredState, w.ArchiveKey != "")
+}
+
+// claim claims op for w with a fresh op_id through write (a
+// compare-and-set: Claim, or CompleteAndClaim), then executes it.
+func (r *Reconciler) claim(ctx context.Context, w *Workspace, op Operation, write func(opID string, now, leaseUntil time.Time) (bool, error)) stepResult {
 	opID, err := r.opIDs.next()
 	if err != nil {
 		return stepResult{}
 	}
 	now := r.cfg.Clock.Now()
-	ok, err := r.store.Claim(ctx, *w, op, opID, r.cfg.Owner, now, now.Add(r.cfg.Lease))
+	lease := now.Add(r.cfg.Lease)
+	ok, err := write(opID, now, lease)
 	if err != nil {
-		r.cfg.Logger.Warn("workspace: claim", "id", w.ID, "err", err)
+		r.cfg.Logger.Warn("workspace: claim", "id", w.ID, "op", op, "err", err)
 		return stepResult{}
 	}
 	if !ok {
@@ -605,7 +622,7 @@ func (r *Reconciler) stepOn(ctx context.Context, w *Workspace) stepResult {
 		// (another replica's claim then shows as an operation in flight).
 		return stepResult{again: true}
 	}
-	w.Operation, w.OpID, w.OpStartedAt, w.OpOwner = op, opID, &now, r.cfg.Owner
+	w.Operation, w.OpID, w.OpStartedAt, w.OpOwner, w.OpLeaseUntil, w.OpExecuted = op, opID, &now, r.cfg.Owner, &lease, false
 	r.cfg.Metrics.opStarted(op)
 	r.cfg.Logger.Debug("workspace: claimed", "id", w.ID, "op", op, "op_id", w.OpID)
 	return r.execute(ctx, w)
@@ -702,30 +719,7 @@ func (r *Reconciler) endInFlight(ctx context.Context, w *Workspace, now time.Tim
 		return stepResult{}, true
 	}
 	if w.Operation != OpDeleting && r.complete(w) {
-		complete := r.store.Complete
-		if crashLooping(w) {
-			complete = r.store.CompleteRestart // the count goes on: the crash loop is not over
-		}
-		ok, err := complete(ctx, *w, now)
-		switch {
-		case err != nil:
-			return stepResult{}, true
-		case !ok:
-			// The row moved since w (or another replica completed it):
-			// decide again from a fresh read.
-			return stepResult{again: true}, true
-		}
-		r.cfg.Logger.Info("workspace: operation completed", "id", w.ID, "op", w.Operation)
-		r.cfg.Metrics.opEnded(w.Operation, resultOK, w.OpStartedAt, now)
-		next := completed(*w)
-		// The hint comes back to this workspace's process too, most often
-		// during this step: its next step then takes this row instead of
-		// reading it.
-		r.hand(store.ToReconciler, *next)
-		r.hints.Publish(ctx, ChanWorkspace, w.ID)
-		// next is exact, even from a hinted w: Complete wrote only on the
-		// planning inputs w shows.
-		return stepResult{again: true, next: next, exact: true}, true
+		return r.completeOp(ctx, w, now), true
 	}
 	if elapsed := now.Sub(opStarted(w)); elapsed > r.cfg.Timeouts[w.Operation] {
 		info := &ErrorInfo{Reason: ReasonTimeout, Operation: w.Operation, IsTerminal: true, ErrorCount: w.ErrorCount,
@@ -738,6 +732,52 @@ func (r *Reconciler) endInFlight(ctx context.Context, w *Workspace, now time.Tim
 		return stepResult{}, true
 	}
 	return stepResult{}, false
+}
+
+// completeOp ends w's operation, which has reached its target. When the
+// row as completed plans a next operation (PROVISIONING done, STARTING
+// next), one write completes this one and claims that one
+// (CompleteAndClaim), and the step goes on to execute it.
+func (r *Reconciler) completeOp(ctx context.Context, w *Workspace, now time.Time) stepResult {
+	next := completed(*w)
+	if op := planNext(next); op != OpNone && !crashLooping(w) {
+		return r.claim(ctx, next, op, func(opID string, claimed, leaseUntil time.Time) (bool, error) {
+			ok, err := r.store.CompleteAndClaim(ctx, *w, op, opID, r.cfg.Owner, claimed, leaseUntil)
+			if ok {
+				r.completedOp(ctx, w, now)
+			}
+			return ok, err
+		})
+	}
+	complete := r.store.Complete
+	if crashLooping(w) {
+		complete = r.store.CompleteRestart // the count goes on: the crash loop is not over
+	}
+	ok, err := complete(ctx, *w, now)
+	switch {
+	case err != nil:
+		return stepResult{}
+	case !ok:
+		// The row moved since w (or another replica completed it):
+		// decide again from a fresh read.
+		return stepResult{again: true}
+	}
+	// The hint completedOp publishes comes back to this workspace's
+	// process too, most often during this step: its next step then takes
+	// this row instead of reading it.
+	r.hand(store.ToReconciler, *next)
+	r.completedOp(ctx, w, now)
+	// next is exact, even from a hinted w: Complete wrote only on the
+	// planning inputs w shows.
+	return stepResult{again: true, next: next, exact: true}
+}
+
+// completedOp logs, counts and announces the end of w's operation (the
+// row changed: the live page shows it).
+func (r *Reconciler) completedOp(ctx context.Context, w *Workspace, now time.Time) {
+	r.cfg.Logger.Info("workspace: operation completed", "id", w.ID, "op", w.Operation)
+	r.cfg.Metrics.opEnded(w.Operation, resultOK, w.OpStartedAt, now)
+	r.hints.Publish(ctx, ChanWorkspace, w.ID)
 }
 
 // waitInFlight reports whether w's operation must wait, and arranges the

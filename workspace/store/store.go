@@ -578,6 +578,21 @@ func (s *Store) Complete(ctx context.Context, w wstype.Workspace, now time.Time)
 	return n == 1, err
 }
 
+// CompleteAndClaim is Complete and Claim in one write: it ends w's
+// operation and claims op under opID, planned from the row as Complete
+// leaves it (PROVISIONING done, STARTING next). The compare-and-set is
+// Complete's: w's operation and the planning inputs op was planned from.
+// One statement instead of two for every step from one operation to the
+// next.
+func (s *Store) CompleteAndClaim(ctx context.Context, w wstype.Workspace, op wstype.Operation, opID, owner string, now, leaseUntil time.Time) (bool, error) {
+	n, err := s.exec(ctx, `UPDATE workspaces SET operation = ?, op_id = ?, op_started_at = ?, op_owner = ?, op_lease_until = ?,
+		op_executed = 0, error_count = 0, error_info = NULL, next_retry_at = NULL, updated_at = ?
+		WHERE id = ? AND op_id = ? AND operation <> 'NONE'`+planSeen,
+		string(op), opID, now.UnixMilli(), owner, leaseUntil.UnixMilli(), now.UnixMilli(),
+		w.ID, w.OpID, string(w.ObservedStatus), string(w.DesiredState), w.ArchiveKey)
+	return n == 1, err
+}
+
 // CompleteRestart is Complete for a restart after the command ended: it
 // keeps the error count and error info, so the crash loop's count goes on
 // (see Config.CrashWindow).

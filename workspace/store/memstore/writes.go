@@ -80,7 +80,7 @@ func (s *Store) Renew(_ context.Context, id, opID, owner string, leaseUntil time
 // Executed records that opID's provider call returned.
 func (s *Store) Executed(_ context.Context, id, opID string, now time.Time) error {
 	s.with(id, func(r *row) bool {
-		if r.w.OpID != opID {
+		if !isOp(r, opID) {
 			return false
 		}
 		r.w.OpExecuted, r.w.OpLeaseUntil, r.w.UpdatedAt = true, nil, ms(now)
@@ -92,7 +92,7 @@ func (s *Store) Executed(_ context.Context, id, opID string, now time.Time) erro
 // SetArchiveKey records the archive written by opID.
 func (s *Store) SetArchiveKey(_ context.Context, id, opID, key string, now time.Time) error {
 	ok := s.with(id, func(r *row) bool {
-		if r.w.OpID != opID {
+		if !isOp(r, opID) {
 			return false
 		}
 		r.w.ArchiveKey, r.w.UpdatedAt = key, ms(now)
@@ -123,6 +123,10 @@ func (s *Store) ChooseArchive(_ context.Context, id, key string, now time.Time) 
 	r.w.ArchiveKey, r.w.UpdatedAt = key, ms(now)
 	return snapshot(r), nil
 }
+
+// isOp reports whether r's op_id is opID (as SQL's op_id = ?, which a
+// row that never had an operation, op_id NULL, never matches).
+func isOp(r *row, opID string) bool { return r.w.OpID != "" && r.w.OpID == opID }
 
 // inFlight reports whether opID is id's operation in flight.
 func inFlight(r *row, opID string) bool { return r.w.OpID == opID && r.w.Operation != wstype.OpNone }
@@ -206,6 +210,20 @@ func (s *Store) Complete(_ context.Context, w wstype.Workspace, now time.Time) (
 			return false
 		}
 		clearOp(&r.w, now)
+		return true
+	}), nil
+}
+
+// CompleteAndClaim ends w's operation and claims op under opID, if the
+// row still shows what w shows (store.Store.CompleteAndClaim).
+func (s *Store) CompleteAndClaim(_ context.Context, w wstype.Workspace, op wstype.Operation, opID, owner string, now, leaseUntil time.Time) (bool, error) {
+	return s.with(w.ID, func(r *row) bool {
+		if !inFlight(r, w.OpID) || !seen(r, w) {
+			return false
+		}
+		clearOp(&r.w, now)
+		c := &r.w
+		c.Operation, c.OpID, c.OpStartedAt, c.OpOwner, c.OpLeaseUntil = op, opID, msPtr(now), owner, msPtr(leaseUntil)
 		return true
 	}), nil
 }
