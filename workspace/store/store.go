@@ -386,7 +386,8 @@ func (s *Store) ListOwned(ctx context.Context, owner string) ([]wstype.Workspace
 	return s.query(ctx, `SELECT `+cols+` FROM workspaces WHERE owner = ? ORDER BY id`, owner)
 }
 
-// actionable is the reconciler's filter; it matches the partial index.
+// actionable is the reconciler's filter; it matches SQLite's partial index
+// (Postgres has none: its writes stay heap-only, migration 0204).
 const actionable = `operation <> 'NONE' OR (desired_state <> observed_status AND (observed_status <> 'ERROR' OR desired_state = 'DELETED'))`
 
 // ListActionable reads, in one query, the workspaces the reconciler may have

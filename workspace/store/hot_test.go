@@ -1,0 +1,85 @@
+package store_test
+
+import (
+	"database/sql"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/gantryhq/gantry/workspace/store"
+	"github.com/gantryhq/gantry/workspace/store/storetest"
+	"github.com/gantryhq/gantry/workspace/wstype"
+)
+
+// TestReconcileWritesAreHeapOnly (Postgres): the seven writes that take a
+// workspace from PENDING to RUNNING mostly stay heap-only (HOT): no index
+// of the table covers a column they change, so Postgres need not add an
+// index entry per write. With an index on operation or a status (the old
+// actionable index) at most the two "executed" writes of the seven were.
+func TestReconcileWritesAreHeapOnly(t *testing.T) {
+	ctx := t.Context()
+	dsn := storetest.PostgresDSN(t)
+	st, err := store.Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 300
+	now := time.UnixMilli(1_700_000_000_000)
+	lease := now.Add(time.Minute)
+	ok := func(what string, w wstype.Workspace, done bool, err error) {
+		t.Helper()
+		if err != nil || !done {
+			t.Fatalf("%s %s: %v %v", what, w.ID, done, err)
+		}
+	}
+	for i := range n {
+		w, err := st.Create(ctx, wstype.NewWorkspace{Name: fmt.Sprint("h", i), Desired: wstype.Running}, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		prov, start := fmt.Sprint("p", i), fmt.Sprint("s", i)
+		done, err := st.Claim(ctx, w, wstype.OpProvisioning, prov, "me", now, lease)
+		ok("claim", w, done, err)
+		ok("executed", w, true, st.Executed(ctx, w.ID, prov, now))
+		w.Operation, w.OpID = wstype.OpProvisioning, prov
+		done, err = st.SetObserved(ctx, w, wstype.Standby, now)
+		ok("observed", w, done, err)
+		w.ObservedStatus = wstype.Standby
+		done, err = st.CompleteAndClaim(ctx, w, wstype.OpStarting, start, "me", now, lease)
+		ok("complete and claim", w, done, err)
+		ok("executed", w, true, st.Executed(ctx, w.ID, start, now))
+		w.Operation, w.OpID = wstype.OpStarting, start
+		done, err = st.SetObserved(ctx, w, wstype.Running, now)
+		ok("observed", w, done, err)
+		w.ObservedStatus = wstype.Running
+		done, err = st.Complete(ctx, w, now)
+		ok("complete", w, done, err)
+	}
+	st.Close() // its server processes report their counts as they exit
+
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var upd, hot int64
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		err := db.QueryRowContext(ctx, `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables
+			WHERE relname = 'workspaces' AND schemaname = current_schema()`).Scan(&upd, &hot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if upd >= 7*n || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if upd < 7*n {
+		t.Fatalf("the server counted %d updates, want %d", upd, 7*n)
+	}
+	if share := float64(hot) / float64(upd); share < 0.8 {
+		t.Fatalf("%d of %d updates heap-only (%.0f%%), want at least 80%%", hot, upd, 100*share)
+	}
+	t.Logf("%d of %d updates heap-only", hot, upd)
+}
