@@ -73,7 +73,7 @@ func TestReconcileWritesAreHeapOnly(t *testing.T) {
 		if upd >= 7*n || time.Now().After(deadline) {
 			break
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // poll: the server reports its counts on its own schedule
 	}
 	if upd < 7*n {
 		t.Fatalf("the server counted %d updates, want %d", upd, 7*n)
