@@ -739,8 +739,8 @@ func (r *Reconciler) endInFlight(ctx context.Context, w *Workspace, now time.Tim
 // next), one write completes this one and claims that one
 // (CompleteAndClaim), and the step goes on to execute it.
 func (r *Reconciler) completeOp(ctx context.Context, w *Workspace, now time.Time) stepResult {
-	next := completed(*w)
-	if op := planNext(next); op != OpNone && !crashLooping(w) {
+	next, restart := completed(*w), crashLooping(w)
+	if op := planNext(next); op != OpNone && !restart {
 		return r.claim(ctx, next, op, func(opID string, claimed, leaseUntil time.Time) (bool, error) {
 			ok, err := r.store.CompleteAndClaim(ctx, *w, op, opID, r.cfg.Owner, claimed, leaseUntil)
 			if ok {
@@ -750,7 +750,7 @@ func (r *Reconciler) completeOp(ctx context.Context, w *Workspace, now time.Time
 		})
 	}
 	complete := r.store.Complete
-	if crashLooping(w) {
+	if restart {
 		complete = r.store.CompleteRestart // the count goes on: the crash loop is not over
 	}
 	ok, err := complete(ctx, *w, now)

@@ -46,11 +46,20 @@ func (h urgentHints) Publish(ctx context.Context, channel, id string) error {
 type lanes struct{ bulk, urgent chan struct{} }
 
 func newLanes(n int) lanes {
-	if n < 2 {
+	u := urgentShare(n)
+	if u == 0 {
 		return lanes{bulk: make(chan struct{}, max(n, 1))} // nothing to reserve: urgent work shares the one slot
 	}
-	u := max(1, n/8)
 	return lanes{bulk: make(chan struct{}, n-u), urgent: make(chan struct{}, u)}
+}
+
+// urgentShare is how many of n slots are reserved for urgent work: an
+// eighth, at least one, none when there is only one slot.
+func urgentShare(n int) int {
+	if n < 2 {
+		return 0
+	}
+	return max(1, n/8)
 }
 
 // acquire takes a slot: bulk work from the bulk share, urgent work from
@@ -157,10 +166,7 @@ func (q *stepQueue) close() []queuedStep {
 // run runs n workers (n slots, lanes' urgent share among them) on exec
 // until close; it returns at once, wg counting the workers.
 func (q *stepQueue) run(n int, wg *sync.WaitGroup, exec func(queuedStep)) {
-	reserved := 0
-	if n >= 2 {
-		reserved = max(1, n/8)
-	}
+	reserved := urgentShare(n)
 	for i := range max(n, 1) {
 		urgentOnly := i < reserved
 		wg.Go(func() {
