@@ -37,22 +37,27 @@ func TestReconcileWritesAreHeapOnly(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		prov, start := fmt.Sprint("p", i), fmt.Sprint("s", i)
-		done, err := st.Claim(ctx, w, wstype.OpProvisioning, prov, "me", now, lease)
-		ok("claim", w, done, err)
-		ok("executed", w, true, st.Executed(ctx, w.ID, prov, now))
-		w.Operation, w.OpID = wstype.OpProvisioning, prov
-		done, err = st.SetObserved(ctx, w, wstype.Standby, now)
-		ok("observed", w, done, err)
-		w.ObservedStatus = wstype.Standby
-		done, err = st.CompleteAndClaim(ctx, w, wstype.OpStarting, start, "me", now, lease)
-		ok("complete and claim", w, done, err)
-		ok("executed", w, true, st.Executed(ctx, w.ID, start, now))
-		w.Operation, w.OpID = wstype.OpStarting, start
-		done, err = st.SetObserved(ctx, w, wstype.Running, now)
-		ok("observed", w, done, err)
-		w.ObservedStatus = wstype.Running
-		done, err = st.Complete(ctx, w, now)
+		// PROVISIONING to STANDBY, then STARTING to RUNNING: each claimed
+		// (the second with the first's completion), executed, observed.
+		for k, stage := range []struct {
+			op wstype.Operation
+			to wstype.Status
+		}{{wstype.OpProvisioning, wstype.Standby}, {wstype.OpStarting, wstype.Running}} {
+			opID := fmt.Sprint(stage.op, i)
+			var done bool
+			if k == 0 {
+				done, err = st.Claim(ctx, w, stage.op, opID, "me", now, lease)
+			} else {
+				done, err = st.CompleteAndClaim(ctx, w, stage.op, opID, "me", now, lease)
+			}
+			ok("claim", w, done, err)
+			ok("executed", w, true, st.Executed(ctx, w.ID, opID, now))
+			w.Operation, w.OpID = stage.op, opID
+			done, err = st.SetObserved(ctx, w, stage.to, now)
+			ok("observed", w, done, err)
+			w.ObservedStatus = stage.to
+		}
+		done, err := st.Complete(ctx, w, now)
 		ok("complete", w, done, err)
 	}
 	st.Close() // its server processes report their counts as they exit
