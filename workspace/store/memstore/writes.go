@@ -40,12 +40,10 @@ func (s *Store) MarkDeleted(_ context.Context, id string, now time.Time) error {
 // Claim is the seed's CAS (store.Store.Claim's conditions).
 func (s *Store) Claim(_ context.Context, w wstype.Workspace, op wstype.Operation, opID, owner string, now, leaseUntil time.Time) (bool, error) {
 	return s.with(w.ID, func(r *row) bool {
-		c := &r.w
-		if c.Operation != wstype.OpNone || !seen(r, w) || c.OpID != w.OpID {
+		if r.w.Operation != wstype.OpNone || !seen(r, w) || r.w.OpID != w.OpID {
 			return false
 		}
-		c.Operation, c.OpID, c.OpStartedAt, c.OpOwner, c.OpLeaseUntil = op, opID, msPtr(now), owner, msPtr(leaseUntil)
-		c.OpExecuted, c.NextRetryAt, c.UpdatedAt = false, nil, ms(now)
+		startOp(&r.w, op, opID, owner, now, leaseUntil)
 		return true
 	}), nil
 }
@@ -188,6 +186,12 @@ func clearOp(c *wstype.Workspace, now time.Time) {
 	c.ErrorCount, c.ErrorInfo, c.NextRetryAt, c.UpdatedAt = 0, nil, nil, ms(now)
 }
 
+// startOp writes what a claim of op under opID writes (store.Store.Claim).
+func startOp(c *wstype.Workspace, op wstype.Operation, opID, owner string, now, leaseUntil time.Time) {
+	c.Operation, c.OpID, c.OpStartedAt, c.OpOwner, c.OpLeaseUntil = op, opID, msPtr(now), owner, msPtr(leaseUntil)
+	c.OpExecuted, c.NextRetryAt, c.UpdatedAt = false, nil, ms(now)
+}
+
 // CompleteRestart ends w's operation keeping the error count and info, if
 // the row still shows what w shows (store.Store.Complete).
 func (s *Store) CompleteRestart(_ context.Context, w wstype.Workspace, now time.Time) (bool, error) {
@@ -222,8 +226,7 @@ func (s *Store) CompleteAndClaim(_ context.Context, w wstype.Workspace, op wstyp
 			return false
 		}
 		clearOp(&r.w, now)
-		c := &r.w
-		c.Operation, c.OpID, c.OpStartedAt, c.OpOwner, c.OpLeaseUntil = op, opID, msPtr(now), owner, msPtr(leaseUntil)
+		startOp(&r.w, op, opID, owner, now, leaseUntil)
 		return true
 	}), nil
 }
