@@ -260,7 +260,8 @@ func envInt(name string, def int) int {
 	return def
 }
 
-// countingStore counts ListActionable calls: one per tick.
+// countingStore counts the tick's queries: one per tick over converged
+// workspaces (ListActionableIDs finds none).
 type countingStore struct {
 	*store.Store
 	listed atomic.Int64
@@ -269,4 +270,9 @@ type countingStore struct {
 func (c *countingStore) ListActionable(ctx context.Context) ([]Workspace, error) {
 	c.listed.Add(1)
 	return c.Store.ListActionable(ctx)
+}
+
+func (c *countingStore) ListActionableIDs(ctx context.Context) ([]string, error) {
+	c.listed.Add(1)
+	return c.Store.ListActionableIDs(ctx)
 }

@@ -161,6 +161,7 @@ func (c *Config) retryPolicy() backoff.Policy {
 type ReconcilerStore interface {
 	Get(ctx context.Context, id string) (Workspace, error)
 	ListActionable(ctx context.Context) ([]Workspace, error)
+	ListActionableIDs(ctx context.Context) ([]string, error)
 	Claim(ctx context.Context, w Workspace, op Operation, opID, owner string, now, leaseUntil time.Time) (bool, error)
 	Acquire(ctx context.Context, id, opID string, errorCount int, owner string, now, leaseUntil time.Time) (bool, error)
 	Renew(ctx context.Context, id, opID, owner string, leaseUntil time.Time) (bool, error)
@@ -262,6 +263,10 @@ type reconcileCmd struct {
 // treat the workspace as urgent until it is settled.
 type urgentHint struct{}
 
+// tickHint is the tick's message to a workspace's process: re-read, unless
+// a step is in flight or due (it reads, or is handed, a newer row).
+type tickHint struct{}
+
 func (reconcileCmd) CommandType() sched.CommandType { return cmdReconcile }
 
 // stepResult is a reconcile step's outcome.
@@ -287,8 +292,9 @@ type stepResult struct {
 	settled bool
 }
 
-// wsProc is one workspace's process. Messages are row snapshots (ticks),
-// nil (hints, timers) or urgentHint; the yield is one reconcile step. While
+// wsProc is one workspace's process. Messages are row snapshots (the
+// tick's, for a process it spawns), tickHint, nil (hints, timers) or
+// urgentHint; the yield is one reconcile step. While
 // a step is in flight newer messages are coalesced into one follow-up.
 // Invariant: urgent is set from an urgentHint until a step that started
 // after it finds the workspace settled; every step yielded meanwhile is
@@ -334,8 +340,13 @@ func (p *wsProc) Step(events []sched.Event, out *sched.StepOutput) error {
 // message takes a snapshot, a hint, a timer or an urgentHint.
 func (p *wsProc) message(data any) {
 	w, _ := data.(*Workspace)
-	if _, ok := data.(urgentHint); ok {
+	switch data.(type) {
+	case urgentHint:
 		p.urgent = true
+	case tickHint:
+		if p.busy || p.pending {
+			return // as a snapshot below
+		}
 	}
 	if w != nil && (p.busy || p.pending && p.latest == nil) {
 		// A tick's snapshot while a step is in flight or due adds nothing:
@@ -408,16 +419,53 @@ func (r *Reconciler) send(id string, msg any) {
 // At most one wake-up per workspace is pending: the earliest wins.
 func (r *Reconciler) pokeAt(id string, d time.Duration) { r.wake.at(id, d) }
 
-// Tick reads the actionable workspaces in one query and hands each to its
-// process.
+// Tick hands every actionable workspace to its process: a tickHint to each
+// process there is (nothing for one whose step is in flight or due), and
+// the row, read in one more query, to a new process for each other one (at
+// start, all of them). Reading every row instead cost 1.2 CPU-seconds per
+// tick while 100,000 workspaces converged, nearly all of them in hand.
 func (r *Reconciler) Tick(ctx context.Context) error {
 	defer r.cfg.Metrics.observeTick(time.Now())
+	if r.alt != nil {
+		return r.tickRows(ctx, nil)
+	}
+	ids, err := r.store.ListActionableIDs(ctx)
+	if err != nil {
+		return err
+	}
+	var unknown map[string]bool // ids without a process
+	for len(ids) > 0 {
+		chunk := ids[:min(len(ids), 1024)] // a user's hint waits for one chunk, not 100,000 sends
+		ids = ids[len(chunk):]
+		r.mu.Lock()
+		for _, id := range chunk {
+			if pid, ok := r.procs[id]; ok && r.sch != nil && r.sch.Send(pid, tickHint{}) == nil {
+				continue
+			}
+			if unknown == nil {
+				unknown = map[string]bool{}
+			}
+			unknown[id] = true
+		}
+		r.mu.Unlock()
+	}
+	if unknown == nil {
+		return nil
+	}
+	return r.tickRows(ctx, unknown)
+}
+
+// tickRows reads the actionable rows in one query and pokes each whose id
+// is in only (nil = every one) with its row.
+func (r *Reconciler) tickRows(ctx context.Context, only map[string]bool) error {
 	ws, err := r.store.ListActionable(ctx)
 	if err != nil {
 		return err
 	}
 	for i := range ws {
-		r.poke(ws[i].ID, &ws[i])
+		if only == nil || only[ws[i].ID] {
+			r.poke(ws[i].ID, &ws[i])
+		}
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -393,6 +394,83 @@ func TestCrashLoopAcrossRestarts(t *testing.T) {
 				if got.ErrorCount != 1 {
 					t.Fatalf("end %d, apart from the previous by more than the window: %s; want count 1", i+1, describe(got))
 				}
+			}
+		})
+	}
+}
+
+// tickCounting counts what the tick reads: rows (ListActionable) and id
+// lists (ListActionableIDs).
+type tickCounting struct {
+	testStore
+	rows, idLists atomic.Int64
+}
+
+func (c *tickCounting) ListActionable(ctx context.Context) ([]Workspace, error) {
+	ws, err := c.testStore.ListActionable(ctx)
+	c.rows.Add(int64(len(ws)))
+	return ws, err
+}
+
+func (c *tickCounting) ListActionableIDs(ctx context.Context) ([]string, error) {
+	c.idLists.Add(1)
+	return c.testStore.ListActionableIDs(ctx)
+}
+
+// TestTickReadsRowsOnlyForNewWorkspaces: a tick reads the rows of the
+// actionable workspaces that have no process yet and only pokes the others,
+// which read their row themselves; a change nobody hinted converges on the
+// tick either way.
+func TestTickReadsRowsOnlyForNewWorkspaces(t *testing.T) {
+	for _, b := range recBackends {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := t.Context()
+			st := &tickCounting{testStore: b.open(t)}
+			var ids []string
+			for i := range 5 {
+				w, err := st.Create(ctx, NewWorkspace{Name: fmt.Sprint("w", i), Desired: Running}, time.Now())
+				if err != nil {
+					t.Fatal(err)
+				}
+				ids = append(ids, w.ID)
+			}
+			// An hour's interval: the first tick, at start, and the ones
+			// below are the only ones. The store's writes publish no hints.
+			h := startHarness(t, st, fake.New(time.Millisecond), hints.NewLocal(), Config{Interval: time.Hour})
+			for _, id := range ids {
+				h.waitState(t, id, Running, 10*time.Second)
+			}
+			if got := st.rows.Load(); got != 5 {
+				t.Fatalf("the first tick read %d rows, want the 5 new workspaces'", got)
+			}
+
+			// A change to a workspace with a process: the tick reads ids only.
+			if _, err := st.SetDesired(ctx, ids[0], Standby, time.Now()); err != nil {
+				t.Fatal(err)
+			}
+			lists := st.idLists.Load()
+			if err := h.rec.Tick(ctx); err != nil {
+				t.Fatal(err)
+			}
+			h.waitState(t, ids[0], Standby, 10*time.Second)
+			if got := st.rows.Load(); got != 5 {
+				t.Fatalf("a tick over workspaces in hand read %d rows", got-5)
+			}
+			if st.idLists.Load() != lists+1 {
+				t.Fatalf("a tick listed ids %d times, want once", st.idLists.Load()-lists)
+			}
+
+			// A new workspace: the tick reads its row.
+			w, err := st.Create(ctx, NewWorkspace{Name: "late", Desired: Running}, time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := h.rec.Tick(ctx); err != nil {
+				t.Fatal(err)
+			}
+			h.waitState(t, w.ID, Running, 10*time.Second)
+			if got := st.rows.Load() - 5; got < 1 {
+				t.Fatal("a tick did not read the new workspace's row")
 			}
 		})
 	}

@@ -396,6 +396,26 @@ func (s *Store) ListActionable(ctx context.Context) ([]wstype.Workspace, error) 
 	return s.query(ctx, `SELECT `+cols+` FROM workspaces WHERE `+actionable)
 }
 
+// ListActionableIDs is ListActionable's ids alone (on SQLite, read from
+// its partial index without touching the table): the reconciler's tick
+// reads rows only for workspaces it has no process for.
+func (s *Store) ListActionableIDs(ctx context.Context) ([]string, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT id FROM workspaces WHERE `+actionable)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
+}
+
 // SetDesired writes desired_state. A workspace being deleted is a conflict.
 func (s *Store) SetDesired(ctx context.Context, id string, desired wstype.Status, now time.Time) (wstype.Workspace, error) {
 	return s.SetDesiredWithin(ctx, id, desired, auth.Quotas{}, now)

@@ -238,16 +238,24 @@ func (d *diff) compare(step int) {
 			w.ID = ""
 			fmt.Fprintf(&b, "%s\n", norm(w))
 		}
-		var an, cn []string
+		ids, err := d.s[i].ListActionableIDs(ctx)
+		if err != nil {
+			d.t.Fatal(err)
+		}
+		var an, cn, in []string
 		for _, w := range act {
 			an = append(an, w.Name)
+		}
+		for _, id := range ids {
+			in = append(in, names[id])
 		}
 		for _, c := range cs {
 			cn = append(cn, fmt.Sprint(names[c.ID], c.Observed, c.Version, c.Since.UnixMilli()))
 		}
 		slices.Sort(an)
 		slices.Sort(cn)
-		fmt.Fprintf(&b, "actionable %v\nttl %v\n", an, cn)
+		slices.Sort(in)
+		fmt.Fprintf(&b, "actionable %v\nactionable ids %v\nttl %v\n", an, in, cn)
 		rows[i] = b.String()
 	}
 	if diff := cmp.Diff(rows[1], rows[0]); diff != "" {

@@ -145,9 +145,20 @@ func (s *Store) List(context.Context) ([]wstype.Workspace, error) {
 // ListActionable: an operation in flight, or desired ≠ observed outside
 // ERROR (DELETED acts even on ERROR).
 func (s *Store) ListActionable(context.Context) ([]wstype.Workspace, error) {
-	return s.filter(func(r *row) bool {
-		w := r.w
-		return w.Operation != wstype.OpNone || (w.DesiredState != w.ObservedStatus &&
-			(w.ObservedStatus != wstype.Error || w.DesiredState == wstype.Deleted))
-	}), nil
+	return s.filter(actionable), nil
+}
+
+// ListActionableIDs is ListActionable's ids.
+func (s *Store) ListActionableIDs(context.Context) ([]string, error) {
+	var ids []string
+	for _, w := range s.filter(actionable) {
+		ids = append(ids, w.ID)
+	}
+	return ids, nil
+}
+
+func actionable(r *row) bool {
+	w := r.w
+	return w.Operation != wstype.OpNone || (w.DesiredState != w.ObservedStatus &&
+		(w.ObservedStatus != wstype.Error || w.DesiredState == wstype.Deleted))
 }

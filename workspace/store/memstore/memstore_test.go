@@ -17,6 +17,7 @@ type fullStore interface {
 	Get(ctx ctxT, id string) (wstype.Workspace, error)
 	List(ctx ctxT) ([]wstype.Workspace, error)
 	ListActionable(ctx ctxT) ([]wstype.Workspace, error)
+	ListActionableIDs(ctx ctxT) ([]string, error)
 	SetDesired(ctx ctxT, id string, desired wstype.Status, now time.Time) (wstype.Workspace, error)
 	MarkDeleted(ctx ctxT, id string, now time.Time) error
 	Claim(ctx ctxT, w wstype.Workspace, op wstype.Operation, opID, owner string, now, leaseUntil time.Time) (bool, error)
