@@ -11,7 +11,7 @@
 // Tour:
 //
 //	store.go    Open (dialects, migrations/), the row scan, Create, Get, List,
-//	            ListActionable, SetDesired, and the reconciler's writes: Claim,
+//	            ListActionable(IDs), SetDesired, and the reconciler's writes: Claim,
 //	            Acquire, Renew, Executed, SetArchiveKey, Failed, Terminal,
 //	            Complete, DeleteRow; SetObserved and Recover
 //	monitor.go  the HealthMonitor's error-info writes (SetObserveError,
