@@ -68,9 +68,10 @@ func countConverged(tb testing.TB, st *store.Store) int {
 // waitConverged polls until all n workspaces are converged, cheaply:
 // whether any row is still actionable is one index probe on SQLite, and
 // on Postgres a scan that stops at the first actionable row (the whole
-// table only in the last polls). (Counting what is left scanned it all: 51 ms on Postgres with
-// 100,000 rows left, and at four polls a second a sixth of the database
-// server's time went to the benchmark instead of the run it measures.)
+// table only in the last polls). (Counting what is left scanned it all:
+// 51 ms on Postgres with 100,000 rows left, and at four polls a second a
+// sixth of the database server's time went to the benchmark instead of
+// the run it measures.)
 func waitConverged(b *testing.B, st *store.Store, n int, limit time.Duration) {
 	deadline := time.Now().Add(limit)
 	for {

@@ -337,7 +337,7 @@ func (p *wsProc) Step(events []sched.Event, out *sched.StepOutput) error {
 	return nil
 }
 
-// message takes a snapshot, a hint, a timer or an urgentHint.
+// message takes a snapshot, a tickHint, a hint, a timer or an urgentHint.
 func (p *wsProc) message(data any) {
 	w, _ := data.(*Workspace)
 	switch data.(type) {
