@@ -27,6 +27,9 @@ type MonitorConfig struct {
 	Concurrency int
 	Logger      *slog.Logger
 	Clock       clock.Clock // nil = the real clock
+	// Metrics counts the operations an observation ends (observationEnds);
+	// nil = none.
+	Metrics *Metrics
 }
 
 // MonitorStore is what the HealthMonitor reads and writes: it is the only
@@ -35,6 +38,7 @@ type MonitorStore interface {
 	Get(ctx context.Context, id string) (Workspace, error)
 	List(ctx context.Context) ([]Workspace, error)
 	SetObserved(ctx context.Context, w Workspace, status Status, now time.Time) (bool, error)
+	SetObservedComplete(ctx context.Context, w Workspace, status Status, now time.Time) (bool, error)
 	SetObserveError(ctx context.Context, id string, info *ErrorInfo, now time.Time) (bool, error)
 	ClearObserveError(ctx context.Context, id string, now time.Time) (bool, error)
 }
@@ -52,6 +56,8 @@ var _ MonitorStore = (*store.Store)(nil)
 //
 // It observes every workspace each Interval and one workspace at once when
 // a hint arrives on ChanMonitor; it publishes ChanWorkspace on each change.
+// An observation that shows an executed operation at its target also ends
+// the operation, in the same write (observationEnds).
 // A failed observation leaves observed_status alone and shows in
 // error_info (reason ObserveFailed) until an observation succeeds.
 type HealthMonitor struct {
@@ -144,8 +150,26 @@ func (m *HealthMonitor) observeOne(ctx context.Context, w Workspace, hinted bool
 }
 
 // writeObserved writes status st observed at at for w and reports whether
-// it changed the row.
+// it changed the row. An observation that shows w's executed operation at
+// its target ends the operation in the same write (observationEnds), unless
+// the row moved since w: then it writes the observation alone and leaves
+// the operation to the reconciler.
 func (m *HealthMonitor) writeObserved(ctx context.Context, w Workspace, st Status, at time.Time) bool {
+	if observationEnds(&w, st) {
+		ended, err := m.store.SetObservedComplete(ctx, w, st, at)
+		if err != nil {
+			m.cfg.Logger.Warn("workspace: write observed_status", "id", w.ID, "err", err)
+			return false
+		}
+		if ended {
+			m.cfg.Logger.Debug("workspace: observed", "id", w.ID, "status", st)
+			m.cfg.Logger.Info("workspace: operation completed", "id", w.ID, "op", w.Operation)
+			m.cfg.Metrics.opEnded(w.Operation, resultOK, w.OpStartedAt, at)
+			w.ObservedStatus, w.ObservedAt = st, &at
+			m.wrote(ctx, *completed(w))
+			return true
+		}
+	}
 	changed, err := m.store.SetObserved(ctx, w, st, at)
 	if err != nil {
 		m.cfg.Logger.Warn("workspace: write observed_status", "id", w.ID, "err", err)
@@ -153,17 +177,22 @@ func (m *HealthMonitor) writeObserved(ctx context.Context, w Workspace, st Statu
 	}
 	if changed {
 		m.cfg.Logger.Debug("workspace: observed", "id", w.ID, "status", st)
-		if m.handed != nil {
-			// The reconciler steps on it next: leave it the row as written.
-			w.ObservedStatus, w.ObservedAt = st, &at
-			if w.ErrorInfo != nil && w.ErrorInfo.Reason == ReasonObserveFailed {
-				w.ErrorInfo = nil // SetObserved cleared it
-			}
-			m.handed.Hand(store.ToReconciler, w)
+		w.ObservedStatus, w.ObservedAt = st, &at
+		if w.ErrorInfo != nil && w.ErrorInfo.Reason == ReasonObserveFailed {
+			w.ErrorInfo = nil // SetObserved cleared it
 		}
-		m.hints.Publish(ctx, ChanWorkspace, w.ID)
+		m.wrote(ctx, w)
 	}
 	return changed
+}
+
+// wrote announces the row the monitor just wrote, w: handed to the
+// reconciler, which steps on it next, and hinted on ChanWorkspace.
+func (m *HealthMonitor) wrote(ctx context.Context, w Workspace) {
+	if m.handed != nil {
+		m.handed.Hand(store.ToReconciler, w)
+	}
+	m.hints.Publish(ctx, ChanWorkspace, w.ID)
 }
 
 // observeFailed makes a failed observation visible in error_info (reason

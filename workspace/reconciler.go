@@ -704,15 +704,33 @@ func completed(w Workspace) *Workspace {
 	return &w
 }
 
+// complete reports whether w's operation is over: observed at its target.
 func (r *Reconciler) complete(w *Workspace) bool {
-	if w.Operation == OpArchiving {
-		return w.ObservedStatus == Pending && w.ArchiveKey == provider.ArchiveKey(w.ID, w.OpID)
-	}
 	if w.Operation == OpStarting && w.ErrorInfo != nil && w.ErrorInfo.Reason == ReasonExited && w.NextRetryAt != nil &&
 		r.cfg.Clock.Now().Before(w.NextRetryAt.Add(CrashGrace)) {
 		return false // restarted after its command ended: it must stay up a while to count as started
 	}
-	return w.ObservedStatus == w.Operation.Target()
+	return atTarget(w, w.ObservedStatus)
+}
+
+// atTarget reports whether status st is w's operation's target (an
+// archive: PENDING with the archive its operation wrote).
+func atTarget(w *Workspace, st Status) bool {
+	if w.Operation == OpArchiving {
+		return st == Pending && w.ArchiveKey == provider.ArchiveKey(w.ID, w.OpID)
+	}
+	return st == w.Operation.Target()
+}
+
+// observationEnds reports whether observing st ends w's operation in the
+// observation's own write (HealthMonitor, Store.SetObservedComplete):
+// the provider call was executed, st is its target, and nothing asks for
+// the reconciler's judgement: no error info (a crash loop's restart, a
+// failed observation, a terminal error) and not DELETING, which ends by
+// removing the row. It is the completion the reconciler's next step would
+// write, one write and one step sooner.
+func observationEnds(w *Workspace, st Status) bool {
+	return w.OpExecuted && w.ErrorInfo == nil && w.Operation != OpNone && w.Operation != OpDeleting && atTarget(w, st)
 }
 
 // crashLooping reports whether w is a start after its command ended (a

@@ -45,13 +45,12 @@ func TestConvergesWithoutTicks(t *testing.T) {
 			if c := countConverged(t, st); c != n {
 				t.Fatalf("%d of %d converged", c, n)
 			}
-			// Two operations, each a claim, "executed", an observation and a
-			// completion, where the first completion and the second claim are
-			// one write (CompleteAndClaim): 7 writes, plus the rare compare-
-			// and-set that loses to a newer row and is made again.
+			// Two operations, each a claim, "executed", and the observation
+			// that ends it (SetObservedComplete): 6 writes, plus the rare
+			// compare-and-set that loses to a newer row and is made again.
 			writes := float64(st.BatchStats().WriteStmts-s0.WriteStmts) / float64(n)
-			if writes < 7 || writes > 7.1 {
-				t.Errorf("%.3f writes per workspace, want 7 (at most 7.1)", writes)
+			if writes < 6 || writes > 6.1 {
+				t.Errorf("%.3f writes per workspace, want 6 (at most 6.1)", writes)
 			}
 			t.Logf("%d workspaces converged in %s, %.3f writes each", n, time.Since(start).Round(time.Millisecond), writes)
 		})

@@ -136,6 +136,7 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	cfg.Reconciler.Logger = cfg.Logger
 	cfg.Reconciler.Metrics = metrics
 	cfg.Monitor.Logger = cfg.Logger
+	cfg.Monitor.Metrics = metrics
 	cfg.TTL.Logger, cfg.TTL.Hints = cfg.Logger, s.hints
 	s.Rec, err = NewReconciler(cfg.Reconciler, st, cfg.Container, cfg.Storage, s.hints)
 	if err != nil {

@@ -90,12 +90,13 @@ func newStack(t *testing.T, hintsOn bool) *stack {
 	c := &process.Container{RunDir: filepath.Join(dir, "run"), StopGrace: time.Second}
 	storage := &archive.Storage{Root: filepath.Join(dir, "volumes"), Blobs: &fs.BlobStore{Dir: filepath.Join(dir, "blobs")}}
 	reg := prometheus.NewRegistry()
+	metrics := workspace.NewMetrics(reg)
 	rec, err := workspace.NewReconciler(workspace.Config{Interval: 150 * time.Millisecond, RetryBackoff: 100 * time.Millisecond,
-		Metrics: workspace.NewMetrics(reg)}, st, c, storage, hb)
+		Metrics: metrics}, st, c, storage, hb)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mon := workspace.NewHealthMonitor(workspace.MonitorConfig{Interval: 150 * time.Millisecond}, st, c, storage, hb)
+	mon := workspace.NewHealthMonitor(workspace.MonitorConfig{Interval: 150 * time.Millisecond, Metrics: metrics}, st, c, storage, hb)
 	var srvHints workspace.Hints
 	if hintsOn {
 		srvHints = hb
@@ -270,8 +271,9 @@ func TestProbesAndMetrics(t *testing.T) {
 	if code, body := get("/readyz"); code != 200 {
 		t.Errorf("/readyz %d %s", code, body)
 	}
-	// Operations are counted by the reconciler when they end (right after
-	// the row says so); the status gauge may trail by one hub resync.
+	// Operations are counted when they end, by the reconciler or by the
+	// monitor whose observation ends them (right after the row says so);
+	// the status gauge may trail by one hub resync.
 	want := []string{
 		`gantry_ws_workspaces{status="RUNNING"} 1`,
 		`gantry_ws_operations_started_total{type="PROVISIONING"} 1`,

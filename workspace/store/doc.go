@@ -13,7 +13,8 @@
 //	store.go    Open (dialects, migrations/), the row scan, Create, Get, List,
 //	            ListActionable(IDs), SetDesired, and the reconciler's writes: Claim,
 //	            Acquire, Renew, Executed, SetArchiveKey, Failed, Terminal,
-//	            Complete, DeleteRow; SetObserved and Recover
+//	            Complete, DeleteRow; SetObserved, SetObservedComplete (an
+//	            observation that ends the executed operation) and Recover
 //	monitor.go  the HealthMonitor's error-info writes (SetObserveError,
 //	            ClearObserveError), which never touch the reconciler's
 //	ttl.go      the TTL manager's reads and its one write (SetDesiredIfVersion,

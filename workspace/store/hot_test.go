@@ -11,11 +11,11 @@ import (
 	"github.com/gantryhq/gantry/workspace/wstype"
 )
 
-// TestReconcileWritesAreHeapOnly (Postgres): the seven writes that take a
+// TestReconcileWritesAreHeapOnly (Postgres): the six writes that take a
 // workspace from PENDING to RUNNING mostly stay heap-only (HOT): no index
 // of the table covers a column they change, so Postgres need not add an
 // index entry per write. With an index on operation or a status (the old
-// actionable index) at most the two "executed" writes of the seven were.
+// actionable index) at most the two "executed" writes of the six were.
 func TestReconcileWritesAreHeapOnly(t *testing.T) {
 	ctx := t.Context()
 	dsn := storetest.PostgresDSN(t)
@@ -37,28 +37,21 @@ func TestReconcileWritesAreHeapOnly(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// PROVISIONING to STANDBY, then STARTING to RUNNING: each claimed
-		// (the second with the first's completion), executed, observed.
-		for k, stage := range []struct {
+		// PROVISIONING to STANDBY, then STARTING to RUNNING: each claimed,
+		// executed, and ended by the observation of its target.
+		for _, stage := range []struct {
 			op wstype.Operation
 			to wstype.Status
 		}{{wstype.OpProvisioning, wstype.Standby}, {wstype.OpStarting, wstype.Running}} {
 			opID := fmt.Sprint(stage.op, i)
-			var done bool
-			if k == 0 {
-				done, err = st.Claim(ctx, w, stage.op, opID, "me", now, lease)
-			} else {
-				done, err = st.CompleteAndClaim(ctx, w, stage.op, opID, "me", now, lease)
-			}
+			done, err := st.Claim(ctx, w, stage.op, opID, "me", now, lease)
 			ok("claim", w, done, err)
 			ok("executed", w, true, st.Executed(ctx, w.ID, opID, now))
-			w.Operation, w.OpID = stage.op, opID
-			done, err = st.SetObserved(ctx, w, stage.to, now)
+			w.Operation, w.OpID, w.OpExecuted = stage.op, opID, true
+			done, err = st.SetObservedComplete(ctx, w, stage.to, now)
 			ok("observed", w, done, err)
-			w.ObservedStatus = stage.to
+			w.ObservedStatus, w.Operation, w.OpExecuted = stage.to, wstype.OpNone, false
 		}
-		done, err := st.Complete(ctx, w, now)
-		ok("complete", w, done, err)
 	}
 	st.Close() // its server processes report their counts as they exit
 
@@ -75,13 +68,13 @@ func TestReconcileWritesAreHeapOnly(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if upd >= 7*n || time.Now().After(deadline) {
+		if upd >= 6*n || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(100 * time.Millisecond) // poll: the server reports its counts on its own schedule
 	}
-	if upd < 7*n {
-		t.Fatalf("the server counted %d updates, want %d", upd, 7*n)
+	if upd < 6*n {
+		t.Fatalf("the server counted %d updates, want %d", upd, 6*n)
 	}
 	if share := float64(hot) / float64(upd); share < 0.8 {
 		t.Fatalf("%d of %d updates heap-only (%.0f%%), want at least 80%%", hot, upd, 100*share)

@@ -655,6 +655,24 @@ func (s *Store) SetObserved(ctx context.Context, w wstype.Workspace, status wsty
 	return n == 1, err
 }
 
+// SetObservedComplete is SetObserved for an observation that shows w's
+// executed operation at its target: one write records the status and ends
+// the operation, as Complete would (the row the reconciler's next step
+// would have written, one write sooner). It writes only while the row
+// still holds that operation (op_id), executed, with no error info (a
+// crash loop's restart, a failed observation or a terminal error needs
+// the reconciler's judgement) and with w's archive key (an archive
+// completes only with the key its operation wrote); otherwise nothing,
+// and the caller writes the plain observation.
+func (s *Store) SetObservedComplete(ctx context.Context, w wstype.Workspace, status wstype.Status, now time.Time) (bool, error) {
+	n, err := s.exec(ctx, `UPDATE workspaces SET observed_status = ?, observed_at = ?, operation = 'NONE', op_owner = NULL,
+		op_lease_until = NULL, op_executed = 0, error_count = 0, error_info = NULL, next_retry_at = NULL, updated_at = ?
+		WHERE id = ? AND operation = ? AND operation <> 'NONE' AND op_id = ? AND op_executed = 1 AND error_info IS NULL
+		  AND COALESCE(archive_key, '') = ?`,
+		string(status), now.UnixMilli(), now.UnixMilli(), w.ID, string(w.Operation), w.OpID, w.ArchiveKey)
+	return n == 1, err
+}
+
 // UpdateSpec applies u to workspace id's image, command and spec (taking
 // effect at its next start) and returns the row. A concurrent update of
 // the same workspace is not lost: the write only lands on the values it

@@ -218,3 +218,96 @@ func TestHandoffAndObservedClearsObserveFailed(t *testing.T) {
 		})
 	}
 }
+
+// TestObservationEndsExecutedOperation: SetObservedComplete records the
+// status and ends the operation in one write only while the row holds that
+// operation, executed, without error info and with the archive key the
+// caller saw; any other row is left as it was, for the caller's plain
+// observation.
+func TestObservationEndsExecutedOperation(t *testing.T) {
+	for _, b := range storetest.Backends {
+		t.Run(b.Name, func(t *testing.T) {
+			ctx := t.Context()
+			st := storetest.Open(t, b.DSN(t))
+			now := time.UnixMilli(1_700_000_000_000)
+			later := now.Add(time.Second)
+			ws := createN(t, st, 4, now)
+			claim := func(w wstype.Workspace, opID string) wstype.Workspace {
+				t.Helper()
+				if ok, err := st.Claim(ctx, w, wstype.OpProvisioning, opID, "r1", now, now.Add(time.Minute)); err != nil || !ok {
+					t.Fatalf("Claim = %v, %v", ok, err)
+				}
+				w.Operation, w.OpID = wstype.OpProvisioning, opID
+				return w
+			}
+			ends := func(what string, w wstype.Workspace, want bool) {
+				t.Helper()
+				before, err := st.Get(ctx, w.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ok, err := st.SetObservedComplete(ctx, w, wstype.Standby, later)
+				if err != nil || ok != want {
+					t.Fatalf("%s: SetObservedComplete = %v, %v; want %v", what, ok, err, want)
+				}
+				got, err := st.Get(ctx, w.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !want {
+					if describe(got) != describe(before) {
+						t.Fatalf("%s: the row changed: %s, was %s", what, describe(got), describe(before))
+					}
+					return
+				}
+				if got.ObservedStatus != wstype.Standby || got.ObservedAt == nil || !got.ObservedAt.Equal(later) ||
+					got.Operation != wstype.OpNone || got.OpExecuted || got.OpOwner != "" || got.OpLeaseUntil != nil ||
+					got.OpID != w.OpID || got.ErrorCount != 0 || got.ErrorInfo != nil || !got.UpdatedAt.Equal(later) {
+					t.Fatalf("%s: after the write: %s", what, describe(got))
+				}
+			}
+
+			// Executed: ended, once.
+			w := claim(ws[0], "op0")
+			if err := st.Executed(ctx, w.ID, "op0", now); err != nil {
+				t.Fatal(err)
+			}
+			ends("executed", w, true)
+			ends("already ended", w, false)
+
+			// Claimed but not executed: the call may still be running.
+			w = claim(ws[1], "op1")
+			ends("not executed", w, false)
+			if err := st.Executed(ctx, w.ID, "op1", now); err != nil {
+				t.Fatal(err)
+			}
+			stale := w
+			stale.OpID = "op-older"
+			ends("another operation", stale, false)
+			ends("executed after all", w, true)
+
+			// Error info: the reconciler decides.
+			w = claim(ws[2], "op2")
+			info := &wstype.ErrorInfo{Reason: wstype.ReasonActionFailed, ErrorCount: 1, LastError: "boom"}
+			if err := st.Failed(ctx, w.ID, "op2", 1, info, now, nil); err != nil {
+				t.Fatal(err)
+			}
+			if err := st.Executed(ctx, w.ID, "op2", now); err != nil {
+				t.Fatal(err)
+			}
+			ends("error info", w, false)
+
+			// An archive key other than the one seen.
+			w = claim(ws[3], "op3")
+			if err := st.Executed(ctx, w.ID, "op3", now); err != nil {
+				t.Fatal(err)
+			}
+			if err := st.SetArchiveKey(ctx, w.ID, "op3", "archives/x", now); err != nil {
+				t.Fatal(err)
+			}
+			ends("another archive key", w, false)
+			w.ArchiveKey = "archives/x"
+			ends("the archive key seen", w, true)
+		})
+	}
+}

@@ -32,6 +32,7 @@ type fullStore interface {
 	DeleteRow(ctx ctxT, id, opID string) error
 	Recover(ctx ctxT, id string, now time.Time) (wstype.Workspace, error)
 	SetObserved(ctx ctxT, w wstype.Workspace, status wstype.Status, now time.Time) (bool, error)
+	SetObservedComplete(ctx ctxT, w wstype.Workspace, status wstype.Status, now time.Time) (bool, error)
 	SetObserveError(ctx ctxT, id string, info *wstype.ErrorInfo, now time.Time) (bool, error)
 	ClearObserveError(ctx ctxT, id string, now time.Time) (bool, error)
 	Touch(ctx ctxT, id string, now time.Time) error

@@ -292,6 +292,20 @@ func (s *Store) SetObserved(_ context.Context, w wstype.Workspace, status wstype
 	}), nil
 }
 
+// SetObservedComplete writes observed_status and ends the executed
+// operation under store.Store.SetObservedComplete's conditions.
+func (s *Store) SetObservedComplete(_ context.Context, w wstype.Workspace, status wstype.Status, now time.Time) (bool, error) {
+	return s.with(w.ID, func(r *row) bool {
+		c := &r.w
+		if c.Operation != w.Operation || !inFlight(r, w.OpID) || !c.OpExecuted || c.ErrorInfo != nil || c.ArchiveKey != w.ArchiveKey {
+			return false
+		}
+		c.ObservedStatus, c.ObservedAt = status, msPtr(now)
+		clearOp(c, now)
+		return true
+	}), nil
+}
+
 func monitors(info *wstype.ErrorInfo) bool {
 	return info != nil && info.Reason == wstype.ReasonObserveFailed
 }
