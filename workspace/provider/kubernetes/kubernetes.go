@@ -301,7 +301,10 @@ func (p *Provider) Start(ctx context.Context, spec provider.Spec) error {
 	// The claim is not looked up first: a Pod whose claim is missing does
 	// not schedule, and says so (Unschedulable, "persistentvolumeclaim …
 	// not found"); Start never creates an empty volume where files were
-	// expected.
+	// expected. The scheduler says the same of a claim made a moment ago
+	// that its cache has not seen yet (Provision then Start at once, as
+	// the reconciler does): then the claim is asked for on the API server,
+	// and while it is there the wait goes on (startWait).
 	// A Pod deleted by someone else while it starts (an admin, an
 	// eviction, a late deletion of the Pod it replaced) is made again, a
 	// few times; then the error goes to the reconciler's retries.
@@ -310,11 +313,30 @@ func (p *Provider) Start(ctx context.Context, spec provider.Spec) error {
 		if err != nil {
 			return err
 		}
-		err = p.waitPod(ctx, spec.ID, PodName(spec.ID), uid, podReady)
+		err = p.waitPod(ctx, spec.ID, PodName(spec.ID), uid, p.startWait(ctx, spec.ID))
 		if !errors.Is(err, errDeletedWhileStarting) || attempt == 3 {
 			return err
 		}
 		p.cfg.Logger.Warn("kubernetes: pod deleted while it started; creating it again", "workspace", spec.ID, "attempt", attempt)
+	}
+}
+
+// startWait is podReady, except that a Pod the scheduler cannot place
+// because it has not seen the workspace's claim yet waits on while the API
+// server has the claim (the scheduler retries it); a claim that is really
+// missing ends the wait with Unschedulable, as before.
+func (p *Provider) startWait(ctx context.Context, id string) podCond {
+	return func(pod *corev1.Pod, uid string) (bool, error) {
+		done, err := podReady(pod, uid)
+		var re *provider.ReasonError
+		if !done || !errors.As(err, &re) || re.Reason != ReasonUnschedulable || !ownClaimNotSeenYet(pod, err.Error()) {
+			return done, err
+		}
+		_, gerr := p.cli.CoreV1().PersistentVolumeClaims(p.cfg.Namespace).Get(ctx, ClaimName(id), metav1.GetOptions{})
+		if gerr == nil {
+			return false, nil
+		}
+		return true, err
 	}
 }
 

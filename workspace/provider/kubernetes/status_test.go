@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/gantryhq/gantry/workspace/provider"
 )
@@ -89,6 +90,36 @@ func TestJobWaitsForItsOwnClaim(t *testing.T) {
 		var re *provider.ReasonError
 		if done != tc.done || done && (!errors.As(err, &re) || re.Reason != ReasonUnschedulable) {
 			t.Errorf("%q: done=%v err=%v; want done=%v (Unschedulable when done)", tc.msg, done, err, tc.done)
+		}
+	}
+}
+
+// TestStartWaitsForAClaimTheSchedulerHasNotSeen: a workspace Pod the
+// scheduler cannot place because its cache lacks the claim keeps waiting
+// while the API server has the claim (Provision then Start at once); with
+// the claim really missing, or no node fitting, the wait ends with
+// Unschedulable.
+func TestStartWaitsForAClaimTheSchedulerHasNotSeen(t *testing.T) {
+	claim := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: ClaimName("a"), Namespace: "ns"}}
+	withClaim := &Provider{cli: fake.NewClientset(claim), cfg: Config{Namespace: "ns"}}
+	without := &Provider{cli: fake.NewClientset(), cfg: Config{Namespace: "ns"}}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: PodName("a"), Namespace: "ns", UID: "u"},
+		Spec: corev1.PodSpec{Volumes: []corev1.Volume{claimVolume("home", "a")}}}
+	for _, tc := range []struct {
+		p    *Provider
+		msg  string
+		done bool
+	}{
+		{withClaim, `0/4 nodes are available: persistentvolumeclaim "ws-a-home" not found.`, false},
+		{without, `0/4 nodes are available: persistentvolumeclaim "ws-a-home" not found.`, true},
+		{withClaim, "0/4 nodes are available: 4 Insufficient memory.", true},
+	} {
+		pod.Status = corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled,
+			Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: tc.msg}}}
+		done, err := tc.p.startWait(t.Context(), "a")(pod, "u")
+		var re *provider.ReasonError
+		if done != tc.done || done && (!errors.As(err, &re) || re.Reason != ReasonUnschedulable) {
+			t.Errorf("claim there %v, %q: done=%v err=%v; want done=%v (Unschedulable when done)", tc.p == withClaim, tc.msg, done, err, tc.done)
 		}
 	}
 }
