@@ -155,35 +155,34 @@ func (m *HealthMonitor) observeOne(ctx context.Context, w Workspace, hinted bool
 // the row moved since w: then it writes the observation alone and leaves
 // the operation to the reconciler.
 func (m *HealthMonitor) writeObserved(ctx context.Context, w Workspace, st Status, at time.Time) bool {
+	var ended, changed bool
+	var err error
 	if observationEnds(&w, st) {
-		ended, err := m.store.SetObservedComplete(ctx, w, st, at)
-		if err != nil {
-			m.cfg.Logger.Warn("workspace: write observed_status", "id", w.ID, "err", err)
-			return false
-		}
-		if ended {
-			m.cfg.Logger.Debug("workspace: observed", "id", w.ID, "status", st)
-			m.cfg.Logger.Info("workspace: operation completed", "id", w.ID, "op", w.Operation)
-			m.cfg.Metrics.opEnded(w.Operation, resultOK, w.OpStartedAt, at)
-			w.ObservedStatus, w.ObservedAt = st, &at
-			m.wrote(ctx, *completed(w))
-			return true
-		}
+		ended, err = m.store.SetObservedComplete(ctx, w, st, at)
+		changed = ended
 	}
-	changed, err := m.store.SetObserved(ctx, w, st, at)
+	if err == nil && !ended {
+		changed, err = m.store.SetObserved(ctx, w, st, at)
+	}
 	if err != nil {
 		m.cfg.Logger.Warn("workspace: write observed_status", "id", w.ID, "err", err)
 		return false
 	}
-	if changed {
-		m.cfg.Logger.Debug("workspace: observed", "id", w.ID, "status", st)
-		w.ObservedStatus, w.ObservedAt = st, &at
-		if w.ErrorInfo != nil && w.ErrorInfo.Reason == ReasonObserveFailed {
-			w.ErrorInfo = nil // SetObserved cleared it
-		}
-		m.wrote(ctx, w)
+	if !changed {
+		return false
 	}
-	return changed
+	m.cfg.Logger.Debug("workspace: observed", "id", w.ID, "status", st)
+	w.ObservedStatus, w.ObservedAt = st, &at
+	switch {
+	case ended:
+		m.cfg.Logger.Info("workspace: operation completed", "id", w.ID, "op", w.Operation)
+		m.cfg.Metrics.opEnded(w.Operation, resultOK, w.OpStartedAt, at)
+		w = *completed(w)
+	case w.ErrorInfo != nil && w.ErrorInfo.Reason == ReasonObserveFailed:
+		w.ErrorInfo = nil // SetObserved cleared it
+	}
+	m.wrote(ctx, w)
+	return true
 }
 
 // wrote announces the row the monitor just wrote, w: handed to the
