@@ -1,15 +1,19 @@
 package workspace
 
 import (
+	"context"
 	"fmt"
+	"net/http/httptest"
 	"os"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/gantryhq/gantry/workspace/auth"
 	"github.com/gantryhq/gantry/workspace/hints"
 	"github.com/gantryhq/gantry/workspace/provider/fake"
 	"github.com/gantryhq/gantry/workspace/store"
+	"github.com/gantryhq/gantry/workspace/store/storetest"
 )
 
 // TestUserChangeClaimedAheadOfBulk: a replica restarts and finds N
@@ -135,5 +139,97 @@ func TestUserChangeClaimedAheadOfBulk(t *testing.T) {
 				t.Errorf("p99 %s > 50 ms", p99)
 			}
 		})
+	}
+}
+
+// TestUserChangeHoldsBulkUntilClaimed: a user's change's hint holds the
+// store's bulk batches back (store.BeginUrgent) until the step it causes
+// has claimed, not through the provider call that follows (it may take
+// seconds); a hint that finds a step in flight holds them until the step
+// it causes next has run. The hold's time bound is out of the way here
+// (an hour), so only the steps end the holds.
+func TestUserChangeHoldsBulkUntilClaimed(t *testing.T) {
+	ctx := t.Context()
+	st := openStore(t, storetest.SQLiteDSN(t))
+	fk := fake.New(2 * time.Second) // a call outlasts the checks below
+	id := createNamed(t, st, "user", 1, Standby)[0]
+	hb := hints.NewLocal()
+	h := startHarnessWith(t, st, fk, hb, Config{Interval: time.Hour}, MonitorConfig{Interval: time.Hour},
+		func(r *Reconciler) { r.urgentHold = time.Hour })
+	h.waitState(t, id, Standby, time.Minute)
+	if n := st.UrgentInFlight(); n != 0 {
+		t.Fatalf("%d holds before any user's change", n)
+	}
+	t0 := time.Now()
+	if _, err := st.SetDesired(ctx, id, Running, t0); err != nil {
+		t.Fatal(err)
+	}
+	hb.Publish(ctx, ChanWorkspaceUrgent, id)
+	waitFor(t, 30*time.Second, "the start to be called", func() (bool, string) {
+		return fk.LastCall(id).After(t0), "not yet"
+	})
+	if n := st.UrgentInFlight(); n != 0 {
+		t.Fatalf("%d holds once the change was claimed and its call begun, want 0", n)
+	}
+	// Another hint while the call runs: its step waits for the call's.
+	hb.Publish(ctx, ChanWorkspaceUrgent, id)
+	waitFor(t, time.Second, "the hint to hold the bulk", func() (bool, string) {
+		n := st.UrgentInFlight()
+		return n == 1, fmt.Sprintf("%d holds", n)
+	})
+	waitFor(t, 30*time.Second, "the hold to end with the next step", func() (bool, string) {
+		n := st.UrgentInFlight()
+		return n == 0, fmt.Sprintf("%d holds", n)
+	})
+}
+
+// holdSpy records, in two of the API's store calls, how many holds on the
+// bulk (store.BeginUrgent) were in flight.
+type holdSpy struct {
+	*store.Store
+	mu                   sync.Mutex
+	inSetDesired, inList []int
+}
+
+func (s *holdSpy) SetDesiredOf(ctx context.Context, w Workspace, d Status, q auth.Quotas, now time.Time) (Workspace, error) {
+	s.mu.Lock()
+	s.inSetDesired = append(s.inSetDesired, s.UrgentInFlight())
+	s.mu.Unlock()
+	return s.Store.SetDesiredOf(ctx, w, d, q, now)
+}
+
+func (s *holdSpy) List(ctx context.Context) ([]Workspace, error) {
+	s.mu.Lock()
+	s.inList = append(s.inList, s.UrgentInFlight())
+	s.mu.Unlock()
+	return s.Store.List(ctx)
+}
+
+// TestAPIChangeHoldsBulk: a user's change through the API holds the
+// store's bulk batches back while it runs, and only while it runs; a read
+// does not.
+func TestAPIChangeHoldsBulk(t *testing.T) {
+	ctx := t.Context()
+	st := openStore(t, storetest.SQLiteDSN(t))
+	id := createNamed(t, st, "user", 1, Standby)[0]
+	spy := &holdSpy{Store: st}
+	srv := httptest.NewServer(NewAPI(APIConfig{Store: spy}))
+	defer srv.Close()
+	cl := &Client{Base: srv.URL, Token: storetest.Token(t, st, AdminOwner, true)}
+	for range 3 {
+		if _, err := cl.SetDesired(ctx, id, Running); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cl.List(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := st.UrgentInFlight(); n != 0 {
+		t.Fatalf("%d holds left after the requests ended", n)
+	}
+	spy.mu.Lock()
+	defer spy.mu.Unlock()
+	if fmt.Sprint(spy.inSetDesired) != "[1 1 1]" || fmt.Sprint(spy.inList) != "[0 0 0]" {
+		t.Fatalf("holds in flight: during the changes %v (want [1 1 1]), during the reads %v (want [0 0 0])", spy.inSetDesired, spy.inList)
 	}
 }

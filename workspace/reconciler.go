@@ -208,12 +208,15 @@ type Reconciler struct {
 	wake  *wakeups // pokeAt's one timer
 	opIDs opIDs
 
-	// mu protects procs, ids and sch.
+	// mu protects procs, ids, held and sch.
 	// Invariant: ids is the inverse of procs (OnExit finds the id at once).
 	mu    sync.Mutex
 	procs map[string]sched.PID
 	ids   map[sched.PID]string
+	held  map[string]*heldUrgent // users' changes holding the bulk back (holdUrgent)
 	sch   *sched.Scheduler
+	// urgentHold is the const (tests change it before Run).
+	urgentHold time.Duration
 	// draining (under mu) is set before Run waits for calls: a step
 	// dispatched after it is not started, so calls.Add never races
 	// calls.Wait (a WaitGroup rule the race detector enforces).
@@ -242,7 +245,7 @@ func NewReconciler(cfg Config, st ReconcilerStore, c provider.Container, s provi
 	}
 	hr, _ := st.(rowHandoff)
 	return &Reconciler{cfg: cfg, store: st, handed: hr, container: c, storage: s, hints: urgentHints{h},
-		procs: map[string]sched.PID{}, ids: map[sched.PID]string{}, wake: newWakeups(cfg.Clock)}, nil
+		procs: map[string]sched.PID{}, ids: map[sched.PID]string{}, held: map[string]*heldUrgent{}, urgentHold: urgentHold, wake: newWakeups(cfg.Clock)}, nil
 }
 
 // Config returns the effective configuration.
@@ -533,6 +536,7 @@ loop:
 		case <-t.C():
 			tick()
 		case id := <-urgent:
+			r.holdUrgent(id)
 			r.pokeUrgent(id)
 		case id := <-hints:
 			r.poke(id, nil)
@@ -661,6 +665,11 @@ func (r *Reconciler) claim(ctx context.Context, w *Workspace, op Operation, writ
 	now := r.cfg.Clock.Now()
 	lease := now.Add(r.cfg.Lease)
 	ok, err := write(opID, now, lease)
+	if store.IsUrgent(ctx) {
+		// Claimed (or refused): the user's change no longer needs the
+		// CPUs before its provider call, which may take seconds.
+		r.releaseUrgent(w.ID, nil)
+	}
 	if err != nil {
 		r.cfg.Logger.Warn("workspace: claim", "id", w.ID, "op", op, "err", err)
 		return stepResult{}
@@ -1159,5 +1168,9 @@ func (r *Reconciler) runStep(ctx context.Context, s queuedStep) {
 	if rc.urgent {
 		ctx = store.Urgent(ctx)
 	}
-	s.c.CompleteYield(s.tag, r.stepHinted(ctx, rc.id, rc.w, rc.hinted), nil)
+	res := r.stepHinted(ctx, rc.id, rc.w, rc.hinted)
+	if rc.urgent {
+		r.releaseUrgent(rc.id, nil)
+	}
+	s.c.CompleteYield(s.tag, res, nil)
 }

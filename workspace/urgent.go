@@ -3,6 +3,7 @@ package workspace
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/gantryhq/gantry/sched"
 	"github.com/gantryhq/gantry/workspace/hints"
@@ -25,9 +26,15 @@ import (
 //     settled (wsProc), its steps run with a marked context and take a
 //     reserved share of the provider-call slots (stepQueue);
 //   - the monitor serves ChanMonitorUrgent apart from ChanMonitor, with its
-//     own reserved share, and its observation hints back urgently.
+//     own reserved share, and its observation hints back urgently;
+//   - while a user's change is in flight (the API request, then the
+//     reconcile step its hint causes) the store's bulk batches wait for it,
+//     a bounded time (store/urgent.go, holdUrgent): the bulk saturates both
+//     CPUs, and a change that skipped every queue still waited for the CPU
+//     at each of its half-dozen statements.
 //
-// Bulk work never waits for urgent work beyond the share reserved for it.
+// Bulk work never waits for urgent work beyond the share reserved for it
+// and the bounded yield of its batches.
 
 // urgentHints publishes each hint made under an urgent context on its
 // channel's urgent twin, so that the next component serves it first too.
@@ -38,6 +45,60 @@ func (h urgentHints) Publish(ctx context.Context, channel, id string) error {
 		channel = hints.UrgentTwin(channel)
 	}
 	return h.Hints.Publish(ctx, channel, id)
+}
+
+// urgentWork is the optional part of a store whose bulk batches wait
+// while a user's work is in flight (store.Store.BeginUrgent).
+type urgentWork interface{ BeginUrgent() (end func()) }
+
+var _ urgentWork = (*store.Store)(nil)
+
+// beginUrgent is st's BeginUrgent, or a no-op for a store without one.
+func beginUrgent(st any) (end func()) {
+	if u, ok := st.(urgentWork); ok {
+		return u.BeginUrgent()
+	}
+	return func() {}
+}
+
+// urgentHold bounds how long a user's change's hint holds the bulk back
+// waiting for its step (holdUrgent): a hint for a workspace whose process
+// has a step in flight waits for that step first.
+const urgentHold = 100 * time.Millisecond
+
+// heldUrgent is the hold of one workspace's urgent hint (holdUrgent).
+type heldUrgent struct{ end func() }
+
+// holdUrgent holds the bulk back from a user's change's hint for id until
+// the step it causes has claimed or run (releaseUrgent), at most
+// r.urgentHold.
+func (r *Reconciler) holdUrgent(id string) {
+	h := &heldUrgent{end: beginUrgent(r.store)}
+	r.mu.Lock()
+	prev := r.held[id]
+	r.held[id] = h
+	r.mu.Unlock()
+	if prev != nil {
+		prev.end()
+	}
+	time.AfterFunc(r.urgentHold, func() { r.releaseUrgent(id, h) })
+}
+
+// releaseUrgent ends id's hold: h if given (its timer), else whichever
+// there is (its step has run).
+func (r *Reconciler) releaseUrgent(id string, h *heldUrgent) {
+	r.mu.Lock()
+	cur := r.held[id]
+	if cur != nil && (h == nil || h == cur) {
+		delete(r.held, id)
+	}
+	r.mu.Unlock()
+	if h == nil {
+		h = cur
+	}
+	if h != nil {
+		h.end() // end is idempotent (store.Store.BeginUrgent)
+	}
 }
 
 // lanes bound concurrent work (provider calls, observations) to n slots, of

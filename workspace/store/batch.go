@@ -68,16 +68,6 @@ const (
 	lingerFor   = 500 * time.Microsecond
 )
 
-type urgentKey struct{}
-
-// Urgent marks ctx as work a user asked for directly (an API call, the
-// reconcile steps and observations that follow it): its statements go
-// ahead of bulk work in the batches.
-func Urgent(ctx context.Context) context.Context { return context.WithValue(ctx, urgentKey{}, true) }
-
-// IsUrgent reports whether ctx was marked by Urgent.
-func IsUrgent(ctx context.Context) bool { u, _ := ctx.Value(urgentKey{}).(bool); return u }
-
 // readBuckets are the IN-list sizes of batched reads: a batch is padded up
 // to the next size (repeating an id), so a handful of prepared statements
 // serve every batch.
@@ -284,7 +274,9 @@ func (b *batcher) writeLoop(run func([]*writeReq)) {
 		}
 		batch, urgent := gather(first, urgent, b.urgentWrites, b.writes, maxWriteBatch)
 		if !urgent {
-			if prev >= lingerAfter && len(batch) < prev {
+			if b.yieldToUrgent(b.urgentWrites, run) {
+				batch = drain(batch, b.writes, maxWriteBatch) // grown meanwhile
+			} else if prev >= lingerAfter && len(batch) < prev {
 				batch = b.linger(batch, prev)
 			}
 			prev = len(batch)
@@ -292,6 +284,35 @@ func (b *batcher) writeLoop(run func([]*writeReq)) {
 		b.writeBatches.Add(1)
 		b.writeStmts.Add(int64(len(batch)))
 		run(batch)
+	}
+}
+
+// yieldToUrgent waits, before a bulk batch starts, while urgent work is in
+// flight (Store.BeginUrgent), at most maxYield; the urgent writes that
+// arrive meanwhile on urgent (nil: none come this way) run at once, alone.
+// It reports whether it waited.
+func (b *batcher) yieldToUrgent(urgent <-chan *writeReq, run func([]*writeReq)) bool {
+	idle := b.s.urgent.idleCh()
+	select {
+	case <-idle:
+		return false
+	default:
+	}
+	t := time.NewTimer(b.s.urgent.maxYield)
+	defer t.Stop()
+	for {
+		select {
+		case <-idle:
+			return true
+		case <-t.C:
+			return true
+		case <-b.quit:
+			return true
+		case r := <-urgent:
+			b.writeBatches.Add(1)
+			b.writeStmts.Add(1)
+			run([]*writeReq{r})
+		}
 	}
 }
 
@@ -603,6 +624,9 @@ func (b *batcher) readLoop() {
 			return
 		}
 		batch := drain(append(make([]*readReq, 0, 64), first), b.reads, maxReadBatch)
+		if b.yieldToUrgent(nil, nil) { // urgent reads run in their callers
+			batch = drain(batch, b.reads, maxReadBatch)
+		}
 		b.runReads(batch)
 	}
 }

@@ -24,6 +24,8 @@
 //	            on the single writer, on Postgres one pipelined round trip;
 //	            reads by id as one SELECT … IN (…); statements under an
 //	            Urgent context (a user's request) go ahead of the batches
+//	urgent.go   the Urgent mark, and BeginUrgent: while a user's change is
+//	            in flight the bulk batches wait for it (bounded)
 //	pgmany.go   on Postgres, the statements of one shape in a batch as one
 //	            UPDATE … FROM unnest, each row keeping its compare-and-set
 //	handoff.go  rows the monitor and the reconciler of one process hand each

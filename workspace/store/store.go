@@ -49,10 +49,11 @@ type Store struct {
 	dialect Dialect
 	dsn     string
 	// batch runs the statements of concurrent callers as one unit
-	// (store_batch.go): on SQLite one BEGIN IMMEDIATE … COMMIT per batch on
+	// (batch.go): on SQLite one BEGIN IMMEDIATE … COMMIT per batch on
 	// the single writer, on Postgres one pipelined round trip; reads by id
 	// as one SELECT … IN (…).
 	batch     *batcher
+	urgent    *urgentGate // urgent work in flight: bulk batches wait for it (urgent.go)
 	closeOnce sync.Once
 	// handed is the rows the monitor and the reconciler of this process
 	// leave each other (handoff.go).
@@ -100,6 +101,7 @@ func OpenAtVersion(ctx context.Context, dsn string, version int) (*Store, error)
 		s.db.Close()
 		return nil, err
 	}
+	s.urgent = newUrgentGate()
 	s.batch = newBatcher(s)
 	return s, nil
 }

@@ -1,0 +1,7 @@
+package store
+
+import "time"
+
+// SetMaxYield sets how long s's bulk batches wait for urgent work in
+// flight (maxYield), before s is used.
+func SetMaxYield(s *Store, d time.Duration) { s.urgent.maxYield = d }
