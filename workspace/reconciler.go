@@ -293,6 +293,11 @@ type stepResult struct {
 	// settled: nothing is left to do (converged, or ERROR); an urgent
 	// workspace is no longer urgent.
 	settled bool
+	// finish, if set, is the rest of the step after its provider call:
+	// recording "executed" and announcing it. It needs no provider-call
+	// slot, so runStep runs it off the slot, and the step (the process's
+	// yield) ends when it returns.
+	finish func()
 }
 
 // wsProc is one workspace's process. Messages are row snapshots (the
@@ -579,7 +584,12 @@ func oneAtATime(wg *sync.WaitGroup, fn func()) (start func()) {
 // step is one reconcile of one workspace (seed: reconcile(ws)) on w, or
 // on the row read if w is nil.
 func (r *Reconciler) step(ctx context.Context, id string, w *Workspace) stepResult {
-	return r.stepHinted(ctx, id, w, false)
+	res := r.stepHinted(ctx, id, w, false)
+	if res.finish != nil {
+		res.finish()
+		res.finish = nil
+	}
+	return res
 }
 
 // stepHinted is step; hinted marks w possibly stale. With w nil, a bulk
@@ -911,17 +921,23 @@ func (r *Reconciler) execute(ctx context.Context, w *Workspace) stepResult {
 		r.hints.Publish(ctx, ChanWorkspace, w.ID)
 		return stepResult{gone: true}
 	}
+	x := *w
+	return stepResult{acted: true, finish: func() { r.executed(ctx, &x, now, deadline) }}
+}
+
+// executed records that w's provider call returned at now and hints the
+// monitor, which observes it next (the step's finish: the process's next
+// step waits for it, so it never sees the row as not executed).
+func (r *Reconciler) executed(ctx context.Context, w *Workspace, now, deadline time.Time) {
 	if err := r.store.Executed(ctx, w.ID, w.OpID, now); err != nil {
 		r.cfg.Logger.Warn("workspace: record executed", "id", w.ID, "err", err)
 	} else {
 		// The monitor observes it next: leave it the row as executed.
-		x := *w
-		x.OpExecuted, x.OpLeaseUntil, x.UpdatedAt = true, nil, now.UTC().Truncate(time.Millisecond)
-		r.hand(store.ToMonitor, x)
+		w.OpExecuted, w.OpLeaseUntil, w.UpdatedAt = true, nil, now.UTC().Truncate(time.Millisecond)
+		r.hand(store.ToMonitor, *w)
 	}
 	r.hints.Publish(ctx, ChanMonitor, w.ID)
 	r.pokeAt(w.ID, deadline.Sub(now))
-	return stepResult{acted: true}
 }
 
 // hand leaves w in box for the hint about to be published (store/handoff.go).
@@ -1160,17 +1176,34 @@ func (r *Reconciler) startSteps(ctx context.Context) (stop func()) {
 	}
 }
 
-// runStep runs a queued step (an urgent one with its context marked) and
-// completes its yield.
+// runStep runs a queued step (an urgent one with its context marked, a
+// bulk one once no user's change is in flight, or after a bounded wait) and
+// completes its yield: at once, or once the step's finish, run off the
+// slot, has returned.
 func (r *Reconciler) runStep(ctx context.Context, s queuedStep) {
-	defer r.calls.Done()
 	rc := s.cmd
 	if rc.urgent {
 		ctx = store.Urgent(ctx)
+	} else if u, ok := r.store.(urgentWork); ok {
+		u.AwaitNoUrgent() // a user's change in flight goes first (urgent.go)
 	}
 	res := r.stepHinted(ctx, rc.id, rc.w, rc.hinted)
 	if rc.urgent {
 		r.releaseUrgent(rc.id, nil)
 	}
-	s.c.CompleteYield(s.tag, res, nil)
+	if res.finish == nil {
+		s.c.CompleteYield(s.tag, res, nil)
+		r.calls.Done()
+		return
+	}
+	// The rest of the step is a write and its hints: it waits for the
+	// database, not for a provider, so this slot takes the next step now.
+	// (Waiting for "executed" on the slot held each slot idle for a
+	// batch's commit after every call.)
+	go func() {
+		defer r.calls.Done()
+		res.finish()
+		res.finish = nil
+		s.c.CompleteYield(s.tag, res, nil)
+	}()
 }

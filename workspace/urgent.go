@@ -28,10 +28,11 @@ import (
 //   - the monitor serves ChanMonitorUrgent apart from ChanMonitor, with its
 //     own reserved share, and its observation hints back urgently;
 //   - while a user's change is in flight (the API request, then the
-//     reconcile step its hint causes) the store's bulk batches wait for it,
-//     a bounded time (store/urgent.go, holdUrgent): the bulk saturates both
-//     CPUs, and a change that skipped every queue still waited for the CPU
-//     at each of its half-dozen statements.
+//     reconcile step its hint causes, until it has claimed) the store's bulk
+//     batches and the bulk steps about to start wait for it, a bounded time
+//     (store/urgent.go, holdUrgent, runStep): the bulk saturates both CPUs,
+//     and a change that skipped every queue still waited for the CPU at
+//     each of its half-dozen statements.
 //
 // Bulk work never waits for urgent work beyond the share reserved for it
 // and the bounded yield of its batches.
@@ -48,8 +49,12 @@ func (h urgentHints) Publish(ctx context.Context, channel, id string) error {
 }
 
 // urgentWork is the optional part of a store whose bulk batches wait
-// while a user's work is in flight (store.Store.BeginUrgent).
-type urgentWork interface{ BeginUrgent() (end func()) }
+// while a user's work is in flight (store.Store.BeginUrgent), as bulk steps
+// about to start do (AwaitNoUrgent).
+type urgentWork interface {
+	BeginUrgent() (end func())
+	AwaitNoUrgent()
+}
 
 var _ urgentWork = (*store.Store)(nil)
 

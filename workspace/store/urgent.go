@@ -88,3 +88,20 @@ func (s *Store) UrgentInFlight() int {
 	defer s.urgent.mu.Unlock()
 	return s.urgent.n
 }
+
+// AwaitNoUrgent waits until no urgent work is in flight, at most the bound
+// bulk batches wait (maxYield): bulk work about to start yields like them.
+func (s *Store) AwaitNoUrgent() {
+	idle := s.urgent.idleCh()
+	select {
+	case <-idle:
+		return
+	default:
+	}
+	t := time.NewTimer(s.urgent.maxYield)
+	defer t.Stop()
+	select {
+	case <-idle:
+	case <-t.C:
+	}
+}

@@ -24,10 +24,12 @@ func TestBulkYieldsToUrgentWork(t *testing.T) {
 				return err
 			}
 			bulkRead := func() error { _, err := st.Get(ctx, ws[0].ID); return err }
+			// Bulk work about to start (a reconcile step) waits the same way.
+			bulkStart := func() error { st.AwaitNoUrgent(); return nil }
 			for _, bulk := range []struct {
 				name string
 				do   func() error
-			}{{"write", bulkWrite}, {"read", bulkRead}} {
+			}{{"write", bulkWrite}, {"read", bulkRead}, {"start", bulkStart}} {
 				end := st.BeginUrgent()
 				if got := st.UrgentInFlight(); got != 1 {
 					t.Fatalf("UrgentInFlight = %d, want 1", got)
@@ -61,11 +63,12 @@ func TestBulkYieldsToUrgentWork(t *testing.T) {
 					t.Fatalf("bulk %s still waiting after the urgent work ended", bulk.name)
 				}
 			}
-			// With nothing in flight the bulk never waits: 20 writes and
-			// reads would take 20 seconds if each waited a second.
+			// With nothing in flight the bulk never waits: 30 writes, reads
+			// and starts would take 30 seconds if each waited a second.
 			store.SetMaxYield(st, time.Second)
 			t0 := time.Now()
 			for range 10 {
+				st.AwaitNoUrgent()
 				if err := bulkWrite(); err != nil {
 					t.Fatal(err)
 				}
@@ -74,7 +77,7 @@ func TestBulkYieldsToUrgentWork(t *testing.T) {
 				}
 			}
 			if el := time.Since(t0); el > 5*time.Second {
-				t.Fatalf("20 bulk statements with nothing urgent took %s", el)
+				t.Fatalf("30 bulk steps with nothing urgent took %s", el)
 			}
 			// A hold that does not end delays each batch by the bound only.
 			store.SetMaxYield(st, 100*time.Millisecond)
@@ -86,6 +89,11 @@ func TestBulkYieldsToUrgentWork(t *testing.T) {
 			}
 			if el := time.Since(t0); el < 100*time.Millisecond || el > 5*time.Second {
 				t.Fatalf("bulk write under a hold that never ends took %s, want the 100ms bound", el)
+			}
+			t0 = time.Now()
+			st.AwaitNoUrgent()
+			if el := time.Since(t0); el < 100*time.Millisecond || el > 5*time.Second {
+				t.Fatalf("AwaitNoUrgent under a hold that never ends took %s, want the 100ms bound", el)
 			}
 		})
 	}
