@@ -27,15 +27,16 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Every request is a user's: its statements and hints go ahead of bulk
 	// work (urgent.go).
 	r = r.WithContext(store.Urgent(context.WithValue(r.Context(), noteKey{}, note)))
-	if note.action != "" && !streamsBody(r) {
-		// A change (not a stream): the bulk waits while it is in flight.
-		defer beginUrgent(a.store)()
-	}
 	rec := &recorder{ResponseWriter: w}
 	defer a.audit(r, rec, note)
 	r, ok := a.admit(rec, r, note)
 	if !ok {
 		return
+	}
+	if note.action != "" && !streamsBody(r) && !isPublic(r) {
+		// An authenticated change (not a stream, not the login): the bulk
+		// waits while it is in flight (urgent.go).
+		defer beginUrgent(a.store)()
 	}
 	a.mux.ServeHTTP(rec, r)
 }

@@ -14,6 +14,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -215,8 +216,10 @@ type Reconciler struct {
 	ids   map[sched.PID]string
 	held  map[string]*heldUrgent // users' changes holding the bulk back (holdUrgent)
 	sch   *sched.Scheduler
-	// urgentHold is the const (tests change it before Run).
+	// urgentHold is the const (tests change it before Run); holdSeq
+	// numbers the holds (holdUrgent).
 	urgentHold time.Duration
+	holdSeq    atomic.Uint64
 	// draining (under mu) is set before Run waits for calls: a step
 	// dispatched after it is not started, so calls.Add never races
 	// calls.Wait (a WaitGroup rule the race detector enforces).
@@ -675,11 +678,9 @@ func (r *Reconciler) claim(ctx context.Context, w *Workspace, op Operation, writ
 	now := r.cfg.Clock.Now()
 	lease := now.Add(r.cfg.Lease)
 	ok, err := write(opID, now, lease)
-	if store.IsUrgent(ctx) {
-		// Claimed (or refused): the user's change no longer needs the
-		// CPUs before its provider call, which may take seconds.
-		r.releaseUrgent(w.ID, nil)
-	}
+	// Claimed (or refused): a user's change no longer needs the CPUs
+	// before its provider call, which may take seconds.
+	r.releaseUrgentFor(ctx, w.ID)
 	if err != nil {
 		r.cfg.Logger.Warn("workspace: claim", "id", w.ID, "op", op, "err", err)
 		return stepResult{}
@@ -1183,14 +1184,15 @@ func (r *Reconciler) startSteps(ctx context.Context) (stop func()) {
 func (r *Reconciler) runStep(ctx context.Context, s queuedStep) {
 	rc := s.cmd
 	if rc.urgent {
-		ctx = store.Urgent(ctx)
+		ctx = context.WithValue(store.Urgent(ctx), holdSeqKey{}, r.holdSeq.Load())
 	} else if u, ok := r.store.(urgentWork); ok {
-		u.AwaitNoUrgent() // a user's change in flight goes first (urgent.go)
+		// A user's change in flight goes first (urgent.go). With one
+		// worker (no urgent share) an urgent step may wait behind this
+		// wait: at most the bound.
+		u.AwaitNoUrgent()
 	}
 	res := r.stepHinted(ctx, rc.id, rc.w, rc.hinted)
-	if rc.urgent {
-		r.releaseUrgent(rc.id, nil)
-	}
+	r.releaseUrgentFor(ctx, rc.id)
 	if res.finish == nil {
 		s.c.CompleteYield(s.tag, res, nil)
 		r.calls.Done()

@@ -35,7 +35,7 @@ import (
 //     each of its half-dozen statements.
 //
 // Bulk work never waits for urgent work beyond the share reserved for it
-// and the bounded yield of its batches.
+// and the bounded yields of its batches and of its steps about to start.
 
 // urgentHints publishes each hint made under an urgent context on its
 // channel's urgent twin, so that the next component serves it first too.
@@ -66,19 +66,35 @@ func beginUrgent(st any) (end func()) {
 	return func() {}
 }
 
-// urgentHold bounds how long a user's change's hint holds the bulk back
-// waiting for its step (holdUrgent): a hint for a workspace whose process
-// has a step in flight waits for that step first.
+// urgentHold bounds how long an urgent hint holds the bulk back waiting
+// for a step of its workspace (holdUrgent): a hint for a workspace whose
+// process has a step in flight waits for that step first, and a hint the
+// change's own chain publishes while its provider call runs waits for the
+// call.
 const urgentHold = 100 * time.Millisecond
 
-// heldUrgent is the hold of one workspace's urgent hint (holdUrgent).
-type heldUrgent struct{ end func() }
+// heldUrgent is the hold of one workspace's urgent hint (holdUrgent); seq
+// orders it among all holds (r.holdSeq).
+type heldUrgent struct {
+	end func()
+	seq uint64
+}
 
-// holdUrgent holds the bulk back from a user's change's hint for id until
-// the step it causes has claimed or run (releaseUrgent), at most
-// r.urgentHold.
+// holdSeqKey marks an urgent step's context with the last hold sequence
+// number taken before the step started (runStep): the step ends only holds
+// taken before it, so a hint that arrives during a step holds the bulk
+// until a later step has claimed or run.
+type holdSeqKey struct{}
+
+// holdUrgent holds the bulk back from an urgent hint for id (a user's
+// change, or the hints of the steps and observations that follow it) until
+// a step of id that started after it has claimed or run (releaseUrgent), at
+// most r.urgentHold.
 func (r *Reconciler) holdUrgent(id string) {
-	h := &heldUrgent{end: beginUrgent(r.store)}
+	if r.alt != nil {
+		return // the benchmark's baseline dispatcher runs no urgent steps
+	}
+	h := &heldUrgent{end: beginUrgent(r.store), seq: r.holdSeq.Add(1)}
 	r.mu.Lock()
 	prev := r.held[id]
 	r.held[id] = h
@@ -86,23 +102,32 @@ func (r *Reconciler) holdUrgent(id string) {
 	if prev != nil {
 		prev.end()
 	}
-	time.AfterFunc(r.urgentHold, func() { r.releaseUrgent(id, h) })
+	time.AfterFunc(r.urgentHold, func() { r.releaseUrgent(id, h, 0) })
 }
 
-// releaseUrgent ends id's hold: h if given (its timer), else whichever
-// there is (its step has run).
-func (r *Reconciler) releaseUrgent(id string, h *heldUrgent) {
+// releaseUrgent ends id's hold: h if given (its timer); else the hold there
+// is if it was taken at or before seq (a step that started then has
+// claimed or run).
+func (r *Reconciler) releaseUrgent(id string, h *heldUrgent, seq uint64) {
 	r.mu.Lock()
 	cur := r.held[id]
-	if cur != nil && (h == nil || h == cur) {
+	if h == nil && cur != nil && cur.seq <= seq {
+		h = cur
+	}
+	if h != nil && h == cur {
 		delete(r.held, id)
 	}
 	r.mu.Unlock()
-	if h == nil {
-		h = cur
-	}
 	if h != nil {
 		h.end() // end is idempotent (store.Store.BeginUrgent)
+	}
+}
+
+// releaseUrgentFor is releaseUrgent for the urgent step whose context is
+// ctx (marked by runStep).
+func (r *Reconciler) releaseUrgentFor(ctx context.Context, id string) {
+	if seq, ok := ctx.Value(holdSeqKey{}).(uint64); ok {
+		r.releaseUrgent(id, nil, seq)
 	}
 }
 

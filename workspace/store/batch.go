@@ -298,7 +298,7 @@ func (b *batcher) yieldToUrgent(urgent <-chan *writeReq, run func([]*writeReq)) 
 		return false
 	default:
 	}
-	t := time.NewTimer(b.s.urgent.maxYield)
+	t := time.NewTimer(time.Duration(b.s.urgent.maxYield.Load()))
 	defer t.Stop()
 	for {
 		select {

@@ -3,5 +3,5 @@ package store
 import "time"
 
 // SetMaxYield sets how long s's bulk batches wait for urgent work in
-// flight (maxYield), before s is used.
-func SetMaxYield(s *Store, d time.Duration) { s.urgent.maxYield = d }
+// flight (maxYield).
+func SetMaxYield(s *Store, d time.Duration) { s.urgent.maxYield.Store(int64(d)) }

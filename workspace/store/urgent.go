@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -42,12 +43,13 @@ type urgentGate struct {
 	mu   sync.Mutex
 	n    int
 	idle chan struct{}
-	// maxYield is the const's value (tests change it before use).
-	maxYield time.Duration
+	// maxYield is the const's value in nanoseconds (tests change it).
+	maxYield atomic.Int64
 }
 
 func newUrgentGate() *urgentGate {
-	g := &urgentGate{idle: make(chan struct{}), maxYield: maxYield}
+	g := &urgentGate{idle: make(chan struct{})}
+	g.maxYield.Store(int64(maxYield))
 	close(g.idle)
 	return g
 }
@@ -98,7 +100,7 @@ func (s *Store) AwaitNoUrgent() {
 		return
 	default:
 	}
-	t := time.NewTimer(s.urgent.maxYield)
+	t := time.NewTimer(time.Duration(s.urgent.maxYield.Load()))
 	defer t.Stop()
 	select {
 	case <-idle:
