@@ -20,7 +20,9 @@ import (
 //     with 100,000 workspaces converging both are saturated, and a user's
 //     request of half a dozen statements waited behind the bulk's for the
 //     CPU at every one of them. Bulk batches that wait grow meanwhile, so
-//     the bulk loses less than the time it yields.
+//     the bulk loses less than the time it yields. Holds are per Store,
+//     that is per process: a change made through one replica's API does
+//     not hold another replica's bulk (they share only the database).
 
 type urgentKey struct{}
 
