@@ -587,7 +587,11 @@ func oneAtATime(wg *sync.WaitGroup, fn func()) (start func()) {
 // step is one reconcile of one workspace (seed: reconcile(ws)) on w, or
 // on the row read if w is nil.
 func (r *Reconciler) step(ctx context.Context, id string, w *Workspace) stepResult {
-	res := r.stepHinted(ctx, id, w, false)
+	return r.stepHinted(ctx, id, w, false).finished()
+}
+
+// finished runs res's finish, if any, and returns res without it.
+func (res stepResult) finished() stepResult {
 	if res.finish != nil {
 		res.finish()
 		res.finish = nil
@@ -1204,8 +1208,6 @@ func (r *Reconciler) runStep(ctx context.Context, s queuedStep) {
 	// batch's commit after every call.)
 	go func() {
 		defer r.calls.Done()
-		res.finish()
-		res.finish = nil
-		s.c.CompleteYield(s.tag, res, nil)
+		s.c.CompleteYield(s.tag, res.finished(), nil)
 	}()
 }

@@ -94,18 +94,6 @@ func (s *Store) UrgentInFlight() int {
 }
 
 // AwaitNoUrgent waits until no urgent work is in flight, at most the bound
-// bulk batches wait (maxYield): bulk work about to start yields like them.
-func (s *Store) AwaitNoUrgent() {
-	idle := s.urgent.idleCh()
-	select {
-	case <-idle:
-		return
-	default:
-	}
-	t := time.NewTimer(time.Duration(s.urgent.maxYield.Load()))
-	defer t.Stop()
-	select {
-	case <-idle:
-	case <-t.C:
-	}
-}
+// bulk batches wait (maxYield): bulk work about to start yields like them,
+// through the same wait as the batcher's read loop.
+func (s *Store) AwaitNoUrgent() { s.batch.yieldToUrgent(nil, nil) }
