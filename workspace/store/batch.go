@@ -123,6 +123,17 @@ type batcher struct {
 
 	// Counters for benchmarks (atomic, any goroutine).
 	writeStmts, writeBatches, readRows, readBatches atomic.Int64
+
+	// beforeBulk, set only by tests (SetBeforeBulk), runs before each bulk
+	// statement on SQLite and each bulk batch on Postgres.
+	beforeBulk atomic.Pointer[func()]
+}
+
+// bulkHook runs the test hook, if any, unless r is urgent.
+func (b *batcher) bulkHook(r *writeReq) {
+	if f := b.beforeBulk.Load(); f != nil && !IsUrgent(r.ctx) {
+		(*f)()
+	}
 }
 
 // BatchStats is what the benchmark reports: statements and the round
@@ -393,6 +404,7 @@ func (b *batcher) runSQLiteTx(batch []*writeReq) (rest []*writeReq) {
 	ran := make([]*writeReq, 0, len(batch))
 	results := make([]writeRes, 0, len(batch))
 	for i, r := range batch {
+		b.bulkHook(r)
 		ran, results = append(ran, r), append(results, b.execInTx(ctx, tx, inTx, r))
 		if urgent := live(drain(nil, b.urgentWrites, maxWriteBatch)); len(urgent) > 0 {
 			for _, u := range urgent {
@@ -461,6 +473,7 @@ func (b *batcher) txStmt(ctx context.Context, tx *sql.Tx, inTx map[string]*sql.S
 // server the implicit transaction rolled every statement of the batch
 // back, so each runs again alone and only the failing one reports it.
 func (b *batcher) runPostgres(batch []*writeReq) {
+	b.bulkHook(batch[0])
 	batch = live(batch)
 	if len(batch) == 1 {
 		r := batch[0]

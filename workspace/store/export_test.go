@@ -5,3 +5,7 @@ import "time"
 // SetMaxYield sets how long s's bulk batches wait for urgent work in
 // flight (maxYield).
 func SetMaxYield(s *Store, d time.Duration) { s.urgent.maxYield.Store(int64(d)) }
+
+// SetBeforeBulk makes s's writer call f before each bulk statement on
+// SQLite and each bulk batch on Postgres.
+func SetBeforeBulk(s *Store, f func()) { s.batch.beforeBulk.Store(&f) }
