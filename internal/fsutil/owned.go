@@ -75,7 +75,8 @@ func LockDir(path string) (*OwnedDir, error) {
 		var d *OwnedDir
 		var retry bool
 		d, retry, err = lockDirOnce(path)
-		if errors.Is(err, ErrBusy) {
+		var passing *passingLock
+		if errors.Is(err, ErrBusy) && !errors.As(err, &passing) {
 			busy++
 		}
 		if !retry || busy > 5 {
@@ -107,11 +108,25 @@ func lockDirOnce(path string) (d *OwnedDir, retry bool, err error) {
 	case !ok:
 		owner, _ := os.ReadFile(f.Name())
 		f.Close()
-		return nil, true, fmt.Errorf("%w: %s (owner: %s)", ErrBusy, path, strings.TrimSpace(string(owner)))
+		err := fmt.Errorf("%w: %s (owner: %s)", ErrBusy, path, strings.TrimSpace(string(owner)))
+		if strings.TrimSpace(string(owner)) == "" {
+			return nil, true, &passingLock{err}
+		}
+		return nil, true, err
 	}
 	writeOwner(f)
 	return &OwnedDir{Path: path, lock: f}, false, nil
 }
+
+// passingLock is ErrBusy from a lock that names no owner: a sweep removing
+// the directory, or a LockDir between taking the lock and writing its
+// owner. Both let go within moments, so LockDir keeps trying without
+// counting it as busy (a loaded machine can make a sweep's removal outlast
+// the few tries a live owner gets).
+type passingLock struct{ err error }
+
+func (p *passingLock) Error() string { return p.err.Error() }
+func (p *passingLock) Unwrap() error { return p.err }
 
 // stillAt reports whether f is the lock file at path.
 func stillAt(f *os.File, path string) bool {
