@@ -82,3 +82,38 @@ func TestWriteAtomicDirectFailureKeepsOld(t *testing.T) {
 	}
 	assertOnly(t, dir, "out")
 }
+
+// Direct writers one after another reuse the buffers of those before
+// (directBlocks), which still hold the earlier files' bytes: each file is
+// still exactly what was written, its padded tail included, and no more
+// than directKeep buffers stay kept.
+func TestWriteAtomicDirectReusesBuffers(t *testing.T) {
+	dir := t.TempDir()
+	rng := rand.New(rand.NewPCG(5, 6))
+	for i, size := range []int{2*directBlock + 100, 17, directBlock, directBlock + directAlign - 1, 0} {
+		data := make([]byte, size)
+		for j := range data {
+			data[j] = byte(rng.Uint32()) | 1 // never zero: a stale or missing byte shows
+		}
+		path := filepath.Join(dir, "f")
+		if err := WriteAtomicDirect(path, 0o644, func(w io.Writer) error {
+			_, err := w.Write(data)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, data) {
+			t.Fatalf("file %d (%d bytes): content differs (%d bytes read)", i, size, len(got))
+		}
+	}
+	directBlocks.mu.Lock()
+	kept := len(directBlocks.free)
+	directBlocks.mu.Unlock()
+	if kept == 0 || kept > directKeep {
+		t.Errorf("%d buffers kept, want 1..%d", kept, directKeep)
+	}
+}
