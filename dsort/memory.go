@@ -2,6 +2,8 @@ package dsort
 
 import (
 	"math"
+	"os"
+	"runtime"
 	"runtime/debug"
 	"sync"
 
@@ -126,6 +128,25 @@ func (w *Worker) planMemory(onMachine, ppw int) memoryPlan {
 		w.cfg.Logger.Debug("Go soft memory limit set", "limit_bytes", debug.SetMemoryLimit(-1))
 	}
 	return mem
+}
+
+// shareCores takes, with WorkerConfig.ShareCores, this worker's share of
+// the machine's cores when onMachine of the job's workers run on it: it
+// sets runtime.GOMAXPROCS and w.cores, which size the sort, the served
+// streams and the merges. Called before the memory plan, which divides its
+// buffers by w.cores.
+func (w *Worker) shareCores(onMachine int) {
+	if !w.cfg.ShareCores || onMachine <= 1 || os.Getenv("GOMAXPROCS") != "" {
+		return
+	}
+	n := max(runtime.GOMAXPROCS(0)/onMachine, 1)
+	if n == w.cores {
+		return
+	}
+	runtime.GOMAXPROCS(n)
+	w.cfg.Logger.Info("cores shared with the job's other workers on this machine",
+		"workers_on_machine", onMachine, "cores", n)
+	w.cores = n
 }
 
 // goMemory is the soft memory limit this package set: the sum of the Go

@@ -1,11 +1,60 @@
 package dsort
 
 import (
+	"runtime"
 	"testing"
 
 	"github.com/gantryhq/gantry/extsort"
 	"github.com/google/go-cmp/cmp"
 )
+
+// With ShareCores, a worker that shares its machine with others of the job
+// takes its share of the cores (GOMAXPROCS and the streams and merges it
+// runs at once); alone on its machine, without ShareCores, or with
+// GOMAXPROCS set in the environment it keeps them all.
+func TestWorkerSharesCores(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
+	base := WorkerConfig{Master: "127.0.0.1:1", Inputs: []string{t.TempDir()}, Output: t.TempDir()}
+	worker := func(share bool) *Worker {
+		cfg := base
+		cfg.ShareCores = share
+		w, err := NewWorker(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	for _, tc := range []struct {
+		name      string
+		share     bool
+		env       string
+		onMachine int
+		want      int
+	}{
+		{"alone", true, "", 1, 4},
+		{"two on the machine", true, "", 2, 2},
+		{"four", true, "", 4, 1},
+		{"more workers than cores", true, "", 6, 1},
+		{"not asked to share", false, "", 4, 4},
+		{"GOMAXPROCS set", true, "4", 4, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			runtime.GOMAXPROCS(4)
+			if tc.env != "" {
+				t.Setenv("GOMAXPROCS", tc.env)
+			}
+			w := worker(tc.share)
+			whole := w.planMemory(tc.onMachine, 8).serve // each stream's share with all the cores
+			w.shareCores(tc.onMachine)
+			if w.cores != tc.want || runtime.GOMAXPROCS(0) != tc.want {
+				t.Errorf("cores %d, GOMAXPROCS %d; want %d", w.cores, runtime.GOMAXPROCS(0), tc.want)
+			}
+			if serve := w.planMemory(tc.onMachine, 8).serve; tc.want < 4 && serve <= whole {
+				t.Errorf("fewer streams at once leave each no more memory: %d, with all the cores %d", serve, whole)
+			}
+		})
+	}
+}
 
 // A defaulted budget is divided among the machine's workers; one the user
 // set is kept as given.

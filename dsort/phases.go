@@ -207,6 +207,7 @@ func (w *Worker) sortPhase(ctx context.Context, asg assignment) (*sortedJob, err
 		return nil, err
 	}
 	layout := jobLayout{self: asg.index, workers: asg.numWorkers, ppw: pc.perWorker, bounds: pc.bounds}
+	w.shareCores(pc.onMachine)
 	plan := w.planMemory(pc.onMachine, pc.perWorker)
 	if err := w.track.start(Sorting, fmt.Sprintf("config received: %d partitions, %d per worker",
 		pc.perWorker*pc.workers, pc.perWorker), w.inputBytes); err != nil {
@@ -227,7 +228,7 @@ func (w *Worker) sortPhase(ctx context.Context, asg assignment) (*sortedJob, err
 		}
 		return nil, err
 	}
-	w.pieces.ready(&pieceSource{sorted: sorted, layout: layout, epoch: asg.epoch, memory: plan.serve})
+	w.pieces.ready(&pieceSource{sorted: sorted, layout: layout, epoch: asg.epoch, memory: plan.serve}, w.cores)
 	job := &sortedJob{layout: layout, plan: plan, sorted: sorted,
 		merger: &merger{layout: layout, own: sorted, dir: w.dir, out: w.out, job: asg.jobID, memory: plan.merge, mapPieces: plan.keep}}
 	return job, w.track.start(WaitingForShuffleSignal, "sorting complete, waiting for signal", 0)

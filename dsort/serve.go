@@ -15,12 +15,11 @@ const chunkBytes = (1 << 20) / record.Size * record.Size
 
 // pieceServer answers ShuffleData: it streams to the receiver that owns a
 // partition this worker's records of it, merged from its sorted runs, at
-// most one stream per core at once. It serves nothing until the sort phase
+// most one stream per core at once (pieceSource.streams). It serves nothing until the sort phase
 // hands it its output (ready); it keeps serving until the job ends, so that
 // a restarted peer can fetch again.
 type pieceServer struct {
-	sem     chan struct{} // bounds concurrent streams
-	tempDir string        // the merges' scratch space
+	tempDir string // the merges' scratch space
 	fault   func(ctx context.Context, point string)
 
 	mu  sync.Mutex   // protects src
@@ -32,16 +31,18 @@ type pieceServer struct {
 type pieceSource struct {
 	sorted *sortedInput
 	layout jobLayout
-	epoch  int64 // this worker's, stamped on every chunk
-	memory int64 // each stream's merge (memoryPlan.serve)
+	epoch  int64         // this worker's, stamped on every chunk
+	memory int64         // each stream's merge (memoryPlan.serve)
+	sem    chan struct{} // bounds concurrent streams (ready)
 }
 
-func newPieceServer(streams int, tempDir string, fault func(context.Context, string)) *pieceServer {
-	return &pieceServer{sem: make(chan struct{}, streams), tempDir: tempDir, fault: fault}
+func newPieceServer(tempDir string, fault func(context.Context, string)) *pieceServer {
+	return &pieceServer{tempDir: tempDir, fault: fault}
 }
 
-// ready starts serving from src.
-func (s *pieceServer) ready(src *pieceSource) {
+// ready starts serving from src, at most streams streams at once.
+func (s *pieceServer) ready(src *pieceSource, streams int) {
+	src.sem = make(chan struct{}, max(streams, 1))
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.src = src
@@ -76,8 +77,8 @@ func (s *pieceServer) serve(ctx context.Context, receiver, p int, send func(*dso
 		return errorf(ErrNotOwner, "dsort: worker %d does not own partition %d", receiver, p)
 	}
 	select {
-	case s.sem <- struct{}{}:
-		defer func() { <-s.sem }()
+	case src.sem <- struct{}{}:
+		defer func() { <-src.sem }()
 	case <-ctx.Done():
 		return ctx.Err()
 	}

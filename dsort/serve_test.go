@@ -50,7 +50,7 @@ func TestPieceServer(t *testing.T) {
 	if err := os.WriteFile(run, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s := newPieceServer(1, dir, func(context.Context, string) {})
+	s := newPieceServer(dir, func(context.Context, string) {})
 	var got []byte
 	var last *dsortpb.ShuffleDataChunk
 	send := func(c *dsortpb.ShuffleDataChunk) error {
@@ -64,7 +64,7 @@ func TestPieceServer(t *testing.T) {
 		t.Fatalf("before the sort: err = %v, want ErrNotReady", err)
 	}
 	sorted := &sortedInput{runs: []extsort.Run{{Path: run, Records: 10}}, splits: [][]int64{{0, 4, 10}}}
-	s.ready(&pieceSource{sorted: sorted, layout: jobLayout{self: 0, workers: 2, ppw: 1}, epoch: 3, memory: minMergeMemory})
+	s.ready(&pieceSource{sorted: sorted, layout: jobLayout{self: 0, workers: 2, ppw: 1}, epoch: 3, memory: minMergeMemory}, 1)
 	if err := s.serve(t.Context(), 1, 2, send); !errors.Is(err, ErrBadRequest) {
 		t.Fatalf("partition 2 of 2: err = %v, want ErrBadRequest", err)
 	}

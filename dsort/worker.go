@@ -61,6 +61,15 @@ type WorkerConfig struct {
 	// for a program that runs one worker (the CLI sets it); a limit set by
 	// GOMEMLIMIT or the program is left alone.
 	LimitGoMemory bool
+	// ShareCores divides the machine's cores among the job's workers on it,
+	// as a defaulted Memory is divided: a worker that shares its machine
+	// with others of the job runs GOMAXPROCS/k goroutines at once (at least
+	// one; k the job's workers there) and sizes its parallel streams and
+	// merges by that, so that k workers do not run k times the machine's
+	// cores and spend the difference switching between processes. It sets
+	// runtime.GOMAXPROCS, so it is for a program that runs one worker (the
+	// CLI sets it); a GOMAXPROCS set in the environment is left alone.
+	ShareCores bool
 	// Rerun makes the worker join a job even when its output holds the
 	// completed result of its inputs and no master answers at once (by
 	// default it then exits with nothing to do, seed 000 §8.1).
@@ -202,7 +211,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		dir: newWorkDir(cfg.TempDir, cfg.Inputs, cfg.Output), kick: make(chan struct{}, 1), signals: newSignals()}
 	w.out = output{dir: cfg.Output, logger: cfg.Logger, clock: cfg.Clock}
 	w.track = &phaseTracker{clock: cfg.Clock, metrics: w.metrics, logger: cfg.Logger}
-	w.pieces = newPieceServer(w.cores, w.dir.path, w.fault)
+	w.pieces = newPieceServer(w.dir.path, w.fault)
 	return w, nil
 }
 

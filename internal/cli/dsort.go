@@ -314,6 +314,7 @@ func runSortWorker(ctx context.Context, env *Env, o sortWorkerOptions, master st
 	}
 	cfg.OnShutdown = armWatchdog(stderr, "Worker")
 	cfg.LimitGoMemory = true // this process runs one worker
+	cfg.ShareCores = true
 	if points := os.Getenv("GANTRY_DSORT_FAULT"); points != "" {
 		cfg.FaultHook = faultHook(stderr, strings.Split(points, ","))
 	}
