@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
@@ -11,12 +12,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gantryhq/gantry/internal/testutil"
 	"github.com/gantryhq/gantry/workspace/provider/archive"
+	"github.com/gantryhq/gantry/workspace/provider/process"
 	"github.com/gantryhq/gantry/workspace/store/storetest"
 )
 
@@ -52,8 +55,31 @@ func startServe(t *testing.T, db, data string, extra ...string) *e2eServer {
 		s.args = append(s.args, "--db", db)
 	}
 	s.start()
-	t.Cleanup(func() { s.stop(syscall.SIGTERM) })
+	t.Cleanup(func() {
+		s.stop(syscall.SIGTERM)
+		stopWorkspaceProcesses(t, data)
+	})
 	return s
+}
+
+// stopWorkspaceProcesses stops the processes of the workspaces run under
+// data (the process provider's pidfiles in data/run): they outlive their
+// server by design, so that a restarted one finds them, but not the test.
+func stopWorkspaceProcesses(t *testing.T, data string) {
+	c := &process.Container{RunDir: filepath.Join(data, "run"), StopGrace: time.Second}
+	pidfiles, _ := filepath.Glob(filepath.Join(c.RunDir, "*.pid"))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, pf := range pidfiles {
+		id := strings.TrimSuffix(filepath.Base(pf), ".pid")
+		wg.Go(func() {
+			if err := c.Stop(ctx, id); err != nil {
+				t.Logf("stop workspace %s's process: %v", id, err)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 func (s *e2eServer) start() {
