@@ -68,7 +68,7 @@ func startServe(t *testing.T, db, data string, extra ...string) *e2eServer {
 func stopWorkspaceProcesses(t *testing.T, data string) {
 	c := &process.Container{RunDir: filepath.Join(data, "run"), StopGrace: time.Second}
 	pidfiles, _ := filepath.Glob(filepath.Join(c.RunDir, "*.pid"))
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), 10*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup
 	for _, pf := range pidfiles {
