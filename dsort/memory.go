@@ -139,7 +139,7 @@ func (w *Worker) shareCores(onMachine int) {
 	if !w.cfg.ShareCores || onMachine <= 1 || os.Getenv("GOMAXPROCS") != "" {
 		return
 	}
-	n := max(runtime.GOMAXPROCS(0)/onMachine, 1)
+	n := max(w.machine/onMachine, 1) // of the machine's, so a second call gives the same
 	if n == w.cores {
 		return
 	}

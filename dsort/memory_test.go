@@ -14,7 +14,8 @@ import (
 // GOMAXPROCS set in the environment it keeps them all.
 func TestWorkerSharesCores(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
-	base := WorkerConfig{Master: "127.0.0.1:1", Inputs: []string{t.TempDir()}, Output: t.TempDir()}
+	// A set budget, so the plan does not depend on the host's memory.
+	base := WorkerConfig{Master: "127.0.0.1:1", Inputs: []string{t.TempDir()}, Output: t.TempDir(), Memory: 2 << 30}
 	worker := func(share bool) *Worker {
 		cfg := base
 		cfg.ShareCores = share
@@ -46,6 +47,7 @@ func TestWorkerSharesCores(t *testing.T) {
 			w := worker(tc.share)
 			whole := w.planMemory(tc.onMachine, 8).serve // each stream's share with all the cores
 			w.shareCores(tc.onMachine)
+			w.shareCores(tc.onMachine) // a second call (a restarted phase) takes the same share
 			if w.cores != tc.want || runtime.GOMAXPROCS(0) != tc.want {
 				t.Errorf("cores %d, GOMAXPROCS %d; want %d", w.cores, runtime.GOMAXPROCS(0), tc.want)
 			}

@@ -14,10 +14,21 @@ const AlignedBlock = 4 << 20
 // sort's mapped input) is then mapped with huge pages: one TLB entry for
 // 2 MiB instead of 512. Writes of other sizes leave smaller folios, which a
 // mapping maps page by page; random reads of such a mapping (a sort's
-// gather) cost about twice as much (docs/BENCHMARKS.md).
+// gather) cost about twice as much (docs/BENCHMARKS.md). Large folios
+// need a kernel that has them for the file system (ext4 since Linux 6.16,
+// xfs since 5.18); elsewhere the writes cost the same as any others.
+//
+// The alignment holds only if nothing between it and the file cuts the
+// writes again: WriteAtomic's bufio.Writer passes writes at least its
+// size straight through, so an AlignedWriter over it keeps its blocks.
+//
+// After a failed write every later Write and Flush returns that error:
+// the bytes of the failed block are lost, and what follows would land at
+// the wrong offset.
 type AlignedWriter struct {
 	w   io.Writer
 	buf []byte
+	err error // the first write error, sticky
 }
 
 // NewAlignedWriter returns an AlignedWriter writing to w.
@@ -26,6 +37,9 @@ func NewAlignedWriter(w io.Writer) *AlignedWriter {
 }
 
 func (a *AlignedWriter) Write(p []byte) (int, error) {
+	if a.err != nil {
+		return 0, a.err
+	}
 	n := 0
 	for len(p) > 0 {
 		k := copy(a.buf[len(a.buf):cap(a.buf)], p)
@@ -42,10 +56,12 @@ func (a *AlignedWriter) Write(p []byte) (int, error) {
 
 // Flush writes what is buffered.
 func (a *AlignedWriter) Flush() error {
-	if len(a.buf) == 0 {
-		return nil
+	if a.err != nil || len(a.buf) == 0 {
+		return a.err
 	}
-	_, err := a.w.Write(a.buf)
+	if _, err := a.w.Write(a.buf); err != nil {
+		a.err = err
+	}
 	a.buf = a.buf[:0]
-	return err
+	return a.err
 }

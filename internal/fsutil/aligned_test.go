@@ -2,6 +2,7 @@ package fsutil
 
 import (
 	"bytes"
+	"errors"
 	"math/rand/v2"
 	"testing"
 )
@@ -50,5 +51,33 @@ func TestAlignedWriterWritesWholeBlocks(t *testing.T) {
 		if want := (size + AlignedBlock - 1) / AlignedBlock; len(out.starts) != want {
 			t.Errorf("size %d: %d writes, want %d", size, len(out.starts), want)
 		}
+	}
+}
+
+// failingWriter takes ok bytes, then fails every write.
+type failingWriter struct{ ok int }
+
+func (f *failingWriter) Write(p []byte) (int, error) {
+	if len(p) > f.ok {
+		return 0, errors.New("disk full")
+	}
+	f.ok -= len(p)
+	return len(p), nil
+}
+
+// After a failed block write, an AlignedWriter fails every later Write and
+// Flush: the next block would otherwise land where the lost one belonged.
+func TestAlignedWriterErrorIsSticky(t *testing.T) {
+	fw := &failingWriter{ok: AlignedBlock}
+	aw := NewAlignedWriter(fw)
+	if _, err := aw.Write(make([]byte, 2*AlignedBlock)); err == nil {
+		t.Fatal("the second block's write failed, but Write reported no error")
+	}
+	fw.ok = 1 << 30 // the writer would take more now
+	if n, err := aw.Write([]byte("more")); err == nil || n != 0 {
+		t.Errorf("Write after a failure: %d, %v; want 0 and the error", n, err)
+	}
+	if err := aw.Flush(); err == nil {
+		t.Error("Flush after a failure reported no error")
 	}
 }

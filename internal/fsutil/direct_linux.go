@@ -154,6 +154,14 @@ func (w *directWriter) finish(flush bool) error {
 		err = w.fd.Truncate(size)
 	}
 	err = errors.Join(err, w.fd.Close())
+	// The buffers go back to the pool: a late Write, Block or Commit must
+	// not touch them (another writer may have them by then).
+	w.mu.Lock()
+	if w.err == nil {
+		w.err = os.ErrClosed
+	}
+	w.mu.Unlock()
+	w.cur, w.free = nil, nil
 	w.unmap()
 	return err
 }

@@ -224,3 +224,43 @@ func TestLockDirBesideASweep(t *testing.T) {
 		d.Close()
 	}
 }
+
+// A sweep removing a dead owner's directory holds its lock for as long as
+// the removal takes (long, for a big directory on a loaded machine); a
+// LockDir taking the directory over meanwhile waits for it rather than
+// reporting the sweep as a live owner, and then owns a fresh directory.
+func TestLockDirWaitsForASlowSweep(t *testing.T) {
+	parent := t.TempDir()
+	path := filepath.Join(parent, "w-dead")
+	if err := os.MkdirAll(path, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// A dead owner: its name in the lock file, the lock itself free.
+	if err := os.WriteFile(filepath.Join(path, OwnerFile), []byte("pid 2147483646 started long ago\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	held := make(chan struct{})
+	sweepHeld = func(string) {
+		close(held)
+		// real time: a removal slower than the tries LockDir gives a live owner
+		time.Sleep(300 * time.Millisecond)
+	}
+	defer func() { sweepHeld = nil }()
+	swept := make(chan []string)
+	go func() {
+		removed, _ := SweepStale(parent, "w-")
+		swept <- removed
+	}()
+	<-held
+	d, err := LockDir(path)
+	if err != nil {
+		t.Fatalf("LockDir while a sweep removes the dead owner's directory: %v", err)
+	}
+	defer d.Close()
+	if removed := <-swept; len(removed) != 1 {
+		t.Errorf("sweep removed %v, want the dead owner's directory", removed)
+	}
+	if _, err := os.Stat(filepath.Join(path, OwnerFile)); err != nil {
+		t.Errorf("the new owner's lock file is gone: %v", err)
+	}
+}

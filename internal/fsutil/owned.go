@@ -119,8 +119,8 @@ func lockDirOnce(path string) (d *OwnedDir, retry bool, err error) {
 }
 
 // passingLock is ErrBusy from a lock that names no owner: a sweep removing
-// the directory, or a LockDir between taking the lock and writing its
-// owner. Both let go within moments, so LockDir keeps trying without
+// the directory (it empties the lock file of a dead owner's first), or a
+// LockDir between taking the lock and writing its owner. Both let go within moments, so LockDir keeps trying without
 // counting it as busy (a loaded machine can make a sweep's removal outlast
 // the few tries a live owner gets).
 type passingLock struct{ err error }
@@ -222,5 +222,16 @@ func sweepOne(path string) (bool, error) {
 	if err != nil || !ok {
 		return false, err // live owner (or a lock we cannot judge): leave it
 	}
+	// The dead owner's name goes first: a LockDir taking path over
+	// meanwhile then sees a lock naming no one (passingLock) and waits for
+	// the removal rather than counting the sweep as a live owner.
+	f.Truncate(0)
+	if sweepHeld != nil {
+		sweepHeld(path)
+	}
 	return true, os.RemoveAll(path)
 }
+
+// sweepHeld, when set (by tests), runs while a sweep holds the lock of the
+// directory it is about to remove.
+var sweepHeld func(path string)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -85,10 +86,35 @@ func TestWriteAtomicDirectFailureKeepsOld(t *testing.T) {
 
 // Direct writers one after another reuse the buffers of those before
 // (directBlocks), which still hold the earlier files' bytes: each file is
-// still exactly what was written, its padded tail included, and no more
-// than directKeep buffers stay kept.
+// still exactly what was written, its padded tail included, the later
+// writers map no new buffer, and no more than directKeep stay kept.
 func TestWriteAtomicDirectReusesBuffers(t *testing.T) {
 	dir := t.TempDir()
+	probe, err := os.Create(filepath.Join(dir, "probe"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dw, err := newDirectWriter(probe)
+	probe.Close()
+	if err != nil {
+		t.Skipf("the test's file system refuses O_DIRECT (%v): no direct writer to reuse buffers", err)
+	}
+	if err := dw.finish(false); err != nil {
+		t.Fatal(err)
+	}
+	pooled := func() map[*byte]bool {
+		directBlocks.mu.Lock()
+		defer directBlocks.mu.Unlock()
+		m := map[*byte]bool{}
+		for _, b := range directBlocks.free {
+			m[&b[:1][0]] = true
+		}
+		return m
+	}
+	first := pooled()
+	if len(first) < directBufs || len(first) > directKeep {
+		t.Fatalf("%d buffers kept after a writer, want %d..%d", len(first), directBufs, directKeep)
+	}
 	rng := rand.New(rand.NewPCG(5, 6))
 	for i, size := range []int{2*directBlock + 100, 17, directBlock, directBlock + directAlign - 1, 0} {
 		data := make([]byte, size)
@@ -109,11 +135,45 @@ func TestWriteAtomicDirectReusesBuffers(t *testing.T) {
 		if !bytes.Equal(got, data) {
 			t.Fatalf("file %d (%d bytes): content differs (%d bytes read)", i, size, len(got))
 		}
+		if now := pooled(); !maps.Equal(now, first) {
+			t.Fatalf("after file %d the pool holds %d buffers, %d of them new; want the same %d reused",
+				i, len(now), len(now)-countIn(now, first), len(first))
+		}
 	}
-	directBlocks.mu.Lock()
-	kept := len(directBlocks.free)
-	directBlocks.mu.Unlock()
-	if kept == 0 || kept > directKeep {
-		t.Errorf("%d buffers kept, want 1..%d", kept, directKeep)
+}
+
+func countIn(m, in map[*byte]bool) int {
+	n := 0
+	for k := range m {
+		if in[k] {
+			n++
+		}
+	}
+	return n
+}
+
+// A finished direct writer refuses further writes: its buffers went back
+// to the pool, for other writers.
+func TestDirectWriterRefusesWritesAfterFinish(t *testing.T) {
+	f, err := os.Create(filepath.Join(t.TempDir(), "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	dw, err := newDirectWriter(f)
+	if err != nil {
+		t.Skipf("the test's file system refuses O_DIRECT (%v)", err)
+	}
+	if _, err := dw.Write([]byte("abc")); err != nil {
+		t.Fatal(err)
+	}
+	if err := dw.finish(true); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := dw.Write([]byte("late")); err == nil || n != 0 {
+		t.Errorf("write after finish: %d, %v; want 0 and an error", n, err)
+	}
+	if b := dw.Block(); b != nil {
+		t.Errorf("Block after finish lent %d bytes", len(b))
 	}
 }
