@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/gantryhq/gantry/dsort/dsortpb"
 	"github.com/gantryhq/gantry/record"
@@ -32,7 +33,7 @@ func (r *masterRPC) SubmitSample(ctx context.Context, req *dsortpb.SampleRequest
 }
 
 func (r *masterRPC) Heartbeat(ctx context.Context, req *dsortpb.HeartbeatRequest) (*dsortpb.HeartbeatReply, error) {
-	reply, err := r.m.heartbeat(req)
+	reply, err := r.m.heartbeat(ctx, req)
 	return reply, statusOf(err)
 }
 
@@ -161,7 +162,14 @@ func (m *Master) submitSample(index int, epoch int64, keys []byte, records int64
 
 // heartbeat records a worker's report and tells it whether the job has
 // ended. A superseded process is told to stop.
-func (m *Master) heartbeat(req *dsortpb.HeartbeatRequest) (*dsortpb.HeartbeatReply, error) {
+//
+// A worker that was already Completed only waits to hear the job's end:
+// its heartbeat is held until the job ends (a long poll, at most
+// endPollFor), so that every worker, and then the master, exits within
+// moments of the last worker completing rather than a heartbeat interval
+// later. The heartbeat that first reports Completed is answered at once:
+// the worker learns that the master knows before it hears the end.
+func (m *Master) heartbeat(ctx context.Context, req *dsortpb.HeartbeatRequest) (*dsortpb.HeartbeatReply, error) {
 	m.mu.Lock()
 	mb, err := m.memberForLocked(int(req.GetIndex()), req.GetEpoch())
 	if err != nil {
@@ -184,14 +192,8 @@ func (m *Master) heartbeat(req *dsortpb.HeartbeatRequest) (*dsortpb.HeartbeatRep
 		m.persistLocked()
 	}
 	reply := &dsortpb.HeartbeatReply{}
-	if m.phase.Ended() {
-		ok := m.phase == JobSucceeded
-		reply.ShouldAbort, reply.JobSucceeded, reply.Reason = true, ok, m.abortReason
-		if ok {
-			reply.Reason = "the job succeeded"
-		}
-		mb.heardEnd = true
-	}
+	m.endReplyLocked(mb, reply)
+	hold := !changed && newState == Completed && !reply.ShouldAbort
 	info := m.infoLocked(mb, now)
 	m.mu.Unlock()
 	if changed {
@@ -201,5 +203,53 @@ func (m *Master) heartbeat(req *dsortpb.HeartbeatRequest) (*dsortpb.HeartbeatRep
 		}
 		m.wake()
 	}
+	if hold {
+		m.awaitEnd(ctx, mb, req.GetEpoch(), reply)
+	}
 	return reply, nil
+}
+
+// endReplyLocked fills reply with the job's end, if it has ended, and
+// notes that mb heard it.
+func (m *Master) endReplyLocked(mb *member, reply *dsortpb.HeartbeatReply) {
+	if !m.phase.Ended() {
+		return
+	}
+	ok := m.phase == JobSucceeded
+	reply.ShouldAbort, reply.JobSucceeded, reply.Reason = true, ok, m.abortReason
+	if ok {
+		reply.Reason = "the job succeeded"
+	}
+	mb.heardEnd = true
+}
+
+// awaitEnd holds a completed worker's heartbeat until the job ends, the
+// worker gives up on the call or endPollFor passes, and then fills reply
+// with the end if it came; the master's loop hears at once that mb heard
+// it. A process superseded meanwhile (a newer one of the worker registered)
+// gets the plain reply: its next heartbeat is told to stop.
+func (m *Master) awaitEnd(ctx context.Context, mb *member, epoch int64, reply *dsortpb.HeartbeatReply) {
+	t := m.clock.NewTimer(m.endPollFor())
+	defer t.Stop()
+	select {
+	case <-m.ended:
+	case <-ctx.Done():
+		return
+	case <-t.C():
+	}
+	m.mu.Lock()
+	if mb.epoch == epoch {
+		m.endReplyLocked(mb, reply)
+	}
+	m.mu.Unlock()
+	if reply.ShouldAbort {
+		m.wake()
+	}
+}
+
+// endPollFor is the longest a completed worker's heartbeat is held: a
+// heartbeat interval, and well within LostAfter, which counts from the
+// heartbeat's arrival.
+func (m *Master) endPollFor() time.Duration {
+	return min(m.cfg.HeartbeatInterval, m.cfg.LostAfter/4)
 }

@@ -95,3 +95,56 @@ func TestTokenIsCheckedOnEveryCall(t *testing.T) {
 		t.Fatalf("right token: %v, %v", js, err)
 	}
 }
+
+// A completed worker's heartbeat is held until the job ends (a long poll),
+// so the whole job exits as soon as its last worker completes; the
+// heartbeat that first reports Completed is answered at once.
+func TestCompletedWorkersHeartbeatWaitsForTheEnd(t *testing.T) {
+	c, stop := startMaster(t, MasterConfig{Workers: 2, HeartbeatInterval: 10 * time.Second, LostAfter: time.Minute})
+	ctx := t.Context()
+	reg, err := c.RegisterWorker(ctx, &dsortpb.RegisterRequest{Address: "127.0.0.2:1000", InputDirs: []string{"/in"}, OutputDir: "/out"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hb := &dsortpb.HeartbeatRequest{JobId: reg.GetJobId(), Index: 0, Epoch: reg.GetEpoch(), State: stateToPB(Completed)}
+	start := time.Now()
+	if rep, err := c.Heartbeat(ctx, hb); err != nil || rep.GetShouldAbort() {
+		t.Fatalf("first Completed report: %v, %v; want a plain reply", rep, err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("the first Completed report took %s: it must be answered at once", d)
+	}
+	held := make(chan *dsortpb.HeartbeatReply, 1)
+	go func() {
+		rep, err := c.Heartbeat(ctx, hb)
+		if err != nil {
+			t.Error(err)
+		}
+		held <- rep
+	}()
+	select {
+	case rep := <-held:
+		t.Fatalf("the job has not ended, yet a completed worker's heartbeat was answered: %v", rep)
+	case <-time.After(300 * time.Millisecond): // poll: the hold lasts a heartbeat interval (10 s)
+	}
+	// The other worker fails: the job ends, aborted.
+	reg1, err := c.RegisterWorker(ctx, &dsortpb.RegisterRequest{Address: "127.0.0.3:1000", InputDirs: []string{"/in"}, OutputDir: "/out"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Heartbeat(ctx, &dsortpb.HeartbeatRequest{JobId: reg1.GetJobId(), Index: reg1.GetIndex(), Epoch: reg1.GetEpoch(),
+		State: stateToPB(Failed), Error: "disk full"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case rep := <-held:
+		if !rep.GetShouldAbort() || rep.GetJobSucceeded() {
+			t.Fatalf("held heartbeat answered %v, want the job's end (aborted)", rep)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the held heartbeat was not answered when the job ended")
+	}
+	if err := stop(); !errors.Is(err, ErrAborted) {
+		t.Fatalf("Run = %v, want an abort", err)
+	}
+}

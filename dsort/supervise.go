@@ -83,6 +83,10 @@ func (w *Worker) newHeartbeater(asg assignment, interval time.Duration) *heartbe
 	}
 }
 
+// endPollGap is the pause between a completed worker's heartbeats, each of
+// which the master holds until the job ends (or a heartbeat interval).
+const endPollGap = 5 * time.Millisecond
+
 func (h *heartbeater) run(ctx context.Context) {
 	interval := h.interval
 	if interval <= 0 {
@@ -92,13 +96,7 @@ func (h *heartbeater) run(ctx context.Context) {
 	defer t.Stop()
 	lastOK := h.clock.Now()
 	for {
-		// A completed worker only waits for the job's end: ask more often,
-		// so that the whole job exits soon after its last worker is done.
-		next := interval
-		if h.state() == Completed {
-			next = interval / 5
-		}
-		t.Reset(next)
+		t.Reset(interval)
 		sent := h.state() // states only move forward: send sends this or later
 		rep, err := h.send(ctx, max(4*interval, 2*time.Second))
 		if err != nil && ctx.Err() == nil {
@@ -120,10 +118,19 @@ func (h *heartbeater) run(ctx context.Context) {
 			h.lost <- h.lostErr(err)
 			return
 		}
+		// A completed worker only waits for the job's end, which the master
+		// tells it as soon as it comes: it holds the heartbeat of a worker
+		// already Completed until then (Master.heartbeat). So, once the
+		// master has answered, ask again almost at once: the master's hold
+		// paces the asking. After a failed heartbeat, the interval.
+		next := t.C()
+		if err == nil && sent == Completed {
+			next = h.clock.After(min(endPollGap, interval))
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C():
+		case <-next:
 		case <-h.kick:
 		}
 	}
