@@ -193,7 +193,9 @@ func (m *Master) heartbeat(ctx context.Context, req *dsortpb.HeartbeatRequest) (
 	}
 	reply := &dsortpb.HeartbeatReply{}
 	m.endReplyLocked(mb, reply)
-	hold := !changed && newState == Completed && !reply.ShouldAbort
+	// A report with an error is a completed worker's last (it is shutting
+	// down, Worker.supervise's fail): answered at once.
+	hold := !changed && newState == Completed && req.GetError() == "" && !reply.ShouldAbort
 	info := m.infoLocked(mb, now)
 	m.mu.Unlock()
 	if changed {

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
 // startMaster runs a master on loopback and returns a client and a stop
@@ -114,18 +115,30 @@ func TestCompletedWorkersHeartbeatWaitsForTheEnd(t *testing.T) {
 	if d := time.Since(start); d > 2*time.Second {
 		t.Fatalf("the first Completed report took %s: it must be answered at once", d)
 	}
-	held := make(chan *dsortpb.HeartbeatReply, 1)
+	type answer struct {
+		rep *dsortpb.HeartbeatReply
+		err error
+	}
+	held := make(chan answer, 1)
 	go func() {
 		rep, err := c.Heartbeat(ctx, hb)
-		if err != nil {
-			t.Error(err)
-		}
-		held <- rep
+		held <- answer{rep, err}
 	}()
 	select {
-	case rep := <-held:
-		t.Fatalf("the job has not ended, yet a completed worker's heartbeat was answered: %v", rep)
+	case a := <-held:
+		t.Fatalf("the job has not ended, yet a completed worker's heartbeat was answered: %v, %v", a.rep, a.err)
 	case <-time.After(300 * time.Millisecond): // poll: the hold lasts a heartbeat interval (10 s)
+	}
+	// A completed worker's last report (it is shutting down) is answered
+	// at once.
+	last := proto.Clone(hb).(*dsortpb.HeartbeatRequest)
+	last.Error = "interrupted"
+	start = time.Now()
+	if rep, err := c.Heartbeat(ctx, last); err != nil || rep.GetShouldAbort() {
+		t.Fatalf("last report: %v, %v; want a plain reply", rep, err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("a completed worker's last report took %s: it must be answered at once", d)
 	}
 	// The other worker fails: the job ends, aborted.
 	reg1, err := c.RegisterWorker(ctx, &dsortpb.RegisterRequest{Address: "127.0.0.3:1000", InputDirs: []string{"/in"}, OutputDir: "/out"})
@@ -137,9 +150,9 @@ func TestCompletedWorkersHeartbeatWaitsForTheEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case rep := <-held:
-		if !rep.GetShouldAbort() || rep.GetJobSucceeded() {
-			t.Fatalf("held heartbeat answered %v, want the job's end (aborted)", rep)
+	case a := <-held:
+		if a.err != nil || !a.rep.GetShouldAbort() || a.rep.GetJobSucceeded() {
+			t.Fatalf("held heartbeat answered %v, %v; want the job's end (aborted)", a.rep, a.err)
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the held heartbeat was not answered when the job ended")

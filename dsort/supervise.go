@@ -56,9 +56,9 @@ type heartbeater struct {
 	clock    clock.Clock
 	interval time.Duration
 	timeout  time.Duration // MasterTimeout
-	state    func() State
-	// send sends one heartbeat within rpcTimeout.
-	send    func(ctx context.Context, rpcTimeout time.Duration) (*dsortpb.HeartbeatReply, error)
+	// send sends one heartbeat within rpcTimeout and returns the state it
+	// reported.
+	send    func(ctx context.Context, rpcTimeout time.Duration) (State, *dsortpb.HeartbeatReply, error)
 	lostErr func(last error) error // why the master counts as lost
 	kick    <-chan struct{}
 	metrics *metrics
@@ -70,9 +70,11 @@ type heartbeater struct {
 
 func (w *Worker) newHeartbeater(asg assignment, interval time.Duration) *heartbeater {
 	return &heartbeater{
-		clock: w.clock, interval: interval, timeout: w.cfg.MasterTimeout, state: w.sm.State,
-		send: func(ctx context.Context, timeout time.Duration) (*dsortpb.HeartbeatReply, error) {
-			return w.report(ctx, asg, timeout, "")
+		clock: w.clock, interval: interval, timeout: w.cfg.MasterTimeout,
+		send: func(ctx context.Context, timeout time.Duration) (State, *dsortpb.HeartbeatReply, error) {
+			st := w.sm.State()
+			rep, err := w.reportState(ctx, asg, st, timeout, "")
+			return st, rep, err
 		},
 		lostErr: func(last error) error {
 			return fmt.Errorf("%w: no reply from %s for %s: %s; the output directory %s was left as it was",
@@ -92,13 +94,12 @@ func (h *heartbeater) run(ctx context.Context) {
 	if interval <= 0 {
 		interval = 500 * time.Millisecond
 	}
-	t := h.clock.NewTimer(interval)
-	defer t.Stop()
 	lastOK := h.clock.Now()
 	for {
-		t.Reset(interval)
-		sent := h.state() // states only move forward: send sends this or later
-		rep, err := h.send(ctx, max(4*interval, 2*time.Second))
+		// Armed before the heartbeat goes out: its time counts toward the
+		// interval (and a test's fake clock finds it armed).
+		t := h.clock.NewTimer(interval)
+		sent, rep, err := h.send(ctx, max(4*interval, 2*time.Second))
 		if err != nil && ctx.Err() == nil {
 			h.metrics.heartbeatMissed()
 		}
@@ -106,6 +107,7 @@ func (h *heartbeater) run(ctx context.Context) {
 		case err == nil:
 			lastOK = h.clock.Now()
 			if rep.GetShouldAbort() {
+				t.Stop()
 				h.end <- rep
 				return
 			}
@@ -113,8 +115,10 @@ func (h *heartbeater) run(ctx context.Context) {
 				h.fault(ctx, "completed") // the master knows; the job's end is not heard yet
 			}
 		case ctx.Err() != nil:
+			t.Stop()
 			return
 		case h.clock.Since(lastOK) > h.timeout:
+			t.Stop()
 			h.lost <- h.lostErr(err)
 			return
 		}
@@ -123,15 +127,18 @@ func (h *heartbeater) run(ctx context.Context) {
 		// already Completed until then (Master.heartbeat). So, once the
 		// master has answered, ask again almost at once: the master's hold
 		// paces the asking. After a failed heartbeat, the interval.
-		next := t.C()
 		if err == nil && sent == Completed {
-			next = h.clock.After(min(endPollGap, interval))
+			t.Stop()
+			t = h.clock.NewTimer(min(endPollGap, interval))
 		}
 		select {
 		case <-ctx.Done():
-			return
-		case <-next:
+		case <-t.C():
 		case <-h.kick:
+		}
+		t.Stop()
+		if ctx.Err() != nil {
+			return
 		}
 	}
 }
@@ -140,7 +147,11 @@ func (h *heartbeater) run(ctx context.Context) {
 // message and phase times, and errMsg (or, in Failed, the reason of the
 // last transition).
 func (w *Worker) report(ctx context.Context, asg assignment, timeout time.Duration, errMsg string) (*dsortpb.HeartbeatReply, error) {
-	st := w.sm.State()
+	return w.reportState(ctx, asg, w.sm.State(), timeout, errMsg)
+}
+
+// reportState is report of state st.
+func (w *Worker) reportState(ctx context.Context, asg assignment, st State, timeout time.Duration, errMsg string) (*dsortpb.HeartbeatReply, error) {
 	req := &dsortpb.HeartbeatRequest{JobId: asg.jobID, Index: int32(asg.index), Epoch: asg.epoch, State: stateToPB(st),
 		Progress: w.track.progress(st), Message: w.track.message(st), Error: errMsg}
 	if st == Failed && errMsg == "" {

@@ -18,10 +18,9 @@ func fakeHeartbeater(fake *clock.Fake, interval, timeout time.Duration) (*heartb
 	sent := make(chan struct{}, 100)
 	return &heartbeater{
 		clock: fake, interval: interval, timeout: timeout,
-		state: func() State { return Sorting },
-		send: func(ctx context.Context, _ time.Duration) (*dsortpb.HeartbeatReply, error) {
+		send: func(ctx context.Context, _ time.Duration) (State, *dsortpb.HeartbeatReply, error) {
 			sent <- struct{}{}
-			return nil, status.Error(codes.Unavailable, "master down")
+			return Sorting, nil, status.Error(codes.Unavailable, "master down")
 		},
 		lostErr: func(last error) error { return errors.Join(ErrMasterLost, last) },
 		fault:   func(context.Context, string) {},

@@ -128,6 +128,9 @@ func (w *directWriter) Block() []byte {
 // Commit takes the first n bytes of the space Block lent as written; a
 // full buffer goes to the writer goroutine.
 func (w *directWriter) Commit(n int) error {
+	if w.free == nil { // finished: the buffers are the pool's
+		return w.failed()
+	}
 	w.cur = w.cur[:len(w.cur)+n]
 	if len(w.cur) == cap(w.cur) {
 		w.queue <- directJob{buf: w.cur, off: w.off}
@@ -154,8 +157,8 @@ func (w *directWriter) finish(flush bool) error {
 		err = w.fd.Truncate(size)
 	}
 	err = errors.Join(err, w.fd.Close())
-	// The buffers go back to the pool: a late Write, Block or Commit must
-	// not touch them (another writer may have them by then).
+	// The buffers go back to the pool: a late Write, Block or Commit
+	// fails instead of touching them (another writer may have them).
 	w.mu.Lock()
 	if w.err == nil {
 		w.err = os.ErrClosed

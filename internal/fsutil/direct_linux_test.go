@@ -176,4 +176,7 @@ func TestDirectWriterRefusesWritesAfterFinish(t *testing.T) {
 	if b := dw.Block(); b != nil {
 		t.Errorf("Block after finish lent %d bytes", len(b))
 	}
+	if err := dw.Commit(0); err == nil {
+		t.Error("Commit after finish reported no error")
+	}
 }

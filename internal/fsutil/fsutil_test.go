@@ -226,10 +226,11 @@ func TestLockDirBesideASweep(t *testing.T) {
 }
 
 // A sweep removing a dead owner's directory holds its lock for as long as
-// the removal takes (long, for a big directory on a loaded machine); a
-// LockDir taking the directory over meanwhile waits for it rather than
-// reporting the sweep as a live owner, and then owns a fresh directory.
-func TestLockDirWaitsForASlowSweep(t *testing.T) {
+// the removal takes (long, for a big directory on a loaded machine). A
+// LockDir taking the directory over meanwhile owns a fresh directory at
+// once, and the removal, still running, takes nothing of it: neither its
+// lock file nor what it writes there.
+func TestLockDirBesideASlowSweep(t *testing.T) {
 	parent := t.TempDir()
 	path := filepath.Join(parent, "w-dead")
 	if err := os.MkdirAll(path, 0o755); err != nil {
@@ -239,11 +240,16 @@ func TestLockDirWaitsForASlowSweep(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(path, OwnerFile), []byte("pid 2147483646 started long ago\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	held := make(chan struct{})
+	if err := os.WriteFile(filepath.Join(path, "old"), []byte("the dead owner's"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	held, taken := make(chan struct{}), make(chan struct{})
 	sweepHeld = func(string) {
 		close(held)
-		// real time: a removal slower than the tries LockDir gives a live owner
-		time.Sleep(300 * time.Millisecond)
+		select { // the removal goes on while the new owner works
+		case <-taken:
+		case <-time.After(5 * time.Second): // poll: a LockDir that waits for the sweep fails the test, not hangs it
+		}
 	}
 	defer func() { sweepHeld = nil }()
 	swept := make(chan []string)
@@ -252,15 +258,36 @@ func TestLockDirWaitsForASlowSweep(t *testing.T) {
 		swept <- removed
 	}()
 	<-held
+	start := time.Now()
 	d, err := LockDir(path)
 	if err != nil {
+		close(taken)
 		t.Fatalf("LockDir while a sweep removes the dead owner's directory: %v", err)
 	}
 	defer d.Close()
-	if removed := <-swept; len(removed) != 1 {
+	if waited := time.Since(start); waited > 2*time.Second {
+		t.Errorf("LockDir waited %s for the sweep", waited)
+	}
+	if err := os.WriteFile(filepath.Join(path, "new"), []byte("the new owner's"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	close(taken)
+	if removed := <-swept; len(removed) != 1 || removed[0] != path {
 		t.Errorf("sweep removed %v, want the dead owner's directory", removed)
 	}
-	if _, err := os.Stat(filepath.Join(path, OwnerFile)); err != nil {
-		t.Errorf("the new owner's lock file is gone: %v", err)
+	for _, name := range []string{OwnerFile, "new"} {
+		if _, err := os.Stat(filepath.Join(path, name)); err != nil {
+			t.Errorf("the new owner's %s is gone: %v", name, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(path, "old")); err == nil {
+		t.Error("the dead owner's file is in the new owner's directory")
+	}
+	if left, _ := filepath.Glob(filepath.Join(parent, "*")); len(left) != 1 {
+		t.Errorf("the parent holds %v, want only the new owner's directory", left)
+	}
+	// The lock is the new owner's: a sweep leaves the directory alone.
+	if removed, err := SweepStale(parent, "w-"); err != nil || len(removed) != 0 {
+		t.Errorf("a sweep beside the new owner removed %v (%v)", removed, err)
 	}
 }

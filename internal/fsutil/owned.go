@@ -223,15 +223,30 @@ func sweepOne(path string) (bool, error) {
 		return false, err // live owner (or a lock we cannot judge): leave it
 	}
 	// The dead owner's name goes first: a LockDir taking path over
-	// meanwhile then sees a lock naming no one (passingLock) and waits for
-	// the removal rather than counting the sweep as a live owner.
+	// meanwhile then sees a lock naming no one (passingLock) and tries
+	// again rather than counting the sweep as a live owner.
 	f.Truncate(0)
+	// Then the directory moves out of path, lock file and all, and is
+	// removed under its new name: a LockDir taking path over from here on
+	// makes a fresh directory there, which the removal cannot reach. (A
+	// removal in place would race it: RemoveAll may unlink the lock file
+	// first, and a LockDir creating and locking a new one in the directory
+	// being emptied would lose it, and its files, to the same RemoveAll.)
+	// The new name keeps path's, so a sweep after a crash here finds it,
+	// ownerless, and removes it.
+	tomb := path + ".swept-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	if err := os.Rename(path, tomb); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return false, nil
+		}
+		return false, fmt.Errorf("fsutil: sweep %s: %w", path, err)
+	}
 	if sweepHeld != nil {
 		sweepHeld(path)
 	}
-	return true, os.RemoveAll(path)
+	return true, os.RemoveAll(tomb)
 }
 
 // sweepHeld, when set (by tests), runs while a sweep holds the lock of the
-// directory it is about to remove.
+// directory it has moved away from path, before it removes it.
 var sweepHeld func(path string)
