@@ -99,48 +99,57 @@ func (h *heartbeater) run(ctx context.Context) {
 		// Armed before the heartbeat goes out: its time counts toward the
 		// interval (and a test's fake clock finds it armed).
 		t := h.clock.NewTimer(interval)
-		sent, rep, err := h.send(ctx, max(4*interval, 2*time.Second))
-		if err != nil && ctx.Err() == nil {
-			h.metrics.heartbeatMissed()
-		}
-		switch {
-		case err == nil:
-			lastOK = h.clock.Now()
-			if rep.GetShouldAbort() {
-				t.Stop()
-				h.end <- rep
-				return
-			}
-			if sent == Completed {
-				h.fault(ctx, "completed") // the master knows; the job's end is not heard yet
-			}
-		case ctx.Err() != nil:
+		next, done := h.beat(ctx, interval, &lastOK, t)
+		if done {
 			t.Stop()
 			return
-		case h.clock.Since(lastOK) > h.timeout:
-			t.Stop()
-			h.lost <- h.lostErr(err)
-			return
-		}
-		// A completed worker only waits for the job's end, which the master
-		// tells it as soon as it comes: it holds the heartbeat of a worker
-		// already Completed until then (Master.heartbeat). So, once the
-		// master has answered, ask again almost at once: the master's hold
-		// paces the asking. After a failed heartbeat, the interval.
-		if err == nil && sent == Completed {
-			t.Stop()
-			t = h.clock.NewTimer(min(endPollGap, interval))
 		}
 		select {
 		case <-ctx.Done():
-		case <-t.C():
+		case <-next.C():
 		case <-h.kick:
 		}
+		next.Stop()
 		t.Stop()
 		if ctx.Err() != nil {
 			return
 		}
 	}
+}
+
+// beat sends one heartbeat and acts on the outcome. It returns the timer
+// to wait for before the next one (t, the interval's, but a short one for
+// a completed worker, see below), or done when the heartbeats are over:
+// the job's end heard, the master lost, or ctx done.
+func (h *heartbeater) beat(ctx context.Context, interval time.Duration, lastOK *time.Time, t clock.Timer) (next clock.Timer, done bool) {
+	sent, rep, err := h.send(ctx, max(4*interval, 2*time.Second))
+	if err != nil && ctx.Err() == nil {
+		h.metrics.heartbeatMissed()
+	}
+	switch {
+	case err == nil:
+		*lastOK = h.clock.Now()
+		if rep.GetShouldAbort() {
+			h.end <- rep
+			return nil, true
+		}
+		if sent == Completed {
+			h.fault(ctx, "completed") // the master knows; the job's end is not heard yet
+			// A completed worker only waits for the job's end, which the
+			// master tells it as soon as it comes: it holds the heartbeat
+			// of a worker already Completed until then (Master.heartbeat).
+			// So, once the master has answered, ask again almost at once:
+			// the master's hold paces the asking. After a failed
+			// heartbeat, the interval.
+			return h.clock.NewTimer(min(endPollGap, interval)), false
+		}
+	case ctx.Err() != nil:
+		return nil, true
+	case h.clock.Since(*lastOK) > h.timeout:
+		h.lost <- h.lostErr(err)
+		return nil, true
+	}
+	return t, false
 }
 
 // report sends the master one heartbeat: the worker's state, progress,
