@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	grpcpeer "google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
@@ -137,6 +138,7 @@ func (s *guardedStream) RecvMsg(m any) error {
 func (g *guard) serverOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(g.unary), grpc.ChainStreamInterceptor(g.stream),
 		grpc.WriteBufferSize(ioBufferSize), grpc.ReadBufferSize(ioBufferSize),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: peerPingMin}),
 		// Stop waits for the handlers too: a worker frees the memory its
 		// ShuffleData handlers read only after stopping its server.
 		grpc.WaitForHandlers(true)}
@@ -227,11 +229,26 @@ const (
 	shuffleConnWindow   = 2 * shuffleStreamWindow
 )
 
+// A connection to a peer pings it while streams are open, and gives up on
+// it when a ping goes unanswered: a peer whose host vanished (a container
+// killed, a machine powered off, a network cut) sends no reset, and a
+// fetch only receiving from it would otherwise wait for its next chunk
+// for ever, where the retry would find the peer's restarted process. gRPC
+// pings no more often than every 10 s; servers accept pings that often
+// (peerPingMin), where gRPC's default would refuse them for 5 minutes.
+const (
+	peerPingEvery   = 10 * time.Second
+	peerPingTimeout = 5 * time.Second
+	peerPingMin     = 5 * time.Second
+)
+
 // dialPeer is dialMetered for a connection to a peer, which carries
-// shuffle data to this worker: with static flow-control windows.
+// shuffle data to this worker: with static flow-control windows and pings
+// while a fetch runs.
 func dialPeer(addr, token string, m *metrics) (*grpc.ClientConn, error) {
 	return dialMetered(addr, token, m,
-		grpc.WithStaticStreamWindowSize(shuffleStreamWindow), grpc.WithStaticConnWindowSize(shuffleConnWindow))
+		grpc.WithStaticStreamWindowSize(shuffleStreamWindow), grpc.WithStaticConnWindowSize(shuffleConnWindow),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: peerPingEvery, Timeout: peerPingTimeout}))
 }
 
 // dialMetered is dial that also counts failed calls in m; extra options
