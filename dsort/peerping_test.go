@@ -19,6 +19,9 @@ type freezingProxy struct {
 	ln     net.Listener
 	frozen chan struct{}
 	once   sync.Once
+
+	mu    sync.Mutex
+	conns []net.Conn // both ends of every connection, closed at the test's end
 }
 
 func newFreezingProxy(t *testing.T, upstream string) *freezingProxy {
@@ -27,7 +30,15 @@ func newFreezingProxy(t *testing.T, upstream string) *freezingProxy {
 		t.Fatal(err)
 	}
 	p := &freezingProxy{ln: ln, frozen: make(chan struct{})}
-	t.Cleanup(func() { ln.Close(); p.freeze() })
+	t.Cleanup(func() {
+		ln.Close()
+		p.freeze()
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, c := range p.conns {
+			c.Close()
+		}
+	})
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -39,7 +50,9 @@ func newFreezingProxy(t *testing.T, upstream string) *freezingProxy {
 				c.Close()
 				continue
 			}
-			t.Cleanup(func() { c.Close(); u.Close() })
+			p.mu.Lock()
+			p.conns = append(p.conns, c, u)
+			p.mu.Unlock()
 			go p.pipe(c, u)
 			go p.pipe(u, c)
 		}

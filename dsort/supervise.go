@@ -99,17 +99,20 @@ func (h *heartbeater) run(ctx context.Context) {
 		// Armed before the heartbeat goes out: its time counts toward the
 		// interval (and a test's fake clock finds it armed).
 		t := h.clock.NewTimer(interval)
-		next, done := h.beat(ctx, interval, &lastOK, t)
+		soon, done := h.beat(ctx, interval, &lastOK)
 		if done {
 			t.Stop()
 			return
 		}
+		if soon {
+			t.Stop()
+			t = h.clock.NewTimer(min(endPollGap, interval))
+		}
 		select {
 		case <-ctx.Done():
-		case <-next.C():
+		case <-t.C():
 		case <-h.kick:
 		}
-		next.Stop()
 		t.Stop()
 		if ctx.Err() != nil {
 			return
@@ -117,11 +120,15 @@ func (h *heartbeater) run(ctx context.Context) {
 	}
 }
 
-// beat sends one heartbeat and acts on the outcome. It returns the timer
-// to wait for before the next one (t, the interval's, but a short one for
-// a completed worker, see below), or done when the heartbeats are over:
-// the job's end heard, the master lost, or ctx done.
-func (h *heartbeater) beat(ctx context.Context, interval time.Duration, lastOK *time.Time, t clock.Timer) (next clock.Timer, done bool) {
+// beat sends one heartbeat and acts on the outcome. It reports done when
+// the heartbeats are over (the job's end heard, the master lost, or ctx
+// done), and soon when the next one goes out after endPollGap rather than
+// the interval: a completed worker only waits for the job's end, which
+// the master tells it as soon as it comes, holding the heartbeat of a
+// worker already Completed until then (Master.heartbeat). So, once the
+// master has answered, it asks again almost at once: the master's hold
+// paces the asking. After a failed heartbeat, the interval.
+func (h *heartbeater) beat(ctx context.Context, interval time.Duration, lastOK *time.Time) (soon, done bool) {
 	sent, rep, err := h.send(ctx, max(4*interval, 2*time.Second))
 	if err != nil && ctx.Err() == nil {
 		h.metrics.heartbeatMissed()
@@ -131,25 +138,19 @@ func (h *heartbeater) beat(ctx context.Context, interval time.Duration, lastOK *
 		*lastOK = h.clock.Now()
 		if rep.GetShouldAbort() {
 			h.end <- rep
-			return nil, true
+			return false, true
 		}
 		if sent == Completed {
 			h.fault(ctx, "completed") // the master knows; the job's end is not heard yet
-			// A completed worker only waits for the job's end, which the
-			// master tells it as soon as it comes: it holds the heartbeat
-			// of a worker already Completed until then (Master.heartbeat).
-			// So, once the master has answered, ask again almost at once:
-			// the master's hold paces the asking. After a failed
-			// heartbeat, the interval.
-			return h.clock.NewTimer(min(endPollGap, interval)), false
+			return true, false
 		}
 	case ctx.Err() != nil:
-		return nil, true
+		return false, true
 	case h.clock.Since(*lastOK) > h.timeout:
 		h.lost <- h.lostErr(err)
-		return nil, true
+		return false, true
 	}
-	return t, false
+	return false, false
 }
 
 // report sends the master one heartbeat: the worker's state, progress,
