@@ -127,6 +127,8 @@ type batcher struct {
 	// beforeBulk, set only by tests (SetBeforeBulk), runs before each bulk
 	// statement on SQLite and each bulk batch on Postgres.
 	beforeBulk atomic.Pointer[func()]
+
+	loops int // write loops, and as many read loops (newBatcher)
 }
 
 // bulkHook runs the test hook, if any, unless r is urgent.
@@ -149,15 +151,16 @@ func newBatcher(s *Store) *batcher {
 	// SQLite: one writer, as the file allows, and one reader (in-process
 	// reads cost CPU, not waiting: a second loop only halves the batches).
 	// Postgres: two of each, so one batch travels while the next is built.
-	loops, run := 1, b.runSQLite
+	run := b.runSQLite
+	b.loops = 1
 	if s.dialect == Postgres {
-		loops, run = 2, b.runPostgres
+		run, b.loops = b.runPostgres, 2
 	}
-	for range loops {
+	for range b.loops {
 		b.wg.Add(1)
 		go b.writeLoop(run)
 	}
-	for range loops {
+	for range b.loops {
 		b.wg.Add(1)
 		go b.readLoop()
 	}

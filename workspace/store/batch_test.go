@@ -143,10 +143,10 @@ func TestUrgentWriteGoesAheadOfBulk(t *testing.T) {
 					}
 				})
 			}
-			// On Postgres each of the write loops holds a bulk batch at the
-			// gate before the urgent write starts, so none begins later by
-			// mere scheduling; SQLite's one loop is busy from the first.
-			loops := map[bool]int64{true: 2, false: 1}[hold]
+			// Each write loop (Postgres has two) holds bulk work before the
+			// urgent write starts, so none begins it later by mere
+			// scheduling.
+			loops := int64(store.WriteLoops(st))
 			testutil.WaitFor(t, 10*time.Second, "the bulk to start", func() (bool, string) {
 				return begun.Load() >= loops, fmt.Sprintf("%d of %d write loops began bulk work", begun.Load(), loops)
 			})

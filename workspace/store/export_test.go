@@ -9,3 +9,6 @@ func SetMaxYield(s *Store, d time.Duration) { s.urgent.maxYield.Store(int64(d)) 
 // SetBeforeBulk makes s's writer call f before each bulk statement on
 // SQLite and each bulk batch on Postgres.
 func SetBeforeBulk(s *Store, f func()) { s.batch.beforeBulk.Store(&f) }
+
+// WriteLoops is how many write loops s's batcher runs.
+func WriteLoops(s *Store) int { return s.batch.loops }
