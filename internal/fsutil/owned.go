@@ -118,11 +118,12 @@ func lockDirOnce(path string) (d *OwnedDir, retry bool, err error) {
 	return &OwnedDir{Path: path, lock: f}, false, nil
 }
 
-// passingLock is ErrBusy from a lock that names no owner: a sweep removing
-// the directory (it empties the lock file of a dead owner's first), or a
-// LockDir between taking the lock and writing its owner. Both let go within moments, so LockDir keeps trying without
-// counting it as busy (a loaded machine can make a sweep's removal outlast
-// the few tries a live owner gets).
+// passingLock is ErrBusy from a lock that names no owner: a sweep about to
+// move the directory away (it empties a dead owner's lock file first), or
+// a LockDir between taking the lock and writing its owner. Both let go
+// within moments, so LockDir keeps trying without counting it as busy (a
+// loaded machine can make a sweep outlast the few tries a live owner
+// gets).
 type passingLock struct{ err error }
 
 func (p *passingLock) Error() string { return p.err.Error() }
