@@ -40,9 +40,12 @@ test-race: ## Run every test with the race detector
 bench: ## Run the Go benchmarks (figures and the full-size commands are in docs/BENCHMARKS.md)
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
-lint: ## gofmt check, go vet, staticcheck, gocyclo <= 15 and codecheck (functions <= 80 lines, docs, test contexts/sleeps) on the module, generated code up to date
+lint: ## gofmt check, go vet (every module, bench/ too), staticcheck, gocyclo <= 15 and codecheck (functions <= 80 lines, docs, test contexts/sleeps) on the module, generated code up to date
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt wants to rewrite:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	@# The other modules (bench/: its own go.mod) build and vet too; -mod=readonly fails on a go.mod that lags.
+	@for m in $$(git ls-files '*/go.mod'); do d=$$(dirname $$m); echo "cd $$d && $(GO) vet -mod=readonly ./..."; \
+		(cd $$d && $(GO) vet -mod=readonly ./...) || { echo "lint: module $$d does not build or vet (go.mod stale? run go mod tidy in $$d)"; exit 1; }; done
 	$(GO) tool staticcheck $(PKGS)
 	@out=$$($(GO) tool gocyclo -over 15 -ignore '_test\.go$$|\.pb\.go$$' $$($(GO) list -f '{{.Dir}}' $(PKGS))); if [ -n "$$out" ]; then echo "gocyclo: over 15:"; echo "$$out"; exit 1; fi
 	$(GO) run ./internal/tools/codecheck
