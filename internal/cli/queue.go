@@ -138,9 +138,13 @@ func runQueueWorker(cmd *cobra.Command, env *Env, o *queueWorkerOptions) error {
 		if err != nil {
 			return err
 		}
+		// The scheduler ends with the worker, whatever ended it (a signal,
+		// Redis lost, an error): on the command's context alone it would
+		// outlive a worker that gave up on Redis, retrying Redis forever.
+		schCtx, stopSch := context.WithCancel(ctx)
 		done := make(chan struct{})
-		go func() { sch.Run(ctx); close(done) }()
-		defer func() { <-done }()
+		go func() { sch.Run(schCtx); close(done) }()
+		defer func() { stopSch(); <-done }()
 	}
 	return w.Run(ctx)
 }

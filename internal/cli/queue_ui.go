@@ -109,6 +109,7 @@ func runQueueUI(cmd *cobra.Command, env *Env, o *queueUIOptions) error {
 	srv := &http.Server{Handler: d, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
 		// Requests end with the command: the event streams stop at a signal.
 		BaseContext: func(net.Listener) context.Context { return cmd.Context() }}
+	defer srv.Close() // an error return also ends the connections still open
 	errc := make(chan error, 1)
 	go func() {
 		if o.tlsCert != "" {

@@ -1,0 +1,96 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/testutil"
+)
+
+// cliRedis is a redis-server owned by one test, on a free loopback port.
+type cliRedis struct {
+	addr string
+	cmd  *exec.Cmd
+	done chan struct{} // closed when the process has been waited for
+}
+
+// startCLIRedis starts redis-server with extra arguments and waits until it
+// accepts connections; the test's cleanup kills it.
+func startCLIRedis(t *testing.T, dir string, extra ...string) *cliRedis {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	args := append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir, "--save", ""}, extra...)
+	r := &cliRedis{addr: fmt.Sprintf("127.0.0.1:%d", port), cmd: exec.Command("redis-server", args...), done: make(chan struct{})}
+	r.cmd.Stdout, _ = os.Create(filepath.Join(dir, "redis.log"))
+	if err := r.cmd.Start(); err != nil {
+		t.Fatalf("start redis-server: %v", err)
+	}
+	go func() { r.cmd.Wait(); close(r.done) }()
+	t.Cleanup(r.kill)
+	testutil.WaitFor(t, 10*time.Second, "redis-server to accept connections", func() (bool, string) {
+		c, err := net.DialTimeout("tcp", r.addr, 200*time.Millisecond)
+		if err != nil {
+			return false, err.Error()
+		}
+		c.Close()
+		return true, ""
+	})
+	return r
+}
+
+// kill ends the server at once (SIGKILL: no shutdown, as a crash).
+func (r *cliRedis) kill() {
+	r.cmd.Process.Signal(syscall.SIGKILL)
+	<-r.done
+}
+
+// Redis killed under a running `queue worker --redis-lost-after 2s`, with
+// the cron scheduler on (the default): the command exits 1 naming the
+// address within the flag's time + 2 s. The scheduler used to run on the
+// command's context alone and kept retrying Redis after the worker gave up,
+// so the command never returned.
+func TestQueueWorkerExitsWhenRedisDies(t *testing.T) {
+	red := startCLIRedis(t, t.TempDir())
+	var logs, errb testutil.Buffer
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan int, 1)
+	go func() {
+		done <- Execute(ctx, Env{Args: []string{"queue", "worker", "--redis", red.addr, "--redis-lost-after", "2s"},
+			Stdout: io.Discard, Stderr: &errb, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	}()
+	testutil.WaitFor(t, 20*time.Second, "the worker to start", func() (bool, string) {
+		return strings.Contains(logs.String(), "taskq worker started"), logs.String()
+	})
+	red.kill()
+	killed := time.Now()
+	select {
+	case code := <-done:
+		el := time.Since(killed)
+		t.Logf("exit %d %s after Redis was killed: %s", code, el.Round(time.Millisecond), strings.TrimSpace(errb.String()))
+		if code != 1 || !strings.Contains(errb.String(), red.addr) || !strings.Contains(errb.String(), "unreachable for") {
+			t.Errorf("exit %d, stderr %q; want exit 1 naming %s", code, errb.String(), red.addr)
+		}
+		if el > 4*time.Second {
+			t.Errorf("exited %s after Redis died, want within 4s (--redis-lost-after 2s + 2s)", el.Round(time.Millisecond))
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the worker still runs 30s after Redis died (--redis-lost-after 2s)\n%s", logs.String())
+	}
+}
