@@ -10,6 +10,7 @@ import (
 
 	"github.com/gantryhq/gantry/internal/backoff"
 	"github.com/gantryhq/gantry/internal/clock"
+	"github.com/gantryhq/gantry/taskq/internal/rdb"
 )
 
 // loop is the start/stop shape the background components (fetcher,
@@ -94,6 +95,24 @@ func (h *redisHealth) outage() { h.since.CompareAndSwap(0, h.clock.Now().UnixMil
 // answered records a call Redis answered: the outage, if any, is over.
 func (h *redisHealth) answered() { h.since.Store(0) }
 
+// failure records a failed call: an outage, unless Redis answered LOADING.
+func (h *redisHealth) failure(err error) {
+	if rdb.IsLoading(err) {
+		h.loading()
+		return
+	}
+	h.outage()
+}
+
+// loading records a LOADING reply: Redis is up and reading its dataset
+// back, a transient state the calls wait out (internal/rdb), so an outage,
+// if any, is over and RedisLostAfter does not count the load.
+func (h *redisHealth) loading() {
+	if h.since.Swap(0) != 0 {
+		h.log.Info("taskq: redis is back and loading its dataset; waiting for it")
+	}
+}
+
 // down reports whether an outage is open (the last call failed).
 func (h *redisHealth) down() bool { return h.since.Load() != 0 }
 
@@ -123,7 +142,7 @@ func (h *redisHealth) failed(ctx context.Context, fails *int, op string, err err
 	if *fails == 1 || *fails%20 == 0 {
 		h.log.Warn("taskq: redis unavailable, backing off", "op", op, "failures", *fails, "err", err)
 	}
-	h.outage()
+	h.failure(err)
 	return sleep(ctx, h.clock, h.backoff.Delay(*fails-1))
 }
 
@@ -229,7 +248,7 @@ func retryRedis(ctx context.Context, h *redisHealth, what string, fn func(contex
 		}
 		h.metric.Inc()
 		h.errs.Add(1)
-		h.outage()
+		h.failure(err)
 		if attempt == 0 {
 			h.log.Warn("taskq: redis call failed, backing off", "op", what, "err", err)
 		}

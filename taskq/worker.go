@@ -297,6 +297,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		health:   &redisHealth{log: cfg.Logger, metric: m.redisErrors, clock: cfg.Clock, backoff: cfg.RedisBackoff},
 		ackCh:    make(chan ackReq, 4096),
 	}
+	r.OnLoading(w.health.loading)
 	for _, q := range cfg.Queues {
 		w.assigned[q.Name] = true
 	}

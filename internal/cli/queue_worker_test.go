@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -92,5 +94,57 @@ func TestQueueWorkerExitsWhenRedisDies(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatalf("the worker still runs 30s after Redis died (--redis-lost-after 2s)\n%s", logs.String())
+	}
+}
+
+// respCommand sends one command to a Redis and returns its reply's first
+// line (no client library: the test speaks RESP itself).
+func respCommand(t *testing.T, addr string, args ...string) string {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := conn.Write([]byte(b.String())); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(line)
+}
+
+// A Redis restarted on its saved dataset answers LOADING until it has read
+// it back: the queue commands wait for it instead of failing with "redis
+// unreachable: LOADING" (what the README's blocks ran into).
+func TestQueueCommandsWaitOutLoadingRedis(t *testing.T) {
+	dir := t.TempDir()
+	red := startCLIRedis(t, dir)
+	respCommand(t, red.addr, "EVAL", "for i = 1, 10000 do redis.call('SET', 'filler:' .. i, i) end return 1", "0")
+	if r := respCommand(t, red.addr, "SAVE"); r != "+OK" {
+		t.Fatalf("SAVE: %s", r)
+	}
+	red.kill()
+	red = startCLIRedis(t, dir, "--key-load-delay", "100", "--loading-process-events-interval-bytes", "1024")
+	if r := respCommand(t, red.addr, "PING"); !strings.HasPrefix(r, "-LOADING") {
+		t.Fatalf("right after the restart PING answered %q, want -LOADING (the test needs a loading server)", r)
+	}
+	for _, args := range [][]string{
+		{"queue", "enqueue", "--redis", red.addr, "--queue", "demo", "--type", "noop", "--count", "3"},
+		{"queue", "stats", "--redis", red.addr},
+	} {
+		var out bytes.Buffer
+		if code := Execute(t.Context(), Env{Args: args, Stdout: &out, Stderr: &out}); code != 0 {
+			t.Fatalf("gantry %s: exit %d\n%s", strings.Join(args, " "), code, out.String())
+		}
+		t.Logf("gantry %s:\n%s", strings.Join(args[:2], " "), out.String())
 	}
 }

@@ -106,7 +106,9 @@ type RDB struct {
 var ErrUnreachable = errors.New("redis unreachable")
 
 // Open connects to addr: "host:port", "redis://host:port/db", or several
-// comma-separated "host:port" seeds of a cluster.
+// comma-separated "host:port" seeds of a cluster. A Redis that answers
+// LOADING (it is reading its dataset after a start) is waited for, by Open
+// and by every call, up to LoadingWait.
 func Open(addr string) (*RDB, error) {
 	var opt rueidis.ClientOption
 	if strings.Contains(addr, "://") {
@@ -121,12 +123,20 @@ func Open(addr string) (*RDB, error) {
 	opt.DisableCache = true
 	opt.Dialer.Timeout = 2 * time.Second
 	opt.ConnWriteTimeout = 5 * time.Second
-	c, err := rueidis.NewClient(opt)
+	c, err := newClientLoading(addr, opt, LoadingWait)
+	var le *loadingError
+	if errors.As(err, &le) {
+		return nil, err
+	}
 	if err != nil {
 		return nil, fmt.Errorf("rdb: connect %s: %w: %w", addr, ErrUnreachable, err)
 	}
-	return &RDB{c: c, cluster: c.Mode() == rueidis.ClientModeCluster}, nil
+	return &RDB{c: &loadingClient{Client: c, wait: LoadingWait}, cluster: c.Mode() == rueidis.ClientModeCluster}, nil
 }
+
+// OnLoading sets a function called each time Redis answers LOADING (any
+// goroutine); call it before the RDB is shared.
+func (r *RDB) OnLoading(f func()) { r.c.(*loadingClient).onLoading = f }
 
 // Close closes the connections.
 func (r *RDB) Close() { r.c.Close() }

@@ -1,0 +1,150 @@
+package taskq
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/testutil"
+)
+
+// restartLoading restarts red on a saved dataset of 10,000 keys, each
+// loaded slowly (key-load-delay), so that the new server answers LOADING for
+// about two seconds; it fails the test unless the server answers LOADING
+// right after the restart.
+func restartLoading(t *testing.T, red *privateRedis) {
+	t.Helper()
+	r := openRDB(t, red.addr())
+	c := r.Client()
+	fill := "for i = 1, 10000 do redis.call('SET', 'filler:' .. i, i) end return 1"
+	if err := c.Do(t.Context(), c.B().Eval().Script(fill).Numkeys(0).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Do(t.Context(), c.B().Save().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	red.stop()
+	red.args = append(red.args, "--key-load-delay", "100", "--loading-process-events-interval-bytes", "1024")
+	red.start()
+	if reply := rawCommand(t, red.addr(), "PING"); !strings.HasPrefix(reply, "-LOADING") {
+		t.Fatalf("right after the restart PING answered %q, want -LOADING (the test needs a loading server)", reply)
+	}
+}
+
+// rawCommand sends one command without arguments and returns the reply's
+// first line.
+func rawCommand(t *testing.T, addr, cmd string) string {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := conn.Write([]byte("*1\r\n$" + strconv.Itoa(len(cmd)) + "\r\n" + cmd + "\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(line)
+}
+
+// A Redis that answers LOADING is up and reading its dataset. Started
+// while it loads, each of these waits for it instead of failing: NewClient
+// (it used to fail with "redis unreachable: LOADING"), a script call and a
+// pipeline of writes through a client opened before the restart.
+func TestLoadingRedisIsWaitedOut(t *testing.T) {
+	red := startPrivateRedis(t)
+	before := newClient(t, red.addr())
+	q := "loading"
+	if _, err := before.Enqueue(t.Context(), NewTask("work", nil), Queue(q+"-purged")); err != nil {
+		t.Fatal(err)
+	}
+	restartLoading(t, red)
+	ctx := t.Context()
+	errs := make(chan error, 3)
+	go func() {
+		c, err := NewClient(ClientConfig{Redis: red.addr()})
+		if err != nil {
+			errs <- fmt.Errorf("NewClient: %w", err)
+			return
+		}
+		defer c.Close()
+		_, err = c.Enqueue(ctx, NewTask("work", nil), Queue(q))
+		errs <- err
+	}()
+	go func() {
+		_, err := before.Enqueue(ctx, NewTask("work", nil), Queue(q)) // one EVALSHA
+		errs <- err
+	}()
+	go func() { errs <- before.Purge(ctx, q+"-purged") }() // DELs in one pipeline
+	for range 3 {
+		if err := <-errs; err != nil {
+			t.Errorf("a call started while Redis loaded: %v", err)
+		}
+	}
+	if st := queueStats(t, before, q); st.Pending != 2 {
+		t.Fatalf("pending %d, want 2", st.Pending)
+	}
+}
+
+// A worker whose Redis restarts and then loads for longer than
+// RedisLostAfter does not give up: LOADING is a server that answers, so it
+// ends the outage the restart began; once loaded, the worker serves again.
+func TestWorkerWaitsOutLoadingRedis(t *testing.T) {
+	if testing.Short() {
+		t.Skip("restarts a private redis-server that loads for seconds")
+	}
+	red := startPrivateRedis(t)
+	var logs testutil.Buffer
+	q := "loading"
+	w := newTestWorker(t, red.addr(), WorkerConfig{Queues: []QueueSpec{{Name: q}}, RedisLostAfter: time.Second,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	var done atomic.Int64
+	w.Handle("work", func(context.Context, *Task) error { done.Add(1); return nil })
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	runErr := make(chan error, 1)
+	go func() { runErr <- w.Run(ctx) }()
+	testutil.WaitFor(t, 10*time.Second, "the worker to start", func() (bool, string) {
+		return strings.Contains(logs.String(), "taskq worker started"), logs.String()
+	})
+	restartLoading(t, red)
+	testutil.WaitFor(t, 20*time.Second, "the load to end", func() (bool, string) {
+		reply := rawCommand(t, red.addr(), "PING")
+		return reply == "+PONG", reply
+	})
+	c := newClient(t, red.addr())
+	if _, err := c.Enqueue(t.Context(), NewTask("work", nil), Queue(q)); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 20*time.Second, "the task enqueued after the load", func() (bool, string) {
+		select {
+		case err := <-runErr:
+			var lost *RedisLostError
+			if errors.As(err, &lost) {
+				t.Fatalf("the worker gave up on a loading Redis: %v\n%s", err, logs.String())
+			}
+			t.Fatalf("Run returned %v", err)
+		default:
+		}
+		return done.Load() == 1, logs.String()
+	})
+	if !strings.Contains(logs.String(), "loading its dataset") {
+		t.Errorf("no log line says Redis was loading:\n%s", logs.String())
+	}
+	cancel()
+	if err := <-runErr; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+}
