@@ -25,7 +25,8 @@ func (e *RedisLostError) Error() string {
 func (e *RedisLostError) Unwrap() []error { return []error{ErrRedisLost, ErrRedisUnreachable} }
 
 // watchRedis gives up on Redis (calls giveUp) once it has been unreachable
-// for RedisLostAfter; it returns when ctx ends.
+// for RedisLostAfter (never when that is negative); it returns when ctx
+// ends.
 func (w *Worker) watchRedis(ctx context.Context, giveUp func()) {
 	after := w.cfg.RedisLostAfter
 	if after <= 0 {

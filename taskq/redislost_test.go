@@ -88,3 +88,54 @@ func TestRedisLostAfter(t *testing.T) {
 		t.Fatal("the running handler was not cancelled")
 	}
 }
+
+// By default (RedisLostAfter zero) a worker gives up on a Redis that stays
+// unreachable for DefaultRedisLostAfter, 1 min, as seed §5.2 says it shuts
+// down on a permanent loss; a negative RedisLostAfter never gives up. The
+// outage is timed on fake clocks: an hour passes in no time.
+func TestRedisLostByDefault(t *testing.T) {
+	red := startPrivateRedis(t)
+	byDefault, never := fakeClock(), fakeClock()
+	wd := newTestWorker(t, red.addr(), WorkerConfig{Queues: []QueueSpec{{Name: "lost"}}, Clock: byDefault})
+	wn := newTestWorker(t, red.addr(), WorkerConfig{Queues: []QueueSpec{{Name: "lost"}}, Clock: never, RedisLostAfter: -1})
+	if wd.cfg.RedisLostAfter != DefaultRedisLostAfter || DefaultRedisLostAfter != time.Minute {
+		t.Fatalf("default RedisLostAfter %v, want DefaultRedisLostAfter (1m)", wd.cfg.RedisLostAfter)
+	}
+	errd, errn := make(chan error, 1), make(chan error, 1)
+	go func() { errd <- wd.Run(t.Context()) }()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go func() { errn <- wn.Run(ctx) }()
+	waitFor(t, 10*time.Second, "both workers running", func() bool {
+		return wd.State() == StateRunning && wn.State() == StateRunning
+	})
+	red.cmd.Process.Kill() // gone, no goodbye
+	red.cmd.Wait()
+	red.cmd = nil
+	waitFor(t, 10*time.Second, "both workers to see the outage", func() bool { return wd.health.down() && wn.health.down() })
+
+	byDefault.Advance(59 * time.Second)
+	never.Advance(time.Hour)
+	byDefault.Advance(2 * time.Second)
+	select {
+	case err := <-errd:
+		var lost *RedisLostError
+		if !errors.As(err, &lost) || lost.For < time.Minute || lost.For > 2*time.Minute || !strings.Contains(err.Error(), red.addr()) {
+			t.Fatalf("Run = %v, want a *RedisLostError naming %s after about 1m", err, red.addr())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the default worker did not give up after a minute without Redis")
+	}
+	select {
+	case err := <-errn:
+		t.Fatalf("the worker with RedisLostAfter < 0 gave up after an hour: %v", err)
+	default:
+	}
+	if wn.State() != StateRunning {
+		t.Fatalf("the worker with RedisLostAfter < 0: state %v, want running", wn.State())
+	}
+	cancel()
+	if err := <-errn; err != nil {
+		t.Fatalf("Run with RedisLostAfter < 0 after cancel: %v", err)
+	}
+}

@@ -25,6 +25,10 @@ type QueueSpec struct {
 	Weight int // default 1
 }
 
+// DefaultRedisLostAfter is how long a worker waits for an unreachable
+// Redis before it gives up (WorkerConfig.RedisLostAfter).
+const DefaultRedisLostAfter = time.Minute
+
 // WorkerConfig configures a Worker. Zero values are the documented defaults.
 type WorkerConfig struct {
 	// Redis is "host:port", "redis://host:port/db" or comma-separated
@@ -75,11 +79,13 @@ type WorkerConfig struct {
 	// Retry is the delay policy between attempts (default: 1s initial, 10m
 	// max, x2, 20% jitter).
 	Retry backoff.Policy
-	// RedisLostAfter gives up on Redis: unreachable this long without a
-	// break, the worker cancels its handlers and Run returns a
-	// *RedisLostError naming the address (their tasks' leases lapse and
-	// another worker runs them once Redis is back). Zero: never give up,
-	// reconnect for as long as it takes.
+	// RedisLostAfter gives up on Redis (seed §5.2: a permanent loss shuts
+	// the worker down): unreachable this long without a break, the worker
+	// cancels its handlers and Run returns a *RedisLostError naming the
+	// address (their tasks' leases lapse and another worker runs them once
+	// Redis is back). A Redis that answers LOADING is up, not lost. Default
+	// DefaultRedisLostAfter (1 min); negative: never give up, reconnect for
+	// as long as it takes.
 	RedisLostAfter time.Duration
 	// RedisBackoff paces reconnect attempts while Redis is unreachable
 	// (default: 100ms initial, 5s max).
@@ -179,6 +185,9 @@ func (c *WorkerConfig) defaults() {
 	def(&c.CancelGrace, 5*time.Second)
 	def(&c.ShutdownTimeout, 8*time.Second)
 	def(&c.DeadRetention, 7*24*time.Hour)
+	if c.RedisLostAfter == 0 {
+		c.RedisLostAfter = DefaultRedisLostAfter
+	}
 	if c.DeadMax <= 0 {
 		c.DeadMax = 10000
 	}

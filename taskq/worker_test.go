@@ -484,7 +484,7 @@ func TestWorkerIdentityAndLifecycle(t *testing.T) {
 	}
 	cfg := a.cfg
 	if cfg.Concurrency != 10 || cfg.LeaseDuration != 30*time.Second || cfg.HeartbeatInterval != 10*time.Second || cfg.ShutdownTimeout != 8*time.Second ||
-		cfg.CancelGrace != 5*time.Second || cfg.IdleWait != time.Second || cfg.Adaptive.Interval != 5*time.Second || cfg.RedisLostAfter != 0 {
+		cfg.CancelGrace != 5*time.Second || cfg.IdleWait != time.Second || cfg.Adaptive.Interval != 5*time.Second || cfg.RedisLostAfter != time.Minute {
 		t.Fatalf("defaults not as documented: %+v", cfg)
 	}
 	for _, bad := range []WorkerConfig{

@@ -178,8 +178,9 @@ func TestQueueSortTask(t *testing.T) {
 }
 
 // A worker started before its Redis waits for it (taskq.ErrRedisUnreachable
-// on a closed port) until signalled, then exits 0; a bad address is a
-// configuration error that fails at once.
+// on a closed port) until signalled, then exits 0 (or until
+// --redis-lost-after, 1 min by default: TestQueueWorkerRedisLostAfterFlag);
+// a bad address is a configuration error that fails at once.
 func TestQueueWorkerWaitsOutUnreachableRedis(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -18,6 +20,7 @@ import (
 	"time"
 
 	"github.com/gantryhq/gantry/internal/testutil"
+	"github.com/gantryhq/gantry/taskq"
 )
 
 // cliRedis is a redis-server owned by one test, on a free loopback port.
@@ -147,4 +150,195 @@ func TestQueueCommandsWaitOutLoadingRedis(t *testing.T) {
 		}
 		t.Logf("gantry %s:\n%s", strings.Join(args[:2], " "), out.String())
 	}
+}
+
+// --redis-lost-after: 1 min by default (taskq.DefaultRedisLostAfter, seed
+// §5.2: a worker shuts down on a permanent loss), 0 waits forever (a
+// negative RedisLostAfter), a negative flag is refused.
+func TestQueueWorkerRedisLostAfterFlag(t *testing.T) {
+	if d := newQueueWorkerCmd(&Env{}).Flags().Lookup("redis-lost-after").DefValue; d != "1m0s" {
+		t.Errorf("--redis-lost-after defaults to %s, want 1m0s", d)
+	}
+	for _, tt := range []struct {
+		flag    time.Duration
+		want    time.Duration
+		wantErr string
+	}{
+		{taskq.DefaultRedisLostAfter, time.Minute, ""},
+		{3 * time.Second, 3 * time.Second, ""},
+		{0, -1, ""},
+		{-time.Second, 0, "want a duration >= 0"},
+	} {
+		o := queueWorkerOptions{queues: "a", lostAfter: tt.flag}
+		cfg, err := o.config(&Env{})
+		switch {
+		case tt.wantErr != "":
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !strings.Contains(err.Error(), "--redis-lost-after") {
+				t.Errorf("--redis-lost-after %s: error %v, want one naming the flag and %q", tt.flag, err, tt.wantErr)
+			}
+		case err != nil:
+			t.Errorf("--redis-lost-after %s: %v", tt.flag, err)
+		case (tt.want < 0) != (cfg.RedisLostAfter < 0) || (tt.want >= 0 && cfg.RedisLostAfter != tt.want):
+			t.Errorf("--redis-lost-after %s: RedisLostAfter %s, want %s (negative: never)", tt.flag, cfg.RedisLostAfter, tt.want)
+		}
+	}
+}
+
+// availableMemory reads the machine's memory and the cgroup limits (v2 and
+// v1, at the process's path or the root) from a fake file tree.
+func TestAvailableMemory(t *testing.T) {
+	const gib = 1 << 30
+	tests := []struct {
+		name     string
+		files    map[string]string
+		want     int64
+		wantFrom string
+	}{
+		{"machine only", map[string]string{"proc/meminfo": "MemTotal:       8388608 kB\nMemFree: 1 kB\n"}, 8 * gib, "the machine's memory"},
+		{"v2 limit at the process's path", map[string]string{
+			"proc/meminfo": "MemTotal: 8388608 kB\n", "proc/self/cgroup": "0::/app/w1\n",
+			"sys/fs/cgroup/app/w1/memory.max": "2147483648\n", "sys/fs/cgroup/memory.max": "max\n",
+		}, 2 * gib, "the cgroup's memory limit"},
+		{"v2 unlimited", map[string]string{
+			"proc/meminfo": "MemTotal: 8388608 kB\n", "proc/self/cgroup": "0::/app\n", "sys/fs/cgroup/app/memory.max": "max\n",
+		}, 8 * gib, "the machine's memory"},
+		{"v1 limit, combined controllers", map[string]string{
+			"proc/meminfo": "MemTotal: 8388608 kB\n", "proc/self/cgroup": "4:memory,hugetlb:/box\n2:cpu:/\n",
+			"sys/fs/cgroup/memory/box/memory.limit_in_bytes": "1073741824\n",
+		}, gib, "the cgroup's memory limit"},
+		{"v1 no limit (a huge number)", map[string]string{
+			"proc/meminfo": "MemTotal: 8388608 kB\n", "sys/fs/cgroup/memory/memory.limit_in_bytes": "9223372036854771712\n",
+		}, 8 * gib, "the machine's memory"},
+		{"nothing readable", map[string]string{}, 0, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			root := t.TempDir()
+			for name, content := range tt.files {
+				p := filepath.Join(root, name)
+				if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if n, from := availableMemory(root); n != tt.want || from != tt.wantFrom {
+				t.Errorf("availableMemory = %d (%s), want %d (%s)", n, from, tt.want, tt.wantFrom)
+			}
+		})
+	}
+}
+
+// `queue worker` runs under a Go memory limit, so that its record carries
+// one and the health check's worker-memory check has something to measure:
+// --memory-limit's, or by default 90% of the memory available; the limit
+// before is put back when the command returns. (GOMEMLIMIT, applied by the
+// runtime at start, is left alone: TestQueueWorkerKeepsGOMEMLIMIT.)
+func TestQueueWorkerSetsMemoryLimit(t *testing.T) {
+	addr := testutil.Redis(t)
+	t.Setenv("GOMEMLIMIT", "")
+	before := debug.SetMemoryLimit(-1)
+	avail, _ := availableMemory("/")
+	if avail <= 0 {
+		t.Fatal("this machine's memory cannot be read")
+	}
+	for _, tt := range []struct {
+		flags []string
+		want  int64
+	}{
+		{nil, avail / 10 * 9},
+		{[]string{"--memory-limit", "3GiB"}, 3 << 30},
+	} {
+		if got := workerRecordLimit(t, addr, tt.flags...); got != tt.want {
+			t.Errorf("queue worker %v: the record's memory limit %d, want %d", tt.flags, got, tt.want)
+		}
+		if l := debug.SetMemoryLimit(-1); l != before {
+			t.Errorf("after the command the process's memory limit is %d, want it put back to %d", l, before)
+		}
+	}
+}
+
+// workerRecordLimit runs `queue worker` in this process on a queue of its
+// own until its record is in Redis, and returns the memory limit it holds.
+func workerRecordLimit(t *testing.T, addr string, flags ...string) int64 {
+	t.Helper()
+	q := fmt.Sprintf("climem-%d-%d", os.Getpid(), time.Now().UnixNano())
+	c, err := taskq.NewClient(taskq.ClientConfig{Redis: addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	defer c.Purge(context.WithoutCancel(t.Context()), q)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan int, 1)
+	var errb testutil.Buffer
+	go func() {
+		args := append([]string{"queue", "worker", "--redis", addr, "--queues", q, "--no-steal", "--no-cron"}, flags...)
+		done <- Execute(ctx, Env{Args: args, Stdout: io.Discard, Stderr: &errb})
+	}()
+	var limit int64
+	testutil.WaitFor(t, 20*time.Second, "the worker's record", func() (bool, string) {
+		st, err := c.Stats(t.Context())
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, w := range st.Workers {
+			if slices.Contains(w.Queues, q) && w.State == "running" {
+				limit = w.MemLimit
+				return true, ""
+			}
+		}
+		return false, errb.String()
+	})
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("worker exit %d: %s", code, errb.String())
+	}
+	return limit
+}
+
+// A GOMEMLIMIT the user set (the runtime applies it at the process's start)
+// is the limit `queue worker` runs under and records.
+func TestQueueWorkerKeepsGOMEMLIMIT(t *testing.T) {
+	bin := gantryBinary(t)
+	addr := testutil.Redis(t)
+	q := fmt.Sprintf("cligomem-%d", os.Getpid())
+	c, err := taskq.NewClient(taskq.ClientConfig{Redis: addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	defer c.Purge(context.WithoutCancel(t.Context()), q)
+	cmd := exec.Command(bin, "queue", "worker", "--redis", addr, "--queues", q, "--no-steal", "--no-cron")
+	cmd.Env = append(os.Environ(), "GOMEMLIMIT=123MiB")
+	var errb testutil.Buffer
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		cmd.Process.Signal(os.Interrupt)
+		if err := <-exited; err != nil {
+			t.Errorf("worker: %v\n%s", err, errb.String())
+		}
+	}()
+	testutil.WaitFor(t, 20*time.Second, "the worker's record", func() (bool, string) {
+		st, err := c.Stats(t.Context())
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, w := range st.Workers {
+			if slices.Contains(w.Queues, q) && w.State == "running" {
+				if w.MemLimit != 123<<20 {
+					t.Fatalf("the record's memory limit %d, want GOMEMLIMIT's %d", w.MemLimit, 123<<20)
+				}
+				return true, ""
+			}
+		}
+		return false, errb.String()
+	})
 }
