@@ -41,9 +41,13 @@ type fetcherParams struct {
 type fetcher struct {
 	p fetcherParams
 	loop
+	// backlog is each queue's pending count as the last dequeue call
+	// counted it (seed §2.1: selection considers queue lengths); the
+	// fetcher's goroutine alone reads and writes it.
+	backlog map[string]int64
 }
 
-func newFetcher(p fetcherParams) *fetcher { return &fetcher{p: p} }
+func newFetcher(p fetcherParams) *fetcher { return &fetcher{p: p, backlog: map[string]int64{}} }
 
 func (f *fetcher) run(ctx context.Context) {
 	fails := 0
@@ -114,11 +118,14 @@ func (f *fetcher) takeSlots(ctx context.Context) (n int, ok bool) {
 func (f *fetcher) dequeue(order []string, n int) ([]rdb.Dequeued, time.Time, error) {
 	now := f.p.clock.Now()
 	dctx, cancel := context.WithTimeout(f.p.persist, 10*time.Second)
-	ds, retry, err := f.p.r.Dequeue(dctx, order, n, now, now.Add(f.p.lease))
+	res, err := f.p.r.DequeueBatch(dctx, order, n, now, now.Add(f.p.lease))
 	cancel()
 	f.p.m.dequeues.Inc()
-	f.giveSlots(n - len(ds))
-	return ds, retry, err
+	f.giveSlots(n - len(res.Tasks))
+	for q, p := range res.Pending {
+		f.backlog[q] = p
+	}
+	return res.Tasks, res.Retry, err
 }
 
 // idle waits for work: on the wake-up lists, or asleep when a throttled
@@ -186,6 +193,13 @@ func (f *fetcher) handOver(ctx context.Context, ds []rdb.Dequeued) bool {
 // drawn per call), then steal targets by backlog. Because one script serves
 // them in this order, a task is never stolen while an assigned queue, of any
 // priority, has work.
+//
+// In the weighted order a queue weighs its configured weight × the adaptive
+// controller's factor (1 unless actions 4 or 6 moved it) × its backlog
+// factor, 1 + its share of the assigned queues' backlog as the last dequeue
+// counted it (seed §2.1: selection considers the queue lengths): with equal
+// backlogs the weights alone decide, and the longest queue weighs at most
+// twice its weight, so a weight's priority holds.
 func (f *fetcher) order() ([]string, int) {
 	qs := f.p.queues
 	out := make([]string, 0, len(qs)+4)
@@ -194,7 +208,13 @@ func (f *fetcher) order() ([]string, int) {
 			out = append(out, q.Name)
 		}
 	} else {
-		out = weightedOrder(qs, out, f.p.adaptive.weight)
+		var total int64
+		for _, q := range qs {
+			total += f.backlog[q.Name]
+		}
+		out = weightedOrder(qs, out, func(q string) float64 {
+			return f.p.adaptive.weight(q) * backlogFactor(f.backlog[q], total)
+		})
 	}
 	n := len(out)
 	if f.p.stealer != nil {
@@ -203,9 +223,18 @@ func (f *fetcher) order() ([]string, int) {
 	return out, n
 }
 
+// backlogFactor is 1 + a queue's share of the backlog (1 when there is
+// none).
+func backlogFactor(pending, total int64) float64 {
+	if total <= 0 || pending <= 0 {
+		return 1
+	}
+	return 1 + float64(pending)/float64(total)
+}
+
 // weightedOrder appends qs's names to out in a random order where each
 // next queue is drawn with probability proportional to its weight times
-// factor(name) (the adaptive controller's queue weights; 1 by default).
+// factor(name) (the adaptive and backlog factors).
 func weightedOrder(qs []QueueSpec, out []string, factor func(string) float64) []string {
 	w := make([]float64, len(qs))
 	total := 0.0

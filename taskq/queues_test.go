@@ -2,6 +2,7 @@ package taskq
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -101,8 +102,10 @@ func TestClusterIntegration(t *testing.T) {
 
 // One dequeue is one script call, however many of the worker's queues are
 // empty before the one with work (asynq makes one call per queue), with
-// limits too: here a rate of 1/s with a burst of 2 lets 2 of the 3 tasks
-// go and says when the third may.
+// limits too (a tenant's rate, in-flight cap and admin weight, the queue's
+// cap): here a rate of 1/s with a burst of 2 lets 2 of the 3 tasks go and
+// says when the third may. The same call counts each queue's backlog (what
+// the weighted order weighs), so that costs no round trip either.
 func TestDequeueOneRoundTripOverQueues(t *testing.T) {
 	red := startPrivateRedis(t)
 	c := newClient(t, red.addr())
@@ -124,7 +127,7 @@ func TestDequeueOneRoundTripOverQueues(t *testing.T) {
 		return 0
 	}
 	in := newInspector(t, red.addr())
-	if err := in.SetLimit(t.Context(), "q5", "x", Limit{Rate: 1, Burst: 2, MaxActive: 5}); err != nil {
+	if err := in.SetLimit(t.Context(), "q5", "x", Limit{Rate: 1, Burst: 2, MaxActive: 5, Weight: 2}); err != nil {
 		t.Fatal(err)
 	}
 	if err := in.SetLimit(t.Context(), "q5", "", Limit{MaxActive: 10}); err != nil {
@@ -133,15 +136,21 @@ func TestDequeueOneRoundTripOverQueues(t *testing.T) {
 	now := time.Now()
 	r.Dequeue(t.Context(), []string{"warm"}, 1, now, now) // loads the script (EVALSHA → NOSCRIPT → EVAL)
 	before := evalsha()
-	ds, retry, err := r.Dequeue(t.Context(), []string{"q1", "q2", "q3", "q4", "q5"}, 10, now, now.Add(time.Minute))
+	res, err := r.DequeueBatch(t.Context(), []string{"q1", "q2", "q3", "q4", "q5"}, 10, now, now.Add(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := evalsha() - before; len(ds) != 2 || n != 1 {
-		t.Errorf("got %d tasks with %d script calls, want 2 (the burst) with 1", len(ds), n)
+	if n := evalsha() - before; len(res.Tasks) != 2 || n != 1 {
+		t.Errorf("got %d tasks with %d script calls, want 2 (the burst) with 1", len(res.Tasks), n)
 	}
-	if d := retry.Sub(now); d < 900*time.Millisecond || d > 1100*time.Millisecond {
+	if d := res.Retry.Sub(now); d < 900*time.Millisecond || d > 1100*time.Millisecond {
 		t.Errorf("the next token is due %v after now, want 1 s", d)
+	}
+	if want := map[string]int64{"q1": 0, "q2": 0, "q3": 0, "q4": 0, "q5": 1}; fmt.Sprint(res.Pending) != fmt.Sprint(want) {
+		t.Errorf("backlogs counted by the call %v, want %v", res.Pending, want)
+	}
+	if lims, err := in.Limits(t.Context(), "q5"); err != nil || len(lims) != 2 || lims[1].Tenant != "x" || lims[1].Weight != 2 {
+		t.Errorf("limits of q5: %+v %v, want the tenant's with weight 2", lims, err)
 	}
 }
 

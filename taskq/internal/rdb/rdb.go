@@ -237,8 +237,26 @@ type Dequeued struct {
 // in one script call (one per queue on a cluster). retry is the earliest
 // time a tenant or queue throttled by a rate may run again (zero: none).
 func (r *RDB) Dequeue(ctx context.Context, queues []string, n int, now, leaseUntil time.Time) (ds []Dequeued, retry time.Time, err error) {
+	res, err := r.DequeueBatch(ctx, queues, n, now, leaseUntil)
+	return res.Tasks, res.Retry, err
+}
+
+// DequeueResult is what one dequeue call gave.
+type DequeueResult struct {
+	Tasks []Dequeued
+	// Retry is the earliest time a tenant or queue throttled by a rate may
+	// run again (zero: none).
+	Retry time.Time
+	// Pending is each queue's pending count after the call, counted by the
+	// script itself (on a cluster, only the queues the calls reached).
+	Pending map[string]int64
+}
+
+// DequeueBatch is Dequeue that also reports each queue's backlog.
+func (r *RDB) DequeueBatch(ctx context.Context, queues []string, n int, now, leaseUntil time.Time) (DequeueResult, error) {
+	res := DequeueResult{Pending: make(map[string]int64, len(queues))}
 	if len(queues) == 0 || n <= 0 {
-		return nil, time.Time{}, nil
+		return res, nil
 	}
 	args := []string{strconv.Itoa(n), ms(now), ms(leaseUntil), "100"}
 	if !r.cluster {
@@ -246,38 +264,40 @@ func (r *RDB) Dequeue(ctx context.Context, queues []string, n int, now, leaseUnt
 		for _, q := range queues {
 			keys = append(keys, QueueKeys(q)...)
 		}
-		return r.dequeue(ctx, queues, keys, args, leaseUntil)
+		err := r.dequeue(ctx, queues, keys, args, leaseUntil, &res)
+		return res, err
 	}
 	for _, q := range queues {
-		args[0] = strconv.Itoa(n - len(ds))
-		d, rt, err := r.dequeue(ctx, []string{q}, QueueKeys(q), args, leaseUntil)
-		if err != nil {
-			return ds, retry, err
+		args[0] = strconv.Itoa(n - len(res.Tasks))
+		if err := r.dequeue(ctx, []string{q}, QueueKeys(q), args, leaseUntil, &res); err != nil {
+			return res, err
 		}
-		ds = append(ds, d...)
-		if !rt.IsZero() && (retry.IsZero() || rt.Before(retry)) {
-			retry = rt
-		}
-		if len(ds) >= n {
+		if len(res.Tasks) >= n {
 			break
 		}
 	}
-	return ds, retry, nil
+	return res, nil
 }
 
-func (r *RDB) dequeue(ctx context.Context, queues, keys, args []string, leaseUntil time.Time) ([]Dequeued, time.Time, error) {
+// dequeue runs one script call over queues and adds its outcome to res.
+func (r *RDB) dequeue(ctx context.Context, queues, keys, args []string, leaseUntil time.Time, res *DequeueResult) error {
 	vals, err := dequeueScript.Exec(ctx, r.c, keys, args).ToArray()
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("rdb: dequeue: %w", err)
+		return fmt.Errorf("rdb: dequeue: %w", err)
 	}
-	var retry time.Time
-	if len(vals)%6 == 1 {
-		if hint, _ := vals[len(vals)-1].AsInt64(); hint > 0 {
-			retry = time.UnixMilli(hint)
+	nq := len(queues)
+	if len(vals) < nq+1 || (len(vals)-nq-1)%6 != 0 {
+		return fmt.Errorf("rdb: dequeue: %d values returned for %d queues", len(vals), nq)
+	}
+	for i, v := range vals[len(vals)-nq:] {
+		res.Pending[queues[i]], _ = v.AsInt64()
+	}
+	if hint, _ := vals[len(vals)-nq-1].AsInt64(); hint > 0 {
+		if rt := time.UnixMilli(hint); res.Retry.IsZero() || rt.Before(res.Retry) {
+			res.Retry = rt
 		}
-		vals = vals[:len(vals)-1]
 	}
-	out := make([]Dequeued, 0, len(vals)/6)
+	vals = vals[:len(vals)-nq-1]
 	for i := 0; i+5 < len(vals); i += 6 {
 		qi, _ := vals[i].AsInt64()
 		id, _ := vals[i+1].ToString()
@@ -285,12 +305,12 @@ func (r *RDB) dequeue(ctx context.Context, queues, keys, args []string, leaseUnt
 		retried, _ := vals[i+3].AsInt64()
 		starts, _ := vals[i+4].AsInt64()
 		tenant, _ := vals[i+5].ToString()
-		if qi < 1 || int(qi) > len(queues) {
-			return nil, time.Time{}, fmt.Errorf("rdb: dequeue: queue index %d out of range", qi)
+		if qi < 1 || int(qi) > nq {
+			return fmt.Errorf("rdb: dequeue: queue index %d out of range", qi)
 		}
-		out = append(out, Dequeued{Queue: queues[qi-1], ID: id, Msg: []byte(msg), Retried: int(retried), Starts: int(starts), Tenant: tenant, LeaseUntil: leaseUntil})
+		res.Tasks = append(res.Tasks, Dequeued{Queue: queues[qi-1], ID: id, Msg: []byte(msg), Retried: int(retried), Starts: int(starts), Tenant: tenant, LeaseUntil: leaseUntil})
 	}
-	return out, retry, nil
+	return nil
 }
 
 // AckItem is one successful task.

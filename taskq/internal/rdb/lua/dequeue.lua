@@ -4,8 +4,10 @@
 -- ARGV: n, now_ms, lease_until_ms, promote_limit
 -- Returns a flat array, 6 values per task: queue index (1-based), id, msg
 -- ('' if the message is missing), retried, starts, tenant (from the member:
--- the message does not carry it); then one last value: the earliest time
--- (ms) a throttled tenant or queue may run again, 0 if none waits on a rate.
+-- the message does not carry it); then the earliest time (ms) a throttled
+-- tenant or queue may run again, 0 if none waits on a rate; then each
+-- queue's pending count after the call, in KEYS order (the caller weighs
+-- its next order by the backlog: a ZCARD per queue, no extra round trip).
 -- Guarantees: inside a queue, tenants are served in weighted start-time fair
 -- order (virtual time advances to the start tag of each served task; a tenant
 -- of weight w advances by 1/w per task) and each tenant's tasks in priority,
@@ -182,4 +184,7 @@ for q = 0, #KEYS / NKEYS - 1 do
   end
 end
 out[#out + 1] = hint
+for q = 0, #KEYS / NKEYS - 1 do
+  out[#out + 1] = redis.call('ZCARD', KEYS[q * NKEYS + 1])
+end
 return out
