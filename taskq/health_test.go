@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,27 @@ func TestHealth(t *testing.T) {
 	ctx := t.Context()
 	if h := c.Health(ctx, HealthConfig{}); h.Status != OK {
 		t.Fatalf("empty system: %v %v, want OK", h.Status, h.Reasons)
+	}
+	// Redis's memory against its maxmemory: Warning from 75%, Critical from 90%.
+	used, _, err := c.r.UsedMemory(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		share  float64
+		status Status
+	}{{0.8, Warning}, {0.95, Critical}, {0, OK}} {
+		maxMem := "0"
+		if tc.share > 0 {
+			maxMem = strconv.FormatInt(int64(float64(used)/tc.share), 10)
+		}
+		if err := c.r.Client().Do(ctx, c.r.Client().B().ConfigSet().ParameterValue().ParameterValue("maxmemory", maxMem).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		h := c.Health(ctx, HealthConfig{})
+		if h.Status != tc.status || (tc.share > 0 && !strings.Contains(strings.Join(h.Reasons, ";"), "redis memory")) {
+			t.Errorf("redis memory at about %.0f%% of maxmemory: %v %v, want %v", 100*tc.share, h.Status, h.Reasons, tc.status)
+		}
 	}
 	enqueueTenant(t, c, "h", "x", 0, 5, Queue("h"))
 	if h := c.Health(ctx, HealthConfig{}); h.Status != Critical || !strings.Contains(strings.Join(h.Reasons, ";"), "no live worker") {
@@ -31,6 +53,19 @@ func TestHealth(t *testing.T) {
 	h := c.Health(ctx, HealthConfig{})
 	if h.Status != Warning || !strings.Contains(strings.Join(h.Reasons, ";"), "worker w1: error rate 30%") {
 		t.Errorf("error rate 30%%: %v %v, want Warning naming w1", h.Status, h.Reasons)
+	}
+	rec.ErrorRate = 0.6 // over the Critical threshold (0.5)
+	b, _ = json.Marshal(rec)
+	if err := c.r.SetWorker(ctx, "w1", string(b)); err != nil {
+		t.Fatal(err)
+	}
+	if h := c.Health(ctx, HealthConfig{}); h.Status != Critical || !strings.Contains(strings.Join(h.Reasons, ";"), "worker w1: error rate 60%") {
+		t.Errorf("error rate 60%%: %v %v, want Critical naming w1", h.Status, h.Reasons)
+	}
+	rec.ErrorRate = 0.3
+	b, _ = json.Marshal(rec)
+	if err := c.r.SetWorker(ctx, "w1", string(b)); err != nil {
+		t.Fatal(err)
 	}
 	srv := httptest.NewServer(HealthHandler(c, HealthConfig{}))
 	defer srv.Close()

@@ -101,8 +101,17 @@ func TestMetricsSeries(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return string(b)
 	}
-	// Right after the start every documented series is there.
-	waitFor(t, 5*time.Second, "the maintainer's first gauges", func() bool { return strings.Contains(scrape(), "taskq_queue_size{") })
+	// Right after the start, before any task, the queue's counters are
+	// there at 0 (seed §1: counters initialised).
+	var first string
+	waitFor(t, 5*time.Second, "the maintainer's first gauges", func() bool { first = scrape(); return strings.Contains(first, "taskq_queue_size{") })
+	for _, name := range []string{"taskq_tasks_retried_total", "taskq_tasks_dead_total", "taskq_tasks_invalid_total", "taskq_tasks_duplicate_total",
+		"taskq_tasks_abandoned_total", "taskq_tasks_requeued_total", "taskq_tasks_cancelled_total", "taskq_leases_expired_total", "taskq_steals_total",
+		"taskq_task_duration_seconds_count", "taskq_task_wait_seconds_count"} {
+		if v, ok := sample(first, name+`{queue="`+q+`"}`); !ok || v != 0 {
+			t.Errorf("before any task: %s{queue=%q} = %v (present %v), want 0", name, q, v, ok)
+		}
+	}
 	for range 3 {
 		enqueue(t, c, "ok", Queue(q), Tenant("t1"))
 	}
@@ -165,13 +174,14 @@ func TestHandlerSeesWorkerAndTask(t *testing.T) {
 	wk := newTestWorker(t, addr, WorkerConfig{Queues: []QueueSpec{{Name: q}}, HeartbeatInterval: 100 * time.Millisecond,
 		LeaseDuration: 2 * time.Second, Retry: backoff.Policy{Initial: 10 * time.Millisecond, Max: 10 * time.Millisecond}})
 	type seen struct {
-		worker, host            string
-		attempt, starts         int
-		enqueued, lease0, lease time.Time
+		id, queue, tenant, worker, host    string
+		attempt, starts, retried, maxRetry int
+		enqueued, lease0, lease            time.Time
 	}
 	out := make(chan seen, 2)
 	wk.Handle("probe", func(ctx context.Context, tk *Task) error {
-		s := seen{worker: tk.WorkerID(), host: tk.Host(), attempt: tk.Attempt(), starts: tk.Starts(), enqueued: tk.EnqueuedAt(), lease0: tk.LeaseDeadline()}
+		s := seen{id: tk.ID(), queue: tk.Queue(), tenant: tk.Tenant(), worker: tk.WorkerID(), host: tk.Host(), attempt: tk.Attempt(),
+			starts: tk.Starts(), retried: tk.Retried(), maxRetry: tk.MaxRetries(), enqueued: tk.EnqueuedAt(), lease0: tk.LeaseDeadline()}
 		if tk.Attempt() == 1 {
 			out <- s
 			return errors.New("once more")
@@ -183,14 +193,17 @@ func TestHandlerSeesWorkerAndTask(t *testing.T) {
 	})
 	runWorker(t, wk)
 	t0 := time.Now()
-	enqueue(t, c, "probe", Queue(q))
+	id := enqueue(t, c, "probe", Queue(q), Tenant("acme"), MaxRetries(3))
 	first, second := <-out, <-out
 	host, _ := os.Hostname()
-	if first.worker != wk.ID() || first.host != host || first.attempt != 1 || first.starts != 1 {
+	if first.worker != wk.ID() || first.host != host || first.attempt != 1 || first.starts != 1 || first.retried != 0 {
 		t.Fatalf("first attempt saw %+v; want worker %s on %s, attempt 1", first, wk.ID(), host)
 	}
-	if second.attempt != 2 || second.starts != 2 {
-		t.Fatalf("second attempt saw attempt %d, starts %d", second.attempt, second.starts)
+	if first.id != id || first.queue != q || first.tenant != "acme" || first.maxRetry != 3 {
+		t.Fatalf("first attempt saw task %s of %s, tenant %s, max retries %d; want %s of %s, acme, 3", first.id, first.queue, first.tenant, first.maxRetry, id, q)
+	}
+	if second.attempt != 2 || second.starts != 2 || second.retried != 1 {
+		t.Fatalf("second attempt saw attempt %d, starts %d, retried %d", second.attempt, second.starts, second.retried)
 	}
 	if d := second.enqueued.Sub(t0); d < -time.Second || d > time.Second {
 		t.Fatalf("EnqueuedAt %v is not when it was enqueued (%v)", second.enqueued, t0)

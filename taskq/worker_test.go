@@ -271,10 +271,17 @@ func TestGracefulShutdownRequeues(t *testing.T) {
 		t.Errorf("after shutdown: pending %d active %d failed %d retry %d; want 8 0 0 0", st.Pending, st.Active, st.FailedTotal, st.Retry)
 	}
 	all, _ := c.Stats(ctx)
+	found := false
 	for _, rec := range all.Workers {
-		if rec.ID == w.ID() && rec.State != "stopped" {
-			t.Errorf("worker record state %q, want stopped", rec.State)
+		if rec.ID == w.ID() {
+			found = true
+			if rec.State != "stopped" || rec.Processed != 0 || rec.Failed != 0 {
+				t.Errorf("worker record: state %q, processed %d, failed %d; want stopped, 0, 0", rec.State, rec.Processed, rec.Failed)
+			}
 		}
+	}
+	if !found {
+		t.Errorf("no record of worker %s in Redis after its shutdown", w.ID())
 	}
 	// A new worker runs them all, and none counts as a duplicate.
 	w2 := newTestWorker(t, addr, WorkerConfig{Queues: []QueueSpec{{Name: q}}, Concurrency: 3})

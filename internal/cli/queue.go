@@ -311,9 +311,19 @@ func printStats(w io.Writer, st *taskq.Stats) {
 	}
 	tw.Flush()
 	for _, wr := range st.Workers {
-		fmt.Fprintf(w, "worker %s: %s, queues %s, active %d, processed %d, failed %d, steals %d, %.0f tasks/s\n",
-			wr.ID, wr.State, strings.Join(wr.Queues, ","), wr.Active, wr.Processed, wr.Failed, wr.Steals, wr.RatePerSec)
+		fmt.Fprintf(w, "worker %s: %s, queues %s, active %d, processed %d, failed %d, steals %d, %s (its record, %s old)\n",
+			wr.ID, wr.State, strings.Join(wr.Queues, ","), wr.Active, wr.Processed, wr.Failed, wr.Steals, workerRate(wr),
+			time.Since(wr.Heartbeat).Round(time.Second))
 	}
+}
+
+// workerRate is a worker's rate over its last adaptive window (5 s by
+// default), or says there is none yet.
+func workerRate(wr taskq.WorkerRecord) string {
+	if wr.WindowEnd.IsZero() {
+		return "rate: no window closed yet"
+	}
+	return fmt.Sprintf("%.0f tasks/s over its last window", wr.RatePerSec)
 }
 
 // limitNote shows a queue's or tenant's limit in the stats table.

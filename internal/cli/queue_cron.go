@@ -75,7 +75,7 @@ func newQueueCronListCmd(client func() (*taskq.Client, error)) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "list [--json]",
-		Short: "List periodic tasks with their last and next tick",
+		Short: "List periodic tasks with their last and next tick (in each entry's --tz, named)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := client()
@@ -97,15 +97,26 @@ func newQueueCronListCmd(client func() (*taskq.Client, error)) *cobra.Command {
 			for _, e := range list {
 				last := "-"
 				if !e.Last.IsZero() {
-					last = e.Last.Local().Format(time.DateTime)
+					last = cronTime(e.Last, e.TZ)
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Name, e.Spec, e.Queue, e.Type, e.Tenant, last, e.Next.Local().Format(time.DateTime))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Name, e.Spec, e.Queue, e.Type, e.Tenant, last, cronTime(e.Next, e.TZ))
 			}
 			return tw.Flush()
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
+}
+
+// cronTime shows a tick in its entry's time zone (tz, default UTC) and
+// names the zone, so that a spec's hour reads as written: a nightly
+// '0 0 2 * * *' in Europe/Berlin shows as 02:00:00 CET.
+func cronTime(t time.Time, tz string) string {
+	loc, err := time.LoadLocation(tz) // "" is UTC
+	if err != nil {
+		loc = time.UTC
+	}
+	return t.In(loc).Format("2006-01-02 15:04:05 MST")
 }
 
 func newQueueCronRemoveCmd(client func() (*taskq.Client, error)) *cobra.Command {

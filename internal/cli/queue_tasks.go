@@ -179,20 +179,31 @@ func printTaskPage(cmd *cobra.Command, p taskq.TaskPage, asJSON bool) error {
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tTENANT\tTYPE\tSTATE\tSTARTS\tRETRIED\tWHEN\tLAST ERROR")
 	for _, d := range p.Tasks {
-		when := d.EnqueuedAt
-		for _, t := range []*time.Time{d.DueAt, d.LeaseUntil, d.EndedAt, d.KeptUntil} {
-			if t != nil {
-				when = *t
-			}
-		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", d.ID, d.Tenant, d.Type, d.State, d.Starts, d.Retried,
-			when.Format(time.RFC3339), strings.ReplaceAll(d.LastError, "\n", " "))
+			taskWhen(d), strings.ReplaceAll(d.LastError, "\n", " "))
 	}
 	tw.Flush()
 	if p.Next != "" {
 		fmt.Fprintf(cmd.ErrOrStderr(), "more: --cursor %s\n", p.Next)
 	}
 	return nil
+}
+
+// taskWhen is the WHEN column: the time that matters in the task's state,
+// saying which: enqueued (pending), due (scheduled, retry), lease until
+// (active: its worker's lease, which heartbeats extend), ended (dead,
+// cancelled, completed) or kept until (a retained completed task).
+func taskWhen(d taskq.TaskDetail) string {
+	when := "enqueued " + d.EnqueuedAt.Format(time.RFC3339)
+	for _, t := range []struct {
+		what string
+		at   *time.Time
+	}{{"due", d.DueAt}, {"lease until", d.LeaseUntil}, {"ended", d.EndedAt}, {"kept until", d.KeptUntil}} {
+		if t.at != nil {
+			when = t.what + " " + t.at.Format(time.RFC3339)
+		}
+	}
+	return when
 }
 
 func newQueuePauseCmds() []*cobra.Command {

@@ -273,8 +273,8 @@ func TestQueueTasksAndPauseCommands(t *testing.T) {
 	if out, code := run("queue", "tasks", "cancel", id, "--redis", addr); code == 0 || !strings.Contains(out, "is cancelled") {
 		t.Fatalf("second cancel: exit %d, %s", code, out)
 	}
-	if out := must("queue", "tasks", "list", "--redis", addr, "--queue", q, "--state", "cancelled"); !strings.Contains(out, id) {
-		t.Fatalf("cancelled list lacks %s:\n%s", id, out)
+	if out := must("queue", "tasks", "list", "--redis", addr, "--queue", q, "--state", "cancelled"); !strings.Contains(out, id) || !strings.Contains(out, "ended 20") {
+		t.Fatalf("cancelled list lacks %s, or its WHEN does not say ended:\n%s", id, out)
 	}
 	var sched taskq.TaskPage
 	json.Unmarshal([]byte(must("queue", "tasks", "list", "--redis", addr, "--queue", q, "--state", "scheduled", "--json")), &sched)
@@ -377,6 +377,10 @@ func TestQueueCronCommands(t *testing.T) {
 	}
 	if n := e.Next.In(tokyo); n.Hour() != 2 || n.Minute() != 0 || n.Second() != 30 || !n.After(time.Now()) || time.Until(n) > 24*time.Hour {
 		t.Errorf("next tick %v, want the next 02:00:30 in Tokyo", n)
+	}
+	// The table shows the tick in the entry's zone, named.
+	if out, code := run("queue", "cron", "list", "--redis", addr); code != 0 || !strings.Contains(out, e.Next.In(tokyo).Format("2006-01-02")+" 02:00:30 JST") {
+		t.Errorf("cron list: exit %d, want the next tick as 02:00:30 JST:\n%s", code, out)
 	}
 	for _, bad := range [][]string{
 		{"--name", name + "x", "--spec", "61 * * * *", "--queue", "q", "--type", "t"},

@@ -31,10 +31,12 @@ func newQueueUICmd(env *Env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ui [--redis ADDR] [--listen 127.0.0.1:7481] [--token-file F]",
 		Short: "Serve the live dashboard: queues, tenants, limits, pauses, tasks, dead letters, cron",
-		Long: `Serve the dashboard until SIGINT/SIGTERM. Every request needs a token: with
---token-file, the token in that file; without, a new random one, given once in
-the URL printed at start (in the #fragment, which browsers never send). The
-page trades it for an HttpOnly cookie. A --listen address that is not
+		Long: `Serve the dashboard until SIGINT/SIGTERM. Every API request (all the data
+and every change) needs a token; the page itself (its HTML, script and
+style, no data) loads without one. The token: with --token-file, the one in
+that file; without, a new random one, given once in the URL printed at start
+(in the #fragment, which browsers never send). The page trades it for an
+HttpOnly cookie. A --listen address that is not
 loopback needs --tls-cert/--tls-key, or --insecure-listen when a TLS proxy
 is in front.`,
 		Args: cobra.NoArgs,

@@ -4,8 +4,10 @@
 // requeue; the cron entries. One page, embedded (no build step), kept live
 // over server-sent events.
 //
-// Every request needs the dashboard's token: as a bearer token, or as the
-// cookie the page's login sets (HttpOnly, SameSite=Strict). Requests that
+// Every API request (/api/…: all the data and every change) needs the
+// dashboard's token, as a bearer token or as the cookie the page's login
+// sets (HttpOnly, SameSite=Strict); the page itself (its HTML, script and
+// style, no data) is served without one. Requests that
 // change something must also carry the X-Taskq-UI header, which a page on
 // another origin cannot send without a CORS preflight this server never
 // grants. The server keeps only the token's SHA-256.
