@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	ptestutil "github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
 
 	"github.com/gantryhq/gantry/internal/backoff"
@@ -410,9 +411,19 @@ func TestWorkStealing(t *testing.T) {
 		st, _ := c.Stats(ctx)
 		return st.Queues["big"].Completed == 60 && st.Queues["small"].Completed == 20 && st.Queues["own"].Completed == 10
 	})
+	// A paused queue with a backlog is a steal target that gives nothing:
+	// each dequeue that tries it counts a miss.
+	if err := newInspector(t, addr).Pause(ctx, "paused", "", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	enqueueTenant(t, c, "paused", "x", 0, 5, Queue("paused"))
+	waitFor(t, 20*time.Second, "a steal miss", func() bool { return ptestutil.ToFloat64(w.m.stealMisses) > 0 })
 	stop()
 	if s := w.stealer.steals.Load(); s != 80 {
 		t.Errorf("steals %d, want 80", s)
+	}
+	if big, small := ptestutil.ToFloat64(w.m.steals.WithLabelValues("big")), ptestutil.ToFloat64(w.m.steals.WithLabelValues("small")); big != 60 || small != 20 {
+		t.Errorf("taskq_steals_total: big %v small %v, want 60 and 20", big, small)
 	}
 	mu.Lock()
 	defer mu.Unlock()
