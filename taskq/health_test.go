@@ -106,7 +106,8 @@ func TestHealthWorkerChecks(t *testing.T) {
 		reason string
 	}{
 		{"healthy", func(*WorkerRecord) {}, OK, ""},
-		{"stale heartbeat", func(r *WorkerRecord) { r.Heartbeat = now.Add(-2 * time.Minute) }, Critical, "no heartbeat for 2m"},
+		// Stale: a Warning of its own; with nobody else live the backlog makes it Critical.
+		{"stale heartbeat", func(r *WorkerRecord) { r.Heartbeat = now.Add(-2 * time.Minute) }, Critical, "Warning: worker w: no heartbeat for 2m"},
 		{"no progress with a backlog", func(r *WorkerRecord) { r.RatePerSec, r.RateAvg = 0, 0 }, Warning, "no task processed in the last window"},
 		{"memory near the limit", func(r *WorkerRecord) { r.MemBytes, r.MemLimit = 80<<20, 100<<20 }, Warning, "memory 80% of its limit (100 MiB)"},
 		{"memory at the limit", func(r *WorkerRecord) { r.MemBytes, r.MemLimit = 95<<20, 100<<20 }, Critical, "memory 95% of its limit"},
