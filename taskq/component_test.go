@@ -147,7 +147,8 @@ func TestOutageBacksOffOnTheClock(t *testing.T) {
 	maxBackoff := time.Second
 	w := newTestWorker(t, red.addr(), WorkerConfig{Queues: []QueueSpec{{Name: "o"}}, Clock: clk,
 		RedisBackoff: backoff.Policy{Initial: 100 * time.Millisecond, Max: maxBackoff}, MaintainInterval: time.Hour,
-		IdleWait: 100 * time.Millisecond})
+		IdleWait:       100 * time.Millisecond,
+		RedisLostAfter: -1}) // never give up: no watch ticker on the clock, the outage lasts as long as the test says
 	ran := make(chan string, 1)
 	w.Handle("noop", func(_ context.Context, tk *Task) error { ran <- tk.ID(); return nil })
 	runWorker(t, w)

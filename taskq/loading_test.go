@@ -16,15 +16,15 @@ import (
 	"github.com/gantryhq/gantry/internal/testutil"
 )
 
-// restartLoading restarts red on a saved dataset of 10,000 keys, each
-// loaded slowly (key-load-delay), so that the new server answers LOADING for
-// about two seconds; it fails the test unless the server answers LOADING
-// right after the restart.
-func restartLoading(t *testing.T, red *privateRedis) {
+// restartLoading restarts red on a saved dataset of keys keys, each loaded
+// slowly (key-load-delay), so that the new server answers LOADING for about
+// keys × 0.2 ms; it fails the test unless the server answers LOADING right
+// after the restart.
+func restartLoading(t *testing.T, red *privateRedis, keys int) {
 	t.Helper()
 	r := openRDB(t, red.addr())
 	c := r.Client()
-	fill := "for i = 1, 10000 do redis.call('SET', 'filler:' .. i, i) end return 1"
+	fill := "for i = 1, " + strconv.Itoa(keys) + " do redis.call('SET', 'filler:' .. i, i) end return 1"
 	if err := c.Do(t.Context(), c.B().Eval().Script(fill).Numkeys(0).Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func TestLoadingRedisIsWaitedOut(t *testing.T) {
 	if _, err := before.Enqueue(t.Context(), NewTask("work", nil), Queue(q+"-purged")); err != nil {
 		t.Fatal(err)
 	}
-	restartLoading(t, red)
+	restartLoading(t, red, 5000) // about a second
 	ctx := t.Context()
 	errs := make(chan error, 3)
 	go func() {
@@ -119,7 +119,7 @@ func TestWorkerWaitsOutLoadingRedis(t *testing.T) {
 	testutil.WaitFor(t, 10*time.Second, "the worker to start", func() (bool, string) {
 		return strings.Contains(logs.String(), "taskq worker started"), logs.String()
 	})
-	restartLoading(t, red)
+	restartLoading(t, red, 10000) // about 2 s: longer than RedisLostAfter
 	testutil.WaitFor(t, 20*time.Second, "the load to end", func() (bool, string) {
 		reply := rawCommand(t, red.addr(), "PING")
 		return reply == "+PONG", reply

@@ -238,12 +238,12 @@ func monitor(t *testing.T, addr string) *testutil.Buffer {
 }
 
 // Action 3's effect on fetching: under low throughput with a backlog the
-// fetcher's block on the wake-up lists shortens (1 s → 500 ms → 250 ms), as
-// the BLPOP commands Redis runs show (MONITOR).
+// fetcher's block on the wake-up lists shortens (IdleWait 400 ms → 200 ms →
+// 100 ms, the floor), as the BLPOP commands Redis runs show (MONITOR).
 func TestAdaptiveIdleWaitShortensTheBlock(t *testing.T) {
 	red := startPrivateRedis(t)
 	mon := monitor(t, red.addr())
-	g := newFetchRig(t, red.addr(), []QueueSpec{{Name: "idle"}}, time.Second)
+	g := newFetchRig(t, red.addr(), []QueueSpec{{Name: "idle"}}, 400*time.Millisecond)
 	g.slots <- struct{}{}
 	g.f.start(t.Context())
 	defer g.f.stop()
@@ -254,13 +254,13 @@ func TestAdaptiveIdleWaitShortensTheBlock(t *testing.T) {
 			return strings.Contains(s, want), s
 		}
 	}
-	testutil.WaitFor(t, 10*time.Second, "a 1 s block while throughput is fine", blpop("1"))
+	testutil.WaitFor(t, 10*time.Second, "a 400 ms block while throughput is fine", blpop("0.4"))
 	g.backlog = map[string]int64{"idle": 5}
 	g.window(t, 0, 0) // work waiting, nothing done: action 3
-	if g.a.idleWait() != 500*time.Millisecond {
-		t.Fatalf("idle wait %v after a slow window, want 500ms", g.a.idleWait())
+	if g.a.idleWait() != 200*time.Millisecond {
+		t.Fatalf("idle wait %v after a slow window, want 200ms", g.a.idleWait())
 	}
-	testutil.WaitFor(t, 10*time.Second, "a 500 ms block", blpop("0.5"))
+	testutil.WaitFor(t, 10*time.Second, "a 200 ms block", blpop("0.2"))
 	g.window(t, 0, 0)
-	testutil.WaitFor(t, 10*time.Second, "a 250 ms block", blpop("0.25"))
+	testutil.WaitFor(t, 10*time.Second, "a 100 ms block", blpop("0.1"))
 }
