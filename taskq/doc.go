@@ -18,8 +18,9 @@
 //     shutdown; the Worker wires one background component per file, each
 //     with a params struct, start(ctx) and stop():
 //   - fetcher.go: one dequeue script call per batch across all eligible
-//     queues (assigned first, strict or weighted, then steal targets),
-//     blocking on wake-up lists when idle;
+//     queues (assigned first, strict or weighted by weight × backlog share ×
+//     the adaptive factor, then steal targets), blocking on wake-up lists
+//     when idle;
 //   - stealer.go: the steal targets (other queues by backlog);
 //   - leasekeeper.go: heartbeats that extend running tasks' leases and
 //     cancel a task whose lease was lost;
@@ -47,6 +48,11 @@
 // Time: everything a worker waits for or times out on (leases,
 // heartbeats, maintenance, backoff, adaptive windows, grace and shutdown
 // timeouts) reads WorkerConfig.Clock, so tests advance a fake clock.
+//
+// Redis: a call that fails backs off and retries; a Redis that answers
+// LOADING (reading its data after a start) is waited for, not counted as
+// down; one unreachable for WorkerConfig.RedisLostAfter (1 min by default)
+// makes Run return a *RedisLostError.
 //
 // Delivery is at least once: a task taken by a worker holds a lease that
 // heartbeats extend; if the worker dies, any worker's maintenance puts the
