@@ -134,7 +134,10 @@ func checkOutput(t *testing.T, outDirs []string, want dataSum) []int64 {
 
 // cluster is an in-process job: a master and workers as goroutines.
 type cluster struct {
+	addr      string // the master's
+	master    *Master
 	masterErr chan error
+	workers   []*Worker
 	workerErr []chan error
 }
 
@@ -147,26 +150,36 @@ func startCluster(t *testing.T, ctx context.Context, mcfg MasterConfig, wcfgs []
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &cluster{masterErr: make(chan error, 1)}
+	c := &cluster{master: m, masterErr: make(chan error, 1)}
 	go func() { c.masterErr <- m.Run(ctx) }()
-	var addr string
 	select {
-	case addr = <-addrCh:
+	case c.addr = <-addrCh:
 	case <-time.After(10 * time.Second):
 		t.Fatal("master did not listen")
 	}
 	for _, wc := range wcfgs {
-		wc.Master = addr
-		wc.Bind = "127.0.0.1"
-		w, err := NewWorker(wc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ch := make(chan error, 1)
-		c.workerErr = append(c.workerErr, ch)
-		go func() { ch <- w.Run(ctx) }()
+		c.startWorker(t, ctx, wc)
 	}
 	return c
+}
+
+// startWorker starts one more worker of the job (wc.Master defaults to the
+// master's address) under ctx and returns it and its Run's result.
+func (c *cluster) startWorker(t *testing.T, ctx context.Context, wc WorkerConfig) (*Worker, <-chan error) {
+	t.Helper()
+	if wc.Master == "" {
+		wc.Master = c.addr
+	}
+	wc.Bind = "127.0.0.1"
+	w, err := NewWorker(wc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan error, 1)
+	c.workers = append(c.workers, w)
+	c.workerErr = append(c.workerErr, ch)
+	go func() { ch <- w.Run(ctx) }()
+	return w, ch
 }
 
 func (c *cluster) wait(t *testing.T) (workers []error, master error) {

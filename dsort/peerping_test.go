@@ -30,15 +30,7 @@ func newFreezingProxy(t *testing.T, upstream string) *freezingProxy {
 		t.Fatal(err)
 	}
 	p := &freezingProxy{ln: ln, frozen: make(chan struct{})}
-	t.Cleanup(func() {
-		ln.Close()
-		p.freeze()
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		for _, c := range p.conns {
-			c.Close()
-		}
-	})
+	t.Cleanup(p.cut)
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -61,6 +53,18 @@ func newFreezingProxy(t *testing.T, upstream string) *freezingProxy {
 }
 
 func (p *freezingProxy) freeze() { p.once.Do(func() { close(p.frozen) }) }
+
+// cut closes the listener and every connection: what a host whose process
+// died looks like (each connection ends, a new one is refused).
+func (p *freezingProxy) cut() {
+	p.ln.Close()
+	p.freeze()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+}
 
 // pipe copies src to dst until frozen; then it stops reading src.
 func (p *freezingProxy) pipe(dst io.Writer, src io.Reader) {
