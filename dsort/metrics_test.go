@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -48,7 +49,8 @@ func scrape(t *testing.T, url string) map[string]float64 {
 
 // TestMetricsDuringAJob scrapes a master's and its workers' registry over
 // HTTP while the job is merging (a fault hook holds the workers there), and
-// again once it has succeeded.
+// again once it has succeeded. While they merge, it also checks their
+// progress and status message.
 func TestMetricsDuringAJob(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
@@ -85,6 +87,15 @@ func TestMetricsDuringAJob(t *testing.T) {
 		case <-reached:
 		case <-time.After(2 * time.Minute):
 			t.Fatal("the workers did not reach the merge")
+		}
+	}
+	// Seed 000 §7.1 inside the merge (getMergeProgress): each worker is
+	// past its first partition, and GetStatus says how far it is.
+	for i, w := range c.workers {
+		st := w.info()
+		if st.State != Merging || st.Progress <= 80 || st.Progress > 100 || !regexp.MustCompile(`^Merging: [1-9]\d*%$`).MatchString(st.Message) {
+			t.Errorf("worker %d while merging: %s, %.1f%%, %q; want Merging, in (80, 100]%%, \"Merging: n%%\" with n > 0",
+				i, st.State, st.Progress, st.Message)
 		}
 	}
 	input := float64(workers * perWorker * record.Size)

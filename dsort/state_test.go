@@ -194,9 +194,11 @@ func FuzzParseState(f *testing.F) {
 }
 
 // TestPhaseProgressWithinAPhase: seed 000 §7.1's progress inside a phase
-// (getSortProgress and the rest): what the phase has done of its total
-// moves the worker through its band, in the percentage and the message,
-// and a new phase starts again from 0.
+// (getSortProgress, getShuffleProgress, getMergeProgress): what the phase
+// has done of its total moves the worker through its band, in the
+// percentage and the message ("Sorting: 25%", "Shuffling: 50%", "Merging:
+// 25%"), the waiting states count as the phase before, and a new phase
+// starts again from 0.
 func TestPhaseProgressWithinAPhase(t *testing.T) {
 	tr := &phaseTracker{sm: newSM(t), clock: clock.Or(nil), metrics: newMetrics(nil), logger: slog.New(slog.DiscardHandler)}
 	for _, s := range []State{Sampling, WaitingForPartitionConfig} {
@@ -226,5 +228,31 @@ func TestPhaseProgressWithinAPhase(t *testing.T) {
 	tr.done.Add(5)
 	if got, msg := tr.progress(Shuffling), tr.message(Shuffling); got != 67.5 || msg != "Shuffling: 50%" {
 		t.Errorf("shuffling half done: progress %v %q, want 67.5 \"Shuffling: 50%%\"", got, msg)
+	}
+	if err := tr.start(WaitingForMergeSignal, "", 0); err != nil {
+		t.Fatal(err)
+	}
+	if got, msg := tr.progress(WaitingForMergeSignal), tr.message(WaitingForMergeSignal); got != 80 ||
+		msg != "Shuffle complete, waiting for merge signal" {
+		t.Errorf("waiting for the merge: progress %v %q", got, msg)
+	}
+	if err := tr.start(Merging, "", 200); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		add  int64
+		pct  float64
+		text string
+	}{{0, 80, "Merging: 0%"}, {50, 85, "Merging: 25%"}, {150, 100, "Merging: 100%"}} {
+		tr.done.Add(c.add)
+		if got, msg := tr.progress(Merging), tr.message(Merging); got != c.pct || msg != c.text {
+			t.Errorf("merging, after %d more: progress %v %q, want %v %q", c.add, got, msg, c.pct, c.text)
+		}
+	}
+	if err := tr.start(Completed, "", 0); err != nil {
+		t.Fatal(err)
+	}
+	if got, msg := tr.progress(Completed), tr.message(Completed); got != 100 || msg != "All phases completed" {
+		t.Errorf("completed: progress %v %q", got, msg)
 	}
 }
