@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -125,5 +126,35 @@ func TestMetricsDuringAJob(t *testing.T) {
 	}
 	if got := after[`gantry_dsort_phase_seconds_count{phase="Merging"}`]; got != workers {
 		t.Errorf("after the job: %v merging phases measured, want %d", got, workers)
+	}
+}
+
+// A master's registry holds the master's series and a worker's the
+// worker's (the RPC errors both have): neither exports the other's at 0.
+func TestMasterAndWorkerExportOnlyTheirSeries(t *testing.T) {
+	mreg, wreg := prometheus.NewRegistry(), prometheus.NewRegistry()
+	cfg, _ := failingWorkerSum(t, t.TempDir(), "w0")
+	cfg.Metrics = wreg
+	c := startCluster(t, t.Context(), MasterConfig{Workers: 1, HeartbeatInterval: 100 * time.Millisecond, Metrics: mreg}, []WorkerConfig{cfg})
+	c.mustSucceed(t)
+	names := func(reg *prometheus.Registry) []string {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, mf := range mfs {
+			out = append(out, mf.GetName())
+		}
+		return out
+	}
+	master := []string{"gantry_dsort_job_phase_seconds", "gantry_dsort_rejoins_total", "gantry_dsort_workers_lost_total"}
+	worker := []string{"gantry_dsort_bytes_read_total", "gantry_dsort_bytes_shuffled_total", "gantry_dsort_bytes_sorted_total",
+		"gantry_dsort_bytes_written_total", "gantry_dsort_heartbeats_missed_total", "gantry_dsort_phase_seconds"}
+	if got := names(mreg); !slices.Equal(got, master) {
+		t.Errorf("the master's registry holds %q, want %q", got, master)
+	}
+	if got := names(wreg); !slices.Equal(got, worker) {
+		t.Errorf("the worker's registry holds %q, want %q", got, worker)
 	}
 }

@@ -200,7 +200,7 @@ func FuzzParseState(f *testing.F) {
 // 25%"), the waiting states count as the phase before, and a new phase
 // starts again from 0.
 func TestPhaseProgressWithinAPhase(t *testing.T) {
-	tr := &phaseTracker{sm: newSM(t), clock: clock.Or(nil), metrics: newMetrics(nil), logger: slog.New(slog.DiscardHandler)}
+	tr := &phaseTracker{sm: newSM(t), clock: clock.Or(nil), metrics: newMetrics(nil, workerRole), logger: slog.New(slog.DiscardHandler)}
 	for _, s := range []State{Sampling, WaitingForPartitionConfig} {
 		if err := tr.start(s, "", 0); err != nil {
 			t.Fatal(err)
