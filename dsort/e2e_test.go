@@ -369,6 +369,14 @@ func TestEndToEnd(t *testing.T) {
 	for _, w := range j.workers {
 		wantPrintedSuccess(t, w.proc)
 	}
+	// The master reports each worker's state changes once, as plain lines
+	// (its log has them at debug level only).
+	for i := range j.workers {
+		j.master.waitLine(false, regexp.MustCompile(fmt.Sprintf(`^worker %d 127\.0\.0\.\d+:\d+: Completed \(100%%\)$`, i)), time.Second)
+	}
+	if log := j.master.tail(100000); strings.Contains(log, `msg="worker state"`) {
+		t.Errorf("the master's stderr reports worker states twice, plain and logged:\n%s", log)
+	}
 	// Heartbeats come from their own goroutine: busy workers are never
 	// taken for dead.
 	if strings.Contains(j.master.tail(1000), "worker lost") {

@@ -63,7 +63,7 @@ type MasterConfig struct {
 	// when all N have registered. Optional.
 	OnRegistered func(ips []string)
 	// OnChange is called, outside locks, each time a worker reports a new
-	// state. Optional.
+	// state (which the master logs at debug level only). Optional.
 	OnChange func(WorkerInfo)
 	// OnShutdown is called once, when the job has ended and the master
 	// starts shutting down, with whether the job succeeded: the place for a
