@@ -95,7 +95,7 @@ func runSortLocal(ctx context.Context, env *Env, stderr io.Writer, o sortLocalOp
 	if err != nil && ctx.Err() != nil {
 		// Ctrl-C: extsort's error names the step it stopped in; what the
 		// user needs is what is left (as gensort says it).
-		return fmt.Errorf("sort local: interrupted; %s left as it was, temporary files removed", o.output)
+		return fmt.Errorf("sort local: interrupted; no new partitions in %s (earlier ones are as they were), temporary files removed", o.output)
 	}
 	if err != nil {
 		return err

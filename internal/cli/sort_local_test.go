@@ -327,7 +327,7 @@ func TestSortLocalInterrupt(t *testing.T) {
 		cmd.Process.Kill()
 		t.Fatal("the sort did not exit within 15 s of SIGINT")
 	}
-	if !strings.Contains(stderr.String(), "gantry: sort local: interrupted; "+out+" left as it was") {
+	if !strings.Contains(stderr.String(), "gantry: sort local: interrupted; no new partitions in "+out) {
 		t.Errorf("stderr %q does not say the sort was interrupted", stderr.String())
 	}
 	if ents, _ := os.ReadDir(tmp); len(ents) != 0 {
@@ -360,7 +360,7 @@ func TestSortLocalInterruptedSaysSo(t *testing.T) {
 	cancel()
 	var stdout, stderr bytes.Buffer
 	code := Execute(ctx, Env{Args: []string{"sort", "local", "-I", in, "-O", out, "--tmp", root, "-q"}, Stdout: &stdout, Stderr: &stderr})
-	want := "gantry: sort local: interrupted; " + out + " left as it was, temporary files removed\n"
+	want := "gantry: sort local: interrupted; no new partitions in " + out + " (earlier ones are as they were), temporary files removed\n"
 	if code != 130 || stderr.String() != want {
 		t.Errorf("exit %d, stderr %q; want 130 and %q", code, stderr.String(), want)
 	}
