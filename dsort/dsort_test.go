@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gantryhq/gantry/internal/testutil"
+	"github.com/gantryhq/gantry/lifecycle"
 
 	"github.com/gantryhq/gantry/record"
 	"github.com/google/go-cmp/cmp"
@@ -219,7 +220,8 @@ func (c *cluster) mustSucceed(t *testing.T) {
 // TestInProcessJob runs a master and three workers in this process on
 // binary and ASCII data, with several input dirs, tiny and empty files,
 // once with each worker's sorted input kept in memory (what a worker whose
-// input fits half its budget does) and once with it spilled as runs.
+// input fits half its budget does) and once with it spilled as runs. Each
+// worker goes through the seed's states in order, each with its reason.
 func TestInProcessJob(t *testing.T) {
 	t.Run("kept", testInProcessJob)
 	t.Run("spilled", func(t *testing.T) {
@@ -255,6 +257,24 @@ func testInProcessJob(t *testing.T) {
 		if len(ents) != 0 {
 			t.Errorf("worker %d left %d entries in its temp dir", w, len(ents))
 		}
+		wantSeedFlow(t, w, c.workers[w].StateMachine().History())
+	}
+}
+
+// wantSeedFlow checks a completed worker's history: seed 000 §5.1's
+// transition at each phase, in order, each with its reason.
+func wantSeedFlow(t *testing.T, w int, h []lifecycle.Transition[State]) {
+	t.Helper()
+	var got []State
+	for i, tr := range h {
+		if tr.Reason == "" || i > 0 && tr.From != h[i-1].To {
+			t.Errorf("worker %d: transition %d %s -> %s has no reason or does not follow the one before", w, i, tr.From, tr.To)
+		}
+		got = append(got, tr.To)
+	}
+	want := []State{Sampling, WaitingForPartitionConfig, Sorting, WaitingForShuffleSignal, Shuffling, WaitingForMergeSignal, Merging, Completed}
+	if len(h) == 0 || h[0].From != Initializing || !slices.Equal(got, want) {
+		t.Errorf("worker %d went through %v, want Initializing then %v", w, got, want)
 	}
 }
 

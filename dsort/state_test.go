@@ -2,6 +2,7 @@ package dsort
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"path/filepath"
 	"testing"
@@ -138,22 +139,27 @@ func TestStateMachinePhaseDurations(t *testing.T) {
 }
 
 // Seed 000 §8.2: the state is saved on every transition, under the worker's
-// own directory.
+// own directory, with the history so far.
 func TestStateMachinePersistsUnderDir(t *testing.T) {
 	dir := t.TempDir()
 	sm, err := NewStateMachine(dir, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := sm.Transition(Sampling, "registered"); err != nil {
-		t.Fatal(err)
-	}
-	snap, err := lifecycle.LoadSnapshot(filepath.Join(dir, StateFileName))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st, err := ParseState(snap.State); err != nil || st != Sampling {
-		t.Fatalf("persisted %q", snap.State)
+	for i, to := range []State{Sampling, WaitingForPartitionConfig, Sorting, Failed, Initializing} {
+		reason := fmt.Sprint("reason ", i)
+		if err := sm.Transition(to, reason); err != nil {
+			t.Fatal(err)
+		}
+		snap, err := lifecycle.LoadSnapshot(filepath.Join(dir, StateFileName))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := len(snap.History)
+		if st, err := ParseState(snap.State); err != nil || st != to || n != i+1 ||
+			snap.History[n-1].To != to.String() || snap.History[n-1].Reason != reason {
+			t.Fatalf("after -> %s: persisted %q with history %+v", to, snap.State, snap.History)
+		}
 	}
 }
 
