@@ -167,7 +167,7 @@ func wantPrintedFailure(t *testing.T, p *proc, reason string) {
 }
 
 // wantPrintedSuccess checks the history and phase durations a worker that
-// completed printed at its exit: the seed's nine transitions in order, each
+// completed printed at its exit: the seed's eight transitions in order, each
 // with its reason, and the four phases, each finished.
 func wantPrintedSuccess(t *testing.T, p *proc) {
 	t.Helper()

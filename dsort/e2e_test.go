@@ -526,7 +526,12 @@ func TestAbortWhenWorkerNeverReturns(t *testing.T) {
 			t.Errorf("%s exited 0 after the job was aborted", w.proc.name)
 		}
 		w.proc.waitLine(false, regexp.MustCompile(`job aborted: worker \d+ .* did not come back`), time.Second)
+		// It waited for the shuffle signal, which never came: worker 2 never
+		// finished sorting.
 		wantPrintedFailure(t, w.proc, `^dsort: job aborted: worker \d \(127\.0\.0\.4:\d+\) has been silent .* did not come back`)
+		if h, _ := printedHistory(t, w.proc); !strings.Contains(h[len(h)-1], "] WaitingForShuffleSignal -> Failed: ") {
+			t.Errorf("%s's history ends %q, want it to fail while waiting for the shuffle signal", w.proc.name, h[len(h)-1])
+		}
 	}
 	checkSeedLines(t, &job{master: j.master, workers: j.workers[:2]}, false)
 }
