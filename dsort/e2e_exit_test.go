@@ -103,7 +103,7 @@ func TestWatchdogExitsOneForAnAbortedJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reason := regexp.MustCompile(`^dsort: job aborted: worker 1 \(127\.0\.0\.3:\d+\) failed: context canceled$`)
+	reason := regexp.MustCompile(`^dsort: job aborted: worker \d \(127\.0\.0\.3:\d+\) failed: context canceled$`)
 	if n := len(snap.History); snap.State != "Failed" || n == 0 || !reason.MatchString(snap.History[n-1].Reason) {
 		t.Errorf("worker 0's worker-state.json: state %q, history %+v; want Failed with the reason %q", snap.State, snap.History, reason)
 	}
