@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gantryhq/gantry/internal/testutil"
+	"github.com/gantryhq/gantry/lifecycle"
 
 	"github.com/gantryhq/gantry/record"
 	"github.com/google/go-cmp/cmp"
@@ -134,7 +135,10 @@ func checkOutput(t *testing.T, outDirs []string, want dataSum) []int64 {
 
 // cluster is an in-process job: a master and workers as goroutines.
 type cluster struct {
+	addr      string // the master's
+	master    *Master
 	masterErr chan error
+	workers   []*Worker
 	workerErr []chan error
 }
 
@@ -147,26 +151,36 @@ func startCluster(t *testing.T, ctx context.Context, mcfg MasterConfig, wcfgs []
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &cluster{masterErr: make(chan error, 1)}
+	c := &cluster{master: m, masterErr: make(chan error, 1)}
 	go func() { c.masterErr <- m.Run(ctx) }()
-	var addr string
 	select {
-	case addr = <-addrCh:
+	case c.addr = <-addrCh:
 	case <-time.After(10 * time.Second):
 		t.Fatal("master did not listen")
 	}
 	for _, wc := range wcfgs {
-		wc.Master = addr
-		wc.Bind = "127.0.0.1"
-		w, err := NewWorker(wc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ch := make(chan error, 1)
-		c.workerErr = append(c.workerErr, ch)
-		go func() { ch <- w.Run(ctx) }()
+		c.startWorker(t, ctx, wc)
 	}
 	return c
+}
+
+// startWorker starts one more worker of the job (wc.Master defaults to the
+// master's address) under ctx and returns it and its Run's result.
+func (c *cluster) startWorker(t *testing.T, ctx context.Context, wc WorkerConfig) (*Worker, <-chan error) {
+	t.Helper()
+	if wc.Master == "" {
+		wc.Master = c.addr
+	}
+	wc.Bind = "127.0.0.1"
+	w, err := NewWorker(wc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan error, 1)
+	c.workers = append(c.workers, w)
+	c.workerErr = append(c.workerErr, ch)
+	go func() { ch <- w.Run(ctx) }()
+	return w, ch
 }
 
 func (c *cluster) wait(t *testing.T) (workers []error, master error) {
@@ -206,7 +220,8 @@ func (c *cluster) mustSucceed(t *testing.T) {
 // TestInProcessJob runs a master and three workers in this process on
 // binary and ASCII data, with several input dirs, tiny and empty files,
 // once with each worker's sorted input kept in memory (what a worker whose
-// input fits half its budget does) and once with it spilled as runs.
+// input fits half its budget does) and once with it spilled as runs. Each
+// worker goes through the seed's states in order, each with its reason.
 func TestInProcessJob(t *testing.T) {
 	t.Run("kept", testInProcessJob)
 	t.Run("spilled", func(t *testing.T) {
@@ -242,6 +257,24 @@ func testInProcessJob(t *testing.T) {
 		if len(ents) != 0 {
 			t.Errorf("worker %d left %d entries in its temp dir", w, len(ents))
 		}
+		wantSeedFlow(t, w, c.workers[w].StateMachine().History())
+	}
+}
+
+// wantSeedFlow checks a completed worker's history: seed 000 §5.1's
+// transition at each phase, in order, each with its reason.
+func wantSeedFlow(t *testing.T, w int, h []lifecycle.Transition[State]) {
+	t.Helper()
+	var got []State
+	for i, tr := range h {
+		if tr.Reason == "" || i > 0 && tr.From != h[i-1].To {
+			t.Errorf("worker %d: transition %d %s -> %s has no reason or does not follow the one before", w, i, tr.From, tr.To)
+		}
+		got = append(got, tr.To)
+	}
+	want := []State{Sampling, WaitingForPartitionConfig, Sorting, WaitingForShuffleSignal, Shuffling, WaitingForMergeSignal, Merging, Completed}
+	if len(h) == 0 || h[0].From != Initializing || !slices.Equal(got, want) {
+		t.Errorf("worker %d went through %v, want Initializing then %v", w, got, want)
 	}
 }
 

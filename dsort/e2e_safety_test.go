@@ -274,6 +274,7 @@ func TestTurnedAwayWorkersDeleteNothing(t *testing.T) {
 	if got := wrong.tail(10); !strings.Contains(got, "token") {
 		t.Errorf("the turned-away worker should say why:\n%s", got)
 	}
+	wantPrintedFailure(t, wrong, `^dsort: register with master \S+: .*token`)
 	j.master.waitLine(false, regexp.MustCompile(`refused call.*RegisterWorker.*token`), 10*time.Second)
 
 	for w := range 2 {

@@ -217,6 +217,12 @@ type workerSpec struct {
 // a one-record file and an empty file, and starts the master.
 func newJob(t *testing.T, n, recordsPerWorker int, masterArgs ...string) *job {
 	t.Helper()
+	return newJobEnv(t, n, recordsPerWorker, nil, masterArgs...)
+}
+
+// newJobEnv is newJob with the master's extra environment.
+func newJobEnv(t *testing.T, n, recordsPerWorker int, masterEnv []string, masterArgs ...string) *job {
+	t.Helper()
 	j := &job{t: t, root: t.TempDir()}
 	rng := rand.New(rand.NewPCG(uint64(n), uint64(recordsPerWorker)))
 	for w := range n {
@@ -232,7 +238,7 @@ func newJob(t *testing.T, n, recordsPerWorker int, masterArgs ...string) *job {
 			inputs: []string{in1, in2}, out: filepath.Join(dir, "out"), tmp: filepath.Join(dir, "tmp")})
 	}
 	args := append([]string{"sort", "master", fmt.Sprint(n), "--heartbeat", "200ms"}, masterArgs...)
-	j.master = startProc(t, "master", nil, args...)
+	j.master = startProc(t, "master", masterEnv, args...)
 	j.addr = j.master.waitLine(true, regexp.MustCompile(`^\S+:\d+$`), 30*time.Second).text
 	return j
 }
@@ -353,8 +359,24 @@ func TestEndToEnd(t *testing.T) {
 			t.Errorf("worker %d left %d entries in its temp dir", i, len(ents))
 		}
 	}
-	j.master.waitLine(false, regexp.MustCompile(`SAMPLING\s+SORTING\s+SHUFFLING\s+MERGING`), time.Second)
+	// The master's phase table (seed 000 §9): every worker completed, with
+	// its four phases' durations, as its heartbeats reported them.
+	j.master.waitLine(false, regexp.MustCompile(`^WORKER\s+ADDRESS\s+STATE\s+PHASE\s+PROGRESS\s+SAMPLING\s+SORTING\s+SHUFFLING\s+MERGING$`), time.Second)
+	for i := range j.workers {
+		j.master.waitLine(false, regexp.MustCompile(fmt.Sprintf(`^%d\s+127\.0\.0\.\d+:\d+\s+Completed\s+COMPLETED\s+100\.0%%(\s+\d+\.\d\ds){4}$`, i)), time.Second)
+	}
 	checkSeedLines(t, j, true)
+	for _, w := range j.workers {
+		wantPrintedSuccess(t, w.proc)
+	}
+	// The master reports each worker's state changes once, as plain lines
+	// (its log has them at debug level only).
+	for i := range j.workers {
+		j.master.waitLine(false, regexp.MustCompile(fmt.Sprintf(`^worker %d 127\.0\.0\.\d+:\d+: Completed \(100%%\)$`, i)), time.Second)
+	}
+	if log := j.master.tail(100000); strings.Contains(log, `msg="worker state"`) {
+		t.Errorf("the master's stderr reports worker states twice, plain and logged:\n%s", log)
+	}
 	// Heartbeats come from their own goroutine: busy workers are never
 	// taken for dead.
 	if strings.Contains(j.master.tail(1000), "worker lost") {
@@ -504,6 +526,12 @@ func TestAbortWhenWorkerNeverReturns(t *testing.T) {
 			t.Errorf("%s exited 0 after the job was aborted", w.proc.name)
 		}
 		w.proc.waitLine(false, regexp.MustCompile(`job aborted: worker \d+ .* did not come back`), time.Second)
+		// It waited for the shuffle signal, which never came: worker 2 never
+		// finished sorting.
+		wantPrintedFailure(t, w.proc, `^dsort: job aborted: worker \d \(127\.0\.0\.4:\d+\) has been silent .* did not come back`)
+		if h, _ := printedHistory(t, w.proc); !strings.Contains(h[len(h)-1], "] WaitingForShuffleSignal -> Failed: ") {
+			t.Errorf("%s's history ends %q, want it to fail while waiting for the shuffle signal", w.proc.name, h[len(h)-1])
+		}
 	}
 	checkSeedLines(t, &job{master: j.master, workers: j.workers[:2]}, false)
 }
@@ -538,8 +566,9 @@ func checkSeedLines(t *testing.T, j *job, completed bool) {
 }
 
 // TestInterruptCleansUp: SIGINT to a worker in the middle of the job aborts
-// it; every process exits non-zero within 15 s and the workers leave no runs
-// or received pieces behind (only the persisted state file).
+// it; every process exits non-zero within 15 s, both workers end in Failed
+// and leave no runs or received pieces behind, nor anything in their
+// output dirs.
 func TestInterruptCleansUp(t *testing.T) {
 	j := newJob(t, 2, 6000)
 	j.startWorker(0)
@@ -556,9 +585,13 @@ func TestInterruptCleansUp(t *testing.T) {
 	}
 	t.Logf("all processes exited %s after SIGINT", time.Since(start).Round(time.Millisecond))
 	j.master.waitLine(false, regexp.MustCompile(`job aborted: worker \d+ \(127\.0\.0\.3:\d+\) failed: context canceled`), time.Second)
+	// Both end in Failed (seed 000 §5.1): the interrupted one, and the one
+	// whose job the master aborted.
+	wantPrintedFailure(t, v, `^context canceled$`)
+	wantPrintedFailure(t, j.workers[0].proc, `^dsort: job aborted: worker \d \(127\.0\.0\.3:\d+\) failed: context canceled$`)
 	for i, w := range j.workers {
 		err := filepath.WalkDir(w.tmp, func(path string, d os.DirEntry, err error) error {
-			if err == nil && !d.IsDir() && d.Name() != StateFileName {
+			if err == nil && !d.IsDir() {
 				t.Errorf("worker %d left %s behind", i, path)
 			}
 			return err
@@ -585,6 +618,7 @@ func TestWorkersExitWhenMasterDies(t *testing.T) {
 			t.Errorf("%s exited 0 after its master died", w.proc.name)
 		}
 		w.proc.waitLine(false, regexp.MustCompile(`lost contact with the master: no reply from \S+ for 3s`), time.Second)
+		wantPrintedFailure(t, w.proc, `^dsort: lost contact with the master: no reply from \S+ for 3s`)
 	}
 }
 
@@ -605,6 +639,7 @@ func TestMasterInterruptAbortsJob(t *testing.T) {
 	t.Logf("all processes exited %s after SIGINT", time.Since(start).Round(time.Millisecond))
 	for _, w := range j.workers {
 		w.proc.waitLine(false, regexp.MustCompile(`job aborted: the master was interrupted`), time.Second)
+		wantPrintedFailure(t, w.proc, `^dsort: job aborted: the master was interrupted$`)
 	}
 }
 

@@ -63,12 +63,17 @@ type MasterConfig struct {
 	// when all N have registered. Optional.
 	OnRegistered func(ips []string)
 	// OnChange is called, outside locks, each time a worker reports a new
-	// state. Optional.
+	// state (which the master logs at debug level only). Optional.
 	OnChange func(WorkerInfo)
 	// OnShutdown is called once, when the job has ended and the master
 	// starts shutting down, with whether the job succeeded: the place for a
 	// caller to arm a hard-deadline watchdog. Optional.
 	OnShutdown func(succeeded bool)
+	// FaultHook, when set, is called (with a context that never ends) as
+	// each of the shutdown's steps begins, at "shutdown-server",
+	// "shutdown-sends" and "shutdown-connections", so that tests can make
+	// a step hang. Optional.
+	FaultHook func(ctx context.Context, point string)
 	// Logger receives the master's log. Default: discard.
 	Logger *slog.Logger
 	// Metrics, when set, receives dsort's metrics (see metrics.go).
@@ -220,7 +225,7 @@ func NewMaster(cfg MasterConfig) (*Master, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Master{cfg: cfg, clock: cfg.Clock, kick: make(chan struct{}, 1), ended: make(chan struct{}), metrics: newMetrics(cfg.Metrics)}, nil
+	return &Master{cfg: cfg, clock: cfg.Clock, kick: make(chan struct{}, 1), ended: make(chan struct{}), metrics: newMetrics(cfg.Metrics, masterRole)}, nil
 }
 
 // JobID returns the job's ID.
@@ -277,25 +282,35 @@ func (m *Master) Run(ctx context.Context) error {
 func (m *Master) stop(stopServer, cancelSends func()) {
 	log := m.cfg.Logger
 	log.Info("Stopping Master node...")
+	steps := []lifecycle.Step{
+		{Name: "server", Bound: 3 * time.Second, Run: stopServer},
+		{Name: "sends", Bound: 3 * time.Second, Run: func() { cancelSends(); m.sends.Wait() }},
+		{Name: "connections", Bound: 2 * time.Second, Run: m.closeConns},
+	}
+	if hook := m.cfg.FaultHook; hook != nil {
+		for i, s := range steps {
+			steps[i].Run = func() { hook(context.Background(), "shutdown-"+s.Name); s.Run() }
+		}
+	}
 	cut := lifecycle.RunSteps(func(s lifecycle.Step) {
 		log.Warn("shutdown step cut off at its bound", "step", s.Name, "bound", s.Bound)
-	},
-		lifecycle.Step{Name: "server", Bound: 3 * time.Second, Run: stopServer},
-		lifecycle.Step{Name: "sends", Bound: 3 * time.Second, Run: func() { cancelSends(); m.sends.Wait() }},
-		lifecycle.Step{Name: "connections", Bound: 2 * time.Second, Run: func() {
-			m.mu.Lock()
-			var conns []io.Closer
-			for _, mb := range m.members {
-				if mb.conn != nil {
-					conns = append(conns, mb.conn)
-				}
-			}
-			m.mu.Unlock()
-			for _, c := range conns {
-				c.Close()
-			}
-		}})
+	}, steps...)
 	log.Info("Master node stopped", "cut_off", cut)
+}
+
+// closeConns closes the master's connections to its workers.
+func (m *Master) closeConns() {
+	m.mu.Lock()
+	var conns []io.Closer
+	for _, mb := range m.members {
+		if mb.conn != nil {
+			conns = append(conns, mb.conn)
+		}
+	}
+	m.mu.Unlock()
+	for _, c := range conns {
+		c.Close()
+	}
 }
 
 // announce logs and reports the address other hosts can reach.

@@ -199,7 +199,9 @@ func (m *Master) heartbeat(ctx context.Context, req *dsortpb.HeartbeatRequest) (
 	info := m.infoLocked(mb, now)
 	m.mu.Unlock()
 	if changed {
-		m.cfg.Logger.Info("worker state", "worker", info.Index, "state", info.State, "progress", fmt.Sprintf("%.0f%%", info.Progress))
+		// Debug: OnChange reports it (the CLI prints a line per change),
+		// and the worker logs its own transitions.
+		m.cfg.Logger.Debug("worker state", "worker", info.Index, "state", info.State, "progress", fmt.Sprintf("%.0f%%", info.Progress))
 		if m.cfg.OnChange != nil {
 			m.cfg.OnChange(info)
 		}

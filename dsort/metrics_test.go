@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -48,7 +50,8 @@ func scrape(t *testing.T, url string) map[string]float64 {
 
 // TestMetricsDuringAJob scrapes a master's and its workers' registry over
 // HTTP while the job is merging (a fault hook holds the workers there), and
-// again once it has succeeded.
+// again once it has succeeded. While they merge, it also checks their
+// progress and status message.
 func TestMetricsDuringAJob(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
@@ -87,6 +90,15 @@ func TestMetricsDuringAJob(t *testing.T) {
 			t.Fatal("the workers did not reach the merge")
 		}
 	}
+	// Seed 000 §7.1 inside the merge (getMergeProgress): each worker is
+	// past its first partition, and GetStatus says how far it is.
+	for i, w := range c.workers {
+		st := w.info()
+		if st.State != Merging || st.Progress <= 80 || st.Progress > 100 || !regexp.MustCompile(`^Merging: [1-9]\d*%$`).MatchString(st.Message) {
+			t.Errorf("worker %d while merging: %s, %.1f%%, %q; want Merging, in (80, 100]%%, \"Merging: n%%\" with n > 0",
+				i, st.State, st.Progress, st.Message)
+		}
+	}
 	input := float64(workers * perWorker * record.Size)
 	during := scrape(t, srv.URL)
 	for name, want := range map[string]float64{
@@ -114,5 +126,35 @@ func TestMetricsDuringAJob(t *testing.T) {
 	}
 	if got := after[`gantry_dsort_phase_seconds_count{phase="Merging"}`]; got != workers {
 		t.Errorf("after the job: %v merging phases measured, want %d", got, workers)
+	}
+}
+
+// A master's registry holds the master's series and a worker's the
+// worker's (the RPC errors both have): neither exports the other's at 0.
+func TestMasterAndWorkerExportOnlyTheirSeries(t *testing.T) {
+	mreg, wreg := prometheus.NewRegistry(), prometheus.NewRegistry()
+	cfg, _ := failingWorkerSum(t, t.TempDir(), "w0")
+	cfg.Metrics = wreg
+	c := startCluster(t, t.Context(), MasterConfig{Workers: 1, HeartbeatInterval: 100 * time.Millisecond, Metrics: mreg}, []WorkerConfig{cfg})
+	c.mustSucceed(t)
+	names := func(reg *prometheus.Registry) []string {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, mf := range mfs {
+			out = append(out, mf.GetName())
+		}
+		return out
+	}
+	master := []string{"gantry_dsort_job_phase_seconds", "gantry_dsort_rejoins_total", "gantry_dsort_workers_lost_total"}
+	worker := []string{"gantry_dsort_bytes_read_total", "gantry_dsort_bytes_shuffled_total", "gantry_dsort_bytes_sorted_total",
+		"gantry_dsort_bytes_written_total", "gantry_dsort_heartbeats_missed_total", "gantry_dsort_phase_seconds"}
+	if got := names(mreg); !slices.Equal(got, master) {
+		t.Errorf("the master's registry holds %q, want %q", got, master)
+	}
+	if got := names(wreg); !slices.Equal(got, worker) {
+		t.Errorf("the worker's registry holds %q, want %q", got, worker)
 	}
 }

@@ -30,15 +30,7 @@ func newFreezingProxy(t *testing.T, upstream string) *freezingProxy {
 		t.Fatal(err)
 	}
 	p := &freezingProxy{ln: ln, frozen: make(chan struct{})}
-	t.Cleanup(func() {
-		ln.Close()
-		p.freeze()
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		for _, c := range p.conns {
-			c.Close()
-		}
-	})
+	t.Cleanup(p.cut)
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -61,6 +53,18 @@ func newFreezingProxy(t *testing.T, upstream string) *freezingProxy {
 }
 
 func (p *freezingProxy) freeze() { p.once.Do(func() { close(p.frozen) }) }
+
+// cut closes the listener and every connection: what a host whose process
+// died looks like (each connection ends, a new one is refused).
+func (p *freezingProxy) cut() {
+	p.ln.Close()
+	p.freeze()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+}
 
 // pipe copies src to dst until frozen; then it stops reading src.
 func (p *freezingProxy) pipe(dst io.Writer, src io.Reader) {
@@ -101,7 +105,14 @@ func (stallingWorker) ShuffleData(req *dsortpb.ShuffleRequest, stream grpc.Serve
 // host is gone) fails once the connection's ping goes unanswered, within
 // peerPingEvery + peerPingTimeout and some slack, so that the fetch is
 // retried against the peer's restarted process instead of waiting for ever.
+//
+// It takes 15 s: gRPC pings no more often than every 10 s, whatever a
+// client asks for, so the time cannot be shortened; -short skips it and
+// `make test` runs it.
 func TestFetchFromAVanishedPeerFails(t *testing.T) {
+	if testing.Short() {
+		t.Skip("15 s (gRPC's 10 s minimum between pings, plus the 5 s ping timeout): skipped by -short")
+	}
 	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -147,12 +147,18 @@ func (s *supervisor) waitPhases() {
 
 // end handles the master's word that the job is over: a job that succeeded
 // (and this worker completed) is committed; otherwise the phases are
-// cancelled and the shutdown's shuffle step waits for them.
+// cancelled, the worker moves to Failed with the master's reason (unless it
+// had Completed, which is terminal) and the shutdown's shuffle step waits
+// for the phases. The master has ended the job: no last report goes out.
 func (s *supervisor) end(rep *dsortpb.HeartbeatReply) error {
 	ok := rep.GetJobSucceeded() && s.w.sm.Is(Completed)
 	s.w.track.logger.Info("Received shutdown signal from Master", "succeeded", ok, "reason", rep.GetReason())
 	s.shuttingDown(ok)
 	s.cancelJob()
+	abort := &AbortError{Reason: rep.GetReason()}
+	if !ok && !s.w.sm.State().IsTerminal() {
+		s.w.sm.Transition(Failed, abort.Error())
+	}
 	s.sd.heartbeat = s.stopHB
 	s.sd.phases = s.waitPhases
 	if ok {
@@ -160,7 +166,7 @@ func (s *supervisor) end(rep *dsortpb.HeartbeatReply) error {
 		s.sd.succeeded = true
 		return s.w.out.commit(s.asg.jobID, s.asg.index, s.w.out.inputs.withSample(s.w.inputs))
 	}
-	return &AbortError{Reason: rep.GetReason()}
+	return abort
 }
 
 // fail moves the worker to Failed; the shutdown's heartbeat step tells the

@@ -2,6 +2,7 @@ package dsort
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"path/filepath"
 	"testing"
@@ -138,22 +139,27 @@ func TestStateMachinePhaseDurations(t *testing.T) {
 }
 
 // Seed 000 §8.2: the state is saved on every transition, under the worker's
-// own directory.
+// own directory, with the history so far.
 func TestStateMachinePersistsUnderDir(t *testing.T) {
 	dir := t.TempDir()
 	sm, err := NewStateMachine(dir, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := sm.Transition(Sampling, "registered"); err != nil {
-		t.Fatal(err)
-	}
-	snap, err := lifecycle.LoadSnapshot(filepath.Join(dir, StateFileName))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st, err := ParseState(snap.State); err != nil || st != Sampling {
-		t.Fatalf("persisted %q", snap.State)
+	for i, to := range []State{Sampling, WaitingForPartitionConfig, Sorting, Failed, Initializing} {
+		reason := fmt.Sprint("reason ", i)
+		if err := sm.Transition(to, reason); err != nil {
+			t.Fatal(err)
+		}
+		snap, err := lifecycle.LoadSnapshot(filepath.Join(dir, StateFileName))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := len(snap.History)
+		if st, err := ParseState(snap.State); err != nil || st != to || n != i+1 ||
+			snap.History[n-1].To != to.String() || snap.History[n-1].Reason != reason {
+			t.Fatalf("after -> %s: persisted %q with history %+v", to, snap.State, snap.History)
+		}
 	}
 }
 
@@ -194,11 +200,13 @@ func FuzzParseState(f *testing.F) {
 }
 
 // TestPhaseProgressWithinAPhase: seed 000 §7.1's progress inside a phase
-// (getSortProgress and the rest): what the phase has done of its total
-// moves the worker through its band, in the percentage and the message,
-// and a new phase starts again from 0.
+// (getSortProgress, getShuffleProgress, getMergeProgress): what the phase
+// has done of its total moves the worker through its band, in the
+// percentage and the message ("Sorting: 25%", "Shuffling: 50%", "Merging:
+// 25%"), the waiting states count as the phase before, and a new phase
+// starts again from 0.
 func TestPhaseProgressWithinAPhase(t *testing.T) {
-	tr := &phaseTracker{sm: newSM(t), clock: clock.Or(nil), metrics: newMetrics(nil), logger: slog.New(slog.DiscardHandler)}
+	tr := &phaseTracker{sm: newSM(t), clock: clock.Or(nil), metrics: newMetrics(nil, workerRole), logger: slog.New(slog.DiscardHandler)}
 	for _, s := range []State{Sampling, WaitingForPartitionConfig} {
 		if err := tr.start(s, "", 0); err != nil {
 			t.Fatal(err)
@@ -226,5 +234,31 @@ func TestPhaseProgressWithinAPhase(t *testing.T) {
 	tr.done.Add(5)
 	if got, msg := tr.progress(Shuffling), tr.message(Shuffling); got != 67.5 || msg != "Shuffling: 50%" {
 		t.Errorf("shuffling half done: progress %v %q, want 67.5 \"Shuffling: 50%%\"", got, msg)
+	}
+	if err := tr.start(WaitingForMergeSignal, "", 0); err != nil {
+		t.Fatal(err)
+	}
+	if got, msg := tr.progress(WaitingForMergeSignal), tr.message(WaitingForMergeSignal); got != 80 ||
+		msg != "Shuffle complete, waiting for merge signal" {
+		t.Errorf("waiting for the merge: progress %v %q", got, msg)
+	}
+	if err := tr.start(Merging, "", 200); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		add  int64
+		pct  float64
+		text string
+	}{{0, 80, "Merging: 0%"}, {50, 85, "Merging: 25%"}, {150, 100, "Merging: 100%"}} {
+		tr.done.Add(c.add)
+		if got, msg := tr.progress(Merging), tr.message(Merging); got != c.pct || msg != c.text {
+			t.Errorf("merging, after %d more: progress %v %q, want %v %q", c.add, got, msg, c.pct, c.text)
+		}
+	}
+	if err := tr.start(Completed, "", 0); err != nil {
+		t.Fatal(err)
+	}
+	if got, msg := tr.progress(Completed), tr.message(Completed); got != 100 || msg != "All phases completed" {
+		t.Errorf("completed: progress %v %q", got, msg)
 	}
 }

@@ -294,10 +294,16 @@ func JobStatus(ctx context.Context, addr, token string) (JobInfo, error) {
 	}
 	defer cc.Close()
 	js, err := dsortpb.NewMasterClient(cc).GetJobStatus(ctx, &dsortpb.JobStatusRequest{})
-	if err != nil {
-		return JobInfo{}, fmt.Errorf("dsort: job status from %s: %s", addr, statusMessage(err))
+	switch status.Code(err) {
+	case codes.OK:
+		return jobInfoFromPB(js), nil
+	case codes.Unavailable, codes.DeadlineExceeded:
+		// Nothing listens there (a master exits once its job has ended),
+		// or nothing answers: gRPC's dial error says the same less
+		// plainly.
+		return JobInfo{}, fmt.Errorf("dsort: no master answers at %s: the job may have ended (or the master is not running)", addr)
 	}
-	return jobInfoFromPB(js), nil
+	return JobInfo{}, fmt.Errorf("dsort: job status from %s: %s", addr, statusMessage(err))
 }
 
 // hostOf returns the host part of a host:port address.

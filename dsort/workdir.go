@@ -61,10 +61,30 @@ func (d *workDir) prepare(tempDir string, logger *slog.Logger) error {
 		logger.Info("removed temp dirs of workers that are gone", "dirs", swept)
 	}
 	if snap, err := lifecycle.LoadSnapshot(filepath.Join(d.path, StateFileName)); err == nil {
-		logger.Warn("a previous run of this worker stopped here; cleaning up and starting again",
-			"previous_state", snap.State, "at", snap.Updated.Format(time.RFC3339))
+		logPrevious(logger, snap)
 	}
 	return d.clear()
+}
+
+// logPrevious says where the previous process of this worker stopped, from
+// the state file it left (seed 000 §8.1): Failed (it died before its
+// shutdown removed the file) or a state it never left (it was killed).
+// Either way the caller cleans up and starts again; Completed is proven by
+// the output's done marker instead (done.go), since a success removes the
+// temp dir.
+func logPrevious(logger *slog.Logger, snap lifecycle.Snapshot) {
+	at := snap.Updated.Format(time.RFC3339)
+	if snap.State == Failed.String() {
+		reason := ""
+		if n := len(snap.History); n > 0 {
+			reason = snap.History[n-1].Reason
+		}
+		logger.Warn("Worker previously failed. Cleaning up and restarting...", "previous_state", snap.State,
+			"reason", reason, "at", at)
+		return
+	}
+	logger.Warn("a previous run of this worker stopped here; cleaning up and starting again",
+		"previous_state", snap.State, "at", at)
 }
 
 // clear removes everything in the dir but its lock, then creates runs/

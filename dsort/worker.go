@@ -208,7 +208,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	w := &Worker{cfg: cfg, clock: cfg.Clock, cores: runtime.GOMAXPROCS(0), machine: runtime.GOMAXPROCS(0), metrics: newMetrics(cfg.Metrics),
+	w := &Worker{cfg: cfg, clock: cfg.Clock, cores: runtime.GOMAXPROCS(0), machine: runtime.GOMAXPROCS(0), metrics: newMetrics(cfg.Metrics, workerRole),
 		dir: newWorkDir(cfg.TempDir, cfg.Inputs, cfg.Output), kick: make(chan struct{}, 1), signals: newSignals()}
 	w.out = output{dir: cfg.Output, logger: cfg.Logger, clock: cfg.Clock}
 	w.track = &phaseTracker{clock: cfg.Clock, metrics: w.metrics, logger: cfg.Logger}
@@ -246,18 +246,39 @@ func (w *Worker) WorkDir() string { return w.dir.path }
 // job, ErrMasterLost (wrapped) when the master vanished, the phase's error
 // when this worker failed, and ctx's error when ctx ended first.
 //
-// Run is four steps: start (clean up, state machine, serve), register
+// Run is four steps: start (own and clear the temp dir, state machine,
+// inputs, serve), register
 // (with the master, retrying), supervise (phases and heartbeats until
 // the job ends) and the seed's bounded shutdown (shutdown.go), which
 // removes the temporary files and waits for every goroutine Run started,
 // each step within its bound: only a step cut off at its bound (a hang)
 // leaves its goroutine behind.
+//
+// Every Run that ends with an error once the worker owns its temp dir ends
+// in Failed (seed 000 §5.1), with the error as the reason, in the history
+// and in the persisted state (worker-state.json, which the shutdown's files
+// step then removes with the temp dir; a process that dies before that
+// leaves it to the next start, workDir.prepare), before the shutdown's
+// steps run: its own
+// failure, a lost master and an interrupt (supervisor.fail), the master's
+// abort of the job (supervisor.end) and a failure before or while
+// registering (failUnfinished). A worker that had already Completed stays
+// there: the seed's table has no edge out of Completed.
 func (w *Worker) Run(ctx context.Context) (err error) {
-	if err := w.prepare(); err != nil {
-		return err
+	if err := w.dir.prepare(w.cfg.TempDir, w.cfg.Logger); err != nil {
+		return err // another process owns the temp dir: nothing of ours to fail
 	}
 	sd := &shutdown{w: w}
-	defer func() { sd.run(&err) }()
+	defer func() {
+		w.failUnfinished(err)
+		sd.run(&err)
+	}()
+	if err := w.startStateMachine(); err != nil {
+		return err
+	}
+	if err := w.readInputs(); err != nil {
+		return err
+	}
 	addr, stop, err := w.start()
 	if err != nil {
 		return err
@@ -286,9 +307,9 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 	return w.supervise(ctx, w.assigned(), time.Duration(reg.GetHeartbeatIntervalMs())*time.Millisecond, reg.GetNeedSample(), sd)
 }
 
-// prepare reads the inputs' sizes and prepares the worker's temp dir
-// (workDir.prepare). It never touches the output.
-func (w *Worker) prepare() error {
+// readInputs reads the inputs' sizes and their print (done.go). It never
+// touches the output.
+func (w *Worker) readInputs() error {
 	inputs, total, err := extsort.ScanInputs(w.cfg.Inputs)
 	if err != nil {
 		return err
@@ -297,7 +318,19 @@ func (w *Worker) prepare() error {
 	if w.out.inputs, err = printInputs(inputs); err != nil {
 		return fmt.Errorf("dsort: read inputs: %w", err)
 	}
-	return w.dir.prepare(w.cfg.TempDir, w.cfg.Logger)
+	return nil
+}
+
+// failUnfinished moves the state machine to Failed, with err as the reason,
+// when Run ends with err before a terminal state: the exits that do not go
+// through the supervisor (the inputs unreadable, the master refusing or
+// never answering the registration, an interrupt while registering).
+func (w *Worker) failUnfinished(err error) {
+	if err == nil || w.sm == nil || w.sm.State().IsTerminal() {
+		return
+	}
+	w.cfg.Logger.Error("worker failed", "state", w.sm.State(), "err", err)
+	w.sm.Transition(Failed, err.Error())
 }
 
 // completedProbe is how long a worker whose output already holds the
@@ -356,12 +389,9 @@ func (w *Worker) AlreadyCompleted() string {
 	return w.completed
 }
 
-// start creates the state machine and serves the worker's RPCs; it returns
-// the address peers reach it at and a function that stops the server.
+// start serves the worker's RPCs; it returns the address peers reach it
+// at and a function that stops the server.
 func (w *Worker) start() (addr string, stop func(), err error) {
-	if err := w.startStateMachine(); err != nil {
-		return "", nil, err
-	}
 	bind := w.cfg.Bind
 	if bind == "" {
 		if bind = outboundIP(w.cfg.Master); bind == "" {

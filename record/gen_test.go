@@ -322,23 +322,27 @@ func TestGenerateFileCanceledLeavesNothing(t *testing.T) {
 
 func TestGenerateFileErrors(t *testing.T) {
 	dir := t.TempDir()
+	// The last representable record is fine.
+	if _, err := GenerateFile(t.Context(), filepath.Join(dir, "last"), math.MaxUint64, 1, GenOptions{ASCII: true}, 0, nil); err != nil {
+		t.Errorf("record 2^64-1: %v", err)
+	}
 	for _, tc := range []struct {
 		name, path   string
 		first, count uint64
 		want         string
 	}{
-		{"missing dir", filepath.Join(dir, "no", "such", "f"), 0, 10, "no such file"},
+		// The directory is named, not the hidden temp file in it.
+		{"missing dir", filepath.Join(dir, "no", "such", "f"), 0, 10,
+			"cannot write " + filepath.Join(dir, "no", "such", "f") + ": directory " + filepath.Join(dir, "no", "such") + " does not exist"},
+		{"file as dir", filepath.Join(dir, "last", "f"), 0, 10, "cannot write " + filepath.Join(dir, "last", "f") + ": " +
+			filepath.Join(dir, "last") + " is not a directory"},
 		{"directory", dir, 0, 10, "is a directory"},
 		{"past 2^64", filepath.Join(dir, "f"), math.MaxUint64, 2, "past 2^64"},
 	} {
 		_, err := GenerateFile(t.Context(), tc.path, tc.first, tc.count, GenOptions{}, 0, nil)
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: err = %v, want it to mention %q", tc.name, err, tc.want)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), ".gantry-tmp") {
+			t.Errorf("%s: err = %v, want it to mention %q (and no temp file)", tc.name, err, tc.want)
 		}
-	}
-	// The last representable record is fine.
-	if _, err := GenerateFile(t.Context(), filepath.Join(dir, "last"), math.MaxUint64, 1, GenOptions{ASCII: true}, 0, nil); err != nil {
-		t.Errorf("record 2^64-1: %v", err)
 	}
 }
 

@@ -23,8 +23,12 @@ type PartialRecordError struct {
 }
 
 func (e *PartialRecordError) Error() string {
-	return fmt.Sprintf("%s: partial record found at end: %d bytes is %d whole %d-byte records and %d bytes over",
-		e.Path, e.Size, e.Size/Size, Size, e.Size%Size)
+	whole := "records"
+	if e.Size/Size == 1 {
+		whole = "record"
+	}
+	return fmt.Sprintf("%s: partial record found at end: %d bytes is %d whole %d-byte %s and %d bytes over",
+		e.Path, e.Size, e.Size/Size, Size, whole, e.Size%Size)
 }
 
 // Is makes errors.Is(err, ErrPartialRecord) true.

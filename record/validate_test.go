@@ -241,6 +241,13 @@ func TestValidatePartialRecord(t *testing.T) {
 			t.Errorf("stream: err = %v", err)
 		}
 	}
+	// One whole record, in the singular.
+	for size, want := range map[int64]string{150: "150 bytes is 1 whole 100-byte record and 50 bytes over",
+		50: "50 bytes is 0 whole 100-byte records and 50 bytes over", 950: "950 bytes is 9 whole 100-byte records and 50 bytes over"} {
+		if got := (&PartialRecordError{Path: "f", Size: size}).Error(); got != "f: partial record found at end: "+want {
+			t.Errorf("%d bytes: %q, want %q", size, got, want)
+		}
+	}
 }
 
 func TestValidateEmptyAndUnreadable(t *testing.T) {

@@ -14,8 +14,17 @@
 # 127.0.0.(i+2), e.g. `curl -s 127.0.0.1:19464/metrics | grep gantry_dsort`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+usage() {
+	echo "scripts/demo.sh: $1" >&2
+	echo "usage: scripts/demo.sh [RECORDS] [WORKERS]   (default 10000000 records = 1 GB, 4 workers)" >&2
+	exit 2
+}
+[ $# -le 2 ] || usage "at most two arguments, got $#"
 N=${1:-10000000}
 W=${2:-4}
+[[ $N =~ ^[0-9]+$ ]] && [ "$N" -ge 1 ] || usage "RECORDS \"$N\": want a whole number of records, 1 or more"
+# Worker i listens on 127.0.0.(i+2): at most 253 workers.
+[[ $W =~ ^[0-9]+$ ]] && [ "$W" -ge 1 ] && [ "$W" -le 253 ] || usage "WORKERS \"$W\": want a whole number from 1 to 253"
 MP=${METRICS_PORT:-19464}
 . scripts/lib/dsort.sh
 workdir demo

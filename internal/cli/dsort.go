@@ -26,6 +26,30 @@ import (
 // process exits within this time whatever is still running.
 const dsortExitDeadline = 15 * time.Second
 
+// watchdogDeadline is dsortExitDeadline, or the duration in
+// GANTRY_DSORT_WATCHDOG when set: tests fire the watchdog without waiting
+// 15 s (like GANTRY_DSORT_FAULT, it is for tests, not for users).
+func watchdogDeadline() (time.Duration, error) {
+	v := os.Getenv("GANTRY_DSORT_WATCHDOG")
+	if v == "" {
+		return dsortExitDeadline, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("GANTRY_DSORT_WATCHDOG=%q: want a positive duration such as 2s", v)
+	}
+	return d, nil
+}
+
+// testHooks sets, from the environment, the watchdog's deadline (returned)
+// and the fault hook (GANTRY_DSORT_FAULT) of a master or worker.
+func testHooks(stderr io.Writer, hook *func(context.Context, string)) (time.Duration, error) {
+	if points := os.Getenv("GANTRY_DSORT_FAULT"); points != "" {
+		*hook = faultHook(stderr, strings.Split(points, ","))
+	}
+	return watchdogDeadline()
+}
+
 // exitProcess is what the watchdog calls.
 var exitProcess = os.Exit
 
@@ -40,22 +64,23 @@ func isTerminal(w io.Writer) bool {
 }
 
 // armWatchdog returns a function that starts seed 003's watchdog (once):
-// dsortExitDeadline after the shutdown began, the process says "[Worker]
-// Shutdown timeout - forcing exit" (or [Master]) and exits whatever is
-// still running, with status 0 if the job had succeeded (its output is
-// complete) and 1 otherwise. The seed exits 0 in both cases; a supervisor
-// or script must not take an aborted job for a success (dsort/README.md).
-func armWatchdog(stderr io.Writer, what string) func(succeeded bool) {
+// deadline (dsortExitDeadline) after the shutdown began, the process says
+// "[Worker] Shutdown timeout - forcing exit" (or [Master]) and exits
+// whatever is still running, with status 0 if the job had succeeded (its
+// output is complete) and 1 otherwise. The seed exits 0 in both cases; a
+// supervisor or script must not take an aborted job for a success
+// (dsort/README.md).
+func armWatchdog(stderr io.Writer, what string, deadline time.Duration) func(succeeded bool) {
 	var once sync.Once
 	return func(succeeded bool) {
 		once.Do(func() {
-			lifecycle.StartWatchdog(dsortExitDeadline, func() {
+			lifecycle.StartWatchdog(deadline, func() {
 				code := 1
 				if succeeded {
 					code = 0
 				}
 				fmt.Fprintf(stderr, "[%s] Shutdown timeout - forcing exit: still shutting down %s after the job ended (exit %d)\n",
-					what, dsortExitDeadline, code)
+					what, deadline, code)
 				exitProcess(code)
 			})
 		})
@@ -123,17 +148,21 @@ func runSortMaster(cmd *cobra.Command, env *Env, o sortMasterOptions, workers st
 		env.LogLevel.Set(slog.LevelWarn)
 	}
 	cfg.Metrics = env.registerer()
+	deadline, err := testHooks(env.Stderr, &cfg.FaultHook)
+	if err != nil {
+		return fmt.Errorf("sort master: %w", err)
+	}
 	stopMetrics, err := serveMetrics(env, o.metricsAddr)
 	if err != nil {
 		return fmt.Errorf("sort master: %w", err)
 	}
 	defer stopMetrics()
-	return runMasterJob(cmd.Context(), env, cfg)
+	return runMasterJob(cmd.Context(), env, cfg, deadline)
 }
 
 // runMasterJob runs the master until the job ends: the two stdout lines,
 // the workers' progress on stderr, the watchdog, the closing summary.
-func runMasterJob(ctx context.Context, env *Env, cfg dsort.MasterConfig) error {
+func runMasterJob(ctx context.Context, env *Env, cfg dsort.MasterConfig, deadline time.Duration) error {
 	stdout, stderr := env.Stdout, env.Stderr
 	start := time.Now()
 	view := newClusterView(stderr, isTerminal(stderr))
@@ -143,7 +172,7 @@ func runMasterJob(ctx context.Context, env *Env, cfg dsort.MasterConfig) error {
 		fmt.Fprintf(stderr, "all %d workers registered: %s\n", len(ips), strings.Join(ips, ", "))
 	}
 	cfg.OnChange = view.change
-	cfg.OnShutdown = armWatchdog(stderr, "Master")
+	cfg.OnShutdown = armWatchdog(stderr, "Master", deadline)
 	m, err := dsort.NewMaster(cfg)
 	if err != nil {
 		return err
@@ -312,12 +341,13 @@ func runSortWorker(ctx context.Context, env *Env, o sortWorkerOptions, master st
 	cfg.OnTransition = func(t lifecycle.Transition[dsort.State]) {
 		fmt.Fprintf(stderr, "worker: %s -> %s: %s\n", t.From, t.To, t.Reason)
 	}
-	cfg.OnShutdown = armWatchdog(stderr, "Worker")
+	deadline, err := testHooks(stderr, &cfg.FaultHook)
+	if err != nil {
+		return fmt.Errorf("sort worker: %w", err)
+	}
+	cfg.OnShutdown = armWatchdog(stderr, "Worker", deadline)
 	cfg.LimitGoMemory = true // this process runs one worker
 	cfg.ShareCores = true
-	if points := os.Getenv("GANTRY_DSORT_FAULT"); points != "" {
-		cfg.FaultHook = faultHook(stderr, strings.Split(points, ","))
-	}
 	cfg.Metrics = env.registerer()
 	w, err := dsort.NewWorker(cfg)
 	if err != nil {
@@ -348,7 +378,7 @@ func runSortWorker(ctx context.Context, env *Env, o sortWorkerOptions, master st
 }
 
 // faultHook is for fault-injection tests (GANTRY_DSORT_FAULT=point,...):
-// at each listed point the worker says so on stderr and stops there until
+// at each listed point the master or worker says so on stderr and stops there until
 // it is killed, its context ends or, when GANTRY_DSORT_FAULT_UNTIL names a
 // file, that file exists.
 func faultHook(stderr io.Writer, points []string) func(context.Context, string) {

@@ -3,6 +3,10 @@ package cli
 import (
 	"bytes"
 	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -62,5 +66,51 @@ func TestSortStatusShowsTheJob(t *testing.T) {
 	if code != 0 || !strings.HasPrefix(stdout, "job feedc0de: registering, 0/2 workers registered, ") ||
 		!strings.Contains(stdout, "WORKER") {
 		t.Fatalf("sort status: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+}
+
+// freeAddr is a loopback address where nothing listens.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// `sort status` against an address where no master answers (the job
+// ended, or none was started) says so in plain words, naming the address,
+// instead of gRPC's dial error.
+func TestSortStatusWithoutAMaster(t *testing.T) {
+	addr := freeAddr(t)
+	code, stdout, stderr := runDsortCmd(t.Context(), "sort", "status", addr)
+	want := "gantry: sort status: dsort: no master answers at " + addr + ": the job may have ended (or the master is not running)\n"
+	if code != 1 || stdout != "" || stderr != want {
+		t.Errorf("sort status %s: exit %d, stdout %q, stderr %q; want 1 and %q", addr, code, stdout, stderr, want)
+	}
+}
+
+// A worker that fails before it registers (no master within
+// --register-timeout) still ends in Failed, and `sort worker` prints seed
+// 000's state history ("[+x.xs] From -> To: reason") and phase durations
+// (none yet) before the error.
+func TestSortWorkerPrintsItsHistoryWhenItFails(t *testing.T) {
+	root := t.TempDir()
+	in, out, tmp := filepath.Join(root, "in"), filepath.Join(root, "out"), filepath.Join(root, "tmp")
+	if err := os.MkdirAll(in, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	addr := freeAddr(t)
+	code, _, stderr := runDsortCmd(t.Context(), "sort", "worker", addr, "-I", in, "-O", out, "--tmp", tmp,
+		"--memory", "32MiB", "--register-timeout", "200ms")
+	want := regexp.MustCompile(`(?m)^=== State Transition History ===\n` +
+		`\[\+0\.0s\] Initializing -> Failed: dsort: lost contact with the master: cannot register with ` + regexp.QuoteMeta(addr) + ` for 200ms: .*\n` +
+		`=== Phase Durations ===\n` +
+		`gantry: sort worker: dsort: lost contact with the master: cannot register with ` + regexp.QuoteMeta(addr) + ` .*\n\z`)
+	if code != 1 || !want.MatchString(stderr) {
+		t.Errorf("exit %d, stderr:\n%s\nwant 1 and a match for %q", code, stderr, want)
 	}
 }

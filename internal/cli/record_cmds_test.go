@@ -118,7 +118,7 @@ func TestGensortCmdBadArgs(t *testing.T) {
 		{[]string{"gensort", "-b18446744073709551615", "2", f}, "pass 2^64-1"},
 		{[]string{"gensort", "--parts", "0", "10", f}, "--parts 0"},
 		{[]string{"gensort", "-t", "-1", "10", f}, "--threads -1"},
-		{[]string{"gensort", "10", filepath.Join(dir, "no", "dir", "f")}, "no such file or directory"},
+		{[]string{"gensort", "10", filepath.Join(dir, "no", "dir", "f")}, "directory " + filepath.Join(dir, "no", "dir") + " does not exist"},
 		{[]string{"gensort", "10", dir}, "is a directory"},
 	} {
 		code, _, stderr := runRecordCmd(t, tc.args...)

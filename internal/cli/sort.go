@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -86,20 +87,37 @@ func runSortLocal(ctx context.Context, env *Env, stderr io.Writer, o sortLocalOp
 	if o.quiet {
 		pw = nil
 	}
-	bar := progress.Start(pw, "sort", 2*total, progress.Bytes)
-	cfg.Progress = func(p extsort.Phase, n int64) {
-		if p != extsort.PhaseSpill {
-			bar.Add(n)
-		}
-	}
+	bar := progress.Start(pw, "sort", total, progress.Bytes)
+	cfg.Progress = inputProgress(bar)
 	start := time.Now()
 	st, err := extsort.Sort(ctx, cfg, in, o.output)
 	bar.Abort()
+	if err != nil && ctx.Err() != nil {
+		// Ctrl-C: extsort's error names the step it stopped in; what the
+		// user needs is what is left (as gensort says it).
+		return fmt.Errorf("sort local: interrupted; no new partitions in %s (earlier ones are as they were), temporary files removed", o.output)
+	}
 	if err != nil {
 		return err
 	}
 	printSortStats(stderr, st, len(in), time.Since(start), o.output)
 	return nil
+}
+
+// inputProgress counts a sort's progress in input bytes: every byte is
+// read (and sorted) once and written once, spilled runs aside, so each of
+// the two passes adds half of what it did, and the bar ends at the input's
+// size ("1.35 GB of 1.50 GB", not read plus write against twice the
+// input). Safe for concurrent use.
+func inputProgress(bar *progress.Reporter) func(extsort.Phase, int64) {
+	var passes atomic.Int64 // bytes read plus bytes written
+	return func(p extsort.Phase, n int64) {
+		if p == extsort.PhaseSpill {
+			return
+		}
+		after := passes.Add(n)
+		bar.Add(after/2 - (after-n)/2) // the adds sum to passes/2, whatever their order
+	}
 }
 
 // printSortStats prints the two summary lines of a sort that took el.

@@ -2,15 +2,18 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/gantryhq/gantry/internal/progress"
 	"github.com/gantryhq/gantry/internal/testutil"
 
 	"github.com/gantryhq/gantry/record"
@@ -297,7 +300,8 @@ func TestSortLocalNoSpaceOnTemp(t *testing.T) {
 }
 
 // TestSortLocalInterrupt sends SIGINT in the middle of a sort: the process
-// must exit non-zero, remove its temp files and leave no output.
+// must exit non-zero saying it was interrupted, remove its temp files and
+// leave no output.
 func TestSortLocalInterrupt(t *testing.T) {
 	root := t.TempDir()
 	in, out, tmp := filepath.Join(root, "in"), filepath.Join(root, "out"), filepath.Join(root, "tmp")
@@ -323,6 +327,9 @@ func TestSortLocalInterrupt(t *testing.T) {
 		cmd.Process.Kill()
 		t.Fatal("the sort did not exit within 15 s of SIGINT")
 	}
+	if !strings.Contains(stderr.String(), "gantry: sort local: interrupted; no new partitions in "+out) {
+		t.Errorf("stderr %q does not say the sort was interrupted", stderr.String())
+	}
 	if ents, _ := os.ReadDir(tmp); len(ents) != 0 {
 		t.Errorf("temp dir holds %d entries after SIGINT", len(ents))
 	}
@@ -341,4 +348,50 @@ func waitForSpill(t *testing.T, cmd *exec.Cmd, tmp string, stderr *testutil.Buff
 		runs, _ := filepath.Glob(filepath.Join(tmp, "gantry-sort-*", "run-*"))
 		return len(runs) > 0, "stderr: " + stderr.String()
 	})
+}
+
+// Ctrl-C (here: a context cancelled at once) says "interrupted" and what is
+// left, as gensort does, not the step extsort was in; exit status 130.
+func TestSortLocalInterruptedSaysSo(t *testing.T) {
+	root := t.TempDir()
+	in, out := filepath.Join(root, "in"), filepath.Join(root, "out")
+	sortTestRecords(t, filepath.Join(in, "data"), 0, 10000, record.GenOptions{})
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	var stdout, stderr bytes.Buffer
+	code := Execute(ctx, Env{Args: []string{"sort", "local", "-I", in, "-O", out, "--tmp", root, "-q"}, Stdout: &stdout, Stderr: &stderr})
+	want := "gantry: sort local: interrupted; no new partitions in " + out + " (earlier ones are as they were), temporary files removed\n"
+	if code != 130 || stderr.String() != want {
+		t.Errorf("exit %d, stderr %q; want 130 and %q", code, stderr.String(), want)
+	}
+}
+
+// The progress lines count input bytes: for 10 MB of input they say "of
+// 10.0 MB" (each byte is read once and written once: each pass counts
+// half).
+func TestSortLocalProgressCountsTheInput(t *testing.T) {
+	defer func(iv time.Duration) { progress.LineInterval = iv }(progress.LineInterval)
+	progress.LineInterval = time.Millisecond
+	root := t.TempDir()
+	in, out := filepath.Join(root, "in"), filepath.Join(root, "out")
+	sortTestRecords(t, filepath.Join(in, "data"), 0, 100000, record.GenOptions{}) // 10 MB
+	code, output := sortTestRun(t, "sort", "local", "-I", in, "-O", out, "--tmp", root, "--memory", "16MiB")
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, output)
+	}
+	re := regexp.MustCompile(`^sort: (\d+\.\d)% \(([^,]+) of ([^,]+), [^)]* elapsed\)$`)
+	lines := 0
+	for l := range strings.SplitSeq(output, "\n") {
+		m := re.FindStringSubmatch(l)
+		if m == nil {
+			continue
+		}
+		lines++
+		if m[3] != "10.0 MB" {
+			t.Errorf("progress line %q: want a total of 10.0 MB (the input)", l)
+		}
+	}
+	if lines == 0 {
+		t.Fatalf("no progress line in:\n%s", output)
+	}
 }

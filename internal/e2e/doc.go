@@ -1,6 +1,6 @@
 // Package e2e holds gantry's process-level and multi-host tests. They start
-// real processes and containers, so every test here is skipped by -short
-// and run by `make test`.
+// real processes and containers, so every test here but the quick script
+// checks is skipped by -short and run by `make test`.
 //
 // A tour:
 //
@@ -12,6 +12,8 @@
 //     checked with `gantry valsort` against the input's checksum.
 //   - docker_helpers_test.go: a small helper around the docker CLI that removes every
 //     container, network and image it made when the test ends.
+//   - scripts_test.go: scripts/demo.sh's argument checks (they run before
+//     it builds anything, so they are quick and -short keeps them).
 //
 // The package has no non-test API; doc.go exists so `go vet` and the README
 // can point at it.
