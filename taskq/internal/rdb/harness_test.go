@@ -209,3 +209,47 @@ func clearWake(t *testing.T, r *RDB, q string) {
 
 // itoa is strconv.Itoa, short for expected hash values.
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// raw runs one Redis command (name, key, args…) on r and fails the test on
+// an error: how a test puts a queue into the state a case starts from.
+func raw(t *testing.T, r *RDB, name, key string, args ...string) {
+	t.Helper()
+	if err := r.c.Do(t.Context(), r.c.B().Arbitrary(name).Keys(key).Args(args...).Build()).Error(); err != nil {
+		t.Fatalf("%s %s %v: %v", name, key, args, err)
+	}
+}
+
+// contract is one case of a script's contract: from the state setup
+// leaves, call returns want, and the queue then holds the snapshot taken
+// before the call as edit changes it (nothing else changed).
+type contract struct {
+	name  string
+	setup func(t *testing.T, r *RDB, q string)
+	call  func(t *testing.T, r *RDB, q string) any
+	want  any
+	edit  func(s *Snap, q string)
+}
+
+// runContracts runs each case on a fresh queue of its own.
+func runContracts(t *testing.T, cases []contract) {
+	t.Helper()
+	r := openTest(t)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			q := newQueue(t, r, "q")
+			if c.setup != nil {
+				c.setup(t, r, q)
+			}
+			before := snap(t, r, q)
+			got := c.call(t, r, q)
+			if d := cmp.Diff(c.want, got, cmpopts.EquateEmpty()); d != "" {
+				t.Errorf("reply (-want +got):\n%s", d)
+			}
+			want := before.clone()
+			if c.edit != nil {
+				c.edit(&want, q)
+			}
+			checkSnap(t, r, q, want)
+		})
+	}
+}

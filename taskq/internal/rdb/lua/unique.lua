@@ -9,6 +9,9 @@
 --   debounce: a holder still scheduled (not yet due) is deleted and replaced
 --             by this task (its payload, its later due time); the new task
 --             holds key until it is due.
+--   either:   an id that is already another task's is not added ({0, id,
+--             ''}) and changes nothing: the holder is replaced only by a
+--             task that is added.
 -- Guarantees: atomic: two enqueues with one key never both add.
 local now, mode, key, hold = tonumber(ARGV[1]), ARGV[2], ARGV[3], tonumber(ARGV[4])
 local id, msg, t, w, prio, due = ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8]), ARGV[9], tonumber(ARGV[10])
@@ -17,6 +20,9 @@ local holder = redis.call('HGET', KEYS[14], key)
 local replaced = ''
 if holder and mode == 'unique' then
   return {0, holder, ''}
+end
+if holder ~= id and redis.call('HEXISTS', KEYS[4], id) == 1 then
+  return {0, id, ''}
 end
 if holder then
   local member = redis.call('HGET', KEYS[4], holder .. '|m')
