@@ -157,6 +157,9 @@ func snap(t *testing.T, r *RDB, q string) Snap {
 	return s
 }
 
+// cmpEmpty equates nil and empty slices and maps.
+var cmpEmpty = cmpopts.EquateEmpty()
+
 // checkSnap fails the test with a diff if q does not hold exactly want.
 func checkSnap(t *testing.T, r *RDB, q string, want Snap) {
 	t.Helper()
@@ -178,6 +181,15 @@ func task(id, tenant string) EnqMsg { return EnqMsg{ID: id, Msg: "m-" + id, Tena
 func enqueue(t *testing.T, r *RDB, q string, msgs ...EnqMsg) {
 	t.Helper()
 	n, err := r.Enqueue(t.Context(), q, t0, msgs)
+	if err != nil || n != len(msgs) {
+		t.Fatalf("enqueue %d tasks into %s: added %d, %v", len(msgs), q, n, err)
+	}
+}
+
+// enqueueAt adds msgs at now and fails the test unless all were added.
+func enqueueAt(t *testing.T, r *RDB, q string, now time.Time, msgs ...EnqMsg) {
+	t.Helper()
+	n, err := r.Enqueue(t.Context(), q, now, msgs)
 	if err != nil || n != len(msgs) {
 		t.Fatalf("enqueue %d tasks into %s: added %d, %v", len(msgs), q, n, err)
 	}

@@ -1,9 +1,13 @@
 -- dlq: requeue or delete dead tasks of one queue.
 -- KEYS: the queue's 17 keys. ARGV: op ('requeue' | 'delete'), ids... (none = all)
--- Returns the number of tasks affected.
+-- Returns the number of tasks affected; an unknown op is an error (nothing
+-- changed).
 -- Guarantees: atomic; a requeued task starts over (retried and starts reset)
 -- in its tenant's order; a deleted task leaves no field behind.
 local op = ARGV[1]
+if op ~= 'requeue' and op ~= 'delete' then
+  return redis.error_reply('ERR dlq: op "' .. op .. '": want requeue or delete')
+end
 local ids = {}
 for i = 2, #ARGV do ids[#ids + 1] = ARGV[i] end
 if #ids == 0 then ids = redis.call('ZRANGE', KEYS[9], 0, -1) end

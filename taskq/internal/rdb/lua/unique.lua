@@ -12,9 +12,13 @@
 --   either:   an id that is already another task's is not added ({0, id,
 --             ''}) and changes nothing: the holder is replaced only by a
 --             task that is added.
+-- An unknown mode is an error (nothing changed).
 -- Guarantees: atomic: two enqueues with one key never both add.
 local now, mode, key, hold = tonumber(ARGV[1]), ARGV[2], ARGV[3], tonumber(ARGV[4])
 local id, msg, t, w, prio, due = ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8]), ARGV[9], tonumber(ARGV[10])
+if mode ~= 'unique' and mode ~= 'debounce' then
+  return redis.error_reply('ERR unique: mode "' .. mode .. '": want unique or debounce')
+end
 expire_unique(0, now, 100)
 local holder = redis.call('HGET', KEYS[14], key)
 local replaced = ''
