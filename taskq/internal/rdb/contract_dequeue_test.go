@@ -53,7 +53,7 @@ func flat(t *testing.T, res rueidis.RedisResult) []string {
 }
 
 // TestDequeueReplyFormat: the reply is 6 values per task (queue index from
-// 1, id, message or '' when missing, retried, starts, tenant from the
+// 1, id, message or ” when missing, retried, starts, tenant from the
 // member), then the rate hint, then each queue's pending count in KEYS
 // order; queues are served in KEYS order.
 func TestDequeueReplyFormat(t *testing.T) {

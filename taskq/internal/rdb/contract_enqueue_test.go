@@ -220,10 +220,12 @@ func TestUniqueContract(t *testing.T) {
 		call:  uniqueCall(ModeUnique, "k", hour, task("x", "a")),
 		want:  uniqueReply{false, "x", ""},
 	}, {
-		name:  "debounce, holder still scheduled: replaced",
-		setup: func(t *testing.T, r *RDB, q string) { holding(t, r, q, ModeDebounce, "k", at(time.Second), debounced("x")) },
-		call:  uniqueCall(ModeDebounce, "k", at(time.Minute), later),
-		want:  uniqueReply{true, "y", "x"},
+		name: "debounce, holder still scheduled: replaced",
+		setup: func(t *testing.T, r *RDB, q string) {
+			holding(t, r, q, ModeDebounce, "k", at(time.Second), debounced("x"))
+		},
+		call: uniqueCall(ModeDebounce, "k", at(time.Minute), later),
+		want: uniqueReply{true, "y", "x"},
 		edit: func(s *Snap, q string) {
 			my := member("a", 0, 2, "y")
 			s.Tasks = map[string]string{"y": "m-y", "y|m": my}
@@ -232,10 +234,12 @@ func TestUniqueContract(t *testing.T) {
 			s.Uniq, s.UniqExp = map[string]string{"k": "y"}, []Z{{"k", msf(at(time.Minute))}}
 		},
 	}, {
-		name:  "debounce, the same id: its payload and due time replaced",
-		setup: func(t *testing.T, r *RDB, q string) { holding(t, r, q, ModeDebounce, "k", at(time.Second), debounced("x")) },
-		call:  uniqueCall(ModeDebounce, "k", at(time.Minute), EnqMsg{ID: "x", Msg: "new", Tenant: "a", Due: at(time.Minute)}),
-		want:  uniqueReply{true, "x", "x"},
+		name: "debounce, the same id: its payload and due time replaced",
+		setup: func(t *testing.T, r *RDB, q string) {
+			holding(t, r, q, ModeDebounce, "k", at(time.Second), debounced("x"))
+		},
+		call: uniqueCall(ModeDebounce, "k", at(time.Minute), EnqMsg{ID: "x", Msg: "new", Tenant: "a", Due: at(time.Minute)}),
+		want: uniqueReply{true, "x", "x"},
 		edit: func(s *Snap, q string) {
 			mx := member("a", 0, 2, "x")
 			s.Tasks = map[string]string{"x": "new", "x|m": mx}
@@ -268,6 +272,20 @@ func TestUniqueContract(t *testing.T) {
 		},
 		call: uniqueCall(ModeDebounce, "k", at(time.Minute), later),
 		want: uniqueReply{false, "y", ""},
+	}, {
+		name: "an unknown mode is refused",
+		setup: func(t *testing.T, r *RDB, q string) {
+			holding(t, r, q, ModeDebounce, "k", at(time.Second), debounced("x"))
+		},
+		call: func(t *testing.T, r *RDB, q string) any {
+			err := uniqueScript.Exec(t.Context(), r.c, QueueKeys(q), []string{ms(t0), "once", "k", ms(at(time.Hour)),
+				"y", "m-y", "a", "0", "ff", "0"}).Error()
+			if err == nil {
+				return nil
+			}
+			return err.Error()
+		},
+		want: `unique: mode "once": want unique or debounce`,
 	}})
 }
 

@@ -60,7 +60,7 @@ func forgot(s *Snap, id string) {
 // TestAckContract: ack.lua takes each task still held out of active and
 // lease, counts processed, completed and c:<tenant> (a:<tenant> down),
 // retains it (message and progress kept, completed: id -> keep_until, its
-// result unless '') or deletes everything of it, counts a task no longer
+// result unless ”) or deletes everything of it, counts a task no longer
 // held in state.late and leaves it alone, and makes a tenant or the queue
 // held at its in-flight cap due again (a token each).
 func TestAckContract(t *testing.T) {

@@ -34,6 +34,7 @@ type step struct {
 	want      []string
 	retry     time.Time
 	throttled []Z
+	limits    map[string]string // if set: the limits hash afterwards (buckets: "tokens at_ms")
 }
 
 // TestDequeueLimits: a tenant at its in-flight cap is parked in throttled
@@ -65,9 +66,11 @@ func TestDequeueLimits(t *testing.T) {
 			setLimit(t, r, q, "a", Limit{Rate: 10, Burst: 2})
 		},
 		steps: []step{
-			{now: t0, want: []string{"a1", "b1", "a2"}, retry: at(100 * time.Millisecond), throttled: []Z{{"a", msf(at(100 * time.Millisecond))}}},
+			{now: t0, want: []string{"a1", "b1", "a2"}, retry: at(100 * time.Millisecond), throttled: []Z{{"a", msf(at(100 * time.Millisecond))}},
+				limits: map[string]string{"t:a": "10 2 0 0", "tok:t:a": "0.000000 " + ms(t0)}},
 			{now: at(99 * time.Millisecond), want: []string{}, retry: at(100 * time.Millisecond), throttled: []Z{{"a", msf(at(100 * time.Millisecond))}}},
-			{now: at(100 * time.Millisecond), want: []string{"a3"}, throttled: []Z{}},
+			{now: at(100 * time.Millisecond), want: []string{"a3"}, throttled: []Z{},
+				limits: map[string]string{"t:a": "10 2 0 0", "tok:t:a": "0.000000 " + ms(at(100*time.Millisecond))}},
 		},
 	}, {
 		name: "queue in-flight cap",
@@ -106,8 +109,12 @@ func TestDequeueLimits(t *testing.T) {
 				if !res.Retry.Equal(s.retry) {
 					t.Errorf("step %d: retry hint %v, want %v", i, res.Retry, s.retry)
 				}
-				if d := cmp.Diff(s.throttled, snap(t, r, q).Throttled, cmpEmpty); d != "" {
+				sn := snap(t, r, q)
+				if d := cmp.Diff(s.throttled, sn.Throttled, cmpEmpty); d != "" {
 					t.Errorf("step %d: throttled (-want +got):\n%s", i, d)
+				}
+				if d := cmp.Diff(s.limits, sn.Limits); s.limits != nil && d != "" {
+					t.Errorf("step %d: limits (-want +got):\n%s", i, d)
 				}
 			}
 		})

@@ -68,7 +68,7 @@ type Z struct {
 // Snap is everything one queue holds in Redis, key by key (see lib.lua).
 type Snap struct {
 	Pending, Tenants, Lease, Scheduled, Retry, Dead, Completed, Cancelled, UniqExp, Throttled []Z
-	State, Tasks, Active, Results, Uniq, Limits                                                map[string]string
+	State, Tasks, Active, Results, Uniq, Limits                                               map[string]string
 	Wake                                                                                      []string
 }
 
