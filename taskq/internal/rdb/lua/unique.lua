@@ -8,7 +8,9 @@
 --             is the holder's; otherwise the task is added and holds key.
 --   debounce: a holder still scheduled (not yet due) is deleted and replaced
 --             by this task (its payload, its later due time); the new task
---             holds key until it is due.
+--             holds key until hold_until_ms (the caller passes its due
+--             time). A holder no longer scheduled is left as it is (the
+--             key passes to the new task).
 --   either:   an id that is already another task's is not added ({0, id,
 --             ''}) and changes nothing: the holder is replaced only by a
 --             task that is added.
