@@ -162,7 +162,8 @@ type EnqMsg struct {
 	Due             time.Time
 }
 
-// Enqueue adds tasks to queue q in one script call and registers q.
+// Enqueue adds tasks to queue q in one script call; it does not register q
+// (RegisterQueues does).
 func (r *RDB) Enqueue(ctx context.Context, q string, now time.Time, msgs []EnqMsg) (int, error) {
 	args := make([]string, 0, 1+6*len(msgs))
 	args = append(args, ms(now))

@@ -3,20 +3,25 @@
 -- ARGV: now_ms, then per task 3 values: id, keep_until_ms (0 = delete at once), result ('' = none)
 -- Returns the number of tasks this worker still held. A task whose lease was
 -- lost (reaped and possibly re-run elsewhere) is counted in state.late and
--- left alone: the holder of the new lease completes it.
+-- left alone: the holder of the new lease completes it. An id given twice
+-- counts as two acks in a row: one completion, then one late.
 -- Guarantees: atomic; completed tasks leave active/lease; counters processed,
--- completed and c:<tenant> grow; retained records expire via maintain. A
--- tenant (or the queue) throttled at its in-flight cap may run again.
+-- completed and c:<tenant> grow (a:<tenant> shrinks); a task kept
+-- (keep_until_ms > now_ms) waits in completed with its message, progress
+-- and result (unless '') until maintain trims it, its other fields gone;
+-- any other leaves nothing behind (message, fields, result). A tenant (or
+-- the queue) throttled at its in-flight cap may run again.
 -- Cost: a few calls for the whole batch, plus one per retained task.
 local now = tonumber(ARGV[1])
 local ids = {}
 for i = 2, #ARGV, 3 do ids[#ids + 1] = ARGV[i] end
 if #ids == 0 then return 0 end
 local members = chunked('HMGET', KEYS[5], ids)
-local held, gone, fields, per = {}, {}, {}, {}
+local held, gone, fields, per, seen = {}, {}, {}, {}, {}
 for i, id in ipairs(ids) do
   local m = members[i]
-  if m then
+  if m and not seen[id] then
+    seen[id] = true
     held[#held + 1] = id
     local t = tenant_of(m)
     per[t] = (per[t] or 0) + 1

@@ -3,7 +3,9 @@
 -- ARGV: now_ms, then per task 6 values: id, msg, tenant, weight, prio(2 hex), due_ms
 -- Returns the number of tasks added; an id that already exists is skipped.
 -- Guarantees: atomic per call; the task is pending (or scheduled if due_ms >
--- now_ms) when the reply arrives; one wake-up token per call for idle workers.
+-- now_ms) when the reply arrives; one wake-up token per call that made a
+-- task pending (none for a call that only scheduled or skipped), for idle
+-- workers; the wake list is trimmed to 64 tokens.
 local now = tonumber(ARGV[1])
 local added = 0
 local woke = false

@@ -2,7 +2,7 @@
 -- KEYS: the queue's 17 keys.
 -- ARGV: now_ms, limit, dead_before_ms (dead tasks older are deleted), dead_max
 -- Returns {reaped, promoted, trimmed}.
--- Guarantees: tasks whose lease expired before now (their worker died or
+-- Guarantees: tasks whose lease expired at or before now (their worker died or
 -- lost Redis) go back to pending in their old place (at-least-once; the next
 -- start is counted as a duplicate); due scheduled/retry tasks become pending;
 -- expired completed records and results, unique keys whose hold ended,

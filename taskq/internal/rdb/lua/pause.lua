@@ -1,12 +1,15 @@
 -- pause: pause or resume a queue, or one tenant of it.
 -- KEYS: the queue's 17 keys.
 -- ARGV: op ('pause' | 'resume'), tenant ('' = the whole queue), until_ms (pause only)
--- Returns 1.
+-- Returns 1; an unknown op is an error (nothing changed).
 -- Guarantees: atomic; from the reply on, no dequeue takes a task of a paused
 -- queue or tenant (enqueue still succeeds: the tasks wait); a pause ends at
 -- until_ms (in the next dequeue or maintain) or on resume, which wakes idle
 -- workers. A resumed tenant re-enters fairness as a newly active tenant.
 local op, t, untl = ARGV[1], ARGV[2], ARGV[3]
+if op ~= 'pause' and op ~= 'resume' then
+  return redis.error_reply('ERR pause: op "' .. op .. '": want pause or resume')
+end
 if t == '' then
   if op == 'pause' then
     redis.call('HSET', KEYS[3], 'pause', untl)

@@ -2,13 +2,17 @@
 -- KEYS: the queue's 17 keys.
 -- ARGV: op ('delete' | 'run'), id, member ('' = the one enqueue recorded)
 -- Returns the task's state before ('pending', 'scheduled', 'retry', 'active',
--- 'dead', 'completed', 'cancelled', 'unknown') and whether it acted (1/0).
+-- 'dead', 'completed', 'cancelled', 'unknown') and whether it acted (1/0);
+-- an unknown op is an error (nothing changed).
 -- Guarantees: atomic. delete removes a task that is not active from wherever
 -- it waits and leaves no field behind (an active task: cancel it first).
 -- run makes a scheduled, retry, dead or cancelled task pending at once, in
 -- its tenant's order (dead and cancelled ones start over: retried and starts
 -- reset); a pending, active or completed task is left as it is.
 local op, id, hint = ARGV[1], ARGV[2], ARGV[3]
+if op ~= 'delete' and op ~= 'run' then
+  return redis.error_reply('ERR taskop: op "' .. op .. '": want delete or run')
+end
 local function where()
   if redis.call('HEXISTS', KEYS[5], id) == 1 then return 'active', nil end
   for _, z in ipairs({{'dead', 9}, {'completed', 10}, {'cancelled', 13}}) do

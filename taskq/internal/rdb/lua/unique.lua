@@ -8,15 +8,27 @@
 --             is the holder's; otherwise the task is added and holds key.
 --   debounce: a holder still scheduled (not yet due) is deleted and replaced
 --             by this task (its payload, its later due time); the new task
---             holds key until it is due.
+--             holds key until hold_until_ms (the caller passes its due
+--             time). A holder no longer scheduled is left as it is (the
+--             key passes to the new task).
+--   either:   an id that is already another task's is not added ({0, id,
+--             ''}) and changes nothing: the holder is replaced only by a
+--             task that is added.
+-- An unknown mode is an error (nothing changed).
 -- Guarantees: atomic: two enqueues with one key never both add.
 local now, mode, key, hold = tonumber(ARGV[1]), ARGV[2], ARGV[3], tonumber(ARGV[4])
 local id, msg, t, w, prio, due = ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8]), ARGV[9], tonumber(ARGV[10])
+if mode ~= 'unique' and mode ~= 'debounce' then
+  return redis.error_reply('ERR unique: mode "' .. mode .. '": want unique or debounce')
+end
 expire_unique(0, now, 100)
 local holder = redis.call('HGET', KEYS[14], key)
 local replaced = ''
 if holder and mode == 'unique' then
   return {0, holder, ''}
+end
+if holder ~= id and redis.call('HEXISTS', KEYS[4], id) == 1 then
+  return {0, id, ''}
 end
 if holder then
   local member = redis.call('HGET', KEYS[4], holder .. '|m')
