@@ -1017,7 +1017,9 @@ func (r *Reconciler) failureInfo(w *Workspace, err error, now, deadline time.Tim
 	case count > r.cfg.MaxRetries:
 		info.Reason, info.IsTerminal = ReasonRetryExceeded, true
 	default:
-		t := now.Add(r.cfg.retryPolicy().Delay(count - 1))
+		// Rounded up to the store's millisecond: stored rounded down, the
+		// retry could come up to 1 ms before the policy's delay had passed.
+		t := ceilMillis(now.Add(r.cfg.retryPolicy().Delay(count - 1)))
 		next = &t
 	}
 	return info, next
