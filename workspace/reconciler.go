@@ -71,7 +71,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 			return 0, nil
 		}
 		f, err := strconv.ParseFloat(v, 64)
-		if err != nil || f <= 0 || math.IsInf(f, 0) {
+		if err != nil || !(f > 0) || math.IsInf(f, 0) { // !(f > 0): NaN too
 			return 0, fmt.Errorf("%w: %s=%q, want a positive number of seconds", ErrBadInput, name, v)
 		}
 		return time.Duration(f * float64(time.Second)), nil
