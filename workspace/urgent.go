@@ -38,12 +38,19 @@ import (
 // and the bounded yields of its batches and of its steps about to start.
 
 // urgentHints publishes each hint made under an urgent context on its
-// channel's urgent twin, so that the next component serves it first too.
+// channel's urgent twin first, so that the next component serves it first
+// too, and then on the channel itself: the seed's channels
+// (`workspace:{id}`, `monitor:trigger`) carry every change, a user's too,
+// for whoever listens there (an SSE bridge). gantry's own subscribers take
+// both: the plain copy comes behind any bulk hints and finds the work done
+// (a re-read, an observation that changes nothing).
 type urgentHints struct{ Hints }
 
 func (h urgentHints) Publish(ctx context.Context, channel, id string) error {
-	if store.IsUrgent(ctx) {
-		channel = hints.UrgentTwin(channel)
+	if twin := hints.UrgentTwin(channel); twin != channel && store.IsUrgent(ctx) {
+		if err := h.Hints.Publish(ctx, twin, id); err != nil {
+			return err
+		}
 	}
 	return h.Hints.Publish(ctx, channel, id)
 }
