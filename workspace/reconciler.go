@@ -174,6 +174,7 @@ type ReconcilerStore interface {
 	Complete(ctx context.Context, w Workspace, now time.Time) (bool, error)
 	CompleteAndClaim(ctx context.Context, w Workspace, op Operation, opID, owner string, now, leaseUntil time.Time) (bool, error)
 	CompleteRestart(ctx context.Context, w Workspace, now time.Time) (bool, error)
+	Abandon(ctx context.Context, w Workspace, owner string, now time.Time) (bool, error)
 	DeleteRow(ctx context.Context, id, opID string) error
 }
 
@@ -768,11 +769,15 @@ func crashLooping(w *Workspace) bool {
 // before its start counts as done; ending sooner is another failed attempt.
 const CrashGrace = 2 * time.Second
 
-// inFlight advances w's operation in flight: it completes it, times it
+// inFlight advances w's operation in flight: it gives it up for a desired
+// state that makes it pointless (supersede.go), completes it, times it
 // out, waits (for the monitor, a retry or another replica's lease), or
 // acquires it and calls the provider.
 func (r *Reconciler) inFlight(ctx context.Context, w *Workspace) stepResult {
 	now := r.cfg.Clock.Now()
+	if r.superseded(w, now) {
+		return r.abandon(ctx, w, now)
+	}
 	if res, done := r.endInFlight(ctx, w, now); done {
 		return res
 	}
