@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/gantryhq/gantry/workspace/provider/fake"
 	"github.com/gantryhq/gantry/workspace/store"
 	"github.com/gantryhq/gantry/workspace/store/memstore"
+	"github.com/gantryhq/gantry/workspace/store/storetest"
 )
 
 // TestSupersededTable checks Superseded, the rule that lets a change of
@@ -207,37 +209,45 @@ func TestStoredRetryTimeIsNeverEarly(t *testing.T) {
 			if policy := failedAt.Add(10 * time.Second); got.NextRetryAt.Before(policy) {
 				t.Fatalf("next_retry_at %v is before the failure + 10 s = %v", got.NextRetryAt.UTC(), policy.UTC())
 			}
+			if got.LastRetryAt == nil || !got.LastRetryAt.Equal(failedAt.Truncate(time.Millisecond)) {
+				t.Fatalf("last_retry_at %v, want the failure's time %v", got.LastRetryAt, failedAt)
+			}
 		})
 	}
 }
 
-// observedStoppedContainer starts nothing visible: Start succeeds, the
-// monitor sees it Stopped, and it cannot say why (no ExitReporter).
-func observedStoppedContainer() provider.Container {
+// observedStoppedContainer starts nothing visible: Start succeeds (counted
+// in starts), the monitor sees it Stopped, and it cannot say why (no
+// ExitReporter).
+func observedStoppedContainer(starts *atomic.Int64) provider.Container {
 	return provider.ContainerFuncs{
-		StartFunc:   func(context.Context, provider.Spec) error { return nil },
+		StartFunc:   func(context.Context, provider.Spec) error { starts.Add(1); return nil },
 		StopFunc:    func(context.Context, string) error { return nil },
 		ObserveFunc: func(context.Context, string) (provider.ContainerState, error) { return provider.Stopped, nil },
 	}
 }
 
-// TestTimeoutErrorInfo: an executed start never observed running times out
-// at RECONCILER_STARTING_TIMEOUT on the reconciler's clock, with the seed's
-// error_info: reason Timeout, the operation, terminal, elapsed_seconds
-// since the claim and occurred_at, the moment it was found; the operation
-// stays and the workspace goes to ERROR.
+// TestTimeoutErrorInfo: an executed start never observed running is not
+// started again while it waits (the seed's defect 2 retried it every
+// tick), and times out at RECONCILER_STARTING_TIMEOUT on the reconciler's
+// clock with the seed's error_info, as the database holds it: reason
+// Timeout, the operation, terminal, error_count, elapsed_seconds since the
+// claim and occurred_at, the moment it was found; the operation stays and
+// the workspace goes to ERROR.
 func TestTimeoutErrorInfo(t *testing.T) {
 	ctx := t.Context()
-	st := memstore.New()
+	st := openStore(t, storetest.SQLiteDSN(t))
 	fk := fake.New(0)
 	t0 := time.Now().Truncate(time.Millisecond)
 	clk := clock.NewFake(t0)
 	hb := hints.NewLocal()
-	rec, err := NewReconciler(Config{Clock: clk, Timeouts: map[Operation]time.Duration{OpStarting: 300 * time.Second}}, st, observedStoppedContainer(), fk, hb)
+	var starts atomic.Int64
+	c := observedStoppedContainer(&starts)
+	rec, err := NewReconciler(Config{Clock: clk, Timeouts: map[Operation]time.Duration{OpStarting: 300 * time.Second}}, st, c, fk, hb)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mon := NewHealthMonitor(MonitorConfig{Interval: time.Hour}, st, observedStoppedContainer(), fk, hb)
+	mon := NewHealthMonitor(MonitorConfig{Interval: time.Hour}, st, c, fk, hb)
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{}, 2)
 	go func() { rec.Run(runCtx); done <- struct{}{} }()
@@ -267,6 +277,14 @@ func TestTimeoutErrorInfo(t *testing.T) {
 	want := &ErrorInfo{Reason: ReasonTimeout, Operation: OpStarting, IsTerminal: true, Elapsed: 301.5, OccurredAt: found.UTC()}
 	if diff := cmp.Diff(want, got.ErrorInfo); diff != "" || got.Operation != OpStarting {
 		t.Fatalf("error_info after the timeout (-want +got):\n%s\noperation %s (want STARTING kept)", diff, got.Operation)
+	}
+	wantJSON := fmt.Sprintf(`{"reason":"Timeout","operation":"STARTING","is_terminal":true,"error_count":0,"elapsed_seconds":301.5,"occurred_at":%q}`,
+		found.UTC().Format(time.RFC3339Nano))
+	if j := got.ErrorInfo.JSON(); j != wantJSON {
+		t.Errorf("error_info column %v, want %s", j, wantJSON)
+	}
+	if n := starts.Load(); n != 1 {
+		t.Errorf("%d starts over the 301.5 s; want 1: an executed start waits for observation, it is not retried", n)
 	}
 }
 
