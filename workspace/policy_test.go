@@ -116,8 +116,12 @@ func TestConfigFromEnv(t *testing.T) {
 		return seed{c.Interval, c.RetryBackoff, c.MaxRetries, c.Timeouts[OpStarting], c.Timeouts[OpStopping], c.Timeouts[OpArchiving], c.Timeouts[OpRestoring]}
 	}
 	s := time.Second
-	if diff := cmp.Diff(seed{10 * s, 30 * s, 3, 300 * s, 300 * s, 1800 * s, 1800 * s}, view(effective(t, nil))); diff != "" {
+	defaults := effective(t, nil)
+	if diff := cmp.Diff(seed{10 * s, 30 * s, 3, 300 * s, 300 * s, 1800 * s, 1800 * s}, view(defaults)); diff != "" {
 		t.Errorf("defaults (-seed +got):\n%s", diff)
+	}
+	if p, d := defaults.Timeouts[OpProvisioning], defaults.Timeouts[OpDeleting]; p != 1800*s || d != 1800*s {
+		t.Errorf("PROVISIONING, DELETING timeouts %v, %v; want 1800 s as archive/restore", p, d)
 	}
 	all := effective(t, map[string]string{"RECONCILER_INTERVAL": "2.5", "RECONCILER_MAX_RETRIES": "5", "RECONCILER_RETRY_BACKOFF": "7",
 		"RECONCILER_STARTING_TIMEOUT": "11", "RECONCILER_STOPPING_TIMEOUT": "12", "RECONCILER_ARCHIVING_TIMEOUT": "13", "RECONCILER_RESTORING_TIMEOUT": "14"})
