@@ -310,7 +310,7 @@ type stepResult struct {
 // a step is in flight newer messages are coalesced into one follow-up.
 // Invariant: urgent is set from an urgentHint until a step that started
 // after it finds the workspace settled; every step yielded meanwhile is
-// urgent.
+// urgent, and so is a bulk step still queued when it arrives (promote).
 type wsProc struct {
 	id      string
 	busy    bool
@@ -319,6 +319,11 @@ type wsProc struct {
 	latest  *Workspace
 	hinted  bool // latest is a possibly stale row (store/handoff.go)
 	tag     uint64
+	// stepUrgent: the step in flight (busy) runs urgent. promote moves a
+	// bulk step of this workspace still waiting for a slot to the urgent
+	// queue (stepQueue.promote); nil = none.
+	stepUrgent bool
+	promote    func(id string) bool
 }
 
 func (p *wsProc) Init(context.Context, string, []any) error { return nil }
@@ -344,7 +349,7 @@ func (p *wsProc) Step(events []sched.Event, out *sched.StepOutput) error {
 	if p.pending && !p.busy {
 		p.tag++
 		out.Yield(p.tag, reconcileCmd{id: p.id, w: p.latest, hinted: p.hinted, urgent: p.urgent})
-		p.busy, p.pending, p.latest, p.hinted = true, false, nil, false
+		p.busy, p.pending, p.latest, p.hinted, p.stepUrgent = true, false, nil, false, p.urgent
 	}
 	return nil
 }
@@ -355,6 +360,12 @@ func (p *wsProc) message(data any) {
 	switch data.(type) {
 	case urgentHint:
 		p.urgent = true
+		// A plain hint that came first (the seed channel's copy of this
+		// one, a TTL change) may have queued a bulk step behind 100,000:
+		// the user's change must not wait for it.
+		if p.busy && !p.stepUrgent && p.promote != nil && p.promote(p.id) {
+			p.stepUrgent = true
+		}
 	case tickHint:
 		if p.busy || p.pending {
 			return // as a snapshot below
@@ -419,7 +430,11 @@ func (r *Reconciler) send(id string, msg any) {
 			return
 		}
 	}
-	pid, err := r.sch.Spawn(&wsProc{id: id}, "reconcile", nil)
+	proc := &wsProc{id: id}
+	if q := r.steps; q != nil {
+		proc.promote = q.promote
+	}
+	pid, err := r.sch.Spawn(proc, "reconcile", nil)
 	if err != nil {
 		return
 	}

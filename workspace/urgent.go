@@ -198,9 +198,10 @@ type stepQueue struct {
 // queuedStep is a step dispatched by a workspace's process: run it and
 // complete the process's yield (tag) through c.
 type queuedStep struct {
-	cmd reconcileCmd
-	tag uint64
-	c   sched.Completer
+	cmd  reconcileCmd
+	tag  uint64
+	c    sched.Completer
+	hole bool // the place of a step promoted to the urgent queue
 }
 
 func newStepQueue() *stepQueue {
@@ -237,6 +238,9 @@ func (q *stepQueue) pop(urgentOnly bool) (queuedStep, bool) {
 		}
 		if !urgentOnly {
 			if s, ok := q.bulk.pop(); ok {
+				if s.hole {
+					continue // promoted: it runs from the urgent queue
+				}
 				return s, true
 			}
 		}
@@ -249,6 +253,31 @@ func (q *stepQueue) pop(urgentOnly bool) (queuedStep, bool) {
 	return queuedStep{}, false
 }
 
+// promote moves id's step waiting in the bulk queue, if there is one, to
+// the urgent queue, to run as urgent work: its place in the bulk queue
+// becomes a hole that pop skips. It reports whether it found one. It scans
+// the bulk queue (100,000 entries take well under a millisecond), and is
+// called only when an urgent hint finds its workspace's bulk step
+// dispatched (wsProc), which a plain hint just ahead of it causes.
+func (q *stepQueue) promote(id string) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	items := q.bulk.items[q.bulk.head:]
+	for i := range items {
+		if items[i].hole || items[i].cmd.id != id {
+			continue
+		}
+		s := items[i]
+		items[i] = queuedStep{hole: true}
+		s.cmd.urgent = true
+		q.urgent.push(s)
+		q.urgentWork.Signal()
+		q.anyWork.Signal()
+		return true
+	}
+	return false
+}
+
 // close stops the workers (after the step each is running) and returns the
 // steps still queued, which will not run.
 func (q *stepQueue) close() []queuedStep {
@@ -257,7 +286,12 @@ func (q *stepQueue) close() []queuedStep {
 	q.closed = true
 	q.anyWork.Broadcast()
 	q.urgentWork.Broadcast()
-	left := append(q.urgent.drain(), q.bulk.drain()...)
+	left := q.urgent.drain()
+	for _, s := range q.bulk.drain() {
+		if !s.hole {
+			left = append(left, s)
+		}
+	}
 	return left
 }
 
