@@ -43,7 +43,9 @@ import (
 // (`workspace:{id}`, `monitor:trigger`) carry every change, a user's too,
 // for whoever listens there (an SSE bridge). gantry's own subscribers take
 // both: the plain copy comes behind any bulk hints and finds the work done
-// (a re-read, an observation that changes nothing).
+// (a re-read, an observation that changes nothing); if it comes first, the
+// bulk step it queued is promoted when the urgent one arrives (wsProc,
+// stepQueue.promote).
 type urgentHints struct{ Hints }
 
 func (h urgentHints) Publish(ctx context.Context, channel, id string) error {
@@ -255,15 +257,17 @@ func (q *stepQueue) pop(urgentOnly bool) (queuedStep, bool) {
 
 // promote moves id's step waiting in the bulk queue, if there is one, to
 // the urgent queue, to run as urgent work: its place in the bulk queue
-// becomes a hole that pop skips. It reports whether it found one. It scans
-// the bulk queue (100,000 entries take well under a millisecond), and is
+// becomes a hole that pop skips. It reports whether it found one. It is
 // called only when an urgent hint finds its workspace's bulk step
-// dispatched (wsProc), which a plain hint just ahead of it causes.
+// dispatched (wsProc), most often queued a moment before by the plain copy
+// of the same hint: so it scans from the newest step back. A scan of all
+// 100,000 (the step already runs) took 2.4 ms on a loaded 2-core machine,
+// under the queue's lock; it happens at most once per user's change.
 func (q *stepQueue) promote(id string) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	items := q.bulk.items[q.bulk.head:]
-	for i := range items {
+	for i := len(items) - 1; i >= 0; i-- {
 		if items[i].hole || items[i].cmd.id != id {
 			continue
 		}
