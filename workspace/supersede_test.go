@@ -14,10 +14,11 @@ import (
 
 // TestExitAfterStartReachesTheReconcilerAtOnce: a command that ends after
 // its Start returned (the status stays STANDBY, so the monitor writes
-// nothing) is recorded within a second, with both intervals at an hour: the
-// monitor passes its observation of the executed start on to the
-// reconciler, which asks the container how the command ended. Before, it
-// waited for the reconciler's next tick (10 s by default) — on every store.
+// nothing) is recorded at once (here within 5 s, under any load; it takes
+// milliseconds), with both intervals at an hour: the monitor passes its
+// observation of the executed start on to the reconciler, which asks the
+// container how the command ended. Before, it waited for the reconciler's
+// next tick (10 s by default; an hour here) — on every store.
 func TestExitAfterStartReachesTheReconcilerAtOnce(t *testing.T) {
 	for _, b := range recBackends {
 		t.Run(b.name, func(t *testing.T) {
@@ -42,23 +43,22 @@ func TestExitAfterStartReachesTheReconcilerAtOnce(t *testing.T) {
 				e := got.ErrorInfo
 				return e != nil && e.Reason == ReasonExited && e.ExitStatus == "exit 3" && strings.Contains(e.Output, "boom"), describe(got)
 			})
-			if d := time.Since(t0); d > time.Second {
-				t.Fatalf("the exit was recorded %v after the start was asked for; want within 1 s", d)
-			}
+			t.Logf("the exit recorded %v after the start was asked for", time.Since(t0).Round(time.Millisecond))
 		})
 	}
 }
 
 // TestDesiredChangeTakesOverFromRetries: a change of desired state that
 // makes the failing operation pointless takes over from its retries at
-// once (the retry backoff is 10 s here and the retries would go on for
-// minutes), on every store:
-//   - delete of a crash-looping workspace (STARTING retries): gone within 2 s;
-//   - delete of one whose PROVISIONING keeps failing: gone within 2 s;
-//   - delete of one in ERROR with its failed operation kept: gone within
-//     2 s, without `ws recover`;
+// once (the retry backoff is 30 s here and the retries would go on for
+// minutes; the bound is 5 s, for a loaded machine: it takes ~100 ms), on
+// every store:
+//   - delete of a crash-looping workspace (STARTING retries): gone;
+//   - delete of one whose PROVISIONING keeps failing: gone;
+//   - delete of one in ERROR with its failed operation kept: gone, without
+//     `ws recover`;
 //   - desired STANDBY of a crash-looping one: STANDBY, no operation, the
-//     error cleared, within 2 s.
+//     error cleared.
 func TestDesiredChangeTakesOverFromRetries(t *testing.T) {
 	for _, b := range recBackends {
 		t.Run(b.name, func(t *testing.T) {
@@ -67,7 +67,7 @@ func TestDesiredChangeTakesOverFromRetries(t *testing.T) {
 			ctx := t.Context()
 			fk := fake.New(0)
 			reg := prometheus.NewRegistry()
-			h := startHarness(t, st, fk, hints.NewLocal(), Config{RetryBackoff: 10 * time.Second, MaxRetries: 10, Metrics: NewMetrics(reg),
+			h := startHarness(t, st, fk, hints.NewLocal(), Config{RetryBackoff: 30 * time.Second, MaxRetries: 10, Metrics: NewMetrics(reg),
 				Timeouts: map[Operation]time.Duration{OpRestoring: 500 * time.Millisecond}})
 			create := func(name string, desired Status) Workspace {
 				w, err := st.Create(ctx, NewWorkspace{Name: name, Desired: desired}, time.Now())
@@ -116,14 +116,14 @@ func TestDesiredChangeTakesOverFromRetries(t *testing.T) {
 				if _, err := st.SetDesired(ctx, w.ID, Deleted, time.Now()); err != nil {
 					t.Fatal(err)
 				}
-				waitFor(t, 2*time.Second, w.Name+" deleted", func() (bool, string) {
+				waitFor(t, 5*time.Second, w.Name+" deleted", func() (bool, string) {
 					got, err := st.Get(ctx, w.ID)
 					return err != nil, describe(got)
 				})
 				t.Logf("%s deleted %v after the delete", w.Name, time.Since(t0).Round(time.Millisecond))
 			}
 			st.SetDesired(ctx, standby.ID, Standby, time.Now())
-			got := h.waitState(t, standby.ID, Standby, 2*time.Second)
+			got := h.waitState(t, standby.ID, Standby, 5*time.Second)
 			if got.ErrorInfo != nil || got.ErrorCount != 0 {
 				t.Fatalf("crash loop given up for STANDBY: %s; want the error cleared", describe(got))
 			}
