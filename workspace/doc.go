@@ -7,14 +7,19 @@
 // providers report). The Reconciler reads only the database: it judges an
 // operation in flight complete (observed == target) or timed out, or plans
 // the next one (Plan), claims it with a compare-and-set that writes a fresh
-// op_id, calls the provider, and hints the monitor to observe at once.
+// op_id, calls the provider, and hints the monitor to observe at once. A
+// user's change of desired state takes over from the retries of a failing
+// operation it makes pointless; one whose call runs finishes first.
 //
 // Tour:
 //
 //	types.go      the vocabulary, re-exported from wstype (states, operations,
 //	              ErrorInfo, Workspace, sentinels) and the hint bus from hints
-//	plan.go       Plan: the seed's table + PROVISIONING (pure)
+//	plan.go       Plan: the seed's table + PROVISIONING; Superseded: when a
+//	              change of desired state takes over from a failing operation
+//	              (pure)
 //	reconciler.go Reconciler: one sched process per workspace; ReconcilerStore
+//	supersede.go  the reconciler giving up a failing operation (Superseded)
 //	reasons.go    which error_info reason a failed provider call gets
 //	monitor.go    HealthMonitor: the sole writer of observed_status; MonitorStore
 //	ttl.go        TTLManager: idle RUNNING → STANDBY, long STANDBY → PENDING; TTLStore

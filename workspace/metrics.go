@@ -15,7 +15,7 @@ import (
 // clients.
 //
 //	gantry_ws_operations_started_total{type}          claims won
-//	gantry_ws_operations_total{type,result}           operations ended: ok | error | timeout
+//	gantry_ws_operations_total{type,result}           operations ended: ok | error | timeout | superseded
 //	gantry_ws_operation_duration_seconds{type,result} claim → end
 //	gantry_ws_provider_calls_total{type,result}       provider calls: ok | error | unreachable
 //	gantry_ws_provider_call_duration_seconds{type}    one provider call
@@ -41,6 +41,8 @@ const (
 	resultError       = "error"
 	resultTimeout     = "timeout"
 	resultUnreachable = "unreachable"
+	// resultSuperseded: given up for a change of desired state (Superseded).
+	resultSuperseded = "superseded"
 )
 
 // NewMetrics registers the metrics on reg; nil reg = nil Metrics (none).
@@ -53,7 +55,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		opsStarted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gantry_ws_operations_started_total",
 			Help: "Workspace operations claimed by this replica, by type."}, []string{"type"}),
 		ops: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gantry_ws_operations_total",
-			Help: "Workspace operations ended, by type and result (ok, error, timeout)."}, []string{"type", "result"}),
+			Help: "Workspace operations ended, by type and result (ok, error, timeout, superseded)."}, []string{"type", "result"}),
 		opDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "gantry_ws_operation_duration_seconds",
 			Help: "Time from an operation's claim to its end.", Buckets: opBuckets}, []string{"type", "result"}),
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gantry_ws_provider_calls_total",

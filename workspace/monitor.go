@@ -144,9 +144,30 @@ func (m *HealthMonitor) observeOne(ctx context.Context, w Workspace, hinted bool
 	// Unchanged: write only to date an observation a takeover waits for
 	// (an unexecuted operation whose owner's lease has lapsed).
 	if st == w.ObservedStatus && (w.Operation == OpNone || w.OpExecuted || w.OpLeaseUntil == nil || at.Before(*w.OpLeaseUntil)) {
+		if !hinted {
+			m.startNotUp(ctx, w, st)
+		}
 		return !hinted
 	}
 	return m.writeObserved(ctx, w, st, at) || !hinted
+}
+
+// startNotUp passes an observation on to the reconciler when it shows an
+// executed start not running (st unchanged, so nothing is written and no
+// other hint goes out): its command may have ended, and only the
+// reconciler, asking the container how (provider.ExitReporter), records
+// that as a failed attempt. The provider's report of the end (a process
+// that exited, a Pod that changed: provider.ChangeNotifier) hints the
+// monitor; without this it reached the reconciler only at its next tick,
+// ~10 s later, whenever the command ended after Start had returned: the
+// status stayed STANDBY before and after.
+func (m *HealthMonitor) startNotUp(ctx context.Context, w Workspace, st Status) {
+	if w.Operation != OpStarting || !w.OpExecuted || st == Running {
+		return
+	}
+	if _, ok := m.container.(provider.ExitReporter); ok {
+		m.hints.Publish(ctx, ChanWorkspace, w.ID)
+	}
 }
 
 // writeObserved writes status st observed at at for w and reports whether

@@ -71,7 +71,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 			return 0, nil
 		}
 		f, err := strconv.ParseFloat(v, 64)
-		if err != nil || f <= 0 || math.IsInf(f, 0) {
+		if err != nil || !(f > 0) || math.IsInf(f, 0) { // !(f > 0): NaN too
 			return 0, fmt.Errorf("%w: %s=%q, want a positive number of seconds", ErrBadInput, name, v)
 		}
 		return time.Duration(f * float64(time.Second)), nil
@@ -174,6 +174,7 @@ type ReconcilerStore interface {
 	Complete(ctx context.Context, w Workspace, now time.Time) (bool, error)
 	CompleteAndClaim(ctx context.Context, w Workspace, op Operation, opID, owner string, now, leaseUntil time.Time) (bool, error)
 	CompleteRestart(ctx context.Context, w Workspace, now time.Time) (bool, error)
+	Abandon(ctx context.Context, w Workspace, owner string, now time.Time) (bool, error)
 	DeleteRow(ctx context.Context, id, opID string) error
 }
 
@@ -309,7 +310,7 @@ type stepResult struct {
 // a step is in flight newer messages are coalesced into one follow-up.
 // Invariant: urgent is set from an urgentHint until a step that started
 // after it finds the workspace settled; every step yielded meanwhile is
-// urgent.
+// urgent, and so is a bulk step still queued when it arrives (promote).
 type wsProc struct {
 	id      string
 	busy    bool
@@ -318,6 +319,11 @@ type wsProc struct {
 	latest  *Workspace
 	hinted  bool // latest is a possibly stale row (store/handoff.go)
 	tag     uint64
+	// stepUrgent: the step in flight (busy) runs urgent. promote moves a
+	// bulk step of this workspace still waiting for a slot to the urgent
+	// queue (stepQueue.promote); nil = none.
+	stepUrgent bool
+	promote    func(id string) bool
 }
 
 func (p *wsProc) Init(context.Context, string, []any) error { return nil }
@@ -343,7 +349,7 @@ func (p *wsProc) Step(events []sched.Event, out *sched.StepOutput) error {
 	if p.pending && !p.busy {
 		p.tag++
 		out.Yield(p.tag, reconcileCmd{id: p.id, w: p.latest, hinted: p.hinted, urgent: p.urgent})
-		p.busy, p.pending, p.latest, p.hinted = true, false, nil, false
+		p.busy, p.pending, p.latest, p.hinted, p.stepUrgent = true, false, nil, false, p.urgent
 	}
 	return nil
 }
@@ -354,6 +360,12 @@ func (p *wsProc) message(data any) {
 	switch data.(type) {
 	case urgentHint:
 		p.urgent = true
+		// A plain hint that came first (the seed channel's copy of this
+		// one, a TTL change) may have queued a bulk step behind 100,000:
+		// the user's change must not wait for it.
+		if p.busy && !p.stepUrgent && p.promote != nil && p.promote(p.id) {
+			p.stepUrgent = true
+		}
 	case tickHint:
 		if p.busy || p.pending {
 			return // as a snapshot below
@@ -418,7 +430,11 @@ func (r *Reconciler) send(id string, msg any) {
 			return
 		}
 	}
-	pid, err := r.sch.Spawn(&wsProc{id: id}, "reconcile", nil)
+	proc := &wsProc{id: id}
+	if q := r.steps; q != nil {
+		proc.promote = q.promote
+	}
+	pid, err := r.sch.Spawn(proc, "reconcile", nil)
 	if err != nil {
 		return
 	}
@@ -768,11 +784,15 @@ func crashLooping(w *Workspace) bool {
 // before its start counts as done; ending sooner is another failed attempt.
 const CrashGrace = 2 * time.Second
 
-// inFlight advances w's operation in flight: it completes it, times it
+// inFlight advances w's operation in flight: it gives it up for a desired
+// state that makes it pointless (supersede.go), completes it, times it
 // out, waits (for the monitor, a retry or another replica's lease), or
 // acquires it and calls the provider.
 func (r *Reconciler) inFlight(ctx context.Context, w *Workspace) stepResult {
 	now := r.cfg.Clock.Now()
+	if r.superseded(w, now) {
+		return r.abandon(ctx, w, now)
+	}
 	if res, done := r.endInFlight(ctx, w, now); done {
 		return res
 	}
@@ -1017,7 +1037,9 @@ func (r *Reconciler) failureInfo(w *Workspace, err error, now, deadline time.Tim
 	case count > r.cfg.MaxRetries:
 		info.Reason, info.IsTerminal = ReasonRetryExceeded, true
 	default:
-		t := now.Add(r.cfg.retryPolicy().Delay(count - 1))
+		// Rounded up to the store's millisecond: stored rounded down, the
+		// retry could come up to 1 ms before the policy's delay had passed.
+		t := ceilMillis(now.Add(r.cfg.retryPolicy().Delay(count - 1)))
 		next = &t
 	}
 	return info, next

@@ -116,3 +116,42 @@ func TestStepQueueWorkers(t *testing.T) {
 }
 
 func join(ss []string) string { return strings.Join(ss, " ") }
+
+// TestStepQueuePromote: a bulk step promoted (its workspace's user change
+// came while it waited) runs next, as urgent work; its place in the bulk
+// queue is skipped, and close hands back the others only. A workspace with
+// no bulk step waiting promotes nothing.
+func TestStepQueuePromote(t *testing.T) {
+	q := newStepQueue()
+	for _, id := range []string{"b0", "b1", "b2"} {
+		q.push(queuedStep{cmd: reconcileCmd{id: id}})
+	}
+	if q.promote("nope") {
+		t.Fatal("promoted a workspace with no step waiting")
+	}
+	if !q.promote("b1") || q.promote("b1") {
+		t.Fatal("b1 promoted: want true once, then false")
+	}
+	s, ok := q.pop(true) // a worker of the urgent share takes it
+	if !ok || s.cmd.id != "b1" || !s.cmd.urgent {
+		t.Fatalf("urgent-only pop = %+v, %v; want b1, urgent", s.cmd, ok)
+	}
+	var got []string
+	for range 2 {
+		s, _ := q.pop(false)
+		got = append(got, s.cmd.id)
+	}
+	if want := "b0 b2"; join(got) != want {
+		t.Fatalf("bulk pops %s, want %s (the promoted step's place skipped)", join(got), want)
+	}
+	q.push(queuedStep{cmd: reconcileCmd{id: "b3"}})
+	q.push(queuedStep{cmd: reconcileCmd{id: "b4"}})
+	q.promote("b3")
+	var left []string
+	for _, s := range q.close() {
+		left = append(left, s.cmd.id)
+	}
+	if want := "b3 b4"; join(left) != want {
+		t.Fatalf("close handed back %s, want %s (b3 once, from the urgent queue)", join(left), want)
+	}
+}

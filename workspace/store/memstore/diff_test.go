@@ -102,7 +102,7 @@ func (d *diff) apply(rng *rand.Rand, step int, name string) {
 	info := &wstype.ErrorInfo{Reason: []string{wstype.ReasonActionFailed, wstype.ReasonObserveFailed}[rng.IntN(2)],
 		IsTerminal: rng.IntN(3) == 0, ErrorCount: rng.IntN(4), OccurredAt: now}
 	// Both stores must see the same random choices: draw them before both().
-	choice, status, op, useStale := rng.IntN(19), statuses[rng.IntN(4)], ops[rng.IntN(len(ops))], rng.IntN(2) == 0
+	choice, status, op, useStale := rng.IntN(20), statuses[rng.IntN(4)], ops[rng.IntN(len(ops))], rng.IntN(2) == 0
 	pickSnap := func(i int, w wstype.Workspace) wstype.Workspace {
 		if old, ok := d.stale[i][name]; ok && useStale {
 			return old
@@ -193,6 +193,12 @@ func (d *diff) apply(rng *rand.Rand, step int, name string) {
 			s := pickSnap(i, w)
 			s.OpID = pick(w)
 			return d.s[i].SetObservedComplete(ctx, s, status, now)
+		})
+	case 19:
+		d.both(step, "abandon", name, func(i int, w wstype.Workspace) (bool, error) {
+			s := pickSnap(i, w)
+			s.OpID = pick(w)
+			return d.s[i].Abandon(ctx, s, owner, now)
 		})
 	}
 }

@@ -29,6 +29,7 @@ type fullStore interface {
 	Terminal(ctx ctxT, id, opID string, info *wstype.ErrorInfo, now time.Time) error
 	Complete(ctx ctxT, w wstype.Workspace, now time.Time) (bool, error)
 	CompleteAndClaim(ctx ctxT, w wstype.Workspace, op wstype.Operation, opID, owner string, now, leaseUntil time.Time) (bool, error)
+	Abandon(ctx ctxT, w wstype.Workspace, owner string, now time.Time) (bool, error)
 	DeleteRow(ctx ctxT, id, opID string) error
 	Recover(ctx ctxT, id string, now time.Time) (wstype.Workspace, error)
 	SetObserved(ctx ctxT, w wstype.Workspace, status wstype.Status, now time.Time) (bool, error)

@@ -206,6 +206,22 @@ func (s *Store) CompleteRestart(_ context.Context, w wstype.Workspace, now time.
 	}), nil
 }
 
+// Abandon gives up w's operation, if the row still shows what w shows and
+// no other owner's lease is live (store.Store.Abandon).
+func (s *Store) Abandon(_ context.Context, w wstype.Workspace, owner string, now time.Time) (bool, error) {
+	return s.with(w.ID, func(r *row) bool {
+		c := &r.w
+		if !inFlight(r, w.OpID) || c.Operation != w.Operation || c.OpExecuted != w.OpExecuted || c.ErrorCount != w.ErrorCount || !seen(r, w) {
+			return false
+		}
+		if c.OpOwner != owner && c.OpLeaseUntil != nil && !c.OpLeaseUntil.Before(ms(now)) {
+			return false
+		}
+		clearOp(c, now)
+		return true
+	}), nil
+}
+
 // Complete ends w's operation, if the row still shows what w shows
 // (store.Store.Complete).
 func (s *Store) Complete(_ context.Context, w wstype.Workspace, now time.Time) (bool, error) {

@@ -1,0 +1,26 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/gantryhq/gantry/workspace/wstype"
+)
+
+// Abandon gives up w's operation for a change of desired state that makes
+// it pointless (the reconciler's Superseded): operation NONE, error count,
+// error info and retry time cleared, as Complete leaves the row (op_id
+// stays). It is a compare-and-set on everything that decision was made
+// from: the operation (op_id), not executed or executed as w shows,
+// w's error count (no failure since), the planning inputs (observed
+// status, desired state, archive key), and no call of another replica
+// possibly running (its lease lapsed, or owner holds it), as Acquire.
+func (s *Store) Abandon(ctx context.Context, w wstype.Workspace, owner string, now time.Time) (bool, error) {
+	n, err := s.exec(ctx, `UPDATE workspaces SET operation = 'NONE', op_owner = NULL, op_lease_until = NULL, op_executed = 0,
+		error_count = 0, error_info = NULL, next_retry_at = NULL, updated_at = ?
+		WHERE id = ? AND op_id = ? AND operation = ? AND operation <> 'NONE' AND op_executed = ? AND error_count = ?
+		  AND (op_owner = ? OR op_lease_until IS NULL OR op_lease_until < ?)`+planSeen,
+		now.UnixMilli(), w.ID, w.OpID, string(w.Operation), boolInt(w.OpExecuted), w.ErrorCount, owner, now.UnixMilli(),
+		string(w.ObservedStatus), string(w.DesiredState), w.ArchiveKey)
+	return n == 1, err
+}
