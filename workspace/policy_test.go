@@ -138,8 +138,16 @@ func TestConfigFromEnv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := r.Config().MaxRetries; n != 0 {
-		t.Fatalf("RECONCILER_MAX_RETRIES=0: MaxRetries %d, want 0", n)
+	if n := r.Config().MaxRetries; n >= 0 {
+		t.Fatalf("RECONCILER_MAX_RETRIES=0: MaxRetries %d, want < 0 (none)", n)
+	}
+	// The effective config means the same when validated again.
+	again, err := NewReconciler(r.Config(), memstore.New(), fake.New(0), fake.New(0), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := again.Config().MaxRetries; n >= 0 {
+		t.Fatalf("RECONCILER_MAX_RETRIES=0 validated twice: MaxRetries %d, want < 0 (none)", n)
 	}
 	now := time.Now()
 	w := &Workspace{ID: "w", Operation: OpStarting, OpStartedAt: &now}

@@ -111,11 +111,10 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: negative reconciler setting", ErrBadInput)
 	}
 	if c.MaxRetries < 0 {
-		c.MaxRetries = -1 // "no retries": becomes 0 below, after the default
+		c.MaxRetries = -1 // "no retries"; stays -1, so validating twice keeps it
 	}
 	setDefault(&c.Interval, 10*time.Second)
 	setDefault(&c.MaxRetries, 3)
-	c.MaxRetries = max(c.MaxRetries, 0)
 	setDefault(&c.RetryBackoff, 30*time.Second)
 	setDefault(&c.RetryBackoffMax, 32*c.RetryBackoff)
 	setDefault(&c.CrashWindow, 10*time.Minute)
