@@ -230,6 +230,15 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 			w.Header().Set("Retry-After", fmt.Sprint(int(te.RetryAfter.Seconds()+0.999)))
 		}
 	}
+	if streamsBody(r) && r.ProtoMajor == 1 {
+		// The body (exec's stdin, a proxied upload) is a stream that may
+		// not end for a long time: answer now and close the connection.
+		// Otherwise net/http reads the body to its end (or 256 KB) before
+		// it sends the answer, and the caller of `ws exec -i`/`-t` waits
+		// for a refusal that never comes. (HTTP/2 resets the stream
+		// instead, and would read this header as a GOAWAY.)
+		w.Header().Set("Connection", "close")
+	}
 	noteDetail(r, err.Error())
 	writeJSON(w, code, map[string]string{"error": err.Error()})
 }
