@@ -280,7 +280,7 @@ func (a *API) create(w http.ResponseWriter, r *http.Request) {
 	}
 	p, _ := auth.FromContext(r.Context())
 	n.Owner = p.Owner
-	err := a.checkLimits(n.Spec)
+	err := a.checkSpec(n.Image, n.Command, n.Spec)
 	var ws Workspace
 	if err == nil {
 		ws, err = a.store.CreateWithin(r.Context(), n, a.cfg.Quotas, a.clock.Now())
@@ -337,13 +337,17 @@ type DesiredRequest struct {
 // desiredActions names the audit action of each desired state.
 var desiredActions = map[Status]string{Running: "workspace.up", Standby: "workspace.down", Pending: "workspace.archive"}
 
-// checkLimits refuses the limits the server's provider would not enforce.
-func (a *API) checkLimits(s Spec) error {
-	lc, ok := a.cfg.Container.(provider.LimitChecker)
-	if !ok {
-		return nil
+// checkSpec refuses what the server's provider would not enforce (limits)
+// or could never start (a Kubernetes workspace without an image).
+func (a *API) checkSpec(image, command string, s Spec) error {
+	limits := provider.Limits{CPUs: s.CPUs, Memory: s.Memory, Pids: s.Pids}
+	var err error
+	if sc, ok := a.cfg.Container.(provider.SpecChecker); ok {
+		err = sc.CheckSpec(provider.Spec{Image: image, Command: command, Env: s.Env, Limits: limits, HTTP: s.HTTP})
+	} else if lc, ok := a.cfg.Container.(provider.LimitChecker); ok {
+		err = lc.CheckLimits(limits)
 	}
-	if err := lc.CheckLimits(provider.Limits{CPUs: s.CPUs, Memory: s.Memory, Pids: s.Pids}); err != nil {
+	if err != nil {
 		return fmt.Errorf("%w: %v", ErrBadInput, err)
 	}
 	return nil
@@ -360,7 +364,7 @@ func (a *API) update(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		var nw Workspace
 		if nw, err = u.Apply(ws); err == nil {
-			err = a.checkLimits(nw.Spec)
+			err = a.checkSpec(nw.Image, nw.Command, nw.Spec)
 		}
 	}
 	if err == nil {
