@@ -137,6 +137,10 @@ type Config struct {
 	JobTimeout time.Duration
 	// Resync is the informer's resync period; zero = 5 min.
 	Resync time.Duration
+	// PollEvery is how long Start waits for a change of its Pod in the
+	// cache before it reads the Pod from the API server (the watch under
+	// the cache may be behind); zero = 5 s.
+	PollEvery time.Duration
 	// Logger; nil = discard.
 	Logger *slog.Logger
 }
@@ -163,7 +167,10 @@ func (c *Config) defaults() error {
 	if c.Resync == 0 {
 		c.Resync = 5 * time.Minute
 	}
-	if c.CPUs < 0 || c.Memory < 0 || c.StartupTimeout < 0 || c.JobTimeout < 0 || c.Resync < 0 {
+	if c.PollEvery == 0 {
+		c.PollEvery = 5 * time.Second
+	}
+	if c.CPUs < 0 || c.Memory < 0 || c.StartupTimeout < 0 || c.JobTimeout < 0 || c.Resync < 0 || c.PollEvery < 0 {
 		return errors.New("kubernetes: Config limits and timeouts must not be negative")
 	}
 	if c.Logger == nil {
