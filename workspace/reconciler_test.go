@@ -162,6 +162,7 @@ func TestLifecycleWithFakeProvider(t *testing.T) {
 func TestFailurePolicy(t *testing.T) {
 	for _, b := range recBackends {
 		t.Run(b.name, func(t *testing.T) {
+			skipShortBut(t, "mem")
 			t.Parallel()
 			testFailurePolicy(t, b.open(t))
 		})
@@ -291,6 +292,7 @@ func TestConvergesUnderRandomChanges(t *testing.T) {
 func TestCrashedStartIsReported(t *testing.T) {
 	for _, b := range recBackends {
 		t.Run(b.name, func(t *testing.T) {
+			skipShortBut(t, "mem")
 			t.Parallel()
 			st := b.open(t)
 			ctx := t.Context()
@@ -340,6 +342,9 @@ func TestCrashedStartIsReported(t *testing.T) {
 // ends further apart than the window start the count again — on every
 // store.
 func TestCrashLoopAcrossRestarts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: real-time crash windows (15 s a store); TestCrashedStartIsReported/mem covers a crash loop")
+	}
 	for _, b := range recBackends {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
