@@ -20,6 +20,9 @@ import (
 )
 
 func TestContainerConformance(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: TestStartStopObserve and TestStartReportsExit cover the engine; make test runs the conformance suite")
+	}
 	p, _ := newTestProvider(t, Config{NetworkMode: "none"})
 	id := "t" + randID(t)
 	cleanupWorkspace(t, p, id)
