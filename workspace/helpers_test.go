@@ -72,3 +72,13 @@ func skipShortBut(t *testing.T, keep string) {
 		t.Skipf("-short: on the %s store only; make test runs %s", keep, name)
 	}
 }
+
+// parallelInShort runs a test that mostly waits on real time (backoffs,
+// timeouts, slow fake calls) beside the others like it in -short, where the
+// quick loop's time counts; make test keeps it on its own, as its time
+// bounds were set for.
+func parallelInShort(t *testing.T) {
+	if testing.Short() {
+		t.Parallel()
+	}
+}

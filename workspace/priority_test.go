@@ -152,6 +152,7 @@ func TestUserChangeClaimedAheadOfBulk(t *testing.T) {
 // it causes next has run. The hold's time bound is out of the way here
 // (an hour), so only the steps end the holds.
 func TestUserChangeHoldsBulkUntilClaimed(t *testing.T) {
+	parallelInShort(t)
 	ctx := t.Context()
 	st := openStore(t, storetest.SQLiteDSN(t))
 	fk := fake.New(2 * time.Second) // a call outlasts the checks below

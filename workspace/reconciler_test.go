@@ -113,6 +113,7 @@ func (h *harness) waitState(t testing.TB, id string, observed Status, d time.Dur
 }
 
 func TestLifecycleWithFakeProvider(t *testing.T) {
+	parallelInShort(t)
 	for _, b := range recBackends {
 		for _, hintsOn := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/hints=%v", b.name, hintsOn), func(t *testing.T) {
@@ -160,6 +161,7 @@ func TestLifecycleWithFakeProvider(t *testing.T) {
 }
 
 func TestFailurePolicy(t *testing.T) {
+	parallelInShort(t)
 	for _, b := range recBackends {
 		t.Run(b.name, func(t *testing.T) {
 			skipShortBut(t, "mem")
@@ -290,6 +292,7 @@ func TestConvergesUnderRandomChanges(t *testing.T) {
 // last output, a restart after the backoff, and ERROR once the retries are
 // spent (the exit status kept) — on every store.
 func TestCrashedStartIsReported(t *testing.T) {
+	parallelInShort(t)
 	for _, b := range recBackends {
 		t.Run(b.name, func(t *testing.T) {
 			skipShortBut(t, "mem")

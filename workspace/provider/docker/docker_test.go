@@ -466,6 +466,9 @@ func TestConfigValidate(t *testing.T) {
 
 // The API's proxy reaches a Docker workspace's PORT on its network.
 func TestProxyThroughTheAPI(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: TestEndpointAndLogs covers the endpoint, the workspace package the proxy; make test runs it")
+	}
 	p, cli := newTestProvider(t, Config{})
 	netName := "gantry-ws-test-" + randID(t)
 	if _, err := cli.NetworkCreate(t.Context(), netName, client.NetworkCreateOptions{}); err != nil {
