@@ -242,6 +242,7 @@ func testFailurePolicy(t *testing.T, st testStore) {
 func TestConvergesUnderRandomChanges(t *testing.T) {
 	for _, b := range recBackends {
 		t.Run(b.name, func(t *testing.T) {
+			skipShortBut(t, "mem")
 			ctx := t.Context()
 			st := b.open(t)
 			fk := fake.New(time.Millisecond)
