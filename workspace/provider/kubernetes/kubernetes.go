@@ -158,17 +158,13 @@ func (c *Config) defaults() error {
 	if len(c.JobCommand) == 0 {
 		c.JobCommand = []string{"gantry"}
 	}
-	if c.StartupTimeout == 0 {
-		c.StartupTimeout = 5 * time.Minute
-	}
-	if c.JobTimeout == 0 {
-		c.JobTimeout = 30 * time.Minute
-	}
-	if c.Resync == 0 {
-		c.Resync = 5 * time.Minute
-	}
-	if c.PollEvery == 0 {
-		c.PollEvery = 5 * time.Second
+	for _, d := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{{&c.StartupTimeout, 5 * time.Minute}, {&c.JobTimeout, 30 * time.Minute}, {&c.Resync, 5 * time.Minute}, {&c.PollEvery, 5 * time.Second}} {
+		if *d.v == 0 {
+			*d.v = d.def
+		}
 	}
 	if c.CPUs < 0 || c.Memory < 0 || c.StartupTimeout < 0 || c.JobTimeout < 0 || c.Resync < 0 || c.PollEvery < 0 {
 		return errors.New("kubernetes: Config limits and timeouts must not be negative")
