@@ -1,7 +1,6 @@
 package kubernetes
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -99,7 +98,7 @@ func TestServeChecksNamespaceAndImage(t *testing.T) {
 
 	missing := missingNamespace()
 	cmd := serve(missing)
-	var out bytes.Buffer
+	var out testutil.Buffer // written by the server's output copier while the test reads it
 	cmd.Stdout, cmd.Stderr = &out, &out
 	t0 := time.Now()
 	done := make(chan error, 1)
