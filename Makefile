@@ -31,8 +31,12 @@ test: services lint ## Install what the tests need, lint, run every test with -r
 services: ## Install/start what the tests need (scripts/services.sh; a no-op when present)
 	bash scripts/services.sh
 
+# The short tests wait (on engines, processes, backoffs) more than they compute: test twice as
+# many packages at a time as there are cores.
+SHORTP ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 2) * 2 )))
+
 test-short: ## Run the tests without -race and without the slow end-to-end ones
-	$(GO) test -short $(TESTFLAGS) $(PKGS)
+	$(GO) test -short -p $(SHORTP) $(TESTFLAGS) $(PKGS)
 
 test-race: ## Run every test with the race detector
 	$(GO) test -race $(TESTFLAGS) $(PKGS)

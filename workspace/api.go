@@ -230,6 +230,15 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 			w.Header().Set("Retry-After", fmt.Sprint(int(te.RetryAfter.Seconds()+0.999)))
 		}
 	}
+	if streamsBody(r) && r.ProtoMajor == 1 {
+		// The body (exec's stdin, a proxied upload) is a stream that may
+		// not end for a long time: answer now and close the connection.
+		// Otherwise net/http reads the body to its end (or 256 KB) before
+		// it sends the answer, and the caller of `ws exec -i`/`-t` waits
+		// for a refusal that never comes. (HTTP/2 resets the stream
+		// instead, and would read this header as a GOAWAY.)
+		w.Header().Set("Connection", "close")
+	}
 	noteDetail(r, err.Error())
 	writeJSON(w, code, map[string]string{"error": err.Error()})
 }
@@ -271,7 +280,7 @@ func (a *API) create(w http.ResponseWriter, r *http.Request) {
 	}
 	p, _ := auth.FromContext(r.Context())
 	n.Owner = p.Owner
-	err := a.checkLimits(n.Spec)
+	err := a.checkSpec(n.Image, n.Command, n.Spec)
 	var ws Workspace
 	if err == nil {
 		ws, err = a.store.CreateWithin(r.Context(), n, a.cfg.Quotas, a.clock.Now())
@@ -328,13 +337,17 @@ type DesiredRequest struct {
 // desiredActions names the audit action of each desired state.
 var desiredActions = map[Status]string{Running: "workspace.up", Standby: "workspace.down", Pending: "workspace.archive"}
 
-// checkLimits refuses the limits the server's provider would not enforce.
-func (a *API) checkLimits(s Spec) error {
-	lc, ok := a.cfg.Container.(provider.LimitChecker)
-	if !ok {
-		return nil
+// checkSpec refuses what the server's provider would not enforce (limits)
+// or could never start (a Kubernetes workspace without an image).
+func (a *API) checkSpec(image, command string, s Spec) error {
+	limits := provider.Limits{CPUs: s.CPUs, Memory: s.Memory, Pids: s.Pids}
+	var err error
+	if sc, ok := a.cfg.Container.(provider.SpecChecker); ok {
+		err = sc.CheckSpec(provider.Spec{Image: image, Command: command, Env: s.Env, Limits: limits, HTTP: s.HTTP})
+	} else if lc, ok := a.cfg.Container.(provider.LimitChecker); ok {
+		err = lc.CheckLimits(limits)
 	}
-	if err := lc.CheckLimits(provider.Limits{CPUs: s.CPUs, Memory: s.Memory, Pids: s.Pids}); err != nil {
+	if err != nil {
 		return fmt.Errorf("%w: %v", ErrBadInput, err)
 	}
 	return nil
@@ -351,7 +364,7 @@ func (a *API) update(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		var nw Workspace
 		if nw, err = u.Apply(ws); err == nil {
-			err = a.checkLimits(nw.Spec)
+			err = a.checkSpec(nw.Image, nw.Command, nw.Spec)
 		}
 	}
 	if err == nil {

@@ -222,26 +222,43 @@ type ExecIO struct {
 	TTY *provider.TTY
 }
 
+// errExecReturned ends the request body of an Exec that returned.
+var errExecReturned = errors.New("exec: returned")
+
 // Exec runs argv in workspace id, copying stdin to it and its output as it
-// comes, and returns its exit status.
+// comes, and returns its exit status. It returns as soon as the server
+// refuses the request or ctx ends, whatever stdin does: a Read of stdin
+// that is under way then ends in a goroutine, and what it read is dropped.
 func (c *Client) Exec(ctx context.Context, id string, argv []string, eio ExecIO) (int, error) {
 	q := url.Values{"arg": argv}
 	if eio.Stdin != nil {
 		q.Set("stdin", "1")
 	}
-	body := eio.Stdin
-	if t := eio.TTY; t != nil {
-		size := t.Size
-		if size.Rows == 0 || size.Cols == 0 {
-			size = provider.DefaultWinSize
-		}
-		q.Set("tty", fmt.Sprintf("%dx%d", size.Rows, size.Cols))
+	var body io.Reader
+	if eio.Stdin != nil || eio.TTY != nil {
+		// The request body is a pipe of Exec's own, closed when Exec
+		// returns or ctx ends: net/http gives up on a request only after
+		// the body's Read under way returns, and one of stdin may never.
 		pr, pw := io.Pipe()
-		defer pr.Close()
-		ctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		go terminalOutput(ctx, pw, eio.Stdin, t.Resize)
+		defer pr.Close() // what writes to pw stops
+		defer pw.CloseWithError(errExecReturned)
+		defer context.AfterFunc(ctx, func() { pw.CloseWithError(ctx.Err()) })()
 		body = pr
+		if t := eio.TTY; t != nil {
+			size := t.Size
+			if size.Rows == 0 || size.Cols == 0 {
+				size = provider.DefaultWinSize
+			}
+			q.Set("tty", fmt.Sprintf("%dx%d", size.Rows, size.Cols))
+			tctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			go terminalOutput(tctx, pw, eio.Stdin, t.Resize)
+		} else {
+			go func() {
+				_, err := io.Copy(pw, eio.Stdin)
+				pw.CloseWithError(err) // nil: the body ends
+			}()
+		}
 	}
 	resp, err := c.send(ctx, "POST", "/v1/workspaces/"+url.PathEscape(id)+"/exec?"+q.Encode(), "application/octet-stream", body)
 	if err != nil {

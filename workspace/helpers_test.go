@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,3 +63,22 @@ func newAPIEnv(t *testing.T, st *store.Store, cfg APIConfig) *apiEnv {
 }
 
 func (e *apiEnv) client(token string) *Client { return &Client{Base: e.srv.URL, Token: token} }
+
+// skipShortBut skips a store's subtest in -short unless it runs on keep:
+// one store shows the behaviour in the quick loop, make test runs them all.
+func skipShortBut(t *testing.T, keep string) {
+	t.Helper()
+	if name := t.Name()[strings.LastIndexByte(t.Name(), '/')+1:]; testing.Short() && name != keep {
+		t.Skipf("-short: on the %s store only; make test runs %s", keep, name)
+	}
+}
+
+// parallelInShort runs a test that mostly waits on real time (backoffs,
+// timeouts, slow fake calls) beside the others like it in -short, where the
+// quick loop's time counts; make test keeps it on its own, as its time
+// bounds were set for.
+func parallelInShort(t *testing.T) {
+	if testing.Short() {
+		t.Parallel()
+	}
+}

@@ -30,6 +30,9 @@ import (
 // 15,000 on Postgres, and 100 changes).
 func TestUserChangeClaimedAheadOfBulk(t *testing.T) {
 	measuring := os.Getenv("GANTRY_WS_BENCH_N") != ""
+	if testing.Short() && !measuring {
+		t.Skip("-short: a 20,000-workspace measurement; TestUserChangeHoldsBulkUntilClaimed and TestAPIChangeHoldsBulk cover the mechanism")
+	}
 	for _, be := range backends {
 		t.Run(be.name, func(t *testing.T) {
 			n, samples := envInt("GANTRY_WS_BENCH_N", 20000), 200
@@ -149,6 +152,7 @@ func TestUserChangeClaimedAheadOfBulk(t *testing.T) {
 // it causes next has run. The hold's time bound is out of the way here
 // (an hour), so only the steps end the holds.
 func TestUserChangeHoldsBulkUntilClaimed(t *testing.T) {
+	parallelInShort(t)
 	ctx := t.Context()
 	st := openStore(t, storetest.SQLiteDSN(t))
 	fk := fake.New(2 * time.Second) // a call outlasts the checks below

@@ -113,6 +113,7 @@ func (h *harness) waitState(t testing.TB, id string, observed Status, d time.Dur
 }
 
 func TestLifecycleWithFakeProvider(t *testing.T) {
+	parallelInShort(t)
 	for _, b := range recBackends {
 		for _, hintsOn := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/hints=%v", b.name, hintsOn), func(t *testing.T) {
@@ -160,8 +161,10 @@ func TestLifecycleWithFakeProvider(t *testing.T) {
 }
 
 func TestFailurePolicy(t *testing.T) {
+	parallelInShort(t)
 	for _, b := range recBackends {
 		t.Run(b.name, func(t *testing.T) {
+			skipShortBut(t, "mem")
 			t.Parallel()
 			testFailurePolicy(t, b.open(t))
 		})
@@ -239,6 +242,7 @@ func testFailurePolicy(t *testing.T, st testStore) {
 func TestConvergesUnderRandomChanges(t *testing.T) {
 	for _, b := range recBackends {
 		t.Run(b.name, func(t *testing.T) {
+			skipShortBut(t, "mem")
 			ctx := t.Context()
 			st := b.open(t)
 			fk := fake.New(time.Millisecond)
@@ -289,8 +293,10 @@ func TestConvergesUnderRandomChanges(t *testing.T) {
 // last output, a restart after the backoff, and ERROR once the retries are
 // spent (the exit status kept) — on every store.
 func TestCrashedStartIsReported(t *testing.T) {
+	parallelInShort(t)
 	for _, b := range recBackends {
 		t.Run(b.name, func(t *testing.T) {
+			skipShortBut(t, "mem")
 			t.Parallel()
 			st := b.open(t)
 			ctx := t.Context()
@@ -340,6 +346,9 @@ func TestCrashedStartIsReported(t *testing.T) {
 // ends further apart than the window start the count again — on every
 // store.
 func TestCrashLoopAcrossRestarts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: real-time crash windows (15 s a store); TestCrashedStartIsReported/mem covers a crash loop")
+	}
 	for _, b := range recBackends {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()

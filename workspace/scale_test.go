@@ -17,14 +17,15 @@ import (
 // hour), on both databases. Under the race detector (make test) it runs
 // 2,000, which take about as long as 20,000 without it (go test ./workspace
 // -run TestConvergesWithoutTicks; docs/BENCHMARKS.md quotes a run); the
-// hub's own test bursts 100,000 hints.
+// hub's own test bursts 100,000 hints. -short runs 2,000, on SQLite.
 func TestConvergesWithoutTicks(t *testing.T) {
 	n := 20000
-	if raceEnabled {
+	if raceEnabled || testing.Short() {
 		n = 2000
 	}
 	for _, be := range backends {
 		t.Run(be.name, func(t *testing.T) {
+			skipShortBut(t, "sqlite")
 			st := openStore(t, be.dsn(t))
 			createMany(t, st, n, Running)
 			var hb Hints = hints.NewLocal()

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -33,10 +34,10 @@ type kubeFlags struct {
 
 func (k *kubeFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&k.kubeconfig, "kubeconfig", "", "--provider kubernetes: kubeconfig file (default $KUBECONFIG, ~/.kube/config or in-cluster)")
-	f.StringVar(&k.namespace, "namespace", "default", "--provider kubernetes: namespace of the workspace pods and claims")
+	f.StringVar(&k.namespace, "namespace", "default", "--provider kubernetes: namespace of the workspace pods and claims (it must exist: ws serve refuses to start otherwise)")
 	f.StringVar(&k.storageClass, "storage-class", "", "--provider kubernetes: storage class of the workspace claims (default: the cluster's default class)")
 	f.StringVar(&k.volumeSize, "volume-size", "1Gi", "--provider kubernetes: size each workspace claim requests")
-	f.StringVar(&k.image, "image", "", "--provider kubernetes: default image when a workspace names none")
+	f.StringVar(&k.image, "image", "", "--provider kubernetes: default image when a workspace names none (without it, ws create refuses a workspace without --image)")
 	f.StringVar(&k.jobImage, "job-image", "", "--provider kubernetes: image holding the gantry binary (on its PATH) for the archive and restore pods")
 	f.StringToStringVar(&k.nodeSelector, "node-selector", nil, "--provider kubernetes: run workspaces only on nodes with these labels (k=v,…)")
 	f.StringVar(&k.archiveSecret, "archive-secret", "", "--provider kubernetes: Secret whose keys become the archive and restore pods' environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY for --storage s3://…)")
@@ -62,6 +63,12 @@ func (k *kubeFlags) apply(ctx context.Context, cfg *workspace.ServerConfig, stor
 		NodeSelector: k.nodeSelector, CPUs: cpus, Memory: memory, Logger: log})
 	if err != nil {
 		return fmt.Errorf("--provider kubernetes: %w", err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := p.CheckNamespace(cctx); err != nil {
+		p.Close()
+		return fmt.Errorf("--namespace %s: %w", k.namespace, err)
 	}
 	cfg.Container, cfg.Storage = p, p
 	return nil

@@ -64,7 +64,7 @@ func newWSCreateCmd(client func() *workspace.Client) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&n.Command, "cmd", "", "command run in the volume while RUNNING; it gets $PORT to serve HTTP on, proxied at /w/{id}/ (default: "+`"exec sleep infinity"`+")")
-	cmd.Flags().StringVar(&n.Image, "image", "", "container image (docker provider)")
+	cmd.Flags().StringVar(&n.Image, "image", "", "container image (docker and kubernetes providers; required there unless ws serve has a default)")
 	cmd.Flags().StringVar(&desired, "desired", "", "initial desired state: STANDBY (default), RUNNING or PENDING")
 	sf.register(cmd.Flags(), "set")
 	return cmd
@@ -104,7 +104,7 @@ func newWSUpdateCmd(client func() *workspace.Client) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&command, "cmd", "", "the command run while RUNNING")
-	cmd.Flags().StringVar(&image, "image", "", "container image (docker provider)")
+	cmd.Flags().StringVar(&image, "image", "", "container image (docker and kubernetes providers)")
 	cmd.Flags().StringArrayVar(&unset, "unset-env", nil, "remove an environment variable (repeatable)")
 	cmd.Flags().BoolVar(&restart, "restart", false, "if the workspace should be RUNNING, stop it and start it again now (waiting for both)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "--restart: give up waiting after this long")

@@ -161,7 +161,7 @@ func TestAuthenticateMatrix(t *testing.T) {
 	tok.RevokedAt = clk.Now()
 	st.put(*tok)
 	unknown, _, _, _ := NewSecret(TokenPrefix)
-	forged := alice[:len(alice)-4] + "AAAA" // right id, wrong key
+	forged := forgeKey(t, TokenPrefix, alice)
 
 	for _, tc := range []struct {
 		name, header string
@@ -194,6 +194,25 @@ func TestAuthenticateMatrix(t *testing.T) {
 	}
 }
 
+// forgeKey returns secret with the same id and another well-formed key: the
+// key's first character (a whole 6 bits) is changed, so the forgery always
+// differs. (Overwriting the last characters with a fixed "AA" did not: some
+// keys already end so.)
+func forgeKey(t *testing.T, prefix, secret string) string {
+	t.Helper()
+	i := len(prefix) + idLen + 1
+	c := byte('A')
+	if secret[i] == c {
+		c = 'B'
+	}
+	forged := secret[:i] + string(c) + secret[i+1:]
+	id, err := ParseSecret(prefix, forged)
+	if want, _ := ParseSecret(prefix, secret); err != nil || id != want || forged == secret {
+		t.Fatalf("forgeKey: %v, id %q want %q, same as the secret: %v", err, id, want, forged == secret)
+	}
+	return forged
+}
+
 func TestSessions(t *testing.T) {
 	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	st := newMemStore()
@@ -208,7 +227,7 @@ func TestSessions(t *testing.T) {
 	if p, err := a.Authenticate(request("", secret)); err != nil || p.Owner != "alice" {
 		t.Fatalf("session login = %+v, %v", p, err)
 	}
-	if _, err := a.Authenticate(request("", secret[:len(secret)-2]+"AA")); !errors.Is(err, ErrNoSession) {
+	if _, err := a.Authenticate(request("", forgeKey(t, SessionPrefix, secret))); !errors.Is(err, ErrNoSession) {
 		t.Fatalf("forged session = %v", err)
 	}
 	tok.RevokedAt = clk.Now()

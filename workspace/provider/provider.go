@@ -107,6 +107,14 @@ type LimitChecker interface {
 	CheckLimits(l Limits) error
 }
 
+// SpecChecker is a Container that cannot start some specs however often it
+// tries (the Kubernetes provider, a workspace without an image when the
+// server has no default one): CheckSpec says why, so the API refuses the
+// spec at create and update instead of the reconciler retrying its start.
+type SpecChecker interface {
+	CheckSpec(s Spec) error
+}
+
 // Container runs workspaces. Every method is idempotent and safe to call
 // from several goroutines for different ids; the reconciler never calls two
 // methods for one id at once within a replica.

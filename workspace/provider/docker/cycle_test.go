@@ -20,6 +20,9 @@ import (
 )
 
 func TestContainerConformance(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: TestStartStopObserve and TestStartReportsExit cover the engine; make test runs the conformance suite")
+	}
 	p, _ := newTestProvider(t, Config{NetworkMode: "none"})
 	id := "t" + randID(t)
 	cleanupWorkspace(t, p, id)
@@ -59,6 +62,9 @@ func s3Endpoint(t *testing.T) string {
 // writes into its volume) → stop → archive to S3 → volume gone → restore
 // from S3 → up again → the files are identical.
 func TestFullCycleDockerS3(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the whole cycle on Docker and S3 is left to make test")
+	}
 	ctx := t.Context()
 	p, _ := newTestProvider(t, Config{NetworkMode: "none"})
 	b := make([]byte, 5)

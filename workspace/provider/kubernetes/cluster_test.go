@@ -106,7 +106,10 @@ func (c *testCluster) config() Config {
 	return Config{Client: c.cli, REST: c.rest, Namespace: c.ns, StorageClass: "gantry-sim",
 		Image: "registry.invalid/workspace:1", JobImage: "registry.invalid/gantry:1",
 		Archives: &fs.BlobStore{Dir: c.blobs}, ArchiveURL: "file://" + c.blobs,
-		StartupTimeout: time.Minute, JobTimeout: time.Minute}
+		StartupTimeout: time.Minute, JobTimeout: time.Minute,
+		// A poll four times a second instead of every 5 s: the tests of a watch that is
+		// behind wait for one or two.
+		PollEvery: 250 * time.Millisecond}
 }
 
 func (c *testCluster) provider(cfg Config) *Provider {

@@ -107,7 +107,8 @@ type Config struct {
 	StorageClass string
 	// VolumeSize is each claim's requested size; zero = 1Gi.
 	VolumeSize resource.Quantity
-	// Image is the default image when Spec.Image is empty.
+	// Image is the default image when Spec.Image is empty; without one,
+	// a spec that names no image is refused (CheckSpec, Start).
 	Image string
 	// JobImage runs the archive and restore Pods; it must hold the gantry
 	// binary as JobCommand[0]. Required for Archive and Restore.
@@ -136,6 +137,10 @@ type Config struct {
 	JobTimeout time.Duration
 	// Resync is the informer's resync period; zero = 5 min.
 	Resync time.Duration
+	// PollEvery is how long Start waits for a change of its Pod in the
+	// cache before it reads the Pod from the API server (the watch under
+	// the cache may be behind); zero = 5 s.
+	PollEvery time.Duration
 	// Logger; nil = discard.
 	Logger *slog.Logger
 }
@@ -153,16 +158,15 @@ func (c *Config) defaults() error {
 	if len(c.JobCommand) == 0 {
 		c.JobCommand = []string{"gantry"}
 	}
-	if c.StartupTimeout == 0 {
-		c.StartupTimeout = 5 * time.Minute
+	for _, d := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{{&c.StartupTimeout, 5 * time.Minute}, {&c.JobTimeout, 30 * time.Minute}, {&c.Resync, 5 * time.Minute}, {&c.PollEvery, 5 * time.Second}} {
+		if *d.v == 0 {
+			*d.v = d.def
+		}
 	}
-	if c.JobTimeout == 0 {
-		c.JobTimeout = 30 * time.Minute
-	}
-	if c.Resync == 0 {
-		c.Resync = 5 * time.Minute
-	}
-	if c.CPUs < 0 || c.Memory < 0 || c.StartupTimeout < 0 || c.JobTimeout < 0 || c.Resync < 0 {
+	if c.CPUs < 0 || c.Memory < 0 || c.StartupTimeout < 0 || c.JobTimeout < 0 || c.Resync < 0 || c.PollEvery < 0 {
 		return errors.New("kubernetes: Config limits and timeouts must not be negative")
 	}
 	if c.Logger == nil {
@@ -185,6 +189,7 @@ type Provider struct {
 var (
 	_ provider.Container    = (*Provider)(nil)
 	_ provider.LimitChecker = (*Provider)(nil)
+	_ provider.SpecChecker  = (*Provider)(nil)
 )
 
 // New returns a Provider and starts its informer; Close stops it. It does
@@ -240,6 +245,31 @@ func (p *Provider) Close() error {
 // Namespace is where the provider's Pods and claims live.
 func (p *Provider) Namespace() string { return p.cfg.Namespace }
 
+// ErrNoNamespace: the provider's namespace does not exist (CheckNamespace).
+var ErrNoNamespace = errors.New("kubernetes: no such namespace")
+
+// CheckNamespace reports a namespace that does not exist as ErrNoNamespace,
+// with how to make it: the provider never creates one, and without it every
+// claim and Pod is refused. An API server that does not answer, or
+// credentials that may not read namespaces, leave the question open (nil,
+// logged): the first is waited out like any outage, the second is how a
+// namespaced service account is often set up.
+func (p *Provider) CheckNamespace(ctx context.Context) error {
+	ns := p.cfg.Namespace
+	_, err := p.cli.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		return nil
+	case apierrors.IsNotFound(err):
+		return fmt.Errorf("%w: namespace %q does not exist: create it first (kubectl create namespace %s)", ErrNoNamespace, ns, ns)
+	case apierrors.IsForbidden(err):
+		p.cfg.Logger.Debug("kubernetes: may not read namespaces; namespace not checked", "namespace", ns, "err", err)
+	default:
+		p.cfg.Logger.Warn("kubernetes: could not check the namespace", "namespace", ns, "err", err)
+	}
+	return nil
+}
+
 // PodName is the workspace Pod's name for workspace id.
 func PodName(id string) string { return "ws-" + id }
 
@@ -278,6 +308,21 @@ func (p *Provider) CheckLimits(l provider.Limits) error {
 	return nil
 }
 
+// ErrNoImage: a workspace that names no image, on a provider without a
+// default one (Config.Image, `ws serve --image`). CheckSpec returns it, and
+// Start as a permanent failure (reason NoImage): no retry can supply one.
+var ErrNoImage = errors.New("kubernetes: the workspace names no image and the server has no default one: " +
+	"give it one (gantry ws create --image IMAGE, or ws update --image IMAGE) or start the server with a default (gantry ws serve --image IMAGE)")
+
+// CheckSpec refuses a spec Start cannot run: no image (and no default one),
+// or a limit Kubernetes does not set per Pod (CheckLimits).
+func (p *Provider) CheckSpec(s provider.Spec) error {
+	if s.Image == "" && p.cfg.Image == "" {
+		return ErrNoImage
+	}
+	return p.CheckLimits(s.Limits)
+}
+
 // Start creates the workspace's Pod and returns
 // once the Pod is Ready. A Pod that runs or is being scheduled is waited
 // for; one that ended (Failed, Succeeded) is deleted and created again,
@@ -289,8 +334,11 @@ func (p *Provider) Start(ctx context.Context, spec provider.Spec) error {
 	if image == "" {
 		image = p.cfg.Image
 	}
-	if spec.ID == "" || image == "" {
-		return fmt.Errorf("kubernetes: workspace %q: no id or no image (Spec.Image and Config.Image are empty)", spec.ID)
+	if spec.ID == "" {
+		return errors.New("kubernetes: start: the spec has no workspace id")
+	}
+	if image == "" {
+		return provider.Permanent("NoImage", fmt.Errorf("workspace %s: %w", spec.ID, ErrNoImage))
 	}
 	if err := p.CheckLimits(spec.Limits); err != nil {
 		return err

@@ -99,6 +99,9 @@ func (a *apiServer) kill() {
 // afterwards is noticed and replaced), every workspace converges, and no workspace ever
 // has two Pods.
 func TestAPIServerRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: starts and kills its own API server; TestStartSeesThePodWhenTheWatchIsBehind covers the watch behind")
+	}
 	c := newTestCluster(t)
 	api := startAPIServer(t, c.rest)
 	cli, err := kubernetes.NewForConfig(api.rest)

@@ -131,13 +131,9 @@ func (w *watcher) waitSynced(ctx context.Context, d time.Duration) error {
 // the wait, with err nil if the Pod is where the caller wants it.
 type podCond func(pod *corev1.Pod, uid string) (done bool, err error)
 
-// pollEvery is how long waitPod waits for a change before it reads the
-// Pod from the API server itself.
-const pollEvery = 5 * time.Second
-
 // waitPod waits until cond holds for Pod name (uid: the Pod the caller
 // made, which existed when it asked), re-reading the cache at each of its
-// changes. Every pollEvery without one it reads the Pod from the API server
+// changes. Every Config.PollEvery without one it reads the Pod from the API server
 // instead: the watch under the cache may be behind (after an API server
 // restart client-go resumes it with a backoff), and a Pod deleted outright
 // (no terminating state seen) is not in the cache either way; then it fails
@@ -173,7 +169,7 @@ func (p *Provider) waitPod(ctx context.Context, id, name, uid string, cond podCo
 			return fmt.Errorf("kubernetes: workspace %s: pod %s: %s: %w", id, name, describe(last), ctx.Err())
 		case <-ch:
 			live = false
-		case <-time.After(pollEvery):
+		case <-time.After(p.cfg.PollEvery):
 			live = true
 		}
 	}
