@@ -263,6 +263,25 @@ func (p *Provider) Start(ctx context.Context, spec provider.Spec) error {
 		})
 }
 
+// ErrNoImage: a workspace that names no image, on a provider without a
+// default one (Config.Image, `ws serve --docker-image`). CheckSpec returns
+// it, and Start as a permanent failure (reason NoImage): no retry can
+// supply one.
+var ErrNoImage = errors.New("docker: the workspace names no image and the server has no default one: " +
+	"give it one (gantry ws create --image IMAGE, or ws update --image IMAGE) or start the server with a default (gantry ws serve --docker-image IMAGE)")
+
+var _ provider.SpecChecker = (*Provider)(nil)
+
+// CheckSpec refuses a spec Start could never run: one without an image
+// when the provider has no default one. The API calls it at create and
+// update, so such a workspace is refused there instead of failing at start.
+func (p *Provider) CheckSpec(s provider.Spec) error {
+	if s.Image == "" && p.cfg.Image == "" {
+		return ErrNoImage
+	}
+	return nil
+}
+
 // checkSpec checks what Start needs of spec and returns the image to run.
 func (p *Provider) checkSpec(spec provider.Spec) (image string, err error) {
 	if spec.ID == "" {
@@ -273,7 +292,7 @@ func (p *Provider) checkSpec(spec provider.Spec) (image string, err error) {
 		image = p.cfg.Image
 	}
 	if image == "" {
-		return "", fmt.Errorf("docker: workspace %s: no image (Spec.Image and Config.Image are empty)", spec.ID)
+		return "", provider.Permanent("NoImage", fmt.Errorf("workspace %s: %w", spec.ID, ErrNoImage))
 	}
 	if p.cfg.Volumes == BindMount && spec.VolumeDir == "" {
 		return "", fmt.Errorf("docker: workspace %s: Spec.VolumeDir is empty (bind mount needs a host directory)", spec.ID)

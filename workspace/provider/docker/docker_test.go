@@ -612,3 +612,42 @@ func TestExec(t *testing.T) {
 		t.Fatalf("exec -it cat: %d %v %q; want the echo and cat's copy", code, err, out.String())
 	}
 }
+
+// TestNoImageIsRefused: without a default image, a workspace that names
+// none is refused at create and update (HTTP 400 naming --docker-image),
+// and a Start of one created before the check fails for good (NoImage)
+// instead of being retried. No engine is needed: nothing reaches it.
+func TestNoImageIsRefused(t *testing.T) {
+	p, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := p.CheckSpec(provider.Spec{}); !errors.Is(err, ErrNoImage) {
+		t.Fatalf("CheckSpec without an image: %v; want ErrNoImage", err)
+	}
+	if err := p.CheckSpec(provider.Spec{Image: "x"}); err != nil {
+		t.Fatalf("CheckSpec with an image: %v", err)
+	}
+	var pe *provider.PermanentError
+	if err := p.Start(t.Context(), provider.Spec{ID: "old", VolumeDir: t.TempDir()}); !errors.As(err, &pe) || pe.Reason != "NoImage" {
+		t.Fatalf("Start without an image: %v; want a permanent NoImage failure", err)
+	}
+
+	st := storetest.Open(t, storetest.SQLiteDSN(t))
+	srv := httptest.NewServer(workspace.NewAPI(workspace.APIConfig{Store: st, Container: p}))
+	defer srv.Close()
+	c := &workspace.Client{Base: srv.URL, Token: storetest.Token(t, st, "admin", true)}
+	var ae *workspace.APIError
+	if _, err := c.Create(t.Context(), workspace.NewWorkspace{Name: "noimage"}); !errors.As(err, &ae) || ae.Status != 400 || !strings.Contains(ae.Message, "--docker-image") {
+		t.Fatalf("create without an image: %v; want HTTP 400 naming --docker-image", err)
+	}
+	w, err := c.Create(t.Context(), workspace.NewWorkspace{Name: "withimage", Image: "x"})
+	if err != nil {
+		t.Fatalf("create with an image: %v", err)
+	}
+	empty := ""
+	if _, err := c.Update(t.Context(), w.ID, workspace.SpecUpdate{Image: &empty}); !errors.As(err, &ae) || ae.Status != 400 {
+		t.Fatalf("update to no image: %v; want HTTP 400", err)
+	}
+}
