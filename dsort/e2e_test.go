@@ -377,6 +377,12 @@ func TestEndToEnd(t *testing.T) {
 	if log := j.master.tail(100000); strings.Contains(log, `msg="worker state"`) {
 		t.Errorf("the master's stderr reports worker states twice, plain and logged:\n%s", log)
 	}
+	// So does each worker its own transitions ("worker: A -> B: reason").
+	for i, w := range j.workers {
+		if log := w.proc.tail(100000); strings.Contains(log, `msg="state transition"`) || strings.Count(log, "worker: Initializing -> Sampling: ") != 1 {
+			t.Errorf("worker %d's stderr does not show its transitions once, as plain lines:\n%s", i, log)
+		}
+	}
 	// Heartbeats come from their own goroutine: busy workers are never
 	// taken for dead.
 	if strings.Contains(j.master.tail(1000), "worker lost") {

@@ -87,24 +87,26 @@ type StateMachine = lifecycle.Machine[State]
 // NewStateMachine returns a machine in Initializing. When dir is not empty
 // the state is persisted to dir/StateFileName on every transition.
 func NewStateMachine(dir string, logger *slog.Logger, onTransition func(lifecycle.Transition[State])) (*StateMachine, error) {
-	return newStateMachine(dir, logger, onTransition, nil)
+	return newStateMachine(dir, logger, onTransition, nil, slog.LevelInfo)
 }
 
 // newStateMachine is NewStateMachine on the clock now (nil: the wall
-// clock), which dates the transitions and times the phases.
-func newStateMachine(dir string, logger *slog.Logger, onTransition func(lifecycle.Transition[State]), now func() time.Time) (*StateMachine, error) {
+// clock), which dates the transitions and times the phases, logging each
+// transition at level.
+func newStateMachine(dir string, logger *slog.Logger, onTransition func(lifecycle.Transition[State]), now func() time.Time, level slog.Level) (*StateMachine, error) {
 	path := ""
 	if dir != "" {
 		path = filepath.Join(dir, StateFileName)
 	}
 	return lifecycle.New(lifecycle.Config[State]{
-		Initial:      Initializing,
-		Transitions:  transitions,
-		Phases:       phaseStates,
-		PersistPath:  path,
-		OnTransition: onTransition,
-		Logger:       logger,
-		Now:          now,
+		Initial:         Initializing,
+		Transitions:     transitions,
+		Phases:          phaseStates,
+		PersistPath:     path,
+		OnTransition:    onTransition,
+		Logger:          logger,
+		TransitionLevel: level,
+		Now:             now,
 	})
 }
 

@@ -410,13 +410,20 @@ func (w *Worker) start() (addr string, stop func(), err error) {
 
 // startStateMachine creates the worker's state machine, persisted in its
 // work dir and timed by its clock: every transition wakes the heartbeats.
+// Transitions are logged at Info, or at Debug when the owner reports them
+// itself (OnTransition: the CLI prints "worker: A -> B: reason"), so a
+// terminal shows each once.
 func (w *Worker) startStateMachine() error {
+	level := slog.LevelInfo
+	if w.cfg.OnTransition != nil {
+		level = slog.LevelDebug
+	}
 	sm, err := newStateMachine(w.dir.path, w.cfg.Logger, func(t lifecycle.Transition[State]) {
 		w.wake()
 		if w.cfg.OnTransition != nil {
 			w.cfg.OnTransition(t)
 		}
-	}, w.clock.Now)
+	}, w.clock.Now, level)
 	if err != nil {
 		return err
 	}

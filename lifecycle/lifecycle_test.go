@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -308,5 +309,35 @@ func TestRunSteps(t *testing.T) {
 	}
 	if el < 200*time.Millisecond || el > 2*time.Second {
 		t.Fatalf("took %s, want about the hung step's 200ms bound", el)
+	}
+}
+
+// A transition is logged at Info unless TransitionLevel says otherwise.
+func TestTransitionLogLevel(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		level slog.Level
+		want  string
+	}{
+		{"default", 0, "level=INFO"},
+		{"debug", slog.LevelDebug, "level=DEBUG"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf strings.Builder
+			m, err := New(Config[light]{
+				Transitions:     map[light][]light{red: {green}},
+				TransitionLevel: tc.level,
+				Logger:          slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := m.Transition(green, "go"); err != nil {
+				t.Fatal(err)
+			}
+			if line := buf.String(); !strings.Contains(line, tc.want) || !strings.Contains(line, `msg="state transition" from=Red to=Green reason=go`) {
+				t.Fatalf("log %q; want %s with the transition", line, tc.want)
+			}
+		})
 	}
 }

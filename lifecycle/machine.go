@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -74,8 +75,13 @@ type Config[S State] struct {
 	// OnTransition, when set, is called after every successful transition,
 	// outside the machine's lock, in transition order per goroutine.
 	OnTransition func(Transition[S])
-	// Logger receives one Info line per transition. Default: discard.
+	// Logger receives one line per transition, at TransitionLevel.
+	// Default: discard.
 	Logger *slog.Logger
+	// TransitionLevel is the level of that line. Zero = Info; an owner
+	// that reports transitions itself (OnTransition) may set Debug so a
+	// terminal does not show each twice.
+	TransitionLevel slog.Level
 	// Now is the clock. Default: time.Now.
 	Now func() time.Time
 }
@@ -216,7 +222,7 @@ func (m *Machine[S]) Transition(to S, reason string) error {
 		}
 	}
 	m.mu.Unlock()
-	m.cfg.Logger.Info("state transition", "from", from.String(), "to", to.String(), "reason", reason)
+	m.cfg.Logger.Log(context.Background(), m.cfg.TransitionLevel, "state transition", "from", from.String(), "to", to.String(), "reason", reason)
 	if m.cfg.OnTransition != nil {
 		m.cfg.OnTransition(t)
 	}
