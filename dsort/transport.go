@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"path"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -207,9 +208,21 @@ func refused(err error) bool {
 // statusMessage is an RPC error's message without the gRPC decoration.
 func statusMessage(err error) string {
 	if s, ok := status.FromError(err); ok {
-		return s.Message()
+		return plainDialError(s.Message())
 	}
 	return err.Error()
+}
+
+// plainDialError turns gRPC's message for a connection it could not make
+// (`connection error: desc = "transport: Error while dialing: dial tcp
+// ADDR: connect: connection refused"`) into the dial error it wraps; any
+// other message is returned as it is.
+func plainDialError(msg string) string {
+	const mark = "transport: Error while dialing: "
+	if _, dialErr, ok := strings.Cut(msg, mark); ok && strings.HasPrefix(msg, "connection error: desc = ") {
+		return strings.TrimSuffix(dialErr, `"`)
+	}
+	return msg
 }
 
 // dial returns a client connection that sends token on every call. Flow

@@ -107,7 +107,7 @@ func TestSortWorkerPrintsItsHistoryWhenItFails(t *testing.T) {
 	code, _, stderr := runDsortCmd(t.Context(), "sort", "worker", addr, "-I", in, "-O", out, "--tmp", tmp,
 		"--memory", "32MiB", "--register-timeout", "200ms")
 	want := regexp.MustCompile(`(?m)^=== State Transition History ===\n` +
-		`\[\+0\.0s\] Initializing -> Failed: dsort: lost contact with the master: cannot register with ` + regexp.QuoteMeta(addr) + ` for 200ms: .*\n` +
+		`\[\+0\.0s\] Initializing -> Failed: dsort: lost contact with the master: cannot register with ` + regexp.QuoteMeta(addr) + ` for 200ms: dial tcp ` + regexp.QuoteMeta(addr) + `: connect: connection refused; .*\n` +
 		`=== Phase Durations ===\n` +
 		`gantry: sort worker: dsort: lost contact with the master: cannot register with ` + regexp.QuoteMeta(addr) + ` .*\n\z`)
 	if code != 1 || !want.MatchString(stderr) {
