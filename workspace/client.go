@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strings"
 
 	"github.com/gantryhq/gantry/workspace/auth"
 	"github.com/gantryhq/gantry/workspace/provider"
@@ -232,7 +233,20 @@ func (c *Client) Logs(ctx context.Context, id string, tail int, follow bool, w i
 
 // apiError reads a non-2xx answer's {"error": …}.
 func apiError(resp *http.Response) error {
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
 	var e struct{ Error string }
-	json.NewDecoder(resp.Body).Decode(&e)
-	return &APIError{Status: resp.StatusCode, Message: e.Error}
+	if json.Unmarshal(body, &e) == nil && e.Error != "" {
+		return &APIError{Status: resp.StatusCode, Message: e.Error}
+	}
+	// Not one of the API's answers (a proxy in front, or plain http to the
+	// https port: Go's TLS server answers 400 "Client sent an HTTP request
+	// to an HTTPS server."): its text, or the status's.
+	msg, _, _ := strings.Cut(strings.TrimSpace(string(body)), "\n")
+	if msg == "" {
+		msg = http.StatusText(resp.StatusCode)
+	}
+	if strings.Contains(msg, "HTTP request to an HTTPS server") {
+		msg += " (use an https:// address)"
+	}
+	return &APIError{Status: resp.StatusCode, Message: msg}
 }
