@@ -256,10 +256,21 @@ func (b *BlobStore) object(key string) (string, error) {
 	return b.cfg.Prefix + "/" + key, nil
 }
 
+// url is key's address as a user wrote the store's: s3://bucket/prefix/key.
+func (b *BlobStore) url(key string) string {
+	u := "s3://" + b.cfg.Bucket
+	for _, p := range []string{b.cfg.Prefix, key} {
+		if p != "" {
+			u += "/" + p
+		}
+	}
+	return u
+}
+
 // wrap names the operation, key and endpoint, and marks network failures
 // with ErrUnreachable.
 func (b *BlobStore) wrap(op, key string, err error) error {
-	where := fmt.Sprintf("s3://%s/%s at %s", b.cfg.Bucket, key, b.cfg.Endpoint)
+	where := b.url(key) + " at " + b.cfg.Endpoint
 	var ne net.Error
 	var oe *net.OpError
 	if errors.As(err, &oe) || errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) {
@@ -289,7 +300,7 @@ func (b *BlobStore) Put(ctx context.Context, key string, r io.Reader) error {
 		ContentType: "application/octet-stream",
 	})
 	if er.err != nil {
-		return fmt.Errorf("s3: put s3://%s/%s: source: %w", b.cfg.Bucket, key, er.err)
+		return fmt.Errorf("s3: put %s: source: %w", b.url(key), er.err)
 	}
 	if err != nil {
 		return b.wrap("put", key, err)
@@ -328,7 +339,7 @@ func (b *BlobStore) Get(ctx context.Context, key string) (io.ReadCloser, error) 
 	if _, err := o.Stat(); err != nil {
 		o.Close()
 		if isNotFound(err) {
-			return nil, fmt.Errorf("%w: s3://%s/%s", provider.ErrNotFound, b.cfg.Bucket, key)
+			return nil, fmt.Errorf("%w: %s", provider.ErrNotFound, b.url(key))
 		}
 		return nil, b.wrap("get", key, err)
 	}

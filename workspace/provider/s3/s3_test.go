@@ -219,7 +219,7 @@ func TestTruncatedMultipartNeverCommitted(t *testing.T) {
 // an archive attempt leaves nothing committed (checked after the fact on
 // the real server under the same key).
 func TestUnreachable(t *testing.T) {
-	down, err := New(t.Context(), Config{Endpoint: "127.0.0.1:1", Bucket: "bucket", AccessKey: "k", SecretKey: "s"})
+	down, err := New(t.Context(), Config{Endpoint: "127.0.0.1:1", Bucket: "bucket", Prefix: "team/x", AccessKey: "k", SecretKey: "s"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,8 +232,9 @@ func TestUnreachable(t *testing.T) {
 	if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), "127.0.0.1:1") {
 		t.Fatalf("archive.Write to a dead endpoint = %v; want ErrUnreachable naming it", err)
 	}
-	if _, _, err := down.Stat(ctx, key); !errors.Is(err, ErrUnreachable) {
-		t.Fatalf("Stat = %v; want ErrUnreachable", err)
+	// The error names the object as the user's URL does: with its prefix.
+	if _, _, err := down.Stat(ctx, key); !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), "s3://bucket/team/x/"+key+" ") {
+		t.Fatalf("Stat = %v; want ErrUnreachable naming s3://bucket/team/x/%s", err, key)
 	}
 	if _, err := down.Get(ctx, key); !errors.Is(err, ErrUnreachable) {
 		t.Fatalf("Get = %v; want ErrUnreachable", err)
