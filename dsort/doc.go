@@ -46,7 +46,10 @@
 // errors.go the sentinels, transport.go dialing, the token and job-ID
 // interceptors and the error ↔ status code mapping, pbconv.go the
 // conversions to and from dsortpb, codec.go the shuffle's chunk decoder,
-// metrics.go the Prometheus metrics. Both sides take a clock.Clock
+// metrics.go the Prometheus metrics, done.go (with done_linux.go and
+// done_other.go for the files' identities) the done marker's record of what
+// a finished worker's output was made from, so that a rerun has nothing to
+// do. Both sides take a clock.Clock
 // (MasterConfig.Clock, WorkerConfig.Clock) for their heartbeats, the
 // silence timeouts (lost, rejoin, master timeout, register timeout on the
 // master), the shutdown grace, the phase times and the worker's state

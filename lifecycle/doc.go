@@ -35,4 +35,7 @@
 //   - a hard deadline fires no matter what the code is doing ([Watchdog]).
 //
 // Libraries never install signal handlers; cmd/gantry does.
+//
+// The files: machine.go holds Machine and its errors, shutdown.go Group,
+// StopWithin and Watchdog.
 package lifecycle

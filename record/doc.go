@@ -25,6 +25,12 @@
 //	ParseSummaries / WriteSummaryFile    the JSON summary of `gantry valsort -o` / `-s`
 //	Checksum                             sum of crc32s; String() prints like valsort
 //
+// The files: record.go (Size, KeySize, CompareKeys, Checksum), lcg.go (the
+// 128-bit generator and its skip-ahead), gen.go (GenOptions, Generate),
+// genfile.go (GenerateFile, CheckRange, PartPaths), validate.go (Validate),
+// summary.go (Summary, Combine, the JSON summary files), paths.go
+// (partition.<n> names, DoneMarker, ExpandPaths).
+//
 // Record layouts (gensort 1.5). Record i is built from X(i+1), X(i+2), …, where
 // X(0)=0 and X(n+1) = a·X(n) + c mod 2^128:
 //

@@ -32,6 +32,15 @@
 //     in-flight set.
 //   - process.go: running a handler with its timeout, grace and panic
 //     recovery; ack batching, retries with backoff, dead letters.
+//   - canceller.go: cancels the handler of a task cancelled elsewhere.
+//   - redislost.go: RedisLostError, Run's end after Redis is lost too long.
+//   - memory.go: the memory in use, for the health check.
+//   - inspector.go: Inspector: list, look up, delete, run and cancel tasks;
+//     limits.go: its rate and concurrency limits (Limit, ParseRate).
+//   - cron.go: cron entries (Client.CronAdd) and the scheduler that enqueues
+//     them.
+//   - middleware.go: Middleware around handlers (Worker.Use) and enqueues
+//     (Client.Use), Header, Progress.
 //   - health.go: OK/Warning/Critical; metrics.go: Prometheus metrics.
 //   - tasks/: the built-in task types (noop, sleep, fail, sort).
 //   - internal/rdb: the only code that knows Redis; lua/ holds one script

@@ -39,13 +39,9 @@ func reachable(addr string) bool {
 
 func waitRedis(t testing.TB, addr string, d time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !reachable(addr) {
-		if time.Now().After(deadline) {
-			t.Fatalf("redis at %s unreachable after %s", addr, d)
-		}
-		time.Sleep(50 * time.Millisecond) // poll: until the new redis-server answers
-	}
+	testutil.WaitFor(t, d, "redis at "+addr+" to answer", func() (bool, string) {
+		return reachable(addr), "unreachable"
+	})
 }
 
 // uniq returns a queue name unique to this test run, so tests sharing a

@@ -3,6 +3,7 @@ package taskq
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -52,7 +53,7 @@ func TestRateLimitedTenantBesideAFreeOne(t *testing.T) {
 			if st, err := c.r.Stats(topUp, q); err == nil && st.Tenants["free"].Pending < 3000 {
 				c.EnqueueBatch(topUp, free)
 			}
-			time.Sleep(50 * time.Millisecond) // poll: top up the backlog
+			time.Sleep(50 * time.Millisecond) // real time: the backlog is topped up at a steady pace through the throughput windows
 		}
 	})
 	completed := func(name string) int64 { return tenant(name).Completed }
@@ -118,8 +119,7 @@ func TestMaxActiveAcrossTwoWorkerProcesses(t *testing.T) {
 		startWorkerProc(t, bin, "--redis", addr, "--queues", "cap", "--concurrency", "8", "--no-cron")
 	}
 	var maxCapped, maxOther, samples atomic.Int64
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testutil.WaitFor(t, 30*time.Second, "both tenants' 60 tasks completed", func() (bool, string) {
 		p, err := in.List(ctx, "cap", StateActive, ListOptions{Limit: 100})
 		if err != nil {
 			t.Fatal(err)
@@ -136,14 +136,8 @@ func TestMaxActiveAcrossTwoWorkerProcesses(t *testing.T) {
 			maxOther.Store(n["other"])
 		}
 		st := queueStats(t, c, "cap")
-		if st.Tenants["capped"].Completed == 60 && st.Tenants["other"].Completed == 60 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not done in 30 s: %+v", st.Tenants)
-		}
-		time.Sleep(5 * time.Millisecond) // poll: sample the running tasks
-	}
+		return st.Tenants["capped"].Completed == 60 && st.Tenants["other"].Completed == 60, fmt.Sprintf("%+v", st.Tenants)
+	})
 	t.Logf("%d samples: at most %d running of the capped tenant, %d of the other", samples.Load(), maxCapped.Load(), maxOther.Load())
 	if maxCapped.Load() != 3 {
 		t.Errorf("the tenant capped at 3 had at most %d running at once, want 3 exactly", maxCapped.Load())

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantryhq/gantry/internal/testutil"
 	"github.com/gantryhq/gantry/workspace/hints"
 	"github.com/gantryhq/gantry/workspace/provider/fake"
 	"github.com/gantryhq/gantry/workspace/store"
@@ -73,21 +74,17 @@ func countConverged(tb testing.TB, st *store.Store) int {
 // sixth of the database server's time went to the benchmark instead of
 // the run it measures.)
 func waitConverged(b *testing.B, st *store.Store, n int, limit time.Duration) {
-	deadline := time.Now().Add(limit)
-	for {
+	testutil.WaitFor(b, limit, fmt.Sprintf("all %d workspaces to converge", n), func() (bool, string) {
 		busy, err := st.AnyActionable(b.Context())
 		if err != nil {
 			b.Fatal(err)
 		}
 		if !busy {
-			break
+			return true, ""
 		}
-		if time.Now().After(deadline) {
-			left, _ := st.CountActionable(b.Context())
-			b.Fatalf("%d of %d workspaces still actionable after %v", left, n, limit)
-		}
-		time.Sleep(50 * time.Millisecond) // poll: every 50 ms
-	}
+		left, _ := st.CountActionable(b.Context())
+		return false, fmt.Sprintf("%d of %d workspaces still actionable", left, n)
+	})
 	if c := countConverged(b, st); c != n {
 		b.Fatalf("only %d of %d workspaces converged (the rest in ERROR?)", c, n)
 	}
@@ -219,17 +216,12 @@ func claimSample(b *testing.B, st *store.Store, fk *fake.Provider, hb Hints, id 
 		b.Fatal(err)
 	}
 	hb.Publish(ctx, ChanWorkspaceUrgent, id)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	// The claim is timed from the row, not from this wait.
+	testutil.WaitFor(b, 30*time.Second, fmt.Sprintf("%s → %s to converge", id, next), func() (bool, string) {
 		w, err = st.Get(ctx, id)
-		if err == nil && w.OpID != prevOp && w.Operation == OpNone && w.ObservedStatus == next {
-			return w.OpStartedAt.Sub(t.Truncate(time.Millisecond)), fk.LastCall(id).Sub(t)
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("%s → %s not converged after 30 s: %s (err %v)", id, next, describe(w), err)
-		}
-		time.Sleep(time.Millisecond) // poll: the claim is timed from the row, not from this loop
-	}
+		return err == nil && w.OpID != prevOp && w.Operation == OpNone && w.ObservedStatus == next, fmt.Sprintf("%s (err %v)", describe(w), err)
+	})
+	return w.OpStartedAt.Sub(t.Truncate(time.Millisecond)), fk.LastCall(id).Sub(t)
 }
 
 // startBenchProfile writes a CPU profile of the timed part alone (not

@@ -19,6 +19,7 @@
 //	              change of desired state takes over from a failing operation
 //	              (pure)
 //	reconciler.go Reconciler: one sched process per workspace; ReconcilerStore
+//	urgent.go     a user's work first: the urgent mark from request to reconciler
 //	supersede.go  the reconciler giving up a failing operation (Superseded)
 //	reasons.go    which error_info reason a failed provider call gets
 //	monitor.go    HealthMonitor: the sole writer of observed_status; MonitorStore

@@ -272,17 +272,11 @@ func TestCrashDuringArchivingAndRestoring(t *testing.T) {
 	killDuring := func(op Operation, desired string, want Status) {
 		s.cli(desired, id)
 		c := &Client{Base: s.url, Token: s.token()}
-		deadline := time.Now().Add(30 * time.Second)
-		for {
+		// Catch the operation while it is in flight, to kill the server then.
+		testutil.WaitFor(t, 30*time.Second, fmt.Sprintf("%s in flight", op), func() (bool, string) {
 			w, err := c.Get(t.Context(), id)
-			if err == nil && w.Operation == op {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("never saw %s in flight (last %s)", op, describe(w))
-			}
-			time.Sleep(time.Millisecond) // poll: catch the operation while it is in flight, to kill the server then
-		}
+			return err == nil && w.Operation == op, describe(w)
+		})
 		s.stop(syscall.SIGKILL)
 		s.start()
 		s.cli("wait", id, string(want), "--timeout", "60s")

@@ -13,7 +13,19 @@
 //	dsort.go        gantry sort master|worker|status    (dsort: sort over many machines)
 //	sched.go        gantry sched bench                  (sched: the scheduler's benchmark table)
 //	queue.go        gantry queue worker|enqueue|stats|dlq|health (taskq)
+//	queue_worker.go gantry queue worker: its flags, metrics server and Redis-lost exit
+//	queue_memory.go the memory a worker may use (cgroup or machine), for its Go memory limit
+//	queue_tasks.go  gantry queue tasks list|get|delete|run|cancel, pause and resume
+//	queue_cron.go   gantry queue cron add|list|remove
+//	queue_limit.go  gantry queue limit set|list|clear (rate and concurrency limits)
+//	queue_ui.go     gantry queue ui: the dashboard's HTTP server
+//	otel.go         OpenTelemetry tracing of queue commands when OTEL_EXPORTER_OTLP_* is set
 //	ws.go           gantry ws serve and the workspace client commands (workspace)
+//	ws_spec.go      gantry ws create|update: the workspace spec flags
+//	ws_exec.go      gantry ws exec (-i, -t)
+//	ws_archives.go  gantry ws archives|restore
+//	ws_accounts.go  the ws client flags; gantry ws whoami|token|audit|logs
+//	ws_kubernetes.go the Kubernetes provider's flags of ws serve, and gantry ws volume
 //	ws_backends.go  the backends of ws serve: fs or S3 archive storage, the Docker
 //	                provider, TTL and leader-lease settings
 //	flags.go        shared flag parsing: -I DIR... expansion, sizes such as 256MiB

@@ -8,6 +8,14 @@
 //     through an flock'd owner file that the kernel releases when the process dies, and
 //     SweepStale removes the directories of owners that are gone. Nothing is removed while its
 //     owner lives, and nothing outside the given prefix is ever touched.
+//
+// The files: atomic.go (this one) the atomic writes, WriteAtomicDirect and
+// RenameSync / SyncDir; direct_linux.go and direct_other.go the O_DIRECT
+// writer behind WriteAtomicDirect (a plain one elsewhere); writeback_linux.go
+// and writeback_other.go starting the kernel's writeback of what was
+// written; aligned.go AlignedWriter (writes in AlignedBlock units);
+// owned.go the owned directories (CreateOwnedDir, LockDir, SweepStale) on
+// the flock of lock_unix.go (lock_other.go where there is none).
 package fsutil
 
 import (

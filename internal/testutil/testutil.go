@@ -5,6 +5,9 @@
 // A test that needs a service calls Redis(t) or Postgres(t): it gets an address that answers,
 // or the test fails with the reason. It never skips: CI must not count a missing service as a
 // pass. WaitFor is the shared wait on a condition (tests do not sleep for a guessed time).
+//
+// Also here: buffer.go (Buffer, an output one goroutine writes while the test reads it) and
+// records.go (RandomRecords and WriteRecords, gensort-format test data).
 package testutil
 
 import (

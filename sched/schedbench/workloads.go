@@ -1,6 +1,6 @@
 // Package schedbench holds the scheduler's benchmark workloads and their
-// goroutines-and-channels baselines, so that `go test -bench` (sched's
-// bench_test.go) and `gantry sched bench` measure exactly the same code.
+// goroutines-and-channels baselines, so that `go test -bench` (the
+// benchmarks of package sched) and `gantry sched bench` measure exactly the same code.
 //
 // Every workload runs a fixed number of operations and returns a Sample:
 // wall time and heap allocations for the whole run. The files:

@@ -16,6 +16,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
+
+	"github.com/gantryhq/gantry/internal/testutil"
 )
 
 func TestMain(m *testing.M) {
@@ -159,20 +161,13 @@ func TestFailoverAfterSIGKILL(t *testing.T) {
 	took := time.Since(killed)
 	t.Logf("handover took %v (lease %v)", took, lease)
 	// b's writes go through its lock connection and land after the kill.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testutil.WaitFor(t, 10*time.Second, "the new leader to write through its session", func() (bool, string) {
 		var n int
 		if err := c.QueryRow(ctx, `SELECT count(*) FROM leader_test WHERE lock = $1 AND node = 'b'`, lock).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
-		if n > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the new leader wrote nothing through its session")
-		}
-		time.Sleep(50 * time.Millisecond) // poll: the new leader writes through its session on its own schedule
-	}
+		return n > 0, "no row of node b"
+	})
 	var lastA, firstB time.Time
 	c.QueryRow(ctx, `SELECT max(at) FROM leader_test WHERE lock = $1 AND node = 'a'`, lock).Scan(&lastA)
 	c.QueryRow(ctx, `SELECT min(at) FROM leader_test WHERE lock = $1 AND node = 'b'`, lock).Scan(&firstB)

@@ -54,13 +54,7 @@ func newAuthStack(t *testing.T, st *store.Store, q auth.Quotas, log *testutil.Bu
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond) // poll: a condition of another goroutine
-	}
+	testutil.WaitFor(t, 10*time.Second, what, func() (bool, string) { return cond(), "not yet" })
 }
 
 // call sends one request with token ("" = none, else the whole header

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
+	"github.com/gantryhq/gantry/internal/testutil"
 	"github.com/gantryhq/gantry/workspace"
 	"github.com/gantryhq/gantry/workspace/auth"
 	"github.com/gantryhq/gantry/workspace/hints"
@@ -242,20 +243,13 @@ func TestProbesAndMetrics(t *testing.T) {
 	s := newStack(t, true)
 	w := s.post(t, "/v1/workspaces", map[string]any{"name": "m1", "desired_state": "RUNNING"})
 	id := w["id"].(string)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testutil.WaitFor(t, 30*time.Second, "RUNNING", func() (bool, string) {
 		ws, err := s.st.Get(t.Context(), id)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ws.ObservedStatus == workspace.Running && ws.Operation == workspace.OpNone {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("never RUNNING: %+v", ws)
-		}
-		time.Sleep(50 * time.Millisecond) // poll: the page's API, as a browser would
-	}
+		return ws.ObservedStatus == workspace.Running && ws.Operation == workspace.OpNone, fmt.Sprintf("%+v", ws)
+	})
 	get := func(path string) (int, string) {
 		resp, err := http.Get(s.url + path)
 		if err != nil {
@@ -284,36 +278,29 @@ func TestProbesAndMetrics(t *testing.T) {
 		`gantry_ws_provider_calls_total{result="ok",type="STARTING"} 1`,
 		`gantry_ws_provider_call_duration_seconds_count{type="STARTING"} 1`,
 	}
-	for {
-		_, body := get("/metrics")
-		missing := ""
+	var body string
+	testutil.WaitFor(t, 30*time.Second, "the metrics on /metrics", func() (bool, string) {
+		_, body = get("/metrics")
 		for _, m := range want {
 			if !strings.Contains(body, m+"\n") {
-				missing = m
-				break
+				return false, "missing " + m + " in:\n" + body
 			}
 		}
-		if missing == "" {
-			for _, m := range []string{"gantry_ws_reconcile_tick_seconds_count", "gantry_ws_reconcile_step_seconds_count", "gantry_ws_hint_lag_seconds_count", "gantry_ws_sse_clients"} {
-				if !strings.Contains(body, m) {
-					t.Errorf("/metrics lacks %s", m)
-				}
-			}
-			// Served without a token: no workspace name, owner or command.
-			for _, name := range []string{"m1", "admin", "sleep", w["id"].(string)} {
-				if strings.Contains(body, `"`+name+`"`) || strings.Contains(body, name+`"}`) {
-					t.Errorf("/metrics names %q", name)
-				}
-			}
-			if strings.Contains(body, `result="error"`) {
-				t.Errorf("/metrics counts an error for a clean run:\n%s", body)
-			}
-			break
+		return true, ""
+	})
+	for _, m := range []string{"gantry_ws_reconcile_tick_seconds_count", "gantry_ws_reconcile_step_seconds_count", "gantry_ws_hint_lag_seconds_count", "gantry_ws_sse_clients"} {
+		if !strings.Contains(body, m) {
+			t.Errorf("/metrics lacks %s", m)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/metrics never showed %s:\n%s", missing, body)
+	}
+	// Served without a token: no workspace name, owner or command.
+	for _, name := range []string{"m1", "admin", "sleep", w["id"].(string)} {
+		if strings.Contains(body, `"`+name+`"`) || strings.Contains(body, name+`"}`) {
+			t.Errorf("/metrics names %q", name)
 		}
-		time.Sleep(50 * time.Millisecond) // poll: scrape until the metrics appear
+	}
+	if strings.Contains(body, `result="error"`) {
+		t.Errorf("/metrics counts an error for a clean run:\n%s", body)
 	}
 	if code, _ := get("/workspaces/nope/events"); code != 401 {
 		t.Errorf("events without a token: %d, want 401", code)

@@ -10,6 +10,7 @@
 // Tour:
 //
 //	provider.go        the interfaces, ContainerState, Spec, sentinels
+//	idlocks.go         IDLocks: one call at a time per workspace id
 //	archive/           the archive format (tar+zstd, sha256, .meta last) over a
 //	                   BlobStore, and Storage = volume directories + a BlobStore
 //	fs/                BlobStore on a local directory (atomic renames)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantryhq/gantry/internal/testutil"
 	"github.com/gantryhq/gantry/workspace/store"
 	"github.com/gantryhq/gantry/workspace/store/storetest"
 	"github.com/gantryhq/gantry/workspace/wstype"
@@ -61,21 +62,15 @@ func TestReconcileWritesAreHeapOnly(t *testing.T) {
 	}
 	defer db.Close()
 	var upd, hot int64
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	// The server reports its counts on its own schedule.
+	testutil.WaitFor(t, 20*time.Second, fmt.Sprintf("the server to count %d updates", 6*n), func() (bool, string) {
 		err := db.QueryRowContext(ctx, `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables
 			WHERE relname = 'workspaces' AND schemaname = current_schema()`).Scan(&upd, &hot)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if upd >= 6*n || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond) // poll: the server reports its counts on its own schedule
-	}
-	if upd < 6*n {
-		t.Fatalf("the server counted %d updates, want %d", upd, 6*n)
-	}
+		return upd >= 6*n, fmt.Sprintf("%d updates", upd)
+	})
 	if share := float64(hot) / float64(upd); share < 0.8 {
 		t.Fatalf("%d of %d updates heap-only (%.0f%%), want at least 80%%", hot, upd, 100*share)
 	}

@@ -2,7 +2,8 @@
 // reconciler, the API and the page: observed/desired states (Status),
 // operations (Operation) and their targets, error info (ErrorInfo) and its
 // reasons, the row (Workspace), what creating one needs (NewWorkspace) and
-// the sentinel errors. It imports nothing of gantry, so every workspace
+// the sentinel errors; spec.go holds Spec (what a workspace runs) and its
+// validation. It imports nothing of gantry, so every workspace
 // package can depend on it; package workspace re-exports it.
 package wstype
 

@@ -7,9 +7,12 @@
 //     f.Context()), not context.Background() or context.TODO(), except in
 //     TestMain, examples and helper-process entry points (functions named
 //     …Main that TestMain runs in a child process), which have no t;
-//   - testsleep: a time.Sleep in a test says why on its line or the line
-//     above, with a comment that starts "real time:" (time itself is under
-//     test) or "poll:" (the step of a loop that waits for a condition);
+//   - testsleep: a time.Sleep in a test is refused unless real time is
+//     under test, which a comment on its line or the line above says:
+//     "real time:" and the reason; a test that waits for a condition uses
+//     testutil.WaitFor (or a channel) instead;
+//   - tours: each package's doc comment names its files and only
+//     identifiers that exist (tours.go says exactly what is checked);
 //   - issuerefs: comments and Markdown name no issue numbers of this
 //     project (the word "issue" and a number): the history lives in git, the text must stand
 //     on its own.
@@ -48,6 +51,7 @@ type checker struct {
 	fset     *token.FileSet
 	findings []string
 	docs     map[string]bool // package dir → has a doc comment
+	pkgs     map[string]*pkgInfo
 }
 
 func main() {
@@ -55,23 +59,33 @@ func main() {
 	if len(os.Args) > 1 {
 		root = os.Args[1]
 	}
-	c := &checker{fset: token.NewFileSet(), docs: map[string]bool{}}
-	if err := filepath.WalkDir(root, c.visit(root)); err != nil {
+	findings, err := check(root)
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "codecheck:", err)
 		os.Exit(2)
+	}
+	for _, f := range findings {
+		fmt.Println(f)
+	}
+	if len(findings) > 0 {
+		os.Exit(1)
+	}
+}
+
+// check runs every rule on the tree at root and returns the findings, sorted.
+func check(root string) ([]string, error) {
+	c := &checker{fset: token.NewFileSet(), docs: map[string]bool{}, pkgs: map[string]*pkgInfo{}}
+	if err := filepath.WalkDir(root, c.visit(root)); err != nil {
+		return nil, err
 	}
 	for dir, ok := range c.docs {
 		if !ok {
 			c.report("%s: package has no doc comment", dir)
 		}
 	}
+	c.checkTours(root)
 	sort.Strings(c.findings)
-	for _, f := range c.findings {
-		fmt.Println(f)
-	}
-	if len(c.findings) > 0 {
-		os.Exit(1)
-	}
+	return c.findings, nil
 }
 
 func (c *checker) report(format string, args ...any) {
@@ -117,6 +131,7 @@ func (c *checker) goFile(path string) error {
 	}
 	c.comments(f)
 	test := strings.HasSuffix(path, "_test.go")
+	c.collect(path, f, test)
 	if test {
 		c.testFile(path, f)
 		return nil
@@ -187,7 +202,7 @@ func (c *checker) testFile(path string, f *ast.File) {
 				}
 			case "time.Sleep":
 				if line := c.fset.Position(call.Pos()).Line; !justified[line] && !justified[line-1] {
-					c.report("%s: testsleep: wait for the condition instead, or say why with a \"// real time: …\" or \"// poll: …\" comment", c.fset.Position(call.Pos()))
+					c.report("%s: testsleep: wait for the condition with testutil.WaitFor (or a channel), or, where real time is under test, say so with a \"// real time: <reason>\" comment", c.fset.Position(call.Pos()))
 				}
 			}
 			return true
@@ -196,13 +211,13 @@ func (c *checker) testFile(path string, f *ast.File) {
 }
 
 // sleepJustifications returns the lines that end with, or consist of, a
-// comment starting "real time:" or "poll:".
+// comment starting "real time:" followed by a reason.
 func sleepJustifications(fset *token.FileSet, f *ast.File) map[int]bool {
 	lines := map[int]bool{}
 	for _, g := range f.Comments {
 		for _, l := range g.List {
 			t := strings.TrimSpace(strings.TrimPrefix(l.Text, "//"))
-			if strings.HasPrefix(t, "real time:") || strings.HasPrefix(t, "poll:") {
+			if reason, ok := strings.CutPrefix(t, "real time:"); ok && strings.TrimSpace(reason) != "" {
 				lines[fset.Position(l.Pos()).Line] = true
 			}
 		}

@@ -7,6 +7,10 @@
 // and works behind proxies that check keys. On a single node, one dequeue
 // call covers all queues a worker serves; on a cluster the queues sit on
 // different slots and are tried one call per queue, in the same order.
+//
+// The files: rdb.go (this one) keys, Open and the worker's calls; inspect.go
+// listing, looking up, cancelling and deleting single tasks; cron.go the
+// cron entries; loading.go waiting out a Redis that answers LOADING.
 package rdb
 
 import (

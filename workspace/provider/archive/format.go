@@ -18,6 +18,7 @@
 //	format.go    Write, Committed, ReadMeta, Extract: the format over a BlobStore
 //	storage.go   Storage: volume directories under Root plus a BlobStore (Archive, Restore, …)
 //	tree.go      TreeDigest: a digest of a directory tree, to compare volumes
+//	snapshots.go every archive a workspace wrote: list, hold, tombstone, delete
 package archive
 
 import (

@@ -12,6 +12,8 @@
 //
 //	docker.go   Config, New, Start (idempotent, waits for running/healthy),
 //	            Stop (remove, keep volume), Observe (by label), errors
+//	access.go   Endpoint, Logs, Exited: reaching a running container
+//	exec.go     Exec: a command in the container
 //
 // The engine is found again after a gantry restart because every fact lives
 // in Docker itself: Observe lists containers by label, never from memory.

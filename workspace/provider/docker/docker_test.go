@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/moby/moby/client"
 
+	"github.com/gantryhq/gantry/internal/testutil"
 	"github.com/gantryhq/gantry/workspace"
 	"github.com/gantryhq/gantry/workspace/provider"
 	"github.com/gantryhq/gantry/workspace/store/storetest"
@@ -391,17 +393,17 @@ func TestEndpointAndLogs(t *testing.T) {
 		t.Fatalf("Endpoint = %q, %v", addr, err)
 	}
 	var body string
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+	// The program starts its server after the health check.
+	testutil.WaitFor(t, 10*time.Second, "the program's server at "+addr, func() (bool, string) {
 		resp, err := http.Get("http://" + addr + "/x")
-		if err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			body = string(b)
-			break
+		if err != nil {
+			return false, err.Error()
 		}
-		time.Sleep(50 * time.Millisecond) // poll: the program starts its server after the health check
-	}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		body = string(b)
+		return true, ""
+	})
 	if body != "hello from "+id+" at /x" {
 		t.Fatalf("GET %s: %q", addr, body)
 	}
@@ -491,8 +493,8 @@ func TestProxyThroughTheAPI(t *testing.T) {
 	defer srv.Close()
 	token := storetest.Token(t, st, "admin", true)
 	var body string
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) && body != "hello from "+w.ID+" at /a/b" {
+	// The program's server starts after its health check.
+	testutil.WaitFor(t, 10*time.Second, "the program's answer through the proxy", func() (bool, string) {
 		req, _ := http.NewRequest("GET", srv.URL+"/w/"+w.ID+"/a/b", nil)
 		req.Header.Set("Authorization", "Bearer "+token)
 		resp, err := http.DefaultClient.Do(req)
@@ -502,8 +504,8 @@ func TestProxyThroughTheAPI(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		body = string(b)
-		time.Sleep(50 * time.Millisecond) // poll: the program's server starts after its health check
-	}
+		return body == "hello from "+w.ID+" at /a/b", fmt.Sprintf("%q", body)
+	})
 	if body != "hello from "+w.ID+" at /a/b" {
 		t.Fatalf("through the proxy: %q", body)
 	}

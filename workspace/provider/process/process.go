@@ -5,6 +5,11 @@
 // workspaces again and a recycled pid is never mistaken for one. The
 // command gets PORT, a free loopback port it may serve HTTP on; Endpoint
 // tells the server's proxy where that is.
+//
+// The files: process.go (this one) Container, Start, Observe, Stop;
+// logs.go the command's output (Logs, capped at DefaultLogCap); exec.go
+// Exec, a command in the workspace's directory; limits.go the memory and
+// pids limits it enforces (CheckLimits).
 package process
 
 import (

@@ -87,14 +87,13 @@ func TestLogRotatesAtStart(t *testing.T) {
 		t.Fatalf("rotated log: %v %v", fi, err)
 	}
 	var buf bytes.Buffer
-	testDeadline := time.Now().Add(5 * time.Second)
-	for !strings.Contains(buf.String(), "fresh") && time.Now().Before(testDeadline) {
+	testutil.WaitFor(t, 5*time.Second, "the command's fresh line in its logs", func() (bool, string) {
 		buf.Reset()
 		if err := c.Logs(t.Context(), "w1", 10, false, &buf); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(20 * time.Millisecond) // poll: the command writes on its own
-	}
+		return strings.Contains(buf.String(), "fresh"), fmt.Sprintf("%q", buf.String())
+	})
 	if buf.String() != "fresh\n" {
 		t.Fatalf("logs after the rotation: %q", buf.String())
 	}

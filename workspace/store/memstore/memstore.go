@@ -1,9 +1,10 @@
 // Package memstore is an in-memory workspace store for tests: the same
 // methods and the same compare-and-set conditions as store.Store, on a map
 // under one mutex. Times are kept at millisecond resolution, as the SQL
-// stores keep them. The conformance suite (storetest.Run) checks it against
-// SQLite and Postgres, so a reconciler test that passes on it means what it
-// would on a database.
+// stores keep them. The conformance test (TestMatchesTheDatabases in
+// memstore_test.go, driving diff_test.go) checks it against SQLite and
+// Postgres, so a reconciler test that passes on it means what it would on a
+// database. memstore.go holds the Store and its reads, writes.go its writes.
 package memstore
 
 import (

@@ -1,0 +1,2 @@
+// Package sleeps is a fixture for the testsleep rule.
+package sleeps

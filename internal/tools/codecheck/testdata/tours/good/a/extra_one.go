@@ -1,0 +1,4 @@
+package a
+
+// Extra is a fixture function.
+func Extra() {}

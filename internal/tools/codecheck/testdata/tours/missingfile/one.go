@@ -1,0 +1,4 @@
+package missingfile
+
+// One is here.
+func One() {}

@@ -1,0 +1,4 @@
+package missingfile
+
+// Two is not in the tour.
+func Two() {}
