@@ -1,6 +1,7 @@
 package record
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -40,6 +41,61 @@ func PartitionNumber(name string) (uint64, bool) {
 // naming it, since a stray file in a sort's output is itself a fault. Other
 // arguments are kept as given, in order; they must exist.
 func ExpandPaths(args []string) ([]string, error) {
+	return expandDirs(args, partitionFiles)
+}
+
+// partitionFiles returns dir's partition.<n> files (ents is its listing) in
+// numeric order, skipping the done marker; anything else is an error.
+func partitionFiles(dir string, ents []os.DirEntry) ([]string, error) {
+	type part struct {
+		n    uint64
+		path string
+	}
+	parts := make([]part, 0, len(ents))
+	for _, e := range ents {
+		if e.Name() == DoneMarker {
+			continue
+		}
+		p := filepath.Join(dir, e.Name())
+		n, ok := PartitionNumber(e.Name())
+		if !ok {
+			return nil, fmt.Errorf("record: %s: not a partition.<n> file; a directory to validate may hold only partition.<n> files", p)
+		}
+		if e.IsDir() {
+			return nil, fmt.Errorf("record: %s is a directory; a directory to validate may hold only partition.<n> files", p)
+		}
+		parts = append(parts, part{n, p})
+	}
+	slices.SortFunc(parts, func(x, y part) int { return cmp.Compare(x.n, y.n) })
+	out := make([]string, 0, len(parts))
+	for _, p := range parts {
+		out = append(out, p.path)
+	}
+	return out, nil
+}
+
+// ExpandInputPaths replaces each directory in args by every regular file in
+// it, in name order: the form for unsorted input sets, whose files may have
+// any names (checksums do not depend on order). A subdirectory is an error.
+// Other arguments are kept as given, in order; they must exist.
+func ExpandInputPaths(args []string) ([]string, error) {
+	return expandDirs(args, func(dir string, ents []os.DirEntry) ([]string, error) {
+		out := make([]string, 0, len(ents))
+		for _, e := range ents {
+			p := filepath.Join(dir, e.Name())
+			if e.IsDir() {
+				return nil, fmt.Errorf("record: %s is a directory; input directories are not searched recursively", p)
+			}
+			out = append(out, p)
+		}
+		return out, nil
+	})
+}
+
+// expandDirs keeps each argument that is not a directory as given, in order,
+// and replaces each directory by what files returns for its listing (sorted
+// by name, as os.ReadDir gives it). Every argument must exist.
+func expandDirs(args []string, files func(dir string, ents []os.DirEntry) ([]string, error)) ([]string, error) {
 	var out []string
 	for _, a := range args {
 		st, err := os.Stat(a)
@@ -54,67 +110,11 @@ func ExpandPaths(args []string) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		type part struct {
-			n    uint64
-			path string
-		}
-		parts := make([]part, 0, len(ents))
-		for _, e := range ents {
-			if e.Name() == DoneMarker {
-				continue
-			}
-			p := filepath.Join(a, e.Name())
-			n, ok := PartitionNumber(e.Name())
-			if !ok {
-				return nil, fmt.Errorf("record: %s: not a partition.<n> file; a directory to validate may hold only partition.<n> files", p)
-			}
-			if e.IsDir() {
-				return nil, fmt.Errorf("record: %s is a directory; a directory to validate may hold only partition.<n> files", p)
-			}
-			parts = append(parts, part{n, p})
-		}
-		slices.SortFunc(parts, func(x, y part) int {
-			switch {
-			case x.n < y.n:
-				return -1
-			case x.n > y.n:
-				return 1
-			}
-			return 0
-		})
-		for _, p := range parts {
-			out = append(out, p.path)
-		}
-	}
-	return out, nil
-}
-
-// ExpandInputPaths replaces each directory in args by every regular file in
-// it, in name order: the form for unsorted input sets, whose files may have
-// any names (checksums do not depend on order). A subdirectory is an error.
-// Other arguments are kept as given, in order; they must exist.
-func ExpandInputPaths(args []string) ([]string, error) {
-	var out []string
-	for _, a := range args {
-		st, err := os.Stat(a)
+		paths, err := files(a, ents)
 		if err != nil {
 			return nil, err
 		}
-		if !st.IsDir() {
-			out = append(out, a)
-			continue
-		}
-		ents, err := os.ReadDir(a) // sorted by name
-		if err != nil {
-			return nil, err
-		}
-		for _, e := range ents {
-			p := filepath.Join(a, e.Name())
-			if e.IsDir() {
-				return nil, fmt.Errorf("record: %s is a directory; input directories are not searched recursively", p)
-			}
-			out = append(out, p)
-		}
+		out = append(out, paths...)
 	}
 	return out, nil
 }

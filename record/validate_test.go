@@ -349,6 +349,36 @@ func TestExpandPaths(t *testing.T) {
 	}
 }
 
+// TestExpandInputPaths: a directory of an input set gives all its files in
+// name order, whatever their names; plain files stay where they were given.
+func TestExpandInputPaths(t *testing.T) {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in")
+	os.Mkdir(in, 0o755)
+	for _, n := range []string{"b.dat", "a", "partition.10", "partition.9"} {
+		writeFile(t, in, n, nil)
+	}
+	single := writeFile(t, dir, "single", nil)
+	got, err := ExpandInputPaths([]string{in, single})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range got {
+		names = append(names, filepath.Base(p))
+	}
+	if want := "a b.dat partition.10 partition.9 single"; strings.Join(names, " ") != want {
+		t.Errorf("got %v, want %s", names, want)
+	}
+	os.Mkdir(filepath.Join(in, "sub"), 0o755)
+	if _, err := ExpandInputPaths([]string{in}); err == nil || !strings.Contains(err.Error(), "sub is a directory") {
+		t.Errorf("subdirectory: err = %v, want one naming sub", err)
+	}
+	if _, err := ExpandInputPaths([]string{filepath.Join(dir, "nope")}); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("missing: err = %v", err)
+	}
+}
+
 func TestValidateDirectories(t *testing.T) {
 	// Two "workers'" output directories; partition.10 must come after
 	// partition.9, which a string sort would get wrong — and the data is

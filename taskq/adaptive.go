@@ -518,22 +518,15 @@ func (a *adaptiveController) weight(q string) float64 {
 func (a *adaptiveController) last() *windowStats { return a.window.Load() }
 
 func (a *adaptiveController) run(ctx context.Context) {
-	t := a.p.clock.NewTicker(a.p.cfg.Interval)
-	defer t.Stop()
 	var prev windowTotals
 	prev.at = a.p.clock.Now()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-		}
+	tickLoop(ctx, a.p.clock, a.p.cfg.Interval, func() bool {
 		win := a.closeWindow(&prev)
-		if a.p.cfg.Disable {
-			continue
+		if !a.p.cfg.Disable {
+			a.apply(ctx, win)
 		}
-		a.apply(ctx, win)
-	}
+		return true
+	})
 }
 
 // windowTotals are the running totals at the start of a window.

@@ -60,6 +60,24 @@ func (l *loop) stop() {
 	}
 }
 
+// tickLoop calls fn at each tick of a ticker of period d on clk (the first a
+// period from now) until ctx ends or fn returns false: the loop of the
+// background components.
+func tickLoop(ctx context.Context, clk clock.Clock, d time.Duration, fn func() bool) {
+	t := clk.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+		if !fn() {
+			return
+		}
+	}
+}
+
 // sleep waits d on clk, or until ctx ends (then it returns ctx.Err()).
 func sleep(ctx context.Context, clk clock.Clock, d time.Duration) error {
 	t := clk.NewTimer(d)

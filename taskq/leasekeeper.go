@@ -28,16 +28,10 @@ type leaseKeeper struct {
 func newLeaseKeeper(p leaseKeeperParams) *leaseKeeper { return &leaseKeeper{p: p} }
 
 func (k *leaseKeeper) run(ctx context.Context) {
-	t := k.p.clock.NewTicker(k.p.interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-		}
+	tickLoop(ctx, k.p.clock, k.p.interval, func() bool {
 		k.beat(ctx)
-	}
+		return true
+	})
 }
 
 // start runs the lease keeper until stop or until ctx ends.

@@ -45,14 +45,8 @@ func newMaintainer(p maintainerParams) *maintainer { return &maintainer{p: p} }
 const recordTTL = time.Hour
 
 func (m *maintainer) run(ctx context.Context) {
-	t := m.p.clock.NewTicker(m.p.interval)
-	defer t.Stop()
-	for tick := 0; ; tick++ {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-		}
+	tick := 0
+	tickLoop(ctx, m.p.clock, m.p.interval, func() bool {
 		if tick%5 == 0 { // every 5 s by default: an idle worker stays cheap
 			m.p.writeRecord(ctx)
 			m.refreshGauges(ctx)
@@ -61,7 +55,9 @@ func (m *maintainer) run(ctx context.Context) {
 			m.pruneRecords(ctx)
 		}
 		m.maintain(ctx)
-	}
+		tick++
+		return true
+	})
 }
 
 // start runs the maintainer until stop or until ctx ends.

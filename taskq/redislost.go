@@ -32,22 +32,16 @@ func (w *Worker) watchRedis(ctx context.Context, giveUp func()) {
 	if after <= 0 {
 		return
 	}
-	t := w.clk.NewTicker(min(time.Second, max(after/4, time.Millisecond)))
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
+	tickLoop(ctx, w.clk, min(time.Second, max(after/4, time.Millisecond)), func() bool {
+		d := w.health.downFor(w.clk.Now())
+		if d < after {
+			return true
 		}
-		if d := w.health.downFor(w.clk.Now()); d >= after {
-			err := &RedisLostError{Addr: w.cfg.Redis, For: d}
-			w.lost.Store(err)
-			w.log.Error("taskq: giving up on redis", "addr", w.cfg.Redis, "unreachable_for", d.Round(time.Millisecond), "redis_lost_after", after)
-			giveUp()
-			return
-		}
-	}
+		w.lost.Store(&RedisLostError{Addr: w.cfg.Redis, For: d})
+		w.log.Error("taskq: giving up on redis", "addr", w.cfg.Redis, "unreachable_for", d.Round(time.Millisecond), "redis_lost_after", after)
+		giveUp()
+		return false
+	})
 }
 
 // lostErr is the *RedisLostError if the worker gave up on Redis, else nil.

@@ -98,6 +98,35 @@ type ball struct{}
 
 var theBall = &ball{}
 
+// echo answers every message with the ball and ends on cancel.
+var echo = proc(func(events []sched.Event, out *sched.StepOutput) error {
+	out.Status = sched.StatusWaitMessages
+	for i := range events {
+		switch events[i].Type {
+		case sched.EventMessage:
+			out.Send(events[i].From, theBall)
+		case sched.EventCancel:
+			out.Status = sched.StatusDone
+		}
+	}
+	return nil
+})
+
+// measureDriven spawns driver and measures ops operations: from the go
+// signal (a nil message to driver) until driver closes done.
+func measureDriven(s *sched.Scheduler, name string, driver proc, ops int, done <-chan struct{}) (Sample, error) {
+	pid, err := s.Spawn(driver, name, nil)
+	if err != nil {
+		return Sample{}, err
+	}
+	return measure(ops, func() error {
+		if err := s.Send(pid, nil); err != nil {
+			return err
+		}
+		return waitOrTimeout(done)
+	})
+}
+
 // PingPong bounces a message between two processes n times (one op = one
 // round trip = two deliveries and two steps) on a scheduler with workers
 // workers, and returns the measured part: from the first send to the last
@@ -110,23 +139,12 @@ func PingPong(workers, n int) (Sample, error) {
 	defer stop(s)
 	done := make(chan struct{})
 	// The ponger replies to every ball; the pinger counts round trips.
-	pong, err := s.Spawn(proc(func(events []sched.Event, out *sched.StepOutput) error {
-		out.Status = sched.StatusWaitMessages
-		for i := range events {
-			switch events[i].Type {
-			case sched.EventMessage:
-				out.Send(events[i].From, theBall)
-			case sched.EventCancel:
-				out.Status = sched.StatusDone
-			}
-		}
-		return nil
-	}), "pong", nil)
+	pong, err := s.Spawn(echo, "pong", nil)
 	if err != nil {
 		return Sample{}, err
 	}
 	left := n
-	ping, err := s.Spawn(proc(func(events []sched.Event, out *sched.StepOutput) error {
+	ping := proc(func(events []sched.Event, out *sched.StepOutput) error {
 		out.Status = sched.StatusWaitMessages
 		if events == nil { // first step: wait for the go signal
 			return nil
@@ -149,16 +167,8 @@ func PingPong(workers, n int) (Sample, error) {
 			out.Send(pong, theBall)
 		}
 		return nil
-	}), "ping", nil)
-	if err != nil {
-		return Sample{}, err
-	}
-	return measure(n, func() error {
-		if err := s.Send(ping, nil); err != nil {
-			return err
-		}
-		return waitOrTimeout(done)
 	})
+	return measureDriven(s, "ping", ping, n, done)
 }
 
 // ChanPingPong is PingPong's baseline: two goroutines and two unbuffered
@@ -232,18 +242,6 @@ func FanOut(workers, width, rounds int) (Sample, error) {
 		return Sample{}, err
 	}
 	defer stop(s)
-	echo := proc(func(events []sched.Event, out *sched.StepOutput) error {
-		out.Status = sched.StatusWaitMessages
-		for i := range events {
-			switch events[i].Type {
-			case sched.EventMessage:
-				out.Send(events[i].From, theBall)
-			case sched.EventCancel:
-				out.Status = sched.StatusDone
-			}
-		}
-		return nil
-	})
 	pids := make([]sched.PID, width)
 	for i := range pids {
 		if pids[i], err = s.Spawn(echo, "echo", nil); err != nil {
@@ -252,7 +250,7 @@ func FanOut(workers, width, rounds int) (Sample, error) {
 	}
 	done := make(chan struct{})
 	acks, round := 0, 0
-	hub, err := s.Spawn(proc(func(events []sched.Event, out *sched.StepOutput) error {
+	hub := proc(func(events []sched.Event, out *sched.StepOutput) error {
 		out.Status = sched.StatusWaitMessages
 		for i := range events {
 			switch {
@@ -276,16 +274,8 @@ func FanOut(workers, width, rounds int) (Sample, error) {
 			}
 		}
 		return nil
-	}), "hub", nil)
-	if err != nil {
-		return Sample{}, err
-	}
-	return measure(width*rounds, func() error {
-		if err := s.Send(hub, nil); err != nil {
-			return err
-		}
-		return waitOrTimeout(done)
 	})
+	return measureDriven(s, "hub", hub, width*rounds, done)
 }
 
 // ChanFanOut is FanOut's baseline: width goroutines, each with its own
@@ -365,7 +355,7 @@ func Yield(workers, n int, async bool) (Sample, error) {
 	defer stop(s)
 	done := make(chan struct{})
 	var tag uint64
-	pid, err := s.Spawn(proc(func(events []sched.Event, out *sched.StepOutput) error {
+	yielder := proc(func(events []sched.Event, out *sched.StepOutput) error {
 		out.Status = sched.StatusWaitMessages
 		for i := range events {
 			switch events[i].Type {
@@ -384,16 +374,8 @@ func Yield(workers, n int, async bool) (Sample, error) {
 			out.Status = sched.StatusWaitYields
 		}
 		return nil
-	}), "yield", nil)
-	if err != nil {
-		return Sample{}, err
-	}
-	return measure(n, func() error {
-		if err := s.Send(pid, nil); err != nil {
-			return err
-		}
-		return waitOrTimeout(done)
 	})
+	return measureDriven(s, "yield", yielder, n, done)
 }
 
 // ChanRequest is Yield's baseline: a goroutine asks a server goroutine over

@@ -7,8 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,6 +16,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/gantryhq/gantry/internal/testutil"
+	"github.com/gantryhq/gantry/internal/testutil/browser"
 	"github.com/gantryhq/gantry/taskq"
 	"github.com/gantryhq/gantry/taskq/dashboard"
 )
@@ -183,18 +182,7 @@ func TestDashboardInChromium(t *testing.T) {
 		return err == nil && d.State == taskq.StateDead, fmt.Sprint(d.State, err)
 	})
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(testutil.Chromium(t)), chromedp.UserDataDir(t.TempDir()),
-		chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
-		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.WindowSize(1280, 900))
-	actx, cancelA := chromedp.NewExecAllocator(ctx, opts...)
-	defer cancelA()
-	bctx, cancelB := chromedp.NewContext(actx)
-	defer cancelB()
-	if err := chromedp.Do(bctx); err != nil {
-		t.Fatalf("start chromium: %v", err)
-	}
+	bctx := browser.Start(t, ctx, 1280, 900)
 	click := func(sel string) chromedp.Action[chromedp.Void] {
 		// Clicked from inside the page: rows are re-rendered on every event.
 		return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
@@ -242,18 +230,7 @@ func TestDashboardInChromium(t *testing.T) {
 	if err != nil || strings.Join(shares, ",") != "60%,20%,20%" {
 		t.Errorf("fair shares acme,globex,initech = %v (%v), want 60%%,20%%,20%%", shares, err)
 	}
-	png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := os.Getenv("GANTRY_SCREENSHOT")
-	if out == "" {
-		out = filepath.Join(t.TempDir(), "queue-ui.png")
-	}
-	if err := os.WriteFile(out, png, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("screenshot: %s (%d bytes)", out, len(png))
+	browser.Screenshot(t, bctx, "queue-ui.png")
 
 	// Pause a tenant from the page.
 	run("pause initech", click(`tr.tenant[data-tenant="initech"] button[data-action="pause"]`))

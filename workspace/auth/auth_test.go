@@ -331,3 +331,45 @@ func TestPrincipalMaySee(t *testing.T) {
 		t.Fatal("admin cannot see")
 	}
 }
+
+// TestCheckThrottlesLikeAuthenticate: the login form's secret counts
+// failures against the address as a header does, and a valid one still
+// passes while the address is throttled.
+func TestCheckThrottlesLikeAuthenticate(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	st := newMemStore()
+	a := NewAuthenticator(st, clk, NewLimiter(LimiterConfig{Burst: 2, Every: 10 * time.Second, Clock: clk}))
+	good, tok := st.issue(t, "alice", false, clk.Now())
+	r := request("", "")
+	for i := range 2 {
+		if _, err := a.Check(r, "nope"); !errors.Is(err, ErrMalformed) {
+			t.Fatalf("attempt %d: %v, want ErrMalformed", i, err)
+		}
+	}
+	var te *ThrottledError
+	if _, err := a.Check(r, "nope"); !errors.As(err, &te) || te.RetryAfter != 10*time.Second {
+		t.Fatalf("3rd attempt: %v, want ThrottledError of 10s", err)
+	}
+	if p, err := a.Check(r, " "+good+" "); err != nil || p.TokenID != tok.ID {
+		t.Fatalf("valid secret while throttled: %+v, %v", p, err)
+	}
+}
+
+func TestPresentedTokenID(t *testing.T) {
+	s, id, _, err := NewSecret(TokenPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ header, want string }{
+		{"Bearer " + s, id},
+		{"bearer   " + s + " ", id},
+		{"Basic " + s, ""},
+		{"Bearer" + s, ""},
+		{"Bearer nope", ""},
+		{"", ""},
+	} {
+		if got := PresentedTokenID(request(c.header, "")); got != c.want {
+			t.Errorf("PresentedTokenID(%q) = %q, want %q", c.header, got, c.want)
+		}
+	}
+}

@@ -66,8 +66,14 @@ func NewAuthenticator(st Store, c clock.Clock, l *Limiter) *Authenticator {
 // valid credential still passes (the throttle slows guessing; it must not
 // let one client lock out every user behind the same proxy address).
 func (a *Authenticator) Authenticate(r *http.Request) (Principal, error) {
-	ip := RemoteIP(r)
 	p, err := a.authenticate(r)
+	return a.throttle(RemoteIP(r), p, err)
+}
+
+// throttle passes a success or a store failure through as it is; any other
+// failure counts against ip or, while ip is throttled, becomes
+// *ThrottledError.
+func (a *Authenticator) throttle(ip string, p Principal, err error) (Principal, error) {
 	if err == nil || isStoreError(err) {
 		return p, err
 	}
@@ -88,11 +94,11 @@ func isStoreError(err error) bool { var s storeError; return errors.As(err, &s) 
 func (a *Authenticator) authenticate(r *http.Request) (Principal, error) {
 	ctx := r.Context()
 	if h := r.Header.Get("Authorization"); h != "" {
-		scheme, secret, ok := strings.Cut(h, " ")
-		if !ok || !strings.EqualFold(scheme, "Bearer") {
+		secret, ok := bearerSecret(h)
+		if !ok {
 			return Principal{}, ErrMalformed
 		}
-		return a.ByToken(ctx, strings.TrimSpace(secret))
+		return a.ByToken(ctx, secret)
 	}
 	if c, err := r.Cookie(SessionCookie); err == nil {
 		return a.bySession(ctx, c.Value)
@@ -103,16 +109,8 @@ func (a *Authenticator) authenticate(r *http.Request) (Principal, error) {
 // Check authenticates a token secret given other than in a header (the
 // page's login form), throttled like Authenticate.
 func (a *Authenticator) Check(r *http.Request, secret string) (Principal, error) {
-	ip := RemoteIP(r)
 	p, err := a.ByToken(r.Context(), strings.TrimSpace(secret))
-	if err == nil || isStoreError(err) {
-		return p, err
-	}
-	if wait := a.limiter.Wait(ip); wait > 0 {
-		return Principal{}, &ThrottledError{RetryAfter: wait}
-	}
-	a.limiter.Fail(ip)
-	return p, err
+	return a.throttle(RemoteIP(r), p, err)
 }
 
 // Throttled reports whether ip is throttled now, and counts one more
@@ -212,13 +210,24 @@ func RemoteIP(r *http.Request) string {
 // is well formed, whether or not it authenticates: the audit row of a
 // refused request names the token that tried.
 func PresentedTokenID(r *http.Request) string {
-	scheme, secret, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
+	secret, ok := bearerSecret(r.Header.Get("Authorization"))
+	if !ok {
 		return ""
 	}
-	id, err := ParseSecret(TokenPrefix, strings.TrimSpace(secret))
+	id, err := ParseSecret(TokenPrefix, secret)
 	if err != nil {
 		return ""
 	}
 	return id
+}
+
+// bearerSecret returns the secret of an Authorization header value
+// "Bearer <secret>" (any case, surrounding spaces trimmed); ok is false for
+// another scheme or a value with no space.
+func bearerSecret(header string) (secret string, ok bool) {
+	scheme, secret, ok := strings.Cut(header, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	return strings.TrimSpace(secret), true
 }

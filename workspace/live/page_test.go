@@ -5,8 +5,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,7 +12,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/gantryhq/gantry/internal/testutil"
+	"github.com/gantryhq/gantry/internal/testutil/browser"
 	"github.com/gantryhq/gantry/workspace/store/storetest"
 )
 
@@ -29,25 +27,7 @@ func TestPageInChromium(t *testing.T) {
 		t.Skip("starts a browser")
 	}
 	s := newStack(t, true)
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(testutil.Chromium(t)),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.NoFirstRun,
-		chromedp.WindowSize(1000, 420),
-	)
-	actx, cancelA := chromedp.NewExecAllocator(t.Context(), opts...)
-	defer cancelA()
-	ctx, cancelC := chromedp.NewContext(actx)
-	defer cancelC()
-	if err := chromedp.Do(ctx); err != nil { // start the browser
-		t.Fatalf("start chromium: %v", err)
-	}
+	ctx := browser.Start(t, t.Context(), 1000, 420)
 
 	// A second workspace of alice's that stays archived, so the screenshot
 	// shows both, and one of bob's that alice must never see.
@@ -128,18 +108,7 @@ fetch(`+strconv.Quote(s.url+"/v1/workspaces")+`, {method: "POST", mode: "no-cors
 	if err != nil || strings.Join(names, ",") != "archived-demo,demo" {
 		t.Fatalf("alice's page lists %v (%v); want archived-demo and demo only", names, err)
 	}
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := os.Getenv("GANTRY_SCREENSHOT")
-	if out == "" {
-		out = filepath.Join(t.TempDir(), "ws-page.png")
-	}
-	if err := os.WriteFile(out, png, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("screenshot: %s (%d bytes)", out, len(png))
+	browser.Screenshot(t, ctx, "ws-page.png")
 
 	// Another origin's page posts with alice's cookie: refused, nothing made.
 	if _, err := chromedp.Run(ctx, chromedp.Navigate(evil.URL+"/")); err != nil {

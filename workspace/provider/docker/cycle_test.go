@@ -74,6 +74,7 @@ func TestFullCycleDockerS3(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { blobs.Close() })
 	st := &archive.Storage{Root: t.TempDir(), Blobs: blobs}
 	id := "c" + randID(t)
 	cleanupWorkspace(t, p, id)

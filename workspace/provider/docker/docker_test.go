@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/moby/moby/client"
+	"go.uber.org/goleak"
 
 	"github.com/gantryhq/gantry/internal/testutil"
 	"github.com/gantryhq/gantry/workspace"
@@ -176,6 +177,7 @@ func buildTestImage(t *testing.T, cli *client.Client) string {
 	}
 	imageCleanup = func() {
 		cli.ImageRemove(context.WithoutCancel(t.Context()), tag, client.ImageRemoveOptions{Force: true, PruneChildren: true})
+		cli.Close() // the first test closed cli already: end the connection the remove made again
 	}
 	return tag
 }
@@ -216,10 +218,18 @@ var (
 	imageCleanup = func() {}
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
+func TestMain(m *testing.M) { goleak.VerifyTestMain(cleanupAfter{m}) }
+
+// cleanupAfter removes the shared test image once the tests ran, and ends
+// the keep-alive connections the default client left in its pool (the S3
+// health check, http.Get), before goleak looks for goroutines left behind.
+type cleanupAfter struct{ m *testing.M }
+
+func (c cleanupAfter) Run() int {
+	code := c.m.Run()
 	imageCleanup()
-	os.Exit(code)
+	http.DefaultClient.CloseIdleConnections()
+	return code
 }
 
 func sharedImage(t *testing.T, cli *client.Client) string {

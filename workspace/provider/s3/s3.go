@@ -194,6 +194,7 @@ func parseURLOptions(raw string, q url.Values, cfg *Config) error {
 type BlobStore struct {
 	cfg Config
 	cli *minio.Client
+	own *http.Transport // the transport New built; nil when Config.Transport was given
 }
 
 var _ provider.BlobStore = (*BlobStore)(nil)
@@ -203,24 +204,44 @@ func New(ctx context.Context, cfg Config) (*BlobStore, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	// minio-go's default transport, built here so that Close can end its
+	// idle connections.
+	tr, own := cfg.Transport, (*http.Transport)(nil)
+	if tr == nil {
+		t, err := minio.DefaultTransport(cfg.Secure)
+		if err != nil {
+			return nil, fmt.Errorf("s3: transport for %s: %w", cfg.Endpoint, err)
+		}
+		tr, own = t, t
+	}
 	cli, err := minio.New(cfg.Endpoint, &minio.Options{
 		Creds:        credentials.NewStaticV4(cfg.AccessKey, cfg.SecretKey, ""),
 		Secure:       cfg.Secure,
 		Region:       cfg.Region,
 		BucketLookup: minio.BucketLookupPath,
 		MaxRetries:   cfg.MaxRetries,
-		Transport:    cfg.Transport,
+		Transport:    tr,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("s3: client for %s: %w", cfg.Endpoint, err)
 	}
-	b := &BlobStore{cfg: cfg, cli: cli}
+	b := &BlobStore{cfg: cfg, cli: cli, own: own}
 	if cfg.CreateBucket {
 		if err := b.ensureBucket(ctx); err != nil {
 			return nil, err
 		}
 	}
 	return b, nil
+}
+
+// Close ends the idle keep-alive connections (and their goroutines) of the
+// transport New built; a Config.Transport is its owner's to close. The
+// store stays usable: a later call dials again.
+func (b *BlobStore) Close() error {
+	if b.own != nil {
+		b.own.CloseIdleConnections()
+	}
+	return nil
 }
 
 func (b *BlobStore) ensureBucket(ctx context.Context) error {

@@ -34,7 +34,8 @@ func testEndpoint(t *testing.T) string {
 		ep = "127.0.0.1:9000"
 	}
 	live := func() bool {
-		c := http.Client{Timeout: 2 * time.Second}
+		// No keep-alive: a pooled connection would outlive the tests (goleak).
+		c := http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 		resp, err := c.Get("http://" + ep + "/minio/health/live")
 		if err != nil {
 			return false
@@ -95,6 +96,7 @@ func newTestStore(t *testing.T, cfg Config) *BlobStore {
 			bs.cli.RemoveIncompleteUpload(ctx, cfg.Bucket, u.Key)
 		}
 		bs.cli.RemoveBucket(ctx, cfg.Bucket)
+		bs.Close()
 	})
 	return bs
 }
