@@ -18,7 +18,12 @@
 //	plan.go       Plan: the seed's table + PROVISIONING; Superseded: when a
 //	              change of desired state takes over from a failing operation
 //	              (pure)
-//	reconciler.go Reconciler: one sched process per workspace; ReconcilerStore
+//	reconciler.go Reconciler: one sched process per workspace; ReconcilerStore;
+//	              a step: claim, execute, complete
+//	config.go     Config: the seed's defaults and RECONCILER_* (ConfigFromEnv)
+//	wsproc.go     the per-workspace sched process and the step lanes it yields to
+//	calls.go      provider calls and their failures: retry, RetryExceeded,
+//	              timeouts, a command's exit
 //	urgent.go     a user's work first: the urgent mark from request to reconciler
 //	supersede.go  the reconciler giving up a failing operation (Superseded)
 //	reasons.go    which error_info reason a failed provider call gets

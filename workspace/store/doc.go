@@ -10,7 +10,8 @@
 //
 // Tour:
 //
-//	store.go    Open (dialects, migrations/), the row scan, Create, Get, List,
+//	migrate.go  the numbered migrations/ of each dialect, each applied once
+//	store.go    Open (dialects), the row scan, Create, Get, List,
 //	            ListActionable(IDs), SetDesired, and the reconciler's writes: Claim,
 //	            Acquire, Renew, Executed, SetArchiveKey, Failed, Terminal,
 //	            Complete, DeleteRow; SetObserved, SetObservedComplete (an

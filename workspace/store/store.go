@@ -3,12 +3,9 @@ package store
 import (
 	"context"
 	"database/sql"
-	"embed"
 	"encoding/json"
 	"fmt"
-	"io/fs"
 	"math"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,9 +18,6 @@ import (
 	"github.com/gantryhq/gantry/workspace/auth"
 	"github.com/gantryhq/gantry/workspace/wstype"
 )
-
-//go:embed migrations
-var migrationsFS embed.FS
 
 // Dialect is the SQL flavour of a Store.
 type Dialect int
@@ -143,78 +137,6 @@ func (s *Store) rebind(q string) string {
 // exec runs one write (with ? placeholders) through the batcher.
 func (s *Store) exec(ctx context.Context, q string, args ...any) (int64, error) {
 	return s.batch.exec(ctx, q, args)
-}
-
-func (s *Store) migrate(ctx context.Context, upTo int) error {
-	dir := "migrations/" + s.dialect.String()
-	entries, err := fs.ReadDir(migrationsFS, dir)
-	if err != nil {
-		return err
-	}
-	sort.Slice(entries, func(i, j int) bool { return entries[i].Name() < entries[j].Name() })
-	if _, err := s.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at BIGINT NOT NULL)`); err != nil {
-		return fmt.Errorf("store: migrate: %w", err)
-	}
-	for _, e := range entries {
-		v, err := strconv.Atoi(strings.SplitN(e.Name(), "_", 2)[0])
-		if err != nil {
-			return fmt.Errorf("workspace: migration %s: name must start with a number", e.Name())
-		}
-		if v > upTo {
-			break
-		}
-		body, err := fs.ReadFile(migrationsFS, dir+"/"+e.Name())
-		if err != nil {
-			return err
-		}
-		if err := s.applyMigration(ctx, v, string(body)); err != nil {
-			return fmt.Errorf("workspace: migration %s: %w", e.Name(), err)
-		}
-	}
-	return nil
-}
-
-func (s *Store) applyMigration(ctx context.Context, version int, body string) error {
-	tx, err := s.db.BeginTx(ctx, nil) // BEGIN IMMEDIATE on SQLite (_txlock)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	if s.dialect == Postgres {
-		// Replicas starting together: one migrates, the others wait.
-		if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(7474001)`); err != nil {
-			return err
-		}
-	}
-	var n int
-	if err := tx.QueryRowContext(ctx, s.rebind(`SELECT COUNT(*) FROM schema_migrations WHERE version = ?`), version).Scan(&n); err != nil {
-		return err
-	}
-	if n > 0 {
-		return nil
-	}
-	for _, stmt := range strings.Split(stripComments(body), ";") { // comments first: a ; in one would split a statement
-		if strings.TrimSpace(stripComments(stmt)) == "" {
-			continue
-		}
-		if _, err := tx.ExecContext(ctx, stmt); err != nil {
-			return err
-		}
-	}
-	if _, err := tx.ExecContext(ctx, s.rebind(`INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`), version, time.Now().UnixMilli()); err != nil {
-		return err
-	}
-	return tx.Commit()
-}
-
-func stripComments(s string) string {
-	var b strings.Builder
-	for _, line := range strings.Split(s, "\n") {
-		if !strings.HasPrefix(strings.TrimSpace(line), "--") {
-			b.WriteString(line + "\n")
-		}
-	}
-	return b.String()
 }
 
 const cols = `id, name, owner, image, command, desired_state, observed_status, observed_at, operation, op_id,

@@ -2,6 +2,8 @@
 // staticcheck and gocyclo do not cover (make lint runs it on ./...):
 //
 //   - funclen: no function in non-test, non-generated code is over 80 lines;
+//   - filelen: no non-test, non-generated file is over 800 lines (split it
+//     by role: a newcomer reads a file whole);
 //   - pkgdoc: every package has a doc comment;
 //   - testctx: tests take their context from t.Context() (b.Context(),
 //     f.Context()), not context.Background() or context.TODO(), except in
@@ -40,6 +42,10 @@ import (
 // maxFuncLines bounds every function so that each stays readable on one
 // screen; gocyclo bounds their complexity (make lint).
 const maxFuncLines = 80
+
+// maxFileLines bounds every non-test, non-generated file (DESIGN.md: files
+// stay under ~800 lines).
+const maxFileLines = 800
 
 var issueRef = regexp.MustCompile(`\b[Ii]ssues? #?[0-9]+\b`)
 
@@ -140,6 +146,9 @@ func (c *checker) goFile(path string) error {
 	c.docs[dir] = c.docs[dir] || f.Doc != nil
 	if !isGenerated(f) {
 		c.funcLengths(f)
+		if n := c.fset.File(f.Pos()).LineCount(); n > maxFileLines {
+			c.report("%s: filelen: the file is %d lines long, more than %d (split it by role)", path, n, maxFileLines)
+		}
 	}
 	return nil
 }

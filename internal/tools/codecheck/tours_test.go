@@ -55,3 +55,12 @@ func TestSleepNeedsRealTimeReason(t *testing.T) {
 		t.Errorf("findings (-want +got):\n%s", diff)
 	}
 }
+
+func TestFileLength(t *testing.T) {
+	want := []string{
+		"testdata/filelen/long.go: filelen: the file is 801 lines long, more than 800 (split it by role)",
+	}
+	if diff := cmp.Diff(want, findings(t, "filelen")); diff != "" {
+		t.Errorf("findings (-want +got):\n%s", diff)
+	}
+}
