@@ -29,6 +29,22 @@ func TestStoreBatchesKeepEachOutcome(t *testing.T) {
 			ws := createN(t, st, n, now)
 			s0 := st.BatchStats()
 			start := make(chan struct{})
+			// The first statement waits until every caller has been let go,
+			// so the next batches find callers waiting however loaded the
+			// machine is (a batch takes the callers waiting at that moment).
+			var entered atomic.Int64
+			allIn := make(chan struct{})
+			enter := func() {
+				if entered.Add(1) == 3*n {
+					close(allIn)
+				}
+			}
+			store.SetBeforeBulk(st, func() {
+				select {
+				case <-allIn:
+				case <-time.After(10 * time.Second):
+				}
+			})
 			var wg sync.WaitGroup
 			var mu sync.Mutex
 			wins := map[string]int{}
@@ -40,6 +56,7 @@ func TestStoreBatchesKeepEachOutcome(t *testing.T) {
 					go func() {
 						defer wg.Done()
 						<-start
+						enter()
 						ok, err := st.Claim(ctx, w, wstype.OpProvisioning, "op-"+owner, owner, now, now.Add(time.Minute))
 						mu.Lock()
 						defer mu.Unlock()
@@ -55,6 +72,7 @@ func TestStoreBatchesKeepEachOutcome(t *testing.T) {
 				go func() {
 					defer wg.Done()
 					<-start
+					enter()
 					// Takes the next workspace's name: a unique violation.
 					_, err := st.Exec(ctx, `UPDATE workspaces SET name = ? WHERE id = ?`, fmt.Sprint("b", (i+1)%n), w.ID)
 					mu.Lock()
