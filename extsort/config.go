@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+
+	"github.com/gantryhq/gantry/internal/sysmem"
 )
 
 // Config controls a sort. The zero value is usable: every field documents
@@ -151,7 +153,7 @@ func (c Config) chunkRecords() int64 {
 // DefaultMemory is the budget used when none is given: a quarter of the
 // machine's RAM (1 GiB if that cannot be read).
 func DefaultMemory() int64 {
-	if ram := totalRAM(); ram > 0 {
+	if ram := sysmem.Total(); ram > 0 {
 		return ram / 4
 	}
 	return 1 << 30

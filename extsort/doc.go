@@ -36,5 +36,4 @@
 //	output.go      partition files, written at offsets; CheckSeparate
 //	sort.go        Sort and Stats
 //	hugemem*.go    the sort's large buffers (zeroed, transparent huge pages where there are)
-//	ram_*.go       the machine's RAM, for DefaultMemory
 package extsort

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"runtime/debug"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/gantryhq/gantry/internal/backoff"
+	"github.com/gantryhq/gantry/internal/sysmem"
 	"github.com/gantryhq/gantry/taskq"
 	"github.com/gantryhq/gantry/taskq/taskqotel"
 	"github.com/gantryhq/gantry/taskq/tasks"
@@ -89,7 +91,7 @@ func runQueueWorker(cmd *cobra.Command, env *Env, o *queueWorkerOptions) error {
 	if err != nil {
 		return err
 	}
-	defer setWorkerMemoryLimit(env, o.memLimit, "/")()
+	defer setWorkerMemoryLimit(env, o.memLimit)()
 	w, err := newWorkerWaiting(cmd.Context(), env, cfg)
 	if err != nil {
 		return err
@@ -134,19 +136,19 @@ func runQueueWorker(cmd *cobra.Command, env *Env, o *queueWorkerOptions) error {
 // worker's record carries one and the health check's worker-memory check
 // (its memory against its limit) has something to measure: limit when
 // --memory-limit set one; else GOMEMLIMIT's, which the runtime applied; else
-// 90% of the memory available to the process (availableMemory, under
-// root). The returned func puts the previous limit back.
-func setWorkerMemoryLimit(env *Env, limit int64, root string) (restore func()) {
+// 90% of the memory available to the process (sysmem.Available). The
+// returned func puts the previous limit back.
+func setWorkerMemoryLimit(env *Env, limit int64) (restore func()) {
 	prev := debug.SetMemoryLimit(-1)
 	restore = func() { debug.SetMemoryLimit(prev) }
 	source := "--memory-limit"
 	switch {
 	case limit > 0:
-	case goMemLimitSet():
+	case os.Getenv("GOMEMLIMIT") != "": // the runtime applied it at start
 		env.Logger.Info("memory limit", "bytes", prev, "from", "GOMEMLIMIT")
 		return restore
 	default:
-		avail, from := availableMemory(root)
+		avail, from := sysmem.Available()
 		if avail <= 0 {
 			env.Logger.Warn("no memory limit: the memory available could not be read; the health check's worker-memory check stays silent (set --memory-limit)")
 			return restore

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantryhq/gantry/internal/sysmem"
 	"github.com/gantryhq/gantry/internal/testutil"
 	"github.com/gantryhq/gantry/taskq"
 )
@@ -184,52 +185,6 @@ func TestQueueWorkerRedisLostAfterFlag(t *testing.T) {
 	}
 }
 
-// availableMemory reads the machine's memory and the cgroup limits (v2 and
-// v1, at the process's path or the root) from a fake file tree.
-func TestAvailableMemory(t *testing.T) {
-	const gib = 1 << 30
-	tests := []struct {
-		name     string
-		files    map[string]string
-		want     int64
-		wantFrom string
-	}{
-		{"machine only", map[string]string{"proc/meminfo": "MemTotal:       8388608 kB\nMemFree: 1 kB\n"}, 8 * gib, "the machine's memory"},
-		{"v2 limit at the process's path", map[string]string{
-			"proc/meminfo": "MemTotal: 8388608 kB\n", "proc/self/cgroup": "0::/app/w1\n",
-			"sys/fs/cgroup/app/w1/memory.max": "2147483648\n", "sys/fs/cgroup/memory.max": "max\n",
-		}, 2 * gib, "the cgroup's memory limit"},
-		{"v2 unlimited", map[string]string{
-			"proc/meminfo": "MemTotal: 8388608 kB\n", "proc/self/cgroup": "0::/app\n", "sys/fs/cgroup/app/memory.max": "max\n",
-		}, 8 * gib, "the machine's memory"},
-		{"v1 limit, combined controllers", map[string]string{
-			"proc/meminfo": "MemTotal: 8388608 kB\n", "proc/self/cgroup": "4:memory,hugetlb:/box\n2:cpu:/\n",
-			"sys/fs/cgroup/memory/box/memory.limit_in_bytes": "1073741824\n",
-		}, gib, "the cgroup's memory limit"},
-		{"v1 no limit (a huge number)", map[string]string{
-			"proc/meminfo": "MemTotal: 8388608 kB\n", "sys/fs/cgroup/memory/memory.limit_in_bytes": "9223372036854771712\n",
-		}, 8 * gib, "the machine's memory"},
-		{"nothing readable", map[string]string{}, 0, ""},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			root := t.TempDir()
-			for name, content := range tt.files {
-				p := filepath.Join(root, name)
-				if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if n, from := availableMemory(root); n != tt.want || from != tt.wantFrom {
-				t.Errorf("availableMemory = %d (%s), want %d (%s)", n, from, tt.want, tt.wantFrom)
-			}
-		})
-	}
-}
-
 // `queue worker` runs under a Go memory limit, so that its record carries
 // one and the health check's worker-memory check has something to measure:
 // --memory-limit's, or by default 90% of the memory available; the limit
@@ -239,7 +194,7 @@ func TestQueueWorkerSetsMemoryLimit(t *testing.T) {
 	addr := testutil.Redis(t)
 	t.Setenv("GOMEMLIMIT", "")
 	before := debug.SetMemoryLimit(-1)
-	avail, _ := availableMemory("/")
+	avail, _ := sysmem.Available()
 	if avail <= 0 {
 		t.Fatal("this machine's memory cannot be read")
 	}

@@ -14,7 +14,6 @@
 //	sched.go        gantry sched bench                  (sched: the scheduler's benchmark table)
 //	queue.go        gantry queue worker|enqueue|stats|dlq|health (taskq)
 //	queue_worker.go gantry queue worker: its flags, metrics server and Redis-lost exit
-//	queue_memory.go the memory a worker may use (cgroup or machine), for its Go memory limit
 //	queue_tasks.go  gantry queue tasks list|get|delete|run|cancel, pause and resume
 //	queue_cron.go   gantry queue cron add|list|remove
 //	queue_limit.go  gantry queue limit set|list|clear (rate and concurrency limits)

@@ -1,11 +1,11 @@
 //go:build darwin
 
-package extsort
+package sysmem
 
 import "golang.org/x/sys/unix"
 
-// totalRAM is the machine's RAM in bytes, or 0 if it cannot be read.
-func totalRAM() int64 {
+// Total is the machine's RAM in bytes, or 0 if it cannot be read.
+func Total() int64 {
 	n, err := unix.SysctlUint64("hw.memsize")
 	if err != nil {
 		return 0

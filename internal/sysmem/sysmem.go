@@ -1,25 +1,29 @@
-package cli
+// Package sysmem tells how much memory this process may use: the machine's
+// RAM (Total: extsort's default budget) and, within it, its cgroup's memory
+// limit (Available: a queue worker's Go memory limit).
+//
+// The files: sysmem.go (this one) Available and the cgroup limit files;
+// total_linux.go, total_darwin.go and total_other.go Total on each
+// platform.
+package sysmem
 
 import (
-	"bufio"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 )
 
-// goMemLimitSet reports whether the user set GOMEMLIMIT (the runtime
-// applied it at start).
-func goMemLimitSet() bool { return os.Getenv("GOMEMLIMIT") != "" }
+// Available is the memory this process may use: its cgroup's limit (v2
+// memory.max, v1 memory.limit_in_bytes; at the process's own cgroup path or
+// the root of the hierarchy) when that is below the machine's memory
+// (Total), else the machine's. from says which; 0 when neither can be read.
+func Available() (n int64, from string) { return available("/", Total()) }
 
-// availableMemory is the memory this process may use, read under root
-// ("/" but in tests): its cgroup's limit (v2 memory.max, v1
-// memory.limit_in_bytes; at the process's own cgroup path or the root of
-// the hierarchy) when that is below the machine's memory (MemTotal in
-// /proc/meminfo), else the machine's. from says which; 0 when neither can
-// be read.
-func availableMemory(root string) (n int64, from string) {
-	if total := memTotal(root); total > 0 {
+// available is Available with the cgroup files read under root ("/" but in
+// tests) and the machine's memory total.
+func available(root string, total int64) (n int64, from string) {
+	if total > 0 {
 		n, from = total, "the machine's memory"
 	}
 	for _, f := range cgroupLimitFiles(root) {
@@ -28,26 +32,6 @@ func availableMemory(root string) (n int64, from string) {
 		}
 	}
 	return n, from
-}
-
-// memTotal is MemTotal of root/proc/meminfo in bytes (0: unknown).
-func memTotal(root string) int64 {
-	f, err := os.Open(filepath.Join(root, "proc", "meminfo"))
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "MemTotal:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			if err != nil {
-				return 0
-			}
-			return kb << 10
-		}
-	}
-	return 0
 }
 
 // cgroupLimitFiles lists the files that may hold this process's cgroup

@@ -1,11 +1,11 @@
 //go:build linux
 
-package extsort
+package sysmem
 
 import "syscall"
 
-// totalRAM is the machine's RAM in bytes, or 0 if it cannot be read.
-func totalRAM() int64 {
+// Total is the machine's RAM in bytes, or 0 if it cannot be read.
+func Total() int64 {
 	var si syscall.Sysinfo_t
 	if err := syscall.Sysinfo(&si); err != nil {
 		return 0
