@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"math"
 	"os"
-	"path/filepath"
 	"runtime"
 	"sync"
 
@@ -69,9 +67,6 @@ func GenerateFile(ctx context.Context, path string, first, count uint64, opt Gen
 		return sum, err
 	}
 
-	if err := checkDirOf(path); err != nil {
-		return Checksum{}, err
-	}
 	// gensort's fopen gives 0666 less umask; 0644 is that under the usual umask.
 	var sum Checksum
 	// In aligned blocks: the file is then cached in huge folios, and a sort
@@ -88,23 +83,6 @@ func GenerateFile(ctx context.Context, path string, first, count uint64, opt Gen
 		return Checksum{}, fmt.Errorf("record: %w", err)
 	}
 	return sum, nil
-}
-
-// checkDirOf checks that path's directory exists. The file is written
-// under a hidden temp name in it (fsutil.WriteAtomic): without this check a
-// missing directory would be reported through that name.
-func checkDirOf(path string) error {
-	dir := filepath.Dir(path)
-	st, err := os.Stat(dir)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return fmt.Errorf("record: cannot write %s: directory %s does not exist", path, dir)
-	case err != nil:
-		return fmt.Errorf("record: cannot write %s: %w", path, err)
-	case !st.IsDir():
-		return fmt.Errorf("record: cannot write %s: %s is not a directory", path, dir)
-	}
-	return nil
 }
 
 // genBlock is one block of generated records on its way to the writer.

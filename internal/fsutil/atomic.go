@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 )
@@ -73,6 +74,37 @@ func WriteAtomicDirect(path string, perm os.FileMode, write func(w io.Writer) er
 	})
 }
 
+// createError is writeAtomic's error when no temp file could be made beside
+// path: it names path's directory, not the hidden temp name the user never
+// gave, and still wraps err (errors.Is(err, fs.ErrNotExist) holds for a
+// missing directory).
+func createError(path string, err error) error {
+	dir := filepath.Dir(path)
+	msg := fmt.Sprintf("fsutil: cannot write %s: cannot create a file in %s", path, dir)
+	st, serr := os.Stat(dir)
+	switch {
+	case errors.Is(serr, fs.ErrNotExist):
+		msg = fmt.Sprintf("fsutil: cannot write %s: directory %s does not exist", path, dir)
+	case serr == nil && !st.IsDir():
+		msg = fmt.Sprintf("fsutil: cannot write %s: %s is not a directory", path, dir)
+	default:
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			msg += ": " + pe.Err.Error()
+		}
+	}
+	return &createErr{msg: msg, err: err}
+}
+
+// createErr is createError's error: its own text, the cause underneath.
+type createErr struct {
+	msg string
+	err error
+}
+
+func (e *createErr) Error() string { return e.msg }
+func (e *createErr) Unwrap() error { return e.err }
+
 // writeAtomic is the discipline both share: produce writes the content to a temp file
 // beside path, which is then fsynced, renamed over path, and its directory fsynced.
 func writeAtomic(path string, perm os.FileMode, produce func(f *os.File) error) (err error) {
@@ -82,7 +114,7 @@ func writeAtomic(path string, perm os.FileMode, produce func(f *os.File) error) 
 	}
 	f, err := os.CreateTemp(dir, TempPrefix+base+".*")
 	if err != nil {
-		return fmt.Errorf("fsutil: write %s: %w", path, err)
+		return createError(path, err)
 	}
 	tmp := f.Name()
 	defer func() {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -48,6 +49,32 @@ func TestWriteAtomicFailureKeepsOld(t *testing.T) {
 	assertOnly(t, dir, "f")
 	if err := WriteFileAtomic(filepath.Join(dir, "missing", "f"), nil, 0o644); err == nil {
 		t.Fatal("write into a missing dir succeeded")
+	}
+}
+
+// A file that cannot be created is reported by its directory, never by
+// the hidden temp name the caller never gave, for WriteAtomic and
+// WriteAtomicDirect alike; a missing directory is still fs.ErrNotExist.
+func TestWriteAtomicNamesTheDirectory(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	if err := WriteFileAtomic(file, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	noop := func(io.Writer) error { return nil }
+	for _, write := range []func(string, os.FileMode, func(io.Writer) error) error{WriteAtomic, WriteAtomicDirect} {
+		for _, tc := range []struct {
+			path, want string
+			notExist   bool
+		}{
+			{filepath.Join(dir, "no", "such", "f"), "cannot write " + filepath.Join(dir, "no", "such", "f") + ": directory " + filepath.Join(dir, "no", "such") + " does not exist", true},
+			{filepath.Join(file, "f"), "cannot write " + filepath.Join(file, "f") + ": " + file + " is not a directory", false},
+		} {
+			err := write(tc.path, 0o644, noop)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), TempPrefix) || errors.Is(err, fs.ErrNotExist) != tc.notExist {
+				t.Errorf("write %s: %v; want %q, no temp name, ErrNotExist %v", tc.path, err, tc.want, tc.notExist)
+			}
+		}
 	}
 }
 
