@@ -75,7 +75,8 @@ func TestLeaseKeeperBeatsOnTheClock(t *testing.T) {
 	enqueueTenant(t, c, q, "x", 0, 1)
 	clk := fakeClock()
 	t0 := clk.Now()
-	ds, _, err := r.Dequeue(t.Context(), []string{q}, 1, t0, t0.Add(time.Minute))
+	deq, err := r.Dequeue(t.Context(), []string{q}, 1, t0, t0.Add(time.Minute))
+	ds := deq.Tasks
 	if err != nil || len(ds) != 1 {
 		t.Fatalf("dequeue: %v %v", ds, err)
 	}
@@ -112,8 +113,8 @@ func TestMaintainerReapsOnTheClock(t *testing.T) {
 	enqueueTenant(t, c, q, "x", 0, 2)
 	clk := fakeClock()
 	t0 := clk.Now()
-	if ds, _, err := r.Dequeue(t.Context(), []string{q}, 2, t0, t0.Add(3*time.Second)); err != nil || len(ds) != 2 {
-		t.Fatalf("dequeue: %v %v", ds, err)
+	if deq, err := r.Dequeue(t.Context(), []string{q}, 2, t0, t0.Add(3*time.Second)); err != nil || len(deq.Tasks) != 2 {
+		t.Fatalf("dequeue: %v %v", deq.Tasks, err)
 	}
 	var records atomic.Int32
 	m := newMaintainer(maintainerParams{r: r, queues: []string{q}, interval: 2 * time.Second,

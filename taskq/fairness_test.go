@@ -16,7 +16,8 @@ func drainOrder(t *testing.T, addr, q string, n int) []string {
 	var out []string
 	for len(out) < n {
 		now := time.Now()
-		ds, _, err := r.Dequeue(ctx, []string{q}, min(16, n-len(out)), now, now.Add(time.Minute))
+		deq, err := r.Dequeue(ctx, []string{q}, min(16, n-len(out)), now, now.Add(time.Minute))
+		ds := deq.Tasks
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -118,7 +118,7 @@ func (f *fetcher) takeSlots(ctx context.Context) (n int, ok bool) {
 func (f *fetcher) dequeue(order []string, n int) ([]rdb.Dequeued, time.Time, error) {
 	now := f.p.clock.Now()
 	dctx, cancel := context.WithTimeout(f.p.persist, 10*time.Second)
-	res, err := f.p.r.DequeueBatch(dctx, order, n, now, now.Add(f.p.lease))
+	res, err := f.p.r.Dequeue(dctx, order, n, now, now.Add(f.p.lease))
 	cancel()
 	f.p.m.dequeues.Inc()
 	f.giveSlots(n - len(res.Tasks))

@@ -165,7 +165,8 @@ func TestLimitWeightOverridesAndBadLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Now()
-	ds, _, err := r.Dequeue(ctx, []string{q}, 200, now, now.Add(time.Minute))
+	deq, err := r.Dequeue(ctx, []string{q}, 200, now, now.Add(time.Minute))
+	ds := deq.Tasks
 	if err != nil {
 		t.Fatal(err)
 	}

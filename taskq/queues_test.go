@@ -136,7 +136,7 @@ func TestDequeueOneRoundTripOverQueues(t *testing.T) {
 	now := time.Now()
 	r.Dequeue(t.Context(), []string{"warm"}, 1, now, now) // loads the script (EVALSHA → NOSCRIPT → EVAL)
 	before := evalsha()
-	res, err := r.DequeueBatch(t.Context(), []string{"q1", "q2", "q3", "q4", "q5"}, 10, now, now.Add(time.Minute))
+	res, err := r.Dequeue(t.Context(), []string{"q1", "q2", "q3", "q4", "q5"}, 10, now, now.Add(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -306,7 +306,8 @@ func TestLeaseExpiryRedelivers(t *testing.T) {
 	enqueueTenant(t, c, q, "x", 0, 5)
 	// A "dead worker": takes the tasks with a short lease and never returns.
 	now := time.Now()
-	ds, _, err := r.Dequeue(ctx, []string{q}, 5, now, now.Add(300*time.Millisecond))
+	deq, err := r.Dequeue(ctx, []string{q}, 5, now, now.Add(300*time.Millisecond))
+	ds := deq.Tasks
 	if err != nil || len(ds) != 5 {
 		t.Fatalf("dequeue: %d, %v", len(ds), err)
 	}

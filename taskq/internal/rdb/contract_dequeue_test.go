@@ -15,10 +15,10 @@ var lease = at(30 * time.Second)
 // got is one dequeued task as the tests compare it.
 type got struct{ Queue, ID, Msg, Tenant string }
 
-// deq runs dequeue.lua over queues at now (through DequeueBatch).
+// deq runs dequeue.lua over queues at now (through Dequeue).
 func deq(t *testing.T, r *RDB, queues []string, n int, now time.Time) DequeueResult {
 	t.Helper()
-	res, err := r.DequeueBatch(t.Context(), queues, n, now, lease)
+	res, err := r.Dequeue(t.Context(), queues, n, now, lease)
 	if err != nil {
 		t.Fatalf("dequeue: %v", err)
 	}

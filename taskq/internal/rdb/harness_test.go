@@ -199,7 +199,8 @@ func enqueueAt(t *testing.T, r *RDB, q string, now time.Time, msgs ...EnqMsg) {
 // returns their ids in order.
 func dequeue(t *testing.T, r *RDB, q string, n int) []string {
 	t.Helper()
-	ds, _, err := r.Dequeue(t.Context(), []string{q}, n, t0, at(30*time.Second))
+	deq, err := r.Dequeue(t.Context(), []string{q}, n, t0, at(30*time.Second))
+	ds := deq.Tasks
 	if err != nil {
 		t.Fatalf("dequeue %d from %s: %v", n, q, err)
 	}

@@ -120,7 +120,7 @@ func TestScriptCallsStayInOneSlot(t *testing.T) {
 			_, _, _, err := r.EnqueueUnique(ctx, qa, t0, ModeUnique, "k", at(time.Hour), task("u", "t"))
 			return err
 		}},
-		{"dequeue", func() error { _, _, err := r.Dequeue(ctx, []string{qa, qb}, 10, t0, at(time.Minute)); return err }},
+		{"dequeue", func() error { _, err := r.Dequeue(ctx, []string{qa, qb}, 10, t0, at(time.Minute)); return err }},
 		{"extend", func() error { _, err := r.Extend(ctx, qa, at(time.Hour), []string{"x"}); return err }},
 		{"progress", func() error { _, err := r.Progress(ctx, qa, "x", "{}"); return err }},
 		{"ack", func() error { _, err := r.Ack(ctx, qa, t0, []AckItem{{ID: "x"}}); return err }},

@@ -238,14 +238,6 @@ type Dequeued struct {
 	LeaseUntil time.Time
 }
 
-// Dequeue takes up to n tasks from queues, serving them in the given order,
-// in one script call (one per queue on a cluster). retry is the earliest
-// time a tenant or queue throttled by a rate may run again (zero: none).
-func (r *RDB) Dequeue(ctx context.Context, queues []string, n int, now, leaseUntil time.Time) (ds []Dequeued, retry time.Time, err error) {
-	res, err := r.DequeueBatch(ctx, queues, n, now, leaseUntil)
-	return res.Tasks, res.Retry, err
-}
-
 // DequeueResult is what one dequeue call gave.
 type DequeueResult struct {
 	Tasks []Dequeued
@@ -257,8 +249,10 @@ type DequeueResult struct {
 	Pending map[string]int64
 }
 
-// DequeueBatch is Dequeue that also reports each queue's backlog.
-func (r *RDB) DequeueBatch(ctx context.Context, queues []string, n int, now, leaseUntil time.Time) (DequeueResult, error) {
+// Dequeue takes up to n tasks from queues, serving them in the given order,
+// in one script call (one per queue on a cluster), and reports each
+// queue's backlog.
+func (r *RDB) Dequeue(ctx context.Context, queues []string, n int, now, leaseUntil time.Time) (DequeueResult, error) {
 	res := DequeueResult{Pending: make(map[string]int64, len(queues))}
 	if len(queues) == 0 || n <= 0 {
 		return res, nil
