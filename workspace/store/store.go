@@ -516,8 +516,7 @@ func (s *Store) Terminal(ctx context.Context, id, opID string, info *wstype.Erro
 // completed, and the reconciler plans its next step from that without a
 // read, even when w came from a hint (handoff.go).
 func (s *Store) Complete(ctx context.Context, w wstype.Workspace, now time.Time) (bool, error) {
-	n, err := s.exec(ctx, `UPDATE workspaces SET operation = 'NONE', op_owner = NULL, op_lease_until = NULL, op_executed = 0,
-		error_count = 0, error_info = NULL, next_retry_at = NULL, updated_at = ?
+	n, err := s.exec(ctx, endOp+`
 		WHERE id = ? AND op_id = ? AND operation <> 'NONE'`+planSeen,
 		now.UnixMilli(), w.ID, w.OpID, string(w.ObservedStatus), string(w.DesiredState), w.ArchiveKey)
 	return n == 1, err
@@ -553,6 +552,18 @@ func (s *Store) CompleteRestart(ctx context.Context, w wstype.Workspace, now tim
 // made from (Claim, Complete): observed status, desired state, archive key.
 const planSeen = `
 		  AND observed_status = ? AND desired_state = ? AND COALESCE(archive_key, '') = ?`
+
+// endOp is the write that ends an operation (Complete, Abandon): operation
+// NONE, no owner or lease, error count, info and retry time cleared (op_id
+// stays); updated_at is its first argument.
+const endOp = `UPDATE workspaces SET operation = 'NONE', op_owner = NULL, op_lease_until = NULL, op_executed = 0,
+		error_count = 0, error_info = NULL, next_retry_at = NULL, updated_at = ?`
+
+// leaseFree is the condition that no other replica's call may be running:
+// owner holds the lease, or it lapsed (Acquire, Abandon); owner and now
+// follow as arguments.
+const leaseFree = `
+		  AND (op_owner = ? OR op_lease_until IS NULL OR op_lease_until < ?)`
 
 // DeleteRow removes the workspace once DELETING opID has run.
 func (s *Store) DeleteRow(ctx context.Context, id, opID string) error {
@@ -679,8 +690,7 @@ func boolInt(b bool) int {
 // call more than the retry policy allows).
 func (s *Store) Acquire(ctx context.Context, id, opID string, errorCount int, owner string, now, leaseUntil time.Time) (bool, error) {
 	n, err := s.exec(ctx, `UPDATE workspaces SET op_owner = ?, op_lease_until = ?, updated_at = ?
-		WHERE id = ? AND op_id = ? AND operation <> 'NONE' AND op_executed = 0 AND error_count = ?
-		  AND (op_owner = ? OR op_lease_until IS NULL OR op_lease_until < ?)`,
+		WHERE id = ? AND op_id = ? AND operation <> 'NONE' AND op_executed = 0 AND error_count = ?`+leaseFree,
 		owner, leaseUntil.UnixMilli(), now.UnixMilli(), id, opID, errorCount, owner, now.UnixMilli())
 	return n == 1, err
 }

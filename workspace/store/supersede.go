@@ -16,10 +16,8 @@ import (
 // status, desired state, archive key), and no call of another replica
 // possibly running (its lease lapsed, or owner holds it), as Acquire.
 func (s *Store) Abandon(ctx context.Context, w wstype.Workspace, owner string, now time.Time) (bool, error) {
-	n, err := s.exec(ctx, `UPDATE workspaces SET operation = 'NONE', op_owner = NULL, op_lease_until = NULL, op_executed = 0,
-		error_count = 0, error_info = NULL, next_retry_at = NULL, updated_at = ?
-		WHERE id = ? AND op_id = ? AND operation = ? AND operation <> 'NONE' AND op_executed = ? AND error_count = ?
-		  AND (op_owner = ? OR op_lease_until IS NULL OR op_lease_until < ?)`+planSeen,
+	n, err := s.exec(ctx, endOp+`
+		WHERE id = ? AND op_id = ? AND operation = ? AND operation <> 'NONE' AND op_executed = ? AND error_count = ?`+leaseFree+planSeen,
 		now.UnixMilli(), w.ID, w.OpID, string(w.Operation), boolInt(w.OpExecuted), w.ErrorCount, owner, now.UnixMilli(),
 		string(w.ObservedStatus), string(w.DesiredState), w.ArchiveKey)
 	return n == 1, err

@@ -55,12 +55,18 @@ func (s *Store) Acquire(_ context.Context, id, opID string, errorCount int, owne
 		if c.OpID != opID || c.Operation == wstype.OpNone || c.OpExecuted || c.ErrorCount != errorCount {
 			return false
 		}
-		if c.OpOwner != owner && c.OpLeaseUntil != nil && !c.OpLeaseUntil.Before(ms(now)) {
+		if !leaseFree(c, owner, now) {
 			return false
 		}
 		c.OpOwner, c.OpLeaseUntil, c.UpdatedAt = owner, msPtr(leaseUntil), ms(now)
 		return true
 	}), nil
+}
+
+// leaseFree reports whether no other owner's call may be running on c: owner
+// holds its lease, or it lapsed (store.leaseFree).
+func leaseFree(c *wstype.Workspace, owner string, now time.Time) bool {
+	return c.OpOwner == owner || c.OpLeaseUntil == nil || c.OpLeaseUntil.Before(ms(now))
 }
 
 // Renew extends owner's lease on opID.
@@ -214,7 +220,7 @@ func (s *Store) Abandon(_ context.Context, w wstype.Workspace, owner string, now
 		if !inFlight(r, w.OpID) || c.Operation != w.Operation || c.OpExecuted != w.OpExecuted || c.ErrorCount != w.ErrorCount || !seen(r, w) {
 			return false
 		}
-		if c.OpOwner != owner && c.OpLeaseUntil != nil && !c.OpLeaseUntil.Before(ms(now)) {
+		if !leaseFree(c, owner, now) {
 			return false
 		}
 		clearOp(c, now)
