@@ -178,3 +178,14 @@ func (r *Reconciler) archive(ctx context.Context, w *Workspace) error {
 	w.ArchiveKey = key
 	return nil
 }
+
+// ceilMillis is t's wall clock rounded up to a whole millisecond, the
+// precision the store keeps times in: a time stored so is never before t.
+func ceilMillis(t time.Time) time.Time {
+	t = t.Round(0) // the wall clock alone, as the store will keep it
+	c := t.Truncate(time.Millisecond)
+	if c.Before(t) {
+		c = c.Add(time.Millisecond)
+	}
+	return c
+}

@@ -102,17 +102,6 @@ func (w *wakeups) popDue() (ready []string, wait time.Duration) {
 	return ready, time.Hour // idle: at() kicks the loop when work arrives
 }
 
-// ceilMillis is t's wall clock rounded up to a whole millisecond, the
-// precision the store keeps times in: a time stored so is never before t.
-func ceilMillis(t time.Time) time.Time {
-	t = t.Round(0) // the wall clock alone, as the store will keep it
-	c := t.Truncate(time.Millisecond)
-	if c.Before(t) {
-		c = c.Add(time.Millisecond)
-	}
-	return c
-}
-
 type wake struct {
 	when time.Time
 	id   string
