@@ -337,15 +337,17 @@ type DesiredRequest struct {
 // desiredActions names the audit action of each desired state.
 var desiredActions = map[Status]string{Running: "workspace.up", Standby: "workspace.down", Pending: "workspace.archive"}
 
-// checkSpec refuses what the server's provider would not enforce (limits)
-// or could never start (a Kubernetes workspace without an image).
+// checkSpec refuses what the server's provider would not enforce (limits,
+// provider.LimitChecker) or could never start (a workspace without an image
+// where there is no default one, provider.SpecChecker).
 func (a *API) checkSpec(image, command string, s Spec) error {
 	limits := provider.Limits{CPUs: s.CPUs, Memory: s.Memory, Pids: s.Pids}
 	var err error
-	if sc, ok := a.cfg.Container.(provider.SpecChecker); ok {
-		err = sc.CheckSpec(provider.Spec{Image: image, Command: command, Env: s.Env, Limits: limits, HTTP: s.HTTP})
-	} else if lc, ok := a.cfg.Container.(provider.LimitChecker); ok {
+	if lc, ok := a.cfg.Container.(provider.LimitChecker); ok {
 		err = lc.CheckLimits(limits)
+	}
+	if sc, ok := a.cfg.Container.(provider.SpecChecker); ok && err == nil {
+		err = sc.CheckSpec(provider.Spec{Image: image, Command: command, Env: s.Env, Limits: limits, HTTP: s.HTTP})
 	}
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrBadInput, err)

@@ -109,9 +109,10 @@ type LimitChecker interface {
 }
 
 // SpecChecker is a Container that cannot start some specs however often it
-// tries (the Kubernetes provider, a workspace without an image when the
-// server has no default one): CheckSpec says why, so the API refuses the
-// spec at create and update instead of the reconciler retrying its start.
+// tries (the Docker and Kubernetes providers: a workspace without an image
+// when the server has no default one): CheckSpec says why, so the API
+// refuses the spec at create and update instead of the reconciler retrying
+// its start. Limits are LimitChecker's.
 type SpecChecker interface {
 	CheckSpec(s Spec) error
 }

@@ -314,13 +314,13 @@ func (p *Provider) CheckLimits(l provider.Limits) error {
 var ErrNoImage = errors.New("kubernetes: the workspace names no image and the server has no default one: " +
 	"give it one (gantry ws create --image IMAGE, or ws update --image IMAGE) or start the server with a default (gantry ws serve --image IMAGE)")
 
-// CheckSpec refuses a spec Start cannot run: no image (and no default one),
-// or a limit Kubernetes does not set per Pod (CheckLimits).
+// CheckSpec refuses a spec Start cannot run: no image (and no default
+// one). Its limits are CheckLimits's.
 func (p *Provider) CheckSpec(s provider.Spec) error {
 	if s.Image == "" && p.cfg.Image == "" {
 		return ErrNoImage
 	}
-	return p.CheckLimits(s.Limits)
+	return nil
 }
 
 // Start creates the workspace's Pod and returns
