@@ -19,7 +19,7 @@ func TestCancelAcrossWorkerProcesses(t *testing.T) {
 		t.Skip("two worker processes, 1,000 tasks")
 	}
 	bin := testutil.GantryBinary(t)
-	addr := startPrivateRedis(t).addr()
+	addr := testutil.StartRedis(t).Addr()
 	c := newClient(t, addr)
 	in := newInspector(t, addr)
 	q := "cancel"

@@ -142,11 +142,11 @@ func TestMaintainerReapsOnTheClock(t *testing.T) {
 // backoff gives the fetcher one more try, and after Redis is back the
 // worker resumes by itself.
 func TestOutageBacksOffOnTheClock(t *testing.T) {
-	red := startPrivateRedis(t)
-	c := newClient(t, red.addr())
+	red := testutil.StartRedis(t)
+	c := newClient(t, red.Addr())
 	clk := fakeClock()
 	maxBackoff := time.Second
-	w := newTestWorker(t, red.addr(), WorkerConfig{Queues: []QueueSpec{{Name: "o"}}, Clock: clk,
+	w := newTestWorker(t, red.Addr(), WorkerConfig{Queues: []QueueSpec{{Name: "o"}}, Clock: clk,
 		RedisBackoff: backoff.Policy{Initial: 100 * time.Millisecond, Max: maxBackoff}, MaintainInterval: time.Hour,
 		IdleWait:       100 * time.Millisecond,
 		RedisLostAfter: -1}) // never give up: no watch ticker on the clock, the outage lasts as long as the test says
@@ -157,7 +157,7 @@ func TestOutageBacksOffOnTheClock(t *testing.T) {
 	// tickers are armed; the fetcher blocks in Redis, not on the clock.
 	clk.BlockUntil(3)
 
-	red.stop()
+	red.Stop()
 	// The fetcher's blocking pop fails; it arms its backoff timer.
 	testutil.WaitFor(t, 10*time.Second, "the fetcher to back off", func() (bool, string) {
 		return clk.Waiters() == 4 && w.health.down(), fmt.Sprintf("%d waiters, down %v", clk.Waiters(), w.health.down())
@@ -175,7 +175,7 @@ func TestOutageBacksOffOnTheClock(t *testing.T) {
 		t.Fatalf("%d failed calls over %d backoff periods, want one per period", n, advances)
 	}
 
-	red.start()
+	red.Start()
 	testutil.WaitFor(t, 20*time.Second, "the worker to resume", func() (bool, string) {
 		if clk.Waiters() == 4 { // still backing off: let it try again
 			clk.Advance(maxBackoff)

@@ -41,8 +41,8 @@ func TestCrashKill9(t *testing.T) {
 		t.Skip("process-level crash test")
 	}
 	bin := testutil.GantryBinary(t)
-	red := startPrivateRedis(t, "--appendonly", "no")
-	addr := red.addr()
+	red := testutil.StartRedis(t, "--appendonly", "no")
+	addr := red.Addr()
 	c := newClient(t, addr)
 	ctx := t.Context()
 	const total = 50_000

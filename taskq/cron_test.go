@@ -18,7 +18,7 @@ func TestCronOncePerTickAcrossWorkers(t *testing.T) {
 		t.Skip("three worker processes for 15 s")
 	}
 	bin := testutil.GantryBinary(t)
-	addr := startPrivateRedis(t).addr()
+	addr := testutil.StartRedis(t).Addr()
 	c := newClient(t, addr)
 	ctx := t.Context()
 	for range 3 {

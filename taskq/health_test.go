@@ -10,11 +10,13 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gantryhq/gantry/internal/testutil"
 )
 
 func TestHealth(t *testing.T) {
-	red := startPrivateRedis(t)
-	c := newClient(t, red.addr())
+	red := testutil.StartRedis(t)
+	c := newClient(t, red.Addr())
 	ctx := t.Context()
 	if h := c.Health(ctx, HealthConfig{}); h.Status != OK {
 		t.Fatalf("empty system: %v %v, want OK", h.Status, h.Reasons)
@@ -82,7 +84,7 @@ func TestHealth(t *testing.T) {
 	if resp.StatusCode != 200 || got.Status != "Warning" {
 		t.Errorf("HTTP: %d %+v", resp.StatusCode, got)
 	}
-	red.stop()
+	red.Stop()
 	if h := c.Health(ctx, HealthConfig{}); h.Status != Critical || !strings.Contains(h.Reasons[0], "redis unreachable") {
 		t.Errorf("redis down: %v %v, want Critical (redis unreachable)", h.Status, h.Reasons)
 	}
@@ -93,8 +95,8 @@ func TestHealth(t *testing.T) {
 // limit, throughput degraded against its own average, a rising error rate;
 // and a live worker's own record carries its memory and trend.
 func TestHealthWorkerChecks(t *testing.T) {
-	red := startPrivateRedis(t)
-	c := newClient(t, red.addr())
+	red := testutil.StartRedis(t)
+	c := newClient(t, red.Addr())
 	ctx := t.Context()
 	enqueueTenant(t, c, "h", "x", 0, 5, Queue("h")) // a backlog
 	now := time.Now()
@@ -133,7 +135,7 @@ func TestHealthWorkerChecks(t *testing.T) {
 	c.r.DeleteWorker(ctx, "w")
 	debugLimit := debug.SetMemoryLimit(1 << 40)
 	defer debug.SetMemoryLimit(debugLimit)
-	w := newTestWorker(t, red.addr(), WorkerConfig{Queues: []QueueSpec{{Name: "h"}}, Adaptive: AdaptiveConfig{Interval: 20 * time.Millisecond}})
+	w := newTestWorker(t, red.Addr(), WorkerConfig{Queues: []QueueSpec{{Name: "h"}}, Adaptive: AdaptiveConfig{Interval: 20 * time.Millisecond}})
 	w.Handle("noop", func(context.Context, *Task) error { return nil })
 	runWorker(t, w)
 	waitFor(t, 10*time.Second, "a record with memory and a trend", func() bool {

@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -64,59 +61,6 @@ func uniq(t testing.TB, name string) string {
 		c.Do(ctx, c.B().Srem().Key(rdb.QueuesKey).Member(q).Build())
 	})
 	return q
-}
-
-// privateRedis is a redis-server owned by one test, on a free loopback port.
-type privateRedis struct {
-	t    testing.TB
-	dir  string
-	port int
-	args []string
-	cmd  *exec.Cmd
-}
-
-func startPrivateRedis(t testing.TB, extra ...string) *privateRedis {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	p := &privateRedis{t: t, dir: t.TempDir(), port: port}
-	p.args = append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", p.dir, "--save", ""}, extra...)
-	p.start()
-	t.Cleanup(p.stop)
-	return p
-}
-
-func (p *privateRedis) addr() string { return fmt.Sprintf("127.0.0.1:%d", p.port) }
-
-func (p *privateRedis) start() {
-	p.t.Helper()
-	p.cmd = exec.Command("redis-server", p.args...)
-	p.cmd.Stdout, _ = os.Create(filepath.Join(p.dir, "redis.log"))
-	if err := p.cmd.Start(); err != nil {
-		p.t.Fatalf("start redis-server: %v", err)
-	}
-	waitRedis(p.t, p.addr(), 10*time.Second)
-}
-
-// stop shuts the server down (SHUTDOWN, so an AOF is flushed as configured).
-func (p *privateRedis) stop() {
-	if p.cmd == nil {
-		return
-	}
-	p.cmd.Process.Signal(os.Interrupt)
-	done := make(chan struct{})
-	go func() { p.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		p.cmd.Process.Kill()
-		<-done
-	}
-	p.cmd = nil
 }
 
 func openRDB(t testing.TB, addr string) *rdb.RDB {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gantryhq/gantry/internal/backoff"
+	"github.com/gantryhq/gantry/internal/testutil"
 )
 
 func newInspector(t testing.TB, addr string) *Inspector {
@@ -293,7 +294,7 @@ func TestCancelRunningTasksAcrossWorkers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("1,000 tasks on two workers")
 	}
-	addr := startPrivateRedis(t).addr()
+	addr := testutil.StartRedis(t).Addr()
 	c := newClient(t, addr)
 	in := newInspector(t, addr)
 	q := "cancel"
@@ -375,7 +376,7 @@ func TestInspectorListOnAMillionTasks(t *testing.T) {
 	if testing.Short() {
 		t.Skip("enqueues 1,000,000 tasks")
 	}
-	addr := startPrivateRedis(t).addr()
+	addr := testutil.StartRedis(t).Addr()
 	c := newClient(t, addr)
 	in := newInspector(t, addr)
 	q := "big"

@@ -100,7 +100,7 @@ func TestMaxActiveAcrossTwoWorkerProcesses(t *testing.T) {
 		t.Skip("worker processes")
 	}
 	bin := testutil.GantryBinary(t)
-	addr := startPrivateRedis(t).addr()
+	addr := testutil.StartRedis(t).Addr()
 	c := newClient(t, addr)
 	in := newInspector(t, addr)
 	ctx := t.Context()

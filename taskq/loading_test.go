@@ -1,14 +1,11 @@
 package taskq
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -17,65 +14,22 @@ import (
 	"github.com/gantryhq/gantry/internal/testutil"
 )
 
-// restartLoading restarts red on a saved dataset of keys keys, each loaded
-// slowly (key-load-delay), so that the new server answers LOADING for about
-// keys × 0.2 ms; it fails the test unless the server answers LOADING right
-// after the restart.
-func restartLoading(t *testing.T, red *privateRedis, keys int) {
-	t.Helper()
-	r := openRDB(t, red.addr())
-	c := r.Client()
-	fill := "for i = 1, " + strconv.Itoa(keys) + " do redis.call('SET', 'filler:' .. i, i) end return 1"
-	if err := c.Do(t.Context(), c.B().Eval().Script(fill).Numkeys(0).Build()).Error(); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Do(t.Context(), c.B().Save().Build()).Error(); err != nil {
-		t.Fatal(err)
-	}
-	red.stop()
-	red.args = append(red.args, "--key-load-delay", "100", "--loading-process-events-interval-bytes", "1024")
-	red.start()
-	if reply := rawCommand(t, red.addr(), "PING"); !strings.HasPrefix(reply, "-LOADING") {
-		t.Fatalf("right after the restart PING answered %q, want -LOADING (the test needs a loading server)", reply)
-	}
-}
-
-// rawCommand sends one command without arguments and returns the reply's
-// first line.
-func rawCommand(t *testing.T, addr, cmd string) string {
-	t.Helper()
-	conn, err := net.DialTimeout("tcp", addr, 2*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(5 * time.Second))
-	if _, err := conn.Write([]byte("*1\r\n$" + strconv.Itoa(len(cmd)) + "\r\n" + cmd + "\r\n")); err != nil {
-		t.Fatal(err)
-	}
-	line, err := bufio.NewReader(conn).ReadString('\n')
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.TrimSpace(line)
-}
-
 // A Redis that answers LOADING is up and reading its dataset. Started
 // while it loads, each of these waits for it instead of failing: NewClient
 // (it used to fail with "redis unreachable: LOADING"), a script call and a
 // pipeline of writes through a client opened before the restart.
 func TestLoadingRedisIsWaitedOut(t *testing.T) {
-	red := startPrivateRedis(t)
-	before := newClient(t, red.addr())
+	red := testutil.StartRedis(t)
+	before := newClient(t, red.Addr())
 	q := "loading"
 	if _, err := before.Enqueue(t.Context(), NewTask("work", nil), Queue(q+"-purged")); err != nil {
 		t.Fatal(err)
 	}
-	restartLoading(t, red, 5000) // about a second
+	red.RestartLoading(5000) // about a second
 	ctx := t.Context()
 	errs := make(chan error, 3)
 	go func() {
-		c, err := NewClient(ClientConfig{Redis: red.addr()})
+		c, err := NewClient(ClientConfig{Redis: red.Addr()})
 		if err != nil {
 			errs <- fmt.Errorf("NewClient: %w", err)
 			return
@@ -120,10 +74,10 @@ func TestWorkerWaitsOutLoadingRedis(t *testing.T) {
 	if testing.Short() {
 		t.Skip("restarts a private redis-server that loads for seconds")
 	}
-	red := startPrivateRedis(t)
+	red := testutil.StartRedis(t)
 	var logs testutil.Buffer
 	q := "loading"
-	w := newTestWorker(t, red.addr(), WorkerConfig{Queues: []QueueSpec{{Name: q}}, RedisLostAfter: time.Second,
+	w := newTestWorker(t, red.Addr(), WorkerConfig{Queues: []QueueSpec{{Name: q}}, RedisLostAfter: time.Second,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	var done atomic.Int64
 	w.Handle("work", func(context.Context, *Task) error { done.Add(1); return nil })
@@ -134,12 +88,12 @@ func TestWorkerWaitsOutLoadingRedis(t *testing.T) {
 	testutil.WaitFor(t, 10*time.Second, "the worker to start", func() (bool, string) {
 		return strings.Contains(logs.String(), "taskq worker started"), logs.String()
 	})
-	restartLoading(t, red, 10000) // about 2 s: longer than RedisLostAfter
+	red.RestartLoading(10000) // about 2 s: longer than RedisLostAfter
 	testutil.WaitFor(t, 20*time.Second, "the load to end", func() (bool, string) {
-		reply := rawCommand(t, red.addr(), "PING")
+		reply := testutil.RedisCommand(t, red.Addr(), "PING")
 		return reply == "+PONG", reply
 	})
-	c := newClient(t, red.addr())
+	c := newClient(t, red.Addr())
 	if _, err := c.Enqueue(t.Context(), NewTask("work", nil), Queue(q)); err != nil {
 		t.Fatal(err)
 	}

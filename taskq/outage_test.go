@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/gantryhq/gantry/internal/testutil"
 )
 
 // TestRedisRestartAndOutage runs a worker through a Redis restart (AOF with
@@ -17,8 +19,8 @@ func TestRedisRestartAndOutage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs 3000 tasks through a Redis restart and an outage")
 	}
-	red := startPrivateRedis(t, "--appendonly", "yes", "--appendfsync", "always")
-	addr := red.addr()
+	red := testutil.StartRedis(t, "--appendonly", "yes", "--appendfsync", "always")
+	addr := red.Addr()
 	c := newClient(t, addr)
 	ctx := t.Context()
 	const n = 3000
@@ -42,12 +44,12 @@ func TestRedisRestartAndOutage(t *testing.T) {
 	// down stops Redis until the worker has seen `failures` more failed calls.
 	down := func(failures int64) {
 		before := w.health.errs.Load()
-		red.stop() // SHUTDOWN: the AOF is complete
+		red.Stop() // SHUTDOWN: the AOF is complete
 		waitFor(t, 30*time.Second, "the worker to fail and back off", func() bool {
 			return w.health.errs.Load()-before >= failures
 		})
 		t.Logf("redis down until the worker failed %d calls", w.health.errs.Load()-before)
-		red.start()
+		red.Start()
 	}
 
 	waitFor(t, 30*time.Second, "some progress", func() bool { return ran.Load() > n/5 })
@@ -75,8 +77,8 @@ func TestRedisRestartAndOutage(t *testing.T) {
 // With appendfsync always, every enqueue acknowledged before Redis is
 // killed (SIGKILL, no clean shutdown) is there after the restart.
 func TestEnqueueSurvivesRedisKillWithAOF(t *testing.T) {
-	red := startPrivateRedis(t, "--appendonly", "yes", "--appendfsync", "always")
-	c := newClient(t, red.addr())
+	red := testutil.StartRedis(t, "--appendonly", "yes", "--appendfsync", "always")
+	c := newClient(t, red.Addr())
 	ctx := t.Context()
 	const n = 1000
 	for i := range n {
@@ -84,10 +86,8 @@ func TestEnqueueSurvivesRedisKillWithAOF(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	red.cmd.Process.Kill()
-	red.cmd.Wait()
-	red.cmd = nil
-	red.start()
+	red.Kill()
+	red.Start()
 	var st QueueStats
 	waitFor(t, 10*time.Second, "stats after restart", func() bool {
 		s, err := c.Stats(ctx)

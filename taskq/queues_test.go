@@ -107,9 +107,9 @@ func TestClusterIntegration(t *testing.T) {
 // says when the third may. The same call counts each queue's backlog (what
 // the weighted order weighs), so that costs no round trip either.
 func TestDequeueOneRoundTripOverQueues(t *testing.T) {
-	red := startPrivateRedis(t)
-	c := newClient(t, red.addr())
-	r := openRDB(t, red.addr())
+	red := testutil.StartRedis(t)
+	c := newClient(t, red.Addr())
+	r := openRDB(t, red.Addr())
 	enqueueTenant(t, c, "q5", "x", 0, 3, Queue("q5"))
 	totalCalls(t, r)
 	evalsha := func() int64 {
@@ -126,7 +126,7 @@ func TestDequeueOneRoundTripOverQueues(t *testing.T) {
 		}
 		return 0
 	}
-	in := newInspector(t, red.addr())
+	in := newInspector(t, red.Addr())
 	if err := in.SetLimit(t.Context(), "q5", "x", Limit{Rate: 1, Burst: 2, MaxActive: 5, Weight: 2}); err != nil {
 		t.Fatal(err)
 	}

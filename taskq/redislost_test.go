@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/gantryhq/gantry/internal/testutil"
 )
 
 // Redis gone for good: after RedisLostAfter without an answer the worker
@@ -17,8 +19,8 @@ func TestRedisLostAfter(t *testing.T) {
 	if testing.Short() {
 		t.Skip("stops and restarts a private redis-server")
 	}
-	red := startPrivateRedis(t, "--appendonly", "yes", "--appendfsync", "always")
-	addr := red.addr()
+	red := testutil.StartRedis(t, "--appendonly", "yes", "--appendfsync", "always")
+	addr := red.Addr()
 	c := newClient(t, addr)
 	q := "lost"
 	const n = 200
@@ -54,9 +56,9 @@ func TestRedisLostAfter(t *testing.T) {
 	waitFor(t, 10*time.Second, "half the tasks", func() bool { return done.Load() >= n/2 })
 
 	// A 1 s outage: shorter than RedisLostAfter, so the worker rides it out.
-	red.stop()
+	red.Stop()
 	time.Sleep(time.Second) // real time: the outage is what is tested
-	red.start()
+	red.Start()
 	for range n / 2 {
 		gate <- struct{}{}
 	}
@@ -70,7 +72,7 @@ func TestRedisLostAfter(t *testing.T) {
 	// Gone for good, with a task running.
 	enqueue(t, c, "block", Queue(q))
 	<-blocked
-	red.stop()
+	red.Stop()
 	t0 := time.Now()
 	select {
 	case err := <-runErr:
@@ -94,10 +96,10 @@ func TestRedisLostAfter(t *testing.T) {
 // down on a permanent loss; a negative RedisLostAfter never gives up. The
 // outage is timed on fake clocks: an hour passes in no time.
 func TestRedisLostByDefault(t *testing.T) {
-	red := startPrivateRedis(t)
+	red := testutil.StartRedis(t)
 	byDefault, never := fakeClock(), fakeClock()
-	wd := newTestWorker(t, red.addr(), WorkerConfig{Queues: []QueueSpec{{Name: "lost"}}, Clock: byDefault})
-	wn := newTestWorker(t, red.addr(), WorkerConfig{Queues: []QueueSpec{{Name: "lost"}}, Clock: never, RedisLostAfter: -1})
+	wd := newTestWorker(t, red.Addr(), WorkerConfig{Queues: []QueueSpec{{Name: "lost"}}, Clock: byDefault})
+	wn := newTestWorker(t, red.Addr(), WorkerConfig{Queues: []QueueSpec{{Name: "lost"}}, Clock: never, RedisLostAfter: -1})
 	if wd.cfg.RedisLostAfter != DefaultRedisLostAfter || DefaultRedisLostAfter != time.Minute {
 		t.Fatalf("default RedisLostAfter %v, want DefaultRedisLostAfter (1m)", wd.cfg.RedisLostAfter)
 	}
@@ -109,9 +111,7 @@ func TestRedisLostByDefault(t *testing.T) {
 	waitFor(t, 10*time.Second, "both workers running", func() bool {
 		return wd.State() == StateRunning && wn.State() == StateRunning
 	})
-	red.cmd.Process.Kill() // gone, no goodbye
-	red.cmd.Wait()
-	red.cmd = nil
+	red.Kill() // gone, no goodbye
 	waitFor(t, 10*time.Second, "both workers to see the outage", func() bool { return wd.health.down() && wn.health.down() })
 
 	byDefault.Advance(59 * time.Second)
@@ -120,8 +120,8 @@ func TestRedisLostByDefault(t *testing.T) {
 	select {
 	case err := <-errd:
 		var lost *RedisLostError
-		if !errors.As(err, &lost) || lost.For < time.Minute || lost.For > 2*time.Minute || !strings.Contains(err.Error(), red.addr()) {
-			t.Fatalf("Run = %v, want a *RedisLostError naming %s after about 1m", err, red.addr())
+		if !errors.As(err, &lost) || lost.For < time.Minute || lost.For > 2*time.Minute || !strings.Contains(err.Error(), red.Addr()) {
+			t.Fatalf("Run = %v, want a *RedisLostError naming %s after about 1m", err, red.Addr())
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("the default worker did not give up after a minute without Redis")

@@ -117,7 +117,7 @@ func (g *fetchRig) share(t *testing.T, n int, a, b string, pending map[string]in
 func TestSelectionWeighsBacklogAndAdaptiveFactors(t *testing.T) {
 	// A private Redis: a worker of another package's tests on the shared
 	// one may steal from these queues and skew the counts.
-	addr := startPrivateRedis(t).addr()
+	addr := testutil.StartRedis(t).Addr()
 	c := newClient(t, addr)
 	const n = 1000
 	tests := []struct {
@@ -243,9 +243,9 @@ func monitor(t *testing.T, addr string) *testutil.Buffer {
 // fetcher's block on the wake-up lists shortens (IdleWait 400 ms → 200 ms →
 // 100 ms, the floor), as the BLPOP commands Redis runs show (MONITOR).
 func TestAdaptiveIdleWaitShortensTheBlock(t *testing.T) {
-	red := startPrivateRedis(t)
-	mon := monitor(t, red.addr())
-	g := newFetchRig(t, red.addr(), []QueueSpec{{Name: "idle"}}, 400*time.Millisecond)
+	red := testutil.StartRedis(t)
+	mon := monitor(t, red.Addr())
+	g := newFetchRig(t, red.Addr(), []QueueSpec{{Name: "idle"}}, 400*time.Millisecond)
 	g.slots <- struct{}{}
 	g.f.start(t.Context())
 	defer g.f.stop()

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/gantryhq/gantry/internal/backoff"
+	"github.com/gantryhq/gantry/internal/testutil"
 	"github.com/gantryhq/gantry/taskq/internal/rdb"
 )
 
@@ -386,7 +387,7 @@ func TestResultsWithRetention(t *testing.T) {
 // Work stealing runs on a private Redis: a stealing worker takes work from
 // every queue it can see.
 func TestWorkStealing(t *testing.T) {
-	addr := startPrivateRedis(t).addr()
+	addr := testutil.StartRedis(t).Addr()
 	c := newClient(t, addr)
 	ctx := t.Context()
 	enqueueTenant(t, c, "big", "x", 0, 60)
@@ -443,7 +444,7 @@ func TestWorkStealing(t *testing.T) {
 // Steal targets: other queues with a backlog, most loaded first, the queue
 // stolen from last moved to the end; empty and assigned queues never.
 func TestStealTargetOrder(t *testing.T) {
-	addr := startPrivateRedis(t).addr()
+	addr := testutil.StartRedis(t).Addr()
 	c := newClient(t, addr)
 	enqueueTenant(t, c, "big", "x", 0, 30, Queue("big"))
 	enqueueTenant(t, c, "mid", "x", 0, 20, Queue("mid"))

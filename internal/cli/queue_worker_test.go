@@ -1,21 +1,16 @@
 package cli
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime/debug"
 	"slices"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -24,74 +19,32 @@ import (
 	"github.com/gantryhq/gantry/taskq"
 )
 
-// cliRedis is a redis-server owned by one test, on a free loopback port.
-type cliRedis struct {
-	addr string
-	cmd  *exec.Cmd
-	done chan struct{} // closed when the process has been waited for
-}
-
-// startCLIRedis starts redis-server with extra arguments and waits until it
-// accepts connections; the test's cleanup kills it.
-func startCLIRedis(t *testing.T, dir string, extra ...string) *cliRedis {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	args := append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir, "--save", ""}, extra...)
-	r := &cliRedis{addr: fmt.Sprintf("127.0.0.1:%d", port), cmd: exec.Command("redis-server", args...), done: make(chan struct{})}
-	r.cmd.Stdout, _ = os.Create(filepath.Join(dir, "redis.log"))
-	if err := r.cmd.Start(); err != nil {
-		t.Fatalf("start redis-server: %v", err)
-	}
-	go func() { r.cmd.Wait(); close(r.done) }()
-	t.Cleanup(r.kill)
-	testutil.WaitFor(t, 10*time.Second, "redis-server to accept connections", func() (bool, string) {
-		c, err := net.DialTimeout("tcp", r.addr, 200*time.Millisecond)
-		if err != nil {
-			return false, err.Error()
-		}
-		c.Close()
-		return true, ""
-	})
-	return r
-}
-
-// kill ends the server at once (SIGKILL: no shutdown, as a crash).
-func (r *cliRedis) kill() {
-	r.cmd.Process.Signal(syscall.SIGKILL)
-	<-r.done
-}
-
 // Redis killed under a running `queue worker --redis-lost-after 2s`, with
 // the cron scheduler on (the default): the command exits 1 naming the
 // address within the flag's time + 2 s. The scheduler used to run on the
 // command's context alone and kept retrying Redis after the worker gave up,
 // so the command never returned.
 func TestQueueWorkerExitsWhenRedisDies(t *testing.T) {
-	red := startCLIRedis(t, t.TempDir())
+	red := testutil.StartRedis(t)
 	var logs, errb testutil.Buffer
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	done := make(chan int, 1)
 	go func() {
-		done <- Execute(ctx, Env{Args: []string{"queue", "worker", "--redis", red.addr, "--redis-lost-after", "2s"},
+		done <- Execute(ctx, Env{Args: []string{"queue", "worker", "--redis", red.Addr(), "--redis-lost-after", "2s"},
 			Stdout: io.Discard, Stderr: &errb, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	}()
 	testutil.WaitFor(t, 20*time.Second, "the worker to start", func() (bool, string) {
 		return strings.Contains(logs.String(), "taskq worker started"), logs.String()
 	})
-	red.kill()
+	red.Kill()
 	killed := time.Now()
 	select {
 	case code := <-done:
 		el := time.Since(killed)
 		t.Logf("exit %d %s after Redis was killed: %s", code, el.Round(time.Millisecond), strings.TrimSpace(errb.String()))
-		if code != 1 || !strings.Contains(errb.String(), red.addr) || !strings.Contains(errb.String(), "unreachable for") {
-			t.Errorf("exit %d, stderr %q; want exit 1 naming %s", code, errb.String(), red.addr)
+		if code != 1 || !strings.Contains(errb.String(), red.Addr()) || !strings.Contains(errb.String(), "unreachable for") {
+			t.Errorf("exit %d, stderr %q; want exit 1 naming %s", code, errb.String(), red.Addr())
 		}
 		if el > 4*time.Second {
 			t.Errorf("exited %s after Redis died, want within 4s (--redis-lost-after 2s + 2s)", el.Round(time.Millisecond))
@@ -101,49 +54,15 @@ func TestQueueWorkerExitsWhenRedisDies(t *testing.T) {
 	}
 }
 
-// respCommand sends one command to a Redis and returns its reply's first
-// line (no client library: the test speaks RESP itself).
-func respCommand(t *testing.T, addr string, args ...string) string {
-	t.Helper()
-	conn, err := net.DialTimeout("tcp", addr, 2*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(10 * time.Second))
-	var b strings.Builder
-	fmt.Fprintf(&b, "*%d\r\n", len(args))
-	for _, a := range args {
-		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
-	}
-	if _, err := conn.Write([]byte(b.String())); err != nil {
-		t.Fatal(err)
-	}
-	line, err := bufio.NewReader(conn).ReadString('\n')
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.TrimSpace(line)
-}
-
 // A Redis restarted on its saved dataset answers LOADING until it has read
 // it back: the queue commands wait for it instead of failing with "redis
 // unreachable: LOADING" (what the README's blocks ran into).
 func TestQueueCommandsWaitOutLoadingRedis(t *testing.T) {
-	dir := t.TempDir()
-	red := startCLIRedis(t, dir)
-	respCommand(t, red.addr, "EVAL", "for i = 1, 10000 do redis.call('SET', 'filler:' .. i, i) end return 1", "0")
-	if r := respCommand(t, red.addr, "SAVE"); r != "+OK" {
-		t.Fatalf("SAVE: %s", r)
-	}
-	red.kill()
-	red = startCLIRedis(t, dir, "--key-load-delay", "100", "--loading-process-events-interval-bytes", "1024")
-	if r := respCommand(t, red.addr, "PING"); !strings.HasPrefix(r, "-LOADING") {
-		t.Fatalf("right after the restart PING answered %q, want -LOADING (the test needs a loading server)", r)
-	}
+	red := testutil.StartRedis(t)
+	red.RestartLoading(10000)
 	for _, args := range [][]string{
-		{"queue", "enqueue", "--redis", red.addr, "--queue", "demo", "--type", "noop", "--count", "3"},
-		{"queue", "stats", "--redis", red.addr},
+		{"queue", "enqueue", "--redis", red.Addr(), "--queue", "demo", "--type", "noop", "--count", "3"},
+		{"queue", "stats", "--redis", red.Addr()},
 	} {
 		var out bytes.Buffer
 		if code := Execute(t.Context(), Env{Args: args, Stdout: &out, Stderr: &out}); code != 0 {

@@ -6,8 +6,10 @@
 // or the test fails with the reason. It never skips: CI must not count a missing service as a
 // pass. WaitFor is the shared wait on a condition (tests do not sleep for a guessed time).
 //
-// Also here: buffer.go (Buffer, an output one goroutine writes while the test reads it) and
-// records.go (RandomRecords and WriteRecords, gensort-format test data).
+// Also here: buffer.go (Buffer, an output one goroutine writes while the test reads it),
+// records.go (RandomRecords and WriteRecords, gensort-format test data) and redis.go
+// (RedisServer, a redis-server of one test's own to stop, kill or restart loading, and
+// RedisCommand, one command spoken in RESP).
 package testutil
 
 import (
