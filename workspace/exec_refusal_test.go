@@ -108,13 +108,7 @@ func TestExecRefusalNeedsNoBody(t *testing.T) {
 		{"bad-token", idle.ID, "gws_nope", 401},
 	} {
 		for _, mode := range []string{"-t", "-i", "-it"} {
-			eio := ExecIO{Stdout: io.Discard, Stderr: io.Discard}
-			if strings.Contains(mode, "i") {
-				eio.Stdin = stdin
-			}
-			if strings.Contains(mode, "t") {
-				eio.TTY = &provider.TTY{}
-			}
+			eio := execMode(mode, stdin)
 			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 			t0 := time.Now()
 			_, err := env.client(tc.token).Exec(ctx, tc.id, []string{"true"}, eio)
@@ -146,13 +140,7 @@ func TestExecReturnsWhenItsContextEnds(t *testing.T) {
 	stdin, keep := io.Pipe()
 	defer keep.Close()
 	for _, mode := range []string{"-t", "-i", "-it"} {
-		eio := ExecIO{Stdout: io.Discard, Stderr: io.Discard}
-		if strings.Contains(mode, "i") {
-			eio.Stdin = stdin
-		}
-		if strings.Contains(mode, "t") {
-			eio.TTY = &provider.TTY{}
-		}
+		eio := execMode(mode, stdin)
 		ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 		done := make(chan error, 1)
 		go func() {
@@ -169,4 +157,17 @@ func TestExecReturnsWhenItsContextEnds(t *testing.T) {
 		}
 		cancel()
 	}
+}
+
+// execMode is the ExecIO of `ws exec` with mode's flags (-i: stdin, -t: a
+// terminal), its output discarded.
+func execMode(mode string, stdin io.Reader) ExecIO {
+	eio := ExecIO{Stdout: io.Discard, Stderr: io.Discard}
+	if strings.Contains(mode, "i") {
+		eio.Stdin = stdin
+	}
+	if strings.Contains(mode, "t") {
+		eio.TTY = &provider.TTY{}
+	}
+	return eio
 }

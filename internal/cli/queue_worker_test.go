@@ -152,20 +152,7 @@ func workerRecordLimit(t *testing.T, addr string, flags ...string) int64 {
 		args := append([]string{"queue", "worker", "--redis", addr, "--queues", q, "--no-steal", "--no-cron"}, flags...)
 		done <- Execute(ctx, Env{Args: args, Stdout: io.Discard, Stderr: &errb})
 	}()
-	var limit int64
-	testutil.WaitFor(t, 20*time.Second, "the worker's record", func() (bool, string) {
-		st, err := c.Stats(t.Context())
-		if err != nil {
-			return false, err.Error()
-		}
-		for _, w := range st.Workers {
-			if slices.Contains(w.Queues, q) && w.State == "running" {
-				limit = w.MemLimit
-				return true, ""
-			}
-		}
-		return false, errb.String()
-	})
+	limit := recordedMemLimit(t, c, q, &errb)
 	cancel()
 	if code := <-done; code != 0 {
 		t.Fatalf("worker exit %d: %s", code, errb.String())
@@ -200,6 +187,17 @@ func TestQueueWorkerKeepsGOMEMLIMIT(t *testing.T) {
 			t.Errorf("worker: %v\n%s", err, errb.String())
 		}
 	}()
+	if limit := recordedMemLimit(t, c, q, &errb); limit != 123<<20 {
+		t.Fatalf("the record's memory limit %d, want GOMEMLIMIT's %d", limit, 123<<20)
+	}
+}
+
+// recordedMemLimit waits for the record of the running worker serving q and
+// returns the memory limit it carries (errb: the worker's stderr, shown if
+// the wait fails).
+func recordedMemLimit(t *testing.T, c *taskq.Client, q string, errb *testutil.Buffer) int64 {
+	t.Helper()
+	var limit int64
 	testutil.WaitFor(t, 20*time.Second, "the worker's record", func() (bool, string) {
 		st, err := c.Stats(t.Context())
 		if err != nil {
@@ -207,12 +205,11 @@ func TestQueueWorkerKeepsGOMEMLIMIT(t *testing.T) {
 		}
 		for _, w := range st.Workers {
 			if slices.Contains(w.Queues, q) && w.State == "running" {
-				if w.MemLimit != 123<<20 {
-					t.Fatalf("the record's memory limit %d, want GOMEMLIMIT's %d", w.MemLimit, 123<<20)
-				}
+				limit = w.MemLimit
 				return true, ""
 			}
 		}
 		return false, errb.String()
 	})
+	return limit
 }
