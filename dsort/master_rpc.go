@@ -186,8 +186,18 @@ func (m *Master) heartbeat(ctx context.Context, req *dsortpb.HeartbeatRequest) (
 	mb.lastSeen, mb.lost = now, false
 	newState := stateFromPB(req.GetState())
 	changed := newState != mb.state
-	mb.state, mb.progress, mb.message, mb.errMsg = newState, req.GetProgress(), req.GetMessage(), req.GetError()
-	mb.phases = phasesFromPB(req.GetPhases())
+	stale := changed && mb.state.IsTerminal()
+	if stale {
+		// An earlier report of this process that the worker gave up
+		// waiting for (its context ended), overtaken on the way by its
+		// last one: within an epoch no state follows Failed or Completed
+		// (a restarted worker registers a new epoch), so the report is
+		// stale and the terminal state stands.
+		changed = false
+	} else {
+		mb.state, mb.progress, mb.message, mb.errMsg = newState, req.GetProgress(), req.GetMessage(), req.GetError()
+		mb.phases = phasesFromPB(req.GetPhases())
+	}
 	if changed {
 		m.persistLocked()
 	}
@@ -195,7 +205,7 @@ func (m *Master) heartbeat(ctx context.Context, req *dsortpb.HeartbeatRequest) (
 	m.endReplyLocked(mb, reply)
 	// A report with an error is a completed worker's last (it is shutting
 	// down, Worker.supervise's fail): answered at once.
-	hold := !changed && newState == Completed && req.GetError() == "" && !reply.ShouldAbort
+	hold := !stale && !changed && newState == Completed && req.GetError() == "" && !reply.ShouldAbort
 	info := m.infoLocked(mb, now)
 	m.mu.Unlock()
 	if changed {

@@ -161,3 +161,42 @@ func TestCompletedWorkersHeartbeatWaitsForTheEnd(t *testing.T) {
 		t.Fatalf("Run = %v, want an abort", err)
 	}
 }
+
+// A worker's reports can reach the master out of order: a heartbeat the
+// worker gave up waiting for (an interrupt ended its context) may arrive
+// after its last report, Failed. Within an epoch nothing follows Failed or
+// Completed, so the late report leaves the worker where it was. (It used to
+// take the worker back to WaitingForShuffleSignal before the master's loop
+// saw the failure: the job then waited out the lost-worker timeout instead
+// of aborting.) The master's loop does not run here, so nothing acts on
+// the first report before the second arrives.
+func TestLateReportDoesNotUndoATerminalState(t *testing.T) {
+	for _, terminal := range []State{Failed, Completed} {
+		t.Run(terminal.String(), func(t *testing.T) {
+			m, err := NewMaster(MasterConfig{Workers: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			reg, err := m.register(&dsortpb.RegisterRequest{Address: "127.0.0.2:1000", InputDirs: []string{"/in"}, OutputDir: "/out"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.closeConns()
+			report := func(st State, msg string) {
+				t.Helper()
+				req := &dsortpb.HeartbeatRequest{JobId: reg.GetJobId(), Index: 0, Epoch: reg.GetEpoch(), State: stateToPB(st), Error: msg}
+				if _, err := m.heartbeat(t.Context(), req); err != nil {
+					t.Fatal(err)
+				}
+			}
+			report(terminal, "the last report")
+			report(WaitingForShuffleSignal, "") // the late one
+			m.mu.Lock()
+			st, msg := m.members[0].state, m.members[0].errMsg
+			m.mu.Unlock()
+			if st != terminal || msg != "the last report" {
+				t.Errorf("after the late report the worker is %v (%q), want %v (%q)", st, msg, terminal, "the last report")
+			}
+		})
+	}
+}
