@@ -15,7 +15,7 @@
 //
 // main owns the process-wide concerns and nothing else: signals, the slog
 // logger, the Prometheus registry and the hard exit deadline. Everything a
-// user types is parsed in internal/cli.
+// user types is parsed in cmd/gantry/internal/cli.
 package main
 
 import (
@@ -29,7 +29,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/gantryhq/gantry/internal/cli"
+	"github.com/gantryhq/gantry/cmd/gantry/internal/cli"
 )
 
 // hardDeadline bounds how long the process may take to drain after the first

@@ -21,8 +21,8 @@ import (
 // outside the repo; they live in record/testdata, beside the generator and
 // validator tests that use the same files.
 const (
-	gensortVectors = "../../record/testdata/gensort_vectors.txt"
-	valsortVectors = "../../record/testdata/valsort_vectors.txt"
+	gensortVectors = "../../../../record/testdata/gensort_vectors.txt"
+	valsortVectors = "../../../../record/testdata/valsort_vectors.txt"
 )
 
 func TestGensortDropIn(t *testing.T) {
