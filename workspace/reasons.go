@@ -6,8 +6,8 @@ import (
 	"github.com/gantryhq/gantry/workspace/provider"
 )
 
-// failureReason is the error_info.reason of a failed, retryable provider call.
-func failureReason(err error) string {
+// FailureReason is the error_info.reason of a failed, retryable provider call.
+func FailureReason(err error) string {
 	var ee *provider.ExitError
 	var re *provider.ReasonError
 	switch {

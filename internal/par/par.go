@@ -62,3 +62,23 @@ func NewGroup(ctx context.Context, limit int) (*Group, context.Context) {
 	}
 	return &Group{g}, ctx
 }
+
+// OneAtATime returns start, which runs fn in its own goroutine, counted in
+// wg, unless the previous run is still going (then start does nothing): a
+// periodic pass over 100,000 rows (the reconciler's tick, the monitor's
+// pass) runs beside the hint loop instead of blocking it, and an interval
+// that ends during a long pass is skipped.
+func OneAtATime(wg *sync.WaitGroup, fn func()) (start func()) {
+	running := make(chan struct{}, 1)
+	return func() {
+		select {
+		case running <- struct{}{}:
+		default:
+			return
+		}
+		wg.Go(func() {
+			defer func() { <-running }()
+			fn()
+		})
+	}
+}

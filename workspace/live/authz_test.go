@@ -18,6 +18,7 @@ import (
 
 	"github.com/gantryhq/gantry/internal/testutil"
 	"github.com/gantryhq/gantry/workspace"
+	"github.com/gantryhq/gantry/workspace/api"
 	"github.com/gantryhq/gantry/workspace/auth"
 	"github.com/gantryhq/gantry/workspace/hints"
 	"github.com/gantryhq/gantry/workspace/store"
@@ -40,7 +41,7 @@ func newAuthStack(t *testing.T, st *store.Store, q auth.Quotas, log *testutil.Bu
 	if err != nil {
 		t.Fatal(err)
 	}
-	api := workspace.NewAPI(workspace.APIConfig{Store: st, Hints: hb, Quotas: q, Logger: logger,
+	api := api.NewAPI(api.APIConfig{Store: st, Hints: hb, Quotas: q, Logger: logger,
 		Limiter: auth.NewLimiter(auth.LimiterConfig{Burst: 10_000})})
 	api.Handle("/", srv)
 	hs := httptest.NewServer(api)

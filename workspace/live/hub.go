@@ -8,7 +8,7 @@
 //	            into ordered per-workspace change events for all subscribers
 //	sse.go      GET /events, GET /workspaces/{id}/events (text/event-stream)
 //	page.go     GET / and /static/: the embedded page (plain HTML/JS/CSS); it
-//	            drives the main HTTP API (/v1/workspaces…, workspace.API), the
+//	            drives the main HTTP API (/v1/workspaces…, api.API), the
 //	            same endpoints and validation the CLI uses
 //	server.go   Server: the routes above, mounted by `gantry ws serve` on the API
 //	metrics.go  Prometheus collectors, /healthz, /readyz
@@ -22,14 +22,14 @@
 package live
 
 import (
-	"github.com/gantryhq/gantry/workspace/store"
-
 	"context"
 	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/gantryhq/gantry/workspace"
+	"github.com/gantryhq/gantry/workspace/hints"
+	"github.com/gantryhq/gantry/workspace/store"
 )
 
 // Event is one committed change of a workspace as streamed to clients.
@@ -59,7 +59,7 @@ type HubConfig struct {
 	ResyncInterval time.Duration
 	// Hints feeds row-changed ids (ChanWorkspace and ChanWorkspaceUrgent);
 	// nil = resync only.
-	Hints workspace.Hints
+	Hints hints.Bus
 	// Buffer is each subscriber's queue; a subscriber that falls this far
 	// behind is dropped (its stream ends; EventSource reconnects). Zero = 1024.
 	Buffer int
@@ -164,13 +164,13 @@ func (h *Hub) Poke(ctx context.Context, id string) { h.refresh(ctx, id) }
 
 // Run reads the store on hints and every ResyncInterval until ctx ends.
 func (h *Hub) Run(ctx context.Context) error {
-	var hints, urgent <-chan string
+	var plain, urgent <-chan string
 	if h.cfg.Hints != nil {
-		c, cancel := h.cfg.Hints.Subscribe(workspace.ChanWorkspace)
+		c, cancel := h.cfg.Hints.Subscribe(hints.ChanWorkspace)
 		defer cancel()
-		u, cancelUrgent := h.cfg.Hints.Subscribe(workspace.ChanWorkspaceUrgent)
+		u, cancelUrgent := h.cfg.Hints.Subscribe(hints.ChanWorkspaceUrgent)
 		defer cancelUrgent()
-		hints, urgent = c, u
+		plain, urgent = c, u
 	}
 	t := time.NewTicker(h.cfg.ResyncInterval)
 	defer t.Stop()
@@ -186,7 +186,7 @@ func (h *Hub) Run(ctx context.Context) error {
 			return nil
 		case id := <-urgent:
 			h.refresh(ctx, id)
-		case id := <-hints:
+		case id := <-plain:
 			h.refresh(ctx, id)
 		case <-t.C:
 			h.resync(ctx)

@@ -20,11 +20,14 @@ import (
 
 	"github.com/gantryhq/gantry/internal/testutil"
 	"github.com/gantryhq/gantry/workspace"
+	"github.com/gantryhq/gantry/workspace/api"
 	"github.com/gantryhq/gantry/workspace/auth"
 	"github.com/gantryhq/gantry/workspace/hints"
 	"github.com/gantryhq/gantry/workspace/provider/archive"
 	"github.com/gantryhq/gantry/workspace/provider/fs"
 	"github.com/gantryhq/gantry/workspace/provider/process"
+	"github.com/gantryhq/gantry/workspace/reconcile"
+	"github.com/gantryhq/gantry/workspace/singletons"
 	"github.com/gantryhq/gantry/workspace/store"
 	"github.com/gantryhq/gantry/workspace/store/storetest"
 )
@@ -84,21 +87,21 @@ func newStack(t *testing.T, hintsOn bool) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var hb workspace.Hints = hints.Drop{}
+	var hb hints.Bus = hints.Drop{}
 	if hintsOn {
 		hb = hints.NewLocal()
 	}
 	c := &process.Container{RunDir: filepath.Join(dir, "run"), StopGrace: time.Second}
 	storage := &archive.Storage{Root: filepath.Join(dir, "volumes"), Blobs: &fs.BlobStore{Dir: filepath.Join(dir, "blobs")}}
 	reg := prometheus.NewRegistry()
-	metrics := workspace.NewMetrics(reg)
-	rec, err := workspace.NewReconciler(workspace.Config{Interval: 150 * time.Millisecond, RetryBackoff: 100 * time.Millisecond,
+	metrics := reconcile.NewMetrics(reg)
+	rec, err := reconcile.NewReconciler(reconcile.Config{Interval: 150 * time.Millisecond, RetryBackoff: 100 * time.Millisecond,
 		Metrics: metrics}, st, c, storage, hb)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mon := workspace.NewHealthMonitor(workspace.MonitorConfig{Interval: 150 * time.Millisecond, Metrics: metrics}, st, c, storage, hb)
-	var srvHints workspace.Hints
+	mon := singletons.NewHealthMonitor(singletons.MonitorConfig{Interval: 150 * time.Millisecond, Metrics: metrics}, st, c, storage, hb)
+	var srvHints hints.Bus
 	if hintsOn {
 		srvHints = hb
 	}
@@ -106,7 +109,7 @@ func newStack(t *testing.T, hintsOn bool) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	api := workspace.NewAPI(workspace.APIConfig{Store: st, Storage: storage, Hints: hb})
+	api := api.NewAPI(api.APIConfig{Store: st, Storage: storage, Hints: hb})
 	api.Handle("/", srv)
 	hs := httptest.NewUnstartedServer(api)
 	hs.Config.WriteTimeout = 500 * time.Millisecond

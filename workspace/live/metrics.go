@@ -10,7 +10,7 @@ import (
 
 // metrics are what the event hub sees: hint lag and SSE clients (plus
 // workspaces by status, from its snapshot). Operations are counted at their
-// source, by the reconciler (workspace.Metrics), not inferred here from row
+// source, by the reconciler (reconcile.Metrics), not inferred here from row
 // changes, which would miss an operation that starts and ends between two
 // reads.
 type metrics struct {

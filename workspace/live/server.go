@@ -15,6 +15,7 @@ import (
 
 	"github.com/gantryhq/gantry/workspace"
 	"github.com/gantryhq/gantry/workspace/auth"
+	"github.com/gantryhq/gantry/workspace/hints"
 )
 
 // Config configures a Server. Zero values are the documented defaults.
@@ -23,7 +24,7 @@ type Config struct {
 	Store Source
 	// Hints the hub subscribes to (ChanWorkspace, published by the API,
 	// the reconciler and the monitor); nil = none (the hub resyncs).
-	Hints workspace.Hints
+	Hints hints.Bus
 	// ResyncInterval of the hub; zero = 2s.
 	ResyncInterval time.Duration
 	// KeepAlive is the SSE comment interval; zero = 15s.
@@ -37,7 +38,7 @@ type Config struct {
 }
 
 // Server serves the page, SSE, metrics and probes. It has no write API of
-// its own: the page calls the main HTTP API (workspace.API, /v1/…), so a
+// its own: the page calls the main HTTP API (api.API, /v1/…), so a
 // click goes through the same validation and hints as the CLI. Mount it on
 // that API (api.Handle("/", s)).
 type Server struct {

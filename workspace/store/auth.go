@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gantryhq/gantry/workspace"
 	"github.com/gantryhq/gantry/workspace/auth"
-	"github.com/gantryhq/gantry/workspace/wstype"
 )
 
 // The accounts tables (migration 0200): tokens, sessions, owners, audit.
@@ -91,7 +91,7 @@ func nullMS(t time.Time) any {
 // CreateToken stores t (its hash, never a secret).
 func (s *Store) CreateToken(ctx context.Context, t auth.Token) error {
 	if err := auth.ValidOwner(t.Owner); err != nil {
-		return fmt.Errorf("%w: %v", wstype.ErrBadInput, err)
+		return fmt.Errorf("%w: %v", workspace.ErrBadInput, err)
 	}
 	_, err := s.exec(ctx, `INSERT INTO tokens (`+tokenCols+`) VALUES (?, ?, ?, ?, ?, NULL, ?, NULL)`,
 		t.ID, t.Owner, boolInt(t.Admin), t.Hash, t.CreatedAt.UnixMilli(), nullMS(t.ExpiresAt))

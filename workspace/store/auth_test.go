@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantryhq/gantry/workspace"
 	"github.com/gantryhq/gantry/workspace/auth"
 	"github.com/gantryhq/gantry/workspace/store"
 	"github.com/gantryhq/gantry/workspace/store/storetest"
-	"github.com/gantryhq/gantry/workspace/wstype"
 )
 
 // The running quota holds under contention: rounds of 40 concurrent ups
@@ -27,7 +27,7 @@ func TestQuotaIsRaceFree(t *testing.T) {
 			now := time.Now()
 			var ids []string
 			for i := range 40 {
-				w, err := stores[0].CreateWithin(ctx, wstype.NewWorkspace{Name: fmt.Sprintf("w%d", i), Owner: "alice"}, q, now)
+				w, err := stores[0].CreateWithin(ctx, workspace.NewWorkspace{Name: fmt.Sprintf("w%d", i), Owner: "alice"}, q, now)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -40,7 +40,7 @@ func TestQuotaIsRaceFree(t *testing.T) {
 				for i, id := range ids {
 					wg.Go(func() {
 						<-start
-						_, errs[i] = stores[i%2].SetDesiredWithin(ctx, id, wstype.Running, q, time.Now())
+						_, errs[i] = stores[i%2].SetDesiredWithin(ctx, id, workspace.Running, q, time.Now())
 					})
 				}
 				close(start)
@@ -60,36 +60,36 @@ func TestQuotaIsRaceFree(t *testing.T) {
 				if admitted == "" {
 					t.Fatalf("round %d: nothing admitted", round)
 				}
-				if _, err := stores[0].SetDesired(ctx, admitted, wstype.Standby, time.Now()); err != nil {
+				if _, err := stores[0].SetDesired(ctx, admitted, workspace.Standby, time.Now()); err != nil {
 					t.Fatal(err)
 				}
 			}
 			// The slot moving between two workspaces while a third asks:
 			// A down, A up again, B up, at once, over and over.
 			a, b := ids[0], ids[1]
-			if _, err := stores[0].SetDesiredWithin(ctx, a, wstype.Running, q, time.Now()); err != nil {
+			if _, err := stores[0].SetDesiredWithin(ctx, a, workspace.Running, q, time.Now()); err != nil {
 				t.Fatal(err)
 			}
 			for round := range 30 {
 				var wg sync.WaitGroup
 				for i, step := range []struct {
 					id string
-					to wstype.Status
-				}{{a, wstype.Standby}, {a, wstype.Running}, {b, wstype.Running}} {
+					to workspace.Status
+				}{{a, workspace.Standby}, {a, workspace.Running}, {b, workspace.Running}} {
 					wg.Go(func() { stores[i%2].SetDesiredWithin(ctx, step.id, step.to, q, time.Now()) })
 				}
 				wg.Wait()
 				n := 0
 				for _, id := range []string{a, b} {
-					if w, _ := stores[0].Get(ctx, id); w.DesiredState == wstype.Running {
+					if w, _ := stores[0].Get(ctx, id); w.DesiredState == workspace.Running {
 						n++
 					}
 				}
 				if n > 1 {
 					t.Fatalf("round %d: %d workspaces desired RUNNING with one slot", round, n)
 				}
-				stores[0].SetDesired(ctx, b, wstype.Standby, time.Now())
-				stores[0].SetDesiredWithin(ctx, a, wstype.Running, q, time.Now())
+				stores[0].SetDesired(ctx, b, workspace.Standby, time.Now())
+				stores[0].SetDesiredWithin(ctx, a, workspace.Running, q, time.Now())
 			}
 		})
 	}

@@ -33,8 +33,6 @@ package store
 // between two statements of a bulk batch (runSQLiteTx).
 
 import (
-	"github.com/gantryhq/gantry/workspace/wstype"
-
 	"context"
 	"database/sql"
 	"errors"
@@ -48,6 +46,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/gantryhq/gantry/workspace"
+	"github.com/gantryhq/gantry/workspace/urgency"
 )
 
 // errStoreClosed is returned by a statement issued after Close.
@@ -92,7 +93,7 @@ type readReq struct {
 }
 
 type readRes struct {
-	w     wstype.Workspace
+	w     workspace.Workspace
 	found bool
 	err   error
 }
@@ -133,7 +134,7 @@ type batcher struct {
 
 // bulkHook runs the test hook, if any, unless r is urgent.
 func (b *batcher) bulkHook(r *writeReq) {
-	if f := b.beforeBulk.Load(); f != nil && !IsUrgent(r.ctx) {
+	if f := b.beforeBulk.Load(); f != nil && !urgency.Is(r.ctx) {
 		(*f)()
 	}
 }
@@ -206,7 +207,7 @@ func rowKey(q string, args []any) (string, bool) {
 // one-row write) or, on Postgres, alone.
 func (b *batcher) exec(ctx context.Context, q string, args []any) (int64, error) {
 	key, oneRow := rowKey(q, args)
-	if b.s.dialect == Postgres && (!oneRow || IsUrgent(ctx)) {
+	if b.s.dialect == Postgres && (!oneRow || urgency.Is(ctx)) {
 		// Alone: a statement that is not a one-row write, or an urgent one,
 		// which runs at once on its own connection (one row: it cannot
 		// deadlock with a batch) instead of waiting for a batch.
@@ -214,7 +215,7 @@ func (b *batcher) exec(ctx context.Context, q string, args []any) (int64, error)
 	}
 	r := &writeReq{ctx: ctx, key: key, q: q, args: args, res: make(chan writeRes, 1)}
 	ch := b.writes
-	if IsUrgent(ctx) {
+	if urgency.Is(ctx) {
 		ch = b.urgentWrites
 	}
 	select {
@@ -606,8 +607,8 @@ func (b *batcher) pgSQL(q string) string {
 }
 
 // get reads one row by id through a batch.
-func (b *batcher) get(ctx context.Context, id string) (wstype.Workspace, bool, error) {
-	if IsUrgent(ctx) {
+func (b *batcher) get(ctx context.Context, id string) (workspace.Workspace, bool, error) {
+	if urgency.Is(ctx) {
 		// At once, in the caller: reads never wait for one another, so an
 		// urgent one need not wait for the read loop's batch in flight.
 		rows, err := b.readRowsByID([]string{id})
@@ -618,15 +619,15 @@ func (b *batcher) get(ctx context.Context, id string) (wstype.Workspace, bool, e
 	select {
 	case b.reads <- r:
 	case <-b.quit:
-		return wstype.Workspace{}, false, errStoreClosed
+		return workspace.Workspace{}, false, errStoreClosed
 	case <-ctx.Done():
-		return wstype.Workspace{}, false, ctx.Err()
+		return workspace.Workspace{}, false, ctx.Err()
 	}
 	select {
 	case res := <-r.res:
 		return res.w, res.found, res.err
 	case <-ctx.Done():
-		return wstype.Workspace{}, false, ctx.Err()
+		return workspace.Workspace{}, false, ctx.Err()
 	}
 }
 
@@ -664,10 +665,10 @@ func (b *batcher) runReads(batch []*readReq) {
 	}
 }
 
-func (b *batcher) readRowsByID(ids []string) (map[string]wstype.Workspace, error) {
+func (b *batcher) readRowsByID(ids []string) (map[string]workspace.Workspace, error) {
 	ctx, cancel := b.batchCtx()
 	defer cancel()
-	out := make(map[string]wstype.Workspace, len(ids))
+	out := make(map[string]workspace.Workspace, len(ids))
 	if b.s.dialect == Postgres {
 		return out, b.readRowsByIDArray(ctx, ids, out)
 	}
@@ -707,7 +708,7 @@ func (b *batcher) readRowsByID(ids []string) (map[string]wstype.Workspace, error
 // 100,000 rows, 7 ms a call instead of 0.03, half of the server's time
 // converging them. (Planning every statement so, writes too, slowed a
 // 10,000-workspace run from 2.95 to 3.7 s; a read plans in microseconds.)
-func (b *batcher) readRowsByIDArray(ctx context.Context, ids []string, out map[string]wstype.Workspace) error {
+func (b *batcher) readRowsByIDArray(ctx context.Context, ids []string, out map[string]workspace.Workspace) error {
 	const q = `SELECT ` + cols + ` FROM workspaces WHERE id = ANY($1::text[])`
 	for len(ids) > 0 {
 		chunk := ids[:min(maxReadBatch, len(ids))]
@@ -725,7 +726,7 @@ func (b *batcher) readRowsByIDArray(ctx context.Context, ids []string, out map[s
 	return nil
 }
 
-func scanInto(ctx context.Context, st *sql.Stmt, args []any, out map[string]wstype.Workspace) error {
+func scanInto(ctx context.Context, st *sql.Stmt, args []any, out map[string]workspace.Workspace) error {
 	rows, err := st.QueryContext(ctx, args...)
 	if err != nil {
 		return err
@@ -734,7 +735,7 @@ func scanInto(ctx context.Context, st *sql.Stmt, args []any, out map[string]wsty
 }
 
 // scanRows scans rows into out by id and closes them.
-func scanRows(rows *sql.Rows, out map[string]wstype.Workspace) error {
+func scanRows(rows *sql.Rows, out map[string]workspace.Workspace) error {
 	defer rows.Close()
 	for rows.Next() {
 		w, err := scanWorkspace(rows)

@@ -1,17 +1,18 @@
 package store_test
 
 import (
-	"github.com/gantryhq/gantry/internal/testutil"
-	"github.com/gantryhq/gantry/workspace/store"
-	"github.com/gantryhq/gantry/workspace/store/storetest"
-	"github.com/gantryhq/gantry/workspace/wstype"
-
 	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/gantryhq/gantry/internal/testutil"
+	"github.com/gantryhq/gantry/workspace"
+	"github.com/gantryhq/gantry/workspace/store"
+	"github.com/gantryhq/gantry/workspace/store/storetest"
+	"github.com/gantryhq/gantry/workspace/urgency"
 )
 
 // TestStoreBatchesKeepEachOutcome: many concurrent statements, batched by
@@ -57,7 +58,7 @@ func TestStoreBatchesKeepEachOutcome(t *testing.T) {
 						defer wg.Done()
 						<-start
 						enter()
-						ok, err := st.Claim(ctx, w, wstype.OpProvisioning, "op-"+owner, owner, now, now.Add(time.Minute))
+						ok, err := st.Claim(ctx, w, workspace.OpProvisioning, "op-"+owner, owner, now, now.Add(time.Minute))
 						mu.Lock()
 						defer mu.Unlock()
 						if err != nil && firstErr == nil {
@@ -101,7 +102,7 @@ func TestStoreBatchesKeepEachOutcome(t *testing.T) {
 			}
 
 			// Concurrent reads: each gets its own row, as written.
-			got := make([]wstype.Workspace, n)
+			got := make([]workspace.Workspace, n)
 			errs := make([]error, n)
 			for i, w := range ws {
 				wg.Add(1)
@@ -109,7 +110,7 @@ func TestStoreBatchesKeepEachOutcome(t *testing.T) {
 			}
 			wg.Wait()
 			for i, w := range ws {
-				if errs[i] != nil || got[i].ID != w.ID || got[i].Name != w.Name || got[i].Operation != wstype.OpProvisioning {
+				if errs[i] != nil || got[i].ID != w.ID || got[i].Name != w.Name || got[i].Operation != workspace.OpProvisioning {
 					t.Fatalf("Get(%s) = %s name=%s, %v", w.ID, describe(got[i]), got[i].Name, errs[i])
 				}
 			}
@@ -169,12 +170,12 @@ func TestUrgentWriteGoesAheadOfBulk(t *testing.T) {
 				return begun.Load() >= loops, fmt.Sprintf("%d of %d write loops began bulk work", begun.Load(), loops)
 			})
 			before := begun.Load()
-			uctx, cancel := context.WithTimeout(store.Urgent(ctx), 10*time.Second)
+			uctx, cancel := context.WithTimeout(urgency.Mark(ctx), 10*time.Second)
 			defer cancel()
-			w, err := st.SetDesired(uctx, ws[64].ID, wstype.Running, now)
+			w, err := st.SetDesired(uctx, ws[64].ID, workspace.Running, now)
 			meanwhile := begun.Load() - before
 			open()
-			if err != nil || w.DesiredState != wstype.Running {
+			if err != nil || w.DesiredState != workspace.Running {
 				t.Fatalf("urgent write: %v (desired %s)", err, w.DesiredState)
 			}
 			t.Logf("bulk statements or batches begun while the urgent write ran: %d", meanwhile)
@@ -200,7 +201,7 @@ func TestBatchedShapesKeepEachCompareAndSet(t *testing.T) {
 			ws := createN(t, st, n, now)
 			// concurrently runs, for each workspace, every fn and returns
 			// how many reported true, by fn.
-			concurrently := func(fns ...func(w wstype.Workspace) (bool, error)) []int {
+			concurrently := func(fns ...func(w workspace.Workspace) (bool, error)) []int {
 				var wg sync.WaitGroup
 				var mu sync.Mutex
 				got := make([]int, len(fns))
@@ -224,27 +225,27 @@ func TestBatchedShapesKeepEachCompareAndSet(t *testing.T) {
 			}
 			lease := now.Add(time.Minute)
 			wins := concurrently(
-				func(w wstype.Workspace) (bool, error) {
-					return st.Claim(ctx, w, wstype.OpProvisioning, "op-"+w.ID, "r1", now, lease)
+				func(w workspace.Workspace) (bool, error) {
+					return st.Claim(ctx, w, workspace.OpProvisioning, "op-"+w.ID, "r1", now, lease)
 				},
-				func(w wstype.Workspace) (bool, error) {
+				func(w workspace.Workspace) (bool, error) {
 					stale := w
 					stale.OpID = "an older op"
-					return st.Claim(ctx, stale, wstype.OpProvisioning, "op2-"+w.ID, "r2", now, lease)
+					return st.Claim(ctx, stale, workspace.OpProvisioning, "op2-"+w.ID, "r2", now, lease)
 				})
 			if wins[0] != n || wins[1] != 0 {
 				t.Fatalf("claims won %v, want [%d 0]", wins, n)
 			}
 			renewed := lease.Add(time.Minute)
 			retry := now.Add(time.Hour)
-			info := &wstype.ErrorInfo{Reason: wstype.ReasonActionFailed, ErrorCount: 2, LastError: "boom"}
+			info := &workspace.ErrorInfo{Reason: workspace.ReasonActionFailed, ErrorCount: 2, LastError: "boom"}
 			wins = concurrently(
-				func(w wstype.Workspace) (bool, error) { return st.Renew(ctx, w.ID, "op-"+w.ID, "r1", renewed) },
-				func(w wstype.Workspace) (bool, error) { return st.Renew(ctx, w.ID, "op-"+w.ID, "r2", renewed) },
-				func(w wstype.Workspace) (bool, error) {
+				func(w workspace.Workspace) (bool, error) { return st.Renew(ctx, w.ID, "op-"+w.ID, "r1", renewed) },
+				func(w workspace.Workspace) (bool, error) { return st.Renew(ctx, w.ID, "op-"+w.ID, "r2", renewed) },
+				func(w workspace.Workspace) (bool, error) {
 					return true, st.Failed(ctx, w.ID, "op-"+w.ID, 2, info, now, nil)
 				},
-				func(w wstype.Workspace) (bool, error) {
+				func(w workspace.Workspace) (bool, error) {
 					return true, st.Failed(ctx, w.ID, "another op", 5, nil, now, &retry)
 				})
 			if wins[0] != n || wins[1] != 0 {
@@ -261,15 +262,15 @@ func TestBatchedShapesKeepEachCompareAndSet(t *testing.T) {
 				}
 			}
 			wins = concurrently(
-				func(w wstype.Workspace) (bool, error) {
+				func(w workspace.Workspace) (bool, error) {
 					w.OpID = "op-" + w.ID
 					return st.Complete(ctx, w, now)
 				},
-				func(w wstype.Workspace) (bool, error) {
+				func(w workspace.Workspace) (bool, error) {
 					w.OpID = "op-" + w.ID
 					return st.Complete(ctx, w, now)
 				},
-				func(w wstype.Workspace) (bool, error) {
+				func(w workspace.Workspace) (bool, error) {
 					w.OpID = "another op"
 					return st.Complete(ctx, w, now)
 				})

@@ -3,7 +3,7 @@ package store
 import (
 	"sync"
 
-	"github.com/gantryhq/gantry/workspace/wstype"
+	"github.com/gantryhq/gantry/workspace"
 )
 
 // Box names a mailbox of handed rows (Store.Hand).
@@ -33,19 +33,19 @@ const maxHanded = 1 << 18
 type handoff struct {
 	// mu protects boxes.
 	mu    sync.Mutex
-	boxes [nBoxes]map[string]wstype.Workspace
+	boxes [nBoxes]map[string]workspace.Workspace
 }
 
 // Hand leaves w in box for the next Take of its id in this process (the
 // row a hint is about to announce: its receiver may skip the read).
 // A later Hand of the same id replaces it.
-func (s *Store) Hand(box Box, w wstype.Workspace) {
+func (s *Store) Hand(box Box, w workspace.Workspace) {
 	h := &s.handed
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	m := h.boxes[box]
 	if m == nil || len(m) >= maxHanded {
-		m = map[string]wstype.Workspace{}
+		m = map[string]workspace.Workspace{}
 		h.boxes[box] = m
 	}
 	m[w.ID] = w
@@ -53,7 +53,7 @@ func (s *Store) Hand(box Box, w wstype.Workspace) {
 
 // Take removes and returns the row handed in box for id, if any. It is a
 // hint of what the row holds, never a read (see handoff).
-func (s *Store) Take(box Box, id string) (wstype.Workspace, bool) {
+func (s *Store) Take(box Box, id string) (workspace.Workspace, bool) {
 	h := &s.handed
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -5,20 +5,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantryhq/gantry/workspace"
 	"github.com/gantryhq/gantry/workspace/store"
-	"github.com/gantryhq/gantry/workspace/wstype"
 )
 
-func describe(w wstype.Workspace) string {
+func describe(w workspace.Workspace) string {
 	return fmt.Sprintf("observed=%s desired=%s op=%s err=%d info=%+v", w.ObservedStatus, w.DesiredState, w.Operation, w.ErrorCount, w.ErrorInfo)
 }
 
 // createN creates n workspaces named b0, b1, … at now.
-func createN(t *testing.T, st *store.Store, n int, now time.Time) []wstype.Workspace {
+func createN(t *testing.T, st *store.Store, n int, now time.Time) []workspace.Workspace {
 	t.Helper()
-	ws := make([]wstype.Workspace, n)
+	ws := make([]workspace.Workspace, n)
 	for i := range ws {
-		w, err := st.Create(t.Context(), wstype.NewWorkspace{Name: fmt.Sprint("b", i)}, now)
+		w, err := st.Create(t.Context(), workspace.NewWorkspace{Name: fmt.Sprint("b", i)}, now)
 		if err != nil {
 			t.Fatal(err)
 		}

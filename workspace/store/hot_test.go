@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/gantryhq/gantry/internal/testutil"
+	"github.com/gantryhq/gantry/workspace"
 	"github.com/gantryhq/gantry/workspace/store"
 	"github.com/gantryhq/gantry/workspace/store/storetest"
-	"github.com/gantryhq/gantry/workspace/wstype"
 )
 
 // TestReconcileWritesAreHeapOnly (Postgres): the six writes that take a
@@ -27,23 +27,23 @@ func TestReconcileWritesAreHeapOnly(t *testing.T) {
 	const n = 300
 	now := time.UnixMilli(1_700_000_000_000)
 	lease := now.Add(time.Minute)
-	ok := func(what string, w wstype.Workspace, done bool, err error) {
+	ok := func(what string, w workspace.Workspace, done bool, err error) {
 		t.Helper()
 		if err != nil || !done {
 			t.Fatalf("%s %s: %v %v", what, w.ID, done, err)
 		}
 	}
 	for i := range n {
-		w, err := st.Create(ctx, wstype.NewWorkspace{Name: fmt.Sprint("h", i), Desired: wstype.Running}, now)
+		w, err := st.Create(ctx, workspace.NewWorkspace{Name: fmt.Sprint("h", i), Desired: workspace.Running}, now)
 		if err != nil {
 			t.Fatal(err)
 		}
 		// PROVISIONING to STANDBY, then STARTING to RUNNING: each claimed,
 		// executed, and ended by the observation of its target.
 		for _, stage := range []struct {
-			op wstype.Operation
-			to wstype.Status
-		}{{wstype.OpProvisioning, wstype.Standby}, {wstype.OpStarting, wstype.Running}} {
+			op workspace.Operation
+			to workspace.Status
+		}{{workspace.OpProvisioning, workspace.Standby}, {workspace.OpStarting, workspace.Running}} {
 			opID := fmt.Sprint(stage.op, i)
 			done, err := st.Claim(ctx, w, stage.op, opID, "me", now, lease)
 			ok("claim", w, done, err)
@@ -51,7 +51,7 @@ func TestReconcileWritesAreHeapOnly(t *testing.T) {
 			w.Operation, w.OpID, w.OpExecuted = stage.op, opID, true
 			done, err = st.SetObservedComplete(ctx, w, stage.to, now)
 			ok("observed", w, done, err)
-			w.ObservedStatus, w.Operation, w.OpExecuted = stage.to, wstype.OpNone, false
+			w.ObservedStatus, w.Operation, w.OpExecuted = stage.to, workspace.OpNone, false
 		}
 	}
 	st.Close() // its server processes report their counts as they exit

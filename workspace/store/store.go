@@ -15,8 +15,8 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // driver "pgx"
 	_ "modernc.org/sqlite"             // driver "sqlite"
 
+	"github.com/gantryhq/gantry/workspace"
 	"github.com/gantryhq/gantry/workspace/auth"
-	"github.com/gantryhq/gantry/workspace/wstype"
 )
 
 // Dialect is the SQL flavour of a Store.
@@ -69,7 +69,7 @@ func OpenAtVersion(ctx context.Context, dsn string, version int) (*Store, error)
 	case strings.HasPrefix(dsn, "sqlite:"):
 		path := strings.TrimPrefix(dsn, "sqlite:")
 		if path == "" {
-			return nil, fmt.Errorf("%w: --db sqlite: needs a path (sqlite:PATH)", wstype.ErrBadInput)
+			return nil, fmt.Errorf("%w: --db sqlite: needs a path (sqlite:PATH)", workspace.ErrBadInput)
 		}
 		// mmap_size: reads go through a mapping of the file instead of a
 		// pread per page missing from each connection's 2 MB page cache
@@ -89,7 +89,7 @@ func OpenAtVersion(ctx context.Context, dsn string, version int) (*Store, error)
 		db.SetMaxIdleConns(32)
 		s = &Store{db: db, dialect: Postgres, dsn: dsn}
 	default:
-		return nil, fmt.Errorf("%w: --db %q, want sqlite:PATH or postgres://…", wstype.ErrBadInput, dsn)
+		return nil, fmt.Errorf("%w: --db %q, want sqlite:PATH or postgres://…", workspace.ErrBadInput, dsn)
 	}
 	if err := s.migrate(ctx, version); err != nil {
 		s.db.Close()
@@ -145,8 +145,8 @@ const cols = `id, name, owner, image, command, desired_state, observed_status, o
 
 type scanner interface{ Scan(dest ...any) error }
 
-func scanWorkspace(r scanner) (wstype.Workspace, error) {
-	var w wstype.Workspace
+func scanWorkspace(r scanner) (workspace.Workspace, error) {
+	var w workspace.Workspace
 	var observedAt, opStarted, lease, lastRetry, nextRetry sql.NullInt64
 	var opID, owner, key, info, prev sql.NullString
 	var executed int
@@ -165,11 +165,11 @@ func scanWorkspace(r scanner) (wstype.Workspace, error) {
 	}
 	w.ObservedAt, w.OpStartedAt, w.OpLeaseUntil = msPtr(observedAt), msPtr(opStarted), msPtr(lease)
 	w.LastRetryAt, w.NextRetryAt = msPtr(lastRetry), msPtr(nextRetry)
-	w.OpID, w.OpOwner, w.ArchiveKey, w.PreviousStatus = opID.String, owner.String, key.String, wstype.Status(prev.String)
+	w.OpID, w.OpOwner, w.ArchiveKey, w.PreviousStatus = opID.String, owner.String, key.String, workspace.Status(prev.String)
 	w.OpExecuted = executed != 0
 	w.CreatedAt, w.UpdatedAt = time.UnixMilli(created).UTC(), time.UnixMilli(updated).UTC()
 	if info.Valid && info.String != "" {
-		w.ErrorInfo = new(wstype.ErrorInfo)
+		w.ErrorInfo = new(workspace.ErrorInfo)
 		if err := json.Unmarshal([]byte(info.String), w.ErrorInfo); err != nil {
 			return w, fmt.Errorf("workspace %s: error_info: %w", w.ID, err)
 		}
@@ -187,7 +187,7 @@ func msPtr(v sql.NullInt64) *time.Time {
 
 // Create inserts a new workspace (observed PENDING, no archive) owned by
 // n.Owner (default admin), with no quota.
-func (s *Store) Create(ctx context.Context, n wstype.NewWorkspace, now time.Time) (wstype.Workspace, error) {
+func (s *Store) Create(ctx context.Context, n workspace.NewWorkspace, now time.Time) (workspace.Workspace, error) {
 	return s.CreateWithin(ctx, n, auth.Quotas{}, now)
 }
 
@@ -195,7 +195,7 @@ const insertSQL = `INSERT INTO workspaces (id, name, owner, image, command, desi
 	VALUES (?, ?, ?, ?, ?, ?, 'PENDING', ?, ?, ?)`
 
 // specJSON is the spec column's value: ” for an empty spec.
-func specJSON(s wstype.Spec) string {
+func specJSON(s workspace.Spec) string {
 	if len(s.Env) == 0 && s.CPUs == 0 && s.Memory == 0 && s.Pids == 0 && !s.HTTP {
 		return ""
 	}
@@ -210,13 +210,13 @@ func specJSON(s wstype.Spec) string {
 // the new workspace would exceed one. The check and the insert are one
 // transaction holding the owner's lock, so concurrent creates by one owner,
 // on any replica, are admitted one at a time.
-func (s *Store) CreateWithin(ctx context.Context, n wstype.NewWorkspace, q auth.Quotas, now time.Time) (wstype.Workspace, error) {
+func (s *Store) CreateWithin(ctx context.Context, n workspace.NewWorkspace, q auth.Quotas, now time.Time) (workspace.Workspace, error) {
 	if err := n.Validate(); err != nil {
-		return wstype.Workspace{}, err
+		return workspace.Workspace{}, err
 	}
 	id, err := uuid.NewV7()
 	if err != nil {
-		return wstype.Workspace{}, err
+		return workspace.Workspace{}, err
 	}
 	ms := now.UnixMilli()
 	args := []any{id.String(), n.Name, n.Owner, n.Image, n.Command, string(n.Desired), ms, ms, specJSON(n.Spec)}
@@ -227,7 +227,7 @@ func (s *Store) CreateWithin(ctx context.Context, n wstype.NewWorkspace, q auth.
 			if err := s.checkQuota(ctx, tx, n.Owner, "", q.Workspaces, "workspaces", `desired_state <> 'DELETED'`); err != nil {
 				return err
 			}
-			if n.Desired == wstype.Running {
+			if n.Desired == workspace.Running {
 				if err := s.checkQuota(ctx, tx, n.Owner, "", q.Running, "running workspaces", `desired_state = 'RUNNING'`); err != nil {
 					return err
 				}
@@ -238,9 +238,9 @@ func (s *Store) CreateWithin(ctx context.Context, n wstype.NewWorkspace, q auth.
 	}
 	if err != nil {
 		if isUnique(err) {
-			return wstype.Workspace{}, fmt.Errorf("%w: %q", wstype.ErrNameTaken, n.Name)
+			return workspace.Workspace{}, fmt.Errorf("%w: %q", workspace.ErrNameTaken, n.Name)
 		}
-		return wstype.Workspace{}, err
+		return workspace.Workspace{}, err
 	}
 	return s.Get(ctx, id.String())
 }
@@ -252,14 +252,14 @@ func isUnique(err error) bool {
 
 // Get reads one workspace by id (or, failing that, by name: an error if
 // several owners use that name).
-func (s *Store) Get(ctx context.Context, id string) (wstype.Workspace, error) {
+func (s *Store) Get(ctx context.Context, id string) (workspace.Workspace, error) {
 	return s.Lookup(ctx, id, "")
 }
 
 // Lookup reads one workspace by id or by name, among owner's workspaces
 // only ("" = every owner's). Another owner's workspace is ErrNotFound, the
 // same answer as a workspace that does not exist.
-func (s *Store) Lookup(ctx context.Context, ref, owner string) (wstype.Workspace, error) {
+func (s *Store) Lookup(ctx context.Context, ref, owner string) (workspace.Workspace, error) {
 	w, found, err := s.batch.get(ctx, ref)
 	if err != nil {
 		return w, err
@@ -274,22 +274,22 @@ func (s *Store) Lookup(ctx context.Context, ref, owner string) (wstype.Workspace
 	ws, err := s.query(ctx, q+` ORDER BY id LIMIT 2`, args...)
 	switch {
 	case err != nil:
-		return wstype.Workspace{}, err
+		return workspace.Workspace{}, err
 	case len(ws) == 0:
-		return wstype.Workspace{}, fmt.Errorf("%w: %q", wstype.ErrNotFound, ref)
+		return workspace.Workspace{}, fmt.Errorf("%w: %q", workspace.ErrNotFound, ref)
 	case len(ws) > 1:
-		return wstype.Workspace{}, fmt.Errorf("%w: several owners have a workspace named %q; use its id", wstype.ErrConflict, ref)
+		return workspace.Workspace{}, fmt.Errorf("%w: several owners have a workspace named %q; use its id", workspace.ErrConflict, ref)
 	}
 	return ws[0], nil
 }
 
-func (s *Store) query(ctx context.Context, q string, args ...any) ([]wstype.Workspace, error) {
+func (s *Store) query(ctx context.Context, q string, args ...any) ([]workspace.Workspace, error) {
 	rows, err := s.db.QueryContext(ctx, s.rebind(q), args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []wstype.Workspace
+	var out []workspace.Workspace
 	for rows.Next() {
 		w, err := scanWorkspace(rows)
 		if err != nil {
@@ -301,12 +301,12 @@ func (s *Store) query(ctx context.Context, q string, args ...any) ([]wstype.Work
 }
 
 // List reads every workspace, oldest first.
-func (s *Store) List(ctx context.Context) ([]wstype.Workspace, error) {
+func (s *Store) List(ctx context.Context) ([]workspace.Workspace, error) {
 	return s.query(ctx, `SELECT `+cols+` FROM workspaces ORDER BY id`)
 }
 
 // ListOwned reads owner's workspaces, oldest first.
-func (s *Store) ListOwned(ctx context.Context, owner string) ([]wstype.Workspace, error) {
+func (s *Store) ListOwned(ctx context.Context, owner string) ([]workspace.Workspace, error) {
 	return s.query(ctx, `SELECT `+cols+` FROM workspaces WHERE owner = ? ORDER BY id`, owner)
 }
 
@@ -316,7 +316,7 @@ const actionable = `operation <> 'NONE' OR (desired_state <> observed_status AND
 
 // ListActionable reads, in one query, the workspaces the reconciler may have
 // to act on: an operation in flight, or desired ≠ observed outside ERROR.
-func (s *Store) ListActionable(ctx context.Context) ([]wstype.Workspace, error) {
+func (s *Store) ListActionable(ctx context.Context) ([]workspace.Workspace, error) {
 	return s.query(ctx, `SELECT `+cols+` FROM workspaces WHERE `+actionable)
 }
 
@@ -341,7 +341,7 @@ func (s *Store) ListActionableIDs(ctx context.Context) ([]string, error) {
 }
 
 // SetDesired writes desired_state. A workspace being deleted is a conflict.
-func (s *Store) SetDesired(ctx context.Context, id string, desired wstype.Status, now time.Time) (wstype.Workspace, error) {
+func (s *Store) SetDesired(ctx context.Context, id string, desired workspace.Status, now time.Time) (workspace.Workspace, error) {
 	return s.SetDesiredWithin(ctx, id, desired, auth.Quotas{}, now)
 }
 
@@ -353,7 +353,7 @@ const setDesiredSQL = `UPDATE workspaces SET desired_state = ?, updated_at = ?, 
 // SetDesiredWithin is SetDesired under the owner's running quota: asking
 // for RUNNING when the owner already has q.Running workspaces desired
 // RUNNING is a *auth.QuotaError. Check and write hold the owner's lock.
-func (s *Store) SetDesiredWithin(ctx context.Context, id string, desired wstype.Status, q auth.Quotas, now time.Time) (wstype.Workspace, error) {
+func (s *Store) SetDesiredWithin(ctx context.Context, id string, desired workspace.Status, q auth.Quotas, now time.Time) (workspace.Workspace, error) {
 	w, err := s.Get(ctx, id)
 	if err != nil {
 		return w, err
@@ -364,11 +364,11 @@ func (s *Store) SetDesiredWithin(ctx context.Context, id string, desired wstype.
 // SetDesiredOf is SetDesiredWithin for a row the caller has just read (the
 // API's lookup): only its id and owner are used, which never change, so the
 // write needs no read of its own.
-func (s *Store) SetDesiredOf(ctx context.Context, w wstype.Workspace, desired wstype.Status, q auth.Quotas, now time.Time) (wstype.Workspace, error) {
+func (s *Store) SetDesiredOf(ctx context.Context, w workspace.Workspace, desired workspace.Status, q auth.Quotas, now time.Time) (workspace.Workspace, error) {
 	var err error
 	ms := now.UnixMilli()
 	var n int64
-	if q.Running <= 0 || desired != wstype.Running {
+	if q.Running <= 0 || desired != workspace.Running {
 		n, err = s.exec(ctx, setDesiredSQL, string(desired), ms, ms, w.ID)
 	} else {
 		err = s.withOwnerLock(ctx, w.Owner, func(tx *sql.Tx) error {
@@ -386,7 +386,7 @@ func (s *Store) SetDesiredOf(ctx context.Context, w wstype.Workspace, desired ws
 		return w, err
 	}
 	if n == 0 {
-		return w, fmt.Errorf("%w: workspace %s is being deleted", wstype.ErrConflict, w.ID)
+		return w, fmt.Errorf("%w: workspace %s is being deleted", workspace.ErrConflict, w.ID)
 	}
 	return s.Get(ctx, w.ID)
 }
@@ -394,7 +394,7 @@ func (s *Store) SetDesiredOf(ctx context.Context, w wstype.Workspace, desired ws
 // Claim is the seed's CAS: it sets the operation only if none is in flight
 // and the row still shows what the plan was made from (observed, desired,
 // archive key and last op_id: a plan from a stale snapshot never runs).
-func (s *Store) Claim(ctx context.Context, w wstype.Workspace, op wstype.Operation, opID, owner string, now, leaseUntil time.Time) (bool, error) {
+func (s *Store) Claim(ctx context.Context, w workspace.Workspace, op workspace.Operation, opID, owner string, now, leaseUntil time.Time) (bool, error) {
 	n, err := s.exec(ctx, `UPDATE workspaces SET operation = ?, op_id = ?, op_started_at = ?, op_owner = ?, op_lease_until = ?,
 		op_executed = 0, next_retry_at = NULL, updated_at = ?
 		WHERE id = ? AND operation = 'NONE'`+planSeen+` AND COALESCE(op_id, '') = ?`,
@@ -420,7 +420,7 @@ func (s *Store) Executed(ctx context.Context, id, opID string, now time.Time) er
 func (s *Store) SetArchiveKey(ctx context.Context, id, opID, key string, now time.Time) error {
 	n, err := s.exec(ctx, `UPDATE workspaces SET archive_key = ?, updated_at = ? WHERE id = ? AND op_id = ?`, key, now.UnixMilli(), id, opID)
 	if err == nil && n == 0 {
-		err = fmt.Errorf("%w: %s: operation %s no longer in flight", wstype.ErrConflict, id, opID)
+		err = fmt.Errorf("%w: %s: operation %s no longer in flight", workspace.ErrConflict, id, opID)
 	}
 	return err
 }
@@ -431,7 +431,7 @@ func (s *Store) SetArchiveKey(ctx context.Context, id, opID, key string, now tim
 // tampered or missing archive), whose error it clears, so the restore runs
 // again from key. Otherwise its volume is the newer data, or an operation
 // is running: ErrConflict.
-func (s *Store) ChooseArchive(ctx context.Context, id, key string, now time.Time) (wstype.Workspace, error) {
+func (s *Store) ChooseArchive(ctx context.Context, id, key string, now time.Time) (workspace.Workspace, error) {
 	w, err := s.Get(ctx, id)
 	if err != nil {
 		return w, err
@@ -455,25 +455,25 @@ func (s *Store) ChooseArchive(ctx context.Context, id, key string, now time.Time
 }
 
 // failedRestore reports whether w's restore failed for good.
-func failedRestore(w wstype.Workspace) bool {
-	return w.Operation == wstype.OpRestoring && w.ErrorInfo != nil && w.ErrorInfo.IsTerminal
+func failedRestore(w workspace.Workspace) bool {
+	return w.Operation == workspace.OpRestoring && w.ErrorInfo != nil && w.ErrorInfo.IsTerminal
 }
 
 // chooseConflict is ChooseArchive's refusal for w.
-func chooseConflict(w wstype.Workspace) error {
-	if w.ObservedStatus == wstype.Error || w.ErrorInfo != nil && w.ErrorInfo.IsTerminal {
-		return fmt.Errorf("%w: workspace %s is in ERROR: recover it first (gantry ws recover %s) and wait for PENDING", wstype.ErrConflict, w.ID, w.ID)
+func chooseConflict(w workspace.Workspace) error {
+	if w.ObservedStatus == workspace.Error || w.ErrorInfo != nil && w.ErrorInfo.IsTerminal {
+		return fmt.Errorf("%w: workspace %s is in ERROR: recover it first (gantry ws recover %s) and wait for PENDING", workspace.ErrConflict, w.ID, w.ID)
 	}
-	if w.ObservedStatus != wstype.Pending {
+	if w.ObservedStatus != workspace.Pending {
 		return fmt.Errorf("%w: workspace %s is %s: its volume holds newer data than any archive; archive it first (gantry ws archive %s)",
-			wstype.ErrConflict, w.ID, w.ObservedStatus, w.ID)
+			workspace.ErrConflict, w.ID, w.ObservedStatus, w.ID)
 	}
-	return fmt.Errorf("%w: workspace %s has operation %s in flight (desired %s); wait for it, or recover it first", wstype.ErrConflict, w.ID, w.Operation, w.DesiredState)
+	return fmt.Errorf("%w: workspace %s has operation %s in flight (desired %s); wait for it, or recover it first", workspace.ErrConflict, w.ID, w.Operation, w.DesiredState)
 }
 
 // Failed records a failed provider call of opID: the new error count, the
 // time of the next attempt, and error info (terminal or not).
-func (s *Store) Failed(ctx context.Context, id, opID string, count int, info *wstype.ErrorInfo, now time.Time, next *time.Time) error {
+func (s *Store) Failed(ctx context.Context, id, opID string, count int, info *workspace.ErrorInfo, now time.Time, next *time.Time) error {
 	var nextMS any
 	if next != nil {
 		nextMS = next.UnixMilli()
@@ -488,7 +488,7 @@ func (s *Store) Failed(ctx context.Context, id, opID string, count int, info *ws
 // Crashed records that opID's executed start ended (the command exited
 // before it was observed running): like Failed, and the operation is to be
 // executed again (op_executed cleared) after next, unless terminal.
-func (s *Store) Crashed(ctx context.Context, id, opID string, count int, info *wstype.ErrorInfo, now time.Time, next *time.Time) error {
+func (s *Store) Crashed(ctx context.Context, id, opID string, count int, info *workspace.ErrorInfo, now time.Time, next *time.Time) error {
 	var nextMS any
 	if next != nil {
 		nextMS = next.UnixMilli()
@@ -503,7 +503,7 @@ func (s *Store) Crashed(ctx context.Context, id, opID string, count int, info *w
 
 // Terminal records terminal error info for opID (Timeout); the operation
 // stays, as in the seed, until recover.
-func (s *Store) Terminal(ctx context.Context, id, opID string, info *wstype.ErrorInfo, now time.Time) error {
+func (s *Store) Terminal(ctx context.Context, id, opID string, info *workspace.ErrorInfo, now time.Time) error {
 	_, err := s.exec(ctx, `UPDATE workspaces SET error_info = ?, previous_status = observed_status, updated_at = ?
 		WHERE id = ? AND op_id = ? AND operation <> 'NONE'`, info.JSON(), now.UnixMilli(), id, opID)
 	return err
@@ -515,7 +515,7 @@ func (s *Store) Terminal(ctx context.Context, id, opID string, info *wstype.Erro
 // status, desired state and archive key, so the row it leaves is exactly w
 // completed, and the reconciler plans its next step from that without a
 // read, even when w came from a hint (handoff.go).
-func (s *Store) Complete(ctx context.Context, w wstype.Workspace, now time.Time) (bool, error) {
+func (s *Store) Complete(ctx context.Context, w workspace.Workspace, now time.Time) (bool, error) {
 	n, err := s.exec(ctx, endOp+`
 		WHERE id = ? AND op_id = ? AND operation <> 'NONE'`+planSeen,
 		now.UnixMilli(), w.ID, w.OpID, string(w.ObservedStatus), string(w.DesiredState), w.ArchiveKey)
@@ -528,7 +528,7 @@ func (s *Store) Complete(ctx context.Context, w wstype.Workspace, now time.Time)
 // Complete's: w's operation and the planning inputs op was planned from.
 // One statement instead of two for every step from one operation to the
 // next.
-func (s *Store) CompleteAndClaim(ctx context.Context, w wstype.Workspace, op wstype.Operation, opID, owner string, now, leaseUntil time.Time) (bool, error) {
+func (s *Store) CompleteAndClaim(ctx context.Context, w workspace.Workspace, op workspace.Operation, opID, owner string, now, leaseUntil time.Time) (bool, error) {
 	n, err := s.exec(ctx, `UPDATE workspaces SET operation = ?, op_id = ?, op_started_at = ?, op_owner = ?, op_lease_until = ?,
 		op_executed = 0, error_count = 0, error_info = NULL, next_retry_at = NULL, updated_at = ?
 		WHERE id = ? AND op_id = ? AND operation <> 'NONE'`+planSeen,
@@ -540,7 +540,7 @@ func (s *Store) CompleteAndClaim(ctx context.Context, w wstype.Workspace, op wst
 // CompleteRestart is Complete for a restart after the command ended: it
 // keeps the error count and error info, so the crash loop's count goes on
 // (see Config.CrashWindow).
-func (s *Store) CompleteRestart(ctx context.Context, w wstype.Workspace, now time.Time) (bool, error) {
+func (s *Store) CompleteRestart(ctx context.Context, w workspace.Workspace, now time.Time) (bool, error) {
 	n, err := s.exec(ctx, `UPDATE workspaces SET operation = 'NONE', op_owner = NULL, op_lease_until = NULL, op_executed = 0,
 		next_retry_at = NULL, updated_at = ?
 		WHERE id = ? AND op_id = ? AND operation <> 'NONE'`+planSeen,
@@ -580,7 +580,7 @@ func (s *Store) DeleteRow(ctx context.Context, id, opID string) error {
 // The observation succeeded, so the write also clears the monitor's own
 // error info (ObserveFailed), as ClearObserveError would: the caller need
 // not know it is there.
-func (s *Store) SetObserved(ctx context.Context, w wstype.Workspace, status wstype.Status, now time.Time) (bool, error) {
+func (s *Store) SetObserved(ctx context.Context, w workspace.Workspace, status workspace.Status, now time.Time) (bool, error) {
 	n, err := s.exec(ctx, `UPDATE workspaces SET observed_status = ?, observed_at = ?,
 		updated_at = CASE WHEN error_info LIKE ? THEN ? ELSE updated_at END,
 		error_info = CASE WHEN error_info LIKE ? THEN NULL ELSE error_info END
@@ -599,7 +599,7 @@ func (s *Store) SetObserved(ctx context.Context, w wstype.Workspace, status wsty
 // the reconciler's judgement) and with w's archive key (an archive
 // completes only with the key its operation wrote); otherwise nothing,
 // and the caller writes the plain observation.
-func (s *Store) SetObservedComplete(ctx context.Context, w wstype.Workspace, status wstype.Status, now time.Time) (bool, error) {
+func (s *Store) SetObservedComplete(ctx context.Context, w workspace.Workspace, status workspace.Status, now time.Time) (bool, error) {
 	n, err := s.exec(ctx, `UPDATE workspaces SET observed_status = ?, observed_at = ?, operation = 'NONE', op_owner = NULL,
 		op_lease_until = NULL, op_executed = 0, error_count = 0, error_info = NULL, next_retry_at = NULL, updated_at = ?
 		WHERE id = ? AND operation = ? AND operation <> 'NONE' AND op_id = ? AND op_executed = 1 AND error_info IS NULL
@@ -612,7 +612,7 @@ func (s *Store) SetObservedComplete(ctx context.Context, w wstype.Workspace, sta
 // effect at its next start) and returns the row. A concurrent update of
 // the same workspace is not lost: the write only lands on the values it
 // was computed from, and is computed again otherwise.
-func (s *Store) UpdateSpec(ctx context.Context, id string, u wstype.SpecUpdate, now time.Time) (wstype.Workspace, error) {
+func (s *Store) UpdateSpec(ctx context.Context, id string, u workspace.SpecUpdate, now time.Time) (workspace.Workspace, error) {
 	for range 10 {
 		w, err := s.Get(ctx, id)
 		if err != nil {
@@ -630,12 +630,12 @@ func (s *Store) UpdateSpec(ctx context.Context, id string, u wstype.SpecUpdate, 
 			return nw, err
 		}
 	}
-	return wstype.Workspace{}, fmt.Errorf("%w: workspace %s changed under ten updates in a row; try again", wstype.ErrConflict, id)
+	return workspace.Workspace{}, fmt.Errorf("%w: workspace %s changed under ten updates in a row; try again", workspace.ErrConflict, id)
 }
 
 // Recover is the seed's manual recovery: error info, count and operation
 // cleared (op_id kept). ErrNotFound for an unknown id.
-func (s *Store) Recover(ctx context.Context, id string, now time.Time) (wstype.Workspace, error) {
+func (s *Store) Recover(ctx context.Context, id string, now time.Time) (workspace.Workspace, error) {
 	w, err := s.Get(ctx, id)
 	if err != nil {
 		return w, err

@@ -1,14 +1,14 @@
 package store_test
 
 import (
-	"github.com/gantryhq/gantry/workspace/store"
-	"github.com/gantryhq/gantry/workspace/store/storetest"
-	"github.com/gantryhq/gantry/workspace/wstype"
-
 	"errors"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gantryhq/gantry/workspace"
+	"github.com/gantryhq/gantry/workspace/store"
+	"github.com/gantryhq/gantry/workspace/store/storetest"
 )
 
 // TestStoreConformance runs the same checks on SQLite and on Postgres.
@@ -22,22 +22,22 @@ func TestStoreConformance(t *testing.T) {
 			st2 := storetest.Open(t, dsn)
 			now := time.UnixMilli(1_700_000_000_000)
 
-			w, err := st.Create(ctx, wstype.NewWorkspace{Name: "alpha", Command: "sleep 1"}, now)
+			w, err := st.Create(ctx, workspace.NewWorkspace{Name: "alpha", Command: "sleep 1"}, now)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if w.ObservedStatus != wstype.Pending || w.DesiredState != wstype.Standby || w.Operation != wstype.OpNone || w.ArchiveKey != "" {
+			if w.ObservedStatus != workspace.Pending || w.DesiredState != workspace.Standby || w.Operation != workspace.OpNone || w.ArchiveKey != "" {
 				t.Fatalf("new workspace: %s", describe(w))
 			}
-			if _, err := st.Create(ctx, wstype.NewWorkspace{Name: "alpha"}, now); !errors.Is(err, wstype.ErrNameTaken) {
+			if _, err := st.Create(ctx, workspace.NewWorkspace{Name: "alpha"}, now); !errors.Is(err, workspace.ErrNameTaken) {
 				t.Fatalf("duplicate name: err = %v, want ErrNameTaken", err)
 			}
-			for _, bad := range []wstype.NewWorkspace{{Name: ""}, {Name: "a/b"}, {Name: "x", Desired: "FLYING"}} {
-				if _, err := st.Create(ctx, bad, now); !errors.Is(err, wstype.ErrBadInput) {
+			for _, bad := range []workspace.NewWorkspace{{Name: ""}, {Name: "a/b"}, {Name: "x", Desired: "FLYING"}} {
+				if _, err := st.Create(ctx, bad, now); !errors.Is(err, workspace.ErrBadInput) {
 					t.Fatalf("Create(%+v) err = %v, want ErrBadInput", bad, err)
 				}
 			}
-			if _, err := st.Get(ctx, "nope"); !errors.Is(err, wstype.ErrNotFound) {
+			if _, err := st.Get(ctx, "nope"); !errors.Is(err, workspace.ErrNotFound) {
 				t.Fatalf("Get(unknown) = %v", err)
 			}
 			if got, err := st2.Get(ctx, "alpha"); err != nil || got.ID != w.ID {
@@ -51,7 +51,7 @@ func TestStoreConformance(t *testing.T) {
 			// Two claimers race the CAS: exactly one wins.
 			wins := 0
 			for _, owner := range []string{"r1", "r2"} {
-				ok, err := st.Claim(ctx, w, wstype.OpProvisioning, "op-"+owner, owner, now, now.Add(time.Second))
+				ok, err := st.Claim(ctx, w, workspace.OpProvisioning, "op-"+owner, owner, now, now.Add(time.Second))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -63,7 +63,7 @@ func TestStoreConformance(t *testing.T) {
 				t.Fatalf("CAS winners = %d, want 1", wins)
 			}
 			cur, _ := st.Get(ctx, w.ID)
-			if cur.Operation != wstype.OpProvisioning || cur.OpID != "op-r1" || cur.OpOwner != "r1" {
+			if cur.Operation != workspace.OpProvisioning || cur.OpID != "op-r1" || cur.OpOwner != "r1" {
 				t.Fatalf("after claim: %s op_id=%s owner=%s", describe(cur), cur.OpID, cur.OpOwner)
 			}
 			// Another replica cannot acquire while the lease holds; can after.
@@ -79,15 +79,15 @@ func TestStoreConformance(t *testing.T) {
 			}
 			// A stale observation (started under another op) is dropped.
 			stale := cur
-			stale.Operation, stale.OpID = wstype.OpNone, ""
-			if ok, _ := st.SetObserved(ctx, stale, wstype.Standby, later); ok {
+			stale.Operation, stale.OpID = workspace.OpNone, ""
+			if ok, _ := st.SetObserved(ctx, stale, workspace.Standby, later); ok {
 				t.Fatal("SetObserved across an operation boundary succeeded")
 			}
-			if ok, _ := st.SetObserved(ctx, cur, wstype.Standby, later); !ok {
+			if ok, _ := st.SetObserved(ctx, cur, workspace.Standby, later); !ok {
 				t.Fatal("SetObserved failed")
 			}
 			next := later.Add(time.Minute)
-			info := &wstype.ErrorInfo{Reason: "ActionFailed", Operation: wstype.OpProvisioning, ErrorCount: 1, LastError: "boom", OccurredAt: later.UTC()}
+			info := &workspace.ErrorInfo{Reason: "ActionFailed", Operation: workspace.OpProvisioning, ErrorCount: 1, LastError: "boom", OccurredAt: later.UTC()}
 			if err := st.Failed(ctx, w.ID, "op-r1", 1, info, later, &next); err != nil {
 				t.Fatal(err)
 			}
@@ -101,9 +101,9 @@ func TestStoreConformance(t *testing.T) {
 				t.Fatal("Complete with the wrong op_id succeeded")
 			}
 			moved := cur
-			moved.DesiredState = wstype.Standby
-			if cur.DesiredState == wstype.Standby {
-				moved.DesiredState = wstype.Running
+			moved.DesiredState = workspace.Standby
+			if cur.DesiredState == workspace.Standby {
+				moved.DesiredState = workspace.Running
 			}
 			if ok, _ := st.Complete(ctx, moved, later); ok {
 				t.Fatal("Complete decided from a desired state the row no longer shows succeeded")
@@ -112,35 +112,35 @@ func TestStoreConformance(t *testing.T) {
 				t.Fatal("Complete failed")
 			}
 			cur, _ = st.Get(ctx, w.ID)
-			if cur.Operation != wstype.OpNone || cur.ErrorCount != 0 || cur.ErrorInfo != nil || cur.OpID != "op-r1" {
+			if cur.Operation != workspace.OpNone || cur.ErrorCount != 0 || cur.ErrorInfo != nil || cur.OpID != "op-r1" {
 				t.Fatalf("after Complete: %s op_id=%s", describe(cur), cur.OpID)
 			}
 			if act, _ := st.ListActionable(ctx); len(act) != 0 {
 				t.Fatalf("converged workspace still actionable")
 			}
-			if _, err := st.SetDesired(ctx, w.ID, wstype.Running, later); err != nil {
+			if _, err := st.SetDesired(ctx, w.ID, workspace.Running, later); err != nil {
 				t.Fatal(err)
 			}
 			if act, _ := st.ListActionable(ctx); len(act) != 1 {
 				t.Fatalf("desired change not actionable")
 			}
 			// Timeout keeps the operation; Recover clears it.
-			if ok, _ := st.Claim(ctx, wstype.Workspace{ID: w.ID, ObservedStatus: wstype.Standby, DesiredState: wstype.Running, OpID: "stale"}, wstype.OpStarting, "op-2", "r1", later, later); ok {
+			if ok, _ := st.Claim(ctx, workspace.Workspace{ID: w.ID, ObservedStatus: workspace.Standby, DesiredState: workspace.Running, OpID: "stale"}, workspace.OpStarting, "op-2", "r1", later, later); ok {
 				t.Fatal("claim from a stale snapshot (old op_id) succeeded")
 			}
-			if ok, _ := st.Claim(ctx, wstype.Workspace{ID: w.ID, ObservedStatus: wstype.Standby, DesiredState: wstype.Running, OpID: "op-r1"}, wstype.OpStarting, "op-2", "r1", later, later); !ok {
+			if ok, _ := st.Claim(ctx, workspace.Workspace{ID: w.ID, ObservedStatus: workspace.Standby, DesiredState: workspace.Running, OpID: "op-r1"}, workspace.OpStarting, "op-2", "r1", later, later); !ok {
 				t.Fatal("claim failed")
 			}
-			st.Terminal(ctx, w.ID, "op-2", &wstype.ErrorInfo{Reason: "Timeout", Operation: wstype.OpStarting, IsTerminal: true}, later)
+			st.Terminal(ctx, w.ID, "op-2", &workspace.ErrorInfo{Reason: "Timeout", Operation: workspace.OpStarting, IsTerminal: true}, later)
 			cur, _ = st.Get(ctx, w.ID)
-			if cur.ErrorInfo == nil || !cur.ErrorInfo.IsTerminal || cur.PreviousStatus != wstype.Standby || cur.Operation != wstype.OpStarting {
+			if cur.ErrorInfo == nil || !cur.ErrorInfo.IsTerminal || cur.PreviousStatus != workspace.Standby || cur.Operation != workspace.OpStarting {
 				t.Fatalf("after Terminal: %s prev=%s", describe(cur), cur.PreviousStatus)
 			}
 			cur, err = st.Recover(ctx, w.ID, later)
-			if err != nil || cur.ErrorInfo != nil || cur.Operation != wstype.OpNone || cur.ErrorCount != 0 || cur.OpID != "op-2" {
+			if err != nil || cur.ErrorInfo != nil || cur.Operation != workspace.OpNone || cur.ErrorCount != 0 || cur.OpID != "op-2" {
 				t.Fatalf("after Recover: %s (%v)", describe(cur), err)
 			}
-			if _, err := st.Recover(ctx, "nope", later); !errors.Is(err, wstype.ErrNotFound) {
+			if _, err := st.Recover(ctx, "nope", later); !errors.Is(err, workspace.ErrNotFound) {
 				t.Fatalf("Recover(unknown) = %v", err)
 			}
 			all, _ := st.List(ctx)
@@ -186,30 +186,30 @@ func TestHandoffAndObservedClearsObserveFailed(t *testing.T) {
 				t.Fatal("a dropped row was taken")
 			}
 
-			failed := &wstype.ErrorInfo{Reason: wstype.ReasonObserveFailed, LastError: "engine down"}
+			failed := &workspace.ErrorInfo{Reason: workspace.ReasonObserveFailed, LastError: "engine down"}
 			if ok, err := st.SetObserveError(ctx, w.ID, failed, now); err != nil || !ok {
 				t.Fatalf("SetObserveError = %v, %v", ok, err)
 			}
 			later := now.Add(time.Second)
-			if ok, err := st.SetObserved(ctx, w, wstype.Standby, later); err != nil || !ok {
+			if ok, err := st.SetObserved(ctx, w, workspace.Standby, later); err != nil || !ok {
 				t.Fatalf("SetObserved = %v, %v", ok, err)
 			}
 			got, err := st.Get(ctx, w.ID)
-			if err != nil || got.ErrorInfo != nil || got.ObservedStatus != wstype.Standby || !got.UpdatedAt.Equal(later) {
+			if err != nil || got.ErrorInfo != nil || got.ObservedStatus != workspace.Standby || !got.UpdatedAt.Equal(later) {
 				t.Fatalf("after the observation: %s updated %v, %v", describe(got), got.UpdatedAt, err)
 			}
 
 			// The reconciler's error info stays.
 			o := ws[1]
-			if ok, err := st.Claim(ctx, o, wstype.OpProvisioning, "op1", "r1", now, now.Add(time.Minute)); err != nil || !ok {
+			if ok, err := st.Claim(ctx, o, workspace.OpProvisioning, "op1", "r1", now, now.Add(time.Minute)); err != nil || !ok {
 				t.Fatalf("Claim = %v, %v", ok, err)
 			}
-			info := &wstype.ErrorInfo{Reason: wstype.ReasonActionFailed, ErrorCount: 1, LastError: "boom"}
+			info := &workspace.ErrorInfo{Reason: workspace.ReasonActionFailed, ErrorCount: 1, LastError: "boom"}
 			if err := st.Failed(ctx, o.ID, "op1", 1, info, now, nil); err != nil {
 				t.Fatal(err)
 			}
-			o.Operation, o.OpID = wstype.OpProvisioning, "op1"
-			if ok, err := st.SetObserved(ctx, o, wstype.Standby, later); err != nil || !ok {
+			o.Operation, o.OpID = workspace.OpProvisioning, "op1"
+			if ok, err := st.SetObserved(ctx, o, workspace.Standby, later); err != nil || !ok {
 				t.Fatalf("SetObserved = %v, %v", ok, err)
 			}
 			if got, err := st.Get(ctx, o.ID); err != nil || got.ErrorInfo == nil || got.ErrorInfo.LastError != "boom" {
@@ -232,21 +232,21 @@ func TestObservationEndsExecutedOperation(t *testing.T) {
 			now := time.UnixMilli(1_700_000_000_000)
 			later := now.Add(time.Second)
 			ws := createN(t, st, 4, now)
-			claim := func(w wstype.Workspace, opID string) wstype.Workspace {
+			claim := func(w workspace.Workspace, opID string) workspace.Workspace {
 				t.Helper()
-				if ok, err := st.Claim(ctx, w, wstype.OpProvisioning, opID, "r1", now, now.Add(time.Minute)); err != nil || !ok {
+				if ok, err := st.Claim(ctx, w, workspace.OpProvisioning, opID, "r1", now, now.Add(time.Minute)); err != nil || !ok {
 					t.Fatalf("Claim = %v, %v", ok, err)
 				}
-				w.Operation, w.OpID = wstype.OpProvisioning, opID
+				w.Operation, w.OpID = workspace.OpProvisioning, opID
 				return w
 			}
-			ends := func(what string, w wstype.Workspace, want bool) {
+			ends := func(what string, w workspace.Workspace, want bool) {
 				t.Helper()
 				before, err := st.Get(ctx, w.ID)
 				if err != nil {
 					t.Fatal(err)
 				}
-				ok, err := st.SetObservedComplete(ctx, w, wstype.Standby, later)
+				ok, err := st.SetObservedComplete(ctx, w, workspace.Standby, later)
 				if err != nil || ok != want {
 					t.Fatalf("%s: SetObservedComplete = %v, %v; want %v", what, ok, err, want)
 				}
@@ -260,8 +260,8 @@ func TestObservationEndsExecutedOperation(t *testing.T) {
 					}
 					return
 				}
-				if got.ObservedStatus != wstype.Standby || got.ObservedAt == nil || !got.ObservedAt.Equal(later) ||
-					got.Operation != wstype.OpNone || got.OpExecuted || got.OpOwner != "" || got.OpLeaseUntil != nil ||
+				if got.ObservedStatus != workspace.Standby || got.ObservedAt == nil || !got.ObservedAt.Equal(later) ||
+					got.Operation != workspace.OpNone || got.OpExecuted || got.OpOwner != "" || got.OpLeaseUntil != nil ||
 					got.OpID != w.OpID || got.ErrorCount != 0 || got.ErrorInfo != nil || !got.UpdatedAt.Equal(later) {
 					t.Fatalf("%s: after the write: %s", what, describe(got))
 				}
@@ -288,7 +288,7 @@ func TestObservationEndsExecutedOperation(t *testing.T) {
 
 			// Error info: the reconciler decides.
 			w = claim(ws[2], "op2")
-			info := &wstype.ErrorInfo{Reason: wstype.ReasonActionFailed, ErrorCount: 1, LastError: "boom"}
+			info := &workspace.ErrorInfo{Reason: workspace.ReasonActionFailed, ErrorCount: 1, LastError: "boom"}
 			if err := st.Failed(ctx, w.ID, "op2", 1, info, now, nil); err != nil {
 				t.Fatal(err)
 			}

@@ -8,13 +8,13 @@ import (
 	"hash/fnv"
 	"time"
 
-	"github.com/gantryhq/gantry/workspace/wstype"
+	"github.com/gantryhq/gantry/workspace"
 )
 
 // TTLCandidate is a converged, idle-able row as the TTL manager sees it.
 type TTLCandidate struct {
 	ID       string
-	Observed wstype.Status
+	Observed workspace.Status
 	Version  int64     // desired_version: the TTL manager's compare-and-set
 	Since    time.Time // latest of: entered this status, last activity, created
 }
@@ -56,7 +56,7 @@ const setDesiredIfVersionSQL = `UPDATE workspaces SET desired_state = ?, desired
 // SetDesiredIfVersion is the TTL manager's only write: desired_state from →
 // to, if the row's desired_state is still from and its desired_version is
 // still version. It bumps the version. Reports whether it wrote.
-func (s *Store) SetDesiredIfVersion(ctx context.Context, id string, from wstype.Status, version int64, to wstype.Status, now time.Time) (bool, error) {
+func (s *Store) SetDesiredIfVersion(ctx context.Context, id string, from workspace.Status, version int64, to workspace.Status, now time.Time) (bool, error) {
 	n, err := s.exec(ctx, setDesiredIfVersionSQL, string(to), now.UnixMilli(), id, string(from), version)
 	return n == 1, err
 }
@@ -79,7 +79,7 @@ type Fenced struct {
 func (s *Store) FencedBy(ex Execer) DesiredWriter { return &Fenced{s: s, ex: ex} }
 
 // SetDesiredIfVersion is Store.SetDesiredIfVersion through the fence.
-func (f *Fenced) SetDesiredIfVersion(ctx context.Context, id string, from wstype.Status, version int64, to wstype.Status, now time.Time) (bool, error) {
+func (f *Fenced) SetDesiredIfVersion(ctx context.Context, id string, from workspace.Status, version int64, to workspace.Status, now time.Time) (bool, error) {
 	n, err := f.ex.Exec(ctx, f.s.rebind(setDesiredIfVersionSQL), string(to), now.UnixMilli(), id, string(from), version)
 	return n == 1, err
 }
@@ -93,7 +93,7 @@ func (s *Store) Touch(ctx context.Context, id string, now time.Time) error {
 		return err
 	}
 	if n == 0 {
-		return fmt.Errorf("%w: workspace %s", wstype.ErrNotFound, id)
+		return fmt.Errorf("%w: workspace %s", workspace.ErrNotFound, id)
 	}
 	return nil
 }
@@ -104,7 +104,7 @@ func (s *Store) DesiredVersion(ctx context.Context, id string) (int64, *time.Tim
 	var act sql.NullInt64
 	err := s.db.QueryRowContext(ctx, s.rebind(`SELECT desired_version, last_activity_at FROM workspaces WHERE id = ?`), id).Scan(&v, &act)
 	if errors.Is(err, sql.ErrNoRows) {
-		return 0, nil, fmt.Errorf("%w: workspace %s", wstype.ErrNotFound, id)
+		return 0, nil, fmt.Errorf("%w: workspace %s", workspace.ErrNotFound, id)
 	}
 	return v, msPtr(act), err
 }
@@ -114,7 +114,7 @@ func (s *Store) DesiredVersion(ctx context.Context, id string) (int64, *time.Tim
 func (s *Store) MarkDeleted(ctx context.Context, id string, now time.Time) error {
 	n, err := s.exec(ctx, `UPDATE workspaces SET desired_state = 'DELETED', updated_at = ? WHERE id = ?`, now.UnixMilli(), id)
 	if err == nil && n == 0 {
-		err = fmt.Errorf("%w: %q", wstype.ErrNotFound, id)
+		err = fmt.Errorf("%w: %q", workspace.ErrNotFound, id)
 	}
 	return err
 }
@@ -134,7 +134,7 @@ func (s *Store) LeaderLockID(ctx context.Context) (int64, error) {
 
 // DesiredWriter is the TTL manager's compare-and-set on desired_state.
 type DesiredWriter interface {
-	SetDesiredIfVersion(ctx context.Context, id string, from wstype.Status, version int64, to wstype.Status, now time.Time) (bool, error)
+	SetDesiredIfVersion(ctx context.Context, id string, from workspace.Status, version int64, to workspace.Status, now time.Time) (bool, error)
 }
 
 var (

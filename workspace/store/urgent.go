@@ -1,16 +1,15 @@
 package store
 
 import (
-	"context"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// Work a user asked for goes first (workspace/urgent.go has the whole
+// Work a user asked for goes first (package urgency has the whole
 // story). Two things carry it through the store:
 //
-//   - the Urgent mark on a context: its statements skip the batches
+//   - the urgency.Mark on a context: its statements skip the batches
 //     (batch.go), so they never queue behind bulk statements;
 //   - BeginUrgent, held by a user's request (the API) and by the steps that
 //     follow it (the reconciler) while they are in flight: meanwhile the
@@ -23,16 +22,6 @@ import (
 //     the bulk loses less than the time it yields. Holds are per Store,
 //     that is per process: a change made through one replica's API does
 //     not hold another replica's bulk (they share only the database).
-
-type urgentKey struct{}
-
-// Urgent marks ctx as work a user asked for directly (an API call, the
-// reconcile steps and observations that follow it): its statements go
-// ahead of bulk work in the batches.
-func Urgent(ctx context.Context) context.Context { return context.WithValue(ctx, urgentKey{}, true) }
-
-// IsUrgent reports whether ctx was marked by Urgent.
-func IsUrgent(ctx context.Context) bool { u, _ := ctx.Value(urgentKey{}).(bool); return u }
 
 // maxYield bounds how long one bulk batch waits for urgent work in flight:
 // under a stream of users' requests the bulk still moves, a batch (grown

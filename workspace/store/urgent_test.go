@@ -6,6 +6,7 @@ import (
 
 	"github.com/gantryhq/gantry/workspace/store"
 	"github.com/gantryhq/gantry/workspace/store/storetest"
+	"github.com/gantryhq/gantry/workspace/urgency"
 )
 
 // TestBulkYieldsToUrgentWork: while a user's work is in flight
@@ -37,7 +38,7 @@ func TestBulkYieldsToUrgentWork(t *testing.T) {
 				done := make(chan error, 1)
 				go func() { done <- bulk.do() }()
 				// The user's own statements pass meanwhile.
-				uctx := store.Urgent(ctx)
+				uctx := urgency.Mark(ctx)
 				if _, err := st.Exec(uctx, `UPDATE workspaces SET updated_at = updated_at + 1 WHERE id = ?`, ws[1].ID); err != nil {
 					t.Fatal(err)
 				}

@@ -24,9 +24,10 @@ import (
 
 	"github.com/gantryhq/gantry/internal/testutil"
 	"github.com/gantryhq/gantry/workspace"
+	"github.com/gantryhq/gantry/workspace/api"
+	wsclient "github.com/gantryhq/gantry/workspace/client"
 	"github.com/gantryhq/gantry/workspace/provider"
 	"github.com/gantryhq/gantry/workspace/store/storetest"
-	"github.com/gantryhq/gantry/workspace/wstype"
 )
 
 // wsProgram is the workspace image's only binary: it writes a marker into its
@@ -490,7 +491,7 @@ func TestProxyThroughTheAPI(t *testing.T) {
 	p.cfg.NetworkMode = netName
 	st := storetest.Open(t, storetest.SQLiteDSN(t))
 	ctx := t.Context()
-	w, err := st.Create(ctx, wstype.NewWorkspace{Name: "web", Desired: wstype.Running}, time.Now())
+	w, err := st.Create(ctx, workspace.NewWorkspace{Name: "web", Desired: workspace.Running}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -499,7 +500,7 @@ func TestProxyThroughTheAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	storetest.Force(t, st, w.ID, map[string]any{"observed_status": "RUNNING"})
-	srv := httptest.NewServer(workspace.NewAPI(workspace.APIConfig{Store: st, Container: p}))
+	srv := httptest.NewServer(api.NewAPI(api.APIConfig{Store: st, Container: p}))
 	defer srv.Close()
 	token := storetest.Token(t, st, "admin", true)
 	var body string
@@ -647,10 +648,10 @@ func TestNoImageIsRefused(t *testing.T) {
 	}
 
 	st := storetest.Open(t, storetest.SQLiteDSN(t))
-	srv := httptest.NewServer(workspace.NewAPI(workspace.APIConfig{Store: st, Container: p}))
+	srv := httptest.NewServer(api.NewAPI(api.APIConfig{Store: st, Container: p}))
 	defer srv.Close()
-	c := &workspace.Client{Base: srv.URL, Token: storetest.Token(t, st, "admin", true)}
-	var ae *workspace.APIError
+	c := &wsclient.Client{Base: srv.URL, Token: storetest.Token(t, st, "admin", true)}
+	var ae *wsclient.APIError
 	if _, err := c.Create(t.Context(), workspace.NewWorkspace{Name: "noimage"}); !errors.As(err, &ae) || ae.Status != 400 || !strings.Contains(ae.Message, "--docker-image") {
 		t.Fatalf("create without an image: %v; want HTTP 400 naming --docker-image", err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/gantryhq/gantry/workspace/provider/docker"
 	"github.com/gantryhq/gantry/workspace/provider/fs"
 	"github.com/gantryhq/gantry/workspace/provider/process"
+	"github.com/gantryhq/gantry/workspace/server"
 )
 
 // BenchmarkManyWorkspaces converges N workspaces (GANTRY_WS_PROVIDER_N, default 1000) to
@@ -70,7 +71,7 @@ func BenchmarkManyWorkspaces(b *testing.B) {
 // benchConverge creates n workspaces with desired RUNNING and waits until all run; it
 // reports the time and workspaces/s, then deletes them all.
 func benchConverge(b *testing.B, be backend, n int, command string) {
-	s := startServer(b, be, func(sc *workspace.ServerConfig) {
+	s := startServer(b, be, func(sc *server.ServerConfig) {
 		sc.Reconciler.Interval = time.Hour // nothing waits for a tick
 		sc.Logger = nil
 	})

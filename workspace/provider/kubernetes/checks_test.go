@@ -15,7 +15,9 @@ import (
 
 	"github.com/gantryhq/gantry/internal/testutil"
 	"github.com/gantryhq/gantry/workspace"
+	"github.com/gantryhq/gantry/workspace/client"
 	"github.com/gantryhq/gantry/workspace/provider"
+	"github.com/gantryhq/gantry/workspace/server"
 )
 
 // missingNamespace is a namespace name no test creates.
@@ -51,7 +53,7 @@ func TestCreateWithoutAnImageIsRefused(t *testing.T) {
 	p := c.provider(cfg)
 	s := startServer(t, p)
 	ctx := t.Context()
-	var ae *workspace.APIError
+	var ae *client.APIError
 	_, err := s.Create(ctx, workspace.NewWorkspace{Name: "noimage"})
 	if !errors.As(err, &ae) || ae.Status != 400 || !strings.Contains(ae.Message, "--image") {
 		t.Fatalf("create without an image: %v; want HTTP 400 naming --image", err)
@@ -131,7 +133,7 @@ func TestServeChecksNamespaceAndImage(t *testing.T) {
 	var token []byte
 	testutil.WaitFor(t, 30*time.Second, "serve up", func() (bool, string) {
 		var err error
-		token, err = os.ReadFile(filepath.Join(data, workspace.AdminTokenFile))
+		token, err = os.ReadFile(filepath.Join(data, server.AdminTokenFile))
 		if err == nil {
 			var conn net.Conn
 			if conn, err = net.Dial("tcp", listen); err == nil {

@@ -13,11 +13,13 @@ import (
 
 	"github.com/gantryhq/gantry/internal/testutil"
 	"github.com/gantryhq/gantry/workspace"
+	"github.com/gantryhq/gantry/workspace/client"
+	"github.com/gantryhq/gantry/workspace/server"
 )
 
 // slowRetries makes a failed operation wait 10 s for its retry (and retry
 // for minutes): a delete that waited behind the retries would take that long.
-func slowRetries(cfg *workspace.ServerConfig) {
+func slowRetries(cfg *server.ServerConfig) {
 	cfg.Reconciler.RetryBackoff, cfg.Reconciler.MaxRetries = 10*time.Second, 10
 }
 
@@ -31,7 +33,7 @@ func (s *wsServer) deletedWithin(t *testing.T, id string, d time.Duration) {
 	}
 	testutil.WaitFor(t, d, "workspace "+id+" DELETED", func() (bool, string) {
 		w, err := s.Get(t.Context(), id)
-		var ae *workspace.APIError
+		var ae *client.APIError
 		return errors.As(err, &ae) && ae.Status == http.StatusNotFound, fmt.Sprintf("observed %s desired %s op %q error %+v (%v)",
 			w.ObservedStatus, w.DesiredState, w.Operation, w.ErrorInfo, err)
 	})

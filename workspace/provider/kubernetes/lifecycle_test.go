@@ -16,15 +16,19 @@ import (
 
 	"github.com/gantryhq/gantry/internal/testutil"
 	"github.com/gantryhq/gantry/workspace"
+	"github.com/gantryhq/gantry/workspace/client"
 	"github.com/gantryhq/gantry/workspace/provider"
 	"github.com/gantryhq/gantry/workspace/provider/archive"
+	"github.com/gantryhq/gantry/workspace/reconcile"
+	"github.com/gantryhq/gantry/workspace/server"
+	"github.com/gantryhq/gantry/workspace/singletons"
 )
 
 // wsServer is gantry's workspace server (API, reconciler, monitor) in this process, on
 // SQLite, with the Kubernetes provider as its Container and Storage.
 type wsServer struct {
-	*workspace.Client
-	srv *workspace.Server
+	*client.Client
+	srv *server.Server
 }
 
 // backend is a provider that is both the server's Container and its Storage.
@@ -33,20 +37,20 @@ type backend interface {
 	provider.Storage
 }
 
-func startServer(t testing.TB, p backend, mutate ...func(*workspace.ServerConfig)) *wsServer {
+func startServer(t testing.TB, p backend, mutate ...func(*server.ServerConfig)) *wsServer {
 	t.Helper()
 	data := t.TempDir()
 	addr := make(chan string, 1)
-	cfg := workspace.ServerConfig{Data: data, Listen: "127.0.0.1:0", Container: p, Storage: p, // mutate may wrap them
-		Reconciler: workspace.Config{Interval: 2 * time.Second, RetryBackoff: 200 * time.Millisecond, MaxRetries: 3},
-		Monitor:    workspace.MonitorConfig{Interval: 2 * time.Second},
+	cfg := server.ServerConfig{Data: data, Listen: "127.0.0.1:0", Container: p, Storage: p, // mutate may wrap them
+		Reconciler: reconcile.Config{Interval: 2 * time.Second, RetryBackoff: 200 * time.Millisecond, MaxRetries: 3},
+		Monitor:    singletons.MonitorConfig{Interval: 2 * time.Second},
 		Ready:      func(a string) { addr <- a },
 		Logger:     slog.New(slog.NewTextHandler(tlog{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))}
 	for _, m := range mutate {
 		m(&cfg)
 	}
 	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
-	srv, err := workspace.NewServer(ctx, cfg)
+	srv, err := server.NewServer(ctx, cfg)
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -63,11 +67,11 @@ func startServer(t testing.TB, p backend, mutate ...func(*workspace.ServerConfig
 	case err := <-done:
 		t.Fatalf("server: %v", err)
 	}
-	token, err := os.ReadFile(filepath.Join(data, workspace.AdminTokenFile))
+	token, err := os.ReadFile(filepath.Join(data, server.AdminTokenFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &wsServer{Client: &workspace.Client{Base: "http://" + a, Token: strings.TrimSpace(string(token))}, srv: srv}
+	return &wsServer{Client: &client.Client{Base: "http://" + a, Token: strings.TrimSpace(string(token))}, srv: srv}
 }
 
 // tlog writes the server's warnings to the test's log.

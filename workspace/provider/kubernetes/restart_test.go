@@ -20,6 +20,7 @@ import (
 	"github.com/gantryhq/gantry/internal/testutil"
 	"github.com/gantryhq/gantry/workspace"
 	"github.com/gantryhq/gantry/workspace/provider"
+	"github.com/gantryhq/gantry/workspace/server"
 )
 
 // apiServer is a second kube-apiserver of the test cluster: the same etcd (so the same
@@ -112,7 +113,7 @@ func TestAPIServerRestart(t *testing.T) {
 	cfg.Client, cfg.REST = cli, api.rest
 	p := c.provider(cfg)
 	rec := &recording{Provider: p}
-	s := startServer(t, p, func(sc *workspace.ServerConfig) {
+	s := startServer(t, p, func(sc *server.ServerConfig) {
 		sc.Container, sc.Storage = rec, rec
 		// An outage of a few seconds must not exhaust the retries.
 		sc.Reconciler.MaxRetries, sc.Reconciler.RetryBackoffMax = 30, time.Second

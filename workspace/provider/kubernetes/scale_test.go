@@ -12,6 +12,7 @@ import (
 
 	"github.com/gantryhq/gantry/internal/testutil"
 	"github.com/gantryhq/gantry/workspace"
+	"github.com/gantryhq/gantry/workspace/server"
 )
 
 // TestManyWorkspacesAcrossNodes converges N workspaces (GANTRY_KUBE_N, default 300) to
@@ -36,7 +37,7 @@ func TestManyWorkspacesAcrossNodes(t *testing.T) {
 	cfg.NodeSelector = map[string]string{"gantry-test": c.ns} // this test's nodes only
 	cfg.PollEvery = 0                                         // the default, as the figures in docs/BENCHMARKS.md had it
 	p := c.provider(cfg)
-	s := startServer(t, p, func(sc *workspace.ServerConfig) {
+	s := startServer(t, p, func(sc *server.ServerConfig) {
 		sc.Reconciler.Interval = time.Hour // nothing waits for a tick
 	})
 	ctx := t.Context()

@@ -11,7 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/gantryhq/gantry/workspace/wstype"
+	"github.com/gantryhq/gantry/workspace"
 )
 
 type ctxT = context.Context
@@ -25,25 +25,25 @@ type diff struct {
 	names []string
 	// stale holds an old snapshot per store and name: a plan made from it
 	// must lose its compare-and-set on both.
-	stale [2]map[string]wstype.Workspace
+	stale [2]map[string]workspace.Workspace
 }
 
 func newDiff(t *testing.T, a, b fullStore) *diff {
 	return &diff{t: t, s: [2]fullStore{a, b}, now: time.UnixMilli(1_750_000_000_000).UTC(),
-		stale: [2]map[string]wstype.Workspace{{}, {}}}
+		stale: [2]map[string]workspace.Workspace{{}, {}}}
 }
 
-var statuses = []wstype.Status{wstype.Pending, wstype.Standby, wstype.Running, wstype.Error}
-var ops = []wstype.Operation{wstype.OpProvisioning, wstype.OpStarting, wstype.OpStopping, wstype.OpArchiving, wstype.OpDeleting}
+var statuses = []workspace.Status{workspace.Pending, workspace.Standby, workspace.Running, workspace.Error}
+var ops = []workspace.Operation{workspace.OpProvisioning, workspace.OpStarting, workspace.OpStopping, workspace.OpArchiving, workspace.OpDeleting}
 
 // get returns name's row in store i (ok false if gone).
-func (d *diff) get(i int, name string) (wstype.Workspace, bool) {
+func (d *diff) get(i int, name string) (workspace.Workspace, bool) {
 	w, err := d.s[i].Get(d.t.Context(), name)
 	return w, err == nil
 }
 
 // both runs f on each store with name's row there and checks they agree.
-func (d *diff) both(step int, what, name string, f func(i int, w wstype.Workspace) (bool, error)) {
+func (d *diff) both(step int, what, name string, f func(i int, w workspace.Workspace) (bool, error)) {
 	var res [2]string
 	for i := range 2 {
 		w, ok := d.get(i, name)
@@ -66,7 +66,7 @@ func (d *diff) randomStep(rng *rand.Rand, step int) {
 		var errs [2]bool
 		desired := statuses[rng.IntN(3)]
 		for i := range 2 {
-			_, err := d.s[i].Create(ctx, wstype.NewWorkspace{Name: name, Desired: desired}, d.now)
+			_, err := d.s[i].Create(ctx, workspace.NewWorkspace{Name: name, Desired: desired}, d.now)
 			errs[i] = err != nil
 		}
 		if errs[0] != errs[1] {
@@ -93,17 +93,17 @@ func (d *diff) apply(rng *rand.Rand, step int, name string) {
 	opID := fmt.Sprint("op-", step)
 	owner := []string{"a", "b"}[rng.IntN(2)]
 	useOwn := rng.IntN(3) > 0 // else a wrong op id
-	pick := func(w wstype.Workspace) string {
+	pick := func(w workspace.Workspace) string {
 		if useOwn {
 			return w.OpID
 		}
 		return "other"
 	}
-	info := &wstype.ErrorInfo{Reason: []string{wstype.ReasonActionFailed, wstype.ReasonObserveFailed}[rng.IntN(2)],
+	info := &workspace.ErrorInfo{Reason: []string{workspace.ReasonActionFailed, workspace.ReasonObserveFailed}[rng.IntN(2)],
 		IsTerminal: rng.IntN(3) == 0, ErrorCount: rng.IntN(4), OccurredAt: now}
 	// Both stores must see the same random choices: draw them before both().
 	choice, status, op, useStale := rng.IntN(20), statuses[rng.IntN(4)], ops[rng.IntN(len(ops))], rng.IntN(2) == 0
-	pickSnap := func(i int, w wstype.Workspace) wstype.Workspace {
+	pickSnap := func(i int, w workspace.Workspace) workspace.Workspace {
 		if old, ok := d.stale[i][name]; ok && useStale {
 			return old
 		}
@@ -116,86 +116,86 @@ func (d *diff) apply(rng *rand.Rand, step int, name string) {
 	}
 	switch choice {
 	case 0:
-		d.both(step, "set desired", name, func(i int, w wstype.Workspace) (bool, error) {
-			if status == wstype.Error {
+		d.both(step, "set desired", name, func(i int, w workspace.Workspace) (bool, error) {
+			if status == workspace.Error {
 				return true, d.s[i].MarkDeleted(ctx, w.ID, now)
 			}
 			_, err := d.s[i].SetDesired(ctx, w.ID, status, now)
 			return true, err
 		})
 	case 1, 2:
-		d.both(step, "claim", name, func(i int, w wstype.Workspace) (bool, error) {
+		d.both(step, "claim", name, func(i int, w workspace.Workspace) (bool, error) {
 			return d.s[i].Claim(ctx, pickSnap(i, w), op, opID, owner, now, lease)
 		})
 	case 3:
-		d.both(step, "acquire", name, func(i int, w wstype.Workspace) (bool, error) {
+		d.both(step, "acquire", name, func(i int, w workspace.Workspace) (bool, error) {
 			return d.s[i].Acquire(ctx, w.ID, pick(w), w.ErrorCount, owner, now, lease)
 		})
 	case 4:
-		d.both(step, "renew", name, func(i int, w wstype.Workspace) (bool, error) {
+		d.both(step, "renew", name, func(i int, w workspace.Workspace) (bool, error) {
 			return d.s[i].Renew(ctx, w.ID, pick(w), owner, lease)
 		})
 	case 5:
-		d.both(step, "executed", name, func(i int, w wstype.Workspace) (bool, error) {
+		d.both(step, "executed", name, func(i int, w workspace.Workspace) (bool, error) {
 			return true, d.s[i].Executed(ctx, w.ID, pick(w), now)
 		})
 	case 6:
-		d.both(step, "archive key", name, func(i int, w wstype.Workspace) (bool, error) {
+		d.both(step, "archive key", name, func(i int, w workspace.Workspace) (bool, error) {
 			return true, d.s[i].SetArchiveKey(ctx, w.ID, pick(w), "key-"+opID, now)
 		})
 	case 7:
-		d.both(step, "failed", name, func(i int, w wstype.Workspace) (bool, error) {
+		d.both(step, "failed", name, func(i int, w workspace.Workspace) (bool, error) {
 			return true, d.s[i].Failed(ctx, w.ID, pick(w), info.ErrorCount, info, now, next)
 		})
 	case 8:
-		d.both(step, "terminal", name, func(i int, w wstype.Workspace) (bool, error) {
+		d.both(step, "terminal", name, func(i int, w workspace.Workspace) (bool, error) {
 			return true, d.s[i].Terminal(ctx, w.ID, pick(w), info, now)
 		})
 	case 9:
-		d.both(step, "complete", name, func(i int, w wstype.Workspace) (bool, error) {
+		d.both(step, "complete", name, func(i int, w workspace.Workspace) (bool, error) {
 			w.OpID = pick(w)
 			return d.s[i].Complete(ctx, w, now)
 		})
 	case 10:
-		d.both(step, "delete row", name, func(i int, w wstype.Workspace) (bool, error) {
+		d.both(step, "delete row", name, func(i int, w workspace.Workspace) (bool, error) {
 			return true, d.s[i].DeleteRow(ctx, w.ID, pick(w))
 		})
 	case 11:
-		d.both(step, "recover", name, func(i int, w wstype.Workspace) (bool, error) {
+		d.both(step, "recover", name, func(i int, w workspace.Workspace) (bool, error) {
 			_, err := d.s[i].Recover(ctx, w.ID, now)
 			return true, err
 		})
 	case 12, 13:
-		d.both(step, "observed", name, func(i int, w wstype.Workspace) (bool, error) {
+		d.both(step, "observed", name, func(i int, w workspace.Workspace) (bool, error) {
 			return d.s[i].SetObserved(ctx, pickSnap(i, w), status, now)
 		})
 	case 14:
-		d.both(step, "observe error", name, func(i int, w wstype.Workspace) (bool, error) {
+		d.both(step, "observe error", name, func(i int, w workspace.Workspace) (bool, error) {
 			if useStale {
 				return d.s[i].ClearObserveError(ctx, w.ID, now)
 			}
 			return d.s[i].SetObserveError(ctx, w.ID, info, now)
 		})
 	case 15:
-		d.both(step, "touch", name, func(i int, w wstype.Workspace) (bool, error) {
+		d.both(step, "touch", name, func(i int, w workspace.Workspace) (bool, error) {
 			return true, d.s[i].Touch(ctx, w.ID, now)
 		})
 	case 16:
 		d.ttlWrite(step, name, status, useStale)
 	case 17:
-		d.both(step, "complete and claim", name, func(i int, w wstype.Workspace) (bool, error) {
+		d.both(step, "complete and claim", name, func(i int, w workspace.Workspace) (bool, error) {
 			s := pickSnap(i, w)
 			s.OpID = pick(w)
 			return d.s[i].CompleteAndClaim(ctx, s, op, opID, owner, now, lease)
 		})
 	case 18:
-		d.both(step, "observed complete", name, func(i int, w wstype.Workspace) (bool, error) {
+		d.both(step, "observed complete", name, func(i int, w workspace.Workspace) (bool, error) {
 			s := pickSnap(i, w)
 			s.OpID = pick(w)
 			return d.s[i].SetObservedComplete(ctx, s, status, now)
 		})
 	case 19:
-		d.both(step, "abandon", name, func(i int, w wstype.Workspace) (bool, error) {
+		d.both(step, "abandon", name, func(i int, w workspace.Workspace) (bool, error) {
 			s := pickSnap(i, w)
 			s.OpID = pick(w)
 			return d.s[i].Abandon(ctx, s, owner, now)
@@ -205,8 +205,8 @@ func (d *diff) apply(rng *rand.Rand, step int, name string) {
 
 // ttlWrite compares the TTL candidates and runs the TTL manager's CAS
 // with the candidate's version (or a stale one).
-func (d *diff) ttlWrite(step int, name string, to wstype.Status, stale bool) {
-	d.both(step, "ttl cas", name, func(i int, w wstype.Workspace) (bool, error) {
+func (d *diff) ttlWrite(step int, name string, to workspace.Status, stale bool) {
+	d.both(step, "ttl cas", name, func(i int, w workspace.Workspace) (bool, error) {
 		cs, err := d.s[i].TTLCandidates(d.t.Context())
 		if err != nil {
 			return false, err
@@ -244,7 +244,7 @@ func (d *diff) compare(step int) {
 		}
 		names := map[string]string{}
 		var b strings.Builder
-		slices.SortFunc(all, func(a, b wstype.Workspace) int { return strings.Compare(a.Name, b.Name) })
+		slices.SortFunc(all, func(a, b workspace.Workspace) int { return strings.Compare(a.Name, b.Name) })
 		for _, w := range all {
 			names[w.ID] = w.Name
 			w.ID = ""
@@ -276,7 +276,7 @@ func (d *diff) compare(step int) {
 }
 
 // norm prints a row with times as milliseconds (zones differ by driver).
-func norm(w wstype.Workspace) string {
+func norm(w workspace.Workspace) string {
 	ms := func(t *time.Time) string {
 		if t == nil {
 			return "nil"

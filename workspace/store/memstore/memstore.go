@@ -17,13 +17,13 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/gantryhq/gantry/workspace"
 	"github.com/gantryhq/gantry/workspace/store"
-	"github.com/gantryhq/gantry/workspace/wstype"
 )
 
 // row is a workspace plus the columns only the TTL manager reads.
 type row struct {
-	w            wstype.Workspace
+	w            workspace.Workspace
 	version      int64      // desired_version
 	lastActivity *time.Time // last_activity_at
 }
@@ -47,7 +47,7 @@ func ms(t time.Time) time.Time { return time.UnixMilli(t.UnixMilli()).UTC() }
 func msPtr(t time.Time) *time.Time { v := ms(t); return &v }
 
 // snapshot copies a row so callers never share its pointers.
-func snapshot(r *row) wstype.Workspace {
+func snapshot(r *row) workspace.Workspace {
 	w := r.w
 	if w.ErrorInfo != nil {
 		info := *w.ErrorInfo
@@ -56,7 +56,7 @@ func snapshot(r *row) wstype.Workspace {
 	return w
 }
 
-func copyInfo(info *wstype.ErrorInfo) *wstype.ErrorInfo {
+func copyInfo(info *workspace.ErrorInfo) *workspace.ErrorInfo {
 	if info == nil {
 		return nil
 	}
@@ -73,23 +73,23 @@ func (s *Store) with(id string, fn func(r *row) bool) bool {
 }
 
 // Create inserts a new workspace (observed PENDING, no archive).
-func (s *Store) Create(_ context.Context, n wstype.NewWorkspace, now time.Time) (wstype.Workspace, error) {
+func (s *Store) Create(_ context.Context, n workspace.NewWorkspace, now time.Time) (workspace.Workspace, error) {
 	if err := n.Validate(); err != nil {
-		return wstype.Workspace{}, err
+		return workspace.Workspace{}, err
 	}
 	id, err := uuid.NewV7()
 	if err != nil {
-		return wstype.Workspace{}, err
+		return workspace.Workspace{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, r := range s.rows {
 		if r.w.Name == n.Name && r.w.Owner == n.Owner {
-			return wstype.Workspace{}, fmt.Errorf("%w: %q", wstype.ErrNameTaken, n.Name)
+			return workspace.Workspace{}, fmt.Errorf("%w: %q", workspace.ErrNameTaken, n.Name)
 		}
 	}
-	r := &row{w: wstype.Workspace{ID: id.String(), Name: n.Name, Owner: n.Owner, Image: n.Image, Command: n.Command,
-		Spec: n.Spec, DesiredState: n.Desired, ObservedStatus: wstype.Pending, Operation: wstype.OpNone,
+	r := &row{w: workspace.Workspace{ID: id.String(), Name: n.Name, Owner: n.Owner, Image: n.Image, Command: n.Command,
+		Spec: n.Spec, DesiredState: n.Desired, ObservedStatus: workspace.Pending, Operation: workspace.OpNone,
 		CreatedAt: ms(now), UpdatedAt: ms(now)}}
 	s.rows[r.w.ID] = r
 	return snapshot(r), nil
@@ -103,49 +103,49 @@ func (s *Store) lookupLocked(id string) (*row, error) {
 	for _, r := range s.rows {
 		if r.w.Name == id {
 			if found != nil {
-				return nil, fmt.Errorf("%w: several owners have a workspace named %q; use its id", wstype.ErrConflict, id)
+				return nil, fmt.Errorf("%w: several owners have a workspace named %q; use its id", workspace.ErrConflict, id)
 			}
 			found = r
 		}
 	}
 	if found == nil {
-		return nil, fmt.Errorf("%w: %q", wstype.ErrNotFound, id)
+		return nil, fmt.Errorf("%w: %q", workspace.ErrNotFound, id)
 	}
 	return found, nil
 }
 
 // Get reads one workspace by id (or, failing that, by name).
-func (s *Store) Get(_ context.Context, id string) (wstype.Workspace, error) {
+func (s *Store) Get(_ context.Context, id string) (workspace.Workspace, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r, err := s.lookupLocked(id)
 	if err != nil {
-		return wstype.Workspace{}, err
+		return workspace.Workspace{}, err
 	}
 	return snapshot(r), nil
 }
 
-func (s *Store) filter(keep func(r *row) bool) []wstype.Workspace {
+func (s *Store) filter(keep func(r *row) bool) []workspace.Workspace {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []wstype.Workspace
+	var out []workspace.Workspace
 	for _, r := range s.rows {
 		if keep(r) {
 			out = append(out, snapshot(r))
 		}
 	}
-	slices.SortFunc(out, func(a, b wstype.Workspace) int { return cmp.Compare(a.ID, b.ID) })
+	slices.SortFunc(out, func(a, b workspace.Workspace) int { return cmp.Compare(a.ID, b.ID) })
 	return out
 }
 
 // List reads every workspace, oldest first.
-func (s *Store) List(context.Context) ([]wstype.Workspace, error) {
+func (s *Store) List(context.Context) ([]workspace.Workspace, error) {
 	return s.filter(func(*row) bool { return true }), nil
 }
 
 // ListActionable: an operation in flight, or desired ≠ observed outside
 // ERROR (DELETED acts even on ERROR).
-func (s *Store) ListActionable(context.Context) ([]wstype.Workspace, error) {
+func (s *Store) ListActionable(context.Context) ([]workspace.Workspace, error) {
 	return s.filter(actionable), nil
 }
 
@@ -160,6 +160,6 @@ func (s *Store) ListActionableIDs(context.Context) ([]string, error) {
 
 func actionable(r *row) bool {
 	w := r.w
-	return w.Operation != wstype.OpNone || (w.DesiredState != w.ObservedStatus &&
-		(w.ObservedStatus != wstype.Error || w.DesiredState == wstype.Deleted))
+	return w.Operation != workspace.OpNone || (w.DesiredState != w.ObservedStatus &&
+		(w.ObservedStatus != workspace.Error || w.DesiredState == workspace.Deleted))
 }

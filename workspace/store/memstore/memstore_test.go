@@ -5,40 +5,40 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantryhq/gantry/workspace"
 	"github.com/gantryhq/gantry/workspace/store"
 	"github.com/gantryhq/gantry/workspace/store/memstore"
 	"github.com/gantryhq/gantry/workspace/store/storetest"
-	"github.com/gantryhq/gantry/workspace/wstype"
 )
 
 // fullStore is every method both stores share.
 type fullStore interface {
-	Create(ctx ctxT, n wstype.NewWorkspace, now time.Time) (wstype.Workspace, error)
-	Get(ctx ctxT, id string) (wstype.Workspace, error)
-	List(ctx ctxT) ([]wstype.Workspace, error)
-	ListActionable(ctx ctxT) ([]wstype.Workspace, error)
+	Create(ctx ctxT, n workspace.NewWorkspace, now time.Time) (workspace.Workspace, error)
+	Get(ctx ctxT, id string) (workspace.Workspace, error)
+	List(ctx ctxT) ([]workspace.Workspace, error)
+	ListActionable(ctx ctxT) ([]workspace.Workspace, error)
 	ListActionableIDs(ctx ctxT) ([]string, error)
-	SetDesired(ctx ctxT, id string, desired wstype.Status, now time.Time) (wstype.Workspace, error)
+	SetDesired(ctx ctxT, id string, desired workspace.Status, now time.Time) (workspace.Workspace, error)
 	MarkDeleted(ctx ctxT, id string, now time.Time) error
-	Claim(ctx ctxT, w wstype.Workspace, op wstype.Operation, opID, owner string, now, leaseUntil time.Time) (bool, error)
+	Claim(ctx ctxT, w workspace.Workspace, op workspace.Operation, opID, owner string, now, leaseUntil time.Time) (bool, error)
 	Acquire(ctx ctxT, id, opID string, errorCount int, owner string, now, leaseUntil time.Time) (bool, error)
 	Renew(ctx ctxT, id, opID, owner string, leaseUntil time.Time) (bool, error)
 	Executed(ctx ctxT, id, opID string, now time.Time) error
 	SetArchiveKey(ctx ctxT, id, opID, key string, now time.Time) error
-	Failed(ctx ctxT, id, opID string, count int, info *wstype.ErrorInfo, now time.Time, next *time.Time) error
-	Terminal(ctx ctxT, id, opID string, info *wstype.ErrorInfo, now time.Time) error
-	Complete(ctx ctxT, w wstype.Workspace, now time.Time) (bool, error)
-	CompleteAndClaim(ctx ctxT, w wstype.Workspace, op wstype.Operation, opID, owner string, now, leaseUntil time.Time) (bool, error)
-	Abandon(ctx ctxT, w wstype.Workspace, owner string, now time.Time) (bool, error)
+	Failed(ctx ctxT, id, opID string, count int, info *workspace.ErrorInfo, now time.Time, next *time.Time) error
+	Terminal(ctx ctxT, id, opID string, info *workspace.ErrorInfo, now time.Time) error
+	Complete(ctx ctxT, w workspace.Workspace, now time.Time) (bool, error)
+	CompleteAndClaim(ctx ctxT, w workspace.Workspace, op workspace.Operation, opID, owner string, now, leaseUntil time.Time) (bool, error)
+	Abandon(ctx ctxT, w workspace.Workspace, owner string, now time.Time) (bool, error)
 	DeleteRow(ctx ctxT, id, opID string) error
-	Recover(ctx ctxT, id string, now time.Time) (wstype.Workspace, error)
-	SetObserved(ctx ctxT, w wstype.Workspace, status wstype.Status, now time.Time) (bool, error)
-	SetObservedComplete(ctx ctxT, w wstype.Workspace, status wstype.Status, now time.Time) (bool, error)
-	SetObserveError(ctx ctxT, id string, info *wstype.ErrorInfo, now time.Time) (bool, error)
+	Recover(ctx ctxT, id string, now time.Time) (workspace.Workspace, error)
+	SetObserved(ctx ctxT, w workspace.Workspace, status workspace.Status, now time.Time) (bool, error)
+	SetObservedComplete(ctx ctxT, w workspace.Workspace, status workspace.Status, now time.Time) (bool, error)
+	SetObserveError(ctx ctxT, id string, info *workspace.ErrorInfo, now time.Time) (bool, error)
 	ClearObserveError(ctx ctxT, id string, now time.Time) (bool, error)
 	Touch(ctx ctxT, id string, now time.Time) error
 	TTLCandidates(ctx ctxT) ([]store.TTLCandidate, error)
-	SetDesiredIfVersion(ctx ctxT, id string, from wstype.Status, version int64, to wstype.Status, now time.Time) (bool, error)
+	SetDesiredIfVersion(ctx ctxT, id string, from workspace.Status, version int64, to workspace.Status, now time.Time) (bool, error)
 }
 
 var (

@@ -6,20 +6,20 @@ import (
 	"slices"
 	"time"
 
+	"github.com/gantryhq/gantry/workspace"
 	"github.com/gantryhq/gantry/workspace/store"
-	"github.com/gantryhq/gantry/workspace/wstype"
 )
 
 // SetDesired writes desired_state. A workspace being deleted is a conflict.
-func (s *Store) SetDesired(ctx context.Context, id string, desired wstype.Status, now time.Time) (wstype.Workspace, error) {
+func (s *Store) SetDesired(ctx context.Context, id string, desired workspace.Status, now time.Time) (workspace.Workspace, error) {
 	s.mu.Lock()
 	r, err := s.lookupLocked(id)
-	if err == nil && r.w.DesiredState == wstype.Deleted {
-		err = fmt.Errorf("%w: workspace %s is being deleted", wstype.ErrConflict, r.w.ID)
+	if err == nil && r.w.DesiredState == workspace.Deleted {
+		err = fmt.Errorf("%w: workspace %s is being deleted", workspace.ErrConflict, r.w.ID)
 	}
 	if err != nil {
 		s.mu.Unlock()
-		return wstype.Workspace{}, err
+		return workspace.Workspace{}, err
 	}
 	r.w.DesiredState, r.w.UpdatedAt = desired, ms(now)
 	r.version++
@@ -31,16 +31,16 @@ func (s *Store) SetDesired(ctx context.Context, id string, desired wstype.Status
 
 // MarkDeleted sets desired_state DELETED.
 func (s *Store) MarkDeleted(_ context.Context, id string, now time.Time) error {
-	if !s.with(id, func(r *row) bool { r.w.DesiredState, r.w.UpdatedAt = wstype.Deleted, ms(now); return true }) {
-		return fmt.Errorf("%w: %q", wstype.ErrNotFound, id)
+	if !s.with(id, func(r *row) bool { r.w.DesiredState, r.w.UpdatedAt = workspace.Deleted, ms(now); return true }) {
+		return fmt.Errorf("%w: %q", workspace.ErrNotFound, id)
 	}
 	return nil
 }
 
 // Claim is the seed's CAS (store.Store.Claim's conditions).
-func (s *Store) Claim(_ context.Context, w wstype.Workspace, op wstype.Operation, opID, owner string, now, leaseUntil time.Time) (bool, error) {
+func (s *Store) Claim(_ context.Context, w workspace.Workspace, op workspace.Operation, opID, owner string, now, leaseUntil time.Time) (bool, error) {
 	return s.with(w.ID, func(r *row) bool {
-		if r.w.Operation != wstype.OpNone || !seen(r, w) || r.w.OpID != w.OpID {
+		if r.w.Operation != workspace.OpNone || !seen(r, w) || r.w.OpID != w.OpID {
 			return false
 		}
 		startOp(&r.w, op, opID, owner, now, leaseUntil)
@@ -52,7 +52,7 @@ func (s *Store) Claim(_ context.Context, w wstype.Workspace, op wstype.Operation
 func (s *Store) Acquire(_ context.Context, id, opID string, errorCount int, owner string, now, leaseUntil time.Time) (bool, error) {
 	return s.with(id, func(r *row) bool {
 		c := &r.w
-		if c.OpID != opID || c.Operation == wstype.OpNone || c.OpExecuted || c.ErrorCount != errorCount {
+		if c.OpID != opID || c.Operation == workspace.OpNone || c.OpExecuted || c.ErrorCount != errorCount {
 			return false
 		}
 		if !leaseFree(c, owner, now) {
@@ -65,7 +65,7 @@ func (s *Store) Acquire(_ context.Context, id, opID string, errorCount int, owne
 
 // leaseFree reports whether no other owner's call may be running on c: owner
 // holds its lease, or it lapsed (store.leaseFree).
-func leaseFree(c *wstype.Workspace, owner string, now time.Time) bool {
+func leaseFree(c *workspace.Workspace, owner string, now time.Time) bool {
 	return c.OpOwner == owner || c.OpLeaseUntil == nil || c.OpLeaseUntil.Before(ms(now))
 }
 
@@ -73,7 +73,7 @@ func leaseFree(c *wstype.Workspace, owner string, now time.Time) bool {
 func (s *Store) Renew(_ context.Context, id, opID, owner string, leaseUntil time.Time) (bool, error) {
 	return s.with(id, func(r *row) bool {
 		c := &r.w
-		if c.OpID != opID || c.OpOwner != owner || c.Operation == wstype.OpNone {
+		if c.OpID != opID || c.OpOwner != owner || c.Operation == workspace.OpNone {
 			return false
 		}
 		c.OpLeaseUntil = msPtr(leaseUntil)
@@ -103,23 +103,23 @@ func (s *Store) SetArchiveKey(_ context.Context, id, opID, key string, now time.
 		return true
 	})
 	if !ok {
-		return fmt.Errorf("%w: %s: operation %s no longer in flight", wstype.ErrConflict, id, opID)
+		return fmt.Errorf("%w: %s: operation %s no longer in flight", workspace.ErrConflict, id, opID)
 	}
 	return nil
 }
 
 // ChooseArchive makes key the archive the next restore uses (see store.Store.ChooseArchive).
-func (s *Store) ChooseArchive(_ context.Context, id, key string, now time.Time) (wstype.Workspace, error) {
+func (s *Store) ChooseArchive(_ context.Context, id, key string, now time.Time) (workspace.Workspace, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r, err := s.lookupLocked(id)
 	if err != nil {
-		return wstype.Workspace{}, err
+		return workspace.Workspace{}, err
 	}
-	failed := r.w.Operation == wstype.OpRestoring && r.w.ErrorInfo != nil && r.w.ErrorInfo.IsTerminal
-	if !failed && (r.w.ObservedStatus != wstype.Pending || r.w.Operation != wstype.OpNone || r.w.DesiredState == wstype.Deleted) {
+	failed := r.w.Operation == workspace.OpRestoring && r.w.ErrorInfo != nil && r.w.ErrorInfo.IsTerminal
+	if !failed && (r.w.ObservedStatus != workspace.Pending || r.w.Operation != workspace.OpNone || r.w.DesiredState == workspace.Deleted) {
 		return snapshot(r), fmt.Errorf("%w: workspace %s is %s with operation %s: only an archived workspace with no operation in flight, or one whose restore failed, takes another archive",
-			wstype.ErrConflict, id, r.w.ObservedStatus, r.w.Operation)
+			workspace.ErrConflict, id, r.w.ObservedStatus, r.w.Operation)
 	}
 	if failed {
 		clearOp(&r.w, now)
@@ -133,10 +133,10 @@ func (s *Store) ChooseArchive(_ context.Context, id, key string, now time.Time) 
 func isOp(r *row, opID string) bool { return r.w.OpID != "" && r.w.OpID == opID }
 
 // inFlight reports whether opID is id's operation in flight.
-func inFlight(r *row, opID string) bool { return r.w.OpID == opID && r.w.Operation != wstype.OpNone }
+func inFlight(r *row, opID string) bool { return r.w.OpID == opID && r.w.Operation != workspace.OpNone }
 
 // Failed records a failed provider call of opID.
-func (s *Store) Failed(_ context.Context, id, opID string, count int, info *wstype.ErrorInfo, now time.Time, next *time.Time) error {
+func (s *Store) Failed(_ context.Context, id, opID string, count int, info *workspace.ErrorInfo, now time.Time, next *time.Time) error {
 	s.with(id, func(r *row) bool {
 		if !inFlight(r, opID) {
 			return false
@@ -157,7 +157,7 @@ func (s *Store) Failed(_ context.Context, id, opID string, count int, info *wsty
 
 // Crashed is Failed for an executed start whose command ended: the
 // operation is to be executed again.
-func (s *Store) Crashed(ctx context.Context, id, opID string, count int, info *wstype.ErrorInfo, now time.Time, next *time.Time) error {
+func (s *Store) Crashed(ctx context.Context, id, opID string, count int, info *workspace.ErrorInfo, now time.Time, next *time.Time) error {
 	executed := false
 	s.with(id, func(r *row) bool { executed = inFlight(r, opID) && r.w.OpExecuted; return false })
 	if !executed {
@@ -175,7 +175,7 @@ func (s *Store) Crashed(ctx context.Context, id, opID string, count int, info *w
 }
 
 // Terminal records terminal error info for opID; the operation stays.
-func (s *Store) Terminal(_ context.Context, id, opID string, info *wstype.ErrorInfo, now time.Time) error {
+func (s *Store) Terminal(_ context.Context, id, opID string, info *workspace.ErrorInfo, now time.Time) error {
 	s.with(id, func(r *row) bool {
 		if !inFlight(r, opID) {
 			return false
@@ -187,20 +187,20 @@ func (s *Store) Terminal(_ context.Context, id, opID string, info *wstype.ErrorI
 }
 
 // clearOp ends the operation in flight and its error state (op_id stays).
-func clearOp(c *wstype.Workspace, now time.Time) {
-	c.Operation, c.OpOwner, c.OpLeaseUntil, c.OpExecuted = wstype.OpNone, "", nil, false
+func clearOp(c *workspace.Workspace, now time.Time) {
+	c.Operation, c.OpOwner, c.OpLeaseUntil, c.OpExecuted = workspace.OpNone, "", nil, false
 	c.ErrorCount, c.ErrorInfo, c.NextRetryAt, c.UpdatedAt = 0, nil, nil, ms(now)
 }
 
 // startOp writes what a claim of op under opID writes (store.Store.Claim).
-func startOp(c *wstype.Workspace, op wstype.Operation, opID, owner string, now, leaseUntil time.Time) {
+func startOp(c *workspace.Workspace, op workspace.Operation, opID, owner string, now, leaseUntil time.Time) {
 	c.Operation, c.OpID, c.OpStartedAt, c.OpOwner, c.OpLeaseUntil = op, opID, msPtr(now), owner, msPtr(leaseUntil)
 	c.OpExecuted, c.NextRetryAt, c.UpdatedAt = false, nil, ms(now)
 }
 
 // CompleteRestart ends w's operation keeping the error count and info, if
 // the row still shows what w shows (store.Store.Complete).
-func (s *Store) CompleteRestart(_ context.Context, w wstype.Workspace, now time.Time) (bool, error) {
+func (s *Store) CompleteRestart(_ context.Context, w workspace.Workspace, now time.Time) (bool, error) {
 	return s.with(w.ID, func(r *row) bool {
 		if !inFlight(r, w.OpID) || !seen(r, w) {
 			return false
@@ -214,7 +214,7 @@ func (s *Store) CompleteRestart(_ context.Context, w wstype.Workspace, now time.
 
 // Abandon gives up w's operation, if the row still shows what w shows and
 // no other owner's lease is live (store.Store.Abandon).
-func (s *Store) Abandon(_ context.Context, w wstype.Workspace, owner string, now time.Time) (bool, error) {
+func (s *Store) Abandon(_ context.Context, w workspace.Workspace, owner string, now time.Time) (bool, error) {
 	return s.with(w.ID, func(r *row) bool {
 		c := &r.w
 		if !inFlight(r, w.OpID) || c.Operation != w.Operation || c.OpExecuted != w.OpExecuted || c.ErrorCount != w.ErrorCount || !seen(r, w) {
@@ -230,7 +230,7 @@ func (s *Store) Abandon(_ context.Context, w wstype.Workspace, owner string, now
 
 // Complete ends w's operation, if the row still shows what w shows
 // (store.Store.Complete).
-func (s *Store) Complete(_ context.Context, w wstype.Workspace, now time.Time) (bool, error) {
+func (s *Store) Complete(_ context.Context, w workspace.Workspace, now time.Time) (bool, error) {
 	return s.with(w.ID, func(r *row) bool {
 		if !inFlight(r, w.OpID) || !seen(r, w) {
 			return false
@@ -242,7 +242,7 @@ func (s *Store) Complete(_ context.Context, w wstype.Workspace, now time.Time) (
 
 // CompleteAndClaim ends w's operation and claims op under opID, if the
 // row still shows what w shows (store.Store.CompleteAndClaim).
-func (s *Store) CompleteAndClaim(_ context.Context, w wstype.Workspace, op wstype.Operation, opID, owner string, now, leaseUntil time.Time) (bool, error) {
+func (s *Store) CompleteAndClaim(_ context.Context, w workspace.Workspace, op workspace.Operation, opID, owner string, now, leaseUntil time.Time) (bool, error) {
 	return s.with(w.ID, func(r *row) bool {
 		if !inFlight(r, w.OpID) || !seen(r, w) {
 			return false
@@ -254,7 +254,7 @@ func (s *Store) CompleteAndClaim(_ context.Context, w wstype.Workspace, op wstyp
 }
 
 // seen reports whether r shows w's planning inputs (store.planSeen).
-func seen(r *row, w wstype.Workspace) bool {
+func seen(r *row, w workspace.Workspace) bool {
 	return r.w.ObservedStatus == w.ObservedStatus && r.w.DesiredState == w.DesiredState && r.w.ArchiveKey == w.ArchiveKey
 }
 
@@ -262,23 +262,23 @@ func seen(r *row, w wstype.Workspace) bool {
 func (s *Store) DeleteRow(_ context.Context, id, opID string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if r, ok := s.rows[id]; ok && r.w.OpID == opID && r.w.Operation == wstype.OpDeleting {
+	if r, ok := s.rows[id]; ok && r.w.OpID == opID && r.w.Operation == workspace.OpDeleting {
 		delete(s.rows, id)
 	}
 	return nil
 }
 
 // UpdateSpec applies u to the workspace's image, command and spec.
-func (s *Store) UpdateSpec(_ context.Context, id string, u wstype.SpecUpdate, now time.Time) (wstype.Workspace, error) {
+func (s *Store) UpdateSpec(_ context.Context, id string, u workspace.SpecUpdate, now time.Time) (workspace.Workspace, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r, err := s.lookupLocked(id)
 	if err != nil {
-		return wstype.Workspace{}, err
+		return workspace.Workspace{}, err
 	}
 	nw, err := u.Apply(r.w)
 	if err != nil {
-		return wstype.Workspace{}, err
+		return workspace.Workspace{}, err
 	}
 	nw.Env = slices.Clone(nw.Env)
 	nw.UpdatedAt = ms(now)
@@ -287,12 +287,12 @@ func (s *Store) UpdateSpec(_ context.Context, id string, u wstype.SpecUpdate, no
 }
 
 // Recover clears error info, count and operation (op_id kept).
-func (s *Store) Recover(_ context.Context, id string, now time.Time) (wstype.Workspace, error) {
+func (s *Store) Recover(_ context.Context, id string, now time.Time) (workspace.Workspace, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r, err := s.lookupLocked(id)
 	if err != nil {
-		return wstype.Workspace{}, err
+		return workspace.Workspace{}, err
 	}
 	clearOp(&r.w, now)
 	return snapshot(r), nil
@@ -300,10 +300,10 @@ func (s *Store) Recover(_ context.Context, id string, now time.Time) (wstype.Wor
 
 // SetObserved writes observed_status under store.Store.SetObserved's
 // conditions.
-func (s *Store) SetObserved(_ context.Context, w wstype.Workspace, status wstype.Status, now time.Time) (bool, error) {
+func (s *Store) SetObserved(_ context.Context, w workspace.Workspace, status workspace.Status, now time.Time) (bool, error) {
 	return s.with(w.ID, func(r *row) bool {
 		c := &r.w
-		if (c.ObservedStatus == status && c.Operation == wstype.OpNone) || c.Operation != w.Operation || c.OpID != w.OpID {
+		if (c.ObservedStatus == status && c.Operation == workspace.OpNone) || c.Operation != w.Operation || c.OpID != w.OpID {
 			return false
 		}
 		c.ObservedStatus, c.ObservedAt = status, msPtr(now)
@@ -316,7 +316,7 @@ func (s *Store) SetObserved(_ context.Context, w wstype.Workspace, status wstype
 
 // SetObservedComplete writes observed_status and ends the executed
 // operation under store.Store.SetObservedComplete's conditions.
-func (s *Store) SetObservedComplete(_ context.Context, w wstype.Workspace, status wstype.Status, now time.Time) (bool, error) {
+func (s *Store) SetObservedComplete(_ context.Context, w workspace.Workspace, status workspace.Status, now time.Time) (bool, error) {
 	return s.with(w.ID, func(r *row) bool {
 		c := &r.w
 		if c.Operation != w.Operation || !inFlight(r, w.OpID) || !c.OpExecuted || c.ErrorInfo != nil || c.ArchiveKey != w.ArchiveKey {
@@ -328,13 +328,13 @@ func (s *Store) SetObservedComplete(_ context.Context, w wstype.Workspace, statu
 	}), nil
 }
 
-func monitors(info *wstype.ErrorInfo) bool {
-	return info != nil && info.Reason == wstype.ReasonObserveFailed
+func monitors(info *workspace.ErrorInfo) bool {
+	return info != nil && info.Reason == workspace.ReasonObserveFailed
 }
 
 // SetObserveError records a failed observation unless the reconciler's
 // error info is there.
-func (s *Store) SetObserveError(_ context.Context, id string, info *wstype.ErrorInfo, now time.Time) (bool, error) {
+func (s *Store) SetObserveError(_ context.Context, id string, info *workspace.ErrorInfo, now time.Time) (bool, error) {
 	return s.with(id, func(r *row) bool {
 		if r.w.ErrorInfo != nil && !monitors(r.w.ErrorInfo) {
 			return false
@@ -358,7 +358,7 @@ func (s *Store) ClearObserveError(_ context.Context, id string, now time.Time) (
 // Touch records user activity and bumps the desired version.
 func (s *Store) Touch(_ context.Context, id string, now time.Time) error {
 	if !s.with(id, func(r *row) bool { r.lastActivity = msPtr(now); r.version++; return true }) {
-		return fmt.Errorf("%w: workspace %s", wstype.ErrNotFound, id)
+		return fmt.Errorf("%w: workspace %s", workspace.ErrNotFound, id)
 	}
 	return nil
 }
@@ -370,7 +370,7 @@ func (s *Store) TTLCandidates(context.Context) ([]store.TTLCandidate, error) {
 	var out []store.TTLCandidate
 	for _, r := range s.rows {
 		w := r.w
-		if w.Operation != wstype.OpNone || w.DesiredState != w.ObservedStatus || (w.ObservedStatus != wstype.Running && w.ObservedStatus != wstype.Standby) {
+		if w.Operation != workspace.OpNone || w.DesiredState != w.ObservedStatus || (w.ObservedStatus != workspace.Running && w.ObservedStatus != workspace.Standby) {
 			continue
 		}
 		since := w.CreatedAt
@@ -385,9 +385,9 @@ func (s *Store) TTLCandidates(context.Context) ([]store.TTLCandidate, error) {
 }
 
 // SetDesiredIfVersion is the TTL manager's compare-and-set.
-func (s *Store) SetDesiredIfVersion(_ context.Context, id string, from wstype.Status, version int64, to wstype.Status, now time.Time) (bool, error) {
+func (s *Store) SetDesiredIfVersion(_ context.Context, id string, from workspace.Status, version int64, to workspace.Status, now time.Time) (bool, error) {
 	return s.with(id, func(r *row) bool {
-		if r.w.DesiredState != from || r.version != version || r.w.Operation != wstype.OpNone {
+		if r.w.DesiredState != from || r.version != version || r.w.Operation != workspace.OpNone {
 			return false
 		}
 		r.w.DesiredState, r.w.UpdatedAt = to, ms(now)

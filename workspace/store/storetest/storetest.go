@@ -82,7 +82,7 @@ func Open(tb testing.TB, dsn string) *store.Store {
 }
 
 // Force sets columns of workspace id's row: times as time.Time, states as
-// strings or wstype values, error_info as *wstype.ErrorInfo.
+// strings or workspace values, error_info as *workspace.ErrorInfo.
 func Force(tb testing.TB, st *store.Store, id string, cols map[string]any) {
 	tb.Helper()
 	names := make([]string, 0, len(cols))

@@ -14,8 +14,12 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/gantryhq/gantry/workspace"
+	wsclient "github.com/gantryhq/gantry/workspace/client"
 	"github.com/gantryhq/gantry/workspace/provider"
 	"github.com/gantryhq/gantry/workspace/provider/fake"
+	"github.com/gantryhq/gantry/workspace/reconcile"
+	"github.com/gantryhq/gantry/workspace/server"
+	"github.com/gantryhq/gantry/workspace/singletons"
 )
 
 const defaultWSServer = "http://127.0.0.1:7480"
@@ -40,7 +44,7 @@ func newWSCmd(env *Env) *cobra.Command {
 
 // wsServeOptions are `gantry ws serve`'s flags.
 type wsServeOptions struct {
-	cfg         workspace.ServerConfig
+	cfg         server.ServerConfig
 	prov        string
 	fakeLatency time.Duration
 	interval    time.Duration
@@ -70,9 +74,9 @@ func newWSServeCmd(env *Env) *cobra.Command {
 	f.BoolVar(&o.cfg.InsecureListen, "insecure-listen", false, "allow plain HTTP on a non-loopback --listen (a TLS-terminating proxy is in front)")
 	f.IntVar(&o.cfg.Quotas.Running, "quota-running", 0, "per owner: workspaces RUNNING or on their way there (0 = no limit)")
 	f.IntVar(&o.cfg.Quotas.Workspaces, "quota-workspaces", 0, "per owner: workspaces in any state (0 = no limit)")
-	f.DurationVar(&o.cfg.AuditRetention, "audit-retention", workspace.DefaultAuditRetention, "keep audit rows this long (negative = forever)")
-	f.IntVar(&o.cfg.Archives.Keep, "keep-archives", workspace.DefaultKeepArchives, "archives kept per workspace, newest first, besides the one its next restore uses (0 = every archive)")
-	f.DurationVar(&o.cfg.Archives.Retention, "archive-retention", workspace.DefaultArchiveRetention, "a deleted workspace's archives are removed this long after (negative = never)")
+	f.DurationVar(&o.cfg.AuditRetention, "audit-retention", singletons.DefaultAuditRetention, "keep audit rows this long (negative = forever)")
+	f.IntVar(&o.cfg.Archives.Keep, "keep-archives", singletons.DefaultKeepArchives, "archives kept per workspace, newest first, besides the one its next restore uses (0 = every archive)")
+	f.DurationVar(&o.cfg.Archives.Retention, "archive-retention", singletons.DefaultArchiveRetention, "a deleted workspace's archives are removed this long after (negative = never)")
 	f.DurationVar(&o.cfg.Archives.Interval, "archive-gc-interval", 5*time.Minute, "time between the archive GC's passes (on the leader)")
 	f.StringVar(&o.cfg.Redis, "redis", "", "Redis URL for hints (redis://127.0.0.1:6379/0); default: in-process or Postgres NOTIFY")
 	o.backends.register(f) // --storage, --docker-image
@@ -122,7 +126,7 @@ func runWSServe(cmd *cobra.Command, env *Env, o *wsServeOptions) error {
 	}
 	cfg.Logger = env.Logger
 	cfg.Registry = env.registerer()
-	srv, err := workspace.NewServer(cmd.Context(), cfg)
+	srv, err := server.NewServer(cmd.Context(), cfg)
 	if err != nil {
 		return err
 	}
@@ -134,8 +138,8 @@ func runWSServe(cmd *cobra.Command, env *Env, o *wsServeOptions) error {
 
 // reconcilerConfig is RECONCILER_* from the environment, overridden by the
 // flags the user gave.
-func (o *wsServeOptions) reconcilerConfig(f *pflag.FlagSet) (workspace.Config, error) {
-	rc, err := workspace.ConfigFromEnv(os.Getenv)
+func (o *wsServeOptions) reconcilerConfig(f *pflag.FlagSet) (reconcile.Config, error) {
+	rc, err := reconcile.ConfigFromEnv(os.Getenv)
 	if err != nil {
 		return rc, err
 	}
@@ -173,7 +177,7 @@ func printJSON(cmd *cobra.Command, v any) error {
 	return enc.Encode(v)
 }
 
-func newWSListCmd(client func() *workspace.Client) *cobra.Command {
+func newWSListCmd(client func() *wsclient.Client) *cobra.Command {
 	var asJSON bool
 	var owner string
 	cmd := &cobra.Command{
@@ -208,7 +212,7 @@ func newWSListCmd(client func() *workspace.Client) *cobra.Command {
 	return cmd
 }
 
-func newWSGetCmd(client func() *workspace.Client) *cobra.Command {
+func newWSGetCmd(client func() *wsclient.Client) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "get ID",
@@ -246,28 +250,28 @@ func idCmd(use, short string, run func(ctx context.Context, id string) error) *c
 	}
 }
 
-func newWSDesiredCmd(client func() *workspace.Client, use string, st workspace.Status, short string) *cobra.Command {
+func newWSDesiredCmd(client func() *wsclient.Client, use string, st workspace.Status, short string) *cobra.Command {
 	return idCmd(use, short, func(ctx context.Context, id string) error {
 		_, err := client().SetDesired(ctx, id, st)
 		return err
 	})
 }
 
-func newWSDeleteCmd(client func() *workspace.Client) *cobra.Command {
+func newWSDeleteCmd(client func() *wsclient.Client) *cobra.Command {
 	return idCmd("delete", "Delete a workspace: stop it, remove its volume and its row (archives are kept)", func(ctx context.Context, id string) error {
 		_, err := client().Delete(ctx, id)
 		return err
 	})
 }
 
-func newWSRecoverCmd(client func() *workspace.Client) *cobra.Command {
+func newWSRecoverCmd(client func() *wsclient.Client) *cobra.Command {
 	return idCmd("recover", "Clear a workspace's error (error info, count, operation) so it is reconciled again", func(ctx context.Context, id string) error {
 		_, err := client().Recover(ctx, id)
 		return err
 	})
 }
 
-func newWSWaitCmd(client func() *workspace.Client) *cobra.Command {
+func newWSWaitCmd(client func() *wsclient.Client) *cobra.Command {
 	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "wait ID STATUS",
@@ -283,7 +287,7 @@ func newWSWaitCmd(client func() *workspace.Client) *cobra.Command {
 
 // runWSWait polls id every 100 ms until it is observed in status (and no
 // operation is in flight), it lands in ERROR, or timeout passes.
-func runWSWait(ctx context.Context, c *workspace.Client, id, status string, timeout time.Duration) error {
+func runWSWait(ctx context.Context, c *wsclient.Client, id, status string, timeout time.Duration) error {
 	want := workspace.Status(strings.ToUpper(status))
 	switch want {
 	case workspace.Pending, workspace.Standby, workspace.Running, workspace.Error, workspace.Deleted:
@@ -313,7 +317,7 @@ func runWSWait(ctx context.Context, c *workspace.Client, id, status string, time
 // wanted, or a server error (a connection error keeps polling: the server
 // may be restarting).
 func waitDone(ctx context.Context, w workspace.Workspace, err error, want workspace.Status) (bool, error) {
-	var ae *workspace.APIError
+	var ae *wsclient.APIError
 	switch {
 	case err == nil && w.ObservedStatus == want && (want == workspace.Error || w.Operation == workspace.OpNone):
 		return true, nil

@@ -12,7 +12,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/gantryhq/gantry/workspace"
+	"github.com/gantryhq/gantry/workspace/api"
+	wsclient "github.com/gantryhq/gantry/workspace/client"
 )
 
 // wsClientFlags are the client flags of every `gantry ws` command: where
@@ -29,12 +30,12 @@ func (f *wsClientFlags) register(fs *pflag.FlagSet) {
 
 // client builds the API client; a --ca-cert that cannot be read fails the
 // command's first request with the reason.
-func (f *wsClientFlags) client() *workspace.Client {
-	c := &workspace.Client{
+func (f *wsClientFlags) client() *wsclient.Client {
+	c := &wsclient.Client{
 		Base:  strings.TrimRight(firstOf(f.server, os.Getenv("GANTRY_SERVER"), defaultWSServer), "/"),
 		Token: strings.TrimSpace(firstOf(f.token, os.Getenv("GANTRY_TOKEN"))),
 	}
-	hc, err := workspace.NewHTTPClient(firstOf(f.caCert, os.Getenv("GANTRY_CA_CERT")))
+	hc, err := wsclient.NewHTTPClient(firstOf(f.caCert, os.Getenv("GANTRY_CA_CERT")))
 	if err != nil {
 		hc = &http.Client{Transport: failingTransport{err}}
 	}
@@ -55,7 +56,7 @@ type failingTransport struct{ err error }
 
 func (t failingTransport) RoundTrip(*http.Request) (*http.Response, error) { return nil, t.err }
 
-func newWSWhoamiCmd(client func() *workspace.Client) *cobra.Command {
+func newWSWhoamiCmd(client func() *wsclient.Client) *cobra.Command {
 	return &cobra.Command{
 		Use:   "whoami",
 		Short: "Show the owner (and admin flag) of the token in use",
@@ -71,14 +72,14 @@ func newWSWhoamiCmd(client func() *workspace.Client) *cobra.Command {
 	}
 }
 
-func newWSTokenCmd(client func() *workspace.Client) *cobra.Command {
+func newWSTokenCmd(client func() *wsclient.Client) *cobra.Command {
 	cmd := &cobra.Command{Use: "token", Short: "API tokens (admin): create, list, revoke"}
 	cmd.AddCommand(newWSTokenCreateCmd(client), newWSTokenListCmd(client), newWSTokenRevokeCmd(client))
 	return cmd
 }
 
-func newWSTokenCreateCmd(client func() *workspace.Client) *cobra.Command {
-	var req workspace.TokenRequest
+func newWSTokenCreateCmd(client func() *wsclient.Client) *cobra.Command {
+	var req api.TokenRequest
 	var expires time.Duration
 	cmd := &cobra.Command{
 		Use:   "create --owner NAME",
@@ -109,7 +110,7 @@ func newWSTokenCreateCmd(client func() *workspace.Client) *cobra.Command {
 	return cmd
 }
 
-func newWSTokenListCmd(client func() *workspace.Client) *cobra.Command {
+func newWSTokenListCmd(client func() *wsclient.Client) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "list",
@@ -143,15 +144,15 @@ func optTime(t *time.Time) string {
 	return t.Format(time.RFC3339)
 }
 
-func newWSTokenRevokeCmd(client func() *workspace.Client) *cobra.Command {
+func newWSTokenRevokeCmd(client func() *wsclient.Client) *cobra.Command {
 	return idCmd("revoke", "Revoke a token: its next request is refused, its page sessions end", func(ctx context.Context, id string) error {
 		_, err := client().RevokeToken(ctx, id)
 		return err
 	})
 }
 
-func newWSAuditCmd(client func() *workspace.Client) *cobra.Command {
-	var q workspace.AuditQuery
+func newWSAuditCmd(client func() *wsclient.Client) *cobra.Command {
+	var q wsclient.AuditQuery
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "audit",
@@ -190,7 +191,7 @@ func dash(s string) string {
 	return s
 }
 
-func newWSLogsCmd(client func() *workspace.Client) *cobra.Command {
+func newWSLogsCmd(client func() *wsclient.Client) *cobra.Command {
 	var tail int
 	var follow bool
 	cmd := &cobra.Command{

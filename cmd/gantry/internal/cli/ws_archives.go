@@ -8,9 +8,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gantryhq/gantry/workspace"
+	wsclient "github.com/gantryhq/gantry/workspace/client"
 )
 
-func newWSArchivesCmd(client func() *workspace.Client) *cobra.Command {
+func newWSArchivesCmd(client func() *wsclient.Client) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "archives ID [--json]",
@@ -43,7 +44,7 @@ func newWSArchivesCmd(client func() *workspace.Client) *cobra.Command {
 	return cmd
 }
 
-func newWSRestoreCmd(client func() *workspace.Client) *cobra.Command {
+func newWSRestoreCmd(client func() *wsclient.Client) *cobra.Command {
 	var key string
 	var up bool
 	cmd := &cobra.Command{

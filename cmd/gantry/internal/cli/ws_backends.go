@@ -11,12 +11,14 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/gantryhq/gantry/workspace"
+	wsclient "github.com/gantryhq/gantry/workspace/client"
 	"github.com/gantryhq/gantry/workspace/live"
 	"github.com/gantryhq/gantry/workspace/provider"
 	"github.com/gantryhq/gantry/workspace/provider/archive"
 	"github.com/gantryhq/gantry/workspace/provider/docker"
 	"github.com/gantryhq/gantry/workspace/provider/process"
+	"github.com/gantryhq/gantry/workspace/server"
+	"github.com/gantryhq/gantry/workspace/singletons"
 )
 
 // wsBackendFlags selects the real backends of `gantry ws serve`:
@@ -42,19 +44,19 @@ func (b *wsBackendFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&b.memory, "default-memory", "", "memory per workspace (e.g. 2GiB; docker: past it the kernel kills and the workspace shows OOMKilled; process: the address space of each process); default no limit")
 	f.Int64Var(&b.pids, "default-pids", 0, "processes and threads per workspace (0 = no limit; process provider: not as root)")
 	f.StringVar(&b.dockerNetwork, "docker-network", "", "network of the workspace containers (their PORT is proxied at /w/{id}/ on their address there; \"none\": no network, no proxy); default the engine's")
-	f.DurationVar(&b.idleTimeout, "idle-timeout", workspace.DefaultIdleTimeout, "TTL: a RUNNING workspace idle this long gets desired STANDBY (negative = never)")
-	f.DurationVar(&b.archiveAfter, "archive-after", workspace.DefaultArchiveAfter, "TTL: a workspace STANDBY this long gets desired PENDING (negative = never)")
-	f.DurationVar(&b.ttlInterval, "ttl-interval", workspace.DefaultTTLInterval, "TTL: time between the TTL manager's passes")
+	f.DurationVar(&b.idleTimeout, "idle-timeout", singletons.DefaultIdleTimeout, "TTL: a RUNNING workspace idle this long gets desired STANDBY (negative = never)")
+	f.DurationVar(&b.archiveAfter, "archive-after", singletons.DefaultArchiveAfter, "TTL: a workspace STANDBY this long gets desired PENDING (negative = never)")
+	f.DurationVar(&b.ttlInterval, "ttl-interval", singletons.DefaultTTLInterval, "TTL: time between the TTL manager's passes")
 	b.kube.register(f)
 	f.DurationVar(&b.leaderLease, "leader-lease", 10*time.Second, "Postgres: the monitor and TTL manager run on one replica (leader lock); a standby takes over within this after the leader dies")
 }
 
 // singletons sets the TTL manager's and the leader election's settings.
-func (b *wsBackendFlags) singletons(cfg *workspace.ServerConfig) error {
+func (b *wsBackendFlags) singletons(cfg *server.ServerConfig) error {
 	if b.ttlInterval <= 0 || b.leaderLease <= 0 {
 		return fmt.Errorf("--ttl-interval %v, --leader-lease %v: want positive durations", b.ttlInterval, b.leaderLease)
 	}
-	cfg.TTL = workspace.TTLConfig{IdleTimeout: b.idleTimeout, ArchiveAfter: b.archiveAfter, Interval: b.ttlInterval}
+	cfg.TTL = singletons.TTLConfig{IdleTimeout: b.idleTimeout, ArchiveAfter: b.archiveAfter, Interval: b.ttlInterval}
 	cfg.LeaderLease = b.leaderLease
 	return nil
 }
@@ -62,7 +64,7 @@ func (b *wsBackendFlags) singletons(cfg *workspace.ServerConfig) error {
 // apply sets cfg.Storage for --storage s3://… (volumes stay directories
 // under --data) and cfg.Container for --provider docker (bind-mounting
 // those volume directories). The process and fs defaults are untouched.
-func (b *wsBackendFlags) apply(ctx context.Context, cfg *workspace.ServerConfig, prov string, log *slog.Logger) error {
+func (b *wsBackendFlags) apply(ctx context.Context, cfg *server.ServerConfig, prov string, log *slog.Logger) error {
 	if prov == "kubernetes" {
 		mem, err := b.memoryLimit()
 		if err != nil {
@@ -110,7 +112,7 @@ func (b *wsBackendFlags) apply(ctx context.Context, cfg *workspace.ServerConfig,
 
 // processLimits gives the process provider the default limits, refusing
 // those it cannot enforce (process/limits.go).
-func (b *wsBackendFlags) processLimits(cfg *workspace.ServerConfig, data string, l provider.Limits) error {
+func (b *wsBackendFlags) processLimits(cfg *server.ServerConfig, data string, l provider.Limits) error {
 	if l == (provider.Limits{}) {
 		return nil
 	}
@@ -138,7 +140,7 @@ func (b *wsBackendFlags) memoryLimit() (int64, error) {
 // page at / (it drives the /v1 API), SSE at /events and
 // /workspaces/{id}/events, /metrics (on the process registry), /healthz and
 // /readyz. Its event hub follows the server's hints and resyncs every second.
-func mountLive(ctx context.Context, srv *workspace.Server, env *Env) error {
+func mountLive(ctx context.Context, srv *server.Server, env *Env) error {
 	l, err := live.NewServer(live.Config{Store: srv.Store, Hints: srv.Hints(), Registry: env.Registry, ResyncInterval: time.Second, Logger: env.Logger})
 	if err != nil {
 		return err
@@ -149,7 +151,7 @@ func mountLive(ctx context.Context, srv *workspace.Server, env *Env) error {
 }
 
 // newWSTouchCmd records user activity (resets the TTL idle clock).
-func newWSTouchCmd(client func() *workspace.Client) *cobra.Command {
+func newWSTouchCmd(client func() *wsclient.Client) *cobra.Command {
 	return idCmd("touch", "Record activity on a workspace so the TTL manager does not stop or archive it", func(ctx context.Context, id string) error {
 		return client().Touch(ctx, id)
 	})

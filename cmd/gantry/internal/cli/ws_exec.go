@@ -9,11 +9,11 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	"github.com/gantryhq/gantry/workspace"
+	wsclient "github.com/gantryhq/gantry/workspace/client"
 	"github.com/gantryhq/gantry/workspace/provider"
 )
 
-func newWSExecCmd(client func() *workspace.Client) *cobra.Command {
+func newWSExecCmd(client func() *wsclient.Client) *cobra.Command {
 	var interactive, tty bool
 	cmd := &cobra.Command{
 		Use:   "exec ID [-i] [-t] -- CMD [ARG...]",
@@ -23,7 +23,7 @@ provider), or in its container (docker). -i passes stdin; -t runs the command on
 (sized like yours, resized with it, your terminal in raw mode while it runs): -it for a shell.`,
 		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			eio := workspace.ExecIO{Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr()}
+			eio := wsclient.ExecIO{Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr()}
 			if interactive {
 				eio.Stdin = cmd.InOrStdin()
 			}

@@ -13,11 +13,11 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/gantryhq/gantry/workspace"
 	"github.com/gantryhq/gantry/workspace/provider"
 	"github.com/gantryhq/gantry/workspace/provider/fs"
 	"github.com/gantryhq/gantry/workspace/provider/kubernetes"
 	"github.com/gantryhq/gantry/workspace/provider/s3"
+	"github.com/gantryhq/gantry/workspace/server"
 )
 
 // kubeFlags configure `ws serve --provider kubernetes`.
@@ -46,7 +46,7 @@ func (k *kubeFlags) register(f *pflag.FlagSet) {
 // apply sets cfg.Container and cfg.Storage to a Kubernetes provider. The
 // archive storage must be reachable from the cluster's pods, since the
 // archive and restore pods stream the volumes to and from it.
-func (k *kubeFlags) apply(ctx context.Context, cfg *workspace.ServerConfig, storage string, cpus float64, memory int64, log *slog.Logger) error {
+func (k *kubeFlags) apply(ctx context.Context, cfg *server.ServerConfig, storage string, cpus float64, memory int64, log *slog.Logger) error {
 	if !strings.HasPrefix(storage, "s3://") && !strings.HasPrefix(storage, "file://") {
 		return fmt.Errorf("--provider kubernetes needs --storage s3://bucket?endpoint=… (or file:///dir where the cluster's pods share that directory): its archive and restore pods reach the archives, not the server's --data")
 	}

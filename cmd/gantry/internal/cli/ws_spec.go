@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/gantryhq/gantry/workspace"
+	wsclient "github.com/gantryhq/gantry/workspace/client"
 )
 
 // specFlags are the spec flags of `ws create` and `ws update`: the
@@ -40,7 +41,7 @@ func (f *specFlags) memoryBytes() (int64, error) {
 	return n, nil
 }
 
-func newWSCreateCmd(client func() *workspace.Client) *cobra.Command {
+func newWSCreateCmd(client func() *wsclient.Client) *cobra.Command {
 	var n workspace.NewWorkspace
 	var desired string
 	var sf specFlags
@@ -70,7 +71,7 @@ func newWSCreateCmd(client func() *workspace.Client) *cobra.Command {
 	return cmd
 }
 
-func newWSUpdateCmd(client func() *workspace.Client) *cobra.Command {
+func newWSUpdateCmd(client func() *wsclient.Client) *cobra.Command {
 	var sf specFlags
 	var image, command string
 	var unset []string
@@ -137,7 +138,7 @@ func (f *specFlags) update(fs *pflag.FlagSet) (workspace.SpecUpdate, error) {
 
 // restartWorkspace applies an update now: desired STANDBY, wait for it,
 // desired RUNNING, wait for that; it prints the workspace as it runs.
-func restartWorkspace(cmd *cobra.Command, c *workspace.Client, id string, timeout time.Duration) error {
+func restartWorkspace(cmd *cobra.Command, c *wsclient.Client, id string, timeout time.Duration) error {
 	ctx := cmd.Context()
 	if _, err := c.SetDesired(ctx, id, workspace.Standby); err != nil {
 		return err

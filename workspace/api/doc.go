@@ -1,0 +1,21 @@
+// Package api is the workspace HTTP API: JSON routes in one table, the
+// front door every request goes through (body cap, cross-site check,
+// authentication, the audit row of every change), accounts, archives, the
+// proxy into a workspace's port, and exec over a framed stream. Its
+// request and response bodies and the exec frame codec are exported for
+// package client.
+//
+// Tour:
+//
+//	api.go       API, APIConfig, APIStore, AccountStore; the routes; create,
+//	             list, get, update, desired state, recover, touch, delete
+//	access.go    ServeHTTP: the front door and the audit row
+//	accounts.go  whoami, tokens and audit (admin), page login and logout;
+//	             Whoami, TokenRequest, TokenInfo
+//	archives.go  a workspace's archives and the one its next restore uses;
+//	             RestoreRequest
+//	proxy.go     /w/{id}/… into the workspace's PORT (wakes it, notes TTL
+//	             activity); logs
+//	exec.go      `ws exec`: a command in the workspace, pipes or a terminal
+//	frame.go     the exec stream's frames: WriteFrame, ReadFrame, Frame…
+package api

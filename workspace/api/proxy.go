@@ -1,0 +1,218 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"html"
+	"io"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gantryhq/gantry/workspace"
+	"github.com/gantryhq/gantry/workspace/auth"
+	"github.com/gantryhq/gantry/workspace/hints"
+	"github.com/gantryhq/gantry/workspace/provider"
+)
+
+// The HTTP proxy into workspaces: {server}/w/{id}/… reaches the workspace's
+// PORT (HTTP and WebSocket) for a bearer token that may see the workspace
+// (never for the page's session cookie: the proxy shares the API's origin,
+// so a workspace's page must not run with a browser session). A workspace
+// that is not running is woken: the request sets desired RUNNING (quotas
+// apply; audited as workspace.wake) and answers 503 with Retry-After, a page
+// that reloads itself for a browser. Proxied traffic is activity for the
+// TTL manager, written at most once per ActivityEvery per workspace.
+
+// DefaultActivityEvery is how often proxied traffic may touch a workspace.
+const DefaultActivityEvery = 30 * time.Second
+
+// proxyPrefix is where the proxy is mounted.
+const proxyPrefix = "/w/"
+
+func (a *API) proxyRoutes() []route {
+	return []route{
+		{"/w/{id}/{path...}", "", a.proxy},
+		{"GET /v1/workspaces/{id}/logs", "", a.logs},
+		{"POST /v1/workspaces/{id}/exec", "workspace.exec", a.exec},
+		{"/w/{id}", "", func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, proxyPrefix+url.PathEscape(r.PathValue("id"))+"/", http.StatusMovedPermanently)
+		}},
+	}
+}
+
+// activity rate-limits the touches proxied traffic makes.
+type activity struct {
+	mu   sync.Mutex
+	last map[string]time.Time
+}
+
+// due reports whether id's activity should be written at now.
+func (t *activity) due(id string, now time.Time, every time.Duration) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.last == nil {
+		t.last = map[string]time.Time{}
+	}
+	if now.Sub(t.last[id]) < every {
+		return false
+	}
+	if len(t.last) > 100_000 {
+		clear(t.last)
+	}
+	t.last[id] = now
+	return true
+}
+
+func (a *API) proxy(w http.ResponseWriter, r *http.Request) {
+	if p, _ := auth.FromContext(r.Context()); p.SessionID != "" {
+		// The proxy serves workspaces on the API's own origin: a page there
+		// could use the browser's session against /v1. Until workspaces get
+		// origins of their own, only API tokens (not the page's cookie) go in.
+		a.fail(w, r, fmt.Errorf("%w: the workspace proxy takes an API token (Authorization: Bearer), not the page's session", errForbidden))
+		return
+	}
+	ws, err := a.lookup(r)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	ep, ok := a.cfg.Container.(provider.Endpointer)
+	if !ok {
+		a.fail(w, r, fmt.Errorf("%w: this server's provider does not serve workspace ports", workspace.ErrBadInput))
+		return
+	}
+	if ws.DesiredState != workspace.Running || ws.ObservedStatus != workspace.Running || ws.Operation != workspace.OpNone {
+		a.wake(w, r, ws)
+		return
+	}
+	addr, err := ep.Endpoint(r.Context(), ws.ID)
+	if err != nil {
+		a.starting(w, r, ws, err.Error())
+		return
+	}
+	if now := a.clock.Now(); a.touches.due(ws.ID, now, a.cfg.ActivityEvery) {
+		if err := a.store.Touch(r.Context(), ws.ID, now); err != nil {
+			a.log.Warn("workspace: proxy activity", "id", ws.ID, "err", err)
+		}
+	}
+	prefix := proxyPrefix + r.PathValue("id")
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(&url.URL{Scheme: "http", Host: addr})
+			pr.Out.URL.Path = "/" + pr.In.PathValue("path")
+			pr.Out.URL.RawPath = ""
+			pr.SetXForwarded()
+			pr.Out.Header.Set("X-Forwarded-Prefix", prefix)
+			stripCredentials(pr.Out)
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			a.log.Debug("workspace: proxy", "id", ws.ID, "err", err)
+			writeJSON(w, http.StatusBadGateway, map[string]string{"error": fmt.Sprintf("workspace %s: nothing answers on its PORT: %v", ws.ID, err)})
+		},
+	}
+	rp.ServeHTTP(w, r)
+}
+
+// stripCredentials removes the caller's gantry token and session cookie:
+// the workspace's program never sees them.
+func stripCredentials(r *http.Request) {
+	r.Header.Del("Authorization")
+	cookies := r.Cookies()
+	r.Header.Del("Cookie")
+	for _, c := range cookies {
+		if c.Name != auth.SessionCookie {
+			r.AddCookie(c)
+		}
+	}
+}
+
+// wake asks for the workspace to run (if it is not already asked to) and
+// answers that it is starting.
+func (a *API) wake(w http.ResponseWriter, r *http.Request, ws workspace.Workspace) {
+	if ws.ObservedStatus == workspace.Error {
+		a.fail(w, r, fmt.Errorf("%w: workspace %s is in ERROR; recover it first", workspace.ErrConflict, ws.ID))
+		return
+	}
+	if ws.DesiredState != workspace.Running {
+		n := noteOf(r)
+		n.action = "workspace.wake"
+		var err error
+		ws, err = a.store.SetDesiredOf(r.Context(), ws, workspace.Running, a.cfg.Quotas, a.clock.Now())
+		if err != nil {
+			a.fail(w, r, err)
+			return
+		}
+		a.hints.Publish(r.Context(), hints.ChanWorkspace, ws.ID)
+	}
+	a.starting(w, r, ws, "")
+}
+
+// starting answers 503 with Retry-After: an HTML page that reloads itself
+// for a browser, JSON otherwise.
+func (a *API) starting(w http.ResponseWriter, r *http.Request, ws workspace.Workspace, why string) {
+	w.Header().Set("Retry-After", "2")
+	w.Header().Set("Cache-Control", "no-store")
+	msg := fmt.Sprintf("workspace %s is starting (observed %s, operation %s)", ws.Name, ws.ObservedStatus, ws.Operation)
+	if why != "" {
+		msg += ": " + why
+	}
+	if strings.Contains(r.Header.Get("Accept"), "text/html") {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintf(w, "<!doctype html><meta http-equiv=\"refresh\" content=\"2\"><title>starting %s</title><p id=\"starting\">%s…</p>\n",
+			html.EscapeString(ws.Name), html.EscapeString(msg))
+		return
+	}
+	writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": msg})
+}
+
+// logs streams the workspace command's output: GET …/logs?tail=N&follow=1.
+func (a *API) logs(w http.ResponseWriter, r *http.Request) {
+	ws, err := a.lookup(r)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	lr, ok := a.cfg.Container.(provider.LogReader)
+	if !ok {
+		a.fail(w, r, fmt.Errorf("%w: this server's provider keeps no logs", workspace.ErrBadInput))
+		return
+	}
+	q := r.URL.Query()
+	tail := 0
+	if s := q.Get("tail"); s != "" {
+		if tail, err = strconv.Atoi(s); err != nil || tail < 0 {
+			a.fail(w, r, fmt.Errorf("%w: tail %q: want a number of lines", workspace.ErrBadInput, s))
+			return
+		}
+	}
+	follow := q.Get("follow") == "1" || q.Get("follow") == "true"
+	rc := http.NewResponseController(w)
+	if follow {
+		rc.SetWriteDeadline(time.Time{})
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	err = lr.Logs(r.Context(), ws.ID, tail, follow, flushWriter{w, rc})
+	if errors.Is(err, provider.ErrNotFound) {
+		a.fail(w, r, fmt.Errorf("%w: %v", workspace.ErrNotFound, err))
+		return
+	}
+	if err != nil && r.Context().Err() == nil {
+		a.log.Warn("workspace: logs", "id", ws.ID, "err", err)
+	}
+}
+
+// flushWriter flushes after every write (a followed log arrives as written).
+type flushWriter struct {
+	w  io.Writer
+	rc *http.ResponseController
+}
+
+func (f flushWriter) Write(p []byte) (int, error) { return f.w.Write(p) }
+func (f flushWriter) Flush()                      { f.rc.Flush() }

@@ -1,0 +1,11 @@
+// Package client is the Go client of the workspace API (what `gantry ws …`
+// uses): a bearer token, an optional CA (NewHTTPClient), typed errors
+// (APIError, ExecError).
+//
+// Tour:
+//
+//	client.go  Client: create, list, get, desired state, update, archives,
+//	           restore, recover, delete, touch, accounts, audit, logs
+//	exec.go    Client.Exec: a command in a workspace over api's frames
+//	           (pipes, or a terminal with resizes); ExecIO
+package client

@@ -1,7 +1,0 @@
-//go:build race
-
-package workspace
-
-// raceEnabled: the race detector slows the reconciler about tenfold, so
-// the scale tests shrink under it (TestConvergesWithoutTicks).
-const raceEnabled = true

@@ -1,0 +1,609 @@
+package reconcile
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/gantryhq/gantry/internal/par"
+	"github.com/gantryhq/gantry/sched"
+	"github.com/gantryhq/gantry/workspace"
+	"github.com/gantryhq/gantry/workspace/hints"
+	"github.com/gantryhq/gantry/workspace/provider"
+	"github.com/gantryhq/gantry/workspace/store"
+	"github.com/gantryhq/gantry/workspace/urgency"
+)
+
+// ReconcilerStore is what the reconciler reads and writes: every write is
+// a compare-and-set on the operation it owns (store.Store; memstore in
+// tests).
+type ReconcilerStore interface {
+	Get(ctx context.Context, id string) (workspace.Workspace, error)
+	ListActionable(ctx context.Context) ([]workspace.Workspace, error)
+	ListActionableIDs(ctx context.Context) ([]string, error)
+	Claim(ctx context.Context, w workspace.Workspace, op workspace.Operation, opID, owner string, now, leaseUntil time.Time) (bool, error)
+	Acquire(ctx context.Context, id, opID string, errorCount int, owner string, now, leaseUntil time.Time) (bool, error)
+	Renew(ctx context.Context, id, opID, owner string, leaseUntil time.Time) (bool, error)
+	Executed(ctx context.Context, id, opID string, now time.Time) error
+	SetArchiveKey(ctx context.Context, id, opID, key string, now time.Time) error
+	Failed(ctx context.Context, id, opID string, count int, info *workspace.ErrorInfo, now time.Time, next *time.Time) error
+	Crashed(ctx context.Context, id, opID string, count int, info *workspace.ErrorInfo, now time.Time, next *time.Time) error
+	Terminal(ctx context.Context, id, opID string, info *workspace.ErrorInfo, now time.Time) error
+	Complete(ctx context.Context, w workspace.Workspace, now time.Time) (bool, error)
+	CompleteAndClaim(ctx context.Context, w workspace.Workspace, op workspace.Operation, opID, owner string, now, leaseUntil time.Time) (bool, error)
+	CompleteRestart(ctx context.Context, w workspace.Workspace, now time.Time) (bool, error)
+	Abandon(ctx context.Context, w workspace.Workspace, owner string, now time.Time) (bool, error)
+	DeleteRow(ctx context.Context, id, opID string) error
+}
+
+var _ ReconcilerStore = (*store.Store)(nil)
+
+// rowHandoff is the optional part of a store through which the reconciler
+// and the monitor of one process leave each other the row a hint is about
+// to announce, so that its receiver need not read it (store/handoff.go).
+// A handed row may be stale: it only ever leads to a compare-and-set write
+// that checks what was decided from it, or to a read.
+type rowHandoff interface {
+	Hand(box store.Box, w workspace.Workspace)
+	Take(box store.Box, id string) (workspace.Workspace, bool)
+	Drop(box store.Box, id string)
+}
+
+var _ rowHandoff = (*store.Store)(nil)
+
+// Reconciler is seed 001's StateReconciler: it reads only the database and
+// runs each workspace as one sched process, so one workspace never has two
+// reconcile steps at once in a replica while thousands proceed together;
+// across replicas the CAS claim and the lease keep one executor per
+// operation.
+type Reconciler struct {
+	cfg       Config
+	store     ReconcilerStore
+	handed    rowHandoff   // nil: the store hands no rows (store/handoff.go)
+	gate      urgency.Gate // nil: the store holds no bulk back for urgent work
+	container provider.Container
+	storage   provider.Storage
+	hints     hints.Bus
+	steps     *stepQueue // steps waiting for one of the provider-call slots (urgent.go); set by Run
+
+	wake  *wakeups // pokeAt's one timer
+	opIDs opIDs
+
+	// mu protects procs, ids, held and sch.
+	// Invariant: ids is the inverse of procs (OnExit finds the id at once).
+	mu    sync.Mutex
+	procs map[string]sched.PID
+	ids   map[sched.PID]string
+	held  map[string]*heldUrgent // users' changes holding the bulk back (holdUrgent)
+	sch   *sched.Scheduler
+	// urgentHold is the const (tests change it before Run); holdSeq
+	// numbers the holds (holdUrgent).
+	urgentHold time.Duration
+	holdSeq    atomic.Uint64
+	// draining (under mu) is set before Run waits for calls: a step
+	// dispatched after it is not started, so calls.Add never races
+	// calls.Wait (a WaitGroup rule the race detector enforces).
+	draining bool
+
+	calls sync.WaitGroup // provider calls in flight
+
+	// alt, if set (by tests, before Run), replaces the sched processes:
+	// the benchmark's baseline dispatcher.
+	alt dispatcher
+}
+
+// dispatcher runs steps instead of the sched processes (pool_test.go).
+type dispatcher interface {
+	poke(id string, w *workspace.Workspace)
+	run(ctx context.Context) error
+}
+
+// NewReconciler validates cfg.
+func NewReconciler(cfg Config, st ReconcilerStore, c provider.Container, s provider.Storage, h hints.Bus) (*Reconciler, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if h == nil {
+		h = hints.Drop{}
+	}
+	hr, _ := st.(rowHandoff)
+	gate, _ := st.(urgency.Gate)
+	return &Reconciler{cfg: cfg, store: st, handed: hr, gate: gate, container: c, storage: s, hints: urgency.Hints{Bus: h},
+		procs: map[string]sched.PID{}, ids: map[sched.PID]string{}, held: map[string]*heldUrgent{}, urgentHold: urgentHold, wake: newWakeups(cfg.Clock)}, nil
+}
+
+// Config returns the effective configuration.
+func (r *Reconciler) Config() Config { return r.cfg }
+
+// Tick hands every actionable workspace to its process: a tickHint to each
+// process there is (nothing for one whose step is in flight or due), and
+// the row, read in one more query, to a new process for each other one (at
+// start, all of them). Reading every row instead cost 1.2 CPU-seconds per
+// tick while 100,000 workspaces converged, nearly all of them in hand.
+func (r *Reconciler) Tick(ctx context.Context) error {
+	defer r.cfg.Metrics.observeTick(time.Now())
+	if r.alt != nil {
+		return r.tickRows(ctx, nil)
+	}
+	ids, err := r.store.ListActionableIDs(ctx)
+	if err != nil {
+		return err
+	}
+	var unknown map[string]bool // ids without a process
+	for len(ids) > 0 {
+		chunk := ids[:min(len(ids), 1024)] // a user's hint waits for one chunk, not 100,000 sends
+		ids = ids[len(chunk):]
+		r.mu.Lock()
+		for _, id := range chunk {
+			if pid, ok := r.procs[id]; ok && r.sch != nil && r.sch.Send(pid, tickHint{}) == nil {
+				continue
+			}
+			if unknown == nil {
+				unknown = map[string]bool{}
+			}
+			unknown[id] = true
+		}
+		r.mu.Unlock()
+	}
+	if unknown == nil {
+		return nil
+	}
+	return r.tickRows(ctx, unknown)
+}
+
+// tickRows reads the actionable rows in one query and pokes each whose id
+// is in only (nil = every one) with its row.
+func (r *Reconciler) tickRows(ctx context.Context, only map[string]bool) error {
+	ws, err := r.store.ListActionable(ctx)
+	if err != nil {
+		return err
+	}
+	for i := range ws {
+		if only == nil || only[ws[i].ID] {
+			r.poke(ws[i].ID, &ws[i])
+		}
+	}
+	return nil
+}
+
+// Run ticks every Interval and on hints.ChanWorkspace hints until ctx ends (and
+// on hints.ChanWorkspaceUrgent ones, served apart: urgent.go), then stops the
+// processes and waits for provider calls in flight.
+func (r *Reconciler) Run(ctx context.Context) error {
+	wakeCtx, stopWake := context.WithCancel(ctx)
+	var wakeDone sync.WaitGroup
+	wakeDone.Add(1)
+	go func() {
+		defer wakeDone.Done()
+		r.wake.run(wakeCtx, func(id string) {
+			if ctx.Err() == nil { // no new steps once Run is stopping the scheduler
+				r.poke(id, nil)
+			}
+		})
+	}()
+	defer func() { stopWake(); wakeDone.Wait() }()
+	if r.alt != nil {
+		return r.alt.run(ctx)
+	}
+	handler := &stepHandler{r: r}
+	defer r.startSteps(ctx)()
+	sch, err := sched.New(sched.Config{
+		Workers:  r.cfg.Workers,
+		Logger:   r.cfg.Logger,
+		Handlers: map[sched.CommandType]sched.Handler{cmdReconcile: handler},
+		OnExit: func(pid sched.PID, _ error) {
+			r.mu.Lock()
+			if id, ok := r.ids[pid]; ok {
+				delete(r.ids, pid)
+				if r.procs[id] == pid {
+					delete(r.procs, id)
+				}
+			}
+			r.mu.Unlock()
+		},
+	})
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.sch = sch
+	r.mu.Unlock()
+	plain, cancel := r.hints.Subscribe(hints.ChanWorkspace)
+	defer cancel()
+	urgent, cancelUrgent := r.hints.Subscribe(hints.ChanWorkspaceUrgent)
+	defer cancelUrgent()
+	t := r.cfg.Clock.NewTicker(r.cfg.Interval)
+	defer t.Stop()
+	var ticks sync.WaitGroup
+	tick := par.OneAtATime(&ticks, func() {
+		if err := r.Tick(ctx); err != nil && ctx.Err() == nil {
+			r.cfg.Logger.Warn("workspace: tick", "err", err)
+		}
+	})
+	tick()
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case <-t.C():
+			tick()
+		case id := <-urgent:
+			r.holdUrgent(id)
+			r.pokeUrgent(id)
+		case id := <-plain:
+			r.poke(id, nil)
+		}
+	}
+	ticks.Wait()
+	r.mu.Lock()
+	r.draining = true
+	r.mu.Unlock()
+	r.calls.Wait()
+	r.mu.Lock()
+	r.sch = nil
+	r.mu.Unlock()
+	stopCtx, stop := context.WithTimeout(context.Background(), 5*time.Second)
+	defer stop()
+	sch.Stop(stopCtx)
+	return nil
+}
+
+// step is one reconcile of one workspace (seed: reconcile(ws)) on w, or
+// on the row read if w is nil.
+func (r *Reconciler) step(ctx context.Context, id string, w *workspace.Workspace) stepResult {
+	return r.stepHinted(ctx, id, w, false).finished()
+}
+
+// finished runs res's finish, if any, and returns res without it.
+func (res stepResult) finished() stepResult {
+	if res.finish != nil {
+		res.finish()
+		res.finish = nil
+	}
+	return res
+}
+
+// stepHinted is step; hinted marks w possibly stale. With w nil, a bulk
+// step takes the row handed for the workspace (store/handoff.go) instead of
+// reading it. A step on a possibly stale row only writes through a
+// compare-and-set that checks what it decided from; if it did not act it
+// steps again on the row read, so that "nothing to do" is never decided
+// from a stale row.
+func (r *Reconciler) stepHinted(ctx context.Context, id string, w *workspace.Workspace, hinted bool) stepResult {
+	defer r.cfg.Metrics.observeStep(time.Now())
+	switch {
+	case r.handed == nil:
+	case w != nil || urgency.Is(ctx):
+		r.handed.Drop(store.ToReconciler, id)
+	default:
+		if got, ok := r.handed.Take(store.ToReconciler, id); ok {
+			w, hinted = &got, true
+		}
+	}
+	if w == nil {
+		return r.readAndStep(ctx, id)
+	}
+	res := r.stepOn(ctx, w)
+	if hinted && !res.acted && !res.again && !res.gone {
+		return r.readAndStep(ctx, id)
+	}
+	res.hinted = hinted && res.next != nil && !res.exact
+	return res
+}
+
+// readAndStep reads id's row and steps on it.
+func (r *Reconciler) readAndStep(ctx context.Context, id string) stepResult {
+	got, err := r.store.Get(ctx, id)
+	if errors.Is(err, workspace.ErrNotFound) {
+		return stepResult{gone: true}
+	}
+	if err != nil {
+		r.cfg.Logger.Warn("workspace: read", "id", id, "err", err)
+		return stepResult{}
+	}
+	return r.stepOn(ctx, &got)
+}
+
+// stepOn is the reconcile of w.
+func (r *Reconciler) stepOn(ctx context.Context, w *workspace.Workspace) stepResult {
+	// 1. ERROR: skip (deleting needs no recovery).
+	if w.ObservedStatus == workspace.Error && w.DesiredState != workspace.Deleted {
+		return stepResult{settled: true}
+	}
+	// 2. An operation in flight: completion, timeout, retry or takeover.
+	if w.Operation != workspace.OpNone {
+		return r.inFlight(ctx, w)
+	}
+	// 3. Converged, or 4. plan.
+	op := planNext(w)
+	if op == workspace.OpNone {
+		return stepResult{settled: true}
+	}
+	// 5. Claim (CAS with a fresh op_id), then execute.
+	return r.claim(ctx, w, op, func(opID string, now, leaseUntil time.Time) (bool, error) {
+		return r.store.Claim(ctx, *w, op, opID, r.cfg.Owner, now, leaseUntil)
+	})
+}
+
+// planNext is the operation a step claims on w: none while one is in
+// flight, when w is converged or in ERROR (unless deleting), else the plan.
+func planNext(w *workspace.Workspace) workspace.Operation {
+	switch {
+	case w.Operation != workspace.OpNone, w.ObservedStatus == w.DesiredState,
+		w.ObservedStatus == workspace.Error && w.DesiredState != workspace.Deleted:
+		return workspace.OpNone
+	}
+	return workspace.Plan(w.ObservedStatus, w.DesiredState, w.ArchiveKey != "")
+}
+
+// claim claims op for w with a fresh op_id through write (a
+// compare-and-set: Claim, or CompleteAndClaim), then executes it.
+func (r *Reconciler) claim(ctx context.Context, w *workspace.Workspace, op workspace.Operation, write func(opID string, now, leaseUntil time.Time) (bool, error)) stepResult {
+	opID, err := r.opIDs.next()
+	if err != nil {
+		return stepResult{}
+	}
+	now := r.cfg.Clock.Now()
+	lease := now.Add(r.cfg.Lease)
+	ok, err := write(opID, now, lease)
+	// Claimed (or refused): a user's change no longer needs the CPUs
+	// before its provider call, which may take seconds.
+	r.releaseUrgentFor(ctx, w.ID)
+	if err != nil {
+		r.cfg.Logger.Warn("workspace: claim", "id", w.ID, "op", op, "err", err)
+		return stepResult{}
+	}
+	if !ok {
+		// The row moved since the snapshot: plan again from a fresh read
+		// (another replica's claim then shows as an operation in flight).
+		return stepResult{again: true}
+	}
+	w.Operation, w.OpID, w.OpStartedAt, w.OpOwner, w.OpLeaseUntil, w.OpExecuted = op, opID, &now, r.cfg.Owner, &lease, false
+	r.cfg.Metrics.opStarted(op)
+	r.cfg.Logger.Debug("workspace: claimed", "id", w.ID, "op", op, "op_id", w.OpID)
+	return r.execute(ctx, w)
+}
+
+// opIDs makes operation ids: UUIDv7 (time-ordered) whose random bits
+// come from crypto/rand read 4 KiB at a time, not one system call per id
+// (a fifth of a core converging 100,000 workspaces).
+type opIDs struct {
+	mu  sync.Mutex
+	rnd *bufio.Reader // nil until first use
+}
+
+func (g *opIDs) next() (string, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.rnd == nil {
+		g.rnd = bufio.NewReaderSize(rand.Reader, 4096)
+	}
+	id, err := uuid.NewV7FromReader(g.rnd)
+	if err != nil {
+		return "", err
+	}
+	return id.String(), nil
+}
+
+// complete reports whether w's operation is over: observed at its target.
+func (r *Reconciler) complete(w *workspace.Workspace) bool {
+	if w.Operation == workspace.OpStarting && w.ErrorInfo != nil && w.ErrorInfo.Reason == workspace.ReasonExited && w.NextRetryAt != nil &&
+		r.cfg.Clock.Now().Before(w.NextRetryAt.Add(workspace.CrashGrace)) {
+		return false // restarted after its command ended: it must stay up a while to count as started
+	}
+	return workspace.AtTarget(w, w.ObservedStatus)
+}
+
+// inFlight advances w's operation in flight: it gives it up for a desired
+// state that makes it pointless (supersede.go), completes it, times it
+// out, waits (for the monitor, a retry or another replica's lease), or
+// acquires it and calls the provider.
+func (r *Reconciler) inFlight(ctx context.Context, w *workspace.Workspace) stepResult {
+	now := r.cfg.Clock.Now()
+	if r.superseded(w, now) {
+		return r.abandon(ctx, w, now)
+	}
+	if res, done := r.endInFlight(ctx, w, now); done {
+		return res
+	}
+	if r.waitInFlight(ctx, w, now) {
+		return stepResult{}
+	}
+	// error_count too: a retry decided from a row that predates the last
+	// failure (a tick's snapshot) would be one call more than the policy.
+	ok, err := r.store.Acquire(ctx, w.ID, w.OpID, w.ErrorCount, r.cfg.Owner, now, now.Add(r.cfg.Lease))
+	if err != nil || !ok {
+		return stepResult{}
+	}
+	if w.OpOwner != r.cfg.Owner {
+		r.cfg.Logger.Info("workspace: took over operation", "id", w.ID, "op", w.Operation, "from", w.OpOwner)
+	}
+	w.OpOwner = r.cfg.Owner
+	return r.execute(ctx, w)
+}
+
+// opStarted is when w's operation was claimed (zero if unknown).
+func opStarted(w *workspace.Workspace) time.Time {
+	if w.OpStartedAt != nil {
+		return *w.OpStartedAt
+	}
+	return time.Time{}
+}
+
+// endInFlight ends w's operation if it is over: terminal error info (the
+// monitor flips it to ERROR), observed at its target (complete), or past
+// its timeout (terminal Timeout). done reports whether the step is over.
+func (r *Reconciler) endInFlight(ctx context.Context, w *workspace.Workspace, now time.Time) (res stepResult, done bool) {
+	if w.ErrorInfo != nil && w.ErrorInfo.IsTerminal && w.Operation != workspace.OpDeleting {
+		r.hints.Publish(ctx, hints.ChanMonitor, w.ID) // let the monitor flip it to ERROR
+		return stepResult{}, true
+	}
+	if w.Operation != workspace.OpDeleting && r.complete(w) {
+		return r.completeOp(ctx, w, now), true
+	}
+	if elapsed := now.Sub(opStarted(w)); elapsed > r.cfg.Timeouts[w.Operation] {
+		info := &workspace.ErrorInfo{Reason: workspace.ReasonTimeout, Operation: w.Operation, IsTerminal: true, ErrorCount: w.ErrorCount,
+			Elapsed: elapsed.Seconds(), OccurredAt: now.UTC()}
+		if err := r.store.Terminal(ctx, w.ID, w.OpID, info, now); err == nil {
+			r.cfg.Logger.Error("workspace: operation timed out", "id", w.ID, "op", w.Operation, "elapsed", elapsed)
+			r.cfg.Metrics.opEnded(w.Operation, resultTimeout, w.OpStartedAt, now)
+			r.hints.Publish(ctx, hints.ChanMonitor, w.ID)
+		}
+		return stepResult{}, true
+	}
+	return stepResult{}, false
+}
+
+// completeOp ends w's operation, which has reached its target. When the
+// row as completed plans a next operation (PROVISIONING done, STARTING
+// next), one write completes this one and claims that one
+// (CompleteAndClaim), and the step goes on to execute it.
+func (r *Reconciler) completeOp(ctx context.Context, w *workspace.Workspace, now time.Time) stepResult {
+	next, restart := workspace.Completed(*w), workspace.CrashLooping(w)
+	if op := planNext(next); op != workspace.OpNone && !restart {
+		return r.claim(ctx, next, op, func(opID string, claimed, leaseUntil time.Time) (bool, error) {
+			ok, err := r.store.CompleteAndClaim(ctx, *w, op, opID, r.cfg.Owner, claimed, leaseUntil)
+			if ok {
+				r.completedOp(ctx, w, now)
+			}
+			return ok, err
+		})
+	}
+	complete := r.store.Complete
+	if restart {
+		complete = r.store.CompleteRestart // the count goes on: the crash loop is not over
+	}
+	ok, err := complete(ctx, *w, now)
+	switch {
+	case err != nil:
+		return stepResult{}
+	case !ok:
+		// The row moved since w (or another replica completed it):
+		// decide again from a fresh read.
+		return stepResult{again: true}
+	}
+	// The hint completedOp publishes comes back to this workspace's
+	// process too, most often during this step: its next step then takes
+	// this row instead of reading it.
+	r.hand(store.ToReconciler, *next)
+	r.completedOp(ctx, w, now)
+	// next is exact, even from a hinted w: Complete wrote only on the
+	// planning inputs w shows.
+	return stepResult{again: true, next: next, exact: true}
+}
+
+// completedOp logs, counts and announces the end of w's operation (the
+// row changed: the live page shows it).
+func (r *Reconciler) completedOp(ctx context.Context, w *workspace.Workspace, now time.Time) {
+	r.cfg.Logger.Info("workspace: operation completed", "id", w.ID, "op", w.Operation)
+	r.cfg.Metrics.opEnded(w.Operation, resultOK, w.OpStartedAt, now)
+	r.hints.Publish(ctx, hints.ChanWorkspace, w.ID)
+}
+
+// waitInFlight reports whether w's operation must wait, and arranges the
+// wake-up: for the monitor (executed: no retry here, the seed's defect 2),
+// for its retry time, for another replica's live lease, or for an
+// observation newer than a dead owner's lease.
+func (r *Reconciler) waitInFlight(ctx context.Context, w *workspace.Workspace, now time.Time) bool {
+	switch {
+	case w.OpExecuted && w.Operation == workspace.OpStarting && r.exitedSinceStart(ctx, w, now):
+	case w.OpExecuted:
+		r.pokeAt(w.ID, min(opStarted(w).Add(r.cfg.Timeouts[w.Operation]).Sub(now), r.exitPoll(w, now)))
+	case w.NextRetryAt != nil && now.Before(*w.NextRetryAt):
+		r.pokeAt(w.ID, w.NextRetryAt.Sub(now))
+	case w.OpOwner == r.cfg.Owner || w.OpLeaseUntil == nil:
+		return false
+	case now.Before(*w.OpLeaseUntil):
+		r.pokeAt(w.ID, w.OpLeaseUntil.Sub(now))
+	case w.ObservedAt == nil || !w.ObservedAt.After(*w.OpLeaseUntil):
+		// The dead owner's call may have taken effect before it could
+		// record it: take over only after an observation made since its
+		// lease lapsed (which completes the operation if it did).
+		r.hints.Publish(ctx, hints.ChanMonitor, w.ID)
+		r.pokeAt(w.ID, min(r.cfg.Interval, 250*time.Millisecond))
+	default:
+		return false
+	}
+	return true
+}
+
+// execute calls the provider for w's claimed operation, renewing the lease
+// meanwhile, and records the outcome.
+func (r *Reconciler) execute(ctx context.Context, w *workspace.Workspace) stepResult {
+	deadline := opStarted(w).Add(r.cfg.Timeouts[w.Operation])
+	callCtx, cancel := context.WithDeadline(ctx, deadline)
+	stopRenew := r.renewLease(ctx, w)
+	t0 := time.Now()
+	err := r.call(callCtx, w)
+	callTime := time.Since(t0)
+	stopRenew()
+	cancel()
+	now := r.cfg.Clock.Now()
+	if ctx.Err() != nil {
+		return stepResult{acted: true} // shutting down: the lease lapses, a restart takes over
+	}
+	r.cfg.Metrics.providerCall(w.Operation, err, callTime)
+	if err != nil {
+		r.recordFailure(ctx, w, err, now, deadline)
+		return stepResult{acted: true}
+	}
+	if w.Operation == workspace.OpDeleting {
+		if err := r.store.DeleteRow(ctx, w.ID, w.OpID); err != nil {
+			r.cfg.Logger.Warn("workspace: delete row", "id", w.ID, "err", err)
+			return stepResult{acted: true}
+		}
+		r.cfg.Metrics.opEnded(workspace.OpDeleting, resultOK, w.OpStartedAt, now)
+		r.hints.Publish(ctx, hints.ChanWorkspace, w.ID)
+		return stepResult{gone: true}
+	}
+	x := *w
+	return stepResult{acted: true, finish: func() { r.executed(ctx, &x, now, deadline) }}
+}
+
+// executed records that w's provider call returned at now and hints the
+// monitor, which observes it next (the step's finish: the process's next
+// step waits for it, so it never sees the row as not executed).
+func (r *Reconciler) executed(ctx context.Context, w *workspace.Workspace, now, deadline time.Time) {
+	if err := r.store.Executed(ctx, w.ID, w.OpID, now); err != nil {
+		r.cfg.Logger.Warn("workspace: record executed", "id", w.ID, "err", err)
+	} else {
+		// The monitor observes it next: leave it the row as executed.
+		w.OpExecuted, w.OpLeaseUntil, w.UpdatedAt = true, nil, now.UTC().Truncate(time.Millisecond)
+		r.hand(store.ToMonitor, *w)
+	}
+	r.hints.Publish(ctx, hints.ChanMonitor, w.ID)
+	r.pokeAt(w.ID, deadline.Sub(now))
+}
+
+// hand leaves w in box for the hint about to be published (store/handoff.go).
+func (r *Reconciler) hand(box store.Box, w workspace.Workspace) {
+	if r.handed != nil {
+		r.handed.Hand(box, w)
+	}
+}
+
+// renewLease renews this replica's lease on w's operation every Lease/3
+// until the returned stop is called.
+func (r *Reconciler) renewLease(ctx context.Context, w *workspace.Workspace) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		t := r.cfg.Clock.NewTicker(r.cfg.Lease / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C():
+				r.store.Renew(ctx, w.ID, w.OpID, r.cfg.Owner, r.cfg.Clock.Now().Add(r.cfg.Lease))
+			}
+		}
+	}()
+	return func() { close(done) }
+}

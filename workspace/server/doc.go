@@ -1,0 +1,11 @@
+// Package server is the one composition root of the workspace subsystem
+// (`gantry ws serve`): it opens the store, makes the first admin token,
+// and wires the reconciler, the singletons, the API and the hint bus over
+// the providers it is given. Its errors name ServerConfig fields.
+//
+// Tour:
+//
+//	server.go    ServerConfig, Server, NewServer, Run (serve, then drain)
+//	security.go  the listen/TLS check and the first admin token
+//	             (AdminTokenFile)
+package server

@@ -1,0 +1,285 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/rueidis"
+
+	"github.com/gantryhq/gantry/workspace/api"
+	"github.com/gantryhq/gantry/workspace/auth"
+	"github.com/gantryhq/gantry/workspace/hints"
+	"github.com/gantryhq/gantry/workspace/provider"
+	"github.com/gantryhq/gantry/workspace/provider/archive"
+	"github.com/gantryhq/gantry/workspace/provider/fs"
+	"github.com/gantryhq/gantry/workspace/provider/process"
+	"github.com/gantryhq/gantry/workspace/reconcile"
+	"github.com/gantryhq/gantry/workspace/singletons"
+	"github.com/gantryhq/gantry/workspace/store"
+	"github.com/gantryhq/gantry/workspace/urgency"
+)
+
+// The store is every component's store.
+var (
+	_ api.APIStore              = (*store.Store)(nil)
+	_ urgency.Gate              = (*store.Store)(nil)
+	_ reconcile.ReconcilerStore = (*store.Store)(nil)
+	_ singletons.MonitorStore   = (*store.Store)(nil)
+	_ singletons.TTLStore       = (*store.Store)(nil)
+	_ singletons.LeaderStore    = (*store.Store)(nil)
+)
+
+// ServerConfig configures `gantry ws serve`. Zero values are defaults.
+type ServerConfig struct {
+	// DB is "sqlite:PATH" or "postgres://…"; "" = sqlite:<Data>/workspaces.db.
+	DB string
+	// Data holds volumes/, archives/ and run/ (pidfiles); "" = "gantry-ws-data".
+	Data string
+	// Listen is the API address; "" = 127.0.0.1:7480. An address other
+	// than loopback needs TLS (TLSCert, TLSKey) or InsecureListen.
+	Listen string
+	// TLSCert and TLSKey are PEM files: the API is served over HTTPS.
+	TLSCert, TLSKey string
+	// InsecureListen allows plain HTTP on a non-loopback address (a
+	// TLS-terminating proxy is in front).
+	InsecureListen bool
+	// Quotas per owner (zero fields: unlimited).
+	Quotas auth.Quotas
+	// AuditRetention is how long audit rows are kept; zero = 90 days,
+	// negative = forever. The leader removes older rows.
+	AuditRetention time.Duration
+	// Archives: the GC of archives (ArchiveGC; its Store and Storage are
+	// filled in). Used when the Storage keeps archives.
+	Archives singletons.ArchiveGC
+	// Redis, if set (redis://…), carries hints instead of the in-process
+	// channel or Postgres LISTEN/NOTIFY.
+	Redis      string
+	Reconciler reconcile.Config
+	Monitor    singletons.MonitorConfig
+	// TTL configures the TTL manager (idle → STANDBY, long STANDBY →
+	// PENDING); its zero value has the documented defaults.
+	TTL singletons.TTLConfig
+	// LeaderLease bounds the handover of the monitor and the TTL manager
+	// between replicas on Postgres; zero = 10 s. Unused on SQLite.
+	LeaderLease time.Duration
+	// Registry, if set, receives the reconciler's and the singletons'
+	// metrics (NewMetrics).
+	Registry prometheus.Registerer
+	// Container and Storage override the process and fs providers.
+	Container provider.Container
+	Storage   provider.Storage
+	Logger    *slog.Logger
+	// Ready, if set, receives the bound API address once listening.
+	Ready func(addr string)
+}
+
+// Server is the API, reconciler, monitor, TTL manager and hints in one
+// process. The reconciler runs on every replica; the monitor and the TTL
+// manager only on the leader (RunSingletons).
+type Server struct {
+	cfg   ServerConfig
+	Store *store.Store
+	API   *api.API
+	Rec   *reconcile.Reconciler
+	Mon   *singletons.HealthMonitor
+	TTL   *singletons.TTLManager
+	hints hints.Bus
+	runs  []func(context.Context) error
+	// closers run after Run has drained (the Redis client).
+	closers []func()
+}
+
+// Hints is the server's hint bus (the live page's event hub subscribes).
+func (s *Server) Hints() hints.Bus { return s.hints }
+
+// NewServer opens the store and wires the parts.
+func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
+	if cfg.Data == "" {
+		cfg.Data = "gantry-ws-data"
+	}
+	if cfg.DB == "" {
+		cfg.DB = "sqlite:" + filepath.Join(cfg.Data, "workspaces.db")
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = "127.0.0.1:7480"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if abs, err := filepath.Abs(cfg.Data); err == nil {
+		cfg.Data = abs
+	}
+	if err := checkTransport(cfg); err != nil {
+		return nil, err
+	}
+	if err := mkdirAll(cfg.Data); err != nil {
+		return nil, fmt.Errorf("--data %s: %w", cfg.Data, err)
+	}
+	st, err := store.Open(ctx, cfg.DB)
+	if err != nil {
+		return nil, fmt.Errorf("--db: %w", err)
+	}
+	if err := ensureAdminToken(ctx, st, cfg.Data, cfg.Logger, time.Now()); err != nil {
+		st.Close()
+		return nil, err
+	}
+	s := &Server{cfg: cfg, Store: st}
+	if cfg.Container == nil {
+		cfg.Container = &process.Container{RunDir: filepath.Join(cfg.Data, "run")}
+	}
+	if cfg.Storage == nil {
+		cfg.Storage = &archive.Storage{Root: filepath.Join(cfg.Data, "volumes"), Blobs: &fs.BlobStore{Dir: filepath.Join(cfg.Data, "blobs")}}
+	}
+	if err := s.startHints(cfg); err != nil {
+		st.Close()
+		return nil, err
+	}
+	s.hintExits(cfg.Container)
+	metrics := reconcile.NewMetrics(cfg.Registry)
+	cfg.Reconciler.Logger = cfg.Logger
+	cfg.Reconciler.Metrics = metrics
+	cfg.Monitor.Logger = cfg.Logger
+	cfg.Monitor.Metrics = metrics
+	cfg.TTL.Logger, cfg.TTL.Hints = cfg.Logger, s.hints
+	s.Rec, err = reconcile.NewReconciler(cfg.Reconciler, st, cfg.Container, cfg.Storage, s.hints)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	s.Mon = singletons.NewHealthMonitor(cfg.Monitor, st, cfg.Container, cfg.Storage, s.hints)
+	if s.TTL, err = singletons.NewTTLManager(cfg.TTL, st); err != nil {
+		st.Close()
+		return nil, err
+	}
+	s.API = api.NewAPI(apiConfig(cfg, st, s.hints))
+	retention := &singletons.Retention{Store: st, Audit: cfg.AuditRetention, Logger: cfg.Logger}
+	loops := singletons.SingletonsConfig{Store: st, Monitor: s.Mon, TTL: s.TTL, Retention: retention, Lease: cfg.LeaderLease,
+		NodeID: s.Rec.Config().Owner, Metrics: metrics, Logger: cfg.Logger}
+	loops.ArchiveGC = archiveGC(cfg, st)
+	s.runs = append(s.runs, s.Rec.Run, func(ctx context.Context) error { return singletons.RunSingletons(ctx, loops) })
+	s.cfg = cfg
+	return s, nil
+}
+
+// archiveGC is the server's archive GC, if its storage keeps archives.
+func archiveGC(cfg ServerConfig, st *store.Store) *singletons.ArchiveGC {
+	as, ok := cfg.Storage.(provider.ArchiveStore)
+	if !ok {
+		return nil
+	}
+	gc := cfg.Archives
+	gc.Store, gc.Storage, gc.Logger = st, as, cfg.Logger
+	return &gc
+}
+
+// Run serves until ctx ends, then drains: the API stops accepting, the
+// reconciler waits for provider calls in flight, the store closes.
+func (s *Server) Run(ctx context.Context) error {
+	defer s.Store.Close()
+	defer func() {
+		for _, c := range s.closers {
+			c()
+		}
+	}()
+	ln, err := net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("--listen %s: %w", s.cfg.Listen, err)
+	}
+	srv := &http.Server{Handler: s.API, ReadHeaderTimeout: 10 * time.Second, TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12}}
+	scheme := "http"
+	if s.cfg.TLSCert != "" {
+		scheme = "https"
+	}
+	s.cfg.Logger.Info("workspace: serving", "url", scheme+"://"+ln.Addr().String(), "db", s.Store.Dialect().String(), "data", s.cfg.Data)
+	if s.cfg.InsecureListen && s.cfg.TLSCert == "" && auth.CheckListen(s.cfg.Listen, false, false) != nil {
+		s.cfg.Logger.Warn("workspace: plain HTTP on a non-loopback address (--insecure-listen): tokens cross the network in clear unless a TLS proxy is in front", "addr", ln.Addr().String())
+	}
+	if s.cfg.Ready != nil {
+		s.cfg.Ready(ln.Addr().String())
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, run := range s.runs {
+		wg.Add(1)
+		go func() { defer wg.Done(); run(runCtx) }()
+	}
+	errc := make(chan error, 1)
+	go func() {
+		if s.cfg.TLSCert != "" {
+			errc <- srv.ServeTLS(ln, s.cfg.TLSCert, s.cfg.TLSKey)
+			return
+		}
+		errc <- srv.Serve(ln)
+	}()
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	shut, stop := context.WithTimeout(context.Background(), 5*time.Second)
+	defer stop()
+	srv.Shutdown(shut)
+	cancel()
+	wg.Wait()
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+func mkdirAll(dir string) error { return os.MkdirAll(dir, 0o755) }
+
+// startHints picks the hint bus: Redis if configured, else Postgres
+// LISTEN/NOTIFY on a Postgres store, else the in-process hub.
+func (s *Server) startHints(cfg ServerConfig) error {
+	switch {
+	case cfg.Redis != "":
+		opt, err := rueidis.ParseURL(cfg.Redis)
+		if err != nil {
+			return fmt.Errorf("--redis %q: %w", cfg.Redis, err)
+		}
+		opt.DisableCache = true
+		client, err := rueidis.NewClient(opt)
+		if err != nil {
+			return fmt.Errorf("--redis %q: %w", cfg.Redis, err)
+		}
+		s.closers = append(s.closers, client.Close)
+		rh := &hints.Redis{Client: client, Logger: cfg.Logger}
+		s.hints = rh
+		s.runs = append(s.runs, rh.Run)
+	case s.Store.Dialect() == store.Postgres:
+		ph := &hints.Postgres{DB: s.Store.DB(), DSN: s.Store.DSN(), Logger: cfg.Logger}
+		s.hints = ph
+		s.runs = append(s.runs, ph.Run)
+	default:
+		s.hints = hints.NewLocal()
+	}
+	return nil
+}
+
+// apiConfig is the API's configuration under cfg. The session cookie is
+// Secure under TLS, and with --insecure-listen (a TLS proxy is in front).
+func apiConfig(cfg ServerConfig, st *store.Store, h hints.Bus) api.APIConfig {
+	return api.APIConfig{Store: st, Storage: cfg.Storage, Container: cfg.Container, Hints: h, Gate: st, Quotas: cfg.Quotas,
+		SecureCookies: cfg.TLSCert != "" || cfg.InsecureListen, Logger: cfg.Logger}
+}
+
+// hintExits has a provider that learns of its workspaces' changes (a
+// process's command ended, a Pod changed) hint the monitor, so a crash is
+// observed at once, not at the next pass.
+func (s *Server) hintExits(c provider.Container) {
+	if cn, ok := c.(provider.ChangeNotifier); ok {
+		h := s.hints
+		cn.OnChange(func(id string) { h.Publish(context.Background(), hints.ChanMonitor, id) })
+	}
+}

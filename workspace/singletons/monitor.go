@@ -1,0 +1,388 @@
+package singletons
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/clock"
+	"github.com/gantryhq/gantry/internal/par"
+	"github.com/gantryhq/gantry/workspace"
+	"github.com/gantryhq/gantry/workspace/hints"
+	"github.com/gantryhq/gantry/workspace/provider"
+	"github.com/gantryhq/gantry/workspace/store"
+	"github.com/gantryhq/gantry/workspace/urgency"
+)
+
+// MonitorConfig configures a HealthMonitor. Zero values are the defaults.
+type MonitorConfig struct {
+	// Interval between full passes (HEALTH_MONITOR_INTERVAL); 0 = 30 s.
+	Interval time.Duration
+	// Concurrency bounds observations in flight, in a pass and for hints
+	// each; 0 = 256, the reconciler's bound on provider calls. Each
+	// observation waits on a batched read and a batched write: at 64, a
+	// burst of 30,000 hinted workspaces was held to ~1,400 observations/s
+	// and the monitor became the queue every operation waited in; 512
+	// converged 100,000 no faster than 256 but left twice the goroutines
+	// runnable, which a user's request waited behind.
+	Concurrency int
+	Logger      *slog.Logger
+	Clock       clock.Clock // nil = the real clock
+	// Metrics counts the operations an observation ends (workspace.ObservationEnds);
+	// nil = none.
+	Metrics Metrics
+}
+
+// MonitorStore is what the HealthMonitor reads and writes: it is the only
+// writer of observed_status and of the ObserveFailed error info.
+type MonitorStore interface {
+	Get(ctx context.Context, id string) (workspace.Workspace, error)
+	List(ctx context.Context) ([]workspace.Workspace, error)
+	SetObserved(ctx context.Context, w workspace.Workspace, status workspace.Status, now time.Time) (bool, error)
+	SetObservedComplete(ctx context.Context, w workspace.Workspace, status workspace.Status, now time.Time) (bool, error)
+	SetObserveError(ctx context.Context, id string, info *workspace.ErrorInfo, now time.Time) (bool, error)
+	ClearObserveError(ctx context.Context, id string, now time.Time) (bool, error)
+}
+
+var _ MonitorStore = (*store.Store)(nil)
+
+// rowHandoff is the optional part of a store through which the reconciler
+// and the monitor of one process leave each other the row a hint is about
+// to announce, so that its receiver need not read it (store/handoff.go).
+type rowHandoff interface {
+	Hand(box store.Box, w workspace.Workspace)
+	Take(box store.Box, id string) (workspace.Workspace, bool)
+	Drop(box store.Box, id string)
+}
+
+// HealthMonitor is the only writer of observed_status. It maps what the
+// providers report to a status:
+//
+//	error_info.is_terminal          → ERROR
+//	container running, no volume    → ERROR (invariant broken)
+//	container running               → RUNNING
+//	volume                          → STANDBY
+//	nothing                         → PENDING (archived, or new: PROVISIONING follows)
+//
+// It observes every workspace each Interval and one workspace at once when
+// a hint arrives on hints.ChanMonitor; it publishes hints.ChanWorkspace on each change.
+// An observation that shows an executed operation at its target also ends
+// the operation, in the same write (workspace.ObservationEnds).
+// A failed observation leaves observed_status alone and shows in
+// error_info (reason ObserveFailed) until an observation succeeds.
+type HealthMonitor struct {
+	cfg       MonitorConfig
+	store     MonitorStore
+	handed    rowHandoff // nil: the store hands no rows (store/handoff.go)
+	container provider.Container
+	storage   provider.Storage
+	hints     hints.Bus
+
+	// hintedAt maps a workspace id to when its last observation on a hint
+	// began: a pass skips the rows observed since it listed them (observedSince).
+	hintedAt sync.Map
+}
+
+// NewHealthMonitor checks cfg and returns a monitor.
+func NewHealthMonitor(cfg MonitorConfig, st MonitorStore, c provider.Container, s provider.Storage, h hints.Bus) *HealthMonitor {
+	if cfg.Interval <= 0 {
+		cfg.Interval = 30 * time.Second
+	}
+	cfg.Metrics = metricsOr(cfg.Metrics)
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 256
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	cfg.Clock = clock.Or(cfg.Clock)
+	if h == nil {
+		h = hints.Drop{}
+	}
+	hr, _ := st.(rowHandoff)
+	return &HealthMonitor{cfg: cfg, store: st, handed: hr, container: c, storage: s, hints: urgency.Hints{Bus: h}}
+}
+
+// Observe computes w's status from the providers.
+func (m *HealthMonitor) Observe(ctx context.Context, w workspace.Workspace) (workspace.Status, error) {
+	if w.ErrorInfo != nil && w.ErrorInfo.IsTerminal {
+		return workspace.Error, nil
+	}
+	cs, err := m.container.Observe(ctx, w.ID)
+	if err != nil {
+		return "", err
+	}
+	vol, err := m.storage.VolumeExists(ctx, w.ID)
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case cs == provider.Running && !vol:
+		return workspace.Error, nil
+	case cs == provider.Running:
+		return workspace.Running, nil
+	case vol:
+		return workspace.Standby, nil
+	}
+	return workspace.Pending, nil
+}
+
+// observeOne observes and writes one workspace. hinted marks w possibly
+// stale (a row the reconciler handed, store/handoff.go): then observeOne
+// writes only a changed status, whose compare-and-set checks the row's
+// operation, and otherwise reports false without writing, for the caller
+// to observe the row read instead.
+func (m *HealthMonitor) observeOne(ctx context.Context, w workspace.Workspace, hinted bool) bool {
+	// observed_at is when the observation began: a takeover trusts only
+	// observations begun after the dead owner's lease lapsed.
+	at := m.cfg.Clock.Now()
+	st, err := m.Observe(ctx, w)
+	if err != nil {
+		if hinted {
+			return false
+		}
+		if ctx.Err() == nil {
+			m.observeFailed(ctx, w, err, at)
+		}
+		return true
+	}
+	if w.ErrorInfo != nil && w.ErrorInfo.Reason == workspace.ReasonObserveFailed {
+		if ok, err := m.store.ClearObserveError(ctx, w.ID, at); err == nil && ok {
+			m.cfg.Logger.Info("workspace: observing again", "id", w.ID)
+			m.hints.Publish(ctx, hints.ChanWorkspace, w.ID)
+		}
+	}
+	// Unchanged: write only to date an observation a takeover waits for
+	// (an unexecuted operation whose owner's lease has lapsed).
+	if st == w.ObservedStatus && (w.Operation == workspace.OpNone || w.OpExecuted || w.OpLeaseUntil == nil || at.Before(*w.OpLeaseUntil)) {
+		if !hinted {
+			m.startNotUp(ctx, w, st)
+		}
+		return !hinted
+	}
+	return m.writeObserved(ctx, w, st, at) || !hinted
+}
+
+// startNotUp passes an observation on to the reconciler when it shows an
+// executed start not running (st unchanged, so nothing is written and no
+// other hint goes out): its command may have ended, and only the
+// reconciler, asking the container how (provider.ExitReporter), records
+// that as a failed attempt. The provider's report of the end (a process
+// that exited, a Pod that changed: provider.ChangeNotifier) hints the
+// monitor; without this it reached the reconciler only at its next tick,
+// ~10 s later, whenever the command ended after Start had returned: the
+// status stayed STANDBY before and after.
+func (m *HealthMonitor) startNotUp(ctx context.Context, w workspace.Workspace, st workspace.Status) {
+	if w.Operation != workspace.OpStarting || !w.OpExecuted || st == workspace.Running {
+		return
+	}
+	if _, ok := m.container.(provider.ExitReporter); ok {
+		m.hints.Publish(ctx, hints.ChanWorkspace, w.ID)
+	}
+}
+
+// writeObserved writes status st observed at at for w and reports whether
+// it changed the row. An observation that shows w's executed operation at
+// its target ends the operation in the same write (workspace.ObservationEnds), unless
+// the row moved since w: then it writes the observation alone and leaves
+// the operation to the reconciler.
+func (m *HealthMonitor) writeObserved(ctx context.Context, w workspace.Workspace, st workspace.Status, at time.Time) bool {
+	var ended, changed bool
+	var err error
+	if workspace.ObservationEnds(&w, st) {
+		ended, err = m.store.SetObservedComplete(ctx, w, st, at)
+		changed = ended
+	}
+	if err == nil && !ended {
+		changed, err = m.store.SetObserved(ctx, w, st, at)
+	}
+	if err != nil {
+		m.cfg.Logger.Warn("workspace: write observed_status", "id", w.ID, "err", err)
+		return false
+	}
+	if !changed {
+		return false
+	}
+	m.cfg.Logger.Debug("workspace: observed", "id", w.ID, "status", st)
+	w.ObservedStatus, w.ObservedAt = st, &at
+	switch {
+	case ended:
+		m.cfg.Logger.Info("workspace: operation completed", "id", w.ID, "op", w.Operation)
+		m.cfg.Metrics.OpCompleted(w.Operation, w.OpStartedAt, at)
+		w = *workspace.Completed(w)
+	case w.ErrorInfo != nil && w.ErrorInfo.Reason == workspace.ReasonObserveFailed:
+		w.ErrorInfo = nil // SetObserved cleared it
+	}
+	m.wrote(ctx, w)
+	return true
+}
+
+// wrote announces the row the monitor just wrote, w: handed to the
+// reconciler, which steps on it next, and hinted on hints.ChanWorkspace.
+func (m *HealthMonitor) wrote(ctx context.Context, w workspace.Workspace) {
+	if m.handed != nil {
+		m.handed.Hand(store.ToReconciler, w)
+	}
+	m.hints.Publish(ctx, hints.ChanWorkspace, w.ID)
+}
+
+// observeFailed makes a failed observation visible in error_info (reason
+// ObserveFailed, the provider's error as last_error) without touching
+// observed_status: the status stays what was last seen. It is not
+// terminal: an operation in flight still ends by its own timeout (the
+// policy), and the next successful observation clears it. It writes only
+// when the message changes, so a backend that stays down costs no write
+// per pass, and occurred_at keeps the first failure.
+func (m *HealthMonitor) observeFailed(ctx context.Context, w workspace.Workspace, err error, at time.Time) {
+	m.cfg.Logger.Warn("workspace: observe failed", "id", w.ID, "err", err)
+	prev := w.ErrorInfo
+	if prev != nil && prev.Reason != workspace.ReasonObserveFailed {
+		return // the reconciler's error info says more; keep it
+	}
+	if prev != nil && prev.LastError == err.Error() {
+		return
+	}
+	info := &workspace.ErrorInfo{Reason: workspace.ReasonObserveFailed, Operation: w.Operation, ErrorCount: w.ErrorCount,
+		LastError: err.Error(), OccurredAt: at.UTC()}
+	if prev != nil {
+		info.OccurredAt = prev.OccurredAt
+	}
+	ok, werr := m.store.SetObserveError(ctx, w.ID, info, at)
+	if werr != nil {
+		m.cfg.Logger.Warn("workspace: write observe error", "id", w.ID, "err", werr)
+		return
+	}
+	if ok {
+		m.hints.Publish(ctx, hints.ChanWorkspace, w.ID)
+	}
+}
+
+// Pass observes every workspace once.
+func (m *HealthMonitor) Pass(ctx context.Context) error {
+	listed := m.cfg.Clock.Now()
+	all, err := m.store.List(ctx)
+	if err != nil {
+		return err
+	}
+	defer m.forgetHinted(listed)
+	sem := make(chan struct{}, m.cfg.Concurrency)
+	var wg sync.WaitGroup
+	for _, w := range all {
+		if m.observedSince(w.ID, listed) {
+			continue
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			m.observeOne(ctx, w, false)
+		}()
+	}
+	wg.Wait()
+	return nil
+}
+
+// Run passes every Interval and observes hinted workspaces at once, until
+// ctx ends; it then waits for observations in progress. A pass runs in its
+// own goroutine (oneAtATime), so that hinted workspaces never wait for a
+// pass over 100,000 rows to end. hints.ChanMonitorUrgent hints are served by a
+// loop of their own, with a share of the slots reserved (urgent.go), so an
+// urgent hint never waits while the plain loop waits for a slot.
+func (m *HealthMonitor) Run(ctx context.Context) error {
+	hinted, cancel := m.hints.Subscribe(hints.ChanMonitor)
+	defer cancel()
+	urgent, cancelUrgent := m.hints.Subscribe(hints.ChanMonitorUrgent)
+	defer cancelUrgent()
+	t := m.cfg.Clock.NewTicker(m.cfg.Interval)
+	defer t.Stop()
+	slots := urgency.NewLanes(m.cfg.Concurrency)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	uctx := urgency.Mark(ctx)
+	wg.Go(func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case id := <-urgent:
+				if !m.observeHinted(uctx, slots, &wg, id) {
+					return
+				}
+			}
+		}
+	})
+	pass := par.OneAtATime(&wg, func() {
+		if err := m.Pass(ctx); err != nil && ctx.Err() == nil {
+			m.cfg.Logger.Warn("workspace: monitor pass", "err", err)
+		}
+	})
+	pass()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C():
+			pass()
+		case id := <-hinted:
+			if !m.observeHinted(ctx, slots, &wg, id) {
+				return nil
+			}
+		}
+	}
+}
+
+// observeHinted observes id in its own goroutine once it has a slot (an
+// urgent ctx takes the reserved share too); false if ctx ended first.
+func (m *HealthMonitor) observeHinted(ctx context.Context, slots urgency.Lanes, wg *sync.WaitGroup, id string) bool {
+	release := slots.Acquire(ctx, urgency.Is(ctx))
+	if release == nil {
+		return false
+	}
+	wg.Go(func() {
+		defer release()
+		m.observeID(ctx, id)
+	})
+	return true
+}
+
+// observedSince reports whether an observation of id on a hint began
+// after t. A pass skips such a row: that observation started from a newer
+// row than the pass's list and wrote what it saw, while the pass's own
+// compare-and-set on its older row would fail. While 100,000 workspaces
+// converged, the pass at startup trailed the hinted observations, and up
+// to 100,000 of its writes failed so, a third of the monitor's writes.
+func (m *HealthMonitor) observedSince(id string, t time.Time) bool {
+	v, ok := m.hintedAt.Load(id)
+	return ok && v.(time.Time).After(t)
+}
+
+// forgetHinted drops the hinted observations begun before t: the pass
+// that listed at t has seen those workspaces since.
+func (m *HealthMonitor) forgetHinted(t time.Time) {
+	m.hintedAt.Range(func(id, v any) bool {
+		if !v.(time.Time).After(t) {
+			m.hintedAt.CompareAndDelete(id, v)
+		}
+		return true
+	})
+}
+
+// observeID observes id: from the row the reconciler handed with its hint
+// (store/handoff.go), unless urgent or that is not enough, else from the
+// row read.
+func (m *HealthMonitor) observeID(ctx context.Context, id string) {
+	m.hintedAt.Store(id, m.cfg.Clock.Now())
+	if m.handed != nil {
+		if urgency.Is(ctx) {
+			m.handed.Drop(store.ToMonitor, id)
+		} else if w, ok := m.handed.Take(store.ToMonitor, id); ok && m.observeOne(ctx, w, true) {
+			return
+		}
+	}
+	w, err := m.store.Get(ctx, id)
+	if err != nil {
+		return
+	}
+	m.observeOne(ctx, w, false)
+}
