@@ -44,7 +44,7 @@ test-race: ## Run every test with the race detector
 bench: ## Run the Go benchmarks (figures and the full-size commands are in docs/BENCHMARKS.md)
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
-lint: ## gofmt check, go vet (every module, bench/ too), staticcheck, gocyclo <= 15 and codecheck (functions <= 80 lines, files <= 800 lines, package tours, test contexts and sleeps) on the module, generated code up to date
+lint: ## gofmt check, go vet (every module, bench/ too), staticcheck, gocyclo <= 15 and codecheck (functions <= 80 lines, files <= 800 lines, package tours, test contexts and sleeps, the internal/ floor) on the module, generated code up to date
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt wants to rewrite:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	@# The other modules (bench/: its own go.mod) build and vet too; -mod=readonly fails on a go.mod that lags.

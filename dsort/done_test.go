@@ -11,6 +11,7 @@ import (
 	"github.com/gantryhq/gantry/internal/clock"
 	"github.com/gantryhq/gantry/internal/testutil"
 	"github.com/gantryhq/gantry/record"
+	"github.com/gantryhq/gantry/record/recordtest"
 )
 
 // TestCompletedJobNeedsTheSameInputsAndOutput: a committed output counts as
@@ -20,7 +21,7 @@ func TestCompletedJobNeedsTheSameInputsAndOutput(t *testing.T) {
 	root := t.TempDir()
 	in, outDir := filepath.Join(root, "in"), filepath.Join(root, "out")
 	var sum dataSum
-	writeRecords(t, filepath.Join(in, "a"), 500, rand.New(rand.NewPCG(1, 1)), testutil.RecordOptions{}, &sum)
+	writeRecords(t, filepath.Join(in, "a"), 500, rand.New(rand.NewPCG(1, 1)), recordtest.Options{}, &sum)
 	printOf := func() *inputPrint {
 		inputs, _, err := extsort.ScanInputs([]string{in})
 		if err != nil {
@@ -61,7 +62,7 @@ func TestCompletedJobNeedsTheSameInputsAndOutput(t *testing.T) {
 		{"an extra partition", func() { os.WriteFile(filepath.Join(outDir, partitionName(9)), nil, 0o644) },
 			func() { os.Remove(filepath.Join(outDir, partitionName(9))) }, true},
 		{"an input added", func() {
-			writeRecords(t, filepath.Join(in, "b"), 1, rand.New(rand.NewPCG(2, 2)), testutil.RecordOptions{}, &sum)
+			writeRecords(t, filepath.Join(in, "b"), 1, rand.New(rand.NewPCG(2, 2)), recordtest.Options{}, &sum)
 		}, func() { os.Remove(filepath.Join(in, "b")) }, false},
 	}
 	for _, s := range steps {

@@ -19,6 +19,7 @@ import (
 	"github.com/gantryhq/gantry/lifecycle"
 
 	"github.com/gantryhq/gantry/record"
+	"github.com/gantryhq/gantry/record/recordtest"
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
 )
@@ -46,13 +47,13 @@ func (d *dataSum) add(rec []byte) {
 	d.Sum += uint64(crc32.ChecksumIEEE(rec))
 }
 
-// writeRecords writes n random records (testutil.RandomRecords) to path
+// writeRecords writes n random records (recordtest.Random) to path
 // and adds them to sum.
-func writeRecords(t *testing.T, path string, n int, rng *rand.Rand, o testutil.RecordOptions, sum *dataSum) {
+func writeRecords(t *testing.T, path string, n int, rng *rand.Rand, o recordtest.Options, sum *dataSum) {
 	t.Helper()
 	var buf []byte
 	if n > 0 {
-		buf = testutil.RandomRecords(rng, n, o)
+		buf = recordtest.Random(rng, n, o)
 	}
 	for off := 0; off < len(buf); off += record.Size {
 		sum.add(buf[off : off+record.Size])
@@ -240,10 +241,10 @@ func testInProcessJob(t *testing.T) {
 	for w := range 3 {
 		in1 := filepath.Join(root, fmt.Sprint("w", w), "in1")
 		in2 := filepath.Join(root, fmt.Sprint("w", w), "in2")
-		writeRecords(t, filepath.Join(in1, "a"), 3000+w*500, rng, testutil.RecordOptions{}, &sum)
-		writeRecords(t, filepath.Join(in1, "b.txt"), 2000, rng, testutil.RecordOptions{ASCII: true}, &sum)
-		writeRecords(t, filepath.Join(in2, "tiny"), 1, rng, testutil.RecordOptions{}, &sum)
-		writeRecords(t, filepath.Join(in2, "empty"), 0, rng, testutil.RecordOptions{}, &sum)
+		writeRecords(t, filepath.Join(in1, "a"), 3000+w*500, rng, recordtest.Options{}, &sum)
+		writeRecords(t, filepath.Join(in1, "b.txt"), 2000, rng, recordtest.Options{ASCII: true}, &sum)
+		writeRecords(t, filepath.Join(in2, "tiny"), 1, rng, recordtest.Options{}, &sum)
+		writeRecords(t, filepath.Join(in2, "empty"), 0, rng, recordtest.Options{}, &sum)
 		out := filepath.Join(root, fmt.Sprint("w", w), "out")
 		outs = append(outs, out)
 		wcfgs = append(wcfgs, WorkerConfig{Inputs: []string{in1, in2}, Output: out, Memory: 32 << 20,
@@ -289,7 +290,7 @@ func TestSkewBalance(t *testing.T) {
 	hot := []byte("HOTKEY0000")
 	for w := range 3 {
 		in := filepath.Join(root, fmt.Sprint("w", w), "in")
-		writeRecords(t, filepath.Join(in, "a"), 8000, rng, testutil.RecordOptions{HotKey: hot, HotShare: 0.9}, &sum)
+		writeRecords(t, filepath.Join(in, "a"), 8000, rng, recordtest.Options{HotKey: hot, HotShare: 0.9}, &sum)
 		out := filepath.Join(root, fmt.Sprint("w", w), "out")
 		outs = append(outs, out)
 		wcfgs = append(wcfgs, WorkerConfig{Inputs: []string{in}, Output: out, Memory: 32 << 20,
@@ -319,7 +320,7 @@ func TestEmptyInputs(t *testing.T) {
 	for w := range 2 {
 		in := filepath.Join(root, fmt.Sprint("w", w), "in")
 		var sum dataSum
-		writeRecords(t, filepath.Join(in, "empty"), 0, nil, testutil.RecordOptions{}, &sum)
+		writeRecords(t, filepath.Join(in, "empty"), 0, nil, recordtest.Options{}, &sum)
 		out := filepath.Join(root, fmt.Sprint("w", w), "out")
 		outs = append(outs, out)
 		wcfgs = append(wcfgs, WorkerConfig{Inputs: []string{in}, Output: out, Memory: 32 << 20,

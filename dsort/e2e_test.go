@@ -22,6 +22,7 @@ import (
 	"github.com/gantryhq/gantry/internal/testutil"
 
 	"github.com/gantryhq/gantry/record"
+	"github.com/gantryhq/gantry/record/recordtest"
 )
 
 // gantryBin is the binary under test (testutil.GantryBinary), set by
@@ -232,8 +233,8 @@ func newJobEnv(t *testing.T, n, recordsPerWorker int, masterEnv []string, master
 		first := w * recordsPerWorker
 		j.gensort(filepath.Join(in1, "binary"), first, half)
 		j.gensort(filepath.Join(in2, "ascii"), first+half, recordsPerWorker-half-1, "-a")
-		writeRecords(t, filepath.Join(in2, "tiny"), 1, rng, testutil.RecordOptions{}, &j.sum)
-		writeRecords(t, filepath.Join(in1, "empty"), 0, rng, testutil.RecordOptions{}, &j.sum)
+		writeRecords(t, filepath.Join(in2, "tiny"), 1, rng, recordtest.Options{}, &j.sum)
+		writeRecords(t, filepath.Join(in1, "empty"), 0, rng, recordtest.Options{}, &j.sum)
 		j.workers = append(j.workers, &workerSpec{bind: fmt.Sprintf("127.0.0.%d", w+2),
 			inputs: []string{in1, in2}, out: filepath.Join(dir, "out"), tmp: filepath.Join(dir, "tmp")})
 	}

@@ -15,12 +15,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gantryhq/gantry/internal/testutil"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/gantryhq/gantry/record"
+	"github.com/gantryhq/gantry/record/recordtest"
 )
 
 // scrape fetches url and returns every sample as "name{labels}" → value.
@@ -77,7 +76,7 @@ func TestMetricsDuringAJob(t *testing.T) {
 	var outs []string
 	for w := range workers {
 		dir := filepath.Join(root, fmt.Sprint("w", w))
-		writeRecords(t, filepath.Join(dir, "in", "data"), perWorker, rng, testutil.RecordOptions{}, &sum)
+		writeRecords(t, filepath.Join(dir, "in", "data"), perWorker, rng, recordtest.Options{}, &sum)
 		outs = append(outs, filepath.Join(dir, "out"))
 		wcfgs = append(wcfgs, WorkerConfig{Inputs: []string{filepath.Join(dir, "in")}, Output: outs[w], Memory: 32 << 20,
 			TempDir: filepath.Join(dir, "tmp"), FaultHook: hook, Metrics: reg})

@@ -10,10 +10,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gantryhq/gantry/internal/testutil"
-
 	"github.com/gantryhq/gantry/extsort"
 	"github.com/gantryhq/gantry/record"
+	"github.com/gantryhq/gantry/record/recordtest"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -52,7 +51,7 @@ func TestBoundariesSplitEqualKeys(t *testing.T) {
 	var recs []int64
 	data := make([][]byte, workers)
 	for w := range workers {
-		data[w] = testutil.RandomRecords(rng, perWorker, testutil.RecordOptions{HotKey: hot, HotShare: 0.9})
+		data[w] = recordtest.Random(rng, perWorker, recordtest.Options{HotKey: hot, HotShare: 0.9})
 		in := filepath.Join(dir, fmt.Sprint("in", w))
 		if err := os.WriteFile(in, data[w], 0o644); err != nil {
 			t.Fatal(err)

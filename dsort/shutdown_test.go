@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gantryhq/gantry/internal/testutil"
+	"github.com/gantryhq/gantry/record/recordtest"
 )
 
 // logLine is one JSON log record: its time, message and attributes.
@@ -81,7 +82,7 @@ func testShutdownStepBounded(t *testing.T, step string) {
 	var logBuf testutil.Buffer
 	var sum dataSum
 	in, out, tmp := filepath.Join(root, "in"), filepath.Join(root, "out"), filepath.Join(root, "tmp")
-	writeRecords(t, filepath.Join(in, "a"), 2000, rand.New(rand.NewPCG(7, 8)), testutil.RecordOptions{}, &sum)
+	writeRecords(t, filepath.Join(in, "a"), 2000, rand.New(rand.NewPCG(7, 8)), recordtest.Options{}, &sum)
 	hook := func(_ context.Context, point string) {
 		if point == "shutdown-"+step {
 			<-release

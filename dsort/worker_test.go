@@ -16,6 +16,7 @@ import (
 	"github.com/gantryhq/gantry/internal/clock"
 	"github.com/gantryhq/gantry/internal/testutil"
 	"github.com/gantryhq/gantry/lifecycle"
+	"github.com/gantryhq/gantry/record/recordtest"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -110,7 +111,7 @@ func failingWorkerSum(t *testing.T, root, name string) (WorkerConfig, dataSum) {
 	t.Helper()
 	dir := filepath.Join(root, name)
 	var sum dataSum
-	writeRecords(t, filepath.Join(dir, "in", "data"), 2000, rand.New(rand.NewPCG(11, uint64(len(name)))), testutil.RecordOptions{}, &sum)
+	writeRecords(t, filepath.Join(dir, "in", "data"), 2000, rand.New(rand.NewPCG(11, uint64(len(name)))), recordtest.Options{}, &sum)
 	return WorkerConfig{Inputs: []string{filepath.Join(dir, "in")}, Output: filepath.Join(dir, "out"),
 		TempDir: filepath.Join(dir, "tmp"), Memory: 32 << 20}, sum
 }

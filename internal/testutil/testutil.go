@@ -7,7 +7,8 @@
 // pass. WaitFor is the shared wait on a condition (tests do not sleep for a guessed time).
 //
 // Also here: buffer.go (Buffer, an output one goroutine writes while the test reads it),
-// records.go (RandomRecords and WriteRecords, gensort-format test data) and redis.go
+// records.go (WriteRecords, test data written to a file; record/recordtest makes random
+// records, above internal/ since it needs record) and redis.go
 // (RedisServer, a redis-server of one test's own to stop, kill or restart loading, and
 // RedisCommand, one command spoken in RESP).
 package testutil

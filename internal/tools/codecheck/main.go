@@ -15,6 +15,13 @@
 //     testutil.WaitFor (or a channel) instead;
 //   - tours: each package's doc comment names its files and only
 //     identifiers that exist (tours.go says exactly what is checked);
+//   - internalfloor: for every directory D with an internal/ child (the
+//     module root, sched, taskq, …), a non-test, non-generated file of a
+//     package under D/internal/ imports no package of this module that lies
+//     under D but outside D/internal/: internal/ holds the ground floor
+//     (internal/testutil may import internal/fsutil, not record;
+//     taskq/internal/rdb may import internal/clock, not taskq); a nested
+//     module is not this module;
 //   - issuerefs: comments and Markdown name no issue numbers of this
 //     project (the word "issue" and a number): the history lives in git, the text must stand
 //     on its own.
@@ -33,9 +40,11 @@ import (
 	"go/token"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -54,6 +63,8 @@ var issueRef = regexp.MustCompile(`\b[Ii]ssues? #?[0-9]+\b`)
 var generatedRE = regexp.MustCompile(`^// Code generated .* DO NOT EDIT\.$`)
 
 type checker struct {
+	root     string // the walked directory
+	module   string // the module path in root's go.mod, or ""
 	fset     *token.FileSet
 	findings []string
 	docs     map[string]bool // package dir → has a doc comment
@@ -80,7 +91,7 @@ func main() {
 
 // check runs every rule on the tree at root and returns the findings, sorted.
 func check(root string) ([]string, error) {
-	c := &checker{fset: token.NewFileSet(), docs: map[string]bool{}, pkgs: map[string]*pkgInfo{}}
+	c := &checker{root: root, module: modulePath(root), fset: token.NewFileSet(), docs: map[string]bool{}, pkgs: map[string]*pkgInfo{}}
 	if err := filepath.WalkDir(root, c.visit(root)); err != nil {
 		return nil, err
 	}
@@ -146,6 +157,7 @@ func (c *checker) goFile(path string) error {
 	c.docs[dir] = c.docs[dir] || f.Doc != nil
 	if !isGenerated(f) {
 		c.funcLengths(f)
+		c.internalFloor(path, f)
 		if n := c.fset.File(f.Pos()).LineCount(); n > maxFileLines {
 			c.report("%s: filelen: the file is %d lines long, more than %d (split it by role)", path, n, maxFileLines)
 		}
@@ -178,6 +190,72 @@ func (c *checker) funcLengths(f *ast.File) {
 			c.report("%s: funclen: %s is %d lines long, more than %d", c.fset.Position(fn.Pos()), fn.Name.Name, lines, maxFuncLines)
 		}
 	}
+}
+
+// internalFloor reports each import of file that reaches from under an
+// internal/ directory up into the part of the module that directory's parent
+// holds (the internalfloor rule).
+func (c *checker) internalFloor(file string, f *ast.File) {
+	if c.module == "" {
+		return
+	}
+	dir, err := filepath.Rel(c.root, filepath.Dir(file))
+	if err != nil {
+		return
+	}
+	floors := internalParents(filepath.ToSlash(dir))
+	if len(floors) == 0 {
+		return
+	}
+	for _, im := range f.Imports {
+		ip, _ := strconv.Unquote(im.Path.Value)
+		rel, ok := c.moduleRel(ip)
+		if !ok {
+			continue
+		}
+		for _, d := range floors {
+			if in := path.Join(d, "internal"); within(rel, d) && !within(rel, in) {
+				c.report("%s: internalfloor: imports %s, which sits above %s/ (internal/ holds only ground-floor helpers; move the helper up, or what it needs down)", file, ip, in)
+				break
+			}
+		}
+	}
+}
+
+// internalParents returns every D such that dir (slash-separated, relative
+// to the root) lies in D/internal, outermost first; "." is the root.
+func internalParents(dir string) []string {
+	var ds []string
+	parts := strings.Split(dir, "/")
+	for i, p := range parts {
+		if p == "internal" {
+			ds = append(ds, path.Join(append([]string{"."}, parts[:i]...)...))
+		}
+	}
+	return ds
+}
+
+// within reports whether the slash path p is d or lies under it ("." holds all).
+func within(p, d string) bool {
+	return d == "." || p == d || strings.HasPrefix(p, d+"/")
+}
+
+// moduleRel returns the directory, relative to the root, of the package
+// import path ip when it is a package of this module (not of a nested one).
+func (c *checker) moduleRel(ip string) (string, bool) {
+	rel := "."
+	if ip != c.module {
+		var ok bool
+		if rel, ok = strings.CutPrefix(ip, c.module+"/"); !ok {
+			return "", false
+		}
+	}
+	for p := rel; p != "."; p = path.Dir(p) {
+		if _, err := os.Stat(filepath.Join(c.root, filepath.FromSlash(p), "go.mod")); err == nil {
+			return "", false // a nested module's package
+		}
+	}
+	return rel, true
 }
 
 func (c *checker) comments(f *ast.File) {

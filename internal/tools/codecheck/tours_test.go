@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"path/filepath"
 	"testing"
 
@@ -61,6 +62,19 @@ func TestFileLength(t *testing.T) {
 		"testdata/filelen/long.go: filelen: the file is 801 lines long, more than 800 (split it by role)",
 	}
 	if diff := cmp.Diff(want, findings(t, "filelen")); diff != "" {
+		t.Errorf("findings (-want +got):\n%s", diff)
+	}
+}
+
+func TestInternalFloor(t *testing.T) {
+	msg := ", which sits above %s/ (internal/ holds only ground-floor helpers; move the helper up, or what it needs down)"
+	want := []string{
+		"testdata/internalfloor/internal/testutil/bad.go: internalfloor: imports example.com/floor" + fmt.Sprintf(msg, "internal"),
+		"testdata/internalfloor/internal/testutil/bad.go: internalfloor: imports example.com/floor/record" + fmt.Sprintf(msg, "internal"),
+		"testdata/internalfloor/sub/internal/deep/deep.go: internalfloor: imports example.com/floor/sub" + fmt.Sprintf(msg, "sub/internal"),
+		"testdata/internalfloor/sub/internal/deep/deep.go: internalfloor: imports example.com/floor/sub/api" + fmt.Sprintf(msg, "sub/internal"),
+	}
+	if diff := cmp.Diff(want, findings(t, "internalfloor")); diff != "" {
 		t.Errorf("findings (-want +got):\n%s", diff)
 	}
 }

@@ -1,0 +1,3 @@
+module example.com/floorplan
+
+go 1.26

@@ -1,0 +1,3 @@
+module example.com/floor/nested
+
+go 1.26
