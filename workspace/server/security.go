@@ -14,7 +14,7 @@ import (
 	"github.com/gantryhq/gantry/workspace/auth"
 )
 
-// AdminTokenFile is the file under --data where the first start writes the
+// AdminTokenFile is the file under ServerConfig.Data where the first start writes the
 // admin token (mode 0600).
 const AdminTokenFile = "admin-token"
 
@@ -23,15 +23,15 @@ const AdminTokenFile = "admin-token"
 // certificate pair, before anything is opened.
 func checkTransport(cfg ServerConfig) error {
 	if (cfg.TLSCert == "") != (cfg.TLSKey == "") {
-		return errors.New("--tls-cert and --tls-key go together")
+		return &ConfigError{Field: "TLSCert", Err: errors.New("TLSCert and TLSKey go together")}
 	}
 	if cfg.TLSCert != "" {
 		if _, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey); err != nil {
-			return fmt.Errorf("--tls-cert/--tls-key: %w", err)
+			return &ConfigError{Field: "TLSCert", Err: err}
 		}
 	}
 	if err := auth.CheckListen(cfg.Listen, cfg.TLSCert != "", cfg.InsecureListen); err != nil {
-		return fmt.Errorf("--listen: %w", err)
+		return &ConfigError{Field: "Listen", Err: err}
 	}
 	return nil
 }

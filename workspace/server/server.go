@@ -75,9 +75,14 @@ type ServerConfig struct {
 	// Registry, if set, receives the reconciler's and the singletons'
 	// metrics (NewMetrics).
 	Registry prometheus.Registerer
-	// Container and Storage override the process and fs providers.
+	// Container and Storage are the providers, already built (required;
+	// DefaultProviders are the process and fs ones under Data).
 	Container provider.Container
 	Storage   provider.Storage
+	// Page, if set, builds what is mounted at / beside the API (the live
+	// page, SSE, /metrics, probes) from the server's store and hint bus;
+	// its run, if not nil, runs with the server and is waited for.
+	Page func(st *store.Store, h hints.Bus) (page http.Handler, run func(context.Context) error, err error)
 	Logger    *slog.Logger
 	// Ready, if set, receives the bound API address once listening.
 	Ready func(addr string)
@@ -102,6 +107,24 @@ type Server struct {
 // Hints is the server's hint bus (the live page's event hub subscribes).
 func (s *Server) Hints() hints.Bus { return s.hints }
 
+// ConfigError is a ServerConfig field NewServer or Run refuses, or whose
+// resource (the data directory, the database, the address) fails; the CLI
+// names its flag instead.
+type ConfigError struct {
+	Field string // the ServerConfig field, e.g. "Data", "Listen"
+	Err   error
+}
+
+func (e *ConfigError) Error() string { return "ServerConfig." + e.Field + ": " + e.Err.Error() }
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// DefaultProviders are the process container and the fs storage under
+// data: volumes/, blobs/ (archives) and run/ (pidfiles).
+func DefaultProviders(data string) (provider.Container, provider.Storage) {
+	return &process.Container{RunDir: filepath.Join(data, "run")},
+		&archive.Storage{Root: filepath.Join(data, "volumes"), Blobs: &fs.BlobStore{Dir: filepath.Join(data, "blobs")}}
+}
+
 // NewServer opens the store and wires the parts.
 func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	if cfg.Data == "" {
@@ -122,24 +145,24 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	if err := checkTransport(cfg); err != nil {
 		return nil, err
 	}
+	if cfg.Container == nil {
+		return nil, &ConfigError{Field: "Container", Err: errors.New("required (see DefaultProviders)")}
+	}
+	if cfg.Storage == nil {
+		return nil, &ConfigError{Field: "Storage", Err: errors.New("required (see DefaultProviders)")}
+	}
 	if err := mkdirAll(cfg.Data); err != nil {
-		return nil, fmt.Errorf("--data %s: %w", cfg.Data, err)
+		return nil, &ConfigError{Field: "Data", Err: fmt.Errorf("%s: %w", cfg.Data, err)}
 	}
 	st, err := store.Open(ctx, cfg.DB)
 	if err != nil {
-		return nil, fmt.Errorf("--db: %w", err)
+		return nil, &ConfigError{Field: "DB", Err: err}
 	}
 	if err := ensureAdminToken(ctx, st, cfg.Data, cfg.Logger, time.Now()); err != nil {
 		st.Close()
 		return nil, err
 	}
 	s := &Server{cfg: cfg, Store: st}
-	if cfg.Container == nil {
-		cfg.Container = &process.Container{RunDir: filepath.Join(cfg.Data, "run")}
-	}
-	if cfg.Storage == nil {
-		cfg.Storage = &archive.Storage{Root: filepath.Join(cfg.Data, "volumes"), Blobs: &fs.BlobStore{Dir: filepath.Join(cfg.Data, "blobs")}}
-	}
 	if err := s.startHints(cfg); err != nil {
 		st.Close()
 		return nil, err
@@ -167,6 +190,17 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 		NodeID: s.Rec.Config().Owner, Metrics: metrics, Logger: cfg.Logger}
 	loops.ArchiveGC = archiveGC(cfg, st)
 	s.runs = append(s.runs, s.Rec.Run, func(ctx context.Context) error { return singletons.RunSingletons(ctx, loops) })
+	if cfg.Page != nil {
+		page, run, err := cfg.Page(st, s.hints)
+		if err != nil {
+			st.Close()
+			return nil, &ConfigError{Field: "Page", Err: err}
+		}
+		s.API.Handle("/", page)
+		if run != nil {
+			s.runs = append(s.runs, run)
+		}
+	}
 	s.cfg = cfg
 	return s, nil
 }
@@ -193,7 +227,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}()
 	ln, err := net.Listen("tcp", s.cfg.Listen)
 	if err != nil {
-		return fmt.Errorf("--listen %s: %w", s.cfg.Listen, err)
+		return &ConfigError{Field: "Listen", Err: fmt.Errorf("%s: %w", s.cfg.Listen, err)}
 	}
 	srv := &http.Server{Handler: s.API, ReadHeaderTimeout: 10 * time.Second, TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12}}
 	scheme := "http"
@@ -246,12 +280,12 @@ func (s *Server) startHints(cfg ServerConfig) error {
 	case cfg.Redis != "":
 		opt, err := rueidis.ParseURL(cfg.Redis)
 		if err != nil {
-			return fmt.Errorf("--redis %q: %w", cfg.Redis, err)
+			return &ConfigError{Field: "Redis", Err: fmt.Errorf("%q: %w", cfg.Redis, err)}
 		}
 		opt.DisableCache = true
 		client, err := rueidis.NewClient(opt)
 		if err != nil {
-			return fmt.Errorf("--redis %q: %w", cfg.Redis, err)
+			return &ConfigError{Field: "Redis", Err: fmt.Errorf("%q: %w", cfg.Redis, err)}
 		}
 		s.closers = append(s.closers, client.Close)
 		rh := &hints.Redis{Client: client, Logger: cfg.Logger}
@@ -268,7 +302,7 @@ func (s *Server) startHints(cfg ServerConfig) error {
 }
 
 // apiConfig is the API's configuration under cfg. The session cookie is
-// Secure under TLS, and with --insecure-listen (a TLS proxy is in front).
+// Secure under TLS, and with InsecureListen (a TLS proxy is in front).
 func apiConfig(cfg ServerConfig, st *store.Store, h hints.Bus) api.APIConfig {
 	return api.APIConfig{Store: st, Storage: cfg.Storage, Container: cfg.Container, Hints: h, Gate: st, Quotas: cfg.Quotas,
 		SecureCookies: cfg.TLSCert != "" || cfg.InsecureListen, Logger: cfg.Logger}

@@ -126,14 +126,28 @@ func runWSServe(cmd *cobra.Command, env *Env, o *wsServeOptions) error {
 	}
 	cfg.Logger = env.Logger
 	cfg.Registry = env.registerer()
+	cfg.Page = livePage(env) // page, SSE, metrics, probes
 	srv, err := server.NewServer(cmd.Context(), cfg)
 	if err != nil {
-		return err
+		return flagError(err)
 	}
-	if err := mountLive(cmd.Context(), srv, env); err != nil { // page, SSE, metrics, probes
-		return err
+	return flagError(srv.Run(cmd.Context()))
+}
+
+// serveFlags names the flag of each ServerConfig field a server.ConfigError
+// can name.
+var serveFlags = map[string]string{"Data": "--data", "DB": "--db", "Listen": "--listen", "TLSCert": "--tls-cert/--tls-key",
+	"Redis": "--redis", "Container": "--provider", "Storage": "--storage", "Page": "the page"}
+
+// flagError says a server.ConfigError in the flag's name the user typed.
+func flagError(err error) error {
+	var ce *server.ConfigError
+	if errors.As(err, &ce) {
+		if flag, ok := serveFlags[ce.Field]; ok {
+			return fmt.Errorf("%s: %w", flag, ce.Err)
+		}
 	}
-	return srv.Run(cmd.Context())
+	return err
 }
 
 // reconcilerConfig is RECONCILER_* from the environment, overridden by the

@@ -1,9 +1,11 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"github.com/spf13/pflag"
 
 	wsclient "github.com/gantryhq/gantry/workspace/client"
+	"github.com/gantryhq/gantry/workspace/hints"
 	"github.com/gantryhq/gantry/workspace/live"
 	"github.com/gantryhq/gantry/workspace/provider"
 	"github.com/gantryhq/gantry/workspace/provider/archive"
@@ -19,6 +22,7 @@ import (
 	"github.com/gantryhq/gantry/workspace/provider/process"
 	"github.com/gantryhq/gantry/workspace/server"
 	"github.com/gantryhq/gantry/workspace/singletons"
+	"github.com/gantryhq/gantry/workspace/store"
 )
 
 // wsBackendFlags selects the real backends of `gantry ws serve`:
@@ -61,9 +65,11 @@ func (b *wsBackendFlags) singletons(cfg *server.ServerConfig) error {
 	return nil
 }
 
-// apply sets cfg.Storage for --storage s3://… (volumes stay directories
-// under --data) and cfg.Container for --provider docker (bind-mounting
-// those volume directories). The process and fs defaults are untouched.
+// apply builds the providers: the process container and fs storage under
+// --data (server.DefaultProviders), cfg.Storage for --storage s3://…
+// (volumes stay directories under --data), cfg.Container for --provider
+// docker (bind-mounting those volume directories), both for --provider
+// kubernetes; --provider fake has set both already.
 func (b *wsBackendFlags) apply(ctx context.Context, cfg *server.ServerConfig, prov string, log *slog.Logger) error {
 	if prov == "kubernetes" {
 		mem, err := b.memoryLimit()
@@ -72,20 +78,17 @@ func (b *wsBackendFlags) apply(ctx context.Context, cfg *server.ServerConfig, pr
 		}
 		return b.kube.apply(ctx, cfg, b.storage, b.cpus, mem, log)
 	}
-	data := cfg.Data
-	if data == "" {
-		data = "gantry-ws-data"
-	}
-	// Docker bind mounts need absolute host paths.
-	abs, err := filepath.Abs(data)
+	// Docker bind mounts and pidfiles need absolute host paths.
+	abs, err := filepath.Abs(cmp.Or(cfg.Data, "gantry-ws-data"))
 	if err != nil {
 		return err
 	}
+	cfg.Data = abs
+	if cfg.Container == nil { // not --provider fake
+		cfg.Container, cfg.Storage = server.DefaultProviders(abs)
+	}
 	switch {
 	case b.storage == "" || b.storage == "fs":
-		if prov == "docker" {
-			cfg.Data = abs
-		}
 	case strings.HasPrefix(b.storage, "s3://"):
 		blobs, err := openBlobs(ctx, b.storage, log)
 		if err != nil {
@@ -116,7 +119,7 @@ func (b *wsBackendFlags) processLimits(cfg *server.ServerConfig, data string, l 
 	if l == (provider.Limits{}) {
 		return nil
 	}
-	pc := &process.Container{RunDir: filepath.Join(data, "run"), Defaults: l}
+	pc := &process.Container{RunDir: filepath.Join(data, "run"), Defaults: l} // server.DefaultProviders' with the limits
 	if err := pc.CheckLimits(provider.Limits{}); err != nil {
 		return fmt.Errorf("--default-cpus/--default-memory/--default-pids: %w", err)
 	}
@@ -136,18 +139,18 @@ func (b *wsBackendFlags) memoryLimit() (int64, error) {
 	return n, nil
 }
 
-// mountLive adds the operators' surface to `ws serve`: the web
-// page at / (it drives the /v1 API), SSE at /events and
+// livePage is the operators' surface of `ws serve`, mounted at / beside
+// the API: the web page (it drives the /v1 API), SSE at /events and
 // /workspaces/{id}/events, /metrics (on the process registry), /healthz and
 // /readyz. Its event hub follows the server's hints and resyncs every second.
-func mountLive(ctx context.Context, srv *server.Server, env *Env) error {
-	l, err := live.NewServer(live.Config{Store: srv.Store, Hints: srv.Hints(), Registry: env.Registry, ResyncInterval: time.Second, Logger: env.Logger})
-	if err != nil {
-		return err
+func livePage(env *Env) func(*store.Store, hints.Bus) (http.Handler, func(context.Context) error, error) {
+	return func(st *store.Store, h hints.Bus) (http.Handler, func(context.Context) error, error) {
+		l, err := live.NewServer(live.Config{Store: st, Hints: h, Registry: env.Registry, ResyncInterval: time.Second, Logger: env.Logger})
+		if err != nil {
+			return nil, nil, err
+		}
+		return l, l.Run, nil
 	}
-	srv.API.Handle("/", l)
-	go l.Run(ctx)
-	return nil
 }
 
 // newWSTouchCmd records user activity (resets the TTL idle clock).

@@ -1,0 +1,43 @@
+package server
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/gantryhq/gantry/workspace/provider/fake"
+)
+
+// TestConfigErrorsNameTheField: NewServer names the ServerConfig field it
+// refuses (the CLI maps it to a flag), and opens nothing before.
+func TestConfigErrorsNameTheField(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fk := fake.New(0)
+	for _, tc := range []struct {
+		field string
+		cfg   ServerConfig
+	}{
+		{"Container", ServerConfig{Data: dir, Storage: fk}},
+		{"Storage", ServerConfig{Data: dir, Container: fk}},
+		{"Listen", ServerConfig{Data: dir, Container: fk, Storage: fk, Listen: "0.0.0.0:0"}},
+		{"TLSCert", ServerConfig{Data: dir, Container: fk, Storage: fk, TLSCert: file}},
+		{"Data", ServerConfig{Data: filepath.Join(file, "sub"), Container: fk, Storage: fk}},
+		{"DB", ServerConfig{Data: dir, Container: fk, Storage: fk, DB: "mysql://nowhere"}},
+	} {
+		t.Run(tc.field, func(t *testing.T) {
+			_, err := NewServer(t.Context(), tc.cfg)
+			var ce *ConfigError
+			if !errors.As(err, &ce) || ce.Field != tc.field {
+				t.Fatalf("NewServer: %v, want a ConfigError on %s", err, tc.field)
+			}
+			if want := "ServerConfig." + tc.field + ": "; err.Error()[:len(want)] != want {
+				t.Fatalf("error %q does not start with %q", err, want)
+			}
+		})
+	}
+}
