@@ -82,8 +82,8 @@ type ServerConfig struct {
 	// Page, if set, builds what is mounted at / beside the API (the live
 	// page, SSE, /metrics, probes) from the server's store and hint bus;
 	// its run, if not nil, runs with the server and is waited for.
-	Page func(st *store.Store, h hints.Bus) (page http.Handler, run func(context.Context) error, err error)
-	Logger    *slog.Logger
+	Page   func(st *store.Store, h hints.Bus) (page http.Handler, run func(context.Context) error, err error)
+	Logger *slog.Logger
 	// Ready, if set, receives the bound API address once listening.
 	Ready func(addr string)
 }
