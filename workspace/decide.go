@@ -33,10 +33,6 @@ type Policy struct {
 	Lease time.Duration
 }
 
-// restartGrace is how long a command restarted after it ended must stay up
-// before its start counts as done (the reconciler's CrashGrace).
-const restartGrace = 2 * time.Second
-
 // exitPollMax bounds how long an executed start waits between asking the
 // container whether its command ended (the reconciler's maxExitPoll).
 const exitPollMax = 30 * time.Second
@@ -348,10 +344,10 @@ func (p Policy) phase(row Workspace, now time.Time) OpPhase {
 
 // complete reports whether row's operation is over: observed at its
 // target, unless it is a restart after the command ended that has not
-// stayed up for restartGrace since its retry time.
+// stayed up for CrashGrace since its retry time.
 func complete(row Workspace, obs Observation, now time.Time) bool {
 	if row.Operation == OpStarting && row.ErrorInfo != nil && row.ErrorInfo.Reason == ReasonExited && row.NextRetryAt != nil &&
-		now.Before(row.NextRetryAt.Add(restartGrace)) {
+		now.Before(row.NextRetryAt.Add(CrashGrace)) {
 		return false
 	}
 	if row.Operation == OpArchiving {
@@ -364,28 +360,14 @@ func complete(row Workspace, obs Observation, now time.Time) bool {
 // keeps its count; otherwise the row as completed may plan the next one.
 func (p Policy) completion(row Workspace, obs Observation, now time.Time) Decision {
 	ends := row.OpExecuted && row.ErrorInfo == nil
-	if restarting(row) {
+	if CrashLooping(&row) {
 		return Decision{Action: ActCompleteRestart}
 	}
-	next := asCompleted(row)
+	next := *Completed(row)
 	if op := planFor(next); op != OpNone {
 		return p.toCall(Decision{Action: ActCompleteAndClaim, Op: op, ObservationEnds: ends}, op, next, obs, now)
 	}
 	return Decision{Action: ActComplete, ObservationEnds: ends}
-}
-
-// restarting reports whether row is a start after its command ended (a
-// restart in a crash loop): its completion keeps the error count and the
-// last end, which the next end within CrashWindow counts on from.
-func restarting(row Workspace) bool {
-	return row.Operation == OpStarting && row.ErrorInfo != nil && row.ErrorInfo.Reason == ReasonExited && !row.ErrorInfo.IsTerminal
-}
-
-// asCompleted is row as Store.Complete leaves it.
-func asCompleted(row Workspace) Workspace {
-	row.Operation, row.OpOwner, row.OpLeaseUntil, row.OpExecuted = OpNone, "", nil, false
-	row.ErrorCount, row.ErrorInfo, row.NextRetryAt = 0, nil, nil
-	return row
 }
 
 // waitOrRun: row's operation neither ended nor timed out waits (for the

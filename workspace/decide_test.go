@@ -445,3 +445,7 @@ func TestDecideAsksOnlyWhatItNeeds(t *testing.T) {
 		t.Error("no step asked about an end")
 	}
 }
+
+func describe(w Workspace) string {
+	return fmt.Sprintf("observed=%s desired=%s op=%s err=%d info=%+v", w.ObservedStatus, w.DesiredState, w.Operation, w.ErrorCount, w.ErrorInfo)
+}

@@ -40,6 +40,9 @@
 //	             and its validation; SpecUpdate
 //	plan.go      Plan: the seed's table + PROVISIONING; Superseded: when a
 //	             change of desired state takes over from a failing operation
+//	decide.go    Decide: a reconcile step's whole judgment (complete, time
+//	             out, retry, a command's end, supersede, take over, plan),
+//	             pure; Policy, Observation, Decision; cases in testdata/decide
 //	complete.go  when an operation is over: AtTarget, ObservationEnds,
 //	             Completed, CrashLooping, CrashGrace
 //	reasons.go   FailureReason: which error_info reason a failed provider
