@@ -22,18 +22,18 @@ import (
 func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request, id string) {
 	rc := http.NewResponseController(w)
 	if err := rc.SetWriteDeadline(time.Time{}); err != nil && err != http.ErrNotSupported {
-		http.Error(w, "live: cannot stream: "+err.Error(), http.StatusInternalServerError)
+		s.writeError(w, r, fmt.Errorf("live: cannot stream: %w", err))
 		return
 	}
 	p, ok := auth.FromContext(r.Context())
 	if !ok {
-		writeError(w, auth.ErrNoToken) // the API authenticates first; never serve a stream without
+		s.writeError(w, r, auth.ErrNoToken) // the API authenticates first; never serve a stream without
 		return
 	}
 	if id != "" {
 		ws, err := s.cfg.Store.Lookup(r.Context(), id, p.Scope())
 		if err != nil {
-			writeError(w, err)
+			s.writeError(w, r, err)
 			return
 		}
 		id = ws.ID // a stream asked for by name follows the id
