@@ -63,7 +63,7 @@ func TestPageSecurityHeaders(t *testing.T) {
 // failingSource is a fakeSource whose reads fail with err once set.
 type failingSource struct {
 	fakeSource
-	err error // set before the server reads it (a test's setup)
+	err error // under fakeSource.mu
 }
 
 func (f *failingSource) List(ctx context.Context) ([]workspace.Workspace, error) {
