@@ -28,27 +28,50 @@ const (
 	MaxEnvBytes = 64 << 10
 )
 
-// MinMemory is the smallest memory limit a workspace takes (the engine's
-// own floor is 6 MiB; a shell needs more).
-const MinMemory = 16 << 20
+// The limits' bounds (zero, the server's default, is always allowed):
+//
+//	cpus    MinCPUs (0.01, Docker's floor) to MaxCPUs (1024); a finite number
+//	memory  MinMemory (16 MiB: the engine's own floor is 6 MiB and a shell
+//	        needs more) to MaxMemory (4 TiB, past any single machine's RAM
+//	        today and far from the int64 edge that overflowed the process
+//	        provider's ulimit arithmetic)
+//	pids    1 to MaxPids (4194304: Linux's PID_MAX_LIMIT, more processes
+//	        than one machine can have)
+const (
+	MinCPUs   = 0.01
+	MaxCPUs   = 1024
+	MinMemory = 16 << 20
+	MaxMemory = 4 << 40
+	MaxPids   = 1 << 22
+)
 
-// Validate checks the environment's names and the limits' ranges.
+// Validate checks the environment (names, no NUL byte, size) and the
+// limits' ranges: what no provider could start is ErrBadInput at once,
+// not a workspace retried until ERROR.
 func (s Spec) Validate() error {
-	if len(s.Env) > MaxEnv {
-		return fmt.Errorf("%w: %d environment variables, at most %d", ErrBadInput, len(s.Env), MaxEnv)
+	if err := validEnv(s.Env); err != nil {
+		return err
+	}
+	return s.validLimits()
+}
+
+func validEnv(env []string) error {
+	if len(env) > MaxEnv {
+		return fmt.Errorf("%w: %d environment variables, at most %d", ErrBadInput, len(env), MaxEnv)
 	}
 	size := 0
 	seen := map[string]bool{}
-	for _, kv := range s.Env {
+	for _, kv := range env {
 		size += len(kv)
-		k, _, ok := strings.Cut(kv, "=")
-		if !ok || !validEnvName(k) {
+		k, v, ok := strings.Cut(kv, "=")
+		switch {
+		case !ok || !validEnvName(k):
 			return fmt.Errorf("%w: environment entry %q: want KEY=VALUE with KEY of A–Z, a–z, 0–9 and '_', not starting with a digit", ErrBadInput, kv)
-		}
-		if reservedEnv(k) {
+		case strings.IndexByte(v, 0) >= 0:
+			return fmt.Errorf("%w: environment variable %s: its value holds a NUL byte", ErrBadInput, k)
+		case reservedEnv(k):
 			return fmt.Errorf("%w: environment variable %s is set by gantry", ErrBadInput, k)
-		}
-		if seen[k] {
+		case seen[k]:
 			return fmt.Errorf("%w: environment variable %s given twice", ErrBadInput, k)
 		}
 		seen[k] = true
@@ -56,13 +79,29 @@ func (s Spec) Validate() error {
 	if size > MaxEnvBytes {
 		return fmt.Errorf("%w: environment of %d bytes, at most %d", ErrBadInput, size, MaxEnvBytes)
 	}
+	return nil
+}
+
+func (s Spec) validLimits() error {
 	switch {
-	case s.CPUs < 0 || s.CPUs > 1024:
-		return fmt.Errorf("%w: cpus %g, want 0 (the default) to 1024", ErrBadInput, s.CPUs)
-	case s.Memory < 0 || s.Memory > 0 && s.Memory < MinMemory:
-		return fmt.Errorf("%w: memory %d bytes, want 0 (the default) or at least %d MiB", ErrBadInput, s.Memory, MinMemory>>20)
-	case s.Pids < 0:
-		return fmt.Errorf("%w: pids %d, want 0 (the default) or more", ErrBadInput, s.Pids)
+	case s.CPUs != 0 && !(s.CPUs >= MinCPUs && s.CPUs <= MaxCPUs): // NaN too
+		return fmt.Errorf("%w: cpus %g, want 0 (the default) or %g to %d", ErrBadInput, s.CPUs, MinCPUs, MaxCPUs)
+	case s.Memory != 0 && (s.Memory < MinMemory || s.Memory > MaxMemory):
+		return fmt.Errorf("%w: memory %d bytes, want 0 (the default) or at least %d MiB and at most %d TiB", ErrBadInput, s.Memory, MinMemory>>20, MaxMemory>>40)
+	case s.Pids != 0 && (s.Pids < 1 || s.Pids > MaxPids):
+		return fmt.Errorf("%w: pids %d, want 0 (the default) or 1 to %d", ErrBadInput, s.Pids, MaxPids)
+	}
+	return nil
+}
+
+// validRun checks what a workspace runs beyond its spec: the kernel takes
+// the image and the command as C strings, so neither may hold a NUL byte.
+func validRun(image, command string) error {
+	if strings.IndexByte(image, 0) >= 0 {
+		return fmt.Errorf("%w: the image holds a NUL byte", ErrBadInput)
+	}
+	if strings.IndexByte(command, 0) >= 0 {
+		return fmt.Errorf("%w: the command holds a NUL byte", ErrBadInput)
 	}
 	return nil
 }
@@ -120,6 +159,9 @@ func (u SpecUpdate) Apply(w Workspace) (Workspace, error) {
 	}
 	if u.HTTP != nil {
 		w.HTTP = *u.HTTP
+	}
+	if err := validRun(w.Image, w.Command); err != nil {
+		return w, err
 	}
 	return w, w.Spec.Validate()
 }

@@ -201,9 +201,13 @@ const MaxNameLen = 63
 // created without one.
 const AdminOwner = "admin"
 
-// Validate checks the name and the desired state, filling the default.
+// Validate checks the name, the image, the command, the spec and the
+// desired state, filling the default.
 func (n *NewWorkspace) Validate() error {
 	if err := ValidName(n.Name); err != nil {
+		return err
+	}
+	if err := validRun(n.Image, n.Command); err != nil {
 		return err
 	}
 	if err := n.Spec.Validate(); err != nil {

@@ -2,11 +2,13 @@ package api
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/gantryhq/gantry/internal/clock"
@@ -221,9 +223,14 @@ func isAuthError(err error) bool {
 
 func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 	code := statusOf(err)
+	msg := err.Error()
 	switch code {
 	case http.StatusInternalServerError, http.StatusServiceUnavailable:
-		a.log.Error("workspace: api", "method", r.Method, "path", r.URL.Path, "err", err)
+		// The error can name the database's host, user or more: it goes
+		// to the log (and the audit row) only, under a reference.
+		ref := rand.Text()[:8]
+		a.log.Error("workspace: api", "method", r.Method, "path", r.URL.Path, "ref", ref, "err", err)
+		msg = fmt.Sprintf("%s (ref %s: details in the server's log)", strings.ToLower(http.StatusText(code)), ref)
 	case http.StatusUnauthorized:
 		w.Header().Set("WWW-Authenticate", `Bearer realm="gantry"`)
 	case http.StatusTooManyRequests:
@@ -242,7 +249,7 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 		w.Header().Set("Connection", "close")
 	}
 	noteDetail(r, err.Error())
-	writeJSON(w, code, map[string]string{"error": err.Error()})
+	writeJSON(w, code, map[string]string{"error": msg})
 }
 
 // decode reads one JSON object into v, refusing unknown fields and trailing

@@ -6,7 +6,10 @@
 //
 //	hub.go      Hub: one poller per process turns hints + a periodic resync
 //	            into ordered per-workspace change events for all subscribers
-//	sse.go      GET /events, GET /workspaces/{id}/events (text/event-stream)
+//	view.go     View: what an event says about a workspace (never its spec),
+//	            encoded once per change for every subscriber
+//	sse.go      GET /events, GET /workspaces/{id}/events (text/event-stream):
+//	            the whole state (Sub.Initial), "synced", then the changes
 //	page.go     GET / and /static/: the embedded page (plain HTML/JS/CSS); it
 //	            drives the main HTTP API (/v1/workspaces…, api.API), the
 //	            same endpoints and validation the CLI uses
@@ -15,15 +18,20 @@
 //
 // Why a hub and not a query per client: a hint says only "row id changed";
 // the hub reads the row once, compares it with the last version it sent and
-// broadcasts the difference, so N browsers cost one read. Hints are only an
-// accelerator: every ResyncInterval the hub re-reads all rows, so a dropped
-// hint (or hints switched off) delays an event by at most one resync and
-// never loses a state that lasted longer than that.
+// broadcasts the difference, so N browsers cost one read and one encoding
+// of a View of a few hundred bytes. Hints are only an accelerator: every
+// ResyncInterval the hub re-reads all rows, so a dropped hint (or hints
+// switched off) delays an event by at most one resync and never loses a
+// state that lasted longer than that.
 package live
 
 import (
 	"context"
+	"iter"
 	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -34,13 +42,27 @@ import (
 
 // Event is one committed change of a workspace as streamed to clients.
 type Event struct {
-	Seq       uint64               `json:"seq"`  // hub-wide, increasing
-	Type      string               `json:"type"` // "state" or "deleted"
-	Workspace *workspace.Workspace `json:"workspace,omitempty"`
-	ID        string               `json:"id"`
+	Seq       uint64 `json:"seq"`                 // hub-wide, increasing
+	Type      string `json:"type"`                // "state" or "deleted"
+	Workspace *View  `json:"workspace,omitempty"` // read-only: shared by every subscriber
+	ID        string `json:"id"`
 	// Owner is the workspace's owner (also on "deleted" events): the hub
 	// gives a subscriber only the events of owners it may see.
 	Owner string `json:"-"`
+	// tail is the JSON after `{"seq":N`, encoded once by the hub for
+	// every subscriber; nil = encode the event (Data).
+	tail []byte
+}
+
+// Data is e's JSON, as the data line of its SSE event.
+func (e Event) Data() []byte {
+	if e.tail == nil {
+		e.tail = eventTail(e)
+	}
+	b := make([]byte, 0, len(seqZero)+20+len(e.tail))
+	b = append(b, seqZero[:len(seqZero)-1]...)
+	b = strconv.AppendUint(b, e.Seq, 10)
+	return append(b, e.tail...)
 }
 
 // Source is what the hub reads: the store in production. Lookup resolves a
@@ -60,8 +82,10 @@ type HubConfig struct {
 	// Hints feeds row-changed ids (ChanWorkspace and ChanWorkspaceUrgent);
 	// nil = resync only.
 	Hints hints.Bus
-	// Buffer is each subscriber's queue; a subscriber that falls this far
-	// behind is dropped (its stream ends; EventSource reconnects). Zero = 1024.
+	// Buffer is each subscriber's queue of changes (the initial state is
+	// not queued: Sub.Initial); a subscriber that falls this far behind is
+	// dropped (its stream ends; EventSource reconnects and gets the whole
+	// state again). Zero = 1024.
 	Buffer int
 	// OnHint, if set, is called with the lag from a row's commit
 	// (updated_at) to the hub reading it after a hint (for metrics).
@@ -69,7 +93,9 @@ type HubConfig struct {
 	Logger *slog.Logger
 }
 
-// Hub fans committed workspace changes out to subscribers.
+// Hub fans committed workspace changes out to subscribers. It keeps each
+// workspace's View, not its row: what it holds and sends does not grow with
+// a workspace's spec.
 type Hub struct {
 	cfg HubConfig
 	src Source
@@ -77,18 +103,38 @@ type Hub struct {
 	// mu protects the fields below.
 	mu     sync.Mutex
 	seq    uint64
-	last   map[string]workspace.Workspace // what subscribers were last told
+	last   map[string]*entry // what subscribers were last told, by id
+	snap   []*entry          // last's entries by id, shared by subscribers; nil = stale
 	subs   map[*Sub]struct{}
 	synced bool // a first full read succeeded
 }
 
-// Sub is one subscriber. C closes when the hub drops it or it cancels.
+// Sub is one subscriber. C carries the changes after Initial; it closes
+// when the hub drops the subscriber or it cancels.
 type Sub struct {
-	C      <-chan Event
-	c      chan Event
-	id     string // "" = all workspaces
-	may    func(owner string) bool
-	closed bool
+	C       <-chan Event
+	c       chan Event
+	id      string // "" = all workspaces
+	may     func(owner string) bool
+	closed  bool
+	initial []*entry // the state at Subscribe (read-only, maybe shared)
+	seq     uint64   // the hub's seq at Subscribe
+}
+
+// Initial yields the state at Subscribe: one "state" event (with the seq
+// of that moment) for each workspace the subscriber may see, every one of
+// them however many there are. Changes after it come on C.
+func (s *Sub) Initial() iter.Seq[Event] {
+	return func(yield func(Event) bool) {
+		for _, e := range s.initial {
+			if !s.may(e.view.Owner) {
+				continue
+			}
+			if !yield(e.event(s.seq)) {
+				return
+			}
+		}
+	}
 }
 
 // NewHub returns a hub over src; call Run.
@@ -102,7 +148,7 @@ func NewHub(cfg HubConfig, src Source) *Hub {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Hub{cfg: cfg, src: src, last: map[string]workspace.Workspace{}, subs: map[*Sub]struct{}{}}
+	return &Hub{cfg: cfg, src: src, last: map[string]*entry{}, subs: map[*Sub]struct{}{}}
 }
 
 // Synced reports whether the hub has read the store at least once (readiness).
@@ -112,35 +158,46 @@ func (h *Hub) Synced() bool {
 	return h.synced
 }
 
-// Snapshot returns the workspaces as last broadcast.
-func (h *Hub) Snapshot() []workspace.Workspace {
+// Snapshot returns the workspaces as last broadcast, by id.
+func (h *Hub) Snapshot() []View {
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	out := make([]workspace.Workspace, 0, len(h.last))
-	for _, w := range h.last {
-		out = append(out, w)
+	snap := h.snapshotLocked()
+	h.mu.Unlock()
+	out := make([]View, len(snap))
+	for i, e := range snap {
+		out[i] = e.view
 	}
 	return out
 }
 
+// snapshotLocked returns last's entries by id, made once per change and
+// shared by every subscriber until the next one.
+func (h *Hub) snapshotLocked() []*entry {
+	if h.snap == nil {
+		h.snap = make([]*entry, 0, len(h.last))
+		for _, e := range h.last {
+			h.snap = append(h.snap, e)
+		}
+		slices.SortFunc(h.snap, func(a, b *entry) int { return strings.Compare(a.view.ID, b.view.ID) })
+	}
+	return h.snap
+}
+
 // Subscribe registers a subscriber for one workspace (id) or all (""),
-// of the owners may accepts (nil = every owner). The first events are the
-// current state (one per workspace), then changes.
+// of the owners may accepts (nil = every owner). Its Initial is the
+// current state (one event per workspace), then C carries the changes.
 func (h *Hub) Subscribe(id string, may func(owner string) bool) (*Sub, func()) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if may == nil {
 		may = func(string) bool { return true }
 	}
-	s := &Sub{c: make(chan Event, h.cfg.Buffer), id: id, may: may}
+	s := &Sub{c: make(chan Event, h.cfg.Buffer), id: id, may: may, seq: h.seq}
 	s.C = s.c
-	for wid, w := range h.last {
-		if (id == "" || id == wid) && may(w.Owner) {
-			w := w
-			if len(s.c) < cap(s.c) {
-				s.c <- Event{Seq: h.seq, Type: "state", Workspace: &w, ID: wid, Owner: w.Owner}
-			}
-		}
+	if id == "" {
+		s.initial = h.snapshotLocked()
+	} else if e, ok := h.last[id]; ok {
+		s.initial = []*entry{e}
 	}
 	h.subs[s] = struct{}{}
 	return s, func() {
@@ -207,8 +264,9 @@ func (h *Hub) refresh(ctx context.Context, id string) {
 	if h.cfg.OnHint != nil {
 		h.cfg.OnHint(time.Since(w.UpdatedAt))
 	}
+	v := ViewOf(w)
 	h.mu.Lock()
-	h.updateLocked(w)
+	h.updateLocked(v)
 	h.mu.Unlock()
 }
 
@@ -218,13 +276,17 @@ func (h *Hub) resync(ctx context.Context) {
 		h.cfg.Logger.Warn("live: resync", "err", err)
 		return
 	}
+	views := make([]View, len(ws))
+	for i, w := range ws {
+		views[i] = ViewOf(w)
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.synced = true
-	seen := make(map[string]bool, len(ws))
-	for _, w := range ws {
-		seen[w.ID] = true
-		h.updateLocked(w)
+	seen := make(map[string]bool, len(views))
+	for _, v := range views {
+		seen[v.ID] = true
+		h.updateLocked(v)
 	}
 	for id := range h.last {
 		if !seen[id] {
@@ -233,33 +295,30 @@ func (h *Hub) resync(ctx context.Context) {
 	}
 }
 
-// changed says whether b differs from a in anything a user sees.
-func changed(a, b workspace.Workspace) bool {
-	if a.ObservedStatus != b.ObservedStatus || a.DesiredState != b.DesiredState || a.Operation != b.Operation ||
-		a.ErrorCount != b.ErrorCount || a.ArchiveKey != b.ArchiveKey || (a.ErrorInfo == nil) != (b.ErrorInfo == nil) {
-		return true
-	}
-	return a.ErrorInfo != nil && *a.ErrorInfo != *b.ErrorInfo
-}
-
-func (h *Hub) updateLocked(w workspace.Workspace) {
-	old, ok := h.last[w.ID]
-	if ok && !changed(old, w) {
+func (h *Hub) updateLocked(v View) {
+	old, ok := h.last[v.ID]
+	if ok && !changed(old.view, v) {
 		return
 	}
-	if ok && w.UpdatedAt.Before(old.UpdatedAt) {
+	if ok && v.UpdatedAt.Before(old.view.UpdatedAt) {
 		return // a slower read of an older row version
 	}
-	h.last[w.ID] = w
+	e := newEntry(v)
+	h.last[v.ID] = e
+	h.snap = nil
 	h.seq++
-	h.broadcastLocked(Event{Seq: h.seq, Type: "state", Workspace: &w, ID: w.ID, Owner: w.Owner})
+	h.broadcastLocked(e.event(h.seq))
 }
 
 func (h *Hub) deletedLocked(id string) {
-	owner := h.last[id].Owner
+	owner := h.last[id].view.Owner
 	delete(h.last, id)
+	h.snap = nil
 	h.seq++
-	h.broadcastLocked(Event{Seq: h.seq, Type: "deleted", ID: id, Owner: owner})
+	e := Event{Type: "deleted", ID: id, Owner: owner}
+	e.tail = eventTail(e)
+	e.Seq = h.seq
+	h.broadcastLocked(e)
 }
 
 func (h *Hub) broadcastLocked(e Event) {

@@ -3,14 +3,18 @@ package live
 import (
 	"github.com/gantryhq/gantry/workspace/auth"
 
-	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"time"
 )
 
 // serveEvents streams hub events for one workspace (id != "") or all as
 // text/event-stream: "event: state|deleted", "id: seq", "data: json".
+// The stream starts with the whole current state, one "state" event per
+// workspace the caller may see, however many; then one "synced" event
+// ({"seq":N,"count":K}: K workspaces so far) marks its end, and changes
+// follow.
 // Long streams survive a server WriteTimeout because the handler clears its
 // own write deadline through http.ResponseController, and every event is
 // flushed at once. A comment line every keepAlive keeps proxies and the
@@ -18,18 +22,18 @@ import (
 func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request, id string) {
 	rc := http.NewResponseController(w)
 	if err := rc.SetWriteDeadline(time.Time{}); err != nil && err != http.ErrNotSupported {
-		http.Error(w, "live: cannot stream: "+err.Error(), http.StatusInternalServerError)
+		s.writeError(w, r, fmt.Errorf("live: cannot stream: %w", err))
 		return
 	}
 	p, ok := auth.FromContext(r.Context())
 	if !ok {
-		writeError(w, auth.ErrNoToken) // the API authenticates first; never serve a stream without
+		s.writeError(w, r, auth.ErrNoToken) // the API authenticates first; never serve a stream without
 		return
 	}
 	if id != "" {
 		ws, err := s.cfg.Store.Lookup(r.Context(), id, p.Scope())
 		if err != nil {
-			writeError(w, err)
+			s.writeError(w, r, err)
 			return
 		}
 		id = ws.ID // a stream asked for by name follows the id
@@ -49,7 +53,29 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request, id string) 
 	if err := rc.Flush(); err != nil {
 		return
 	}
+	if writeInitial(w, sub) != nil || rc.Flush() != nil {
+		return
+	}
 	s.pump(r, rc, w, sub)
+}
+
+// writeInitial writes sub's initial state and the "synced" event after it;
+// the response buffers it, flushing when full.
+func writeInitial(w http.ResponseWriter, sub *Sub) error {
+	n := 0
+	for e := range sub.Initial() {
+		if err := writeEvent(w, e); err != nil {
+			return err
+		}
+		n++
+	}
+	_, err := fmt.Fprintf(w, "event: synced\nid: %d\ndata: {\"seq\":%d,\"count\":%d}\n\n", sub.seq, sub.seq, n)
+	return err
+}
+
+func writeEvent(w io.Writer, e Event) error {
+	_, err := fmt.Fprintf(w, "event: %s\nid: %d\ndata: %s\n\n", e.Type, e.Seq, e.Data())
+	return err
 }
 
 // pump writes sub's events, and a keep-alive comment every KeepAlive,
@@ -66,8 +92,7 @@ func (s *Server) pump(r *http.Request, rc *http.ResponseController, w http.Respo
 			if !ok {
 				return
 			}
-			b, _ := json.Marshal(e)
-			_, err = fmt.Fprintf(w, "event: %s\nid: %d\ndata: %s\n\n", e.Type, e.Seq, b)
+			err = writeEvent(w, e)
 		case <-ka.C:
 			if auth.Recheck(r.Context()) != nil {
 				return // revoked, logged out or expired: the stream ends

@@ -43,6 +43,15 @@ function button(label, title, fn) {
   return b;
 }
 
+// The stream may bring thousands of events at once (its first part is the
+// whole state): draw at most once a frame.
+let drawQueued = false;
+function scheduleRender() {
+  if (drawQueued) return;
+  drawQueued = true;
+  requestAnimationFrame(() => { drawQueued = false; render(); });
+}
+
 function render() {
   tbody.textContent = "";
   const list = [...rows.values()].sort((a, b) => a.name.localeCompare(b.name));
@@ -107,19 +116,32 @@ document.getElementById("create").addEventListener("submit", (ev) => {
   })();
 });
 
+// Each (re)connection first sends every workspace ("state" events), then
+// "synced": a row the page had when the stream opened and that this first
+// part did not name was deleted meanwhile.
 function connect() {
   const es = new EventSource("/events");
-  es.onopen = () => { conn.textContent = "live"; conn.className = "conn on"; };
+  let unseen = null; // ids not yet named since the stream (re)opened
+  es.onopen = () => {
+    conn.textContent = "live"; conn.className = "conn on";
+    unseen = new Set(rows.keys());
+  };
   es.onerror = () => { conn.textContent = "reconnecting…"; conn.className = "conn off"; };
   es.addEventListener("state", (ev) => {
     window.__events = (window.__events || 0) + 1;
     const e = JSON.parse(ev.data);
+    if (unseen) unseen.delete(e.id);
     rows.set(e.id, e.workspace);
-    render();
+    scheduleRender();
+  });
+  es.addEventListener("synced", () => {
+    if (unseen) for (const id of unseen) rows.delete(id);
+    unseen = null;
+    scheduleRender();
   });
   es.addEventListener("deleted", (ev) => {
     rows.delete(JSON.parse(ev.data).id);
-    render();
+    scheduleRender();
   });
 }
 

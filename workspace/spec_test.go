@@ -1,0 +1,70 @@
+package workspace_test
+
+import (
+	"errors"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/gantryhq/gantry/workspace"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+// What no provider could ever start is refused when it is asked for, with
+// ErrBadInput (the API's 400), naming the field: a NUL byte (the kernel
+// takes C strings) in the environment, the command or the image, and
+// limits out of range (a memory near 2^63 overflowed the process
+// provider's ulimit arithmetic). Create, PATCH and the limits' bounds.
+func TestSpecRefusesWhatCannotStart(t *testing.T) {
+	ok := workspace.Spec{Env: []string{"A=1"}, CPUs: 1.5, Memory: 64 << 20, Pids: 100}
+	tests := []struct {
+		name string
+		n    workspace.NewWorkspace
+		want string // "" = valid; else a word of the error
+	}{
+		{"a valid spec", workspace.NewWorkspace{Name: "x", Command: "echo hi", Image: "alpine:3", Spec: ok}, ""},
+		{"the largest limits", workspace.NewWorkspace{Name: "x", Spec: workspace.Spec{CPUs: workspace.MaxCPUs, Memory: workspace.MaxMemory, Pids: workspace.MaxPids}}, ""},
+		{"the smallest limits", workspace.NewWorkspace{Name: "x", Spec: workspace.Spec{CPUs: workspace.MinCPUs, Memory: workspace.MinMemory, Pids: 1}}, ""},
+		{"a NUL in an env value", workspace.NewWorkspace{Name: "x", Spec: workspace.Spec{Env: []string{"X=a\x00b"}}}, "NUL"},
+		{"a NUL in an env name", workspace.NewWorkspace{Name: "x", Spec: workspace.Spec{Env: []string{"X\x00=a"}}}, "environment"},
+		{"a NUL in the command", workspace.NewWorkspace{Name: "x", Command: "echo a\x00b"}, "command"},
+		{"a NUL in the image", workspace.NewWorkspace{Name: "x", Image: "alpine\x00:3"}, "image"},
+		{"memory near 2^63", workspace.NewWorkspace{Name: "x", Spec: workspace.Spec{Memory: math.MaxInt64}}, "memory"},
+		{"memory just over the bound", workspace.NewWorkspace{Name: "x", Spec: workspace.Spec{Memory: workspace.MaxMemory + 1}}, "memory"},
+		{"negative memory", workspace.NewWorkspace{Name: "x", Spec: workspace.Spec{Memory: -1}}, "memory"},
+		{"memory under the floor", workspace.NewWorkspace{Name: "x", Spec: workspace.Spec{Memory: 1 << 20}}, "memory"},
+		{"negative cpus", workspace.NewWorkspace{Name: "x", Spec: workspace.Spec{CPUs: -1}}, "cpus"},
+		{"absurd cpus", workspace.NewWorkspace{Name: "x", Spec: workspace.Spec{CPUs: 1e300}}, "cpus"},
+		{"cpus over the bound", workspace.NewWorkspace{Name: "x", Spec: workspace.Spec{CPUs: workspace.MaxCPUs + 1}}, "cpus"},
+		{"cpus NaN", workspace.NewWorkspace{Name: "x", Spec: workspace.Spec{CPUs: math.NaN()}}, "cpus"},
+		{"cpus +Inf", workspace.NewWorkspace{Name: "x", Spec: workspace.Spec{CPUs: math.Inf(1)}}, "cpus"},
+		{"cpus too small to enforce", workspace.NewWorkspace{Name: "x", Spec: workspace.Spec{CPUs: 1e-9}}, "cpus"},
+		{"negative pids", workspace.NewWorkspace{Name: "x", Spec: workspace.Spec{Pids: -1}}, "pids"},
+		{"absurd pids", workspace.NewWorkspace{Name: "x", Spec: workspace.Spec{Pids: math.MaxInt64}}, "pids"},
+		{"pids over the bound", workspace.NewWorkspace{Name: "x", Spec: workspace.Spec{Pids: workspace.MaxPids + 1}}, "pids"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			checkBadInput(t, "create", tt.n.Validate(), tt.want)
+			// The same values through a PATCH of a valid workspace.
+			u := workspace.SpecUpdate{Image: ptr(tt.n.Image), Command: ptr(tt.n.Command), Env: ptr(tt.n.Env),
+				CPUs: ptr(tt.n.CPUs), Memory: ptr(tt.n.Memory), Pids: ptr(tt.n.Pids)}
+			_, err := u.Apply(workspace.Workspace{Name: "x", Spec: ok})
+			checkBadInput(t, "update", err, tt.want)
+		})
+	}
+	// env_set goes through the same check.
+	_, err := workspace.SpecUpdate{EnvSet: []string{"Y=a\x00"}}.Apply(workspace.Workspace{Name: "x", Spec: ok})
+	checkBadInput(t, "update env_set", err, "NUL")
+}
+
+func checkBadInput(t *testing.T, what string, err error, want string) {
+	t.Helper()
+	switch {
+	case want == "" && err != nil:
+		t.Errorf("%s: %v, want it valid", what, err)
+	case want != "" && (!errors.Is(err, workspace.ErrBadInput) || !strings.Contains(err.Error(), want)):
+		t.Errorf("%s: %v, want ErrBadInput naming %q", what, err, want)
+	}
+}
