@@ -13,6 +13,7 @@ import (
 	"github.com/gantryhq/gantry/internal/backoff"
 	"github.com/gantryhq/gantry/internal/clock"
 	"github.com/gantryhq/gantry/workspace"
+	"github.com/gantryhq/gantry/workspace/handoff"
 )
 
 // Config configures a Reconciler. Zero values are the seed's defaults.
@@ -50,6 +51,10 @@ type Config struct {
 
 	// Metrics records operations at their source; nil = none (NewMetrics).
 	Metrics *Metrics
+	// Handoff is the mailbox this process's monitor shares (package
+	// handoff): a step takes the row a monitor's hint announces instead of
+	// reading it, and leaves the rows it wrote; nil = none.
+	Handoff *handoff.Mailbox
 }
 
 // ConfigFromEnv reads the seed's environment variables (seconds).

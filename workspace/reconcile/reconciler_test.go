@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gantryhq/gantry/workspace"
+	"github.com/gantryhq/gantry/workspace/handoff"
 	"github.com/gantryhq/gantry/workspace/hints"
 	"github.com/gantryhq/gantry/workspace/provider/fake"
 	"github.com/gantryhq/gantry/workspace/singletons"
@@ -78,6 +79,10 @@ func startHarnessWith(t testing.TB, st testStore, fk *fake.Provider, hb hints.Bu
 	if cfg.RetryBackoff == 0 {
 		cfg.RetryBackoff = 20 * time.Millisecond
 	}
+	if cfg.Handoff == nil { // as the server wires them: one mailbox for both
+		cfg.Handoff = handoff.New()
+	}
+	mcfg.Handoff = cfg.Handoff
 	rec, err := NewReconciler(cfg, st, fk, fk, hb)
 	if err != nil {
 		t.Fatal(err)

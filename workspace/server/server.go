@@ -18,6 +18,7 @@ import (
 
 	"github.com/gantryhq/gantry/workspace/api"
 	"github.com/gantryhq/gantry/workspace/auth"
+	"github.com/gantryhq/gantry/workspace/handoff"
 	"github.com/gantryhq/gantry/workspace/hints"
 	"github.com/gantryhq/gantry/workspace/provider"
 	"github.com/gantryhq/gantry/workspace/provider/archive"
@@ -150,6 +151,10 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	cfg.Reconciler.Metrics = metrics
 	cfg.Monitor.Logger = cfg.Logger
 	cfg.Monitor.Metrics = metrics
+	// One mailbox: the reconciler and the monitor leave each other the
+	// rows their hints announce (package handoff).
+	box := handoff.New()
+	cfg.Reconciler.Handoff, cfg.Monitor.Handoff = box, box
 	cfg.TTL.Logger, cfg.TTL.Hints = cfg.Logger, s.hints
 	s.Rec, err = reconcile.NewReconciler(cfg.Reconciler, st, cfg.Container, cfg.Storage, s.hints)
 	if err != nil {

@@ -31,9 +31,6 @@
 //	            UPDATE … FROM unnest, each row keeping its compare-and-set
 //	auth.go     tokens, page sessions and the audit log
 //	supersede.go Abandon: the reconciler giving up a superseded operation
-//	handoff.go  rows the monitor and the reconciler of one process hand each
-//	            other with a hint (Hand, Take, Drop): a possibly stale row
-//	            that saves the receiver a read, never a read itself
 //
 // Subpackages: memstore is the in-memory fake with the same conditions,
 // storetest the test support (fresh databases, Force).

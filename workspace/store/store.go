@@ -49,9 +49,6 @@ type Store struct {
 	batch     *batcher
 	urgent    *urgentGate // urgent work in flight: bulk batches wait for it (urgent.go)
 	closeOnce sync.Once
-	// handed is the rows the monitor and the reconciler of this process
-	// leave each other (handoff.go).
-	handed handoff
 }
 
 // Open opens dsn ("sqlite:PATH", "postgres://…" or "postgresql://…")
@@ -514,7 +511,7 @@ func (s *Store) Terminal(ctx context.Context, id, opID string, info *workspace.E
 // made from: it writes only while the row still shows w's observed
 // status, desired state and archive key, so the row it leaves is exactly w
 // completed, and the reconciler plans its next step from that without a
-// read, even when w came from a hint (handoff.go).
+// read, even when w came from a hint (package handoff).
 func (s *Store) Complete(ctx context.Context, w workspace.Workspace, now time.Time) (bool, error) {
 	n, err := s.exec(ctx, endOp+`
 		WHERE id = ? AND op_id = ? AND operation <> 'NONE'`+planSeen,
