@@ -36,7 +36,7 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if note.action != "" && !streamsBody(r) && !isPublic(r) {
 		// An authenticated change (not a stream, not the login): the bulk
 		// waits while it is in flight (package urgency).
-		defer urgency.Begin(a.cfg.Gate)()
+		defer a.cfg.Gate.BeginUrgent()()
 	}
 	a.mux.ServeHTTP(rec, r)
 }

@@ -51,9 +51,10 @@ type APIConfig struct {
 	// Storage fills each workspace's volume path; nil = none.
 	Storage interface{ VolumePath(string) string }
 	Hints   hints.Bus // nil = none
-	// Gate holds the store's bulk back while an authenticated change is
-	// in flight (package urgency); nil = none.
-	Gate urgency.Gate
+	// Gate is held while an authenticated change is in flight: the bulk
+	// work of the store and the reconciler given the same Gate waits for
+	// it (package urgency); nil = none.
+	Gate *urgency.Gate
 	// Quotas per owner; zero fields are unlimited.
 	Quotas auth.Quotas
 	// Limiter slows down repeated failed authentications per remote

@@ -128,14 +128,14 @@ func BenchmarkClaimLatency(b *testing.B) {
 	for _, be := range wstest.Backends {
 		b.Run(be.Name, func(b *testing.B) {
 			ctx := b.Context()
-			st := wstest.OpenStore(b, be.DSN(b))
+			st, gate := openGated(b, be.DSN(b))
 			ids := wstest.CreateMany(b, st, n, workspace.Standby)
 			var hb hints.Bus = hints.NewLocal()
 			if st.Dialect() == store.Postgres {
 				hb = &hints.Postgres{DB: st.DB(), DSN: st.DSN()}
 			}
 			counted := &countingStore{Store: st}
-			h := startHarnessWith(b, counted, fake.New(10*time.Millisecond), hb, Config{Interval: 10 * time.Second}, singletons.MonitorConfig{Interval: 30 * time.Second}, nil)
+			h := startHarnessWith(b, counted, fake.New(10*time.Millisecond), hb, Config{Interval: 10 * time.Second, Gate: gate}, singletons.MonitorConfig{Interval: 30 * time.Second}, nil)
 			waitConverged(b, st, n, 5*time.Minute)
 			q0 := counted.listed.Load()
 			t0 := time.Now()

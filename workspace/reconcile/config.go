@@ -14,6 +14,7 @@ import (
 	"github.com/gantryhq/gantry/internal/clock"
 	"github.com/gantryhq/gantry/workspace"
 	"github.com/gantryhq/gantry/workspace/handoff"
+	"github.com/gantryhq/gantry/workspace/urgency"
 )
 
 // Config configures a Reconciler. Zero values are the seed's defaults.
@@ -55,6 +56,11 @@ type Config struct {
 	// handoff): a step takes the row a monitor's hint announces instead of
 	// reading it, and leaves the rows it wrote; nil = none.
 	Handoff *handoff.Mailbox
+	// Gate is this process's count of a user's work in flight, shared with
+	// the store and the API (package urgency): an urgent hint holds it
+	// until a step has claimed, and bulk steps about to start wait for it
+	// (bounded); nil = none.
+	Gate *urgency.Gate
 }
 
 // ConfigFromEnv reads the seed's environment variables (seconds).

@@ -54,7 +54,7 @@ type Reconciler struct {
 	cfg       Config
 	store     ReconcilerStore
 	handed    *handoff.Mailbox // cfg.Handoff; nil: no rows handed
-	gate      urgency.Gate     // nil: the store holds no bulk back for urgent work
+	gate      *urgency.Gate    // cfg.Gate; nil: nothing holds the bulk back for urgent work
 	container provider.Container
 	storage   provider.Storage
 	hints     hints.Bus
@@ -100,8 +100,7 @@ func NewReconciler(cfg Config, st ReconcilerStore, c provider.Container, s provi
 	if h == nil {
 		h = hints.Drop{}
 	}
-	gate, _ := st.(urgency.Gate)
-	return &Reconciler{cfg: cfg, store: st, handed: cfg.Handoff, gate: gate, container: c, storage: s, hints: urgency.Hints{Bus: h},
+	return &Reconciler{cfg: cfg, store: st, handed: cfg.Handoff, gate: cfg.Gate, container: c, storage: s, hints: urgency.Hints{Bus: h},
 		procs: map[string]sched.PID{}, ids: map[sched.PID]string{}, held: map[string]*heldUrgent{}, urgentHold: urgentHold, wake: newWakeups(cfg.Clock)}, nil
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/gantryhq/gantry/workspace/store"
 	"github.com/gantryhq/gantry/workspace/store/memstore"
 	"github.com/gantryhq/gantry/workspace/store/storetest"
+	"github.com/gantryhq/gantry/workspace/urgency"
 	"github.com/gantryhq/gantry/workspace/wstest"
 )
 
@@ -81,6 +82,9 @@ func startHarnessWith(t testing.TB, st testStore, fk *fake.Provider, hb hints.Bu
 	}
 	if cfg.Handoff == nil { // as the server wires them: one mailbox for both
 		cfg.Handoff = handoff.New()
+	}
+	if cfg.Gate == nil { // the reconciler's own; a test whose store waits too passes openGated's
+		cfg.Gate = urgency.NewGate(0)
 	}
 	mcfg.Handoff = cfg.Handoff
 	rec, err := NewReconciler(cfg, st, fk, fk, hb)

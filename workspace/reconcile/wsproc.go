@@ -255,7 +255,7 @@ func (r *Reconciler) runStep(ctx context.Context, s queuedStep) {
 		// A user's change in flight goes first (urgent.go). With one
 		// worker (no urgent share) an urgent step may wait behind this
 		// wait: at most the bound.
-		r.gate.AwaitNoUrgent()
+		r.gate.AwaitNone()
 	}
 	res := r.stepHinted(ctx, rc.id, rc.w, rc.hinted)
 	r.releaseUrgentFor(ctx, rc.id)

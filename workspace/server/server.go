@@ -30,10 +30,10 @@ import (
 	"github.com/gantryhq/gantry/workspace/urgency"
 )
 
-// The store is every component's store.
+// The store is every component's store; the gate is the store's.
 var (
 	_ api.APIStore              = (*store.Store)(nil)
-	_ urgency.Gate              = (*store.Store)(nil)
+	_ store.Gate                = (*urgency.Gate)(nil)
 	_ reconcile.ReconcilerStore = (*store.Store)(nil)
 	_ singletons.MonitorStore   = (*store.Store)(nil)
 	_ singletons.TTLStore       = (*store.Store)(nil)
@@ -126,7 +126,11 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	if err := mkdirAll(cfg.Data); err != nil {
 		return nil, fmt.Errorf("--data %s: %w", cfg.Data, err)
 	}
-	st, err := store.Open(ctx, cfg.DB)
+	// One gate: a user's change in flight through the API, and the
+	// reconcile steps that follow it, hold the store's bulk batches and
+	// the reconciler's bulk steps back (package urgency).
+	gate := urgency.NewGate(0)
+	st, err := store.OpenWith(ctx, cfg.DB, store.Options{Gate: gate})
 	if err != nil {
 		return nil, fmt.Errorf("--db: %w", err)
 	}
@@ -155,6 +159,7 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	// rows their hints announce (package handoff).
 	box := handoff.New()
 	cfg.Reconciler.Handoff, cfg.Monitor.Handoff = box, box
+	cfg.Reconciler.Gate = gate
 	cfg.TTL.Logger, cfg.TTL.Hints = cfg.Logger, s.hints
 	s.Rec, err = reconcile.NewReconciler(cfg.Reconciler, st, cfg.Container, cfg.Storage, s.hints)
 	if err != nil {
@@ -166,7 +171,7 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 		st.Close()
 		return nil, err
 	}
-	s.API = api.NewAPI(apiConfig(cfg, st, s.hints))
+	s.API = api.NewAPI(apiConfig(cfg, st, gate, s.hints))
 	retention := &singletons.Retention{Store: st, Audit: cfg.AuditRetention, Logger: cfg.Logger}
 	loops := singletons.SingletonsConfig{Store: st, Monitor: s.Mon, TTL: s.TTL, Retention: retention, Lease: cfg.LeaderLease,
 		NodeID: s.Rec.Config().Owner, Metrics: metrics, Logger: cfg.Logger}
@@ -274,8 +279,8 @@ func (s *Server) startHints(cfg ServerConfig) error {
 
 // apiConfig is the API's configuration under cfg. The session cookie is
 // Secure under TLS, and with --insecure-listen (a TLS proxy is in front).
-func apiConfig(cfg ServerConfig, st *store.Store, h hints.Bus) api.APIConfig {
-	return api.APIConfig{Store: st, Storage: cfg.Storage, Container: cfg.Container, Hints: h, Gate: st, Quotas: cfg.Quotas,
+func apiConfig(cfg ServerConfig, st *store.Store, gate *urgency.Gate, h hints.Bus) api.APIConfig {
+	return api.APIConfig{Store: st, Storage: cfg.Storage, Container: cfg.Container, Hints: h, Gate: gate, Quotas: cfg.Quotas,
 		SecureCookies: cfg.TLSCert != "" || cfg.InsecureListen, Logger: cfg.Logger}
 }
 

@@ -11,7 +11,7 @@
 // Tour:
 //
 //	migrate.go  the numbered migrations/ of each dialect, each applied once
-//	store.go    Open (dialects), the row scan, Create, Get, List,
+//	store.go    Open, OpenWith (Options) and the dialects, the row scan, Create, Get, List,
 //	            ListActionable(IDs), SetDesired, and the reconciler's writes: Claim,
 //	            Acquire, Renew, Executed, SetArchiveKey, Failed, Terminal,
 //	            Complete, DeleteRow; SetObserved, SetObservedComplete (an
@@ -25,8 +25,9 @@
 //	            on the single writer, on Postgres one pipelined round trip;
 //	            reads by id as one SELECT … IN (…); statements under an
 //	            Urgent context (a user's request) go ahead of the batches
-//	urgent.go   the Urgent mark, and BeginUrgent: while a user's change is
-//	            in flight the bulk batches wait for it (bounded)
+//	urgent.go   Gate (Options.Gate: the server's urgency.Gate): while a
+//	            user's change is in flight the bulk batches wait for it
+//	            (bounded)
 //	pgmany.go   on Postgres, the statements of one shape in a batch as one
 //	            UPDATE … FROM unnest, each row keeping its compare-and-set
 //	auth.go     tokens, page sessions and the audit log

@@ -47,20 +47,36 @@ type Store struct {
 	// the single writer, on Postgres one pipelined round trip; reads by id
 	// as one SELECT … IN (…).
 	batch     *batcher
-	urgent    *urgentGate // urgent work in flight: bulk batches wait for it (urgent.go)
 	closeOnce sync.Once
+}
+
+// Options are what Open takes besides the DSN. The zero value is the
+// default.
+type Options struct {
+	// Gate, if set, holds the bulk batches back while urgent work is in
+	// flight (urgent.go); nil = they never wait.
+	Gate Gate
 }
 
 // Open opens dsn ("sqlite:PATH", "postgres://…" or "postgresql://…")
 // and applies the embedded migrations.
 func Open(ctx context.Context, dsn string) (*Store, error) {
-	return OpenAtVersion(ctx, dsn, math.MaxInt)
+	return open(ctx, dsn, math.MaxInt, Options{})
+}
+
+// OpenWith is Open with options.
+func OpenWith(ctx context.Context, dsn string, o Options) (*Store, error) {
+	return open(ctx, dsn, math.MaxInt, o)
 }
 
 // OpenAtVersion is Open with the migrations up to version only: upgrade
 // tests build a previous release's database with it (0100 is the schema
 // before owners and tokens).
 func OpenAtVersion(ctx context.Context, dsn string, version int) (*Store, error) {
+	return open(ctx, dsn, version, Options{})
+}
+
+func open(ctx context.Context, dsn string, version int, o Options) (*Store, error) {
 	var s *Store
 	switch {
 	case strings.HasPrefix(dsn, "sqlite:"):
@@ -92,8 +108,7 @@ func OpenAtVersion(ctx context.Context, dsn string, version int) (*Store, error)
 		s.db.Close()
 		return nil, err
 	}
-	s.urgent = newUrgentGate()
-	s.batch = newBatcher(s)
+	s.batch = newBatcher(s, o.Gate)
 	return s, nil
 }
 

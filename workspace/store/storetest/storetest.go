@@ -73,7 +73,13 @@ func PostgresDSN(tb testing.TB) string {
 // Open opens dsn and closes it at cleanup.
 func Open(tb testing.TB, dsn string) *store.Store {
 	tb.Helper()
-	st, err := store.Open(tb.Context(), dsn)
+	return OpenWith(tb, dsn, store.Options{})
+}
+
+// OpenWith is Open with options (a Gate).
+func OpenWith(tb testing.TB, dsn string, o store.Options) *store.Store {
+	tb.Helper()
+	st, err := store.OpenWith(tb.Context(), dsn, o)
 	if err != nil {
 		tb.Fatal(err)
 	}
