@@ -112,7 +112,7 @@ func (a *API) audit(r *http.Request, rec *recorder, note *reqNote) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Second)
 	defer cancel()
-	if err := a.store.RecordAudit(ctx, e); err != nil {
+	if err := a.accounts.RecordAudit(ctx, e); err != nil {
 		a.log.Error("workspace: audit log write failed", "action", e.Action, "status", e.Status, "err", err)
 	}
 }

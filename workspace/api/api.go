@@ -30,7 +30,6 @@ type APIStore interface {
 	Get(ctx context.Context, id string) (workspace.Workspace, error)
 	Touch(ctx context.Context, id string, now time.Time) error
 	MarkDeleted(ctx context.Context, id string, now time.Time) error
-	AccountStore
 }
 
 // AccountStore keeps tokens, page sessions and the audit log.
@@ -47,7 +46,8 @@ type AccountStore interface {
 
 // APIConfig configures the API. Zero values are the documented defaults.
 type APIConfig struct {
-	Store APIStore // required
+	Store    APIStore     // required
+	Accounts AccountStore // required: tokens, sessions, audit
 	// Storage fills each workspace's volume path; nil = none.
 	Storage interface{ VolumePath(string) string }
 	Hints   hints.Bus // nil = none
@@ -100,19 +100,20 @@ type APIConfig struct {
 // workspace being deleted), 413 (body over 1 MiB), 429 (quota, or too many
 // failed authentications: Retry-After).
 type API struct {
-	cfg     APIConfig
-	store   APIStore
-	authn   *auth.Authenticator
-	hints   hints.Bus
-	log     *slog.Logger
-	clock   clock.Clock
-	mux     *http.ServeMux
-	actions map[string]string // mux pattern → audit action
-	cop     *http.CrossOriginProtection
-	touches activity // proxied traffic's activity, rate-limited
+	cfg      APIConfig
+	store    APIStore
+	accounts AccountStore
+	authn    *auth.Authenticator
+	hints    hints.Bus
+	log      *slog.Logger
+	clock    clock.Clock
+	mux      *http.ServeMux
+	actions  map[string]string // mux pattern → audit action
+	cop      *http.CrossOriginProtection
+	touches  activity // proxied traffic's activity, rate-limited
 }
 
-// NewAPI builds the API over cfg.Store.
+// NewAPI builds the API over cfg.Store and cfg.Accounts.
 func NewAPI(cfg APIConfig) *API {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -130,9 +131,9 @@ func NewAPI(cfg APIConfig) *API {
 		cfg.ActivityEvery = DefaultActivityEvery
 	}
 	cfg.Clock = clock.Or(cfg.Clock)
-	a := &API{cfg: cfg, store: cfg.Store, hints: urgency.Hints{Bus: cfg.Hints}, log: cfg.Logger, clock: cfg.Clock,
+	a := &API{cfg: cfg, store: cfg.Store, accounts: cfg.Accounts, hints: urgency.Hints{Bus: cfg.Hints}, log: cfg.Logger, clock: cfg.Clock,
 		mux: http.NewServeMux(), actions: map[string]string{}, cop: http.NewCrossOriginProtection()}
-	a.authn = auth.NewAuthenticator(cfg.Store, cfg.Clock, cfg.Limiter)
+	a.authn = auth.NewAuthenticator(cfg.Accounts, cfg.Clock, cfg.Limiter)
 	for _, r := range a.routes() {
 		a.mux.HandleFunc(r.pattern, r.h)
 		if r.action != "" {

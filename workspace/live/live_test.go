@@ -64,7 +64,7 @@ func (s *stack) as(token string) *stack {
 // auditRows reads the audit log from the store.
 func auditRows(t *testing.T, s *stack) []auth.AuditEntry {
 	t.Helper()
-	es, err := s.st.Audit(t.Context(), auth.AuditFilter{})
+	es, err := s.st.Accounts().Audit(t.Context(), auth.AuditFilter{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func newStack(t *testing.T, hintsOn bool) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	api := api.NewAPI(api.APIConfig{Store: st, Storage: storage, Hints: hb})
+	api := api.NewAPI(api.APIConfig{Store: st, Accounts: st.Accounts(), Storage: storage, Hints: hb})
 	api.Handle("/", srv)
 	hs := httptest.NewUnstartedServer(api)
 	hs.Config.WriteTimeout = 500 * time.Millisecond

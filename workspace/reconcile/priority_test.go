@@ -232,7 +232,7 @@ func TestAPIChangeHoldsBulk(t *testing.T) {
 	st, gate := openGated(t, storetest.SQLiteDSN(t))
 	id := wstest.CreateNamed(t, st, "user", 1, workspace.Standby)[0]
 	spy := &holdSpy{Store: st, gate: gate}
-	srv := httptest.NewServer(api.NewAPI(api.APIConfig{Store: spy, Gate: gate}))
+	srv := httptest.NewServer(api.NewAPI(api.APIConfig{Store: spy, Accounts: st.Accounts(), Gate: gate}))
 	defer srv.Close()
 	cl := &client.Client{Base: srv.URL, Token: storetest.Token(t, st, workspace.AdminOwner, true)}
 	for range 3 {

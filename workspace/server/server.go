@@ -33,6 +33,8 @@ import (
 // The store is every component's store; the gate is the store's.
 var (
 	_ api.APIStore              = (*store.Store)(nil)
+	_ api.AccountStore          = (*store.Accounts)(nil)
+	_ AdminStore                = (*store.Accounts)(nil)
 	_ store.Gate                = (*urgency.Gate)(nil)
 	_ reconcile.ReconcilerStore = (*store.Store)(nil)
 	_ singletons.MonitorStore   = (*store.Store)(nil)
@@ -134,7 +136,7 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--db: %w", err)
 	}
-	if err := ensureAdminToken(ctx, st, cfg.Data, cfg.Logger, time.Now()); err != nil {
+	if err := ensureAdminToken(ctx, st.Accounts(), cfg.Data, cfg.Logger, time.Now()); err != nil {
 		st.Close()
 		return nil, err
 	}
@@ -172,7 +174,7 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 		return nil, err
 	}
 	s.API = api.NewAPI(apiConfig(cfg, st, gate, s.hints))
-	retention := &singletons.Retention{Store: st, Audit: cfg.AuditRetention, Logger: cfg.Logger}
+	retention := &singletons.Retention{Store: st.Accounts(), Audit: cfg.AuditRetention, Logger: cfg.Logger}
 	loops := singletons.SingletonsConfig{Store: st, Monitor: s.Mon, TTL: s.TTL, Retention: retention, Lease: cfg.LeaderLease,
 		NodeID: s.Rec.Config().Owner, Metrics: metrics, Logger: cfg.Logger}
 	loops.ArchiveGC = archiveGC(cfg, st)
@@ -280,7 +282,7 @@ func (s *Server) startHints(cfg ServerConfig) error {
 // apiConfig is the API's configuration under cfg. The session cookie is
 // Secure under TLS, and with --insecure-listen (a TLS proxy is in front).
 func apiConfig(cfg ServerConfig, st *store.Store, gate *urgency.Gate, h hints.Bus) api.APIConfig {
-	return api.APIConfig{Store: st, Storage: cfg.Storage, Container: cfg.Container, Hints: h, Gate: gate, Quotas: cfg.Quotas,
+	return api.APIConfig{Store: st, Accounts: st.Accounts(), Storage: cfg.Storage, Container: cfg.Container, Hints: h, Gate: gate, Quotas: cfg.Quotas,
 		SecureCookies: cfg.TLSCert != "" || cfg.InsecureListen, Logger: cfg.Logger}
 }
 

@@ -30,7 +30,9 @@
 //	            (bounded)
 //	pgmany.go   on Postgres, the statements of one shape in a batch as one
 //	            UPDATE … FROM unnest, each row keeping its compare-and-set
-//	auth.go     tokens, page sessions and the audit log
+//	auth.go     Accounts (Store.Accounts): tokens, page sessions and the
+//	            audit log, on the store's connections; the owners' lock the
+//	            quota checks hold
 //	supersede.go Abandon: the reconciler giving up a superseded operation
 //
 // Subpackages: memstore is the in-memory fake with the same conditions,

@@ -130,7 +130,7 @@ func Token(tb testing.TB, st *store.Store, owner string, admin bool) string {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if err := st.CreateToken(tb.Context(), t); err != nil {
+	if err := st.Accounts().CreateToken(tb.Context(), t); err != nil {
 		tb.Fatal(err)
 	}
 	return secret
