@@ -406,8 +406,9 @@ func checkNoSecrets(t *testing.T, s *authStack, dsn string, secrets []string) {
 			t.Fatalf("no database file at %s", filepath.Dir(path))
 		}
 	} else {
+		db := storetest.DB(t, dsn)
 		for _, table := range []string{"tokens", "sessions", "audit", "workspaces"} {
-			rows, err := s.st.DB().QueryContext(t.Context(), `SELECT t::text FROM `+table+` t`)
+			rows, err := db.QueryContext(t.Context(), `SELECT t::text FROM `+table+` t`)
 			if err != nil {
 				t.Fatal(err)
 			}

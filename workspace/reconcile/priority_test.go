@@ -59,7 +59,7 @@ func TestUserChangeClaimedAheadOfBulk(t *testing.T) {
 			st, gate := openGated(t, be.DSN(t))
 			newHints := func() hints.Bus {
 				if st.Dialect() == store.Postgres {
-					return &hints.Postgres{DB: st.DB(), DSN: st.DSN()}
+					return &hints.Postgres{DB: storetest.DB(t, st.DSN()), DSN: st.DSN()}
 				}
 				return hints.NewLocal()
 			}

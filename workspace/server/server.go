@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"crypto/tls"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	_ "github.com/jackc/pgx/v5/stdlib" // driver "pgx": the hints' NOTIFY pool
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/rueidis"
 
@@ -270,7 +272,17 @@ func (s *Server) startHints(cfg ServerConfig) error {
 		s.hints = rh
 		s.runs = append(s.runs, rh.Run)
 	case s.Store.Dialect() == store.Postgres:
-		ph := &hints.Postgres{DB: s.Store.DB(), DSN: s.Store.DSN(), Logger: cfg.Logger}
+		// NOTIFY goes out on a pool of its own: the store's connections
+		// are the store's. Plain hints leave in batches from one
+		// goroutine; urgent ones each at once.
+		db, err := sql.Open("pgx", s.Store.DSN())
+		if err != nil {
+			return fmt.Errorf("--db: %w", err)
+		}
+		db.SetMaxOpenConns(8)
+		db.SetMaxIdleConns(8)
+		s.closers = append(s.closers, func() { db.Close() })
+		ph := &hints.Postgres{DB: db, DSN: s.Store.DSN(), Logger: cfg.Logger}
 		s.hints = ph
 		s.runs = append(s.runs, ph.Run)
 	default:

@@ -8,11 +8,18 @@
 // a Postgres shared by replicas. Callers pass times in (their clock); times
 // are stored as Unix milliseconds.
 //
+// It is storage only: what the components of one process share besides
+// the database (the rows they hand each other, package handoff; the count
+// of a user's work in flight, urgency.Gate) lives apart and is given to
+// them by the server, and tests reach the database beside a Store through
+// connections of their own (storetest), never through it.
+//
 // Tour:
 //
 //	migrate.go  the numbered migrations/ of each dialect, each applied once
-//	store.go    Open, OpenWith (Options) and the dialects, the row scan, Create, Get, List,
-//	            ListActionable(IDs), SetDesired, and the reconciler's writes: Claim,
+//	store.go    Open, OpenWith (Options) and the dialects, the row scan,
+//	            Create, Get, List, ListActionable(IDs), SetDesired, and the
+//	            reconciler's writes: Claim,
 //	            Acquire, Renew, Executed, SetArchiveKey, Failed, Terminal,
 //	            Complete, DeleteRow; SetObserved, SetObservedComplete (an
 //	            observation that ends the executed operation) and Recover
@@ -23,8 +30,9 @@
 //	            MarkDeleted, LeaderLockID
 //	batch.go    the batcher: on SQLite one BEGIN IMMEDIATE … COMMIT per batch
 //	            on the single writer, on Postgres one pipelined round trip;
-//	            reads by id as one SELECT … IN (…); statements under an
-//	            Urgent context (a user's request) go ahead of the batches
+//	            reads by id as one SELECT … IN (…); statements under a
+//	            marked context (urgency.Mark: a user's request) go ahead of
+//	            the batches
 //	urgent.go   Gate (Options.Gate: the server's urgency.Gate): while a
 //	            user's change is in flight the bulk batches wait for it
 //	            (bounded)
@@ -36,5 +44,6 @@
 //	supersede.go Abandon: the reconciler giving up a superseded operation
 //
 // Subpackages: memstore is the in-memory fake with the same conditions,
-// storetest the test support (fresh databases, Force).
+// storetest the test support (fresh databases; Force, Exec and DB on
+// connections of their own).
 package store

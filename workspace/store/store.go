@@ -711,18 +711,6 @@ func (s *Store) Acquire(ctx context.Context, id, opID string, errorCount int, ow
 // (batches) they took; the convergence benchmark prints them.
 func (s *Store) BatchStats() BatchStats { return s.batch.stats() }
 
-// DB is the store's connection pool: Postgres hints send NOTIFY on it, and
-// tests inspect the server (pg_stat_activity). Statements on the workspace
-// tables belong in this package.
-func (s *Store) DB() *sql.DB { return s.db }
-
-// Exec runs one write with ? placeholders through the batcher. It exists
-// for storetest, which forces rows into states a test needs; production
-// code uses the named methods.
-func (s *Store) Exec(ctx context.Context, q string, args ...any) (int64, error) {
-	return s.exec(ctx, q, args...)
-}
-
 // CountConverged counts the rows with observed = desired and no operation
 // in flight; CountActionable those ListActionable returns. The convergence
 // benchmark polls them.
