@@ -16,6 +16,8 @@
 //	store/       the only SQL (SQLite, Postgres; memstore, storetest)
 //	urgency/     a user's work ahead of bulk work: the context mark, the
 //	             urgent hint channels, reserved slots
+//	handoff/     the mailbox through which the reconciler and the monitor of
+//	             one process leave each other the row a hint announces
 //	hints/ leader/ live/ auth/ provider/   hint buses, the Postgres
 //	             election, the page and SSE, tokens and principals, the
 //	             Container/Storage/BlobStore seams and their implementations

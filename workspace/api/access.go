@@ -36,7 +36,7 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if note.action != "" && !streamsBody(r) && !isPublic(r) {
 		// An authenticated change (not a stream, not the login): the bulk
 		// waits while it is in flight (package urgency).
-		defer urgency.Begin(a.cfg.Gate)()
+		defer a.cfg.Gate.BeginUrgent()()
 	}
 	a.mux.ServeHTTP(rec, r)
 }
@@ -112,7 +112,7 @@ func (a *API) audit(r *http.Request, rec *recorder, note *reqNote) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Second)
 	defer cancel()
-	if err := a.store.RecordAudit(ctx, e); err != nil {
+	if err := a.accounts.RecordAudit(ctx, e); err != nil {
 		a.log.Error("workspace: audit log write failed", "action", e.Action, "status", e.Status, "err", err)
 	}
 }

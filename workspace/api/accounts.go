@@ -102,7 +102,7 @@ func (a *API) createToken(w http.ResponseWriter, r *http.Request) {
 	}
 	t, secret, err := auth.NewToken(req.Owner, req.Admin, a.clock.Now(), ttl)
 	if err == nil {
-		err = a.store.CreateToken(r.Context(), t)
+		err = a.accounts.CreateToken(r.Context(), t)
 	}
 	if err != nil {
 		a.fail(w, r, err)
@@ -115,7 +115,7 @@ func (a *API) createToken(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *API) listTokens(w http.ResponseWriter, r *http.Request) {
-	ts, err := a.store.Tokens(r.Context())
+	ts, err := a.accounts.Tokens(r.Context())
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -130,7 +130,7 @@ func (a *API) listTokens(w http.ResponseWriter, r *http.Request) {
 func (a *API) revokeToken(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	noteDetail(r, "token "+clipID(id))
-	ok, err := a.store.RevokeToken(r.Context(), id, a.clock.Now())
+	ok, err := a.accounts.RevokeToken(r.Context(), id, a.clock.Now())
 	if err == nil && !ok {
 		err = fmt.Errorf("%w: token %q", workspace.ErrNotFound, clipID(id))
 	}
@@ -138,7 +138,7 @@ func (a *API) revokeToken(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	t, _, err := a.store.Token(r.Context(), id)
+	t, _, err := a.accounts.Token(r.Context(), id)
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -172,7 +172,7 @@ func (a *API) readAudit(w http.ResponseWriter, r *http.Request) {
 		}
 		f.Limit = n
 	}
-	es, err := a.store.Audit(r.Context(), f)
+	es, err := a.accounts.Audit(r.Context(), f)
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -223,7 +223,7 @@ func (a *API) login(w http.ResponseWriter, r *http.Request) {
 	sec, id, hash, err := auth.NewSecret(auth.SessionPrefix)
 	now := a.clock.Now()
 	if err == nil {
-		err = a.store.CreateSession(r.Context(), auth.Session{ID: id, TokenID: p.TokenID, Hash: hash, CreatedAt: now, ExpiresAt: now.Add(a.cfg.SessionTTL)})
+		err = a.accounts.CreateSession(r.Context(), auth.Session{ID: id, TokenID: p.TokenID, Hash: hash, CreatedAt: now, ExpiresAt: now.Add(a.cfg.SessionTTL)})
 	}
 	if err != nil {
 		a.fail(w, r, err)
@@ -271,7 +271,7 @@ func loginSecret(r *http.Request) (secret string, form bool, err error) {
 func (a *API) logout(w http.ResponseWriter, r *http.Request) {
 	p, _ := auth.FromContext(r.Context())
 	if p.SessionID != "" {
-		if err := a.store.DeleteSession(r.Context(), p.SessionID); err != nil {
+		if err := a.accounts.DeleteSession(r.Context(), p.SessionID); err != nil {
 			a.fail(w, r, err)
 			return
 		}

@@ -32,7 +32,6 @@ type APIStore interface {
 	Get(ctx context.Context, id string) (workspace.Workspace, error)
 	Touch(ctx context.Context, id string, now time.Time) error
 	MarkDeleted(ctx context.Context, id string, now time.Time) error
-	AccountStore
 }
 
 // AccountStore keeps tokens, page sessions and the audit log.
@@ -49,13 +48,15 @@ type AccountStore interface {
 
 // APIConfig configures the API. Zero values are the documented defaults.
 type APIConfig struct {
-	Store APIStore // required
+	Store    APIStore     // required
+	Accounts AccountStore // required: tokens, sessions, audit
 	// Storage fills each workspace's volume path; nil = none.
 	Storage interface{ VolumePath(string) string }
 	Hints   hints.Bus // nil = none
-	// Gate holds the store's bulk back while an authenticated change is
-	// in flight (package urgency); nil = none.
-	Gate urgency.Gate
+	// Gate is held while an authenticated change is in flight: the bulk
+	// work of the store and the reconciler given the same Gate waits for
+	// it (package urgency); nil = none.
+	Gate *urgency.Gate
 	// Quotas per owner; zero fields are unlimited.
 	Quotas auth.Quotas
 	// Limiter slows down repeated failed authentications per remote
@@ -101,19 +102,20 @@ type APIConfig struct {
 // workspace being deleted), 413 (body over 1 MiB), 429 (quota, or too many
 // failed authentications: Retry-After).
 type API struct {
-	cfg     APIConfig
-	store   APIStore
-	authn   *auth.Authenticator
-	hints   hints.Bus
-	log     *slog.Logger
-	clock   clock.Clock
-	mux     *http.ServeMux
-	actions map[string]string // mux pattern → audit action
-	cop     *http.CrossOriginProtection
-	touches activity // proxied traffic's activity, rate-limited
+	cfg      APIConfig
+	store    APIStore
+	accounts AccountStore
+	authn    *auth.Authenticator
+	hints    hints.Bus
+	log      *slog.Logger
+	clock    clock.Clock
+	mux      *http.ServeMux
+	actions  map[string]string // mux pattern → audit action
+	cop      *http.CrossOriginProtection
+	touches  activity // proxied traffic's activity, rate-limited
 }
 
-// NewAPI builds the API over cfg.Store.
+// NewAPI builds the API over cfg.Store and cfg.Accounts.
 func NewAPI(cfg APIConfig) *API {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -131,9 +133,9 @@ func NewAPI(cfg APIConfig) *API {
 		cfg.ActivityEvery = DefaultActivityEvery
 	}
 	cfg.Clock = clock.Or(cfg.Clock)
-	a := &API{cfg: cfg, store: cfg.Store, hints: urgency.Hints{Bus: cfg.Hints}, log: cfg.Logger, clock: cfg.Clock,
+	a := &API{cfg: cfg, store: cfg.Store, accounts: cfg.Accounts, hints: urgency.Hints{Bus: cfg.Hints}, log: cfg.Logger, clock: cfg.Clock,
 		mux: http.NewServeMux(), actions: map[string]string{}, cop: http.NewCrossOriginProtection()}
-	a.authn = auth.NewAuthenticator(cfg.Store, cfg.Clock, cfg.Limiter)
+	a.authn = auth.NewAuthenticator(cfg.Accounts, cfg.Clock, cfg.Limiter)
 	for _, r := range a.routes() {
 		a.mux.HandleFunc(r.pattern, r.h)
 		if r.action != "" {

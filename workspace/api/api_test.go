@@ -155,7 +155,7 @@ func TestAPIThrottlesFailedAuthentication(t *testing.T) {
 	}
 	// Cross-site refusals cost an audit row only at the limiter's pace.
 	clk.Advance(time.Hour)
-	before, _ := st.Audit(t.Context(), auth.AuditFilter{})
+	before, _ := st.Accounts().Audit(t.Context(), auth.AuditFilter{})
 	for range 20 {
 		req, _ := http.NewRequest("POST", env.Srv.URL+"/v1/workspaces", strings.NewReader(`{"name":"x"}`))
 		req.Header.Set("Sec-Fetch-Site", "cross-site")
@@ -168,7 +168,7 @@ func TestAPIThrottlesFailedAuthentication(t *testing.T) {
 			t.Fatalf("cross-site POST: %d, want 403", resp.StatusCode)
 		}
 	}
-	after, _ := st.Audit(t.Context(), auth.AuditFilter{})
+	after, _ := st.Accounts().Audit(t.Context(), auth.AuditFilter{})
 	if n := len(after) - len(before); n < 1 || n > 3 {
 		t.Fatalf("20 cross-site refusals wrote %d audit rows, want 1 to 3 (the limiter's burst)", n)
 	}
@@ -179,7 +179,7 @@ func TestAPIThrottlesFailedAuthentication(t *testing.T) {
 func TestRetentionPrunesTheAuditLog(t *testing.T) {
 	for _, b := range wstest.Backends {
 		t.Run(b.Name, func(t *testing.T) {
-			st := wstest.OpenStore(t, b.DSN(t))
+			st := wstest.OpenStore(t, b.DSN(t)).Accounts()
 			ctx := t.Context()
 			now := time.Now().Truncate(time.Millisecond)
 			for _, age := range []time.Duration{100 * 24 * time.Hour, 91 * 24 * time.Hour, 89 * 24 * time.Hour, time.Hour} {

@@ -23,7 +23,6 @@ import (
 // an error that names the database's address and password.
 type brokenStore struct {
 	*store.Store
-	tokens bool // token lookups fail too
 }
 
 const dsnSecret = "postgres://gantry:hunter2@db.internal:5432"
@@ -36,11 +35,17 @@ func (b *brokenStore) ListOwned(context.Context, string) ([]workspace.Workspace,
 	return nil, errBroken
 }
 
-func (b *brokenStore) Token(ctx context.Context, id string) (auth.Token, bool, error) {
-	if b.tokens {
+// brokenAccounts fails every token lookup when fail is set.
+type brokenAccounts struct {
+	*store.Accounts
+	fail bool
+}
+
+func (b *brokenAccounts) Token(ctx context.Context, id string) (auth.Token, bool, error) {
+	if b.fail {
 		return auth.Token{}, false, errBroken
 	}
-	return b.Store.Token(ctx, id)
+	return b.Accounts.Token(ctx, id)
 }
 
 // A 500 (the store failed a list) and a 503 (the token store failed) answer
@@ -56,7 +61,7 @@ func TestAPIKeepsInternalErrorsInTheLog(t *testing.T) {
 	}{{"list fails", false, http.StatusInternalServerError}, {"token lookup fails", true, http.StatusServiceUnavailable}} {
 		t.Run(c.name, func(t *testing.T) {
 			var log testutil.Buffer
-			srv := httptest.NewServer(api.NewAPI(api.APIConfig{Store: &brokenStore{Store: st, tokens: c.tokens},
+			srv := httptest.NewServer(api.NewAPI(api.APIConfig{Store: &brokenStore{Store: st}, Accounts: &brokenAccounts{Accounts: st.Accounts(), fail: c.tokens},
 				Logger: slog.New(slog.NewTextHandler(&log, nil))}))
 			defer srv.Close()
 			req, _ := http.NewRequest("GET", srv.URL+"/v1/workspaces", nil)

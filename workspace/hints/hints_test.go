@@ -24,8 +24,7 @@ func TestHintsDeliver(t *testing.T) {
 		"local": func(*testing.T) hints.Bus { return hints.NewLocal() },
 		"postgres": func(t *testing.T) hints.Bus {
 			dsn := storetest.PostgresDSN(t)
-			st := storetest.Open(t, dsn)
-			return &hints.Postgres{DB: st.DB(), DSN: dsn}
+			return &hints.Postgres{DB: storetest.DB(t, dsn), DSN: dsn}
 		},
 		"redis": func(t *testing.T) hints.Bus {
 			addr := testutil.Redis(t) // starts it through scripts/services.sh if needed

@@ -41,7 +41,7 @@ func newAuthStack(t *testing.T, st *store.Store, q auth.Quotas, log *testutil.Bu
 	if err != nil {
 		t.Fatal(err)
 	}
-	api := api.NewAPI(api.APIConfig{Store: st, Hints: hb, Quotas: q, Logger: logger,
+	api := api.NewAPI(api.APIConfig{Store: st, Accounts: st.Accounts(), Hints: hb, Quotas: q, Logger: logger,
 		Limiter: auth.NewLimiter(auth.LimiterConfig{Burst: 10_000})})
 	api.Handle("/", srv)
 	hs := httptest.NewServer(api)
@@ -202,7 +202,7 @@ func checkMatrix(t *testing.T, s *authStack, dsn string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.st.CreateToken(ctx, expiredTok); err != nil {
+	if err := s.st.Accounts().CreateToken(ctx, expiredTok); err != nil {
 		t.Fatal(err)
 	}
 	revoked := storetest.Token(t, s.st, "dave", false)
@@ -354,7 +354,7 @@ func pathID(path string) string {
 // token, workspace and the remote address.
 func checkAudit(t *testing.T, s *authStack, sent []sentCall) {
 	t.Helper()
-	rows, err := s.st.Audit(t.Context(), auth.AuditFilter{Limit: 10_000})
+	rows, err := s.st.Accounts().Audit(t.Context(), auth.AuditFilter{Limit: 10_000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -406,8 +406,9 @@ func checkNoSecrets(t *testing.T, s *authStack, dsn string, secrets []string) {
 			t.Fatalf("no database file at %s", filepath.Dir(path))
 		}
 	} else {
+		db := storetest.DB(t, dsn)
 		for _, table := range []string{"tokens", "sessions", "audit", "workspaces"} {
-			rows, err := s.st.DB().QueryContext(t.Context(), `SELECT t::text FROM `+table+` t`)
+			rows, err := db.QueryContext(t.Context(), `SELECT t::text FROM `+table+` t`)
 			if err != nil {
 				t.Fatal(err)
 			}

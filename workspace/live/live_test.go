@@ -22,6 +22,7 @@ import (
 	"github.com/gantryhq/gantry/workspace"
 	"github.com/gantryhq/gantry/workspace/api"
 	"github.com/gantryhq/gantry/workspace/auth"
+	"github.com/gantryhq/gantry/workspace/handoff"
 	"github.com/gantryhq/gantry/workspace/hints"
 	"github.com/gantryhq/gantry/workspace/provider/archive"
 	"github.com/gantryhq/gantry/workspace/provider/fs"
@@ -63,7 +64,7 @@ func (s *stack) as(token string) *stack {
 // auditRows reads the audit log from the store.
 func auditRows(t *testing.T, s *stack) []auth.AuditEntry {
 	t.Helper()
-	es, err := s.st.Audit(t.Context(), auth.AuditFilter{})
+	es, err := s.st.Accounts().Audit(t.Context(), auth.AuditFilter{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,12 +96,13 @@ func newStack(t *testing.T, hintsOn bool) *stack {
 	storage := &archive.Storage{Root: filepath.Join(dir, "volumes"), Blobs: &fs.BlobStore{Dir: filepath.Join(dir, "blobs")}}
 	reg := prometheus.NewRegistry()
 	metrics := reconcile.NewMetrics(reg)
+	box := handoff.New()
 	rec, err := reconcile.NewReconciler(reconcile.Config{Interval: 150 * time.Millisecond, RetryBackoff: 100 * time.Millisecond,
-		Metrics: metrics}, st, c, storage, hb)
+		Metrics: metrics, Handoff: box}, st, c, storage, hb)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mon := singletons.NewHealthMonitor(singletons.MonitorConfig{Interval: 150 * time.Millisecond, Metrics: metrics}, st, c, storage, hb)
+	mon := singletons.NewHealthMonitor(singletons.MonitorConfig{Interval: 150 * time.Millisecond, Metrics: metrics, Handoff: box}, st, c, storage, hb)
 	var srvHints hints.Bus
 	if hintsOn {
 		srvHints = hb
@@ -109,7 +111,7 @@ func newStack(t *testing.T, hintsOn bool) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	api := api.NewAPI(api.APIConfig{Store: st, Storage: storage, Hints: hb})
+	api := api.NewAPI(api.APIConfig{Store: st, Accounts: st.Accounts(), Storage: storage, Hints: hb})
 	api.Handle("/", srv)
 	hs := httptest.NewUnstartedServer(api)
 	hs.Config.WriteTimeout = 500 * time.Millisecond

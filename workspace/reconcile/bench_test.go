@@ -16,6 +16,7 @@ import (
 	"github.com/gantryhq/gantry/workspace/provider/fake"
 	"github.com/gantryhq/gantry/workspace/singletons"
 	"github.com/gantryhq/gantry/workspace/store"
+	"github.com/gantryhq/gantry/workspace/store/storetest"
 	"github.com/gantryhq/gantry/workspace/urgency"
 	"github.com/gantryhq/gantry/workspace/wstest"
 )
@@ -29,7 +30,7 @@ func analyzed(tb testing.TB, st *store.Store) {
 	if st.Dialect() != store.Postgres {
 		return
 	}
-	if _, err := st.DB().ExecContext(tb.Context(), "ANALYZE workspaces"); err != nil {
+	if _, err := storetest.Exec(tb, st.DSN(), "ANALYZE workspaces"); err != nil {
 		tb.Fatal(err)
 	}
 }
@@ -128,14 +129,14 @@ func BenchmarkClaimLatency(b *testing.B) {
 	for _, be := range wstest.Backends {
 		b.Run(be.Name, func(b *testing.B) {
 			ctx := b.Context()
-			st := wstest.OpenStore(b, be.DSN(b))
+			st, gate := openGated(b, be.DSN(b))
 			ids := wstest.CreateMany(b, st, n, workspace.Standby)
 			var hb hints.Bus = hints.NewLocal()
 			if st.Dialect() == store.Postgres {
-				hb = &hints.Postgres{DB: st.DB(), DSN: st.DSN()}
+				hb = &hints.Postgres{DB: storetest.DB(b, st.DSN()), DSN: st.DSN()}
 			}
 			counted := &countingStore{Store: st}
-			h := startHarnessWith(b, counted, fake.New(10*time.Millisecond), hb, Config{Interval: 10 * time.Second}, singletons.MonitorConfig{Interval: 30 * time.Second}, nil)
+			h := startHarnessWith(b, counted, fake.New(10*time.Millisecond), hb, Config{Interval: 10 * time.Second, Gate: gate}, singletons.MonitorConfig{Interval: 30 * time.Second}, nil)
 			waitConverged(b, st, n, 5*time.Minute)
 			q0 := counted.listed.Load()
 			t0 := time.Now()

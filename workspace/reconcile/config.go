@@ -13,6 +13,8 @@ import (
 	"github.com/gantryhq/gantry/internal/backoff"
 	"github.com/gantryhq/gantry/internal/clock"
 	"github.com/gantryhq/gantry/workspace"
+	"github.com/gantryhq/gantry/workspace/handoff"
+	"github.com/gantryhq/gantry/workspace/urgency"
 )
 
 // Config configures a Reconciler. Zero values are the seed's defaults.
@@ -50,6 +52,15 @@ type Config struct {
 
 	// Metrics records operations at their source; nil = none (NewMetrics).
 	Metrics *Metrics
+	// Handoff is the mailbox this process's monitor shares (package
+	// handoff): a step takes the row a monitor's hint announces instead of
+	// reading it, and leaves the rows it wrote; nil = none.
+	Handoff *handoff.Mailbox
+	// Gate is this process's count of a user's work in flight, shared with
+	// the store and the API (package urgency): an urgent hint holds it
+	// until a step has claimed, and bulk steps about to start wait for it
+	// (bounded); nil = none.
+	Gate *urgency.Gate
 }
 
 // ConfigFromEnv reads the seed's environment variables (seconds).

@@ -14,6 +14,7 @@ import (
 	"github.com/gantryhq/gantry/internal/clock"
 	"github.com/gantryhq/gantry/workspace"
 	"github.com/gantryhq/gantry/workspace/api"
+	"github.com/gantryhq/gantry/workspace/handoff"
 	"github.com/gantryhq/gantry/workspace/hints"
 	"github.com/gantryhq/gantry/workspace/provider"
 	"github.com/gantryhq/gantry/workspace/provider/fake"
@@ -189,11 +190,12 @@ func TestTimeoutErrorInfo(t *testing.T) {
 	hb := hints.NewLocal()
 	var starts atomic.Int64
 	c := observedStoppedContainer(&starts)
-	rec, err := NewReconciler(Config{Clock: clk, Timeouts: map[workspace.Operation]time.Duration{workspace.OpStarting: 300 * time.Second}}, st, c, fk, hb)
+	box := handoff.New()
+	rec, err := NewReconciler(Config{Clock: clk, Timeouts: map[workspace.Operation]time.Duration{workspace.OpStarting: 300 * time.Second}, Handoff: box}, st, c, fk, hb)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mon := singletons.NewHealthMonitor(singletons.MonitorConfig{Interval: time.Hour}, st, c, fk, hb)
+	mon := singletons.NewHealthMonitor(singletons.MonitorConfig{Interval: time.Hour, Handoff: box}, st, c, fk, hb)
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{}, 2)
 	go func() { rec.Run(runCtx); done <- struct{}{} }()

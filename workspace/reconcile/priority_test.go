@@ -18,8 +18,17 @@ import (
 	"github.com/gantryhq/gantry/workspace/singletons"
 	"github.com/gantryhq/gantry/workspace/store"
 	"github.com/gantryhq/gantry/workspace/store/storetest"
+	"github.com/gantryhq/gantry/workspace/urgency"
 	"github.com/gantryhq/gantry/workspace/wstest"
 )
+
+// openGated opens a store on dsn whose bulk batches wait for the gate it
+// returns, as the server opens its store (closed when tb ends).
+func openGated(tb testing.TB, dsn string) (*store.Store, *urgency.Gate) {
+	tb.Helper()
+	g := urgency.NewGate(0)
+	return storetest.OpenWith(tb, dsn, store.Options{Gate: g}), g
+}
 
 // TestUserChangeClaimedAheadOfBulk: a replica restarts and finds N
 // workspaces to start (bulk work); meanwhile users change their own
@@ -47,10 +56,10 @@ func TestUserChangeClaimedAheadOfBulk(t *testing.T) {
 				n, samples = map[string]int{"sqlite": 6000, "postgres": 15000}[be.Name], 100
 			}
 			ctx := t.Context()
-			st := wstest.OpenStore(t, be.DSN(t))
+			st, gate := openGated(t, be.DSN(t))
 			newHints := func() hints.Bus {
 				if st.Dialect() == store.Postgres {
-					return &hints.Postgres{DB: st.DB(), DSN: st.DSN()}
+					return &hints.Postgres{DB: storetest.DB(t, st.DSN()), DSN: st.DSN()}
 				}
 				return hints.NewLocal()
 			}
@@ -59,7 +68,7 @@ func TestUserChangeClaimedAheadOfBulk(t *testing.T) {
 			// before the bulk.
 			users := wstest.CreateNamed(t, st, "user", samples, workspace.Standby)
 			controls := wstest.CreateNamed(t, st, "control", samples, workspace.Standby)
-			h := startHarnessWith(t, st, fk, newHints(), Config{Interval: 10 * time.Second}, singletons.MonitorConfig{Interval: 30 * time.Second}, nil)
+			h := startHarnessWith(t, st, fk, newHints(), Config{Interval: 10 * time.Second, Gate: gate}, singletons.MonitorConfig{Interval: 30 * time.Second}, nil)
 			wstest.WaitFor(t, time.Minute, "the users' workspaces to converge", func() (bool, string) {
 				c := countConverged(t, st)
 				return c == 2*samples, fmt.Sprintf("%d of %d", c, 2*samples)
@@ -67,10 +76,10 @@ func TestUserChangeClaimedAheadOfBulk(t *testing.T) {
 			h.stop()
 			wstest.CreateMany(t, st, n, workspace.Running)
 			hb := newHints()
-			env := wstest.NewAPIEnv(t, st, api.APIConfig{Hints: hb})
+			env := wstest.NewAPIEnv(t, st, api.APIConfig{Hints: hb, Gate: gate}) // as the server wires it
 			cl := env.Client(env.Admin)
 			calls0 := fk.TotalCalls()
-			h = startHarnessWith(t, st, fk, hb, Config{Interval: 10 * time.Second}, singletons.MonitorConfig{Interval: 30 * time.Second}, nil)
+			h = startHarnessWith(t, st, fk, hb, Config{Interval: 10 * time.Second, Gate: gate}, singletons.MonitorConfig{Interval: 30 * time.Second}, nil)
 			defer h.stop()
 			// Sample once the bulk is under way and hints flow (Postgres
 			// LISTENs asynchronously: a hint before that is lost, and only
@@ -151,7 +160,7 @@ func TestUserChangeClaimedAheadOfBulk(t *testing.T) {
 }
 
 // TestUserChangeHoldsBulkUntilClaimed: a user's change's hint holds the
-// store's bulk batches back (store.BeginUrgent) until the step it causes
+// store's bulk batches back (urgency.Gate.BeginUrgent) until the step it causes
 // has claimed, not through the provider call that follows (it may take
 // seconds); a hint that finds a step in flight holds them until the step
 // it causes next has run. The hold's time bound is out of the way here
@@ -159,14 +168,14 @@ func TestUserChangeClaimedAheadOfBulk(t *testing.T) {
 func TestUserChangeHoldsBulkUntilClaimed(t *testing.T) {
 	wstest.ParallelInShort(t)
 	ctx := t.Context()
-	st := wstest.OpenStore(t, storetest.SQLiteDSN(t))
+	st, gate := openGated(t, storetest.SQLiteDSN(t))
 	fk := fake.New(2 * time.Second) // a call outlasts the checks below
 	id := wstest.CreateNamed(t, st, "user", 1, workspace.Standby)[0]
 	hb := hints.NewLocal()
-	h := startHarnessWith(t, st, fk, hb, Config{Interval: time.Hour}, singletons.MonitorConfig{Interval: time.Hour},
+	h := startHarnessWith(t, st, fk, hb, Config{Interval: time.Hour, Gate: gate}, singletons.MonitorConfig{Interval: time.Hour},
 		func(r *Reconciler) { r.urgentHold = time.Hour })
 	h.waitState(t, id, workspace.Standby, time.Minute)
-	if n := st.UrgentInFlight(); n != 0 {
+	if n := gate.InFlight(); n != 0 {
 		t.Fatalf("%d holds before any user's change", n)
 	}
 	t0 := time.Now()
@@ -177,39 +186,40 @@ func TestUserChangeHoldsBulkUntilClaimed(t *testing.T) {
 	wstest.WaitFor(t, 30*time.Second, "the start to be called", func() (bool, string) {
 		return fk.LastCall(id).After(t0), "not yet"
 	})
-	if n := st.UrgentInFlight(); n != 0 {
+	if n := gate.InFlight(); n != 0 {
 		t.Fatalf("%d holds once the change was claimed and its call begun, want 0", n)
 	}
 	// Another hint while the call runs: its step waits for the call's.
 	hb.Publish(ctx, hints.ChanWorkspaceUrgent, id)
 	wstest.WaitFor(t, time.Second, "the hint to hold the bulk", func() (bool, string) {
-		n := st.UrgentInFlight()
+		n := gate.InFlight()
 		return n == 1, fmt.Sprintf("%d holds", n)
 	})
 	wstest.WaitFor(t, 30*time.Second, "the hold to end with the next step", func() (bool, string) {
-		n := st.UrgentInFlight()
+		n := gate.InFlight()
 		return n == 0, fmt.Sprintf("%d holds", n)
 	})
 }
 
 // holdSpy records, in two of the API's store calls, how many holds on the
-// bulk (store.BeginUrgent) were in flight.
+// bulk (urgency.Gate.BeginUrgent) were in flight.
 type holdSpy struct {
 	*store.Store
+	gate                 *urgency.Gate
 	mu                   sync.Mutex
 	inSetDesired, inList []int
 }
 
 func (s *holdSpy) SetDesiredOf(ctx context.Context, w workspace.Workspace, d workspace.Status, q auth.Quotas, now time.Time) (workspace.Workspace, error) {
 	s.mu.Lock()
-	s.inSetDesired = append(s.inSetDesired, s.UrgentInFlight())
+	s.inSetDesired = append(s.inSetDesired, s.gate.InFlight())
 	s.mu.Unlock()
 	return s.Store.SetDesiredOf(ctx, w, d, q, now)
 }
 
 func (s *holdSpy) List(ctx context.Context) ([]workspace.Workspace, error) {
 	s.mu.Lock()
-	s.inList = append(s.inList, s.UrgentInFlight())
+	s.inList = append(s.inList, s.gate.InFlight())
 	s.mu.Unlock()
 	return s.Store.List(ctx)
 }
@@ -219,10 +229,10 @@ func (s *holdSpy) List(ctx context.Context) ([]workspace.Workspace, error) {
 // does not.
 func TestAPIChangeHoldsBulk(t *testing.T) {
 	ctx := t.Context()
-	st := wstest.OpenStore(t, storetest.SQLiteDSN(t))
+	st, gate := openGated(t, storetest.SQLiteDSN(t))
 	id := wstest.CreateNamed(t, st, "user", 1, workspace.Standby)[0]
-	spy := &holdSpy{Store: st}
-	srv := httptest.NewServer(api.NewAPI(api.APIConfig{Store: spy, Gate: st}))
+	spy := &holdSpy{Store: st, gate: gate}
+	srv := httptest.NewServer(api.NewAPI(api.APIConfig{Store: spy, Accounts: st.Accounts(), Gate: gate}))
 	defer srv.Close()
 	cl := &client.Client{Base: srv.URL, Token: storetest.Token(t, st, workspace.AdminOwner, true)}
 	for range 3 {
@@ -233,7 +243,7 @@ func TestAPIChangeHoldsBulk(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := st.UrgentInFlight(); n != 0 {
+	if n := gate.InFlight(); n != 0 {
 		t.Fatalf("%d holds left after the requests ended", n)
 	}
 	spy.mu.Lock()

@@ -14,6 +14,7 @@ import (
 	"github.com/gantryhq/gantry/internal/par"
 	"github.com/gantryhq/gantry/sched"
 	"github.com/gantryhq/gantry/workspace"
+	"github.com/gantryhq/gantry/workspace/handoff"
 	"github.com/gantryhq/gantry/workspace/hints"
 	"github.com/gantryhq/gantry/workspace/provider"
 	"github.com/gantryhq/gantry/workspace/store"
@@ -44,19 +45,6 @@ type ReconcilerStore interface {
 
 var _ ReconcilerStore = (*store.Store)(nil)
 
-// rowHandoff is the optional part of a store through which the reconciler
-// and the monitor of one process leave each other the row a hint is about
-// to announce, so that its receiver need not read it (store/handoff.go).
-// A handed row may be stale: it only ever leads to a compare-and-set write
-// that checks what was decided from it, or to a read.
-type rowHandoff interface {
-	Hand(box store.Box, w workspace.Workspace)
-	Take(box store.Box, id string) (workspace.Workspace, bool)
-	Drop(box store.Box, id string)
-}
-
-var _ rowHandoff = (*store.Store)(nil)
-
 // Reconciler is seed 001's StateReconciler: it reads only the database and
 // runs each workspace as one sched process, so one workspace never has two
 // reconcile steps at once in a replica while thousands proceed together;
@@ -65,8 +53,8 @@ var _ rowHandoff = (*store.Store)(nil)
 type Reconciler struct {
 	cfg       Config
 	store     ReconcilerStore
-	handed    rowHandoff   // nil: the store hands no rows (store/handoff.go)
-	gate      urgency.Gate // nil: the store holds no bulk back for urgent work
+	handed    *handoff.Mailbox // cfg.Handoff; nil: no rows handed
+	gate      *urgency.Gate    // cfg.Gate; nil: nothing holds the bulk back for urgent work
 	container provider.Container
 	storage   provider.Storage
 	hints     hints.Bus
@@ -112,9 +100,7 @@ func NewReconciler(cfg Config, st ReconcilerStore, c provider.Container, s provi
 	if h == nil {
 		h = hints.Drop{}
 	}
-	hr, _ := st.(rowHandoff)
-	gate, _ := st.(urgency.Gate)
-	return &Reconciler{cfg: cfg, store: st, handed: hr, gate: gate, container: c, storage: s, hints: urgency.Hints{Bus: h},
+	return &Reconciler{cfg: cfg, store: st, handed: cfg.Handoff, gate: cfg.Gate, container: c, storage: s, hints: urgency.Hints{Bus: h},
 		procs: map[string]sched.PID{}, ids: map[sched.PID]string{}, held: map[string]*heldUrgent{}, urgentHold: urgentHold, wake: newWakeups(cfg.Clock)}, nil
 }
 
@@ -271,7 +257,7 @@ func (res stepResult) finished() stepResult {
 }
 
 // stepHinted is step; hinted marks w possibly stale. With w nil, a bulk
-// step takes the row handed for the workspace (store/handoff.go) instead of
+// step takes the row handed for the workspace (package handoff) instead of
 // reading it. A step on a possibly stale row only writes through a
 // compare-and-set that checks what it decided from; if it did not act it
 // steps again on the row read, so that "nothing to do" is never decided
@@ -281,9 +267,9 @@ func (r *Reconciler) stepHinted(ctx context.Context, id string, w *workspace.Wor
 	switch {
 	case r.handed == nil:
 	case w != nil || urgency.Is(ctx):
-		r.handed.Drop(store.ToReconciler, id)
+		r.handed.Drop(handoff.ToReconciler, id)
 	default:
-		if got, ok := r.handed.Take(store.ToReconciler, id); ok {
+		if got, ok := r.handed.Take(handoff.ToReconciler, id); ok {
 			w, hinted = &got, true
 		}
 	}
@@ -492,7 +478,7 @@ func (r *Reconciler) completeOp(ctx context.Context, w *workspace.Workspace, now
 	// The hint completedOp publishes comes back to this workspace's
 	// process too, most often during this step: its next step then takes
 	// this row instead of reading it.
-	r.hand(store.ToReconciler, *next)
+	r.hand(handoff.ToReconciler, *next)
 	r.completedOp(ctx, w, now)
 	// next is exact, even from a hinted w: Complete wrote only on the
 	// planning inputs w shows.
@@ -576,14 +562,14 @@ func (r *Reconciler) executed(ctx context.Context, w *workspace.Workspace, now, 
 	} else {
 		// The monitor observes it next: leave it the row as executed.
 		w.OpExecuted, w.OpLeaseUntil, w.UpdatedAt = true, nil, now.UTC().Truncate(time.Millisecond)
-		r.hand(store.ToMonitor, *w)
+		r.hand(handoff.ToMonitor, *w)
 	}
 	r.hints.Publish(ctx, hints.ChanMonitor, w.ID)
 	r.pokeAt(w.ID, deadline.Sub(now))
 }
 
-// hand leaves w in box for the hint about to be published (store/handoff.go).
-func (r *Reconciler) hand(box store.Box, w workspace.Workspace) {
+// hand leaves w in box for the hint about to be published (package handoff).
+func (r *Reconciler) hand(box handoff.Box, w workspace.Workspace) {
 	if r.handed != nil {
 		r.handed.Hand(box, w)
 	}

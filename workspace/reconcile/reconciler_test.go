@@ -11,12 +11,14 @@ import (
 	"time"
 
 	"github.com/gantryhq/gantry/workspace"
+	"github.com/gantryhq/gantry/workspace/handoff"
 	"github.com/gantryhq/gantry/workspace/hints"
 	"github.com/gantryhq/gantry/workspace/provider/fake"
 	"github.com/gantryhq/gantry/workspace/singletons"
 	"github.com/gantryhq/gantry/workspace/store"
 	"github.com/gantryhq/gantry/workspace/store/memstore"
 	"github.com/gantryhq/gantry/workspace/store/storetest"
+	"github.com/gantryhq/gantry/workspace/urgency"
 	"github.com/gantryhq/gantry/workspace/wstest"
 )
 
@@ -78,6 +80,13 @@ func startHarnessWith(t testing.TB, st testStore, fk *fake.Provider, hb hints.Bu
 	if cfg.RetryBackoff == 0 {
 		cfg.RetryBackoff = 20 * time.Millisecond
 	}
+	if cfg.Handoff == nil { // as the server wires them: one mailbox for both
+		cfg.Handoff = handoff.New()
+	}
+	if cfg.Gate == nil { // the reconciler's own; a test whose store waits too passes openGated's
+		cfg.Gate = urgency.NewGate(0)
+	}
+	mcfg.Handoff = cfg.Handoff
 	rec, err := NewReconciler(cfg, st, fk, fk, hb)
 	if err != nil {
 		t.Fatal(err)

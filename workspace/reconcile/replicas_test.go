@@ -36,7 +36,7 @@ func TestReplicasNeverDuplicate(t *testing.T) {
 	var hs []*harness
 	for i := range 3 {
 		st := wstest.OpenStore(t, dsn)
-		hs = append(hs, startHarness(t, st, fk, &hints.Postgres{DB: st.DB(), DSN: dsn},
+		hs = append(hs, startHarness(t, st, fk, &hints.Postgres{DB: storetest.DB(t, dsn), DSN: dsn},
 			Config{Owner: fmt.Sprint("replica-", i), Interval: 500 * time.Millisecond, Lease: 3 * time.Second, MaxRetries: 3, RetryBackoff: 50 * time.Millisecond}))
 	}
 	st := hs[0].st

@@ -10,6 +10,7 @@ import (
 	"github.com/gantryhq/gantry/workspace/provider/fake"
 	"github.com/gantryhq/gantry/workspace/singletons"
 	"github.com/gantryhq/gantry/workspace/store"
+	"github.com/gantryhq/gantry/workspace/store/storetest"
 	"github.com/gantryhq/gantry/workspace/wstest"
 )
 
@@ -33,7 +34,7 @@ func TestConvergesWithoutTicks(t *testing.T) {
 			wstest.CreateMany(t, st, n, workspace.Running)
 			var hb hints.Bus = hints.NewLocal()
 			if st.Dialect() == store.Postgres {
-				hb = &hints.Postgres{DB: st.DB(), DSN: st.DSN()}
+				hb = &hints.Postgres{DB: storetest.DB(t, st.DSN()), DSN: st.DSN()}
 			}
 			s0 := st.BatchStats()
 			start := time.Now()

@@ -22,6 +22,7 @@ import (
 
 	"github.com/gantryhq/gantry/internal/testutil"
 	"github.com/gantryhq/gantry/workspace"
+	"github.com/gantryhq/gantry/workspace/handoff"
 	"github.com/gantryhq/gantry/workspace/hints"
 	"github.com/gantryhq/gantry/workspace/provider"
 	"github.com/gantryhq/gantry/workspace/provider/archive"
@@ -56,11 +57,12 @@ func runRecAndMon(t *testing.T, st *store.Store, c provider.Container, s provide
 	if cfg.Interval == 0 {
 		cfg.Interval = 50 * time.Millisecond
 	}
+	cfg.Handoff = handoff.New()
 	rec, err := NewReconciler(cfg, st, c, s, hb)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mon := singletons.NewHealthMonitor(singletons.MonitorConfig{Interval: 50 * time.Millisecond}, st, c, s, hb)
+	mon := singletons.NewHealthMonitor(singletons.MonitorConfig{Interval: 50 * time.Millisecond, Handoff: cfg.Handoff}, st, c, s, hb)
 	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
 	for _, run := range []func(context.Context) error{rec.Run, mon.Run} {

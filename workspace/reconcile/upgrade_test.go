@@ -34,12 +34,12 @@ func TestUpgradeFromPreviousSchema(t *testing.T) {
 			for name, desired := range rows {
 				id := "0000-" + name
 				ids[name] = id
-				if _, err := old.Exec(ctx, `INSERT INTO workspaces (id, name, image, command, desired_state, observed_status, created_at, updated_at)
+				if _, err := storetest.Exec(t, dsn, `INSERT INTO workspaces (id, name, image, command, desired_state, observed_status, created_at, updated_at)
 					VALUES (?, ?, '', 'exec sleep 600', ?, 'PENDING', ?, ?)`, id, name, string(desired), now, now); err != nil {
 					t.Fatal(err)
 				}
 			}
-			if _, err := old.Exec(ctx, `INSERT INTO tokens (id) VALUES ('x')`); err == nil {
+			if _, err := storetest.Exec(t, dsn, `INSERT INTO tokens (id) VALUES ('x')`); err == nil {
 				t.Fatal("the old schema already has a tokens table: not the previous release's")
 			}
 			old.Close()

@@ -37,7 +37,7 @@ func (r *Reconciler) holdUrgent(id string) {
 	if r.alt != nil {
 		return // the benchmark's baseline dispatcher runs no urgent steps
 	}
-	h := &heldUrgent{end: urgency.Begin(r.gate), seq: r.holdSeq.Add(1)}
+	h := &heldUrgent{end: r.gate.BeginUrgent(), seq: r.holdSeq.Add(1)}
 	r.mu.Lock()
 	prev := r.held[id]
 	r.held[id] = h
@@ -62,7 +62,7 @@ func (r *Reconciler) releaseUrgent(id string, h *heldUrgent, seq uint64) {
 	}
 	r.mu.Unlock()
 	if h != nil {
-		h.end() // end is idempotent (store.Store.BeginUrgent)
+		h.end() // end is idempotent (urgency.Gate.BeginUrgent)
 	}
 }
 

@@ -13,11 +13,11 @@ import (
 const cmdReconcile sched.CommandType = 1001
 
 // reconcileCmd asks for one reconcile step of a workspace; w nil = re-read
-// (or take the row handed for it, store/handoff.go).
+// (or take the row handed for it, package handoff).
 type reconcileCmd struct {
 	id     string
 	w      *workspace.Workspace
-	hinted bool // w is a possibly stale row (store/handoff.go)
+	hinted bool // w is a possibly stale row (package handoff)
 	urgent bool // a user asked for it (urgent.go)
 }
 
@@ -40,14 +40,14 @@ type stepResult struct {
 	// made meanwhile). nil = re-read.
 	next *workspace.Workspace
 	// hinted: next is a possibly stale row (the step acted on one,
-	// store/handoff.go).
+	// package handoff).
 	hinted bool
 	// exact: next is the row as the step's last compare-and-set write
 	// left it, whatever the row the step began from.
 	exact bool
 	// acted: the step claimed or acquired the operation and ran it; a step
 	// on a possibly stale row that did not act looks again at the row
-	// read (store/handoff.go).
+	// read (package handoff).
 	acted bool
 	// settled: nothing is left to do (converged, or ERROR); an urgent
 	// workspace is no longer urgent.
@@ -72,7 +72,7 @@ type wsProc struct {
 	pending bool
 	urgent  bool
 	latest  *workspace.Workspace
-	hinted  bool // latest is a possibly stale row (store/handoff.go)
+	hinted  bool // latest is a possibly stale row (package handoff)
 	tag     uint64
 	// stepUrgent: the step in flight (busy) runs urgent. promote moves a
 	// bulk step of this workspace still waiting for a slot to the urgent
@@ -255,7 +255,7 @@ func (r *Reconciler) runStep(ctx context.Context, s queuedStep) {
 		// A user's change in flight goes first (urgent.go). With one
 		// worker (no urgent share) an urgent step may wait behind this
 		// wait: at most the bound.
-		r.gate.AwaitNoUrgent()
+		r.gate.AwaitNone()
 	}
 	res := r.stepHinted(ctx, rc.id, rc.w, rc.hinted)
 	r.releaseUrgentFor(ctx, rc.id)

@@ -1,7 +1,10 @@
 // Package server is the one composition root of the workspace subsystem
 // (`gantry ws serve`): it opens the store, makes the first admin token,
 // and wires the reconciler, the singletons, the API and the hint bus over
-// the providers it is given. Its errors name ServerConfig fields.
+// the providers it is given. What they share besides the store it makes
+// once and gives each explicitly: the urgency.Gate (to the store, the API
+// and the reconciler) and the handoff.Mailbox (to the reconciler and the
+// monitor). Its errors name ServerConfig fields.
 //
 // Tour:
 //

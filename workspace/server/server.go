@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"crypto/tls"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,11 +14,13 @@ import (
 	"sync"
 	"time"
 
+	_ "github.com/jackc/pgx/v5/stdlib" // driver "pgx": the hints' NOTIFY pool
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/rueidis"
 
 	"github.com/gantryhq/gantry/workspace/api"
 	"github.com/gantryhq/gantry/workspace/auth"
+	"github.com/gantryhq/gantry/workspace/handoff"
 	"github.com/gantryhq/gantry/workspace/hints"
 	"github.com/gantryhq/gantry/workspace/provider"
 	"github.com/gantryhq/gantry/workspace/provider/archive"
@@ -29,10 +32,12 @@ import (
 	"github.com/gantryhq/gantry/workspace/urgency"
 )
 
-// The store is every component's store.
+// The store is every component's store; the gate is the store's.
 var (
 	_ api.APIStore              = (*store.Store)(nil)
-	_ urgency.Gate              = (*store.Store)(nil)
+	_ api.AccountStore          = (*store.Accounts)(nil)
+	_ AdminStore                = (*store.Accounts)(nil)
+	_ store.Gate                = (*urgency.Gate)(nil)
 	_ reconcile.ReconcilerStore = (*store.Store)(nil)
 	_ singletons.MonitorStore   = (*store.Store)(nil)
 	_ singletons.TTLStore       = (*store.Store)(nil)
@@ -127,6 +132,32 @@ func DefaultProviders(data string) (provider.Container, provider.Storage) {
 
 // NewServer opens the store and wires the parts.
 func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
+	cfg, err := cfg.checked()
+	if err != nil {
+		return nil, err
+	}
+	// One gate: a user's change in flight through the API, and the
+	// reconcile steps that follow it, hold the store's bulk batches and
+	// the reconciler's bulk steps back (package urgency).
+	gate := urgency.NewGate(0)
+	st, err := store.OpenWith(ctx, cfg.DB, store.Options{Gate: gate})
+	if err != nil {
+		return nil, &ConfigError{Field: "DB", Err: err}
+	}
+	s := &Server{cfg: cfg, Store: st}
+	if err := s.wire(ctx, gate); err != nil {
+		for _, c := range s.closers {
+			c()
+		}
+		st.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// checked is cfg with its defaults, refused if a field is wrong; it makes
+// the data directory.
+func (cfg ServerConfig) checked() (ServerConfig, error) {
 	if cfg.Data == "" {
 		cfg.Data = "gantry-ws-data"
 	}
@@ -143,58 +174,56 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 		cfg.Data = abs
 	}
 	if err := checkTransport(cfg); err != nil {
-		return nil, err
+		return cfg, err
 	}
 	if cfg.Container == nil {
-		return nil, &ConfigError{Field: "Container", Err: errors.New("required (see DefaultProviders)")}
+		return cfg, &ConfigError{Field: "Container", Err: errors.New("required (see DefaultProviders)")}
 	}
 	if cfg.Storage == nil {
-		return nil, &ConfigError{Field: "Storage", Err: errors.New("required (see DefaultProviders)")}
+		return cfg, &ConfigError{Field: "Storage", Err: errors.New("required (see DefaultProviders)")}
 	}
 	if err := mkdirAll(cfg.Data); err != nil {
-		return nil, &ConfigError{Field: "Data", Err: fmt.Errorf("%s: %w", cfg.Data, err)}
+		return cfg, &ConfigError{Field: "Data", Err: fmt.Errorf("%s: %w", cfg.Data, err)}
 	}
-	st, err := store.Open(ctx, cfg.DB)
-	if err != nil {
-		return nil, &ConfigError{Field: "DB", Err: err}
+	return cfg, nil
+}
+
+// wire makes the first admin token, the hint bus, the reconciler, the
+// singletons, the API and the page over s.Store.
+func (s *Server) wire(ctx context.Context, gate *urgency.Gate) error {
+	cfg, st := s.cfg, s.Store
+	if err := ensureAdminToken(ctx, st.Accounts(), cfg.Data, cfg.Logger, time.Now()); err != nil {
+		return err
 	}
-	if err := ensureAdminToken(ctx, st, cfg.Data, cfg.Logger, time.Now()); err != nil {
-		st.Close()
-		return nil, err
-	}
-	s := &Server{cfg: cfg, Store: st}
 	if err := s.startHints(cfg); err != nil {
-		st.Close()
-		return nil, err
+		return err
 	}
 	s.hintExits(cfg.Container)
 	metrics := reconcile.NewMetrics(cfg.Registry)
-	cfg.Reconciler.Logger = cfg.Logger
-	cfg.Reconciler.Metrics = metrics
-	cfg.Monitor.Logger = cfg.Logger
-	cfg.Monitor.Metrics = metrics
+	cfg.Reconciler.Logger, cfg.Reconciler.Metrics, cfg.Reconciler.Gate = cfg.Logger, metrics, gate
+	cfg.Monitor.Logger, cfg.Monitor.Metrics = cfg.Logger, metrics
+	// One mailbox: the reconciler and the monitor leave each other the
+	// rows their hints announce (package handoff).
+	box := handoff.New()
+	cfg.Reconciler.Handoff, cfg.Monitor.Handoff = box, box
 	cfg.TTL.Logger, cfg.TTL.Hints = cfg.Logger, s.hints
-	s.Rec, err = reconcile.NewReconciler(cfg.Reconciler, st, cfg.Container, cfg.Storage, s.hints)
-	if err != nil {
-		st.Close()
-		return nil, err
+	var err error
+	if s.Rec, err = reconcile.NewReconciler(cfg.Reconciler, st, cfg.Container, cfg.Storage, s.hints); err != nil {
+		return err
 	}
 	s.Mon = singletons.NewHealthMonitor(cfg.Monitor, st, cfg.Container, cfg.Storage, s.hints)
 	if s.TTL, err = singletons.NewTTLManager(cfg.TTL, st); err != nil {
-		st.Close()
-		return nil, err
+		return err
 	}
-	s.API = api.NewAPI(apiConfig(cfg, st, s.hints))
-	retention := &singletons.Retention{Store: st, Audit: cfg.AuditRetention, Logger: cfg.Logger}
+	s.API = api.NewAPI(apiConfig(cfg, st, gate, s.hints))
+	retention := &singletons.Retention{Store: st.Accounts(), Audit: cfg.AuditRetention, Logger: cfg.Logger}
 	loops := singletons.SingletonsConfig{Store: st, Monitor: s.Mon, TTL: s.TTL, Retention: retention, Lease: cfg.LeaderLease,
-		NodeID: s.Rec.Config().Owner, Metrics: metrics, Logger: cfg.Logger}
-	loops.ArchiveGC = archiveGC(cfg, st)
+		NodeID: s.Rec.Config().Owner, Metrics: metrics, Logger: cfg.Logger, ArchiveGC: archiveGC(cfg, st)}
 	s.runs = append(s.runs, s.Rec.Run, func(ctx context.Context) error { return singletons.RunSingletons(ctx, loops) })
 	if cfg.Page != nil {
 		page, run, err := cfg.Page(st, s.hints)
 		if err != nil {
-			st.Close()
-			return nil, &ConfigError{Field: "Page", Err: err}
+			return &ConfigError{Field: "Page", Err: err}
 		}
 		s.API.Handle("/", page)
 		if run != nil {
@@ -202,7 +231,7 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 		}
 	}
 	s.cfg = cfg
-	return s, nil
+	return nil
 }
 
 // archiveGC is the server's archive GC, if its storage keeps archives.
@@ -292,7 +321,17 @@ func (s *Server) startHints(cfg ServerConfig) error {
 		s.hints = rh
 		s.runs = append(s.runs, rh.Run)
 	case s.Store.Dialect() == store.Postgres:
-		ph := &hints.Postgres{DB: s.Store.DB(), DSN: s.Store.DSN(), Logger: cfg.Logger}
+		// NOTIFY goes out on a pool of its own: the store's connections
+		// are the store's. Plain hints leave in batches from one
+		// goroutine; urgent ones each at once.
+		db, err := sql.Open("pgx", s.Store.DSN())
+		if err != nil {
+			return &ConfigError{Field: "DB", Err: err}
+		}
+		db.SetMaxOpenConns(8)
+		db.SetMaxIdleConns(8)
+		s.closers = append(s.closers, func() { db.Close() })
+		ph := &hints.Postgres{DB: db, DSN: s.Store.DSN(), Logger: cfg.Logger}
 		s.hints = ph
 		s.runs = append(s.runs, ph.Run)
 	default:
@@ -303,8 +342,8 @@ func (s *Server) startHints(cfg ServerConfig) error {
 
 // apiConfig is the API's configuration under cfg. The session cookie is
 // Secure under TLS, and with InsecureListen (a TLS proxy is in front).
-func apiConfig(cfg ServerConfig, st *store.Store, h hints.Bus) api.APIConfig {
-	return api.APIConfig{Store: st, Storage: cfg.Storage, Container: cfg.Container, Hints: h, Gate: st, Quotas: cfg.Quotas,
+func apiConfig(cfg ServerConfig, st *store.Store, gate *urgency.Gate, h hints.Bus) api.APIConfig {
+	return api.APIConfig{Store: st, Accounts: st.Accounts(), Storage: cfg.Storage, Container: cfg.Container, Hints: h, Gate: gate, Quotas: cfg.Quotas,
 		SecureCookies: cfg.TLSCert != "" || cfg.InsecureListen, Logger: cfg.Logger}
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/gantryhq/gantry/internal/clock"
 	"github.com/gantryhq/gantry/internal/par"
 	"github.com/gantryhq/gantry/workspace"
+	"github.com/gantryhq/gantry/workspace/handoff"
 	"github.com/gantryhq/gantry/workspace/hints"
 	"github.com/gantryhq/gantry/workspace/provider"
 	"github.com/gantryhq/gantry/workspace/store"
@@ -32,6 +33,10 @@ type MonitorConfig struct {
 	// Metrics counts the operations an observation ends (workspace.ObservationEnds);
 	// nil = none.
 	Metrics Metrics
+	// Handoff is the mailbox this process's reconciler shares (package
+	// handoff): the monitor takes the row a reconciler's hint announces
+	// instead of reading it, and leaves the row it wrote; nil = none.
+	Handoff *handoff.Mailbox
 }
 
 // MonitorStore is what the HealthMonitor reads and writes: it is the only
@@ -46,15 +51,6 @@ type MonitorStore interface {
 }
 
 var _ MonitorStore = (*store.Store)(nil)
-
-// rowHandoff is the optional part of a store through which the reconciler
-// and the monitor of one process leave each other the row a hint is about
-// to announce, so that its receiver need not read it (store/handoff.go).
-type rowHandoff interface {
-	Hand(box store.Box, w workspace.Workspace)
-	Take(box store.Box, id string) (workspace.Workspace, bool)
-	Drop(box store.Box, id string)
-}
 
 // HealthMonitor is the only writer of observed_status. It maps what the
 // providers report to a status:
@@ -74,7 +70,7 @@ type rowHandoff interface {
 type HealthMonitor struct {
 	cfg       MonitorConfig
 	store     MonitorStore
-	handed    rowHandoff // nil: the store hands no rows (store/handoff.go)
+	handed    *handoff.Mailbox // cfg.Handoff; nil: no rows handed
 	container provider.Container
 	storage   provider.Storage
 	hints     hints.Bus
@@ -100,8 +96,7 @@ func NewHealthMonitor(cfg MonitorConfig, st MonitorStore, c provider.Container, 
 	if h == nil {
 		h = hints.Drop{}
 	}
-	hr, _ := st.(rowHandoff)
-	return &HealthMonitor{cfg: cfg, store: st, handed: hr, container: c, storage: s, hints: urgency.Hints{Bus: h}}
+	return &HealthMonitor{cfg: cfg, store: st, handed: cfg.Handoff, container: c, storage: s, hints: urgency.Hints{Bus: h}}
 }
 
 // Observe computes w's status from the providers.
@@ -129,7 +124,7 @@ func (m *HealthMonitor) Observe(ctx context.Context, w workspace.Workspace) (wor
 }
 
 // observeOne observes and writes one workspace. hinted marks w possibly
-// stale (a row the reconciler handed, store/handoff.go): then observeOne
+// stale (a row the reconciler handed, package handoff): then observeOne
 // writes only a changed status, whose compare-and-set checks the row's
 // operation, and otherwise reports false without writing, for the caller
 // to observe the row read instead.
@@ -222,7 +217,7 @@ func (m *HealthMonitor) writeObserved(ctx context.Context, w workspace.Workspace
 // reconciler, which steps on it next, and hinted on hints.ChanWorkspace.
 func (m *HealthMonitor) wrote(ctx context.Context, w workspace.Workspace) {
 	if m.handed != nil {
-		m.handed.Hand(store.ToReconciler, w)
+		m.handed.Hand(handoff.ToReconciler, w)
 	}
 	m.hints.Publish(ctx, hints.ChanWorkspace, w.ID)
 }
@@ -369,14 +364,14 @@ func (m *HealthMonitor) forgetHinted(t time.Time) {
 }
 
 // observeID observes id: from the row the reconciler handed with its hint
-// (store/handoff.go), unless urgent or that is not enough, else from the
+// (package handoff), unless urgent or that is not enough, else from the
 // row read.
 func (m *HealthMonitor) observeID(ctx context.Context, id string) {
 	m.hintedAt.Store(id, m.cfg.Clock.Now())
 	if m.handed != nil {
 		if urgency.Is(ctx) {
-			m.handed.Drop(store.ToMonitor, id)
-		} else if w, ok := m.handed.Take(store.ToMonitor, id); ok && m.observeOne(ctx, w, true) {
+			m.handed.Drop(handoff.ToMonitor, id)
+		} else if w, ok := m.handed.Take(handoff.ToMonitor, id); ok && m.observeOne(ctx, w, true) {
 			return
 		}
 	}

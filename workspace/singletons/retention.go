@@ -14,8 +14,9 @@ const DefaultAuditRetention = 90 * 24 * time.Hour
 // Retention removes audit rows older than Audit and expired page sessions,
 // once per Interval; it runs on the leader (RunSingletons).
 type Retention struct {
+	// Store is the accounts' store (store.Accounts).
 	Store interface {
-		PruneAccounts(ctx context.Context, before, now time.Time) (int64, error)
+		Prune(ctx context.Context, before, now time.Time) (int64, error)
 	}
 	Audit    time.Duration // zero = DefaultAuditRetention; negative = keep audit rows forever
 	Interval time.Duration // zero = 1h
@@ -50,7 +51,7 @@ func (r *Retention) Prune(ctx context.Context, now time.Time) {
 	if keep > 0 {
 		before = now.Add(-keep)
 	}
-	n, err := r.Store.PruneAccounts(ctx, before, now)
+	n, err := r.Store.Prune(ctx, before, now)
 	log := r.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

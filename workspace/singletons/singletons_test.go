@@ -79,6 +79,7 @@ func TestSingletonsOnSQLiteNeedNoElection(t *testing.T) {
 func TestDeposedLeaderTTLWriteRefused(t *testing.T) {
 	dsn := storetest.PostgresDSN(t)
 	st := wstest.OpenStore(t, dsn)
+	db := storetest.DB(t, dsn) // the test's own connections, to terminate the leader's
 	lockID, err := st.LeaderLockID(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -126,12 +127,12 @@ func TestDeposedLeaderTTLWriteRefused(t *testing.T) {
 				}); err != nil {
 					t.Fatal(err)
 				}
-				if _, err := st.DB().ExecContext(ctx, `SELECT pg_terminate_backend($1)`, pid); err != nil {
+				if _, err := db.ExecContext(ctx, `SELECT pg_terminate_backend($1)`, pid); err != nil {
 					t.Fatal(err)
 				}
 				wstest.WaitFor(t, 10*time.Second, "the terminated backend to exit", func() (bool, string) {
 					var n int
-					st.DB().QueryRowContext(ctx, `SELECT COUNT(*) FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&n)
+					db.QueryRowContext(ctx, `SELECT COUNT(*) FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&n)
 					return n == 0, fmt.Sprint(n)
 				})
 			case "lock released":

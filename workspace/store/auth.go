@@ -12,9 +12,17 @@ import (
 	"github.com/gantryhq/gantry/workspace/auth"
 )
 
-// The accounts tables (migration 0200): tokens, sessions, owners, audit.
-// Store implements auth.Store for the authenticator.
-var _ auth.Store = (*Store)(nil)
+// Accounts is the accounts tables (migration 0200): API tokens, page
+// sessions and the audit log. It shares its Store's connections and
+// batcher (Store.Accounts); the owners table is the workspaces' quota lock
+// (withOwnerLock, below).
+type Accounts struct{ s *Store }
+
+// Accounts keeps the authenticator's tokens and sessions.
+var _ auth.Store = (*Accounts)(nil)
+
+// Accounts is s's tokens, page sessions and audit log.
+func (s *Store) Accounts() *Accounts { return &Accounts{s: s} }
 
 // withOwnerLock runs fn in a transaction that holds owner's lock: on
 // Postgres the owners row, locked FOR UPDATE, so replicas admitting the same
@@ -89,18 +97,18 @@ func nullMS(t time.Time) any {
 }
 
 // CreateToken stores t (its hash, never a secret).
-func (s *Store) CreateToken(ctx context.Context, t auth.Token) error {
+func (a *Accounts) CreateToken(ctx context.Context, t auth.Token) error {
 	if err := auth.ValidOwner(t.Owner); err != nil {
 		return fmt.Errorf("%w: %v", workspace.ErrBadInput, err)
 	}
-	_, err := s.exec(ctx, `INSERT INTO tokens (`+tokenCols+`) VALUES (?, ?, ?, ?, ?, NULL, ?, NULL)`,
+	_, err := a.s.exec(ctx, `INSERT INTO tokens (`+tokenCols+`) VALUES (?, ?, ?, ?, ?, NULL, ?, NULL)`,
 		t.ID, t.Owner, boolInt(t.Admin), t.Hash, t.CreatedAt.UnixMilli(), nullMS(t.ExpiresAt))
 	return err
 }
 
 // Token reads one token by its public id.
-func (s *Store) Token(ctx context.Context, id string) (auth.Token, bool, error) {
-	t, err := scanToken(s.db.QueryRowContext(ctx, s.rebind(`SELECT `+tokenCols+` FROM tokens WHERE id = ?`), id))
+func (a *Accounts) Token(ctx context.Context, id string) (auth.Token, bool, error) {
+	t, err := scanToken(a.s.db.QueryRowContext(ctx, a.s.rebind(`SELECT `+tokenCols+` FROM tokens WHERE id = ?`), id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return t, false, nil
 	}
@@ -108,8 +116,8 @@ func (s *Store) Token(ctx context.Context, id string) (auth.Token, bool, error) 
 }
 
 // Tokens lists every token, oldest first.
-func (s *Store) Tokens(ctx context.Context) ([]auth.Token, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+tokenCols+` FROM tokens ORDER BY created_at, id`)
+func (a *Accounts) Tokens(ctx context.Context) ([]auth.Token, error) {
+	rows, err := a.s.db.QueryContext(ctx, `SELECT `+tokenCols+` FROM tokens ORDER BY created_at, id`)
 	if err != nil {
 		return nil, err
 	}
@@ -126,44 +134,44 @@ func (s *Store) Tokens(ctx context.Context) ([]auth.Token, error) {
 }
 
 // TokenUsed records a token's last use.
-func (s *Store) TokenUsed(ctx context.Context, id string, at time.Time) error {
-	_, err := s.exec(ctx, `UPDATE tokens SET last_used_at = ? WHERE id = ?`, at.UnixMilli(), id)
+func (a *Accounts) TokenUsed(ctx context.Context, id string, at time.Time) error {
+	_, err := a.s.exec(ctx, `UPDATE tokens SET last_used_at = ? WHERE id = ?`, at.UnixMilli(), id)
 	return err
 }
 
 // RevokeToken revokes id and ends its page sessions; false if there is no
 // such token. Revoking twice keeps the first time.
-func (s *Store) RevokeToken(ctx context.Context, id string, now time.Time) (bool, error) {
-	if _, found, err := s.Token(ctx, id); err != nil || !found {
+func (a *Accounts) RevokeToken(ctx context.Context, id string, now time.Time) (bool, error) {
+	if _, found, err := a.Token(ctx, id); err != nil || !found {
 		return false, err
 	}
-	if _, err := s.exec(ctx, `UPDATE tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL`, now.UnixMilli(), id); err != nil {
+	if _, err := a.s.exec(ctx, `UPDATE tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL`, now.UnixMilli(), id); err != nil {
 		return false, err
 	}
-	_, err := s.exec(ctx, `DELETE FROM sessions WHERE token_id = ?`, id)
+	_, err := a.s.exec(ctx, `DELETE FROM sessions WHERE token_id = ?`, id)
 	return true, err
 }
 
 // HasUsableAdmin reports whether some admin token is neither revoked nor
 // expired at now.
-func (s *Store) HasUsableAdmin(ctx context.Context, now time.Time) (bool, error) {
+func (a *Accounts) HasUsableAdmin(ctx context.Context, now time.Time) (bool, error) {
 	var n int
-	err := s.db.QueryRowContext(ctx, s.rebind(`SELECT COUNT(*) FROM tokens WHERE admin = 1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?)`), now.UnixMilli()).Scan(&n)
+	err := a.s.db.QueryRowContext(ctx, a.s.rebind(`SELECT COUNT(*) FROM tokens WHERE admin = 1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?)`), now.UnixMilli()).Scan(&n)
 	return n > 0, err
 }
 
 // CreateSession stores a page session (its hash).
-func (s *Store) CreateSession(ctx context.Context, se auth.Session) error {
-	_, err := s.exec(ctx, `INSERT INTO sessions (id, token_id, hash, created_at, expires_at) VALUES (?, ?, ?, ?, ?)`,
+func (a *Accounts) CreateSession(ctx context.Context, se auth.Session) error {
+	_, err := a.s.exec(ctx, `INSERT INTO sessions (id, token_id, hash, created_at, expires_at) VALUES (?, ?, ?, ?, ?)`,
 		se.ID, se.TokenID, se.Hash, se.CreatedAt.UnixMilli(), se.ExpiresAt.UnixMilli())
 	return err
 }
 
 // Session reads one page session by its public id.
-func (s *Store) Session(ctx context.Context, id string) (auth.Session, bool, error) {
+func (a *Accounts) Session(ctx context.Context, id string) (auth.Session, bool, error) {
 	var se auth.Session
 	var created, expires int64
-	err := s.db.QueryRowContext(ctx, s.rebind(`SELECT id, token_id, hash, created_at, expires_at FROM sessions WHERE id = ?`), id).
+	err := a.s.db.QueryRowContext(ctx, a.s.rebind(`SELECT id, token_id, hash, created_at, expires_at FROM sessions WHERE id = ?`), id).
 		Scan(&se.ID, &se.TokenID, &se.Hash, &created, &expires)
 	if errors.Is(err, sql.ErrNoRows) {
 		return se, false, nil
@@ -173,14 +181,14 @@ func (s *Store) Session(ctx context.Context, id string) (auth.Session, bool, err
 }
 
 // DeleteSession ends a page session (logout).
-func (s *Store) DeleteSession(ctx context.Context, id string) error {
-	_, err := s.exec(ctx, `DELETE FROM sessions WHERE id = ?`, id)
+func (a *Accounts) DeleteSession(ctx context.Context, id string) error {
+	_, err := a.s.exec(ctx, `DELETE FROM sessions WHERE id = ?`, id)
 	return err
 }
 
 // RecordAudit appends one audit row.
-func (s *Store) RecordAudit(ctx context.Context, e auth.AuditEntry) error {
-	_, err := s.exec(ctx, `INSERT INTO audit (at, token_id, owner, action, workspace_id, status, remote, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+func (a *Accounts) RecordAudit(ctx context.Context, e auth.AuditEntry) error {
+	_, err := a.s.exec(ctx, `INSERT INTO audit (at, token_id, owner, action, workspace_id, status, remote, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
 		e.At.UnixMilli(), e.TokenID, e.Owner, e.Action, clip(e.Workspace, 128), e.Status, e.Remote, clip(e.Detail, 512))
 	return err
 }
@@ -194,7 +202,7 @@ func clip(s string, n int) string {
 
 // Audit reads audit rows matching f, oldest first (the newest f.Limit,
 // default 1000).
-func (s *Store) Audit(ctx context.Context, f auth.AuditFilter) ([]auth.AuditEntry, error) {
+func (a *Accounts) Audit(ctx context.Context, f auth.AuditFilter) ([]auth.AuditEntry, error) {
 	var where []string
 	var args []any
 	if f.Workspace != "" {
@@ -215,7 +223,7 @@ func (s *Store) Audit(ctx context.Context, f auth.AuditFilter) ([]auth.AuditEntr
 		q += ` WHERE ` + strings.Join(where, " AND ")
 	}
 	q += fmt.Sprintf(` ORDER BY id DESC LIMIT %d`, limit)
-	rows, err := s.db.QueryContext(ctx, s.rebind(q), args...)
+	rows, err := a.s.db.QueryContext(ctx, a.s.rebind(q), args...)
 	if err != nil {
 		return nil, err
 	}
@@ -236,13 +244,13 @@ func (s *Store) Audit(ctx context.Context, f auth.AuditFilter) ([]auth.AuditEntr
 	return out, rows.Err()
 }
 
-// PruneAccounts removes audit rows older than before and page sessions
+// Prune removes audit rows older than before and page sessions
 // expired at now; the leader calls it.
-func (s *Store) PruneAccounts(ctx context.Context, before, now time.Time) (int64, error) {
-	n, err := s.exec(ctx, `DELETE FROM audit WHERE at < ?`, before.UnixMilli())
+func (a *Accounts) Prune(ctx context.Context, before, now time.Time) (int64, error) {
+	n, err := a.s.exec(ctx, `DELETE FROM audit WHERE at < ?`, before.UnixMilli())
 	if err != nil {
 		return n, err
 	}
-	_, err = s.exec(ctx, `DELETE FROM sessions WHERE expires_at <= ?`, now.UnixMilli())
+	_, err = a.s.exec(ctx, `DELETE FROM sessions WHERE expires_at <= ?`, now.UnixMilli())
 	return n, err
 }

@@ -103,6 +103,7 @@ type readRes struct {
 // waiting at that moment, and no request is ever left in a buffer at Close.
 type batcher struct {
 	s      *Store
+	gate   Gate // nil: bulk batches never wait for urgent work (urgent.go)
 	writes chan *writeReq
 	reads  chan *readReq
 	// urgentWrites carries the SQLite writes made under an Urgent
@@ -145,8 +146,8 @@ type BatchStats struct {
 	WriteStmts, WriteBatches, ReadRows, ReadBatches int64
 }
 
-func newBatcher(s *Store) *batcher {
-	b := &batcher{s: s, writes: make(chan *writeReq), reads: make(chan *readReq),
+func newBatcher(s *Store, gate Gate) *batcher {
+	b := &batcher{s: s, gate: gate, writes: make(chan *writeReq), reads: make(chan *readReq),
 		urgentWrites: make(chan *writeReq), quit: make(chan struct{}),
 		prepared: map[string]*sql.Stmt{}, readStmts: map[int]*sql.Stmt{}}
 	// SQLite: one writer, as the file allows, and one reader (in-process
@@ -303,17 +304,20 @@ func (b *batcher) writeLoop(run func([]*writeReq)) {
 }
 
 // yieldToUrgent waits, before a bulk batch starts, while urgent work is in
-// flight (Store.BeginUrgent), at most maxYield; the urgent writes that
-// arrive meanwhile on urgent (nil: none come this way) run at once, alone.
-// It reports whether it waited.
+// flight (b.gate), at most its MaxYield; the urgent writes that arrive
+// meanwhile on urgent (nil: none come this way) run at once, alone. It
+// reports whether it waited.
 func (b *batcher) yieldToUrgent(urgent <-chan *writeReq, run func([]*writeReq)) bool {
-	idle := b.s.urgent.idleCh()
+	if b.gate == nil {
+		return false
+	}
+	idle := b.gate.Idle()
 	select {
 	case <-idle:
 		return false
 	default:
 	}
-	t := time.NewTimer(time.Duration(b.s.urgent.maxYield.Load()))
+	t := time.NewTimer(b.gate.MaxYield())
 	defer t.Stop()
 	for {
 		select {

@@ -75,7 +75,7 @@ func TestStoreBatchesKeepEachOutcome(t *testing.T) {
 					<-start
 					enter()
 					// Takes the next workspace's name: a unique violation.
-					_, err := st.Exec(ctx, `UPDATE workspaces SET name = ? WHERE id = ?`, fmt.Sprint("b", (i+1)%n), w.ID)
+					_, err := store.Exec(ctx, st, `UPDATE workspaces SET name = ? WHERE id = ?`, fmt.Sprint("b", (i+1)%n), w.ID)
 					mu.Lock()
 					defer mu.Unlock()
 					if err != nil {

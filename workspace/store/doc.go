@@ -8,11 +8,18 @@
 // a Postgres shared by replicas. Callers pass times in (their clock); times
 // are stored as Unix milliseconds.
 //
+// It is storage only: what the components of one process share besides
+// the database (the rows they hand each other, package handoff; the count
+// of a user's work in flight, urgency.Gate) lives apart and is given to
+// them by the server, and tests reach the database beside a Store through
+// connections of their own (storetest), never through it.
+//
 // Tour:
 //
 //	migrate.go  the numbered migrations/ of each dialect, each applied once
-//	store.go    Open (dialects), the row scan, Create, Get, List,
-//	            ListActionable(IDs), SetDesired, and the reconciler's writes: Claim,
+//	store.go    Open, OpenWith (Options) and the dialects, the row scan,
+//	            Create, Get, List, ListActionable(IDs), SetDesired, and the
+//	            reconciler's writes: Claim,
 //	            Acquire, Renew, Executed, SetArchiveKey, Failed, Terminal,
 //	            Complete, DeleteRow; SetObserved, SetObservedComplete (an
 //	            observation that ends the executed operation) and Recover
@@ -23,18 +30,20 @@
 //	            MarkDeleted, LeaderLockID
 //	batch.go    the batcher: on SQLite one BEGIN IMMEDIATE … COMMIT per batch
 //	            on the single writer, on Postgres one pipelined round trip;
-//	            reads by id as one SELECT … IN (…); statements under an
-//	            Urgent context (a user's request) go ahead of the batches
-//	urgent.go   the Urgent mark, and BeginUrgent: while a user's change is
-//	            in flight the bulk batches wait for it (bounded)
+//	            reads by id as one SELECT … IN (…); statements under a
+//	            marked context (urgency.Mark: a user's request) go ahead of
+//	            the batches
+//	urgent.go   Gate (Options.Gate: the server's urgency.Gate): while a
+//	            user's change is in flight the bulk batches wait for it
+//	            (bounded)
 //	pgmany.go   on Postgres, the statements of one shape in a batch as one
 //	            UPDATE … FROM unnest, each row keeping its compare-and-set
-//	auth.go     tokens, page sessions and the audit log
+//	auth.go     Accounts (Store.Accounts): tokens, page sessions and the
+//	            audit log, on the store's connections; the owners' lock the
+//	            quota checks hold
 //	supersede.go Abandon: the reconciler giving up a superseded operation
-//	handoff.go  rows the monitor and the reconciler of one process hand each
-//	            other with a hint (Hand, Take, Drop): a possibly stale row
-//	            that saves the receiver a read, never a read itself
 //
 // Subpackages: memstore is the in-memory fake with the same conditions,
-// storetest the test support (fresh databases, Force).
+// storetest the test support (fresh databases; Force, Exec and DB on
+// connections of their own).
 package store

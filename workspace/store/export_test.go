@@ -1,10 +1,6 @@
 package store
 
-import "time"
-
-// SetMaxYield sets how long s's bulk batches wait for urgent work in
-// flight (maxYield).
-func SetMaxYield(s *Store, d time.Duration) { s.urgent.maxYield.Store(int64(d)) }
+import "context"
 
 // SetBeforeBulk makes s's writer call f before each bulk statement on
 // SQLite and each bulk batch on Postgres.
@@ -12,3 +8,9 @@ func SetBeforeBulk(s *Store, f func()) { s.batch.beforeBulk.Store(&f) }
 
 // WriteLoops is how many write loops s's batcher runs.
 func WriteLoops(s *Store) int { return s.batch.loops }
+
+// Exec runs one write with ? placeholders through s's batcher, as the
+// named writes do.
+func Exec(ctx context.Context, s *Store, q string, args ...any) (int64, error) {
+	return s.exec(ctx, q, args...)
+}

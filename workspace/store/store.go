@@ -47,23 +47,36 @@ type Store struct {
 	// the single writer, on Postgres one pipelined round trip; reads by id
 	// as one SELECT … IN (…).
 	batch     *batcher
-	urgent    *urgentGate // urgent work in flight: bulk batches wait for it (urgent.go)
 	closeOnce sync.Once
-	// handed is the rows the monitor and the reconciler of this process
-	// leave each other (handoff.go).
-	handed handoff
+}
+
+// Options are what Open takes besides the DSN. The zero value is the
+// default.
+type Options struct {
+	// Gate, if set, holds the bulk batches back while urgent work is in
+	// flight (urgent.go); nil = they never wait.
+	Gate Gate
 }
 
 // Open opens dsn ("sqlite:PATH", "postgres://…" or "postgresql://…")
 // and applies the embedded migrations.
 func Open(ctx context.Context, dsn string) (*Store, error) {
-	return OpenAtVersion(ctx, dsn, math.MaxInt)
+	return open(ctx, dsn, math.MaxInt, Options{})
+}
+
+// OpenWith is Open with options.
+func OpenWith(ctx context.Context, dsn string, o Options) (*Store, error) {
+	return open(ctx, dsn, math.MaxInt, o)
 }
 
 // OpenAtVersion is Open with the migrations up to version only: upgrade
 // tests build a previous release's database with it (0100 is the schema
 // before owners and tokens).
 func OpenAtVersion(ctx context.Context, dsn string, version int) (*Store, error) {
+	return open(ctx, dsn, version, Options{})
+}
+
+func open(ctx context.Context, dsn string, version int, o Options) (*Store, error) {
 	var s *Store
 	switch {
 	case strings.HasPrefix(dsn, "sqlite:"):
@@ -95,8 +108,7 @@ func OpenAtVersion(ctx context.Context, dsn string, version int) (*Store, error)
 		s.db.Close()
 		return nil, err
 	}
-	s.urgent = newUrgentGate()
-	s.batch = newBatcher(s)
+	s.batch = newBatcher(s, o.Gate)
 	return s, nil
 }
 
@@ -514,7 +526,7 @@ func (s *Store) Terminal(ctx context.Context, id, opID string, info *workspace.E
 // made from: it writes only while the row still shows w's observed
 // status, desired state and archive key, so the row it leaves is exactly w
 // completed, and the reconciler plans its next step from that without a
-// read, even when w came from a hint (handoff.go).
+// read, even when w came from a hint (package handoff).
 func (s *Store) Complete(ctx context.Context, w workspace.Workspace, now time.Time) (bool, error) {
 	n, err := s.exec(ctx, endOp+`
 		WHERE id = ? AND op_id = ? AND operation <> 'NONE'`+planSeen,
@@ -698,18 +710,6 @@ func (s *Store) Acquire(ctx context.Context, id, opID string, errorCount int, ow
 // BatchStats reports the statements run so far and the round trips
 // (batches) they took; the convergence benchmark prints them.
 func (s *Store) BatchStats() BatchStats { return s.batch.stats() }
-
-// DB is the store's connection pool: Postgres hints send NOTIFY on it, and
-// tests inspect the server (pg_stat_activity). Statements on the workspace
-// tables belong in this package.
-func (s *Store) DB() *sql.DB { return s.db }
-
-// Exec runs one write with ? placeholders through the batcher. It exists
-// for storetest, which forces rows into states a test needs; production
-// code uses the named methods.
-func (s *Store) Exec(ctx context.Context, q string, args ...any) (int64, error) {
-	return s.exec(ctx, q, args...)
-}
 
 // CountConverged counts the rows with observed = desired and no operation
 // in flight; CountActionable those ListActionable returns. The convergence

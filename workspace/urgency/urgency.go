@@ -1,13 +1,15 @@
 // Package urgency carries "work a user asked for goes first" through the
 // workspace components: the mark on a context (Mark, Is), the hint bus
 // that publishes marked hints on the urgent channels first (Hints), the
-// slot pools with a reserved urgent share (Lanes), and the gate a store
-// offers so that its bulk waits while a user's work is in flight (Gate).
+// slot pools with a reserved urgent share (Lanes), and the count of a
+// user's work in flight that bulk work waits for, a bounded time (Gate).
 // It imports nothing of gantry but the hint channels' names.
 //
 // Tour:
 //
-//	urgency.go  Mark, Is, Hints, Gate, Lanes
+//	urgency.go  Mark, Is, Hints, Lanes
+//	gate.go     Gate (NewGate): BeginUrgent, InFlight, Idle, AwaitNone;
+//	            DefaultMaxYield
 //
 // A TTL pass archiving a night's idle workspaces, or a replica's resync
 // after a restart, can leave 100,000 workspaces to converge at once; a user
@@ -27,7 +29,8 @@
 //   - while a user's change is in flight (the API request, then the
 //     reconcile step its hint causes, until it has claimed) the store's bulk
 //     batches and the bulk steps about to start wait for it, a bounded time
-//     (the store's gate; reconcile: holdUrgent, runStep): the bulk saturates both CPUs,
+//     (Gate, which the server gives to the store, the API and the
+//     reconciler; reconcile: holdUrgent, runStep): the bulk saturates both CPUs,
 //     and a change that skipped every queue still waited for the CPU at
 //     each of its half-dozen statements.
 //
@@ -72,24 +75,6 @@ func (h Hints) Publish(ctx context.Context, channel, id string) error {
 		}
 	}
 	return h.Bus.Publish(ctx, channel, id)
-}
-
-// Gate is what a store offers so that its bulk batches wait while a
-// user's work is in flight (store.Store.BeginUrgent), as bulk steps about
-// to start do (AwaitNoUrgent). A nil Gate holds nothing.
-type Gate interface {
-	// BeginUrgent holds the bulk back until end is called.
-	BeginUrgent() (end func())
-	// AwaitNoUrgent returns once no urgent work is in flight (bounded).
-	AwaitNoUrgent()
-}
-
-// Begin is g.BeginUrgent, or a no-op for a nil g.
-func Begin(g Gate) (end func()) {
-	if g == nil {
-		return func() {}
-	}
-	return g.BeginUrgent()
 }
 
 // Lanes bound concurrent work (provider calls, observations) to n slots, of

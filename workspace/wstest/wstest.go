@@ -64,7 +64,7 @@ type APIEnv struct {
 // NewAPIEnv serves api.NewAPI(cfg) over st on httptest until t ends.
 func NewAPIEnv(t *testing.T, st *store.Store, cfg api.APIConfig) *APIEnv {
 	t.Helper()
-	cfg.Store = st
+	cfg.Store, cfg.Accounts = st, st.Accounts()
 	srv := httptest.NewServer(api.NewAPI(cfg))
 	t.Cleanup(srv.Close)
 	return &APIEnv{St: st, Srv: srv, Admin: storetest.Token(t, st, workspace.AdminOwner, true)}

@@ -500,7 +500,7 @@ func TestProxyThroughTheAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	storetest.Force(t, st, w.ID, map[string]any{"observed_status": "RUNNING"})
-	srv := httptest.NewServer(api.NewAPI(api.APIConfig{Store: st, Container: p}))
+	srv := httptest.NewServer(api.NewAPI(api.APIConfig{Store: st, Accounts: st.Accounts(), Container: p}))
 	defer srv.Close()
 	token := storetest.Token(t, st, "admin", true)
 	var body string
@@ -648,7 +648,7 @@ func TestNoImageIsRefused(t *testing.T) {
 	}
 
 	st := storetest.Open(t, storetest.SQLiteDSN(t))
-	srv := httptest.NewServer(api.NewAPI(api.APIConfig{Store: st, Container: p}))
+	srv := httptest.NewServer(api.NewAPI(api.APIConfig{Store: st, Accounts: st.Accounts(), Container: p}))
 	defer srv.Close()
 	c := &wsclient.Client{Base: srv.URL, Token: storetest.Token(t, st, "admin", true)}
 	var ae *wsclient.APIError

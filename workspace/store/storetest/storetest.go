@@ -3,7 +3,9 @@
 // the list of real backends every store test runs on, and Force, which
 // puts a row into a state a test needs without going through the
 // reconciler (a simulated observation, an old timestamp, foreign error
-// info).
+// info). What a test does to the database beside the store under test
+// (Force, Exec, DB) goes through connections of its own to the store's
+// DSN, never through the store.
 package storetest
 
 import (
@@ -73,7 +75,13 @@ func PostgresDSN(tb testing.TB) string {
 // Open opens dsn and closes it at cleanup.
 func Open(tb testing.TB, dsn string) *store.Store {
 	tb.Helper()
-	st, err := store.Open(tb.Context(), dsn)
+	return OpenWith(tb, dsn, store.Options{})
+}
+
+// OpenWith is Open with options (a Gate).
+func OpenWith(tb testing.TB, dsn string, o store.Options) *store.Store {
+	tb.Helper()
+	st, err := store.OpenWith(tb.Context(), dsn, o)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -81,8 +89,66 @@ func Open(tb testing.TB, dsn string) *store.Store {
 	return st
 }
 
-// Force sets columns of workspace id's row: times as time.Time, states as
-// strings or workspace values, error_info as *workspace.ErrorInfo.
+// DB is a connection pool of the test's own on dsn (SQLite, as the store
+// opens it, or Postgres), closed at cleanup: Postgres hints send NOTIFY on
+// it, and tests inspect the server with it (pg_stat_activity).
+func DB(tb testing.TB, dsn string) *sql.DB {
+	tb.Helper()
+	db, err := openDB(dsn)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { db.Close() })
+	return db
+}
+
+func openDB(dsn string) (*sql.DB, error) {
+	if path, ok := strings.CutPrefix(dsn, "sqlite:"); ok {
+		// WAL (the store set it: it lasts in the file) lets this pool read
+		// beside the store's; busy_timeout makes its writes wait for the
+		// store's writer, as a second replica's would.
+		return sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(20000)")
+	}
+	return sql.Open("pgx", dsn)
+}
+
+// Exec runs one statement with ? placeholders (as the store writes them)
+// on dsn, on a connection of its own, and returns the rows it affected.
+func Exec(tb testing.TB, dsn, q string, args ...any) (int64, error) {
+	tb.Helper()
+	if !strings.HasPrefix(dsn, "sqlite:") {
+		q = dollars(q)
+	}
+	db, err := openDB(dsn)
+	if err != nil {
+		return 0, err
+	}
+	defer db.Close()
+	res, err := db.ExecContext(tb.Context(), q, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// dollars spells q's ? placeholders $1, $2, … for Postgres.
+func dollars(q string) string {
+	var b strings.Builder
+	n := 0
+	for _, c := range q {
+		if c == '?' {
+			n++
+			fmt.Fprintf(&b, "$%d", n)
+			continue
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+// Force sets columns of workspace id's row in st's database: times as
+// time.Time, states as strings or workspace values, error_info as
+// *workspace.ErrorInfo.
 func Force(tb testing.TB, st *store.Store, id string, cols map[string]any) {
 	tb.Helper()
 	names := make([]string, 0, len(cols))
@@ -96,7 +162,7 @@ func Force(tb testing.TB, st *store.Store, id string, cols map[string]any) {
 		set = append(set, k+" = ?")
 		args = append(args, column(cols[k]))
 	}
-	n, err := st.Exec(tb.Context(), "UPDATE workspaces SET "+strings.Join(set, ", ")+" WHERE id = ?", append(args, id)...)
+	n, err := Exec(tb, st.DSN(), "UPDATE workspaces SET "+strings.Join(set, ", ")+" WHERE id = ?", append(args, id)...)
 	if err != nil || n != 1 {
 		tb.Fatalf("force %s %v: %d rows, %v", id, cols, n, err)
 	}
@@ -124,7 +190,7 @@ func Token(tb testing.TB, st *store.Store, owner string, admin bool) string {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if err := st.CreateToken(tb.Context(), t); err != nil {
+	if err := st.Accounts().CreateToken(tb.Context(), t); err != nil {
 		tb.Fatal(err)
 	}
 	return secret
