@@ -24,7 +24,7 @@
 // then wins within its next poll: worst case about 1.5 × Lease.
 //
 // On SQLite there is one process and no election: callers run the loops
-// directly (see workspace.RunSingletons).
+// directly (see singletons.RunSingletons).
 //
 // Tour:
 //
