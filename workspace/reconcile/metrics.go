@@ -152,7 +152,7 @@ func terminalResult(info *workspace.ErrorInfo) string {
 }
 
 // OpCompleted counts op, claimed at started, as ended well at now (the
-// monitor's observation that ends it: workspace.ObservationEnds).
+// monitor's observation that ends it: workspace.Decision.ObservationEnds).
 func (m *Metrics) OpCompleted(op workspace.Operation, started *time.Time, now time.Time) {
 	m.opEnded(op, resultOK, started, now)
 }
