@@ -11,6 +11,8 @@ import (
 	"github.com/gantryhq/gantry/workspace/provider"
 )
 
+// Every method here runs on a step's goroutine (reconciler.go: step).
+
 // failed records the failed attempt d judged (ActFail, or after
 // ActCrashed): terminal (a permanent error, the deadline, retries
 // exhausted) or retried after the backoff.

@@ -8,6 +8,11 @@
 // Every write is a compare-and-set on the operation the step owns, so
 // replicas and the monitor never undo each other.
 //
+// Goroutines: Run's loop, its tick (one at a time) and the wake-ups' timer
+// poke workspaces; each workspace's steps run one at a time on the step
+// workers (a step's finish on a goroutine of its own); the lease renewal
+// runs beside each provider call. The methods say who may call them.
+//
 // Tour:
 //
 //	reconciler.go  Reconciler, ReconcilerStore, Run (tick + hints), a step:

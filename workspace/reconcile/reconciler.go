@@ -70,26 +70,30 @@ type Reconciler struct {
 	container provider.Container
 	storage   provider.Storage
 	hints     hints.Bus
-	steps     *stepQueue // steps waiting for one of the provider-call slots (urgent.go); set by Run
+	// steps: the steps waiting for one of the provider-call slots
+	// (urgent.go). Run sets it before it sets sch under mu, and it is read
+	// only once sch is set (send, under mu; the scheduler's handler).
+	steps *stepQueue
 
-	wake  *wakeups // pokeAt's one timer
-	opIDs opIDs
+	wake  *wakeups // pokeAt's one timer; its own lock
+	opIDs opIDs    // its own lock
 
-	// mu protects procs, ids, held and sch.
+	// mu protects procs, ids, held, sch and draining.
 	// Invariant: ids is the inverse of procs (OnExit finds the id at once).
 	mu    sync.Mutex
 	procs map[string]sched.PID
 	ids   map[sched.PID]string
 	held  map[string]*heldUrgent // users' changes holding the bulk back (holdUrgent)
-	sch   *sched.Scheduler
+	sch   *sched.Scheduler       // set while Run runs its scheduler, else nil
+	// draining is set before Run waits for calls: a step dispatched after
+	// it is not started, so calls.Add never races calls.Wait (a WaitGroup
+	// rule the race detector enforces).
+	draining bool
+
 	// urgentHold is the const (tests change it before Run); holdSeq
-	// numbers the holds (holdUrgent).
+	// numbers the holds (holdUrgent), atomically.
 	urgentHold time.Duration
 	holdSeq    atomic.Uint64
-	// draining (under mu) is set before Run waits for calls: a step
-	// dispatched after it is not started, so calls.Add never races
-	// calls.Wait (a WaitGroup rule the race detector enforces).
-	draining bool
 
 	calls sync.WaitGroup // provider calls in flight
 
@@ -118,7 +122,7 @@ func NewReconciler(cfg Config, st ReconcilerStore, c provider.Container, s provi
 		procs: map[string]sched.PID{}, ids: map[sched.PID]string{}, held: map[string]*heldUrgent{}, urgentHold: urgentHold, wake: newWakeups(cfg.Clock)}, nil
 }
 
-// Config returns the effective configuration.
+// Config returns the effective configuration. Any goroutine.
 func (r *Reconciler) Config() Config { return r.cfg }
 
 // Tick hands every actionable workspace to its process: a tickHint to each
@@ -126,6 +130,7 @@ func (r *Reconciler) Config() Config { return r.cfg }
 // the row, read in one more query, to a new process for each other one (at
 // start, all of them). Reading every row instead cost 1.2 CPU-seconds per
 // tick while 100,000 workspaces converged, nearly all of them in hand.
+// Any goroutine (Run's ticks run one at a time).
 func (r *Reconciler) Tick(ctx context.Context) error {
 	defer r.cfg.Metrics.observeTick(time.Now())
 	if r.alt != nil {
@@ -174,7 +179,7 @@ func (r *Reconciler) tickRows(ctx context.Context, only map[string]bool) error {
 
 // Run ticks every Interval and on hints.ChanWorkspace hints until ctx ends (and
 // on hints.ChanWorkspaceUrgent ones, served apart: urgent.go), then stops the
-// processes and waits for provider calls in flight.
+// processes and waits for provider calls in flight. One Run at a time.
 func (r *Reconciler) Run(ctx context.Context) error {
 	wakeCtx, stopWake := context.WithCancel(ctx)
 	var wakeDone sync.WaitGroup
@@ -256,7 +261,9 @@ loop:
 }
 
 // step is one reconcile of one workspace (seed: reconcile(ws)) on w, or
-// on the row read if w is nil.
+// on the row read if w is nil. Any goroutine, one step of a workspace at a
+// time (its process yields one at a time); so are stepHinted and the
+// step's methods below.
 func (r *Reconciler) step(ctx context.Context, id string, w *workspace.Workspace) stepResult {
 	return r.stepHinted(ctx, id, w, false).finished()
 }
@@ -312,7 +319,7 @@ func (r *Reconciler) readAndStep(ctx context.Context, id string) stepResult {
 }
 
 // stepOn is the reconcile of w: judge it (workspace.Decide), then apply
-// the decision.
+// the decision. The step's goroutine only, as the step's methods below.
 func (r *Reconciler) stepOn(ctx context.Context, w *workspace.Workspace) stepResult {
 	now := r.cfg.Clock.Now()
 	obs := r.observation(w)
@@ -440,7 +447,7 @@ func (r *Reconciler) acquire(ctx context.Context, w *workspace.Workspace, d work
 
 // opIDs makes operation ids: UUIDv7 (time-ordered) whose random bits
 // come from crypto/rand read 4 KiB at a time, not one system call per id
-// (a fifth of a core converging 100,000 workspaces).
+// (a fifth of a core converging 100,000 workspaces). next: any goroutine.
 type opIDs struct {
 	mu  sync.Mutex
 	rnd *bufio.Reader // nil until first use
@@ -559,7 +566,7 @@ func (r *Reconciler) deleteRow(ctx context.Context, w *workspace.Workspace, now 
 // monitor, which observes it next, and wakes the workspace at its
 // deadline (d, ActExecuted). It is the step's finish, on a goroutine of
 // its own: the process's next step waits for it, so it never sees the row
-// as not executed.
+// as not executed. That goroutine only.
 func (r *Reconciler) executed(ctx context.Context, w *workspace.Workspace, d workspace.Decision, now time.Time) {
 	if err := r.store.Executed(ctx, w.ID, w.OpID, now); err != nil {
 		r.cfg.Logger.Warn("workspace: record executed", "id", w.ID, "err", err)
@@ -572,14 +579,16 @@ func (r *Reconciler) executed(ctx context.Context, w *workspace.Workspace, d wor
 }
 
 // hand leaves w in box for the hint about to be published (store/handoff.go).
+// Any goroutine (a step's, its finish's).
 func (r *Reconciler) hand(box store.Box, w workspace.Workspace) {
 	if r.handed != nil {
 		r.handed.Hand(box, w)
 	}
 }
 
-// renewLease renews this replica's lease on w's operation every Lease/3
-// until the returned stop is called.
+// renewLease renews this replica's lease on w's operation every Lease/3,
+// on a goroutine of its own, until the returned stop is called. The step's
+// goroutine only.
 func (r *Reconciler) renewLease(ctx context.Context, w *workspace.Workspace) (stop func()) {
 	done := make(chan struct{})
 	go func() {
