@@ -1,39 +1,16 @@
 package workspace
 
-import (
-	"time"
+import "time"
 
-	"github.com/gantryhq/gantry/workspace/provider"
-)
-
-// When an operation is over: the pure rules the reconciler's step and the
-// monitor's observation share.
+// When an operation is over: the rules Decide judges completion by, and
+// the row a completion leaves (the reconciler's step and the monitor's
+// observation both write one).
 
 // Completed is w as Store.Complete leaves it.
 func Completed(w Workspace) *Workspace {
 	w.Operation, w.OpOwner, w.OpLeaseUntil, w.OpExecuted = OpNone, "", nil, false
 	w.ErrorCount, w.ErrorInfo, w.NextRetryAt = 0, nil, nil
 	return &w
-}
-
-// AtTarget reports whether status st is w's operation's target (an
-// archive: PENDING with the archive its operation wrote).
-func AtTarget(w *Workspace, st Status) bool {
-	if w.Operation == OpArchiving {
-		return st == Pending && w.ArchiveKey == provider.ArchiveKey(w.ID, w.OpID)
-	}
-	return st == w.Operation.Target()
-}
-
-// ObservationEnds reports whether observing st ends w's operation in the
-// observation's own write (HealthMonitor, Store.SetObservedComplete):
-// the provider call was executed, st is its target, and nothing asks for
-// the reconciler's judgement: no error info (a crash loop's restart, a
-// failed observation, a terminal error) and not DELETING, which ends by
-// removing the row. It is the completion the reconciler's next step would
-// write, one write and one step sooner.
-func ObservationEnds(w *Workspace, st Status) bool {
-	return w.OpExecuted && w.ErrorInfo == nil && w.Operation != OpNone && w.Operation != OpDeleting && AtTarget(w, st)
 }
 
 // CrashLooping reports whether w is a start after its command ended (a

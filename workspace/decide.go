@@ -233,7 +233,11 @@ type Decision struct {
 	// ObservationEnds, on ActComplete and ActCompleteAndClaim: the
 	// observation that shows the target may end the operation in its own
 	// write (the monitor's SetObservedComplete): the call was executed and
-	// no error info asks for the reconciler's judgement.
+	// no error info asks for the reconciler's judgement (a crash loop's
+	// restart, a failed observation, a terminal error); never DELETING,
+	// which ends by removing the row. It is the completion the
+	// reconciler's next step would write, one write and one step sooner:
+	// the monitor asks Decide about the row as it observed it.
 	ObservationEnds bool
 }
 

@@ -45,8 +45,8 @@
 //	decide.go    Decide: a reconcile step's whole judgment (complete, time
 //	             out, retry, a command's end, supersede, take over, plan),
 //	             pure; Policy, Observation, Decision; cases in testdata/decide
-//	complete.go  when an operation is over: AtTarget, ObservationEnds,
-//	             Completed, CrashLooping, CrashGrace
+//	complete.go  when an operation is over: Completed, CrashLooping,
+//	             CrashGrace
 //	reasons.go   FailureReason: which error_info reason a failed provider
 //	             call gets
 //

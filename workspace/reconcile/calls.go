@@ -11,126 +11,92 @@ import (
 	"github.com/gantryhq/gantry/workspace/provider"
 )
 
-// recordFailure records a failed provider call: terminal (a permanent
-// error, the deadline, retries exhausted) or retried after the backoff.
-func (r *Reconciler) recordFailure(ctx context.Context, w *workspace.Workspace, err error, now, deadline time.Time) {
-	info, next := r.failureInfo(w, err, now, deadline)
-	r.cfg.Logger.Warn("workspace: execute failed", "id", w.ID, "op", w.Operation, "error_count", info.ErrorCount, "reason", info.Reason, "err", err)
-	if err := r.store.Failed(ctx, w.ID, w.OpID, info.ErrorCount, info, now, next); err != nil {
+// Every method here runs on a step's goroutine (reconciler.go: step).
+
+// failed records the failed attempt d judged (ActFail, or after
+// ActCrashed): terminal (a permanent error, the deadline, retries
+// exhausted) or retried after the backoff.
+func (r *Reconciler) failed(ctx context.Context, w *workspace.Workspace, d workspace.Decision, now time.Time) {
+	if err := r.store.Failed(ctx, w.ID, w.OpID, d.Info.ErrorCount, d.Info, now, d.RetryAt); err != nil {
 		r.cfg.Logger.Warn("workspace: record failure", "id", w.ID, "err", err)
 	}
-	r.afterFailure(ctx, w, info, now, next)
+	r.afterFailure(ctx, w, d, now)
 }
 
 // afterFailure counts a terminal failure and lets the monitor flip it to
-// ERROR, or wakes the workspace for its retry.
-func (r *Reconciler) afterFailure(ctx context.Context, w *workspace.Workspace, info *workspace.ErrorInfo, now time.Time, next *time.Time) {
-	if info.IsTerminal {
-		r.cfg.Metrics.opEnded(w.Operation, terminalResult(info), w.OpStartedAt, now)
-		r.hints.Publish(ctx, hints.ChanMonitor, w.ID)
-	} else {
-		r.pokeAt(w.ID, next.Sub(now))
+// ERROR, or wakes the workspace for its retry (d says which).
+func (r *Reconciler) afterFailure(ctx context.Context, w *workspace.Workspace, d workspace.Decision, now time.Time) {
+	if d.Info.IsTerminal {
+		r.cfg.Metrics.opEnded(w.Operation, terminalResult(d.Info), w.OpStartedAt, now)
 	}
+	r.announce(ctx, w.ID, d, now)
 }
 
-// failureInfo is the error info of a failed attempt and, unless terminal,
-// when to try again.
-func (r *Reconciler) failureInfo(w *workspace.Workspace, err error, now, deadline time.Time) (*workspace.ErrorInfo, *time.Time) {
-	count := w.ErrorCount + 1
-	var ee *provider.ExitError
-	isExit := errors.As(err, &ee)
-	if isExit && w.ErrorInfo != nil && w.ErrorInfo.Reason == workspace.ReasonExited && ee.Exit.At.Sub(w.ErrorInfo.ExitedAt) > r.cfg.CrashWindow {
-		count = 1 // it ran longer than the crash window since its last end: a new count
-	}
-	info := &workspace.ErrorInfo{Reason: workspace.FailureReason(err), Operation: w.Operation, ErrorCount: count, LastError: err.Error(), OccurredAt: now.UTC()}
-	if isExit {
-		info.ExitStatus, info.Output, info.ExitedAt = ee.Exit.Status, ee.Exit.Output, ee.Exit.At.UTC()
-	}
-	var next *time.Time
-	var pe *provider.PermanentError
-	switch {
-	case errors.As(err, &pe):
-		info.Reason, info.IsTerminal = pe.Reason, true
-	case errors.Is(err, context.DeadlineExceeded) && !now.Before(deadline):
-		info.Reason, info.IsTerminal = workspace.ReasonTimeout, true
-		info.Elapsed = now.Sub(opStarted(w)).Seconds()
-	case count > r.cfg.MaxRetries:
-		info.Reason, info.IsTerminal = workspace.ReasonRetryExceeded, true
-	default:
-		// Rounded up to the store's millisecond: stored rounded down, the
-		// retry could come up to 1 ms before the policy's delay had passed.
-		t := ceilMillis(now.Add(r.cfg.retryPolicy().Delay(count - 1)))
-		next = &t
-	}
-	return info, next
-}
-
-// uncountedExit is how the workspace's command ended, if it ended at or
-// after since (and was not stopped) and that end is not counted in its
-// error info yet. A start that follows such an end is a restart after a
-// crash, which counts as a failed attempt first.
-func (r *Reconciler) uncountedExit(ctx context.Context, w *workspace.Workspace, since time.Time) *provider.Exit {
-	er, ok := r.container.(provider.ExitReporter)
-	if !ok {
-		return nil
-	}
-	e, err := er.Exited(ctx, w.ID, since)
-	if err != nil || e == nil || w.ErrorInfo != nil && !e.At.After(w.ErrorInfo.ExitedAt) {
-		return nil // no end, or one already counted
-	}
-	return e
-}
-
-// exitPoll is how soon an executed start is checked again for a command
-// that ended (the monitor sees no change: the workspace was not running
-// before either), when the container can tell: a second after the start,
-// then after as long again as the start has waited so far, at most
-// maxExitPoll. A start normally completes at the monitor's next
-// observation, milliseconds later; while 100,000 starts wait for theirs,
-// a check every second each (each a read) slowed the monitor they wait
-// for, and a run on Postgres took 36 s instead of 22.
-func (r *Reconciler) exitPoll(w *workspace.Workspace, now time.Time) time.Duration {
-	if _, ok := r.container.(provider.ExitReporter); ok && w.Operation == workspace.OpStarting {
-		return min(max(time.Second, now.Sub(opStarted(w))), maxExitPoll)
-	}
-	return time.Duration(1<<63 - 1)
-}
-
-// maxExitPoll bounds exitPoll.
-const maxExitPoll = 30 * time.Second
-
-// exitedSinceStart records, if w's command ended after its start was
-// executed, a failed attempt (reason Exited, with its status and last
-// output) and reports true; the start runs again after the backoff.
-func (r *Reconciler) exitedSinceStart(ctx context.Context, w *workspace.Workspace, now time.Time) bool {
-	if w.ObservedStatus == workspace.Running {
-		return false
-	}
-	e := r.uncountedExit(ctx, w, opStarted(w))
-	if e == nil {
-		return false
-	}
-	info, next := r.failureInfo(w, &provider.ExitError{Exit: *e}, now, opStarted(w).Add(r.cfg.Timeouts[w.Operation]))
-	r.cfg.Logger.Warn("workspace: command ended while starting", "id", w.ID, "status", e.Status, "error_count", info.ErrorCount, "terminal", info.IsTerminal)
-	if err := r.store.Crashed(ctx, w.ID, w.OpID, info.ErrorCount, info, now, next); err != nil {
+// crashed records a failed attempt for w's executed start whose command
+// ended before it was observed running (ActCrashed: reason Exited, with
+// its status and last output), and reports whether it could; the start
+// runs again after the backoff.
+func (r *Reconciler) crashed(ctx context.Context, w *workspace.Workspace, d workspace.Decision, now time.Time) bool {
+	r.cfg.Logger.Warn("workspace: command ended while starting", "id", w.ID, "status", d.Info.ExitStatus, "error_count", d.Info.ErrorCount,
+		"terminal", d.Info.IsTerminal)
+	if err := r.store.Crashed(ctx, w.ID, w.OpID, d.Info.ErrorCount, d.Info, now, d.RetryAt); err != nil {
 		r.cfg.Logger.Warn("workspace: record exit", "id", w.ID, "err", err)
 		return false
 	}
 	r.hints.Publish(ctx, hints.ChanWorkspace, w.ID)
-	r.afterFailure(ctx, w, info, now, next)
+	r.afterFailure(ctx, w, d, now)
 	return true
 }
 
-// call is the provider side of each operation.
-func (r *Reconciler) call(ctx context.Context, w *workspace.Workspace) error {
+// exited is how id's command ended at or after since (and was not
+// stopped), if the container can tell (provider.ExitReporter); nil for
+// none, or if it cannot say. Decide judges whether that end is counted.
+func (r *Reconciler) exited(ctx context.Context, id string, since time.Time) *workspace.ExitReport {
+	er, ok := r.container.(provider.ExitReporter)
+	if !ok {
+		return nil
+	}
+	e, err := er.Exited(ctx, id, since)
+	if err != nil || e == nil {
+		return nil
+	}
+	return exitReport(e)
+}
+
+// exitReport is e as Decide takes it.
+func exitReport(e *provider.Exit) *workspace.ExitReport {
+	return &workspace.ExitReport{Status: e.Status, Code: e.Code, At: e.At, Output: e.Output, Message: (&provider.ExitError{Exit: *e}).Error()}
+}
+
+// callResult is a provider call's error as Decide takes it.
+func callResult(err error) workspace.CallResult {
+	if err == nil {
+		return workspace.CallResult{}
+	}
+	res := workspace.CallResult{Failed: true, Err: err.Error(), Reason: workspace.FailureReason(err), DeadlineExceeded: errors.Is(err, context.DeadlineExceeded)}
+	var pe *provider.PermanentError
+	if errors.As(err, &pe) {
+		res.Reason, res.Permanent = pe.Reason, true
+	}
+	var ee *provider.ExitError
+	if errors.As(err, &ee) {
+		res.Exit = exitReport(&ee.Exit)
+	}
+	return res
+}
+
+// call is the provider side of each operation. exit, for a start, is an
+// end of the command not counted yet (Decision.Exit): no Start, the call
+// fails with it (a failed attempt, then a restart).
+func (r *Reconciler) call(ctx context.Context, w *workspace.Workspace, exit *workspace.ExitReport) error {
 	switch w.Operation {
 	case workspace.OpProvisioning:
 		return r.storage.Provision(ctx, w.ID)
 	case workspace.OpRestoring:
 		return r.storage.Restore(ctx, w.ID, w.ArchiveKey)
 	case workspace.OpStarting:
-		if e := r.uncountedExit(ctx, w, time.Time{}); e != nil {
-			return &provider.ExitError{Exit: *e} // it was running and its command ended: a failed attempt, then a restart
+		if e := exit; e != nil {
+			return &provider.ExitError{Exit: provider.Exit{Status: e.Status, Code: e.Code, At: e.At, Output: e.Output}}
 		}
 		return r.container.Start(ctx, provider.Spec{ID: w.ID, Name: w.Name, Owner: w.Owner, Image: w.Image, Command: w.Command,
 			VolumeDir: r.storage.VolumePath(w.ID), Env: w.Env, Limits: provider.Limits{CPUs: w.CPUs, Memory: w.Memory, Pids: w.Pids}, HTTP: w.HTTP})
@@ -179,15 +145,4 @@ func (r *Reconciler) archive(ctx context.Context, w *workspace.Workspace) error 
 	}
 	w.ArchiveKey = key
 	return nil
-}
-
-// ceilMillis is t's wall clock rounded up to a whole millisecond, the
-// precision the store keeps times in: a time stored so is never before t.
-func ceilMillis(t time.Time) time.Time {
-	t = t.Round(0) // the wall clock alone, as the store will keep it
-	c := t.Truncate(time.Millisecond)
-	if c.Before(t) {
-		c = c.Add(time.Millisecond)
-	}
-	return c
 }

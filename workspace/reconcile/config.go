@@ -10,7 +10,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/gantryhq/gantry/internal/backoff"
 	"github.com/gantryhq/gantry/internal/clock"
 	"github.com/gantryhq/gantry/workspace"
 	"github.com/gantryhq/gantry/workspace/handoff"
@@ -32,7 +31,7 @@ type Config struct {
 	CrashWindow time.Duration
 	// Timeouts per operation (RECONCILER_{STARTING,STOPPING,ARCHIVING,
 	// RESTORING}_TIMEOUT); missing = 300 s for start/stop, 1800 s for
-	// archive/restore/provision/delete.
+	// archive/restore/provision/delete. A timeout given must be positive.
 	Timeouts map[workspace.Operation]time.Duration
 	// Lease is how long a claim survives its replica without renewal
 	// before another replica takes the operation over; 0 = 15 s.
@@ -108,7 +107,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 }
 
 func (c *Config) validate() error {
-	if c.Interval < 0 || c.RetryBackoff < 0 || c.Lease < 0 || c.Concurrency < 0 || c.Workers < 0 {
+	if c.Interval < 0 || c.RetryBackoff < 0 || c.RetryBackoffMax < 0 || c.CrashWindow < 0 || c.Lease < 0 || c.Concurrency < 0 || c.Workers < 0 {
 		return fmt.Errorf("%w: negative reconciler setting", workspace.ErrBadInput)
 	}
 	if c.MaxRetries < 0 {
@@ -125,6 +124,9 @@ func (c *Config) validate() error {
 		workspace.OpProvisioning: 1800 * time.Second, workspace.OpDeleting: 1800 * time.Second,
 	}
 	for op, d := range c.Timeouts {
+		if d <= 0 { // no operation could run: Policy's 0 would mean the default
+			return fmt.Errorf("%w: %s timeout %v, want a positive duration", workspace.ErrBadInput, op, d)
+		}
 		t[op] = d
 	}
 	c.Timeouts = t
@@ -149,9 +151,9 @@ func setDefault[T comparable](p *T, d T) {
 	}
 }
 
-// retryPolicy is the wait before each retry of a failed provider call:
-// RetryBackoff, doubling per retry, capped at RetryBackoffMax, without
-// jitter (one workspace's retries are its own; replicas never share one).
-func (c *Config) retryPolicy() backoff.Policy {
-	return backoff.Policy{Initial: c.RetryBackoff, Max: c.RetryBackoffMax, Multiplier: 2, Jitter: -1}
+// policy is the numbers a step judges by (workspace.Decide), from the
+// validated c.
+func (c *Config) policy() workspace.Policy {
+	return workspace.Policy{Owner: c.Owner, Interval: c.Interval, MaxRetries: c.MaxRetries, RetryBackoff: c.RetryBackoff,
+		RetryBackoffMax: c.RetryBackoffMax, CrashWindow: c.CrashWindow, Timeouts: c.Timeouts, Lease: c.Lease}
 }

@@ -13,8 +13,8 @@ import (
 // completion, a terminal error), not inferred from row changes, so an
 // operation that starts and ends between two reads of the table is still
 // counted, once, by the replica that ran it. A nil *Metrics records
-// nothing. The live package adds workspaces by status, hint lag and SSE
-// clients.
+// nothing. Its methods: any goroutine. The live package adds workspaces
+// by status, hint lag and SSE clients.
 //
 //	gantry_ws_operations_started_total{type}          claims won
 //	gantry_ws_operations_total{type,result}           operations ended: ok | error | timeout | superseded
@@ -152,7 +152,7 @@ func terminalResult(info *workspace.ErrorInfo) string {
 }
 
 // OpCompleted counts op, claimed at started, as ended well at now (the
-// monitor's observation that ends it: workspace.ObservationEnds).
+// monitor's observation that ends it: workspace.Decision.ObservationEnds).
 func (m *Metrics) OpCompleted(op workspace.Operation, started *time.Time, now time.Time) {
 	m.opEnded(op, resultOK, started, now)
 }

@@ -85,10 +85,11 @@ func TestConfigFromEnv(t *testing.T) {
 		t.Fatalf("RECONCILER_MAX_RETRIES=0 validated twice: MaxRetries %d, want < 0 (none)", n)
 	}
 	now := time.Now()
-	w := &workspace.Workspace{ID: "w", Operation: workspace.OpStarting, OpStartedAt: &now}
-	info, next := r.failureInfo(w, errors.New("no engine"), now, now.Add(time.Minute))
-	if info.Reason != workspace.ReasonRetryExceeded || !info.IsTerminal || info.ErrorCount != 1 || next != nil {
-		t.Errorf("first failure with RECONCILER_MAX_RETRIES=0: %+v, next %v; want RetryExceeded, terminal, count 1, no retry", info, next)
+	w := workspace.Workspace{ID: "w", Operation: workspace.OpStarting, OpStartedAt: &now}
+	failed := callResult(errors.New("no engine"))
+	d := workspace.Decide(w, workspace.Observation{Call: &failed}, now, r.cfg.policy())
+	if info := d.Info; d.Action != workspace.ActFail || info.Reason != workspace.ReasonRetryExceeded || !info.IsTerminal || info.ErrorCount != 1 || d.RetryAt != nil {
+		t.Errorf("first failure with RECONCILER_MAX_RETRIES=0: %v %+v, next %v; want fail: RetryExceeded, terminal, count 1, no retry", d.Action, info, d.RetryAt)
 	}
 
 	for name, v := range map[string]string{"RECONCILER_INTERVAL": "abc", "RECONCILER_RETRY_BACKOFF": "0", "RECONCILER_STARTING_TIMEOUT": "-1",
@@ -96,6 +97,23 @@ func TestConfigFromEnv(t *testing.T) {
 		_, err := ConfigFromEnv(env(map[string]string{name: v}))
 		if !errors.Is(err, workspace.ErrBadInput) || !strings.Contains(fmt.Sprint(err), name) {
 			t.Errorf("%s=%q: error %v; want ErrBadInput naming the variable", name, v, err)
+		}
+	}
+}
+
+// TestConfigRefusesSettingsNoPolicyMeans: a timeout of 0 or less (which
+// would time an operation out before its call), and a negative backoff cap
+// or crash window, are refused rather than read as "the default", as the
+// policy (workspace.Policy) would.
+func TestConfigRefusesSettingsNoPolicyMeans(t *testing.T) {
+	for name, c := range map[string]Config{
+		"zero timeout":     {Timeouts: map[workspace.Operation]time.Duration{workspace.OpStarting: 0}},
+		"negative timeout": {Timeouts: map[workspace.Operation]time.Duration{workspace.OpArchiving: -time.Second}},
+		"negative cap":     {RetryBackoffMax: -time.Second},
+		"negative window":  {CrashWindow: -time.Minute},
+	} {
+		if _, err := NewReconciler(c, memstore.New(), fake.New(0), fake.New(0), nil); !errors.Is(err, workspace.ErrBadInput) {
+			t.Errorf("%s: error %v, want ErrBadInput", name, err)
 		}
 	}
 }

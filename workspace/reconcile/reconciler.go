@@ -58,26 +58,30 @@ type Reconciler struct {
 	container provider.Container
 	storage   provider.Storage
 	hints     hints.Bus
-	steps     *stepQueue // steps waiting for one of the provider-call slots (urgent.go); set by Run
+	// steps: the steps waiting for one of the provider-call slots
+	// (urgent.go). Run sets it before it sets sch under mu, and it is read
+	// only once sch is set (send, under mu; the scheduler's handler).
+	steps *stepQueue
 
-	wake  *wakeups // pokeAt's one timer
-	opIDs opIDs
+	wake  *wakeups // pokeAt's one timer; its own lock
+	opIDs opIDs    // its own lock
 
-	// mu protects procs, ids, held and sch.
+	// mu protects procs, ids, held, sch and draining.
 	// Invariant: ids is the inverse of procs (OnExit finds the id at once).
 	mu    sync.Mutex
 	procs map[string]sched.PID
 	ids   map[sched.PID]string
 	held  map[string]*heldUrgent // users' changes holding the bulk back (holdUrgent)
-	sch   *sched.Scheduler
+	sch   *sched.Scheduler       // set while Run runs its scheduler, else nil
+	// draining is set before Run waits for calls: a step dispatched after
+	// it is not started, so calls.Add never races calls.Wait (a WaitGroup
+	// rule the race detector enforces).
+	draining bool
+
 	// urgentHold is the const (tests change it before Run); holdSeq
-	// numbers the holds (holdUrgent).
+	// numbers the holds (holdUrgent), atomically.
 	urgentHold time.Duration
 	holdSeq    atomic.Uint64
-	// draining (under mu) is set before Run waits for calls: a step
-	// dispatched after it is not started, so calls.Add never races
-	// calls.Wait (a WaitGroup rule the race detector enforces).
-	draining bool
 
 	calls sync.WaitGroup // provider calls in flight
 
@@ -104,7 +108,7 @@ func NewReconciler(cfg Config, st ReconcilerStore, c provider.Container, s provi
 		procs: map[string]sched.PID{}, ids: map[sched.PID]string{}, held: map[string]*heldUrgent{}, urgentHold: urgentHold, wake: newWakeups(cfg.Clock)}, nil
 }
 
-// Config returns the effective configuration.
+// Config returns the effective configuration. Any goroutine.
 func (r *Reconciler) Config() Config { return r.cfg }
 
 // Tick hands every actionable workspace to its process: a tickHint to each
@@ -112,6 +116,7 @@ func (r *Reconciler) Config() Config { return r.cfg }
 // the row, read in one more query, to a new process for each other one (at
 // start, all of them). Reading every row instead cost 1.2 CPU-seconds per
 // tick while 100,000 workspaces converged, nearly all of them in hand.
+// Any goroutine (Run's ticks run one at a time).
 func (r *Reconciler) Tick(ctx context.Context) error {
 	defer r.cfg.Metrics.observeTick(time.Now())
 	if r.alt != nil {
@@ -160,7 +165,7 @@ func (r *Reconciler) tickRows(ctx context.Context, only map[string]bool) error {
 
 // Run ticks every Interval and on hints.ChanWorkspace hints until ctx ends (and
 // on hints.ChanWorkspaceUrgent ones, served apart: urgent.go), then stops the
-// processes and waits for provider calls in flight.
+// processes and waits for provider calls in flight. One Run at a time.
 func (r *Reconciler) Run(ctx context.Context) error {
 	wakeCtx, stopWake := context.WithCancel(ctx)
 	var wakeDone sync.WaitGroup
@@ -242,7 +247,9 @@ loop:
 }
 
 // step is one reconcile of one workspace (seed: reconcile(ws)) on w, or
-// on the row read if w is nil.
+// on the row read if w is nil. Any goroutine, one step of a workspace at a
+// time (its process yields one at a time); so are stepHinted and the
+// step's methods below.
 func (r *Reconciler) step(ctx context.Context, id string, w *workspace.Workspace) stepResult {
 	return r.stepHinted(ctx, id, w, false).finished()
 }
@@ -297,53 +304,102 @@ func (r *Reconciler) readAndStep(ctx context.Context, id string) stepResult {
 	return r.stepOn(ctx, &got)
 }
 
-// stepOn is the reconcile of w.
+// stepOn is the reconcile of w: judge it (workspace.Decide), then apply
+// the decision. The step's goroutine only, as the step's methods below.
 func (r *Reconciler) stepOn(ctx context.Context, w *workspace.Workspace) stepResult {
-	// 1. ERROR: skip (deleting needs no recovery).
-	if w.ObservedStatus == workspace.Error && w.DesiredState != workspace.Deleted {
-		return stepResult{settled: true}
-	}
-	// 2. An operation in flight: completion, timeout, retry or takeover.
-	if w.Operation != workspace.OpNone {
-		return r.inFlight(ctx, w)
-	}
-	// 3. Converged, or 4. plan.
-	op := planNext(w)
-	if op == workspace.OpNone {
-		return stepResult{settled: true}
-	}
-	// 5. Claim (CAS with a fresh op_id), then execute.
-	return r.claim(ctx, w, op, func(opID string, now, leaseUntil time.Time) (bool, error) {
-		return r.store.Claim(ctx, *w, op, opID, r.cfg.Owner, now, leaseUntil)
-	})
+	now := r.cfg.Clock.Now()
+	obs := r.observation(w)
+	return r.apply(ctx, w, &obs, r.decide(ctx, w, &obs, now), now)
 }
 
-// planNext is the operation a step claims on w: none while one is in
-// flight, when w is converged or in ERROR (unless deleting), else the plan.
-func planNext(w *workspace.Workspace) workspace.Operation {
-	switch {
-	case w.Operation != workspace.OpNone, w.ObservedStatus == w.DesiredState,
-		w.ObservedStatus == workspace.Error && w.DesiredState != workspace.Deleted:
-		return workspace.OpNone
-	}
-	return workspace.Plan(w.ObservedStatus, w.DesiredState, w.ArchiveKey != "")
+// observation is what a step knows of w beyond the row: whether its
+// archive is its operation's own, and whether the container can tell
+// when a command ended.
+func (r *Reconciler) observation(w *workspace.Workspace) workspace.Observation {
+	_, reports := r.container.(provider.ExitReporter)
+	committed := w.Operation == workspace.OpArchiving && w.ArchiveKey == provider.ArchiveKey(w.ID, w.OpID)
+	return workspace.Observation{ArchiveCommitted: committed, ExitReports: reports}
 }
 
-// claim claims op for w with a fresh op_id through write (a
-// compare-and-set: Claim, or CompleteAndClaim), then executes it.
-func (r *Reconciler) claim(ctx context.Context, w *workspace.Workspace, op workspace.Operation, write func(opID string, now, leaseUntil time.Time) (bool, error)) stepResult {
+// decide is judge; when Decide asks for the end of w's command
+// (ActAskExit), it asks the container and decides again with the answer.
+func (r *Reconciler) decide(ctx context.Context, w *workspace.Workspace, obs *workspace.Observation, now time.Time) workspace.Decision {
+	d := r.judge(w, *obs, now)
+	if d.Action != workspace.ActAskExit {
+		return d
+	}
+	obs.ExitAsked, obs.Exit = true, r.exited(ctx, w.ID, d.ExitSince)
+	return r.judge(w, *obs, now)
+}
+
+// judge is workspace.Decide on w and obs at now, by the config's policy.
+func (r *Reconciler) judge(w *workspace.Workspace, obs workspace.Observation, now time.Time) workspace.Decision {
+	return workspace.Decide(*w, obs, now, r.cfg.policy())
+}
+
+// apply carries out d, decided at now on w and obs: the store's write, the
+// provider's call, the hints and the wake-up it asks for.
+func (r *Reconciler) apply(ctx context.Context, w *workspace.Workspace, obs *workspace.Observation, d workspace.Decision, now time.Time) stepResult {
+	switch d.Action {
+	case workspace.ActSettled:
+		return stepResult{settled: true}
+	case workspace.ActAbandon:
+		return r.abandon(ctx, w, now)
+	case workspace.ActComplete, workspace.ActCompleteRestart:
+		return r.completeOp(ctx, w, d, now)
+	case workspace.ActClaim, workspace.ActCompleteAndClaim:
+		return r.claim(ctx, w, d, now)
+	case workspace.ActAcquire, workspace.ActTakeover:
+		return r.acquire(ctx, w, d, now)
+	case workspace.ActTimeOut:
+		r.timeOut(ctx, w, d, now)
+	case workspace.ActCrashed:
+		if !r.crashed(ctx, w, d, now) {
+			// Not recorded: wait as if no end were reported (the next
+			// exit poll asks again).
+			obs.Exit = nil
+			return r.apply(ctx, w, obs, r.judge(w, *obs, now), now)
+		}
+	case workspace.ActWait:
+		r.announce(ctx, w.ID, d, now)
+	}
+	return stepResult{}
+}
+
+// announce publishes the monitor's hint and arranges the wake-up d asks
+// for.
+func (r *Reconciler) announce(ctx context.Context, id string, d workspace.Decision, now time.Time) {
+	if d.HintMonitor {
+		r.hints.Publish(ctx, hints.ChanMonitor, id)
+	}
+	if !d.Wake.IsZero() {
+		r.pokeAt(id, d.Wake.Sub(now))
+	}
+}
+
+// claim claims d.Op for w with a fresh op_id in a compare-and-set write
+// (Claim; CompleteAndClaim also completes w's operation, at its target),
+// then executes it.
+func (r *Reconciler) claim(ctx context.Context, w *workspace.Workspace, d workspace.Decision, now time.Time) stepResult {
 	opID, err := r.opIDs.next()
 	if err != nil {
 		return stepResult{}
 	}
-	now := r.cfg.Clock.Now()
-	lease := now.Add(r.cfg.Lease)
-	ok, err := write(opID, now, lease)
+	var ok bool
+	if d.Action == workspace.ActCompleteAndClaim {
+		ok, err = r.store.CompleteAndClaim(ctx, *w, d.Op, opID, r.cfg.Owner, now, d.LeaseUntil)
+		if ok {
+			r.completedOp(ctx, w, now)
+			w = workspace.Completed(*w)
+		}
+	} else {
+		ok, err = r.store.Claim(ctx, *w, d.Op, opID, r.cfg.Owner, now, d.LeaseUntil)
+	}
 	// Claimed (or refused): a user's change no longer needs the CPUs
 	// before its provider call, which may take seconds.
 	r.releaseUrgentFor(ctx, w.ID)
 	if err != nil {
-		r.cfg.Logger.Warn("workspace: claim", "id", w.ID, "op", op, "err", err)
+		r.cfg.Logger.Warn("workspace: claim", "id", w.ID, "op", d.Op, "err", err)
 		return stepResult{}
 	}
 	if !ok {
@@ -351,15 +407,33 @@ func (r *Reconciler) claim(ctx context.Context, w *workspace.Workspace, op works
 		// (another replica's claim then shows as an operation in flight).
 		return stepResult{again: true}
 	}
-	w.Operation, w.OpID, w.OpStartedAt, w.OpOwner, w.OpLeaseUntil, w.OpExecuted = op, opID, &now, r.cfg.Owner, &lease, false
-	r.cfg.Metrics.opStarted(op)
-	r.cfg.Logger.Debug("workspace: claimed", "id", w.ID, "op", op, "op_id", w.OpID)
-	return r.execute(ctx, w)
+	lease := d.LeaseUntil
+	w.Operation, w.OpID, w.OpStartedAt, w.OpOwner, w.OpLeaseUntil, w.OpExecuted = d.Op, opID, &now, r.cfg.Owner, &lease, false
+	r.cfg.Metrics.opStarted(d.Op)
+	r.cfg.Logger.Debug("workspace: claimed", "id", w.ID, "op", d.Op, "op_id", w.OpID)
+	return r.execute(ctx, w, d)
+}
+
+// acquire takes w's operation in flight (a retry, a call a crash cut
+// short, or another replica's operation whose lease lapsed) and executes
+// it again. The write checks error_count too: a retry decided from a row
+// that predates the last failure (a tick's snapshot) would be one call
+// more than the policy.
+func (r *Reconciler) acquire(ctx context.Context, w *workspace.Workspace, d workspace.Decision, now time.Time) stepResult {
+	ok, err := r.store.Acquire(ctx, w.ID, w.OpID, w.ErrorCount, r.cfg.Owner, now, d.LeaseUntil)
+	if err != nil || !ok {
+		return stepResult{}
+	}
+	if d.Action == workspace.ActTakeover {
+		r.cfg.Logger.Info("workspace: took over operation", "id", w.ID, "op", w.Operation, "from", w.OpOwner)
+	}
+	w.OpOwner = r.cfg.Owner
+	return r.execute(ctx, w, d)
 }
 
 // opIDs makes operation ids: UUIDv7 (time-ordered) whose random bits
 // come from crypto/rand read 4 KiB at a time, not one system call per id
-// (a fifth of a core converging 100,000 workspaces).
+// (a fifth of a core converging 100,000 workspaces). next: any goroutine.
 type opIDs struct {
 	mu  sync.Mutex
 	rnd *bufio.Reader // nil until first use
@@ -378,43 +452,6 @@ func (g *opIDs) next() (string, error) {
 	return id.String(), nil
 }
 
-// complete reports whether w's operation is over: observed at its target.
-func (r *Reconciler) complete(w *workspace.Workspace) bool {
-	if w.Operation == workspace.OpStarting && w.ErrorInfo != nil && w.ErrorInfo.Reason == workspace.ReasonExited && w.NextRetryAt != nil &&
-		r.cfg.Clock.Now().Before(w.NextRetryAt.Add(workspace.CrashGrace)) {
-		return false // restarted after its command ended: it must stay up a while to count as started
-	}
-	return workspace.AtTarget(w, w.ObservedStatus)
-}
-
-// inFlight advances w's operation in flight: it gives it up for a desired
-// state that makes it pointless (supersede.go), completes it, times it
-// out, waits (for the monitor, a retry or another replica's lease), or
-// acquires it and calls the provider.
-func (r *Reconciler) inFlight(ctx context.Context, w *workspace.Workspace) stepResult {
-	now := r.cfg.Clock.Now()
-	if r.superseded(w, now) {
-		return r.abandon(ctx, w, now)
-	}
-	if res, done := r.endInFlight(ctx, w, now); done {
-		return res
-	}
-	if r.waitInFlight(ctx, w, now) {
-		return stepResult{}
-	}
-	// error_count too: a retry decided from a row that predates the last
-	// failure (a tick's snapshot) would be one call more than the policy.
-	ok, err := r.store.Acquire(ctx, w.ID, w.OpID, w.ErrorCount, r.cfg.Owner, now, now.Add(r.cfg.Lease))
-	if err != nil || !ok {
-		return stepResult{}
-	}
-	if w.OpOwner != r.cfg.Owner {
-		r.cfg.Logger.Info("workspace: took over operation", "id", w.ID, "op", w.Operation, "from", w.OpOwner)
-	}
-	w.OpOwner = r.cfg.Owner
-	return r.execute(ctx, w)
-}
-
 // opStarted is when w's operation was claimed (zero if unknown).
 func opStarted(w *workspace.Workspace) time.Time {
 	if w.OpStartedAt != nil {
@@ -423,48 +460,25 @@ func opStarted(w *workspace.Workspace) time.Time {
 	return time.Time{}
 }
 
-// endInFlight ends w's operation if it is over: terminal error info (the
-// monitor flips it to ERROR), observed at its target (complete), or past
-// its timeout (terminal Timeout). done reports whether the step is over.
-func (r *Reconciler) endInFlight(ctx context.Context, w *workspace.Workspace, now time.Time) (res stepResult, done bool) {
-	if w.ErrorInfo != nil && w.ErrorInfo.IsTerminal && w.Operation != workspace.OpDeleting {
-		r.hints.Publish(ctx, hints.ChanMonitor, w.ID) // let the monitor flip it to ERROR
-		return stepResult{}, true
+// timeOut ends w's operation, past its timeout, with d's terminal error
+// info; the monitor flips it to ERROR.
+func (r *Reconciler) timeOut(ctx context.Context, w *workspace.Workspace, d workspace.Decision, now time.Time) {
+	if err := r.store.Terminal(ctx, w.ID, w.OpID, d.Info, now); err == nil {
+		r.cfg.Logger.Error("workspace: operation timed out", "id", w.ID, "op", w.Operation, "elapsed", now.Sub(opStarted(w)))
+		r.cfg.Metrics.opEnded(w.Operation, resultTimeout, w.OpStartedAt, now)
+		r.announce(ctx, w.ID, d, now)
 	}
-	if w.Operation != workspace.OpDeleting && r.complete(w) {
-		return r.completeOp(ctx, w, now), true
-	}
-	if elapsed := now.Sub(opStarted(w)); elapsed > r.cfg.Timeouts[w.Operation] {
-		info := &workspace.ErrorInfo{Reason: workspace.ReasonTimeout, Operation: w.Operation, IsTerminal: true, ErrorCount: w.ErrorCount,
-			Elapsed: elapsed.Seconds(), OccurredAt: now.UTC()}
-		if err := r.store.Terminal(ctx, w.ID, w.OpID, info, now); err == nil {
-			r.cfg.Logger.Error("workspace: operation timed out", "id", w.ID, "op", w.Operation, "elapsed", elapsed)
-			r.cfg.Metrics.opEnded(w.Operation, resultTimeout, w.OpStartedAt, now)
-			r.hints.Publish(ctx, hints.ChanMonitor, w.ID)
-		}
-		return stepResult{}, true
-	}
-	return stepResult{}, false
 }
 
-// completeOp ends w's operation, which has reached its target. When the
-// row as completed plans a next operation (PROVISIONING done, STARTING
-// next), one write completes this one and claims that one
-// (CompleteAndClaim), and the step goes on to execute it.
-func (r *Reconciler) completeOp(ctx context.Context, w *workspace.Workspace, now time.Time) stepResult {
-	next, restart := workspace.Completed(*w), workspace.CrashLooping(w)
-	if op := planNext(next); op != workspace.OpNone && !restart {
-		return r.claim(ctx, next, op, func(opID string, claimed, leaseUntil time.Time) (bool, error) {
-			ok, err := r.store.CompleteAndClaim(ctx, *w, op, opID, r.cfg.Owner, claimed, leaseUntil)
-			if ok {
-				r.completedOp(ctx, w, now)
-			}
-			return ok, err
-		})
-	}
-	complete := r.store.Complete
-	if restart {
-		complete = r.store.CompleteRestart // the count goes on: the crash loop is not over
+// completeOp ends w's operation, which has reached its target (Complete;
+// CompleteRestart for a restart in a crash loop, whose count goes on), and
+// leaves the step to plan the next one from the row as completed. (When
+// that row plans one, Decide claims it in the same write instead:
+// ActCompleteAndClaim, claim.)
+func (r *Reconciler) completeOp(ctx context.Context, w *workspace.Workspace, d workspace.Decision, now time.Time) stepResult {
+	next, complete := workspace.Completed(*w), r.store.Complete
+	if d.Action == workspace.ActCompleteRestart {
+		complete = r.store.CompleteRestart
 	}
 	ok, err := complete(ctx, *w, now)
 	switch {
@@ -493,41 +507,14 @@ func (r *Reconciler) completedOp(ctx context.Context, w *workspace.Workspace, no
 	r.hints.Publish(ctx, hints.ChanWorkspace, w.ID)
 }
 
-// waitInFlight reports whether w's operation must wait, and arranges the
-// wake-up: for the monitor (executed: no retry here, the seed's defect 2),
-// for its retry time, for another replica's live lease, or for an
-// observation newer than a dead owner's lease.
-func (r *Reconciler) waitInFlight(ctx context.Context, w *workspace.Workspace, now time.Time) bool {
-	switch {
-	case w.OpExecuted && w.Operation == workspace.OpStarting && r.exitedSinceStart(ctx, w, now):
-	case w.OpExecuted:
-		r.pokeAt(w.ID, min(opStarted(w).Add(r.cfg.Timeouts[w.Operation]).Sub(now), r.exitPoll(w, now)))
-	case w.NextRetryAt != nil && now.Before(*w.NextRetryAt):
-		r.pokeAt(w.ID, w.NextRetryAt.Sub(now))
-	case w.OpOwner == r.cfg.Owner || w.OpLeaseUntil == nil:
-		return false
-	case now.Before(*w.OpLeaseUntil):
-		r.pokeAt(w.ID, w.OpLeaseUntil.Sub(now))
-	case w.ObservedAt == nil || !w.ObservedAt.After(*w.OpLeaseUntil):
-		// The dead owner's call may have taken effect before it could
-		// record it: take over only after an observation made since its
-		// lease lapsed (which completes the operation if it did).
-		r.hints.Publish(ctx, hints.ChanMonitor, w.ID)
-		r.pokeAt(w.ID, min(r.cfg.Interval, 250*time.Millisecond))
-	default:
-		return false
-	}
-	return true
-}
-
-// execute calls the provider for w's claimed operation, renewing the lease
-// meanwhile, and records the outcome.
-func (r *Reconciler) execute(ctx context.Context, w *workspace.Workspace) stepResult {
-	deadline := opStarted(w).Add(r.cfg.Timeouts[w.Operation])
-	callCtx, cancel := context.WithDeadline(ctx, deadline)
+// execute calls the provider for w's claimed operation (d claimed or
+// acquired it), renewing the lease meanwhile, and applies what Decide
+// makes of the outcome.
+func (r *Reconciler) execute(ctx context.Context, w *workspace.Workspace, d workspace.Decision) stepResult {
+	callCtx, cancel := context.WithDeadline(ctx, d.Deadline)
 	stopRenew := r.renewLease(ctx, w)
 	t0 := time.Now()
-	err := r.call(callCtx, w)
+	err := r.call(callCtx, w, d.Exit)
 	callTime := time.Since(t0)
 	stopRenew()
 	cancel()
@@ -536,27 +523,37 @@ func (r *Reconciler) execute(ctx context.Context, w *workspace.Workspace) stepRe
 		return stepResult{acted: true} // shutting down: the lease lapses, a restart takes over
 	}
 	r.cfg.Metrics.providerCall(w.Operation, err, callTime)
-	if err != nil {
-		r.recordFailure(ctx, w, err, now, deadline)
+	res := callResult(err)
+	d = r.judge(w, workspace.Observation{Call: &res}, now)
+	switch d.Action {
+	case workspace.ActFail:
+		r.cfg.Logger.Warn("workspace: execute failed", "id", w.ID, "op", w.Operation, "error_count", d.Info.ErrorCount, "reason", d.Info.Reason, "err", err)
+		r.failed(ctx, w, d, now)
 		return stepResult{acted: true}
-	}
-	if w.Operation == workspace.OpDeleting {
-		if err := r.store.DeleteRow(ctx, w.ID, w.OpID); err != nil {
-			r.cfg.Logger.Warn("workspace: delete row", "id", w.ID, "err", err)
-			return stepResult{acted: true}
-		}
-		r.cfg.Metrics.opEnded(workspace.OpDeleting, resultOK, w.OpStartedAt, now)
-		r.hints.Publish(ctx, hints.ChanWorkspace, w.ID)
-		return stepResult{gone: true}
+	case workspace.ActDeleteRow:
+		return r.deleteRow(ctx, w, now)
 	}
 	x := *w
-	return stepResult{acted: true, finish: func() { r.executed(ctx, &x, now, deadline) }}
+	return stepResult{acted: true, finish: func() { r.executed(ctx, &x, d, now) }}
 }
 
-// executed records that w's provider call returned at now and hints the
-// monitor, which observes it next (the step's finish: the process's next
-// step waits for it, so it never sees the row as not executed).
-func (r *Reconciler) executed(ctx context.Context, w *workspace.Workspace, now, deadline time.Time) {
+// deleteRow removes w's row: its DELETING call returned.
+func (r *Reconciler) deleteRow(ctx context.Context, w *workspace.Workspace, now time.Time) stepResult {
+	if err := r.store.DeleteRow(ctx, w.ID, w.OpID); err != nil {
+		r.cfg.Logger.Warn("workspace: delete row", "id", w.ID, "err", err)
+		return stepResult{acted: true}
+	}
+	r.cfg.Metrics.opEnded(workspace.OpDeleting, resultOK, w.OpStartedAt, now)
+	r.hints.Publish(ctx, hints.ChanWorkspace, w.ID)
+	return stepResult{gone: true}
+}
+
+// executed records that w's provider call returned at now, hints the
+// monitor, which observes it next, and wakes the workspace at its
+// deadline (d, ActExecuted). It is the step's finish, on a goroutine of
+// its own: the process's next step waits for it, so it never sees the row
+// as not executed. That goroutine only.
+func (r *Reconciler) executed(ctx context.Context, w *workspace.Workspace, d workspace.Decision, now time.Time) {
 	if err := r.store.Executed(ctx, w.ID, w.OpID, now); err != nil {
 		r.cfg.Logger.Warn("workspace: record executed", "id", w.ID, "err", err)
 	} else {
@@ -564,19 +561,20 @@ func (r *Reconciler) executed(ctx context.Context, w *workspace.Workspace, now, 
 		w.OpExecuted, w.OpLeaseUntil, w.UpdatedAt = true, nil, now.UTC().Truncate(time.Millisecond)
 		r.hand(handoff.ToMonitor, *w)
 	}
-	r.hints.Publish(ctx, hints.ChanMonitor, w.ID)
-	r.pokeAt(w.ID, deadline.Sub(now))
+	r.announce(ctx, w.ID, d, now)
 }
 
 // hand leaves w in box for the hint about to be published (package handoff).
+// Any goroutine (a step's, its finish's).
 func (r *Reconciler) hand(box handoff.Box, w workspace.Workspace) {
 	if r.handed != nil {
 		r.handed.Hand(box, w)
 	}
 }
 
-// renewLease renews this replica's lease on w's operation every Lease/3
-// until the returned stop is called.
+// renewLease renews this replica's lease on w's operation every Lease/3,
+// on a goroutine of its own, until the returned stop is called. The step's
+// goroutine only.
 func (r *Reconciler) renewLease(ctx context.Context, w *workspace.Workspace) (stop func()) {
 	done := make(chan struct{})
 	go func() {

@@ -32,7 +32,7 @@ type holdSeqKey struct{}
 // holdUrgent holds the bulk back from an urgent hint for id (a user's
 // change, or the hints of the steps and observations that follow it) until
 // a step of id that started after it has claimed or run (releaseUrgent), at
-// most r.urgentHold.
+// most r.urgentHold. Run's goroutine only.
 func (r *Reconciler) holdUrgent(id string) {
 	if r.alt != nil {
 		return // the benchmark's baseline dispatcher runs no urgent steps
@@ -50,7 +50,7 @@ func (r *Reconciler) holdUrgent(id string) {
 
 // releaseUrgent ends id's hold: h if given (its timer); else the hold there
 // is if it was taken at or before seq (a step that started then has
-// claimed or run).
+// claimed or run). Any goroutine (a hold's timer, a step).
 func (r *Reconciler) releaseUrgent(id string, h *heldUrgent, seq uint64) {
 	r.mu.Lock()
 	cur := r.held[id]
@@ -67,7 +67,7 @@ func (r *Reconciler) releaseUrgent(id string, h *heldUrgent, seq uint64) {
 }
 
 // releaseUrgentFor is releaseUrgent for the urgent step whose context is
-// ctx (marked by runStep).
+// ctx (marked by runStep). Any goroutine (a step's).
 func (r *Reconciler) releaseUrgentFor(ctx context.Context, id string) {
 	if seq, ok := ctx.Value(holdSeqKey{}).(uint64); ok {
 		r.releaseUrgent(id, nil, seq)
@@ -80,7 +80,8 @@ func (r *Reconciler) releaseUrgentFor(ctx context.Context, id string) {
 // order they came. A step waiting for a slot is an entry in a slice, not a
 // goroutine: while 100,000 workspaces converge nearly all their steps
 // wait, and as goroutines parked on a slot each held a stack (most of the
-// process's memory) that every garbage collection scanned.
+// process's memory) that every garbage collection scanned. Its methods:
+// any goroutine (mu).
 type stepQueue struct {
 	mu sync.Mutex
 	// anyWork wakes a worker of either share (a push of either kind),
@@ -194,7 +195,8 @@ func (q *stepQueue) close() []queuedStep {
 }
 
 // run runs n workers (n slots, urgency.Lanes' urgent share among them) on exec
-// until close; it returns at once, wg counting the workers.
+// until close; it returns at once, wg counting the workers. Run's
+// goroutine only (startSteps).
 func (q *stepQueue) run(n int, wg *sync.WaitGroup, exec func(queuedStep)) {
 	reserved := urgency.Share(n)
 	for i := range max(n, 1) {

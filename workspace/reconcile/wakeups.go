@@ -32,7 +32,7 @@ func newWakeups(clk clock.Clock) *wakeups {
 
 // at asks for id to be poked d from now, unless an earlier poke is pending.
 // The poke comes 1 ms late so that times stored in milliseconds have
-// passed by then.
+// passed by then. Any goroutine.
 func (w *wakeups) at(id string, d time.Duration) {
 	when := w.clk.Now().Add(max(d, 0) + time.Millisecond)
 	w.mu.Lock()
@@ -52,14 +52,15 @@ func (w *wakeups) at(id string, d time.Duration) {
 	}
 }
 
-// pending reports how many workspaces wait for a poke.
+// pending reports how many workspaces wait for a poke. Any goroutine.
 func (w *wakeups) pending() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return len(w.due)
 }
 
-// run calls poke for each wake-up as it comes due, until ctx ends.
+// run calls poke for each wake-up as it comes due, until ctx ends. One
+// goroutine (Run's wake-up loop).
 func (w *wakeups) run(ctx context.Context, poke func(id string)) {
 	for {
 		ready, wait := w.popDue()

@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -65,14 +66,17 @@ func TestWakeupsRunFiresOnTheClock(t *testing.T) {
 }
 
 func TestRetryPolicyDoublesToTheCap(t *testing.T) {
-	c := Config{RetryBackoff: 30 * time.Second}
+	c := Config{RetryBackoff: 30 * time.Second, MaxRetries: 10}
 	if err := c.validate(); err != nil {
 		t.Fatal(err)
 	}
-	p := c.retryPolicy()
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	failed := callResult(errors.New("no engine"))
 	for n, want := range []time.Duration{30, 60, 120, 240, 480, 960, 960} {
-		if got := p.Delay(n); got != want*time.Second {
-			t.Errorf("retry %d: delay %v, want %v", n, got, want*time.Second)
+		w := workspace.Workspace{ID: "w", Operation: workspace.OpStarting, OpStartedAt: &now, ErrorCount: n}
+		d := workspace.Decide(w, workspace.Observation{Call: &failed}, now, c.policy())
+		if d.RetryAt == nil || d.RetryAt.Sub(now) != want*time.Second {
+			t.Errorf("retry %d: %v, retry at %v, want after %v", n, d.Action, d.RetryAt, want*time.Second)
 		}
 	}
 }

@@ -66,6 +66,7 @@ type stepResult struct {
 // Invariant: urgent is set from an urgentHint until a step that started
 // after it finds the workspace settled; every step yielded meanwhile is
 // urgent, and so is a bulk step still queued when it arrives (promote).
+// The scheduler calls its methods one at a time, from any of its workers.
 type wsProc struct {
 	id      string
 	busy    bool
@@ -155,6 +156,7 @@ func (p *wsProc) stepped(res stepResult) bool {
 }
 
 // poke sends w (nil = re-read) to id's process, spawning it if needed.
+// Any goroutine.
 func (r *Reconciler) poke(id string, w *workspace.Workspace) {
 	if r.alt != nil {
 		r.alt.poke(id, w)
@@ -164,6 +166,7 @@ func (r *Reconciler) poke(id string, w *workspace.Workspace) {
 }
 
 // pokeUrgent makes id's process urgent and re-read (a user's change).
+// Run's goroutine only.
 func (r *Reconciler) pokeUrgent(id string) {
 	if r.alt != nil {
 		r.alt.poke(id, nil)
@@ -172,7 +175,7 @@ func (r *Reconciler) pokeUrgent(id string) {
 	r.send(id, urgentHint{})
 }
 
-// send sends msg to id's process, spawning it if needed.
+// send sends msg to id's process, spawning it if needed. Any goroutine.
 func (r *Reconciler) send(id string, msg any) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -199,11 +202,13 @@ func (r *Reconciler) send(id string, msg any) {
 
 // pokeAt pokes id after d (retry backoff, lease expiry, timeout).
 // At most one wake-up per workspace is pending: the earliest wins.
+// Any goroutine.
 func (r *Reconciler) pokeAt(id string, d time.Duration) { r.wake.at(id, d) }
 
 // stepHandler queues a reconcile step for the reconciler's step workers
 // (stepQueue: one per provider-call slot, urgent steps first), which run
-// it off the sched worker and complete the yield with its result.
+// it off the sched worker and complete the yield with its result. The
+// scheduler calls Handle from any of its workers.
 type stepHandler struct{ r *Reconciler }
 
 func (h *stepHandler) Handle(_ context.Context, cmd sched.Command, tag uint64, c sched.Completer) error {
@@ -224,7 +229,8 @@ func (h *stepHandler) Handle(_ context.Context, cmd sched.Command, tag uint64, c
 
 // startSteps starts the step workers (before the scheduler: its handler
 // pushes to r.steps). When ctx ends, the steps still queued complete with
-// its error; stop ends the workers once their steps are done.
+// its error; stop ends the workers once their steps are done. Run's
+// goroutine only.
 func (r *Reconciler) startSteps(ctx context.Context) (stop func()) {
 	q := newStepQueue() // the closures keep this Run's queue
 	r.steps = q
@@ -246,7 +252,7 @@ func (r *Reconciler) startSteps(ctx context.Context) (stop func()) {
 // runStep runs a queued step (an urgent one with its context marked, a
 // bulk one once no user's change is in flight, or after a bounded wait) and
 // completes its yield: at once, or once the step's finish, run off the
-// slot, has returned.
+// slot, has returned. A step worker's goroutine (stepQueue.run).
 func (r *Reconciler) runStep(ctx context.Context, s queuedStep) {
 	rc := s.cmd
 	if rc.urgent {

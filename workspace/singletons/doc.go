@@ -9,7 +9,7 @@
 //	               when leadership is lost; LeaderStore; Metrics
 //	monitor.go     HealthMonitor: observe each workspace, write
 //	               observed_status, end an executed operation observed at its
-//	               target (workspace.ObservationEnds); MonitorStore
+//	               target (workspace.Decide); MonitorStore
 //	ttl.go         TTLManager: idle RUNNING → STANDBY, long STANDBY →
 //	               PENDING, by CAS on desired_version; TTLStore
 //	archivegc.go   ArchiveGC: keep the newest N archives, drop a deleted

@@ -30,7 +30,7 @@ type MonitorConfig struct {
 	Concurrency int
 	Logger      *slog.Logger
 	Clock       clock.Clock // nil = the real clock
-	// Metrics counts the operations an observation ends (workspace.ObservationEnds);
+	// Metrics counts the operations an observation ends (observationEnds);
 	// nil = none.
 	Metrics Metrics
 	// Handoff is the mailbox this process's reconciler shares (package
@@ -64,7 +64,8 @@ var _ MonitorStore = (*store.Store)(nil)
 // It observes every workspace each Interval and one workspace at once when
 // a hint arrives on hints.ChanMonitor; it publishes hints.ChanWorkspace on each change.
 // An observation that shows an executed operation at its target also ends
-// the operation, in the same write (workspace.ObservationEnds).
+// the operation, in the same write, when the reconciler would judge it
+// complete (workspace.Decide: observationEnds).
 // A failed observation leaves observed_status alone and shows in
 // error_info (reason ObserveFailed) until an observation succeeds.
 type HealthMonitor struct {
@@ -179,13 +180,13 @@ func (m *HealthMonitor) startNotUp(ctx context.Context, w workspace.Workspace, s
 
 // writeObserved writes status st observed at at for w and reports whether
 // it changed the row. An observation that shows w's executed operation at
-// its target ends the operation in the same write (workspace.ObservationEnds), unless
+// its target ends the operation in the same write (observationEnds), unless
 // the row moved since w: then it writes the observation alone and leaves
 // the operation to the reconciler.
 func (m *HealthMonitor) writeObserved(ctx context.Context, w workspace.Workspace, st workspace.Status, at time.Time) bool {
 	var ended, changed bool
 	var err error
-	if workspace.ObservationEnds(&w, st) {
+	if observationEnds(w, st, at) {
 		ended, err = m.store.SetObservedComplete(ctx, w, st, at)
 		changed = ended
 	}
@@ -211,6 +212,17 @@ func (m *HealthMonitor) writeObserved(ctx context.Context, w workspace.Workspace
 	}
 	m.wrote(ctx, w)
 	return true
+}
+
+// observationEnds reports whether observing st at at ends w's operation in
+// the observation's own write (Store.SetObservedComplete): whether the
+// reconciler's judgment of the row as observed (workspace.Decide) is the
+// completion the observation may write (Decision.ObservationEnds). The
+// policy plays no part in that judgment.
+func observationEnds(w workspace.Workspace, st workspace.Status, at time.Time) bool {
+	w.ObservedStatus = st
+	obs := workspace.Observation{ArchiveCommitted: w.Operation == workspace.OpArchiving && w.ArchiveKey == provider.ArchiveKey(w.ID, w.OpID)}
+	return workspace.Decide(w, obs, at, workspace.Policy{}).ObservationEnds
 }
 
 // wrote announces the row the monitor just wrote, w: handed to the
