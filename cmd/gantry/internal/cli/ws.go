@@ -177,7 +177,10 @@ func (o *wsServeOptions) reconcilerConfig(f *pflag.FlagSet) (reconcile.Config, e
 		}
 	}
 	for op, d := range o.timeouts {
-		if f.Changed(strings.ToLower(string(op)) + "-timeout") {
+		if name := strings.ToLower(string(op)) + "-timeout"; f.Changed(name) {
+			if *d <= 0 {
+				return rc, fmt.Errorf("--%s %v: want a positive duration", name, *d)
+			}
 			rc.Timeouts[op] = *d
 		}
 	}

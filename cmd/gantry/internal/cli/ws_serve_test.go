@@ -1,0 +1,29 @@
+package cli
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestWSServeRefusesBadSettings: `ws serve` refuses a setting the server
+// cannot mean before it opens anything, naming the flag the user typed: a
+// timeout of zero (the reconciler's policy has no "time out at once"), a
+// non-positive interval, and a server config error mapped back to its flag.
+func TestWSServeRefusesBadSettings(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--starting-timeout", "0"}, "--starting-timeout 0s: want a positive duration"},
+		{[]string{"--archiving-timeout", "-1s"}, "--archiving-timeout -1s: want a positive duration"},
+		{[]string{"--interval", "0"}, "--interval 0s: want a positive duration"},
+		{[]string{"--listen", "0.0.0.0:0"}, "--listen: "},
+		{[]string{"--db", "mysql://nowhere"}, "--db: "},
+	} {
+		args := append([]string{"ws", "serve", "--data", t.TempDir()}, tc.args...)
+		code, _, stderr := runRecordCmd(t, args...)
+		if code == 0 || !strings.Contains(stderr, tc.want) || strings.Contains(stderr, "ServerConfig.") {
+			t.Errorf("gantry %s: exit %d, stderr %q; want a failure naming %q", strings.Join(args, " "), code, stderr, tc.want)
+		}
+	}
+}
