@@ -39,6 +39,10 @@ var (
 	_ singletons.LeaderStore    = (*store.Store)(nil)
 )
 
+// The process provider dials workspace ports from inside their network
+// namespaces; the proxy goes through it.
+var _ api.PortDialer = (*process.Container)(nil)
+
 // ServerConfig configures `gantry ws serve`. Zero values are defaults.
 type ServerConfig struct {
 	// DB is "sqlite:PATH" or "postgres://…"; "" = sqlite:<Data>/workspaces.db.
@@ -72,6 +76,11 @@ type ServerConfig struct {
 	// LeaderLease bounds the handover of the monitor and the TTL manager
 	// between replicas on Postgres; zero = 10 s. Unused on SQLite.
 	LeaderLease time.Duration
+	// InsecureSharedUser lets workspaces of several owners run on a
+	// Container that does not contain them from each other and from the
+	// server (the process provider when the server is not root, or with
+	// SharedUser; tenancy.go). Without it, such a server is one owner's.
+	InsecureSharedUser bool
 	// Registry, if set, receives the reconciler's and the singletons'
 	// metrics (NewMetrics).
 	Registry prometheus.Registerer
@@ -154,9 +163,9 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	if err := mkdirAll(cfg.Data); err != nil {
 		return nil, &ConfigError{Field: "Data", Err: fmt.Errorf("%s: %w", cfg.Data, err)}
 	}
-	st, err := store.Open(ctx, cfg.DB)
+	st, err := openStore(ctx, cfg) // tenancy.go
 	if err != nil {
-		return nil, &ConfigError{Field: "DB", Err: err}
+		return nil, err
 	}
 	if err := ensureAdminToken(ctx, st, cfg.Data, cfg.Logger, time.Now()); err != nil {
 		st.Close()
@@ -271,7 +280,16 @@ func (s *Server) Run(ctx context.Context) error {
 	return err
 }
 
-func mkdirAll(dir string) error { return os.MkdirAll(dir, 0o755) }
+// mkdirAll makes the data directory, mode 0700 (an existing one too): it
+// holds the admin token, the database, logs, archives and volumes. (The
+// process provider's workspaces reach their own volume through a mount
+// namespace of their own, not through this directory's permissions.)
+func mkdirAll(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	return os.Chmod(dir, 0o700)
+}
 
 // startHints picks the hint bus: Redis if configured, else Postgres
 // LISTEN/NOTIFY on a Postgres store, else the in-process hub.
@@ -304,7 +322,7 @@ func (s *Server) startHints(cfg ServerConfig) error {
 // apiConfig is the API's configuration under cfg. The session cookie is
 // Secure under TLS, and with InsecureListen (a TLS proxy is in front).
 func apiConfig(cfg ServerConfig, st *store.Store, h hints.Bus) api.APIConfig {
-	return api.APIConfig{Store: st, Storage: cfg.Storage, Container: cfg.Container, Hints: h, Gate: st, Quotas: cfg.Quotas,
+	return api.APIConfig{Store: apiStore(cfg, st), Storage: cfg.Storage, Container: cfg.Container, Hints: h, Gate: st, Quotas: cfg.Quotas,
 		SecureCookies: cfg.TLSCert != "" || cfg.InsecureListen, Logger: cfg.Logger}
 }
 
