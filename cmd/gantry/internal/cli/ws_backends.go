@@ -50,7 +50,7 @@ func (b *wsBackendFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&b.dockerImage, "docker-image", "", "default image for --provider docker when a workspace names none")
 	f.Float64Var(&b.cpus, "default-cpus", 0, "CPUs per workspace (e.g. 1.5; 0 = no limit; --provider docker only)")
 	f.StringVar(&b.memory, "default-memory", "", "memory per workspace (e.g. 2GiB; docker: past it the kernel kills and the workspace shows OOMKilled; process: the address space of each process); default no limit")
-	f.Int64Var(&b.pids, "default-pids", 0, "processes and threads per workspace (0 = no limit; process provider: not as root)")
+	f.Int64Var(&b.pids, "default-pids", 0, "processes and threads per workspace (0 = no limit; process provider: RLIMIT_NPROC of the workspace's user, refused as root with --insecure-shared-user)")
 	f.StringVar(&b.dockerNetwork, "docker-network", "", "network of the workspace containers (their PORT is proxied at /w/{id}/ on their address there; \"none\": no network, no proxy); default the engine's")
 	f.DurationVar(&b.idleTimeout, "idle-timeout", singletons.DefaultIdleTimeout, "TTL: a RUNNING workspace idle this long gets desired STANDBY (negative = never)")
 	f.DurationVar(&b.archiveAfter, "archive-after", singletons.DefaultArchiveAfter, "TTL: a workspace STANDBY this long gets desired PENDING (negative = never)")
