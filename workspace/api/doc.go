@@ -16,6 +16,8 @@
 //	             RestoreRequest
 //	proxy.go     /w/{id}/… into the workspace's PORT (wakes it, notes TTL
 //	             activity); logs
+//	upstream.go  how the proxy reaches a PORT: through a PortDialer's Dial
+//	             when the provider has one (workspaces in namespaces)
 //	exec.go      `ws exec`: a command in the workspace, pipes or a terminal
 //	frame.go     the exec stream's frames: WriteFrame, ReadFrame, Frame…
 package api

@@ -101,9 +101,12 @@ func (a *API) proxy(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	prefix := proxyPrefix + r.PathValue("id")
+	host, transport := upstream(a.cfg.Container, ws.ID, addr) // upstream.go
 	rp := &httputil.ReverseProxy{
+		Transport: transport,
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.SetURL(&url.URL{Scheme: "http", Host: addr})
+			pr.SetURL(&url.URL{Scheme: "http", Host: host})
+			pr.Out.Host = addr
 			pr.Out.URL.Path = "/" + pr.In.PathValue("path")
 			pr.Out.URL.RawPath = ""
 			pr.SetXForwarded()

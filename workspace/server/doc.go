@@ -11,4 +11,6 @@
 //	server.go    ServerConfig, Server, NewServer, Run (serve, then drain)
 //	security.go  the listen/TLS check and the first admin token
 //	             (AdminTokenFile)
+//	tenancy.go   a server whose workspaces share its user is one owner's
+//	             (InsecureSharedUser); the database's files 0600
 package server

@@ -44,6 +44,10 @@ var (
 	_ singletons.LeaderStore    = (*store.Store)(nil)
 )
 
+// The process provider dials workspace ports from inside their network
+// namespaces; the proxy goes through it.
+var _ api.PortDialer = (*process.Container)(nil)
+
 // ServerConfig configures `gantry ws serve`. Zero values are defaults.
 type ServerConfig struct {
 	// DB is "sqlite:PATH" or "postgres://…"; "" = sqlite:<Data>/workspaces.db.
@@ -77,6 +81,11 @@ type ServerConfig struct {
 	// LeaderLease bounds the handover of the monitor and the TTL manager
 	// between replicas on Postgres; zero = 10 s. Unused on SQLite.
 	LeaderLease time.Duration
+	// InsecureSharedUser lets workspaces of several owners run on a
+	// Container that does not contain them from each other and from the
+	// server (the process provider when the server is not root, or with
+	// SharedUser; tenancy.go). Without it, such a server is one owner's.
+	InsecureSharedUser bool
 	// Registry, if set, receives the reconciler's and the singletons'
 	// metrics (NewMetrics).
 	Registry prometheus.Registerer
@@ -140,9 +149,9 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	// reconcile steps that follow it, hold the store's bulk batches and
 	// the reconciler's bulk steps back (package urgency).
 	gate := urgency.NewGate(0)
-	st, err := store.OpenWith(ctx, cfg.DB, store.Options{Gate: gate})
+	st, err := openStore(ctx, cfg, gate) // tenancy.go
 	if err != nil {
-		return nil, &ConfigError{Field: "DB", Err: err}
+		return nil, err
 	}
 	s := &Server{cfg: cfg, Store: st}
 	if err := s.wire(ctx, gate); err != nil {
@@ -300,7 +309,16 @@ func (s *Server) Run(ctx context.Context) error {
 	return err
 }
 
-func mkdirAll(dir string) error { return os.MkdirAll(dir, 0o755) }
+// mkdirAll makes the data directory, mode 0700 (an existing one too): it
+// holds the admin token, the database, logs, archives and volumes. (The
+// process provider's workspaces reach their own volume through a mount
+// namespace of their own, not through this directory's permissions.)
+func mkdirAll(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	return os.Chmod(dir, 0o700)
+}
 
 // startHints picks the hint bus: Redis if configured, else Postgres
 // LISTEN/NOTIFY on a Postgres store, else the in-process hub.
@@ -343,7 +361,7 @@ func (s *Server) startHints(cfg ServerConfig) error {
 // apiConfig is the API's configuration under cfg. The session cookie is
 // Secure under TLS, and with InsecureListen (a TLS proxy is in front).
 func apiConfig(cfg ServerConfig, st *store.Store, gate *urgency.Gate, h hints.Bus) api.APIConfig {
-	return api.APIConfig{Store: st, Accounts: st.Accounts(), Storage: cfg.Storage, Container: cfg.Container, Hints: h, Gate: gate, Quotas: cfg.Quotas,
+	return api.APIConfig{Store: apiStore(cfg, st), Accounts: st.Accounts(), Storage: cfg.Storage, Container: cfg.Container, Hints: h, Gate: gate, Quotas: cfg.Quotas,
 		SecureCookies: cfg.TLSCert != "" || cfg.InsecureListen, Logger: cfg.Logger}
 }
 

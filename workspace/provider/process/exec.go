@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"strings"
 	"syscall"
 	"time"
 
@@ -18,31 +17,47 @@ import (
 
 var _ provider.Execer = (*Container)(nil)
 
-// Exec runs argv in the running workspace's volume with its environment
-// (HOME, GANTRY_WORKSPACE_ID, PORT, the spec's env) in its own process
-// group (its own session on a terminal with spec.TTY), which ctx's end
-// kills.
+// Exec runs argv in the running workspace's volume as its command runs:
+// as the same user, in the same namespaces, with its environment (PATH,
+// HOME, GANTRY_WORKSPACE_ID, PORT, the spec's env; argv[0] is looked up in
+// that PATH) and umask 077, in its own process group (its own session on a
+// terminal with spec.TTY), which ctx's end kills. What it leaves running
+// in the background ends with the workspace (Stop).
 func (c *Container) Exec(ctx context.Context, spec provider.ExecSpec, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
 	id, argv, vol := spec.ID, spec.Argv, spec.VolumeDir
 	if len(argv) == 0 {
 		return 0, errors.New("process: exec: no command")
 	}
-	addr, err := c.Endpoint(ctx, id)
+	rec, err := c.runningRecord(id)
 	if err != nil {
 		return 0, err
 	}
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	cmd.Dir = vol
-	cmd.Env = append(append(os.Environ(), "HOME="+vol, "GANTRY_WORKSPACE_ID="+id, "PORT="+addr[strings.LastIndexByte(addr, ':')+1:]),
-		spec.Env...)
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	env := workspaceEnv(id, vol, rec.port, spec.Env)
 	if spec.TTY != nil {
-		cmd.Env = append(cmd.Env, "TERM="+termName())
-		err = runOnTerminal(cmd, spec.TTY, stdin, stdout)
+		env = append(env, "TERM="+termName())
+	}
+	path, err := lookPath(argv[0], env)
+	if err != nil {
+		return 0, fmt.Errorf("process: exec in %s: %w", id, err)
+	}
+	hook, done, err := enter(rec)
+	if err != nil {
+		return 0, err
+	}
+	defer done()
+	cmd := exec.CommandContext(ctx, path, argv[1:]...)
+	cmd.Args[0] = argv[0]
+	cmd.Dir, cmd.Env = vol, env
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	start := func() error { return spawn(startCmd(cmd), hook) }
+	if spec.TTY != nil {
+		err = runOnTerminal(cmd, spec.TTY, stdin, stdout, rec.uid, start)
 	} else {
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		err = cmd.Run()
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: credential(rec.uid)}
+		if err = start(); err == nil {
+			err = cmd.Wait()
+		}
 	}
 	var ee *exec.ExitError
 	switch {
@@ -65,18 +80,33 @@ func termName() string {
 	return "xterm-256color"
 }
 
-// runOnTerminal runs cmd as the leader of a new session whose controlling
-// terminal is a fresh pty: stdin is typed into it (its end as ^D), what
-// the terminal shows is copied to out, and resizes are applied as they
-// come. It returns cmd's end once the terminal's output is drained (or,
-// if a background process keeps the terminal open, shortly after).
-func runOnTerminal(cmd *exec.Cmd, t *provider.TTY, stdin io.Reader, out io.Writer) error {
+// runOnTerminal runs cmd (as uid, -1: the server's user; started by
+// start) as the leader of a new session whose controlling terminal is a
+// fresh pty, uid's: stdin is typed into it (its end as ^D), what the
+// terminal shows is copied to out, and resizes are applied as they come.
+// It returns cmd's end once the terminal's output is drained (or, if a
+// background process keeps the terminal open, shortly after).
+func runOnTerminal(cmd *exec.Cmd, t *provider.TTY, stdin io.Reader, out io.Writer, uid int, start func() error) error {
 	size := t.Size
 	if size.Rows == 0 || size.Cols == 0 {
 		size = provider.DefaultWinSize
 	}
-	ptmx, err := pty.StartWithAttrs(cmd, &pty.Winsize{Rows: size.Rows, Cols: size.Cols}, &syscall.SysProcAttr{Setsid: true, Setctty: true})
+	ptmx, tty, err := pty.Open()
 	if err != nil {
+		return err
+	}
+	err = pty.Setsize(ptmx, &pty.Winsize{Rows: size.Rows, Cols: size.Cols})
+	if err == nil && uid >= 0 {
+		err = tty.Chown(uid, uid)
+	}
+	if err == nil {
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Credential: credential(uid)}
+		err = start()
+	}
+	tty.Close()
+	if err != nil {
+		ptmx.Close()
 		return err
 	}
 	defer ptmx.Close()

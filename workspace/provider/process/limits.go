@@ -19,8 +19,10 @@ var _ provider.LimitChecker = (*Container)(nil)
 //	        the workspace's total; runtimes that reserve large address
 //	        ranges up front (Go, the JVM) need a limit well above their use.
 //	Pids    RLIMIT_NPROC (`ulimit -u`): counts every process of the user the
-//	        server runs as, and binds nothing when that user is root, so it
-//	        is refused there.
+//	        command runs as: the workspace's own when contained (its exec'd
+//	        processes count, though they are not bound), else the server's
+//	        user, whose other processes count too; it binds nothing for
+//	        root, so a root server with SharedUser refuses it.
 //	CPUs    not enforced (a rate needs cgroups): refused.
 //
 // Commands run with `ws exec` are not bound. Use --provider docker for
@@ -33,8 +35,8 @@ func (c *Container) CheckLimits(l provider.Limits) error {
 	if l.CPUs != 0 {
 		return errNoCPULimit
 	}
-	if l.Pids != 0 && os.Geteuid() == 0 {
-		return errors.New("the process provider bounds processes with RLIMIT_NPROC, which binds nothing for root (the server runs as root): use --provider docker")
+	if l.Pids != 0 && os.Geteuid() == 0 && !c.contained() {
+		return errors.New("the process provider bounds processes with RLIMIT_NPROC, which binds nothing for root (workspaces run as the server's user, root, with --insecure-shared-user): use --provider docker")
 	}
 	return nil
 }

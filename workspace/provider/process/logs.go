@@ -69,7 +69,7 @@ func (c *Container) capLog(id string) {
 		return
 	}
 	defer src.Close()
-	if err := fsutil.WriteAtomic(path+".1", 0o644, func(w io.Writer) error {
+	if err := fsutil.WriteAtomic(path+".1", 0o600, func(w io.Writer) error {
 		_, err := io.Copy(w, src)
 		return err
 	}); err != nil {

@@ -1,15 +1,22 @@
 // Package process is a provider.Container that runs a workspace's command
 // as a detached process (its own session) with the volume directory as
-// working directory and HOME. A pidfile holding "pid starttime port" under
-// RunDir identifies the process, so a restarted server finds running
+// working directory and HOME. A pidfile holding "pid starttime port uid"
+// under RunDir identifies the process, so a restarted server finds running
 // workspaces again and a recycled pid is never mistaken for one. The
-// command gets PORT, a free loopback port it may serve HTTP on; Endpoint
-// tells the server's proxy where that is.
+// command gets PORT, a port it may serve HTTP on; Endpoint tells the
+// server's proxy where that is, and Dial connects to it.
 //
-// The files: process.go (this one) Container, Start, Observe, Stop;
+// When the server runs as root, each workspace runs as a user of its own,
+// in mount and network namespaces of its own, with a minimal environment
+// (contain.go says what that keeps out); otherwise as the server's user.
+//
+// The files: process.go (this one) Container, Start, Observe, Stop, Dial;
 // logs.go the command's output (Logs, capped at DefaultLogCap); exec.go
-// Exec, a command in the workspace's directory; limits.go the memory and
-// pids limits it enforces (CheckLimits).
+// Exec, a command in the workspace; limits.go the memory and pids limits it
+// enforces (CheckLimits); contain.go what contains a workspace (Isolation,
+// Network, SafePath, the volume's owner); uids.go the workspaces' users
+// (IDRange, DefaultUIDs, the allocation table); ns.go the namespaces
+// (isolate, enter, dialIn); kill.go ending every process of a workspace.
 package process
 
 import (
@@ -25,6 +32,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gantryhq/gantry/internal/fsutil"
 	"github.com/gantryhq/gantry/workspace/provider"
@@ -47,6 +56,17 @@ type Container struct {
 	// Defaults are the limits of workspaces that set none (limits.go says
 	// which are enforced and how).
 	Defaults provider.Limits
+
+	// Containment, when the server runs as root (contain.go). UIDs is the
+	// range workspaces' users come from, one each (zero = DefaultUIDs),
+	// recorded in the host-wide UIDTable (zero = DefaultUIDTable; uids.go);
+	// Network is what they reach (zero = NetworkPrivate: nothing but their
+	// own loopback); SharedUser runs them as the server's own user instead,
+	// uncontained (ws serve --insecure-shared-user).
+	UIDs       IDRange
+	UIDTable   string
+	Network    Network
+	SharedUser bool
 
 	// OnExit, if set, is called (on its own goroutine) when a command this
 	// server started ends, after its end is recorded: the server hints its
@@ -106,25 +126,58 @@ func procStart(pid int) (uint64, bool) {
 	return st, err == nil
 }
 
-// alive reads the pidfile and reports the pid if that process still runs.
-func (c *Container) alive(id string) (pid int, exists bool, running bool, err error) {
+// record is a pidfile's content: "pid start port uid". uid is -1 for a
+// command run as the server's own user (and in a pidfile of an earlier
+// release, which has no uid; port is 0 in one older still).
+type record struct {
+	pid   int
+	start uint64
+	port  int
+	uid   int
+}
+
+// read reads id's pidfile: exists if there is one, running if its process
+// still runs.
+func (c *Container) read(id string) (rec record, exists, running bool, err error) {
 	pf, err := c.pidfile(id)
 	if err != nil {
-		return 0, false, false, err
+		return rec, false, false, err
 	}
 	b, err := os.ReadFile(pf)
 	if errors.Is(err, os.ErrNotExist) {
-		return 0, false, false, nil
+		return rec, false, false, nil
 	}
 	if err != nil {
-		return 0, false, false, err
+		return rec, false, false, err
 	}
-	var start uint64
-	if _, err := fmt.Sscanf(string(b), "%d %d", &pid, &start); err != nil {
-		return 0, true, false, nil // a torn or foreign pidfile: not ours
+	rec.uid = -1
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return rec, true, false, nil // a torn or foreign pidfile: not ours
 	}
-	got, ok := procStart(pid)
-	return pid, true, ok && got == start, nil
+	rec.pid, err = strconv.Atoi(f[0])
+	if err != nil {
+		return rec, true, false, nil
+	}
+	if rec.start, err = strconv.ParseUint(f[1], 10, 64); err != nil {
+		return rec, true, false, nil
+	}
+	if len(f) >= 3 {
+		rec.port, _ = strconv.Atoi(f[2])
+	}
+	if len(f) >= 4 {
+		if rec.uid, err = strconv.Atoi(f[3]); err != nil {
+			rec.uid = -1
+		}
+	}
+	got, ok := procStart(rec.pid)
+	return rec, true, ok && got == rec.start, nil
+}
+
+// alive reads the pidfile and reports the pid if that process still runs.
+func (c *Container) alive(id string) (pid int, exists bool, running bool, err error) {
+	rec, exists, running, err := c.read(id)
+	return rec.pid, exists, running, err
 }
 
 // Observe reports Running, Stopped (pidfile, no process) or Missing.
@@ -142,70 +195,119 @@ func (c *Container) Observe(_ context.Context, id string) (provider.ContainerSta
 	return provider.Missing, nil
 }
 
-// Start runs spec.Command detached unless it already runs.
+// Start runs spec.Command detached unless it already runs: contained as
+// the workspace's own user when the server runs as root (contain.go).
 func (c *Container) Start(ctx context.Context, spec provider.Spec) error {
 	if _, _, running, err := c.alive(spec.ID); err != nil || running {
 		return err
 	}
 	pf, _ := c.pidfile(spec.ID)
-	if fi, err := os.Stat(spec.VolumeDir); err != nil || !fi.IsDir() {
-		return fmt.Errorf("process: start %s: volume %s is not a directory: %v", spec.ID, spec.VolumeDir, err)
-	}
-	if err := os.MkdirAll(c.RunDir, 0o755); err != nil {
-		return err
-	}
-	logPath := filepath.Join(c.RunDir, spec.ID+".log")
-	c.rotate(logPath)
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	limits, err := c.startable(spec)
 	if err != nil {
 		return err
 	}
-	defer logf.Close()
 	command := spec.Command
 	if command == "" {
 		command = DefaultCommand
 	}
-	limits := c.withDefaults(spec.Limits)
-	if err := c.CheckLimits(limits); err != nil {
-		return provider.Permanent("LimitUnsupported", fmt.Errorf("process: start %s: %w", spec.ID, err))
-	}
-	command = limitPrefix(limits) + command
 	port, err := freePort()
 	if err != nil {
 		return fmt.Errorf("process: start %s: %w", spec.ID, err)
 	}
-	cmd := exec.Command("/bin/sh", "-c", command)
-	cmd.Dir = spec.VolumeDir
-	cmd.Env = append(append(os.Environ(), "HOME="+spec.VolumeDir, "GANTRY_WORKSPACE_ID="+spec.ID, "GANTRY_WORKSPACE_NAME="+spec.Name,
-		"PORT="+strconv.Itoa(port)), spec.Env...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
+	uid, err := c.prepare(ctx, spec)
+	if err != nil {
 		return fmt.Errorf("process: start %s: %w", spec.ID, err)
 	}
-	pid := cmd.Process.Pid
+	logPath := filepath.Join(c.RunDir, spec.ID+".log")
+	c.rotate(logPath)
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	logf.Chmod(0o600) // one an earlier release made is 0644
+	cmd := exec.Command("/bin/sh", "-c", limitPrefix(limits)+command)
+	cmd.Dir = spec.VolumeDir
+	cmd.Env = workspaceEnv(spec.ID, spec.VolumeDir, port, spec.Env, "GANTRY_WORKSPACE_NAME="+spec.Name)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Credential: credential(uid)}
+	var hook func() error
+	if uid >= 0 {
+		hook = isolate(spec.VolumeDir, c.Network)
+	}
+	if err := spawn(startCmd(cmd), hook); err != nil {
+		return fmt.Errorf("process: start %s: %w", spec.ID, err)
+	}
+	rec := record{pid: cmd.Process.Pid, port: port, uid: uid}
 	ended := c.reap(spec.ID, cmd)
-	start, ok := procStart(pid)
+	start, ok := procStart(rec.pid)
 	if !ok {
 		return c.endedAtOnce(ctx, spec.ID, ended, logf.Name())
 	}
-	if err := fsutil.WriteFileAtomic(pf, []byte(fmt.Sprintf("%d %d %d\n", pid, start, port)), 0o644); err != nil {
-		syscall.Kill(-pid, syscall.SIGKILL)
+	rec.start = start
+	if err := fsutil.WriteFileAtomic(pf, []byte(fmt.Sprintf("%d %d %d %d\n", rec.pid, rec.start, rec.port, rec.uid)), 0o600); err != nil {
+		syscall.Kill(-rec.pid, syscall.SIGKILL)
 		return err
 	}
 	if !spec.HTTP {
 		return nil
 	}
-	return provider.WaitServing(ctx, spec.ID, func(context.Context) (string, error) {
-		return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), nil
-	}, func(ctx context.Context) error {
-		select {
-		case <-ended:
-			return c.endedAtOnce(ctx, spec.ID, ended, logf.Name())
-		default:
+	return c.waitServing(ctx, spec.ID, rec, ended, logf.Name())
+}
+
+// startable refuses a start that cannot be, and returns spec's limits
+// with the defaults filled in.
+func (c *Container) startable(spec provider.Spec) (provider.Limits, error) {
+	limits := c.withDefaults(spec.Limits)
+	if fi, err := os.Stat(spec.VolumeDir); err != nil || !fi.IsDir() {
+		return limits, fmt.Errorf("process: start %s: volume %s is not a directory: %v", spec.ID, spec.VolumeDir, err)
+	}
+	if err := c.Check(); err != nil {
+		return limits, provider.Permanent("BadConfig", err)
+	}
+	if err := c.CheckLimits(limits); err != nil {
+		return limits, provider.Permanent("LimitUnsupported", fmt.Errorf("process: start %s: %w", spec.ID, err))
+	}
+	return limits, c.mkRunDir()
+}
+
+// prepare readies a contained start: the workspace's uid (allocated, or
+// the one it holds), no process of that uid left from before (an exec'd
+// one that outlived a crashed server), and the volume the uid's. It
+// returns -1 (and does nothing) when workspaces share the server's user.
+func (c *Container) prepare(ctx context.Context, spec provider.Spec) (int, error) {
+	if !c.contained() {
+		return -1, nil
+	}
+	uid, err := c.allocateUID(spec.ID, spec.VolumeDir)
+	if err != nil {
+		return -1, err
+	}
+	if err := killUID(ctx, uid); err != nil {
+		return -1, err
+	}
+	return uid, claimVolume(spec.VolumeDir, uid)
+}
+
+// waitServing polls until the command accepts a connection on its PORT
+// (from where the server's proxy dials it) or ends.
+func (c *Container) waitServing(ctx context.Context, id string, rec record, ended chan struct{}, logName string) error {
+	var last error
+	for {
+		conn, err := c.dial(ctx, rec)
+		if err == nil {
+			conn.Close()
 			return nil
 		}
-	})
+		last = err
+		select {
+		case <-ended:
+			return c.endedAtOnce(ctx, id, ended, logName)
+		case <-ctx.Done():
+			return fmt.Errorf("provider: workspace %s: its command serves no HTTP on its PORT (%v): %w", id, last, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // reap waits for cmd (while this server lives; after a restart, init
@@ -288,7 +390,7 @@ func (c *Container) recordExit(path string, ps *os.ProcessState) {
 	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		status = "signal " + ws.Signal().String()
 	}
-	fsutil.WriteFileAtomic(path, []byte(fmt.Sprintf("%d %d %s\n", ps.ExitCode(), time.Now().UnixMilli(), status)), 0o644)
+	fsutil.WriteFileAtomic(path, []byte(fmt.Sprintf("%d %d %s\n", ps.ExitCode(), time.Now().UnixMilli(), status)), 0o600)
 }
 
 // Exited reports the command's end recorded at or after since, with its
@@ -334,44 +436,90 @@ func freePort() (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
-// Endpoint is the loopback address of the running workspace's PORT.
+// Endpoint is the address of the running workspace's PORT: 127.0.0.1 in
+// its own network namespace when it has one, so reach it through Dial.
 func (c *Container) Endpoint(_ context.Context, id string) (string, error) {
-	pf, err := c.pidfile(id)
+	rec, err := c.runningRecord(id)
 	if err != nil {
 		return "", err
 	}
-	_, _, running, err := c.alive(id)
-	if err != nil {
-		return "", err
-	}
-	if !running {
-		return "", fmt.Errorf("%w: workspace %s is not running", provider.ErrNotRunning, id)
-	}
-	b, err := os.ReadFile(pf)
-	if err != nil {
-		return "", err
-	}
-	var pid, port int
-	var start uint64
-	if n, _ := fmt.Sscanf(string(b), "%d %d %d", &pid, &start, &port); n < 3 || port <= 0 {
-		return "", fmt.Errorf("%w: workspace %s was started without a PORT (by an earlier release): restart it", provider.ErrNotRunning, id)
-	}
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), nil
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(rec.port)), nil
 }
 
-// Stop sends SIGTERM to the process group, then SIGKILL after StopGrace.
+// runningRecord is the pidfile of a running workspace with a PORT.
+func (c *Container) runningRecord(id string) (record, error) {
+	rec, _, running, err := c.read(id)
+	if err != nil {
+		return rec, err
+	}
+	if !running {
+		return rec, fmt.Errorf("%w: workspace %s is not running", provider.ErrNotRunning, id)
+	}
+	if rec.port <= 0 {
+		return rec, fmt.Errorf("%w: workspace %s was started without a PORT (by an earlier release): restart it", provider.ErrNotRunning, id)
+	}
+	return rec, nil
+}
+
+// Dial connects to the running workspace's PORT from inside its network
+// namespace (the server's proxy uses it: the host cannot reach that port).
+func (c *Container) Dial(ctx context.Context, id string) (net.Conn, error) {
+	rec, err := c.runningRecord(id)
+	if err != nil {
+		return nil, err
+	}
+	return c.dial(ctx, rec)
+}
+
+func (c *Container) dial(ctx context.Context, rec record) (net.Conn, error) {
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(rec.port))
+	ns, same, err := nsFD(rec, "net")
+	if err != nil {
+		return nil, err
+	}
+	if same {
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", addr)
+	}
+	defer unix.Close(ns)
+	return dialIn(ctx, ns, addr)
+}
+
+// Stop sends SIGTERM to the command's process group (and, contained, to
+// every process of the workspace's uid), gives the command StopGrace to
+// end (then SIGKILL), and then ends every process of the workspace with
+// SIGKILL: those the command left in the background and those `ws exec`
+// started, in whatever session or group (kill.go).
 func (c *Container) Stop(ctx context.Context, id string) error {
 	defer c.forgetExit(id) // a stop is not a crash
 	defer c.waitReaped(id)
-	pid, _, running, err := c.alive(id)
-	if err != nil || !running {
+	rec, exists, running, err := c.read(id)
+	if err != nil || !exists {
 		return err
 	}
+	byUID := rec.uid >= 0 && os.Geteuid() == 0
+	if running {
+		syscall.Kill(-rec.pid, syscall.SIGTERM)
+		if byUID {
+			signalUID(rec.uid, syscall.SIGTERM)
+		}
+		if err := c.awaitEnd(ctx, id); err != nil {
+			return err
+		}
+	}
+	if byUID {
+		return killUID(ctx, rec.uid)
+	}
+	return killMarked(ctx, id)
+}
+
+// awaitEnd waits for id's command to end; past StopGrace it sends SIGKILL
+// to its process group every round.
+func (c *Container) awaitEnd(ctx context.Context, id string) error {
 	grace := c.StopGrace
 	if grace == 0 {
 		grace = 5 * time.Second
 	}
-	syscall.Kill(-pid, syscall.SIGTERM)
 	deadline := time.Now().Add(grace)
 	for {
 		cur, _, running, _ := c.alive(id)

@@ -137,7 +137,7 @@ func runWSServe(cmd *cobra.Command, env *Env, o *wsServeOptions) error {
 // serveFlags names the flag of each ServerConfig field a server.ConfigError
 // can name.
 var serveFlags = map[string]string{"Data": "--data", "DB": "--db", "Listen": "--listen", "TLSCert": "--tls-cert/--tls-key",
-	"Redis": "--redis", "Container": "--provider", "Storage": "--storage", "Page": "the page"}
+	"Redis": "--redis", "Container": "--provider", "Storage": "--storage", "Page": "the page", "InsecureSharedUser": "--insecure-shared-user"}
 
 // flagError says a server.ConfigError in the flag's name the user typed.
 func flagError(err error) error {

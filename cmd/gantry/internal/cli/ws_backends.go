@@ -39,6 +39,10 @@ type wsBackendFlags struct {
 	ttlInterval   time.Duration
 	leaderLease   time.Duration
 	kube          kubeFlags
+	// The process provider's containment (process/contain.go).
+	workspaceUIDs    string
+	workspaceNetwork string
+	sharedUser       bool
 }
 
 func (b *wsBackendFlags) register(f *pflag.FlagSet) {
@@ -46,11 +50,14 @@ func (b *wsBackendFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&b.dockerImage, "docker-image", "", "default image for --provider docker when a workspace names none")
 	f.Float64Var(&b.cpus, "default-cpus", 0, "CPUs per workspace (e.g. 1.5; 0 = no limit; --provider docker only)")
 	f.StringVar(&b.memory, "default-memory", "", "memory per workspace (e.g. 2GiB; docker: past it the kernel kills and the workspace shows OOMKilled; process: the address space of each process); default no limit")
-	f.Int64Var(&b.pids, "default-pids", 0, "processes and threads per workspace (0 = no limit; process provider: not as root)")
+	f.Int64Var(&b.pids, "default-pids", 0, "processes and threads per workspace (0 = no limit; process provider: RLIMIT_NPROC of the workspace's user, refused as root with --insecure-shared-user)")
 	f.StringVar(&b.dockerNetwork, "docker-network", "", "network of the workspace containers (their PORT is proxied at /w/{id}/ on their address there; \"none\": no network, no proxy); default the engine's")
 	f.DurationVar(&b.idleTimeout, "idle-timeout", singletons.DefaultIdleTimeout, "TTL: a RUNNING workspace idle this long gets desired STANDBY (negative = never)")
 	f.DurationVar(&b.archiveAfter, "archive-after", singletons.DefaultArchiveAfter, "TTL: a workspace STANDBY this long gets desired PENDING (negative = never)")
 	f.DurationVar(&b.ttlInterval, "ttl-interval", singletons.DefaultTTLInterval, "TTL: time between the TTL manager's passes")
+	f.StringVar(&b.workspaceUIDs, "workspace-uids", process.DefaultUIDs.String(), "process provider, server run as root: the user ids workspaces run as, one each (FIRST-LAST)")
+	f.StringVar(&b.workspaceNetwork, "workspace-network", "private", "process provider, server run as root: a workspace's network: private (a namespace of its own with only loopback: no other network; the proxy reaches its PORT) or host (the host's: it reaches the API, the other workspaces' ports and the host's loopback services directly)")
+	f.BoolVar(&b.sharedUser, "insecure-shared-user", false, "process provider: run every workspace as the server's own user (no user or namespaces of its own: it can read the server's data and the other workspaces' files) and allow several owners anyway (without it, a server not run as root is one owner's)")
 	b.kube.register(f)
 	f.DurationVar(&b.leaderLease, "leader-lease", 10*time.Second, "Postgres: the monitor and TTL manager run on one replica (leader lock); a standby takes over within this after the leader dies")
 }
@@ -102,8 +109,9 @@ func (b *wsBackendFlags) apply(ctx context.Context, cfg *server.ServerConfig, pr
 	if err != nil {
 		return err
 	}
+	cfg.InsecureSharedUser = b.sharedUser
 	if prov != "docker" {
-		return b.processLimits(cfg, abs, provider.Limits{CPUs: b.cpus, Memory: mem, Pids: b.pids})
+		return b.processContainer(cfg, provider.Limits{CPUs: b.cpus, Memory: mem, Pids: b.pids})
 	}
 	c, err := docker.New(docker.Config{Image: b.dockerImage, NetworkMode: b.dockerNetwork, CPUs: b.cpus, Memory: mem, Pids: b.pids, Logger: log})
 	if err != nil {
@@ -113,17 +121,26 @@ func (b *wsBackendFlags) apply(ctx context.Context, cfg *server.ServerConfig, pr
 	return nil
 }
 
-// processLimits gives the process provider the default limits, refusing
-// those it cannot enforce (process/limits.go).
-func (b *wsBackendFlags) processLimits(cfg *server.ServerConfig, data string, l provider.Limits) error {
-	if l == (provider.Limits{}) {
-		return nil
+// processContainer sets up the process container (server.DefaultProviders'):
+// its default limits, refusing those it cannot enforce (process/limits.go),
+// and how it contains workspaces (process/contain.go).
+func (b *wsBackendFlags) processContainer(cfg *server.ServerConfig, l provider.Limits) error {
+	pc, ok := cfg.Container.(*process.Container)
+	if !ok {
+		return nil // --provider fake
 	}
-	pc := &process.Container{RunDir: filepath.Join(data, "run"), Defaults: l} // server.DefaultProviders' with the limits
+	uids, err := process.ParseIDRange(b.workspaceUIDs)
+	if err != nil {
+		return fmt.Errorf("--workspace-uids: %w", err)
+	}
+	network, err := process.ParseNetwork(b.workspaceNetwork)
+	if err != nil {
+		return fmt.Errorf("--workspace-network: %w", err)
+	}
+	pc.Defaults, pc.UIDs, pc.Network, pc.SharedUser = l, uids, network, b.sharedUser
 	if err := pc.CheckLimits(provider.Limits{}); err != nil {
 		return fmt.Errorf("--default-cpus/--default-memory/--default-pids: %w", err)
 	}
-	cfg.Container = pc
 	return nil
 }
 
