@@ -5,6 +5,8 @@
 // "gantry.workspace-id={id}", with the workspace's volume mounted at
 // /home/coder (a bind mount of the host directory the Storage owns, or a
 // Docker volume "ws-{id}-home"), restart policy "no" and no published port.
+// By default it joins its owner's own network and runs as a non-root user
+// with every capability dropped and no-new-privileges (contain.go).
 // "Stop" in the reconciler's sense removes the container and keeps the volume,
 // as the seed's InstanceController does.
 //
@@ -12,6 +14,8 @@
 //
 //	docker.go   Config, New, Start (idempotent, waits for running/healthy),
 //	            Stop (remove, keep volume), Observe (by label), errors
+//	contain.go  what contains a workspace: its owner's network (made on
+//	            demand, removed when unused), its user, its volume's owner
 //	access.go   Endpoint, Logs, Exited: reaching a running container
 //	exec.go     Exec: a command in the container
 //
@@ -96,10 +100,26 @@ type Config struct {
 	// Volumes selects bind mount (zero) or Docker volume.
 	Volumes VolumeMode
 	// NetworkMode is the container's network ("none", "bridge", a network
-	// the caller created); zero = the engine's default.
+	// the caller created: every workspace on it reaches the others). Zero
+	// = a network per owner (OwnerNetworkName), created at the owner's
+	// first Start and removed when the owner's last container is: one
+	// owner's containers do not reach another's (the engine's isolation
+	// between bridge networks), and the server, on the host, reaches each
+	// at its address there (the proxy's Endpoint).
 	NetworkMode string
-	// User runs the container's process as "uid:gid"; zero = the image's.
+	// NetworkEgress makes the owner networks ordinary bridges, with a
+	// route out through the host (NAT). Zero: they are "internal": no
+	// route beyond the network, so a workspace reaches only the owner's
+	// other workspaces and the host's address on that network.
+	NetworkEgress bool
+	// User runs the container's process as "uid:gid" (or a name of the
+	// image's); zero = the image's USER if it is not root, else
+	// NobodyUser (the workspace's volume handed to it) when the server
+	// runs as root, or the server's own uid:gid when not.
 	User string
+	// CapAdd are the capabilities a workspace keeps (e.g. "CHOWN",
+	// "SETUID"); every other one is dropped. Zero = none.
+	CapAdd []string
 	// CPUs, Memory (bytes) and Pids bound every workspace container (zero:
 	// no limit). A container killed for memory shows OOMKilled in its
 	// exit status.
@@ -241,13 +261,10 @@ func (p *Provider) Start(ctx context.Context, spec provider.Spec) error {
 	if running != "" {
 		return p.waitReady(ctx, spec.ID, running, p.cfg.Clock.Now())
 	}
-	cid, err := p.create(ctx, spec, image)
+	started := p.cfg.Clock.Now()
+	cid, err := p.createAndStart(ctx, spec, image)
 	if err != nil {
 		return err
-	}
-	started := p.cfg.Clock.Now()
-	if _, err := p.cli.ContainerStart(ctx, cid, client.ContainerStartOptions{}); err != nil {
-		return p.wrap("start", spec.ID, err)
 	}
 	p.cfg.Logger.Info("docker: container started", "workspace", spec.ID, "container", cid[:12], "image", image)
 	if err := p.waitReady(ctx, spec.ID, cid, started); err != nil || !spec.HTTP {
@@ -327,10 +344,24 @@ func (p *Provider) clearStale(ctx context.Context, id string) (running string, e
 	return "", nil
 }
 
+// createAndStart creates and starts the workspace's container, holding
+// its owner's lock so the owner's network is not removed meanwhile.
+func (p *Provider) createAndStart(ctx context.Context, spec provider.Spec, image string) (string, error) {
+	defer p.lockOwner(spec.Owner)()
+	cid, err := p.create(ctx, spec, image)
+	if err != nil {
+		return "", err
+	}
+	if _, err := p.cli.ContainerStart(ctx, cid, client.ContainerStartOptions{}); err != nil {
+		return "", p.wrap("start", spec.ID, err)
+	}
+	return cid, nil
+}
+
 // create creates the workspace's container (and its Docker volume in
 // DockerVolume mode) and returns the container's ID.
 func (p *Provider) create(ctx context.Context, spec provider.Spec, image string) (string, error) {
-	labels := map[string]string{LabelWorkspaceID: spec.ID}
+	labels := map[string]string{LabelWorkspaceID: spec.ID, LabelOwner: ownerKey(spec.Owner)}
 	if spec.Name != "" {
 		labels["gantry.workspace-name"] = spec.Name
 	}
@@ -338,19 +369,23 @@ func (p *Provider) create(ctx context.Context, spec provider.Spec, image string)
 	if err != nil {
 		return "", err
 	}
+	user, hand := p.user(ctx, image)
 	cc := &container.Config{
 		Image:  image,
 		Labels: labels,
 		Env: append([]string{"HOME=" + p.cfg.MountPath, "GANTRY_WORKSPACE_ID=" + spec.ID, "PORT=" + strconv.Itoa(ContainerPort)},
 			spec.Env...),
 		WorkingDir: p.cfg.MountPath,
-		User:       p.cfg.User,
+		User:       user,
 	}
 	if spec.Command != "" {
 		cc.Cmd = []string{"sh", "-c", spec.Command}
 	}
 	name := ContainerName(spec.ID)
 	created, err := p.cli.ContainerCreate(ctx, client.ContainerCreateOptions{Name: name, Config: cc, HostConfig: hc})
+	if err == nil && hand {
+		err = p.handVolume(ctx, specVolume{spec.ID, spec.VolumeDir})
+	}
 	if err == nil {
 		return created.ID, nil
 	}
@@ -366,13 +401,25 @@ func (p *Provider) create(ctx context.Context, spec provider.Spec, image string)
 	return in.Container.ID, nil
 }
 
-// hostConfig is the container's host side: no restarts, the network, and
-// the volume mount (creating the Docker volume in DockerVolume mode).
+// hostConfig is the container's host side: no restarts, the network (the
+// owner's, made here if absent), no capabilities but Config.CapAdd,
+// no-new-privileges, and the volume mount, its only one (creating the
+// Docker volume in DockerVolume mode).
 func (p *Provider) hostConfig(ctx context.Context, spec provider.Spec, labels map[string]string) (*container.HostConfig, error) {
 	hc := &container.HostConfig{
 		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyDisabled},
 		NetworkMode:   container.NetworkMode(p.cfg.NetworkMode),
 		Resources:     p.resources(spec.Limits),
+		CapDrop:       []string{"ALL"},
+		CapAdd:        p.capabilities(),
+		SecurityOpt:   []string{"no-new-privileges:true"},
+	}
+	if p.cfg.NetworkMode == "" {
+		nid, err := p.ownerNetwork(ctx, spec.Owner)
+		if err != nil {
+			return nil, err
+		}
+		hc.NetworkMode = container.NetworkMode(nid)
 	}
 	switch p.cfg.Volumes {
 	case BindMount:
@@ -471,17 +518,37 @@ func healthy(h *container.Health) bool {
 	return h == nil || h.Status == container.NoHealthcheck || h.Status == container.Healthy
 }
 
-// Stop removes the workspace's containers (SIGKILL) and keeps the volume.
-// Missing containers are not an error.
+// Stop removes the workspace's containers (SIGKILL to every process in
+// them, exec'd ones included) and keeps the volume, then the owner's
+// network if no container uses it any more. Missing containers are not
+// an error.
 func (p *Provider) Stop(ctx context.Context, id string) error {
 	defer p.lock(id)()
 	ids, err := p.list(ctx, id)
 	if err != nil {
 		return p.wrap("list", id, err)
 	}
+	owners := map[string]bool{}
 	for _, c := range ids {
 		if _, err := p.cli.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
 			return p.wrap("remove", id, err)
+		}
+		if o, ok := c.Labels[LabelOwner]; ok {
+			owners[o] = true
+		}
+	}
+	if p.cfg.NetworkMode != "" {
+		return nil
+	}
+	for o := range owners {
+		if o == "-" {
+			o = ""
+		}
+		unlock := p.lockOwner(o)
+		err := p.dropOwnerNetworks(ctx, o)
+		unlock()
+		if err != nil {
+			return err
 		}
 	}
 	return nil

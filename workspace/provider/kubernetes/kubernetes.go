@@ -5,7 +5,8 @@
 // One workspace is one Pod "ws-{id}" (labels gantry.dev/workspace-id,
 // gantry.dev/owner, gantry.dev/role=workspace; restart policy Never: the
 // reconciler and the health monitor own restarts) whose files live on a
-// PersistentVolumeClaim "ws-{id}-home" mounted at /home/coder (the claim's
+// PersistentVolumeClaim "ws-{id}-home" mounted at /home/coder, and a
+// NetworkPolicy "ws-{id}" admitting only the server to its PORT (the claim's
 // "home" sub-directory). "Stop" deletes the Pod and keeps the claim; "delete"
 // removes both. Archive and restore run as short-lived Pods (role archive or
 // restore) that mount the claim and stream it to and from the archive
@@ -22,6 +23,8 @@
 //
 //	kubernetes.go  Config, New, names, Start (idempotent, waits for Ready),
 //	               Stop, Observe, the Pod's spec
+//	policy.go      the NetworkPolicy of each workspace: ingress only from
+//	               the server (ServerPeers), only to its PORT
 //	watch.go       the informer: cache, per-workspace wake-ups, OnChange
 //	status.go      what a Pod's status means: ready, failed and why
 //	               (Unschedulable, ImagePullBackOff, OOMKilled, Evicted …)
@@ -125,6 +128,12 @@ type Config struct {
 	// NodeSelector, if set, confines the workspace and job Pods to the
 	// nodes with these labels.
 	NodeSelector map[string]string
+	// ServerPeers are where the server's proxy reaches workspace Pods
+	// from: each workspace's NetworkPolicy admits ingress only from them,
+	// only to its PORT. Zero = the Pods labelled DefaultServerLabels in
+	// Namespace. (A cluster whose network plugin does not enforce
+	// NetworkPolicy ignores the policies.)
+	ServerPeers ServerPeers
 	// MountPath is where the volume appears; zero = /home/coder.
 	MountPath string
 	// CPUs and Memory (bytes) are every workspace's requests and limits
@@ -172,7 +181,10 @@ func (c *Config) defaults() error {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	return nil
+	if c.ServerPeers.zero() {
+		c.ServerPeers.PodLabels = DefaultServerLabels
+	}
+	return c.ServerPeers.validate()
 }
 
 // Provider is a provider.Container and provider.Storage on a Kubernetes
@@ -346,6 +358,9 @@ func (p *Provider) Start(ctx context.Context, spec provider.Spec) error {
 	defer p.lock(spec.ID)()
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.StartupTimeout)
 	defer cancel()
+	if err := p.ensurePolicy(ctx, spec.ID); err != nil {
+		return err
+	}
 	// The claim is not looked up first: a Pod whose claim is missing does
 	// not schedule, and says so (Unschedulable, "persistentvolumeclaim …
 	// not found"); Start never creates an empty volume where files were
@@ -511,12 +526,15 @@ func (p *Provider) resources(l provider.Limits) corev1.ResourceRequirements {
 	return corev1.ResourceRequirements{Requests: rl, Limits: rl.DeepCopy()}
 }
 
-// Stop deletes the workspace's Pod and keeps its claim. A missing Pod is
-// not an error. It returns once the deletion is accepted: Observe reports
-// a terminating Pod as Stopped.
+// Stop deletes the workspace's Pod and its NetworkPolicy and keeps its
+// claim. A missing Pod or policy is not an error. It returns once the
+// deletions are accepted: Observe reports a terminating Pod as Stopped.
 func (p *Provider) Stop(ctx context.Context, id string) error {
 	defer p.lock(id)()
-	return p.deletePod(ctx, id, PodName(id), "")
+	if err := p.deletePod(ctx, id, PodName(id), ""); err != nil {
+		return err
+	}
+	return p.deletePolicy(ctx, id)
 }
 
 // deletePod deletes a Pod (only the one with uid, if given).
