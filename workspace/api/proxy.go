@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/gantryhq/gantry/workspace"
@@ -26,7 +25,9 @@ import (
 // that is not running is woken: the request sets desired RUNNING (quotas
 // apply; audited as workspace.wake) and answers 503 with Retry-After, a page
 // that reloads itself for a browser. Proxied traffic is activity for the
-// TTL manager, written at most once per ActivityEvery per workspace.
+// TTL manager, written at most once per ActivityEvery per workspace, for
+// as long as a request (a WebSocket) is open; a proxied request or a
+// followed log ends when its credential does (streams.go).
 
 // DefaultActivityEvery is how often proxied traffic may touch a workspace.
 const DefaultActivityEvery = 30 * time.Second
@@ -43,29 +44,6 @@ func (a *API) proxyRoutes() []route {
 			http.Redirect(w, r, proxyPrefix+url.PathEscape(r.PathValue("id"))+"/", http.StatusMovedPermanently)
 		}},
 	}
-}
-
-// activity rate-limits the touches proxied traffic makes.
-type activity struct {
-	mu   sync.Mutex
-	last map[string]time.Time
-}
-
-// due reports whether id's activity should be written at now.
-func (t *activity) due(id string, now time.Time, every time.Duration) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.last == nil {
-		t.last = map[string]time.Time{}
-	}
-	if now.Sub(t.last[id]) < every {
-		return false
-	}
-	if len(t.last) > 100_000 {
-		clear(t.last)
-	}
-	t.last[id] = now
-	return true
 }
 
 func (a *API) proxy(w http.ResponseWriter, r *http.Request) {
@@ -95,11 +73,6 @@ func (a *API) proxy(w http.ResponseWriter, r *http.Request) {
 		a.starting(w, r, ws, err.Error())
 		return
 	}
-	if now := a.clock.Now(); a.touches.due(ws.ID, now, a.cfg.ActivityEvery) {
-		if err := a.store.Touch(r.Context(), ws.ID, now); err != nil {
-			a.log.Warn("workspace: proxy activity", "id", ws.ID, "err", err)
-		}
-	}
 	prefix := proxyPrefix + r.PathValue("id")
 	host, transport := upstream(a.cfg.Container, ws.ID, addr) // upstream.go
 	rp := &httputil.ReverseProxy{
@@ -118,6 +91,8 @@ func (a *API) proxy(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, http.StatusBadGateway, map[string]string{"error": fmt.Sprintf("workspace %s: nothing answers on its PORT: %v", ws.ID, err)})
 		},
 	}
+	r, stop := a.stream(r, ws.ID) // streams.go: ends with the credential, is activity while open
+	defer stop()
 	rp.ServeHTTP(w, r)
 }
 
@@ -201,6 +176,8 @@ func (a *API) logs(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
+	r, stop := a.stream(r, "")
+	defer stop()
 	err = lr.Logs(r.Context(), ws.ID, tail, follow, flushWriter{w, rc})
 	if errors.Is(err, provider.ErrNotFound) {
 		a.fail(w, r, fmt.Errorf("%w: %v", workspace.ErrNotFound, err))
