@@ -17,6 +17,7 @@ import (
 	"github.com/gantryhq/gantry/workspace/api"
 	"github.com/gantryhq/gantry/workspace/auth"
 	"github.com/gantryhq/gantry/workspace/provider"
+	"github.com/gantryhq/gantry/workspace/singletons"
 	"github.com/gantryhq/gantry/workspace/store"
 	"github.com/gantryhq/gantry/workspace/store/storetest"
 	"github.com/gantryhq/gantry/workspace/wstest"
@@ -32,9 +33,13 @@ type streamFake struct {
 
 func (f streamFake) Endpoint(context.Context, string) (string, error) { return f.addr, nil }
 
-func (f streamFake) Exec(ctx context.Context, _ provider.ExecSpec, _ io.Reader, stdout, _ io.Writer) (int, error) {
+func (f streamFake) Exec(ctx context.Context, _ provider.ExecSpec, stdin io.Reader, stdout, _ io.Writer) (int, error) {
 	defer func() { f.execDone <- struct{}{} }()
 	io.WriteString(stdout, "started\n")
+	if stdin != nil { // `cat`: ends with its input
+		io.Copy(io.Discard, stdin)
+		return 0, nil
+	}
 	<-ctx.Done()
 	return 137, nil // as the process provider: the command was killed
 }
@@ -175,10 +180,10 @@ func (e *streamEnv) call(t *testing.T, header, method, path string, want int) {
 
 // openStream opens one stream kind with c; it returns once the stream is
 // seen open, with a channel closed when the client sees it end.
-type openStream func(t *testing.T, e *streamEnv, c credential) (ended <-chan struct{})
+type openStream func(t *testing.T, e *streamEnv, id string, c credential) (ended <-chan struct{})
 
-func openExec(t *testing.T, e *streamEnv, c credential) <-chan struct{} {
-	req, _ := http.NewRequestWithContext(t.Context(), "POST", e.Srv.URL+"/v1/workspaces/"+e.id+"/exec?arg=sleep", nil)
+func openExec(t *testing.T, e *streamEnv, id string, c credential) <-chan struct{} {
+	req, _ := http.NewRequestWithContext(t.Context(), "POST", e.Srv.URL+"/v1/workspaces/"+id+"/exec?arg=sleep", nil)
 	c.set(req)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -205,8 +210,8 @@ func openExec(t *testing.T, e *streamEnv, c credential) <-chan struct{} {
 	return ended
 }
 
-func openLogs(t *testing.T, e *streamEnv, c credential) <-chan struct{} {
-	req, _ := http.NewRequestWithContext(t.Context(), "GET", e.Srv.URL+"/v1/workspaces/"+e.id+"/logs?follow=1", nil)
+func openLogs(t *testing.T, e *streamEnv, id string, c credential) <-chan struct{} {
+	req, _ := http.NewRequestWithContext(t.Context(), "GET", e.Srv.URL+"/v1/workspaces/"+id+"/logs?follow=1", nil)
 	c.set(req)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -223,8 +228,8 @@ func openLogs(t *testing.T, e *streamEnv, c credential) <-chan struct{} {
 
 // openUpgrade opens an Upgrade stream through the proxy and echoes one
 // message through it.
-func openUpgrade(t *testing.T, e *streamEnv, c credential) <-chan struct{} {
-	conn, br, status := dialUpgrade(t, e, c)
+func openUpgrade(t *testing.T, e *streamEnv, id string, c credential) <-chan struct{} {
+	conn, br, status := dialUpgrade(t, e, id, c)
 	if status != http.StatusSwitchingProtocols {
 		t.Fatalf("Upgrade through the proxy: %d", status)
 	}
@@ -238,12 +243,12 @@ func openUpgrade(t *testing.T, e *streamEnv, c credential) <-chan struct{} {
 	return ended
 }
 
-func dialUpgrade(t *testing.T, e *streamEnv, c credential) (net.Conn, *bufio.Reader, int) {
+func dialUpgrade(t *testing.T, e *streamEnv, id string, c credential) (net.Conn, *bufio.Reader, int) {
 	conn, err := net.Dial("tcp", strings.TrimPrefix(e.Srv.URL, "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	fmt.Fprintf(conn, "GET /w/%s/echo HTTP/1.1\r\nHost: x\r\nUpgrade: echo\r\nConnection: Upgrade\r\n%s\r\n\r\n", e.id, c.header)
+	fmt.Fprintf(conn, "GET /w/%s/echo HTTP/1.1\r\nHost: x\r\nUpgrade: echo\r\nConnection: Upgrade\r\n%s\r\n\r\n", id, c.header)
 	br := bufio.NewReader(conn)
 	resp, err := http.ReadResponse(br, nil)
 	if err != nil {
@@ -269,12 +274,12 @@ func TestStreamsEndWithTheirCredential(t *testing.T) {
 				e := newStreamEnv(t, 50*time.Millisecond, false)
 				c := e.credentials(t)[how]()
 				if kind == "proxy-upgrade" && how == "logged-out" {
-					if _, _, status := dialUpgrade(t, e, c); status != http.StatusForbidden {
+					if _, _, status := dialUpgrade(t, e, e.id, c); status != http.StatusForbidden {
 						t.Fatalf("the proxy with a page session: %d, want 403", status)
 					}
 					return
 				}
-				ended := open(t, e, c)
+				ended := open(t, e, e.id, c)
 				c.end()
 				select {
 				case <-ended:
@@ -292,7 +297,7 @@ func TestStreamEndsWithinFiveSecondsByDefault(t *testing.T) {
 	t.Parallel()
 	e := newStreamEnv(t, 0, false)
 	c := e.credentials(t)["revoked"]()
-	ended := openExec(t, e, c)
+	ended := openExec(t, e, e.id, c)
 	c.end()
 	t0 := time.Now()
 	select {
@@ -302,4 +307,86 @@ func TestStreamEndsWithinFiveSecondsByDefault(t *testing.T) {
 		t.Fatal("exec still open 5 s after its token was revoked")
 	}
 	<-e.execDone
+}
+
+// An open proxied Upgrade (WebSocket) and an open exec session are
+// activity for the idle TTL while they are open: their workspaces stay
+// RUNNING for twice the idle timeout while a third, idle one stops; once
+// closed, they stop on time (fake clock; the streams re-check on real time).
+func TestOpenStreamsAreActivityForTheTTL(t *testing.T) {
+	e := newStreamEnv(t, 20*time.Millisecond, true)
+	sock, shell, quiet := e.workspace(t, "sock", "alice"), e.workspace(t, "shell", "alice"), e.workspace(t, "quiet", "alice")
+	ttl, err := singletons.NewTTLManager(singletons.TTLConfig{IdleTimeout: 30 * time.Minute, Clock: e.clk}, e.st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := e.credentials(t)["revoked"]() // not ended here
+	conn, br, status := dialUpgrade(t, e, sock, c)
+	if status != http.StatusSwitchingProtocols {
+		t.Fatalf("Upgrade through the proxy: %d", status)
+	}
+	stdin, execEnded := openExecStdin(t, e, shell, c)
+	for range 6 { // 60 minutes, twice the idle timeout, in 10-minute steps
+		e.clk.Advance(10 * time.Minute)
+		now := e.clk.Now()
+		wstest.WaitFor(t, 5*time.Second, "the open streams' activity at the new time", func() (bool, string) {
+			_, a1, _ := e.st.DesiredVersion(t.Context(), sock)
+			_, a2, _ := e.st.DesiredVersion(t.Context(), shell)
+			return a1 != nil && !a1.Before(now) && a2 != nil && !a2.Before(now), fmt.Sprint(a1, a2, now)
+		})
+		if _, err := ttl.Pass(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.wantDesired(t, "with the streams open for 60 min", map[string]workspace.Status{sock: workspace.Running, shell: workspace.Running, quiet: workspace.Standby})
+	if _, err := io.WriteString(conn, "ping"); err != nil {
+		t.Fatal(err)
+	}
+	if got := make([]byte, 4); func() error { _, err := io.ReadFull(br, got); return err }() != nil || string(got) != "ping" {
+		t.Fatalf("the WebSocket was cut: %q", got)
+	}
+	conn.Close()
+	stdin.Close()
+	<-execEnded  // the exec's handler returned (its stream stopped noting activity)
+	<-e.upClosed // the proxied connection is closed
+	e.clk.Advance(29 * time.Minute)
+	if _, err := ttl.Pass(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	e.wantDesired(t, "29 min after the streams closed", map[string]workspace.Status{sock: workspace.Running, shell: workspace.Running})
+	e.clk.Advance(2 * time.Minute)
+	if _, err := ttl.Pass(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	e.wantDesired(t, "31 min after the streams closed", map[string]workspace.Status{sock: workspace.Standby, shell: workspace.Standby})
+}
+
+func (e *streamEnv) wantDesired(t *testing.T, when string, want map[string]workspace.Status) {
+	t.Helper()
+	for id, st := range want {
+		if w, _ := e.st.Get(t.Context(), id); w.DesiredState != st {
+			t.Errorf("%s %s: desired %s, want %s", w.Name, when, w.DesiredState, st)
+		}
+	}
+}
+
+// openExecStdin opens an exec with stdin; closing stdin ends the command
+// (the fake's Exec reads stdin to its end), and ended is closed once the
+// whole response has arrived.
+func openExecStdin(t *testing.T, e *streamEnv, id string, c credential) (stdin io.Closer, ended <-chan struct{}) {
+	pr, pw := io.Pipe()
+	req, _ := http.NewRequestWithContext(t.Context(), "POST", e.Srv.URL+"/v1/workspaces/"+id+"/exec?arg=cat&stdin=1", pr)
+	c.set(req)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(resp.Body)
+	if kind, p, err := api.ReadFrame(br, 1<<20); resp.StatusCode != 200 || err != nil || kind != api.FrameStdout {
+		t.Fatalf("exec: %s, first frame %d %q %v", resp.Status, kind, p, err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); io.Copy(io.Discard, br); resp.Body.Close() }()
+	t.Cleanup(func() { pw.Close() })
+	return pw, done
 }
