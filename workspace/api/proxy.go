@@ -28,6 +28,12 @@ import (
 // TTL manager, written at most once per ActivityEvery per workspace, for
 // as long as a request (a WebSocket) is open; a proxied request or a
 // followed log ends when its credential does (streams.go).
+//
+// What the app sees: the path as the client encoded it (a %2F stays
+// encoded), X-Forwarded-For/-Host/-Proto/-Prefix set by the proxy (the
+// client's X-Forwarded-*, Forwarded, X-Real-IP and X-Forwarded-Port
+// dropped), no gantry token or session cookie. What the client sees: the
+// app's answer without Set-Cookie, since the app shares the API's origin.
 
 // DefaultActivityEvery is how often proxied traffic may touch a workspace.
 const DefaultActivityEvery = 30 * time.Second
@@ -80,11 +86,19 @@ func (a *API) proxy(w http.ResponseWriter, r *http.Request) {
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(&url.URL{Scheme: "http", Host: host})
 			pr.Out.Host = addr
-			pr.Out.URL.Path = "/" + pr.In.PathValue("path")
-			pr.Out.URL.RawPath = ""
-			pr.SetXForwarded()
+			pr.Out.URL.Path, pr.Out.URL.RawPath = workspacePath(pr.In)
+			pr.SetXForwarded() // X-Forwarded-For: the client's address alone
 			pr.Out.Header.Set("X-Forwarded-Prefix", prefix)
+			pr.Out.Header.Del("X-Real-Ip") // a client's word for its address or port
+			pr.Out.Header.Del("X-Forwarded-Port")
 			stripCredentials(pr.Out)
+		},
+		ModifyResponse: func(resp *http.Response) error {
+			// Apps are served on the API's origin: a cookie an app sets
+			// would be the page's (gantry_session among them). None reaches
+			// the client until workspaces have origins of their own.
+			resp.Header.Del("Set-Cookie")
+			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			a.log.Debug("workspace: proxy", "id", ws.ID, "err", err)
@@ -94,6 +108,26 @@ func (a *API) proxy(w http.ResponseWriter, r *http.Request) {
 	r, stop := a.stream(r, ws.ID) // streams.go: ends with the credential, is activity while open
 	defer stop()
 	rp.ServeHTTP(w, r)
+}
+
+// workspacePath is the path of a proxied request inside the workspace:
+// in's path without its /w/{id} prefix, kept as the client encoded it (a
+// %2F stays one segment's %2F, not a slash). RawPath is "" when the path
+// needs no other encoding than the default.
+func workspacePath(in *http.Request) (path, rawPath string) {
+	fallback := "/" + in.PathValue("path")
+	_, rest, ok := strings.Cut(strings.TrimPrefix(in.URL.EscapedPath(), proxyPrefix), "/")
+	if !ok {
+		return fallback, ""
+	}
+	path, err := url.PathUnescape("/" + rest)
+	if err != nil || path != fallback {
+		return fallback, "" // not what the mux matched: trust the mux
+	}
+	if rawPath = "/" + rest; rawPath == (&url.URL{Path: path}).EscapedPath() {
+		rawPath = ""
+	}
+	return path, rawPath
 }
 
 // stripCredentials removes the caller's gantry token and session cookie:
