@@ -3,6 +3,7 @@ package auth
 import (
 	"context"
 	"errors"
+	"net/http"
 	"time"
 )
 
@@ -49,4 +50,12 @@ func Watch(ctx context.Context, every time.Duration, each func()) (watched conte
 		}
 	}()
 	return watched, func() { cancel(context.Canceled); <-done }
+}
+
+// Reauthenticate checks r's credential again, as Authenticate, but outside
+// the failure limiter: an open stream's check neither counts as a failed
+// guess when its credential has ended nor is refused because others at its
+// address are throttled (what Watch's Recheck uses).
+func (a *Authenticator) Reauthenticate(r *http.Request) (Principal, error) {
+	return a.authenticate(r)
 }
