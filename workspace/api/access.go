@@ -90,9 +90,9 @@ func (a *API) admit(w http.ResponseWriter, r *http.Request, note *reqNote) (*htt
 	}
 	note.principal = p
 	ctx := auth.WithPrincipal(r.Context(), p)
-	// Long streams re-check that the credential still holds (revoked,
-	// logged out, expired) on every keep-alive.
-	ctx = auth.WithRecheck(ctx, func() error { _, err := a.authn.Authenticate(r); return err })
+	// Open streams re-check that the credential still holds (revoked,
+	// logged out, expired: auth.Watch), outside the failure limiter.
+	ctx = auth.WithRecheck(ctx, func() error { _, err := a.authn.Reauthenticate(r); return err })
 	return r.WithContext(ctx), true
 }
 

@@ -72,8 +72,12 @@ type APIConfig struct {
 	// ActivityEvery bounds how often proxied traffic touches a workspace;
 	// zero = DefaultActivityEvery.
 	ActivityEvery time.Duration
-	Clock         clock.Clock
-	Logger        *slog.Logger
+	// RecheckEvery is how often an open stream (exec, logs -f, a proxied
+	// request) checks its credential again, ending when it is revoked,
+	// expired or logged out; zero = auth.DefaultRecheckEvery.
+	RecheckEvery time.Duration
+	Clock        clock.Clock
+	Logger       *slog.Logger
 }
 
 // API is the HTTP JSON API. Routes are registered on one ServeMux from the

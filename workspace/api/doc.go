@@ -19,5 +19,7 @@
 //	upstream.go  how the proxy reaches a PORT: through a PortDialer's Dial
 //	             when the provider has one (workspaces in namespaces)
 //	exec.go      `ws exec`: a command in the workspace, pipes or a terminal
+//	streams.go   the context every open stream runs in: ends with its
+//	             credential (auth.Watch), notes TTL activity while open
 //	frame.go     the exec stream's frames: WriteFrame, ReadFrame, Frame…
 package api

@@ -2,6 +2,8 @@ package api
 
 import (
 	"bufio"
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -109,11 +111,16 @@ func (a *API) exec(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
+	r, stop := a.stream(r, ws.ID) // streams.go: ends with the credential, is activity while open
+	defer stop()
 	rc.SetWriteDeadline(time.Time{})
 	w.Header().Set("Content-Type", "application/vnd.gantry.exec")
 	w.WriteHeader(http.StatusOK)
 	f := &frames{w: w, rc: rc}
 	status, err := ex.Exec(r.Context(), spec, stdin, frameWriter{f, FrameStdout}, frameWriter{f, FrameStderr})
+	if cause := context.Cause(r.Context()); errors.Is(cause, auth.ErrCredentialEnded) {
+		err = cause
+	}
 	if err != nil {
 		noteDetail(r, err.Error())
 		f.write(FrameError, []byte(err.Error()))

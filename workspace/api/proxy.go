@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/gantryhq/gantry/workspace"
@@ -26,7 +25,15 @@ import (
 // that is not running is woken: the request sets desired RUNNING (quotas
 // apply; audited as workspace.wake) and answers 503 with Retry-After, a page
 // that reloads itself for a browser. Proxied traffic is activity for the
-// TTL manager, written at most once per ActivityEvery per workspace.
+// TTL manager, written at most once per ActivityEvery per workspace, for
+// as long as a request (a WebSocket) is open; a proxied request or a
+// followed log ends when its credential does (streams.go).
+//
+// What the app sees: the path as the client encoded it (a %2F stays
+// encoded), X-Forwarded-For/-Host/-Proto/-Prefix set by the proxy (the
+// client's X-Forwarded-*, Forwarded, X-Real-IP and X-Forwarded-Port
+// dropped), no gantry token or session cookie. What the client sees: the
+// app's answer without Set-Cookie, since the app shares the API's origin.
 
 // DefaultActivityEvery is how often proxied traffic may touch a workspace.
 const DefaultActivityEvery = 30 * time.Second
@@ -43,29 +50,6 @@ func (a *API) proxyRoutes() []route {
 			http.Redirect(w, r, proxyPrefix+url.PathEscape(r.PathValue("id"))+"/", http.StatusMovedPermanently)
 		}},
 	}
-}
-
-// activity rate-limits the touches proxied traffic makes.
-type activity struct {
-	mu   sync.Mutex
-	last map[string]time.Time
-}
-
-// due reports whether id's activity should be written at now.
-func (t *activity) due(id string, now time.Time, every time.Duration) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.last == nil {
-		t.last = map[string]time.Time{}
-	}
-	if now.Sub(t.last[id]) < every {
-		return false
-	}
-	if len(t.last) > 100_000 {
-		clear(t.last)
-	}
-	t.last[id] = now
-	return true
 }
 
 func (a *API) proxy(w http.ResponseWriter, r *http.Request) {
@@ -95,11 +79,6 @@ func (a *API) proxy(w http.ResponseWriter, r *http.Request) {
 		a.starting(w, r, ws, err.Error())
 		return
 	}
-	if now := a.clock.Now(); a.touches.due(ws.ID, now, a.cfg.ActivityEvery) {
-		if err := a.store.Touch(r.Context(), ws.ID, now); err != nil {
-			a.log.Warn("workspace: proxy activity", "id", ws.ID, "err", err)
-		}
-	}
 	prefix := proxyPrefix + r.PathValue("id")
 	host, transport := upstream(a.cfg.Container, ws.ID, addr) // upstream.go
 	rp := &httputil.ReverseProxy{
@@ -107,18 +86,48 @@ func (a *API) proxy(w http.ResponseWriter, r *http.Request) {
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(&url.URL{Scheme: "http", Host: host})
 			pr.Out.Host = addr
-			pr.Out.URL.Path = "/" + pr.In.PathValue("path")
-			pr.Out.URL.RawPath = ""
-			pr.SetXForwarded()
+			pr.Out.URL.Path, pr.Out.URL.RawPath = workspacePath(pr.In)
+			pr.SetXForwarded() // X-Forwarded-For: the client's address alone
 			pr.Out.Header.Set("X-Forwarded-Prefix", prefix)
+			pr.Out.Header.Del("X-Real-Ip") // a client's word for its address or port
+			pr.Out.Header.Del("X-Forwarded-Port")
 			stripCredentials(pr.Out)
+		},
+		ModifyResponse: func(resp *http.Response) error {
+			// Apps are served on the API's origin: a cookie an app sets
+			// would be the page's (gantry_session among them). None reaches
+			// the client until workspaces have origins of their own.
+			resp.Header.Del("Set-Cookie")
+			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			a.log.Debug("workspace: proxy", "id", ws.ID, "err", err)
 			writeJSON(w, http.StatusBadGateway, map[string]string{"error": fmt.Sprintf("workspace %s: nothing answers on its PORT: %v", ws.ID, err)})
 		},
 	}
+	r, stop := a.stream(r, ws.ID) // streams.go: ends with the credential, is activity while open
+	defer stop()
 	rp.ServeHTTP(w, r)
+}
+
+// workspacePath is the path of a proxied request inside the workspace:
+// in's path without its /w/{id} prefix, kept as the client encoded it (a
+// %2F stays one segment's %2F, not a slash). RawPath is "" when the path
+// needs no other encoding than the default.
+func workspacePath(in *http.Request) (path, rawPath string) {
+	fallback := "/" + in.PathValue("path")
+	_, rest, ok := strings.Cut(strings.TrimPrefix(in.URL.EscapedPath(), proxyPrefix), "/")
+	if !ok {
+		return fallback, ""
+	}
+	path, err := url.PathUnescape("/" + rest)
+	if err != nil || path != fallback {
+		return fallback, "" // not what the mux matched: trust the mux
+	}
+	if rawPath = "/" + rest; rawPath == (&url.URL{Path: path}).EscapedPath() {
+		rawPath = ""
+	}
+	return path, rawPath
 }
 
 // stripCredentials removes the caller's gantry token and session cookie:
@@ -201,6 +210,8 @@ func (a *API) logs(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
+	r, stop := a.stream(r, "")
+	defer stop()
 	err = lr.Logs(r.Context(), ws.ID, tail, follow, flushWriter{w, rc})
 	if errors.Is(err, provider.ErrNotFound) {
 		a.fail(w, r, fmt.Errorf("%w: %v", workspace.ErrNotFound, err))

@@ -21,6 +21,9 @@
 //   - policy.go: [Quotas] and [QuotaError] (429), [AuditEntry] and
 //     [AuditFilter], and [CheckListen], which refuses plain HTTP on an
 //     address other than loopback.
+//   - watch.go: [Watch], how an open stream ends within seconds of its
+//     credential's end (revoked, expired, logged out), [DefaultRecheckEvery],
+//     and [Authenticator.Reauthenticate], the re-check outside the limiter.
 //
 // Invariant: no function in this package logs or returns a secret in an error;
 // errors name the token id at most.

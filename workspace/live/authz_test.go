@@ -504,28 +504,3 @@ func TestQuotas(t *testing.T) {
 		})
 	}
 }
-
-// An open event stream ends within a keep-alive once its token is revoked.
-func TestStreamEndsWhenTheTokenIsRevoked(t *testing.T) {
-	st := storetest.Open(t, storetest.SQLiteDSN(t))
-	s := newAuthStack(t, st, auth.Quotas{}, &testutil.Buffer{})
-	admin := storetest.Token(t, st, "admin", true)
-	alice := storetest.Token(t, st, "alice", false)
-	id := s.create(t, alice, "w")
-	events := s.stream(t, t.Context(), alice)
-	until(t, events, id)
-	if code, body := s.call(t, admin, "DELETE", "/v1/tokens/"+tokenID(t, alice), ""); code != 200 {
-		t.Fatalf("revoke: %d %s", code, body)
-	}
-	deadline := time.After(5 * time.Second) // the stack's keep-alive is 1 s
-	for {
-		select {
-		case _, ok := <-events:
-			if !ok {
-				return
-			}
-		case <-deadline:
-			t.Fatal("the stream of a revoked token is still open after 5 s")
-		}
-	}
-}

@@ -29,6 +29,10 @@ type Config struct {
 	ResyncInterval time.Duration
 	// KeepAlive is the SSE comment interval; zero = 15s.
 	KeepAlive time.Duration
+	// RecheckEvery is how often an open SSE stream checks its credential
+	// again, ending when it is revoked, expired or logged out (auth.Watch);
+	// zero = auth.DefaultRecheckEvery.
+	RecheckEvery time.Duration
 	// Registry receives the metrics and is served at /metrics; nil = no
 	// metrics (and /metrics answers 404).
 	Registry *prometheus.Registry

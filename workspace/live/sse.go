@@ -1,12 +1,13 @@
 package live
 
 import (
-	"github.com/gantryhq/gantry/workspace/auth"
-
+	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"time"
+
+	"github.com/gantryhq/gantry/workspace/auth"
 )
 
 // serveEvents streams hub events for one workspace (id != "") or all as
@@ -18,7 +19,8 @@ import (
 // Long streams survive a server WriteTimeout because the handler clears its
 // own write deadline through http.ResponseController, and every event is
 // flushed at once. A comment line every keepAlive keeps proxies and the
-// browser from timing the stream out.
+// browser from timing the stream out. The stream ends within RecheckEvery
+// of its credential's end (revoked, expired, logged out: auth.Watch).
 func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request, id string) {
 	rc := http.NewResponseController(w)
 	if err := rc.SetWriteDeadline(time.Time{}); err != nil && err != http.ErrNotSupported {
@@ -43,6 +45,8 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request, id string) 
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
+	ctx, stop := auth.Watch(r.Context(), s.cfg.RecheckEvery, nil)
+	defer stop()
 	sub, cancel := s.hub.Subscribe(id, p.MaySee)
 	defer cancel()
 	if s.sseClients != nil {
@@ -56,7 +60,7 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request, id string) 
 	if writeInitial(w, sub) != nil || rc.Flush() != nil {
 		return
 	}
-	s.pump(r, rc, w, sub)
+	s.pump(ctx, rc, w, sub)
 }
 
 // writeInitial writes sub's initial state and the "synced" event after it;
@@ -79,14 +83,15 @@ func writeEvent(w io.Writer, e Event) error {
 }
 
 // pump writes sub's events, and a keep-alive comment every KeepAlive,
-// until the client leaves or the hub drops the subscriber.
-func (s *Server) pump(r *http.Request, rc *http.ResponseController, w http.ResponseWriter, sub *Sub) {
+// until ctx ends (the client left, or its credential ended) or the hub
+// drops the subscriber.
+func (s *Server) pump(ctx context.Context, rc *http.ResponseController, w http.ResponseWriter, sub *Sub) {
 	ka := time.NewTicker(s.cfg.KeepAlive)
 	defer ka.Stop()
 	for {
 		var err error
 		select {
-		case <-r.Context().Done():
+		case <-ctx.Done():
 			return
 		case e, ok := <-sub.C:
 			if !ok {
@@ -94,9 +99,6 @@ func (s *Server) pump(r *http.Request, rc *http.ResponseController, w http.Respo
 			}
 			err = writeEvent(w, e)
 		case <-ka.C:
-			if auth.Recheck(r.Context()) != nil {
-				return // revoked, logged out or expired: the stream ends
-			}
 			_, err = fmt.Fprint(w, ": keep-alive\n\n")
 		}
 		if err != nil || rc.Flush() != nil {
