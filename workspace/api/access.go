@@ -47,6 +47,26 @@ func streamsBody(r *http.Request) bool {
 	return strings.HasPrefix(r.URL.Path, proxyPrefix) || r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/exec")
 }
 
+// IsStream reports the requests that may rightly stay open for long: the
+// proxy (a WebSocket, a long poll, a download), exec, a followed log and
+// the SSE event streams. The server's read and write timeouts spare them
+// (the client, the workspace or the end of the credential ends them); they
+// bound every other request.
+func IsStream(r *http.Request) bool {
+	if streamsBody(r) {
+		return true
+	}
+	p := r.URL.Path
+	switch {
+	case p == "/events", strings.HasPrefix(p, "/workspaces/") && strings.HasSuffix(p, "/events"):
+		return true
+	case strings.HasPrefix(p, "/v1/workspaces/") && strings.HasSuffix(p, "/logs"):
+		f := r.URL.Query().Get("follow")
+		return f == "1" || f == "true"
+	}
+	return false
+}
+
 // isPublic reports the routes served without a token: the probes and
 // metrics (which name no workspace or owner), the page's shell and static
 // files (no data: the page logs in, then reads the API), and the login.

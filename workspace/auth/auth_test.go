@@ -333,14 +333,17 @@ func TestPrincipalMaySee(t *testing.T) {
 }
 
 // TestCheckThrottlesLikeAuthenticate: the login form's secret counts
-// failures against the address as a header does, and a valid one still
-// passes while the address is throttled.
+// failures against the address as a header does, and a valid one accepted
+// before still passes while the address is throttled.
 func TestCheckThrottlesLikeAuthenticate(t *testing.T) {
 	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	st := newMemStore()
 	a := NewAuthenticator(st, clk, NewLimiter(LimiterConfig{Burst: 2, Every: 10 * time.Second, Clock: clk}))
 	good, tok := st.issue(t, "alice", false, clk.Now())
 	r := request("", "")
+	if _, err := a.Check(r, good); err != nil {
+		t.Fatal(err)
+	}
 	for i := range 2 {
 		if _, err := a.Check(r, "nope"); !errors.Is(err, ErrMalformed) {
 			t.Fatalf("attempt %d: %v, want ErrMalformed", i, err)

@@ -49,39 +49,108 @@ type Authenticator struct {
 	clock   clock.Clock
 	limiter *Limiter
 
-	// mu protects touched: token id → last time its last-used was written.
-	mu      sync.Mutex
+	// mu protects the fields below.
+	mu sync.Mutex
+	// touched: token id → last time its last-used was written.
 	touched map[string]time.Time
+	// verified holds the hashes of the credentials (tokens and sessions)
+	// this authenticator has accepted; while an address is throttled only
+	// these are looked up. Invariant: a hash enters only on a success and
+	// leaves when its lookup fails; at most maxVerified entries.
+	verified map[string]struct{}
 }
+
+// maxVerified bounds Authenticator.verified (then it starts afresh).
+const maxVerified = 100_000
 
 // NewAuthenticator returns an authenticator over st. A nil clock is the real
 // clock; a nil limiter never throttles.
 func NewAuthenticator(st Store, c clock.Clock, l *Limiter) *Authenticator {
-	return &Authenticator{store: st, clock: clock.Or(c), limiter: l, touched: map[string]time.Time{}}
+	return &Authenticator{store: st, clock: clock.Or(c), limiter: l, touched: map[string]time.Time{}, verified: map[string]struct{}{}}
 }
 
 // Authenticate checks the request's bearer token, or failing that its
-// session cookie. Failures count against the remote address; while it is
-// throttled a failure gets *ThrottledError instead of its reason, but a
-// valid credential still passes (the throttle slows guessing; it must not
-// let one client lock out every user behind the same proxy address).
+// session cookie. Failures count against the remote address. While it is
+// throttled, a request is refused with *ThrottledError before any store
+// read unless it carries a credential this authenticator has accepted
+// before: that one is still looked up (revocation, expiry) and passes, so
+// one client cannot lock the known users behind the same proxy address
+// out, while a flood of guesses costs no database read. (A valid
+// credential not seen since this process started waits for the refill,
+// as a failure does.)
 func (a *Authenticator) Authenticate(r *http.Request) (Principal, error) {
+	ip := RemoteIP(r)
+	secret := presented(r)
+	if wait := a.limiter.Wait(ip); wait > 0 && !a.known(secret) {
+		return Principal{}, &ThrottledError{RetryAfter: wait}
+	}
 	p, err := a.authenticate(r)
-	return a.throttle(RemoteIP(r), p, err)
+	return a.throttle(ip, secret, p, err)
 }
 
 // throttle passes a success or a store failure through as it is; any other
 // failure counts against ip or, while ip is throttled, becomes
-// *ThrottledError.
-func (a *Authenticator) throttle(ip string, p Principal, err error) (Principal, error) {
+// *ThrottledError; the failed secret is no longer known.
+func (a *Authenticator) throttle(ip, secret string, p Principal, err error) (Principal, error) {
 	if err == nil || isStoreError(err) {
 		return p, err
 	}
+	a.forget(secret)
 	if wait := a.limiter.Wait(ip); wait > 0 {
 		return Principal{}, &ThrottledError{RetryAfter: wait}
 	}
 	a.limiter.Fail(ip)
 	return p, err
+}
+
+// presented is the credential r carries: the bearer secret, else the
+// session cookie's value ("" if none).
+func presented(r *http.Request) string {
+	if h := r.Header.Get("Authorization"); h != "" {
+		secret, _ := bearerSecret(h)
+		return secret
+	}
+	if c, err := r.Cookie(SessionCookie); err == nil {
+		return c.Value
+	}
+	return ""
+}
+
+// known reports whether secret has been accepted before (and not failed
+// since).
+func (a *Authenticator) known(secret string) bool {
+	if secret == "" {
+		return false
+	}
+	h := HashSecret(secret)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	_, ok := a.verified[h]
+	return ok
+}
+
+// accepted remembers the stored hash of a credential that passed.
+func (a *Authenticator) accepted(hash string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, ok := a.verified[hash]; ok {
+		return
+	}
+	if len(a.verified) >= maxVerified {
+		clear(a.verified)
+	}
+	a.verified[hash] = struct{}{}
+}
+
+// forget drops secret from the known credentials.
+func (a *Authenticator) forget(secret string) {
+	if secret == "" {
+		return
+	}
+	h := HashSecret(secret)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.verified, h)
 }
 
 type storeError struct{ err error }
@@ -109,8 +178,13 @@ func (a *Authenticator) authenticate(r *http.Request) (Principal, error) {
 // Check authenticates a token secret given other than in a header (the
 // page's login form), throttled like Authenticate.
 func (a *Authenticator) Check(r *http.Request, secret string) (Principal, error) {
-	p, err := a.ByToken(r.Context(), strings.TrimSpace(secret))
-	return a.throttle(RemoteIP(r), p, err)
+	secret = strings.TrimSpace(secret)
+	ip := RemoteIP(r)
+	if wait := a.limiter.Wait(ip); wait > 0 && !a.known(secret) {
+		return Principal{}, &ThrottledError{RetryAfter: wait}
+	}
+	p, err := a.ByToken(r.Context(), secret)
+	return a.throttle(ip, secret, p, err)
 }
 
 // Throttled reports whether ip is throttled now, and counts one more
@@ -146,6 +220,7 @@ func (a *Authenticator) ByToken(ctx context.Context, secret string) (Principal, 
 		return Principal{}, err
 	}
 	a.touch(ctx, id, now)
+	a.accepted(t.Hash)
 	return t.Principal(), nil
 }
 
@@ -173,6 +248,7 @@ func (a *Authenticator) bySession(ctx context.Context, secret string) (Principal
 		return Principal{}, err
 	}
 	a.touch(ctx, t.ID, now)
+	a.accepted(s.Hash)
 	p := t.Principal()
 	p.SessionID = s.ID
 	return p, nil

@@ -15,7 +15,9 @@
 //   - names.go: owner-name validation ([ValidOwner]).
 //   - authenticator.go: [Authenticator.Authenticate] reads the bearer token or
 //     the session cookie, checks hash, expiry and revocation, and records last
-//     use at most once a minute per token.
+//     use at most once a minute per token. While an address is throttled it
+//     refuses before any store read, unless the credential is one it has
+//     accepted before.
 //   - limiter.go: [Limiter], a token bucket per remote address that throttles
 //     failed authentications (429 with Retry-After).
 //   - policy.go: [Quotas] and [QuotaError] (429), [AuditEntry] and

@@ -9,6 +9,8 @@
 // Tour:
 //
 //	server.go    ServerConfig, Server, NewServer, Run (serve, then drain)
+//	listener.go  the API connections' timeouts (streams spared) and limits
+//	             (limitListener: 503 past MaxConns or MaxConnsPerAddr)
 //	security.go  the listen/TLS check and the first admin token
 //	             (AdminTokenFile)
 //	tenancy.go   a server whose workspaces share its user is one owner's

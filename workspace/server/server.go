@@ -62,6 +62,24 @@ type ServerConfig struct {
 	// InsecureListen allows plain HTTP on a non-loopback address (a
 	// TLS-terminating proxy is in front).
 	InsecureListen bool
+	// ReadHeaderTimeout bounds reading a request's headers; zero = 10 s.
+	ReadHeaderTimeout time.Duration
+	// ReadTimeout bounds reading a whole request, headers and body, but
+	// for the streams (api.IsStream: the proxy, exec, a followed log,
+	// SSE): a body that trickles in is cut. Zero = 30 s (a body is at
+	// most 1 MiB); negative = none.
+	ReadTimeout time.Duration
+	// WriteTimeout bounds writing the answer to a request but a stream
+	// (from the end of its headers); zero = 60 s, negative = none.
+	WriteTimeout time.Duration
+	// IdleTimeout closes a keep-alive connection idle this long; zero =
+	// 60 s, negative = none.
+	IdleTimeout time.Duration
+	// MaxConns bounds the open API connections; MaxConnsPerAddr those
+	// from one remote IP address (loopback too). One past a limit gets a
+	// 503 that names it and is closed. Zero = 4096 (at most half the
+	// process's file descriptor limit) and 256; negative = no limit.
+	MaxConns, MaxConnsPerAddr int
 	// Quotas per owner (zero fields: unlimited).
 	Quotas auth.Quotas
 	// AuditRetention is how long audit rows are kept; zero = 90 days,
@@ -179,6 +197,7 @@ func (cfg ServerConfig) checked() (ServerConfig, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	cfg.connDefaults() // listener.go
 	if abs, err := filepath.Abs(cfg.Data); err == nil {
 		cfg.Data = abs
 	}
@@ -263,11 +282,13 @@ func (s *Server) Run(ctx context.Context) error {
 			c()
 		}
 	}()
-	ln, err := net.Listen("tcp", s.cfg.Listen)
+	tcp, err := net.Listen("tcp", s.cfg.Listen)
 	if err != nil {
 		return &ConfigError{Field: "Listen", Err: fmt.Errorf("%s: %w", s.cfg.Listen, err)}
 	}
-	srv := &http.Server{Handler: s.API, ReadHeaderTimeout: 10 * time.Second, TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12}}
+	ln := newLimitListener(tcp, s.cfg.MaxConns, s.cfg.MaxConnsPerAddr)
+	srv := httpServer(s.cfg, s.API) // listener.go: timeouts, the limits' 503
+	srv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 	scheme := "http"
 	if s.cfg.TLSCert != "" {
 		scheme = "https"

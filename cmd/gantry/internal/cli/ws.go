@@ -72,6 +72,11 @@ func newWSServeCmd(env *Env) *cobra.Command {
 	f.StringVar(&o.cfg.TLSCert, "tls-cert", "", "serve HTTPS with this PEM certificate (chain)")
 	f.StringVar(&o.cfg.TLSKey, "tls-key", "", "the PEM private key of --tls-cert")
 	f.BoolVar(&o.cfg.InsecureListen, "insecure-listen", false, "allow plain HTTP on a non-loopback --listen (a TLS-terminating proxy is in front)")
+	f.DurationVar(&o.cfg.ReadTimeout, "read-timeout", server.DefaultReadTimeout, "bound on reading a whole request, body included, but a stream's (proxy, exec, logs -f, events) (negative = none)")
+	f.DurationVar(&o.cfg.WriteTimeout, "write-timeout", server.DefaultWriteTimeout, "bound on writing an answer but a stream's (negative = none)")
+	f.DurationVar(&o.cfg.IdleTimeout, "idle-conn-timeout", server.DefaultIdleTimeout, "close a keep-alive connection idle this long (negative = never)")
+	f.IntVar(&o.cfg.MaxConns, "max-conns", 0, fmt.Sprintf("open API connections at most; more get 503 (0 = %d, or half the fd limit if less; negative = no limit)", server.DefaultMaxConns))
+	f.IntVar(&o.cfg.MaxConnsPerAddr, "max-conns-per-addr", server.DefaultMaxConnsPerAddr, "open API connections at most from one IP address, loopback too; more get 503 (negative = no limit)")
 	f.IntVar(&o.cfg.Quotas.Running, "quota-running", 0, "per owner: workspaces RUNNING or on their way there (0 = no limit)")
 	f.IntVar(&o.cfg.Quotas.Workspaces, "quota-workspaces", 0, "per owner: workspaces in any state (0 = no limit)")
 	f.DurationVar(&o.cfg.AuditRetention, "audit-retention", singletons.DefaultAuditRetention, "keep audit rows this long (negative = forever)")
@@ -103,6 +108,9 @@ func runWSServe(cmd *cobra.Command, env *Env, o *wsServeOptions) error {
 	if err != nil {
 		return err
 	}
+	if err := checkConnFlags(cmd.Flags()); err != nil {
+		return err
+	}
 	cfg := o.cfg
 	cfg.Reconciler = rc
 	cfg.Monitor.Interval = o.monInterval
@@ -132,6 +140,17 @@ func runWSServe(cmd *cobra.Command, env *Env, o *wsServeOptions) error {
 		return flagError(err)
 	}
 	return flagError(srv.Run(cmd.Context()))
+}
+
+// checkConnFlags refuses a connection timeout of zero, which the server
+// would read as its default: none is a negative one.
+func checkConnFlags(f *pflag.FlagSet) error {
+	for _, name := range []string{"read-timeout", "write-timeout", "idle-conn-timeout"} {
+		if d, err := f.GetDuration(name); err == nil && f.Changed(name) && d == 0 {
+			return fmt.Errorf("--%s 0s: want a positive duration (negative = none)", name)
+		}
+	}
+	return nil
 }
 
 // serveFlags names the flag of each ServerConfig field a server.ConfigError

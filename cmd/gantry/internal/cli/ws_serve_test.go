@@ -7,7 +7,8 @@ import (
 
 // TestWSServeRefusesBadSettings: `ws serve` refuses a setting the server
 // cannot mean before it opens anything, naming the flag the user typed: a
-// timeout of zero (the reconciler's policy has no "time out at once"), a
+// timeout of zero (the reconciler's policy has no "time out at once"; a
+// connection timeout of zero would read as its default), a
 // non-positive interval, and a server config error mapped back to its flag.
 func TestWSServeRefusesBadSettings(t *testing.T) {
 	for _, tc := range []struct {
@@ -17,6 +18,8 @@ func TestWSServeRefusesBadSettings(t *testing.T) {
 		{[]string{"--starting-timeout", "0"}, "--starting-timeout 0s: want a positive duration"},
 		{[]string{"--archiving-timeout", "-1s"}, "--archiving-timeout -1s: want a positive duration"},
 		{[]string{"--interval", "0"}, "--interval 0s: want a positive duration"},
+		{[]string{"--read-timeout", "0"}, "--read-timeout 0s: want a positive duration (negative = none)"},
+		{[]string{"--idle-conn-timeout", "0s"}, "--idle-conn-timeout 0s: want a positive duration"},
 		{[]string{"--listen", "0.0.0.0:0"}, "--listen: "},
 		{[]string{"--db", "mysql://nowhere"}, "--db: "},
 	} {
