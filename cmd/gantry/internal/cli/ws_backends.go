@@ -31,6 +31,7 @@ type wsBackendFlags struct {
 	storage       string
 	dockerImage   string
 	dockerNetwork string
+	dockerEgress  bool
 	cpus          float64
 	memory        string
 	pids          int64
@@ -51,7 +52,8 @@ func (b *wsBackendFlags) register(f *pflag.FlagSet) {
 	f.Float64Var(&b.cpus, "default-cpus", 0, "CPUs per workspace (e.g. 1.5; 0 = no limit; --provider docker only)")
 	f.StringVar(&b.memory, "default-memory", "", "memory per workspace (e.g. 2GiB; docker: past it the kernel kills and the workspace shows OOMKilled; process: the address space of each process); default no limit")
 	f.Int64Var(&b.pids, "default-pids", 0, "processes and threads per workspace (0 = no limit; process provider: RLIMIT_NPROC of the workspace's user, refused as root with --insecure-shared-user)")
-	f.StringVar(&b.dockerNetwork, "docker-network", "", "network of the workspace containers (their PORT is proxied at /w/{id}/ on their address there; \"none\": no network, no proxy); default the engine's")
+	f.StringVar(&b.dockerNetwork, "docker-network", "", "network of every workspace container (\"none\": no network, no proxy); default a network per owner, internal unless --docker-egress, which only the owner's containers and the server reach")
+	f.BoolVar(&b.dockerEgress, "docker-egress", false, "--provider docker: give the owner networks outside access (NAT); other owners' containers stay unreachable")
 	f.DurationVar(&b.idleTimeout, "idle-timeout", singletons.DefaultIdleTimeout, "TTL: a RUNNING workspace idle this long gets desired STANDBY (negative = never)")
 	f.DurationVar(&b.archiveAfter, "archive-after", singletons.DefaultArchiveAfter, "TTL: a workspace STANDBY this long gets desired PENDING (negative = never)")
 	f.DurationVar(&b.ttlInterval, "ttl-interval", singletons.DefaultTTLInterval, "TTL: time between the TTL manager's passes")
@@ -113,7 +115,7 @@ func (b *wsBackendFlags) apply(ctx context.Context, cfg *server.ServerConfig, pr
 	if prov != "docker" {
 		return b.processContainer(cfg, provider.Limits{CPUs: b.cpus, Memory: mem, Pids: b.pids})
 	}
-	c, err := docker.New(docker.Config{Image: b.dockerImage, NetworkMode: b.dockerNetwork, CPUs: b.cpus, Memory: mem, Pids: b.pids, Logger: log})
+	c, err := docker.New(docker.Config{Image: b.dockerImage, NetworkMode: b.dockerNetwork, NetworkEgress: b.dockerEgress, CPUs: b.cpus, Memory: mem, Pids: b.pids, Logger: log})
 	if err != nil {
 		return fmt.Errorf("--provider docker: %w", err)
 	}

@@ -30,6 +30,9 @@ type kubeFlags struct {
 	jobImage      string
 	archiveSecret string
 	nodeSelector  map[string]string
+	serverLabels  map[string]string
+	serverNSLabel map[string]string
+	serverCIDRs   []string
 }
 
 func (k *kubeFlags) register(f *pflag.FlagSet) {
@@ -39,6 +42,9 @@ func (k *kubeFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&k.volumeSize, "volume-size", "1Gi", "--provider kubernetes: size each workspace claim requests")
 	f.StringVar(&k.image, "image", "", "--provider kubernetes: default image when a workspace names none (without it, ws create refuses a workspace without --image)")
 	f.StringVar(&k.jobImage, "job-image", "", "--provider kubernetes: image holding the gantry binary (on its PATH) for the archive and restore pods")
+	f.StringToStringVar(&k.serverLabels, "server-pod-labels", nil, "--provider kubernetes: labels of the server's Pods, the only ingress each workspace's NetworkPolicy admits (k=v,…; default app.kubernetes.io/name=gantry)")
+	f.StringToStringVar(&k.serverNSLabel, "server-namespace-labels", nil, "--provider kubernetes: with --server-pod-labels, the labels of the server's namespace (default: the workspaces' namespace)")
+	f.StringSliceVar(&k.serverCIDRs, "server-cidr", nil, "--provider kubernetes: address blocks the server's connections to workspaces come from, admitted by their NetworkPolicies (a server outside the cluster)")
 	f.StringToStringVar(&k.nodeSelector, "node-selector", nil, "--provider kubernetes: run workspaces only on nodes with these labels (k=v,…)")
 	f.StringVar(&k.archiveSecret, "archive-secret", "", "--provider kubernetes: Secret whose keys become the archive and restore pods' environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY for --storage s3://…)")
 }
@@ -60,7 +66,8 @@ func (k *kubeFlags) apply(ctx context.Context, cfg *server.ServerConfig, storage
 	}
 	p, err := kubernetes.New(kubernetes.Config{Kubeconfig: k.kubeconfig, Namespace: k.namespace, StorageClass: k.storageClass,
 		VolumeSize: size, Image: k.image, JobImage: k.jobImage, Archives: blobs, ArchiveURL: storage, ArchiveSecret: k.archiveSecret,
-		NodeSelector: k.nodeSelector, CPUs: cpus, Memory: memory, Logger: log})
+		NodeSelector: k.nodeSelector,
+		ServerPeers:  kubernetes.ServerPeers{PodLabels: k.serverLabels, NamespaceLabels: k.serverNSLabel, CIDRs: k.serverCIDRs}, CPUs: cpus, Memory: memory, Logger: log})
 	if err != nil {
 		return fmt.Errorf("--provider kubernetes: %w", err)
 	}
