@@ -31,7 +31,8 @@ import (
 )
 
 // wsProgram is the workspace image's only binary: it writes a marker into its
-// home (proving the mount), answers the HEALTHCHECK, and sleeps.
+// home (proving the mount), answers the HEALTHCHECK, and sleeps; built with
+// testdata/attack.go, it runs the containment attack too.
 const wsProgram = `package main
 
 import (
@@ -84,6 +85,9 @@ func main() {
 					fmt.Println(strings.Join(strings.Fields(l), " "))
 				}
 			}
+			return
+		case "attack": // the containment attack: testdata/attack.go
+			attack(os.Args[2:])
 			return
 		case "hold": // run until killed; os.Args[2] marks it in the host's process table
 			for {
@@ -164,8 +168,15 @@ func buildTestImage(t *testing.T, cli *client.Client) string {
 	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(wsProgram), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	attackSrc, err := os.ReadFile(filepath.Join("testdata", "attack.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "attack.go"), attackSrc, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	bin := filepath.Join(dir, "ws")
-	cmd := exec.Command("go", "build", "-o", bin, "main.go")
+	cmd := exec.Command("go", "build", "-o", bin, "main.go", "attack.go")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GO111MODULE=off")
 	if out, err := cmd.CombinedOutput(); err != nil {
