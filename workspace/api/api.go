@@ -116,7 +116,8 @@ type API struct {
 	mux      *http.ServeMux
 	actions  map[string]string // mux pattern → audit action
 	cop      *http.CrossOriginProtection
-	touches  activity // proxied traffic's activity, rate-limited
+	touches  activity          // proxied traffic's activity, rate-limited
+	dial     http.RoundTripper // the proxy's transport through a PortDialer; nil: the default one
 }
 
 // NewAPI builds the API over cfg.Store and cfg.Accounts.
@@ -140,6 +141,7 @@ func NewAPI(cfg APIConfig) *API {
 	a := &API{cfg: cfg, store: cfg.Store, accounts: cfg.Accounts, hints: urgency.Hints{Bus: cfg.Hints}, log: cfg.Logger, clock: cfg.Clock,
 		mux: http.NewServeMux(), actions: map[string]string{}, cop: http.NewCrossOriginProtection()}
 	a.authn = auth.NewAuthenticator(cfg.Accounts, cfg.Clock, cfg.Limiter)
+	a.dial = newDialTransport(cfg.Container)
 	for _, r := range a.routes() {
 		a.mux.HandleFunc(r.pattern, r.h)
 		if r.action != "" {

@@ -80,7 +80,7 @@ func (a *API) proxy(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	prefix := proxyPrefix + r.PathValue("id")
-	host, transport := upstream(a.cfg.Container, ws.ID, addr) // upstream.go
+	host, transport := upstream(a.dial, ws.ID, addr) // upstream.go
 	rp := &httputil.ReverseProxy{
 		Transport: transport,
 		Rewrite: func(pr *httputil.ProxyRequest) {

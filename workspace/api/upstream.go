@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"reflect"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/gantryhq/gantry/workspace/provider"
@@ -28,31 +26,29 @@ type PortDialer interface {
 // id back. (The Host header stays the workspace's own 127.0.0.1:PORT.)
 const dialHostSuffix = ".workspace.invalid"
 
-// dialTransports holds one transport per PortDialer (built at its first
-// proxied request and kept: an API's Container does not change).
-var dialTransports sync.Map
-
 // upstream is where the proxy sends a request for workspace id whose
 // Endpoint is addr: the URL host, and the transport (nil: the default one).
-func upstream(c provider.Container, id, addr string) (host string, rt http.RoundTripper) {
-	d, ok := c.(PortDialer)
-	if !ok {
+// dial is the API's transport through its Container's PortDialer, nil if it
+// has none (newDialTransport, made once in NewAPI).
+func upstream(dial http.RoundTripper, id, addr string) (host string, rt http.RoundTripper) {
+	if dial == nil {
 		return addr, nil
 	}
 	_, port, _ := net.SplitHostPort(addr)
-	host = net.JoinHostPort(id+dialHostSuffix, port)
-	if t := reflect.TypeOf(d); !t.Comparable() {
-		return host, dialTransport(d, true) // not a map key: a transport per request, without keep-alive
+	return net.JoinHostPort(id+dialHostSuffix, port), dial
+}
+
+// newDialTransport is the transport through c's PortDialer, or nil if c
+// dials no workspace itself.
+func newDialTransport(c provider.Container) http.RoundTripper {
+	if d, ok := c.(PortDialer); ok {
+		return dialTransport(d)
 	}
-	if rt, ok := dialTransports.Load(d); ok {
-		return host, rt.(http.RoundTripper)
-	}
-	v, _ := dialTransports.LoadOrStore(d, dialTransport(d, false))
-	return host, v.(http.RoundTripper)
+	return nil
 }
 
 // dialTransport is a transport that reaches a workspace through d.
-func dialTransport(d PortDialer, once bool) *http.Transport {
+func dialTransport(d PortDialer) *http.Transport {
 	return &http.Transport{
 		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
 			host, _, err := net.SplitHostPort(addr)
@@ -62,7 +58,6 @@ func dialTransport(d PortDialer, once bool) *http.Transport {
 			}
 			return d.Dial(ctx, id)
 		},
-		DisableKeepAlives:   once,
 		MaxIdleConnsPerHost: 16,
 		IdleConnTimeout:     90 * time.Second,
 	}
