@@ -1,0 +1,106 @@
+package api_test
+
+import (
+	"bytes"
+	"crypto/rand"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gantryhq/gantry/workspace/wstest"
+)
+
+// sshCopyMB is the size of the file scp copies up and back.
+const sshCopyMB = 100
+
+// Through `gantry ws serve` (the process provider) and OpenSSH: the config
+// `ws config-ssh` writes makes `ssh gantry-NAME CMD` run CMD in the
+// workspace (its output, its exit status), `scp -O` copies a file up and
+// back byte for byte, and another owner's token gets no connection.
+func TestSSHThroughOpenSSH(t *testing.T) {
+	if testing.Short() {
+		t.Skip("process-level test")
+	}
+	for _, bin := range []string{"ssh", "scp"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Fatalf("OpenSSH's %s is needed (scripts/services.sh installs openssh-client): %v", bin, err)
+		}
+	}
+	data := t.TempDir()
+	// --insecure-shared-user: run as root, the process provider runs each
+	// workspace as a uid of its own that has no passwd entry, and OpenSSH's
+	// scp (the remote one that -O runs) refuses to run as an "unknown
+	// user"; as the server's own user it runs.
+	s := wstest.StartServe(t, "", data, "--insecure-shared-user")
+	alice := strings.TrimSpace(s.CLI("token", "create", "--owner", "alice"))
+	bob := strings.TrimSpace(s.CLI("token", "create", "--owner", "bob"))
+	gantry := func(token string, args ...string) string {
+		cmd := exec.Command(s.Bin, append([]string{"ws", "--server", s.URL}, args...)...)
+		cmd.Env = append(os.Environ(), "GANTRY_TOKEN="+token)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("gantry %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	id := strings.TrimSpace(gantry(alice, "create", "box", "--desired", "RUNNING", "--cmd", "exec sleep 3600"))
+	s.CLI("wait", id, "RUNNING", "--timeout", "30s")
+
+	dir := t.TempDir()
+	config := filepath.Join(dir, "ssh_config")
+	out := gantry(alice, "config-ssh", "--file", config)
+	if !strings.Contains(out, "Include "+config) {
+		t.Fatalf("config-ssh printed %q; want the Include line of %s", out, config)
+	}
+	// run runs argv with token: its stdout, then its stderr, and exit code.
+	run := func(token string, argv ...string) (string, int) {
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Env = append(os.Environ(), "GANTRY_TOKEN="+token)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if err != nil && !errors.As(err, &ee) {
+			t.Fatal(err)
+		}
+		return stdout.String() + "\n--- stderr:\n" + stderr.String(), cmd.ProcessState.ExitCode()
+	}
+	sshOpts := []string{"-F", config, "-o", "BatchMode=yes"}
+
+	got, code := run(alice, append(append([]string{"ssh"}, sshOpts...), "gantry-box", "echo hi; exit 3")...)
+	if code != 3 || !strings.HasPrefix(got, "hi\n\n--- stderr:") {
+		t.Fatalf("ssh gantry-box 'echo hi; exit 3': exit %d, output %q; want exit 3 and hi\nserver log:\n%s", code, got, wstest.Tail(s.Log.String(), 3000))
+	}
+
+	up := filepath.Join(dir, "up.bin")
+	want := make([]byte, sshCopyMB<<20)
+	rand.Read(want)
+	if err := os.WriteFile(up, want, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	if got, code := run(alice, append(append([]string{"scp", "-O"}, sshOpts...), up, "gantry-box:copied.bin")...); code != 0 {
+		t.Fatalf("scp up: exit %d: %s", code, got)
+	}
+	inVolume, err := os.ReadFile(filepath.Join(data, "volumes", id, "copied.bin"))
+	if err != nil || !bytes.Equal(inVolume, want) {
+		t.Fatalf("the file scp copied up is not the same in the volume (%d bytes of %d, %v)", len(inVolume), len(want), err)
+	}
+	back := filepath.Join(dir, "back.bin")
+	if got, code := run(alice, append(append([]string{"scp", "-O"}, sshOpts...), "gantry-box:copied.bin", back)...); code != 0 {
+		t.Fatalf("scp back: exit %d: %s", code, got)
+	}
+	t.Logf("scp -O of %d MB up and back: %v", sshCopyMB, time.Since(t0).Round(time.Millisecond))
+	if b, err := os.ReadFile(back); err != nil || !bytes.Equal(b, want) {
+		t.Fatalf("the file scp copied back differs (%d bytes of %d, %v)", len(b), len(want), err)
+	}
+
+	got, code = run(bob, append(append([]string{"ssh"}, sshOpts...), "gantry-box", "echo hi")...)
+	if code != 255 || strings.HasPrefix(got, "hi") || !strings.Contains(got, "HTTP 404") {
+		t.Fatalf("ssh gantry-box as bob: exit %d, output %q; want 255 and the server's 404", code, got)
+	}
+}
