@@ -93,9 +93,11 @@ func (a *API) upgradeSSH(w http.ResponseWriter, r *http.Request) {
 	s.serve(r.Context(), &bufferedConn{Conn: conn, r: brw.Reader}, cfg)
 }
 
-// sshHostKey is the SSH server's host key: APIConfig.SSHHostKey, else one
-// generated at the first SSH connection and kept in memory for the
-// server's life (a restarted server has a new one).
+// sshHostKey is the SSH server's host key: APIConfig.SSHHostKey (`ws
+// serve` keeps one under its data directory: server.SSHHostKeyFile), else
+// one generated at the first SSH connection and kept in memory for the
+// API's life (a restarted server then has a new one, which the known_hosts
+// `ws config-ssh` writes would refuse).
 func (a *API) sshHostKey() (ssh.Signer, error) {
 	a.hostKeyOnce.Do(func() {
 		if a.cfg.SSHHostKey != nil {
