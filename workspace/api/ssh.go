@@ -17,6 +17,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/gantryhq/gantry/workspace"
+	"github.com/gantryhq/gantry/workspace/auth"
 	"github.com/gantryhq/gantry/workspace/provider"
 )
 
@@ -25,10 +26,10 @@ import (
 // SSH connection to an SSH server that runs in the API server itself (`ws
 // ssh --stdio` carries it for OpenSSH's ProxyCommand; `ws config-ssh`
 // writes the config). The request went through the front door like any
-// other (its token, the owner's workspaces only: another owner's is 404,
-// the audit row workspace.ssh, written when the connection ends), so the
-// SSH server asks for no authentication of its own (NoClientAuth): the
-// SSH user name is ignored. The connection runs in a stream's context
+// other (its API token, not the page's session: 403; the owner's
+// workspaces only: another owner's is 404; the audit row workspace.ssh,
+// written when the connection ends), so the SSH server asks for no
+// authentication of its own (NoClientAuth): the SSH user name is ignored. The connection runs in a stream's context
 // (streams.go): it ends when its credential does, and is TTL activity
 // while open.
 //
@@ -44,6 +45,12 @@ import (
 
 // upgradeSSH is GET /v1/workspaces/{id}/ssh.
 func (a *API) upgradeSSH(w http.ResponseWriter, r *http.Request) {
+	if p, _ := auth.FromContext(r.Context()); p.SessionID != "" {
+		// As the proxy: `ws ssh` sends an API token; the page's session
+		// has no use for a way into every workspace's shell.
+		a.fail(w, r, fmt.Errorf("%w: ssh takes an API token (Authorization: Bearer), not the page's session", errForbidden))
+		return
+	}
 	ws, err := a.lookup(r)
 	if err != nil {
 		a.fail(w, r, err)
