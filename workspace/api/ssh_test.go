@@ -2,7 +2,11 @@ package api_test
 
 import (
 	"bufio"
+	"bytes"
+	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -10,11 +14,17 @@ import (
 	"time"
 
 	"golang.org/x/crypto/ssh"
+
+	"github.com/gantryhq/gantry/workspace"
+	"github.com/gantryhq/gantry/workspace/api"
+	"github.com/gantryhq/gantry/workspace/provider"
+	"github.com/gantryhq/gantry/workspace/store/storetest"
+	"github.com/gantryhq/gantry/workspace/wstest"
 )
 
 // dialSSH opens an SSH connection into workspace id through the API with
 // credential c: the client, or nil and the HTTP status of the refusal.
-func dialSSH(t *testing.T, e *streamEnv, id string, c credential) (*ssh.Client, int) {
+func dialSSH(t *testing.T, e *wstest.APIEnv, id string, c credential) (*ssh.Client, int) {
 	t.Helper()
 	conn, err := net.Dial("tcp", strings.TrimPrefix(e.Srv.URL, "http://"))
 	if err != nil {
@@ -49,7 +59,7 @@ func TestSSHEndsWithItsCredential(t *testing.T) {
 			t.Parallel()
 			e := newStreamEnv(t, 50*time.Millisecond, false)
 			c := e.credentials(t)[how]()
-			cl, status := dialSSH(t, e, e.id, c)
+			cl, status := dialSSH(t, e.APIEnv, e.id, c)
 			if how == "logged-out" {
 				if status != http.StatusForbidden {
 					t.Fatalf("ssh with a page session: %d, want 403", status)
@@ -88,7 +98,7 @@ func TestSSHEndsWithItsCredential(t *testing.T) {
 	t.Run("other-owner", func(t *testing.T) {
 		e := newStreamEnv(t, 50*time.Millisecond, false)
 		other := e.workspace(t, "bobs", "bob")
-		if _, status := dialSSH(t, e, other, e.credentials(t)["revoked"]()); status != http.StatusNotFound {
+		if _, status := dialSSH(t, e.APIEnv, other, e.credentials(t)["revoked"]()); status != http.StatusNotFound {
 			t.Fatalf("ssh into bob's workspace with alice's token: %d, want 404", status)
 		}
 	})
@@ -101,3 +111,90 @@ type readerConn struct {
 }
 
 func (c readerConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+// specExec is a provider whose Exec reports what it was asked: its argv,
+// environment and terminal size (and, on a terminal, the first resize),
+// (waiting for the
+// test's last), then its stdin, and exits with status 7.
+type specExec struct{ provider.Container }
+
+func (specExec) Exec(_ context.Context, spec provider.ExecSpec, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
+	fmt.Fprintf(stdout, "argv=%q env=%q\n", spec.Argv, spec.Env)
+	if spec.TTY != nil {
+		rs := <-spec.TTY.Resize
+		for rs.Cols != 132 { // the test's last resize
+			rs = <-spec.TTY.Resize
+		}
+		fmt.Fprintf(stdout, "tty=%dx%d resized=%dx%d\n", spec.TTY.Size.Rows, spec.TTY.Size.Cols, rs.Rows, rs.Cols)
+	}
+	in, _ := io.ReadAll(stdin)
+	fmt.Fprintf(stdout, "stdin=%q\n", in)
+	io.WriteString(stderr, "to stderr\n")
+	return 7, nil
+}
+
+// A session's requests map onto the provider's Exec: "exec" runs sh -c
+// CMD; "env" passes LANG and LC_* but not the workspace's own variables;
+// "pty-req" and "window-change" are its terminal's size and resizes;
+// stdin reaches it, stdout and stderr come back apart; the exit status
+// comes back; the sftp subsystem and port forwarding are refused.
+func TestSSHSessionMapsOntoExec(t *testing.T) {
+	st := wstest.OpenStore(t, storetest.SQLiteDSN(t))
+	env := wstest.NewAPIEnv(t, st, api.APIConfig{Container: specExec{}})
+	alice := storetest.Token(t, st, "alice", false)
+	w, err := st.Create(t.Context(), workspace.NewWorkspace{Name: "w", Owner: "alice", Desired: workspace.Running, Spec: workspace.Spec{Env: []string{"MINE=1"}}}, wstest.T0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	storetest.Force(t, st, w.ID, map[string]any{"observed_status": "RUNNING", "observed_at": wstest.T0})
+	cl, status := dialSSH(t, env, w.ID, credential{header: "Authorization: Bearer " + alice})
+	if cl == nil {
+		t.Fatalf("ssh: HTTP %d", status)
+	}
+	run := func(tty bool) (string, string, error) {
+		sess, err := cl.NewSession()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sess.Close()
+		for _, kv := range [][2]string{{"LANG", "C.UTF-8"}, {"PATH", "/evil"}, {"LC_ALL", "C"}, {"MINE", "2"}} {
+			sess.Setenv(kv[0], kv[1]) // PATH and MINE are refused: an error here
+		}
+		var stdout, stderr bytes.Buffer
+		sess.Stdin, sess.Stdout, sess.Stderr = strings.NewReader("typed"), &stdout, &stderr
+		if tty {
+			if err := sess.RequestPty("xterm", 30, 100, ssh.TerminalModes{}); err != nil {
+				t.Fatal(err)
+			}
+			if err := sess.Start("echo hi"); err != nil {
+				t.Fatal(err)
+			}
+			sess.WindowChange(40, 120)
+			sess.WindowChange(50, 132) // the latest is kept for a slow command
+			err = sess.Wait()
+		} else {
+			err = sess.Run("echo hi")
+		}
+		return stdout.String(), stderr.String(), err
+	}
+	out, errOut, err := run(false)
+	var ee *ssh.ExitError
+	if !errors.As(err, &ee) || ee.ExitStatus() != 7 || errOut != "to stderr\n" ||
+		out != `argv=["/bin/sh" "-c" "echo hi"] env=["MINE=1" "LANG=C.UTF-8" "LC_ALL=C"]`+"\nstdin=\"typed\"\n" {
+		t.Fatalf("exec: %v, stdout %q, stderr %q", err, out, errOut)
+	}
+	out, _, err = run(true)
+	if !errors.As(err, &ee) || ee.ExitStatus() != 7 || !strings.Contains(out, "tty=30x100 resized=50x132\n") {
+		t.Fatalf("exec on a terminal: %v, stdout %q", err, out)
+	}
+	sess, err := cl.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sess.RequestSubsystem("sftp"); err == nil {
+		t.Error("the sftp subsystem was accepted")
+	}
+	if _, err := cl.Dial("tcp", "127.0.0.1:1"); err == nil {
+		t.Error("port forwarding was accepted")
+	}
+}
