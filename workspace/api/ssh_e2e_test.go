@@ -75,6 +75,19 @@ func TestSSHThroughOpenSSH(t *testing.T) {
 	if code != 3 || !strings.HasPrefix(got, "hi\n\n--- stderr:") {
 		t.Fatalf("ssh gantry-box 'echo hi; exit 3': exit %d, output %q; want exit 3 and hi\nserver log:\n%s", code, got, wstest.Tail(s.Log.String(), 3000))
 	}
+	// A login shell reading its commands from stdin (no terminal: -T), and
+	// a command on a terminal (-tt: ssh has none to size it by, so the
+	// default 24x80).
+	shell := exec.Command("ssh", append(append([]string{"-T"}, sshOpts...), "gantry-box")...)
+	shell.Env = append(os.Environ(), "GANTRY_TOKEN="+alice)
+	shell.Stdin = strings.NewReader("echo from-shell; exit 4\n")
+	if b, err := shell.Output(); shell.ProcessState.ExitCode() != 4 || string(b) != "from-shell\n" {
+		t.Fatalf("ssh gantry-box (a shell) with commands on stdin: %v, stdout %q; want exit 4 and from-shell", err, b)
+	}
+	got, code = run(alice, append(append([]string{"ssh", "-tt"}, sshOpts...), "gantry-box", "stty size; exit 5")...)
+	if code != 5 || !strings.HasPrefix(got, "24 80\r\n") {
+		t.Fatalf("ssh -tt gantry-box 'stty size; exit 5': exit %d, output %q; want exit 5 and 24 80", code, got)
+	}
 
 	up := filepath.Join(dir, "up.bin")
 	want := make([]byte, sshCopyMB<<20)
