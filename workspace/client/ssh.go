@@ -24,11 +24,7 @@ func (c *Client) SSH(ctx context.Context, id string) (io.ReadWriteCloser, error)
 	if c.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.Token)
 	}
-	hc := c.HTTP
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	resp, err := hc.Do(req)
+	resp, err := http1Only(c.HTTP).Do(req)
 	if err != nil {
 		return nil, err
 	}
@@ -42,4 +38,29 @@ func (c *Client) SSH(ctx context.Context, id string) (io.ReadWriteCloser, error)
 		return nil, fmt.Errorf("ssh: the server switched protocols but the connection cannot be written (%T)", resp.Body)
 	}
 	return rwc, nil
+}
+
+// http1Only is hc (nil: the default client) speaking HTTP/1.1 only: an
+// HTTP/2 stream cannot be upgraded, and net/http's client would choose
+// HTTP/2 with an https server that offers it.
+func http1Only(hc *http.Client) *http.Client {
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	tr, ok := hc.Transport.(*http.Transport)
+	if hc.Transport == nil {
+		tr, ok = http.DefaultTransport.(*http.Transport)
+	}
+	if !ok {
+		return hc // a transport of the caller's own: theirs to choose
+	}
+	tr = tr.Clone()
+	tr.Protocols = new(http.Protocols)
+	tr.Protocols.SetHTTP1(true)
+	if tr.TLSClientConfig != nil { // its ALPN must not offer h2 either
+		tr.TLSClientConfig.NextProtos = []string{"http/1.1"}
+	}
+	c := *hc
+	c.Transport = tr
+	return &c
 }
