@@ -116,4 +116,11 @@ func TestSSHThroughOpenSSH(t *testing.T) {
 	if code != 255 || strings.HasPrefix(got, "hi") || !strings.Contains(got, "HTTP 404") {
 		t.Fatalf("ssh gantry-box as bob: exit %d, output %q; want 255 and the server's 404", code, got)
 	}
+	// Each connection is audited (written when it ends): alice's switched
+	// (101), bob's refused (404).
+	audit := s.CLI("audit", "--workspace", id)
+	t.Logf("audit:\n%s", audit)
+	if !strings.Contains(audit, "workspace.ssh") || !strings.Contains(audit, "101") || !strings.Contains(audit, "404") {
+		t.Fatalf("ssh is not audited:\n%s", audit)
+	}
 }
