@@ -27,7 +27,7 @@ func TestSSHThroughOpenSSH(t *testing.T) {
 	}
 	for _, bin := range []string{"ssh", "scp"} {
 		if _, err := exec.LookPath(bin); err != nil {
-			t.Fatalf("OpenSSH's %s is needed (scripts/services.sh installs openssh-client): %v", bin, err)
+			t.Fatalf("OpenSSH's %s is needed (scripts/services.sh openssh installs it): %v", bin, err)
 		}
 	}
 	data := t.TempDir()
