@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,11 +18,17 @@ import (
 // sshCopyMB is the size of the file scp copies up and back.
 const sshCopyMB = 100
 
-// Through `gantry ws serve` (the process provider) and OpenSSH: the config
-// `ws config-ssh` writes makes `ssh gantry-NAME CMD` run CMD in the
-// workspace (its output, its exit status), `scp -O` copies a file up and
-// back byte for byte, and another owner's token gets no connection.
-func TestSSHThroughOpenSSH(t *testing.T) {
+// sshEnv is `ws serve` with alice's workspace "box" RUNNING and the ssh
+// config `ws config-ssh` wrote for her.
+type sshEnv struct {
+	t                    *testing.T
+	s                    *wstest.Serve
+	data, id, alice, bob string
+	dir                  string   // the config's directory
+	opts                 []string // ssh's -F CONFIG and options
+}
+
+func startSSHWorkspace(t *testing.T, extra ...string) *sshEnv {
 	if testing.Short() {
 		t.Skip("process-level test")
 	}
@@ -30,46 +37,69 @@ func TestSSHThroughOpenSSH(t *testing.T) {
 			t.Fatalf("OpenSSH's %s is needed (scripts/services.sh openssh installs it): %v", bin, err)
 		}
 	}
-	data := t.TempDir()
+	e := &sshEnv{t: t, data: t.TempDir(), dir: t.TempDir()}
+	e.s = wstest.StartServe(t, "", e.data, extra...)
+	e.alice = strings.TrimSpace(e.s.CLI("token", "create", "--owner", "alice"))
+	e.bob = strings.TrimSpace(e.s.CLI("token", "create", "--owner", "bob"))
+	e.id = strings.TrimSpace(e.gantry(e.alice, "create", "box", "--desired", "RUNNING", "--cmd", "exec sleep 3600"))
+	e.s.CLI("wait", e.id, "RUNNING", "--timeout", "30s")
+	config := filepath.Join(e.dir, "ssh_config")
+	if out := e.gantry(e.alice, "config-ssh", "--file", config); !strings.Contains(out, "Include "+config) {
+		t.Fatalf("config-ssh printed %q; want the Include line of %s", out, config)
+	}
+	e.opts = []string{"-F", config, "-o", "BatchMode=yes"}
+	return e
+}
+
+func (e *sshEnv) gantry(token string, args ...string) string {
+	cmd := exec.Command(e.s.Bin, append([]string{"ws", "--server", e.s.URL}, args...)...)
+	cmd.Env = append(os.Environ(), "GANTRY_TOKEN="+token)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		e.t.Fatalf("gantry %v: %v\n%s", args, err, out)
+	}
+	return string(out)
+}
+
+// run runs argv with token: its stdout, then its stderr, and exit code.
+func (e *sshEnv) run(token string, argv ...string) (string, int) {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), "GANTRY_TOKEN="+token)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		e.t.Fatal(err)
+	}
+	return stdout.String() + "\n--- stderr:\n" + stderr.String(), cmd.ProcessState.ExitCode()
+}
+
+// In the default containment (run as root: the workspace's own uid and
+// namespaces), ssh runs a command in the workspace as its user. (scp -O
+// does not: the remote scp refuses a uid without a passwd entry.)
+func TestSSHIntoAContainedWorkspace(t *testing.T) {
+	e := startSSHWorkspace(t)
+	got, code := e.run(e.alice, append(append([]string{"ssh"}, e.opts...), "gantry-box", "id -u; pwd; exit 3")...)
+	want := fmt.Sprintf("\n%s\n\n--- stderr:", filepath.Join(e.data, "volumes", e.id))
+	if code != 3 || !strings.Contains(got, want) || os.Getuid() == 0 && strings.HasPrefix(got, "0\n") {
+		t.Fatalf("ssh gantry-box 'id -u; pwd; exit 3': exit %d, output %q; want exit 3, the workspace's uid and volume", code, got)
+	}
+	t.Logf("ssh gantry-box 'id -u; pwd; exit 3': exit %d, %q", code, got)
+}
+
+// Through `gantry ws serve` (the process provider) and OpenSSH: the config
+// `ws config-ssh` writes makes `ssh gantry-NAME CMD` run CMD in the
+// workspace (its output, its exit status), `scp -O` copies a file up and
+// back byte for byte, and another owner's token gets no connection.
+func TestSSHThroughOpenSSH(t *testing.T) {
 	// --insecure-shared-user: run as root, the process provider runs each
 	// workspace as a uid of its own that has no passwd entry, and OpenSSH's
 	// scp (the remote one that -O runs) refuses to run as an "unknown
-	// user"; as the server's own user it runs.
-	s := wstest.StartServe(t, "", data, "--insecure-shared-user")
-	alice := strings.TrimSpace(s.CLI("token", "create", "--owner", "alice"))
-	bob := strings.TrimSpace(s.CLI("token", "create", "--owner", "bob"))
-	gantry := func(token string, args ...string) string {
-		cmd := exec.Command(s.Bin, append([]string{"ws", "--server", s.URL}, args...)...)
-		cmd.Env = append(os.Environ(), "GANTRY_TOKEN="+token)
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("gantry %v: %v\n%s", args, err, out)
-		}
-		return string(out)
-	}
-	id := strings.TrimSpace(gantry(alice, "create", "box", "--desired", "RUNNING", "--cmd", "exec sleep 3600"))
-	s.CLI("wait", id, "RUNNING", "--timeout", "30s")
-
-	dir := t.TempDir()
-	config := filepath.Join(dir, "ssh_config")
-	out := gantry(alice, "config-ssh", "--file", config)
-	if !strings.Contains(out, "Include "+config) {
-		t.Fatalf("config-ssh printed %q; want the Include line of %s", out, config)
-	}
-	// run runs argv with token: its stdout, then its stderr, and exit code.
-	run := func(token string, argv ...string) (string, int) {
-		cmd := exec.Command(argv[0], argv[1:]...)
-		cmd.Env = append(os.Environ(), "GANTRY_TOKEN="+token)
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		err := cmd.Run()
-		var ee *exec.ExitError
-		if err != nil && !errors.As(err, &ee) {
-			t.Fatal(err)
-		}
-		return stdout.String() + "\n--- stderr:\n" + stderr.String(), cmd.ProcessState.ExitCode()
-	}
-	sshOpts := []string{"-F", config, "-o", "BatchMode=yes"}
+	// user"; as the server's own user it runs. (TestSSHIntoAContainedWorkspace
+	// runs ssh in the default containment.)
+	e := startSSHWorkspace(t, "--insecure-shared-user")
+	s, data, id, alice, bob, dir, sshOpts, run := e.s, e.data, e.id, e.alice, e.bob, e.dir, e.opts, e.run
 
 	got, code := run(alice, append(append([]string{"ssh"}, sshOpts...), "gantry-box", "echo hi; exit 3")...)
 	if code != 3 || !strings.HasPrefix(got, "hi\n\n--- stderr:") {
