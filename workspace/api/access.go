@@ -42,9 +42,11 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // streamsBody reports the requests whose body is a stream for a workspace's
-// program (the proxy, exec's stdin): the program sets its own limits.
+// program (the proxy, exec's stdin, an SSH connection): the program sets
+// its own limits.
 func streamsBody(r *http.Request) bool {
-	return strings.HasPrefix(r.URL.Path, proxyPrefix) || r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/exec")
+	return strings.HasPrefix(r.URL.Path, proxyPrefix) || r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/exec") ||
+		r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/workspaces/") && strings.HasSuffix(r.URL.Path, "/ssh")
 }
 
 // IsStream reports the requests that may rightly stay open for long: the

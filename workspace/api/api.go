@@ -9,7 +9,10 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
+
+	"golang.org/x/crypto/ssh"
 
 	"github.com/gantryhq/gantry/internal/clock"
 	"github.com/gantryhq/gantry/workspace"
@@ -76,8 +79,12 @@ type APIConfig struct {
 	// request) checks its credential again, ending when it is revoked,
 	// expired or logged out; zero = auth.DefaultRecheckEvery.
 	RecheckEvery time.Duration
-	Clock        clock.Clock
-	Logger       *slog.Logger
+	// SSHHostKey is the host key of the SSH server behind
+	// /v1/workspaces/{id}/ssh (ssh.go); nil = one generated at the first
+	// connection, kept in memory.
+	SSHHostKey ssh.Signer
+	Clock      clock.Clock
+	Logger     *slog.Logger
 }
 
 // API is the HTTP JSON API. Routes are registered on one ServeMux from the
@@ -96,6 +103,7 @@ type APIConfig struct {
 //	POST   /v1/tokens, GET /v1/tokens, DELETE /v1/tokens/{id}, GET /v1/audit (admin; accounts.go)
 //	POST   /v1/session, POST /v1/session/logout (the page's login; accounts.go)
 //	ANY    /w/{id}/…                    → the workspace's PORT (proxy.go; wakes it if needed)
+//	GET    /v1/workspaces/{id}/ssh      Upgrade: ssh → 101, then SSH (ssh.go)
 //
 // The web page (package live) drives these same routes, so a click and a
 // CLI command get the same validation, quotas, audit and hints.
@@ -118,6 +126,10 @@ type API struct {
 	cop      *http.CrossOriginProtection
 	touches  activity          // proxied traffic's activity, rate-limited
 	dial     http.RoundTripper // the proxy's transport through a PortDialer; nil: the default one
+
+	hostKeyOnce sync.Once // sshHostKey (ssh.go)
+	hostKey     ssh.Signer
+	hostKeyErr  error
 }
 
 // NewAPI builds the API over cfg.Store and cfg.Accounts.

@@ -1,7 +1,7 @@
 // Package api is the workspace HTTP API: JSON routes in one table, the
 // front door every request goes through (body cap, cross-site check,
 // authentication, the audit row of every change), accounts, archives, the
-// proxy into a workspace's port, and exec over a framed stream. Its
+// proxy into a workspace's port, exec over a framed stream, and SSH. Its
 // request and response bodies and the exec frame codec are exported for
 // package client.
 //
@@ -19,6 +19,8 @@
 //	upstream.go  how the proxy reaches a PORT: through a PortDialer's Dial
 //	             when the provider has one (workspaces in namespaces)
 //	exec.go      `ws exec`: a command in the workspace, pipes or a terminal
+//	ssh.go       an SSH server on an upgraded connection into a workspace:
+//	             its sessions run commands through the Execer
 //	streams.go   the context every open stream runs in: ends with its
 //	             credential (auth.Watch), notes TTL activity while open
 //	frame.go     the exec stream's frames: WriteFrame, ReadFrame, Frame…

@@ -46,6 +46,7 @@ func (a *API) proxyRoutes() []route {
 		{"/w/{id}/{path...}", "", a.proxy},
 		{"GET /v1/workspaces/{id}/logs", "", a.logs},
 		{"POST /v1/workspaces/{id}/exec", "workspace.exec", a.exec},
+		{"GET /v1/workspaces/{id}/ssh", "workspace.ssh", a.upgradeSSH},
 		{"/w/{id}", "", func(w http.ResponseWriter, r *http.Request) {
 			http.Redirect(w, r, proxyPrefix+url.PathEscape(r.PathValue("id"))+"/", http.StatusMovedPermanently)
 		}},

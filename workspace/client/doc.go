@@ -8,4 +8,6 @@
 //	           restore, recover, delete, touch, accounts, audit, logs
 //	exec.go    Client.Exec: a command in a workspace over api's frames
 //	           (pipes, or a terminal with resizes); ExecIO
+//	ssh.go     Client.SSH: an SSH connection into a workspace (an upgraded
+//	           HTTP connection)
 package client

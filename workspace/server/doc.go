@@ -13,6 +13,7 @@
 //	             (limitListener: 503 past MaxConns or MaxConnsPerAddr)
 //	security.go  the listen/TLS check and the first admin token
 //	             (AdminTokenFile)
+//	sshkey.go    the API's SSH host key, kept under Data (SSHHostKeyFile)
 //	tenancy.go   a server whose workspaces share its user is one owner's
 //	             (InsecureSharedUser); the database's files 0600
 package server

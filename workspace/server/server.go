@@ -243,7 +243,11 @@ func (s *Server) wire(ctx context.Context, gate *urgency.Gate) error {
 	if s.TTL, err = singletons.NewTTLManager(cfg.TTL, st); err != nil {
 		return err
 	}
-	s.API = api.NewAPI(apiConfig(cfg, st, gate, s.hints))
+	ac := apiConfig(cfg, st, gate, s.hints)
+	if ac.SSHHostKey, err = sshHostKey(cfg.Data); err != nil { // sshkey.go
+		return err
+	}
+	s.API = api.NewAPI(ac)
 	retention := &singletons.Retention{Store: st.Accounts(), Audit: cfg.AuditRetention, Logger: cfg.Logger}
 	loops := singletons.SingletonsConfig{Store: st, Monitor: s.Mon, TTL: s.TTL, Retention: retention, Lease: cfg.LeaderLease,
 		NodeID: s.Rec.Config().Owner, Metrics: metrics, Logger: cfg.Logger, ArchiveGC: archiveGC(cfg, st)}

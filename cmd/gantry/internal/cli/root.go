@@ -22,6 +22,7 @@
 //	ws.go           gantry ws serve and the workspace client commands (workspace)
 //	ws_spec.go      gantry ws create|update: the workspace spec flags
 //	ws_exec.go      gantry ws exec (-i, -t)
+//	ws_ssh.go       gantry ws ssh --stdio (OpenSSH's ProxyCommand), gantry ws config-ssh
 //	ws_archives.go  gantry ws archives|restore
 //	ws_accounts.go  the ws client flags; gantry ws whoami|token|audit|logs
 //	ws_kubernetes.go the Kubernetes provider's flags of ws serve, and gantry ws volume

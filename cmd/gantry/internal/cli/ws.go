@@ -37,7 +37,7 @@ func newWSCmd(env *Env) *cobra.Command {
 		newWSDesiredCmd(client, "down", workspace.Standby, "Stop a workspace, keep its volume (desired STANDBY)"),
 		newWSDesiredCmd(client, "archive", workspace.Pending, "Archive a workspace and remove its volume (desired PENDING)"),
 		newWSDeleteCmd(client), newWSRecoverCmd(client), newWSWaitCmd(client), newWSTouchCmd(client),
-		newWSTokenCmd(client), newWSAuditCmd(client), newWSWhoamiCmd(client), newWSLogsCmd(client), newWSExecCmd(client),
+		newWSTokenCmd(client), newWSAuditCmd(client), newWSWhoamiCmd(client), newWSLogsCmd(client), newWSExecCmd(client), newWSSSHCmd(client), newWSConfigSSHCmd(&cf),
 		newWSUpdateCmd(client), newWSArchivesCmd(client), newWSRestoreCmd(client), newWSVolumeCmd(env))
 	return cmd
 }

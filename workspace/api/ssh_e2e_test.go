@@ -1,0 +1,156 @@
+package api_test
+
+import (
+	"bytes"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gantryhq/gantry/workspace/wstest"
+)
+
+// sshCopyMB is the size of the file scp copies up and back.
+const sshCopyMB = 100
+
+// sshEnv is `ws serve` with alice's workspace "box" RUNNING and the ssh
+// config `ws config-ssh` wrote for her.
+type sshEnv struct {
+	t                    *testing.T
+	s                    *wstest.Serve
+	data, id, alice, bob string
+	dir                  string   // the config's directory
+	opts                 []string // ssh's -F CONFIG and options
+}
+
+func startSSHWorkspace(t *testing.T, extra ...string) *sshEnv {
+	if testing.Short() {
+		t.Skip("process-level test")
+	}
+	for _, bin := range []string{"ssh", "scp"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Fatalf("OpenSSH's %s is needed (scripts/services.sh openssh installs it): %v", bin, err)
+		}
+	}
+	e := &sshEnv{t: t, data: t.TempDir(), dir: t.TempDir()}
+	e.s = wstest.StartServe(t, "", e.data, extra...)
+	e.alice = strings.TrimSpace(e.s.CLI("token", "create", "--owner", "alice"))
+	e.bob = strings.TrimSpace(e.s.CLI("token", "create", "--owner", "bob"))
+	e.id = strings.TrimSpace(e.gantry(e.alice, "create", "box", "--desired", "RUNNING", "--cmd", "exec sleep 3600"))
+	e.s.CLI("wait", e.id, "RUNNING", "--timeout", "30s")
+	config := filepath.Join(e.dir, "ssh_config")
+	if out := e.gantry(e.alice, "config-ssh", "--file", config); !strings.Contains(out, "Include "+config) {
+		t.Fatalf("config-ssh printed %q; want the Include line of %s", out, config)
+	}
+	e.opts = []string{"-F", config, "-o", "BatchMode=yes"}
+	return e
+}
+
+func (e *sshEnv) gantry(token string, args ...string) string {
+	cmd := exec.Command(e.s.Bin, append([]string{"ws", "--server", e.s.URL}, args...)...)
+	cmd.Env = append(os.Environ(), "GANTRY_TOKEN="+token)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		e.t.Fatalf("gantry %v: %v\n%s", args, err, out)
+	}
+	return string(out)
+}
+
+// run runs argv with token: its stdout, then its stderr, and exit code.
+func (e *sshEnv) run(token string, argv ...string) (string, int) {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), "GANTRY_TOKEN="+token)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		e.t.Fatal(err)
+	}
+	return stdout.String() + "\n--- stderr:\n" + stderr.String(), cmd.ProcessState.ExitCode()
+}
+
+// In the default containment (run as root: the workspace's own uid and
+// namespaces), ssh runs a command in the workspace as its user. (scp -O
+// does not: the remote scp refuses a uid without a passwd entry.)
+func TestSSHIntoAContainedWorkspace(t *testing.T) {
+	e := startSSHWorkspace(t)
+	got, code := e.run(e.alice, append(append([]string{"ssh"}, e.opts...), "gantry-box", "id -u; pwd; exit 3")...)
+	want := fmt.Sprintf("\n%s\n\n--- stderr:", filepath.Join(e.data, "volumes", e.id))
+	if code != 3 || !strings.Contains(got, want) || os.Getuid() == 0 && strings.HasPrefix(got, "0\n") {
+		t.Fatalf("ssh gantry-box 'id -u; pwd; exit 3': exit %d, output %q; want exit 3, the workspace's uid and volume", code, got)
+	}
+	t.Logf("ssh gantry-box 'id -u; pwd; exit 3': exit %d, %q", code, got)
+}
+
+// Through `gantry ws serve` (the process provider) and OpenSSH: the config
+// `ws config-ssh` writes makes `ssh gantry-NAME CMD` run CMD in the
+// workspace (its output, its exit status), `scp -O` copies a file up and
+// back byte for byte, and another owner's token gets no connection.
+func TestSSHThroughOpenSSH(t *testing.T) {
+	// --insecure-shared-user: run as root, the process provider runs each
+	// workspace as a uid of its own that has no passwd entry, and OpenSSH's
+	// scp (the remote one that -O runs) refuses to run as an "unknown
+	// user"; as the server's own user it runs. (TestSSHIntoAContainedWorkspace
+	// runs ssh in the default containment.)
+	e := startSSHWorkspace(t, "--insecure-shared-user")
+	s, data, id, alice, bob, dir, sshOpts, run := e.s, e.data, e.id, e.alice, e.bob, e.dir, e.opts, e.run
+
+	got, code := run(alice, append(append([]string{"ssh"}, sshOpts...), "gantry-box", "echo hi; exit 3")...)
+	if code != 3 || !strings.HasPrefix(got, "hi\n\n--- stderr:") {
+		t.Fatalf("ssh gantry-box 'echo hi; exit 3': exit %d, output %q; want exit 3 and hi\nserver log:\n%s", code, got, wstest.Tail(s.Log.String(), 3000))
+	}
+	// A login shell reading its commands from stdin (no terminal: -T), and
+	// a command on a terminal (-tt: ssh has none to size it by, so the
+	// default 24x80).
+	shell := exec.Command("ssh", append(append([]string{"-T"}, sshOpts...), "gantry-box")...)
+	shell.Env = append(os.Environ(), "GANTRY_TOKEN="+alice)
+	shell.Stdin = strings.NewReader("echo from-shell; exit 4\n")
+	if b, err := shell.Output(); shell.ProcessState.ExitCode() != 4 || string(b) != "from-shell\n" {
+		t.Fatalf("ssh gantry-box (a shell) with commands on stdin: %v, stdout %q; want exit 4 and from-shell", err, b)
+	}
+	got, code = run(alice, append(append([]string{"ssh", "-tt"}, sshOpts...), "gantry-box", "stty size; exit 5")...)
+	if code != 5 || !strings.HasPrefix(got, "24 80\r\n") {
+		t.Fatalf("ssh -tt gantry-box 'stty size; exit 5': exit %d, output %q; want exit 5 and 24 80", code, got)
+	}
+
+	up := filepath.Join(dir, "up.bin")
+	want := make([]byte, sshCopyMB<<20)
+	rand.Read(want)
+	if err := os.WriteFile(up, want, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	if got, code := run(alice, append(append([]string{"scp", "-O"}, sshOpts...), up, "gantry-box:copied.bin")...); code != 0 {
+		t.Fatalf("scp up: exit %d: %s", code, got)
+	}
+	inVolume, err := os.ReadFile(filepath.Join(data, "volumes", id, "copied.bin"))
+	if err != nil || !bytes.Equal(inVolume, want) {
+		t.Fatalf("the file scp copied up is not the same in the volume (%d bytes of %d, %v)", len(inVolume), len(want), err)
+	}
+	back := filepath.Join(dir, "back.bin")
+	if got, code := run(alice, append(append([]string{"scp", "-O"}, sshOpts...), "gantry-box:copied.bin", back)...); code != 0 {
+		t.Fatalf("scp back: exit %d: %s", code, got)
+	}
+	t.Logf("scp -O of %d MB up and back: %v", sshCopyMB, time.Since(t0).Round(time.Millisecond))
+	if b, err := os.ReadFile(back); err != nil || !bytes.Equal(b, want) {
+		t.Fatalf("the file scp copied back differs (%d bytes of %d, %v)", len(b), len(want), err)
+	}
+
+	got, code = run(bob, append(append([]string{"ssh"}, sshOpts...), "gantry-box", "echo hi")...)
+	if code != 255 || strings.HasPrefix(got, "hi") || !strings.Contains(got, "HTTP 404") {
+		t.Fatalf("ssh gantry-box as bob: exit %d, output %q; want 255 and the server's 404", code, got)
+	}
+	// Each connection is audited (written when it ends): alice's switched
+	// (101), bob's refused (404).
+	audit := s.CLI("audit", "--workspace", id)
+	t.Logf("audit:\n%s", audit)
+	if !strings.Contains(audit, "workspace.ssh") || !strings.Contains(audit, "101") || !strings.Contains(audit, "404") {
+		t.Fatalf("ssh is not audited:\n%s", audit)
+	}
+}
