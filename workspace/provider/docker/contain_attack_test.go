@@ -70,7 +70,11 @@ func TestContainmentAttack(t *testing.T) {
 	p, cli := newTestProvider(t, Config{})
 	ctx := t.Context()
 	st := storetest.Open(t, storetest.SQLiteDSN(t))
-	admin, bobToken := storetest.Token(t, st, "admin", true), storetest.Token(t, st, "bob", false)
+	// Owners of their own: an owner's network is shared by all its
+	// workspaces, and other tests (other packages too, at the same time)
+	// run workspaces of an "alice": a port of hers would answer here.
+	aliceOwner, bobOwner := "alice-"+randID(t), "bob-"+randID(t)
+	admin, bobToken := storetest.Token(t, st, "admin", true), storetest.Token(t, st, bobOwner, false)
 	data := t.TempDir() // the server's --data: its admin-token, as ws serve writes it
 	if err := os.WriteFile(filepath.Join(data, "admin-token"), []byte(admin+"\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -91,7 +95,7 @@ func TestContainmentAttack(t *testing.T) {
 		storetest.Force(t, st, w.ID, map[string]any{"observed_status": "RUNNING"})
 		return w.ID
 	}
-	bob, alice := start("bob", bobVol), start("alice", t.TempDir())
+	bob, alice := start(bobOwner, bobVol), start(aliceOwner, t.TempDir())
 
 	ln, err := net.Listen("tcp4", "0.0.0.0:0")
 	if err != nil {
