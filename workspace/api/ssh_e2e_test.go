@@ -76,8 +76,9 @@ func (e *sshEnv) run(token string, argv ...string) (string, int) {
 }
 
 // In the default containment (run as root: the workspace's own uid and
-// namespaces), ssh runs a command in the workspace as its user. (scp -O
-// does not: the remote scp refuses a uid without a passwd entry.)
+// namespaces), ssh runs a command in the workspace as its user, and `scp
+// -O` copies a file up and back (the remote scp finds the uid's passwd
+// entry in the workspace's mount namespace).
 func TestSSHIntoAContainedWorkspace(t *testing.T) {
 	e := startSSHWorkspace(t)
 	got, code := e.run(e.alice, append(append([]string{"ssh"}, e.opts...), "gantry-box", "id -u; pwd; exit 3")...)
@@ -86,6 +87,40 @@ func TestSSHIntoAContainedWorkspace(t *testing.T) {
 		t.Fatalf("ssh gantry-box 'id -u; pwd; exit 3': exit %d, output %q; want exit 3, the workspace's uid and volume", code, got)
 	}
 	t.Logf("ssh gantry-box 'id -u; pwd; exit 3': exit %d, %q", code, got)
+	e.copyRoundTrip("scp -O", "scp", "-O")
+}
+
+// copyRoundTrip copies a file of sshCopyMB random bytes up into the
+// workspace's volume and back with argv (scp and its options), and fails
+// unless both copies are byte for byte the same.
+func (e *sshEnv) copyRoundTrip(what string, argv ...string) {
+	t := e.t
+	up := filepath.Join(e.dir, "up.bin")
+	want := make([]byte, sshCopyMB<<20)
+	rand.Read(want)
+	if err := os.WriteFile(up, want, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := append(append(argv[:len(argv):len(argv)], e.opts...), up, "gantry-box:copied.bin")
+	t0 := time.Now()
+	if got, code := e.run(e.alice, cmd...); code != 0 {
+		t.Fatalf("%s up: exit %d: %s", what, code, got)
+	}
+	inVolume, err := os.ReadFile(filepath.Join(e.data, "volumes", e.id, "copied.bin"))
+	if err != nil || !bytes.Equal(inVolume, want) {
+		t.Fatalf("the file %s copied up is not the same in the volume (%d bytes of %d, %v)", what, len(inVolume), len(want), err)
+	}
+	back := filepath.Join(e.dir, "back.bin")
+	cmd = append(append(argv[:len(argv):len(argv)], e.opts...), "gantry-box:copied.bin", back)
+	if got, code := e.run(e.alice, cmd...); code != 0 {
+		t.Fatalf("%s back: exit %d: %s", what, code, got)
+	}
+	t.Logf("%s of %d MB up and back: %v", what, sshCopyMB, time.Since(t0).Round(time.Millisecond))
+	if b, err := os.ReadFile(back); err != nil || !bytes.Equal(b, want) {
+		t.Fatalf("the file %s copied back differs (%d bytes of %d, %v)", what, len(b), len(want), err)
+	}
+	os.Remove(up)
+	os.Remove(back)
 }
 
 // Through `gantry ws serve` (the process provider) and OpenSSH: the config
@@ -93,13 +128,11 @@ func TestSSHIntoAContainedWorkspace(t *testing.T) {
 // workspace (its output, its exit status), `scp -O` copies a file up and
 // back byte for byte, and another owner's token gets no connection.
 func TestSSHThroughOpenSSH(t *testing.T) {
-	// --insecure-shared-user: run as root, the process provider runs each
-	// workspace as a uid of its own that has no passwd entry, and OpenSSH's
-	// scp (the remote one that -O runs) refuses to run as an "unknown
-	// user"; as the server's own user it runs. (TestSSHIntoAContainedWorkspace
-	// runs ssh in the default containment.)
+	// --insecure-shared-user: as the server's own user (which is how a
+	// server that is not root runs every workspace).
+	// (TestSSHIntoAContainedWorkspace runs ssh in the default containment.)
 	e := startSSHWorkspace(t, "--insecure-shared-user")
-	s, data, id, alice, bob, dir, sshOpts, run := e.s, e.data, e.id, e.alice, e.bob, e.dir, e.opts, e.run
+	s, id, alice, bob, sshOpts, run := e.s, e.id, e.alice, e.bob, e.opts, e.run
 
 	got, code := run(alice, append(append([]string{"ssh"}, sshOpts...), "gantry-box", "echo hi; exit 3")...)
 	if code != 3 || !strings.HasPrefix(got, "hi\n\n--- stderr:") {
@@ -119,28 +152,7 @@ func TestSSHThroughOpenSSH(t *testing.T) {
 		t.Fatalf("ssh -tt gantry-box 'stty size; exit 5': exit %d, output %q; want exit 5 and 24 80", code, got)
 	}
 
-	up := filepath.Join(dir, "up.bin")
-	want := make([]byte, sshCopyMB<<20)
-	rand.Read(want)
-	if err := os.WriteFile(up, want, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	t0 := time.Now()
-	if got, code := run(alice, append(append([]string{"scp", "-O"}, sshOpts...), up, "gantry-box:copied.bin")...); code != 0 {
-		t.Fatalf("scp up: exit %d: %s", code, got)
-	}
-	inVolume, err := os.ReadFile(filepath.Join(data, "volumes", id, "copied.bin"))
-	if err != nil || !bytes.Equal(inVolume, want) {
-		t.Fatalf("the file scp copied up is not the same in the volume (%d bytes of %d, %v)", len(inVolume), len(want), err)
-	}
-	back := filepath.Join(dir, "back.bin")
-	if got, code := run(alice, append(append([]string{"scp", "-O"}, sshOpts...), "gantry-box:copied.bin", back)...); code != 0 {
-		t.Fatalf("scp back: exit %d: %s", code, got)
-	}
-	t.Logf("scp -O of %d MB up and back: %v", sshCopyMB, time.Since(t0).Round(time.Millisecond))
-	if b, err := os.ReadFile(back); err != nil || !bytes.Equal(b, want) {
-		t.Fatalf("the file scp copied back differs (%d bytes of %d, %v)", len(b), len(want), err)
-	}
+	e.copyRoundTrip("scp -O", "scp", "-O")
 
 	got, code = run(bob, append(append([]string{"ssh"}, sshOpts...), "gantry-box", "echo hi")...)
 	if code != 255 || strings.HasPrefix(got, "hi") || !strings.Contains(got, "HTTP 404") {
