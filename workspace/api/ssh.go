@@ -39,9 +39,12 @@ import (
 // sizes, "env" passes LANG, LC_*, TZ and COLORTERM (as OpenSSH's usual
 // AcceptEnv; the workspace's own variables are not the client's to
 // change); its exit status is sent back. So `scp -O` (the legacy protocol:
-// the remote scp binary, run by "exec") works where the workspace has scp.
-// Not in this cut: the "sftp" subsystem (so newer scp needs -O) and port
-// forwarding (other channel types and global requests are refused).
+// the remote scp binary, run by "exec") works where the workspace has scp,
+// and rsync where it has rsync. The "subsystem" request "sftp" runs the
+// system's sftp-server (sftpServer) the same way, as the workspace's user:
+// so `sftp` and modern `scp` work where the workspace has one.
+// Not in this cut: port forwarding (other channel types and global
+// requests are refused).
 
 // upgradeSSH is GET /v1/workspaces/{id}/ssh.
 func (a *API) upgradeSSH(w http.ResponseWriter, r *http.Request) {
@@ -231,6 +234,11 @@ func (st *sshSession) handle(req *ssh.Request) []string {
 		if !st.started {
 			argv, ok = []string{"/bin/sh", "-c", `exec "${SHELL:-/bin/sh}" -l`}, true
 		}
+	case "subsystem":
+		var m struct{ Name string }
+		if ssh.Unmarshal(req.Payload, &m) == nil && m.Name == "sftp" && !st.started {
+			argv, ok = []string{"/bin/sh", "-c", sftpServer}, true
+		}
 	}
 	if req.WantReply {
 		req.Reply(ok, nil)
@@ -240,6 +248,15 @@ func (st *sshSession) handle(req *ssh.Request) []string {
 	}
 	return argv
 }
+
+// sftpServer runs the system's sftp server in the workspace, found at
+// its path on the usual systems (Debian's package openssh-sftp-server,
+// Fedora's openssh-server, Alpine's openssh-sftp-server, Arch's openssh).
+const sftpServer = `for p in /usr/lib/openssh/sftp-server /usr/libexec/openssh/sftp-server /usr/lib/ssh/sftp-server /usr/libexec/sftp-server /usr/lib/sftp-server; do
+	[ -x "$p" ] && exec "$p"
+done
+echo "gantry: no sftp-server in this workspace (Debian: apt-get install openssh-sftp-server); scp -O still copies" >&2
+exit 127`
 
 // acceptedEnv reports the variables an "env" request may set.
 func acceptedEnv(name string) bool {

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -32,7 +33,7 @@ func startSSHWorkspace(t *testing.T, extra ...string) *sshEnv {
 	if testing.Short() {
 		t.Skip("process-level test")
 	}
-	for _, bin := range []string{"ssh", "scp"} {
+	for _, bin := range []string{"ssh", "scp", "sftp"} {
 		if _, err := exec.LookPath(bin); err != nil {
 			t.Fatalf("OpenSSH's %s is needed (scripts/services.sh openssh installs it): %v", bin, err)
 		}
@@ -88,6 +89,25 @@ func TestSSHIntoAContainedWorkspace(t *testing.T) {
 	}
 	t.Logf("ssh gantry-box 'id -u; pwd; exit 3': exit %d, %q", code, got)
 	e.copyRoundTrip("scp -O", "scp", "-O")
+}
+
+// Modern scp (the SFTP protocol) and sftp run the system's sftp-server in
+// the contained workspace, as its user: a file copies up and back byte for
+// byte, and sftp's ls and pwd show the workspace's volume.
+func TestSSHSFTPIntoAContainedWorkspace(t *testing.T) {
+	e := startSSHWorkspace(t)
+	e.copyRoundTrip("scp (sftp)", "scp")
+	os.WriteFile(filepath.Join(e.dir, "batch"), []byte("pwd\nput "+filepath.Join(e.dir, "batch")+" via-sftp.txt\nls -n via-sftp.txt\n"), 0o600)
+	got, code := e.run(e.alice, append(append([]string{"sftp", "-b", filepath.Join(e.dir, "batch")}, e.opts...), "gantry-box")...)
+	vol := filepath.Join(e.data, "volumes", e.id)
+	fi, err := os.Stat(filepath.Join(vol, "via-sftp.txt"))
+	if code != 0 || err != nil || !strings.Contains(got, "Remote working directory: "+vol) {
+		t.Fatalf("sftp -b (pwd, put, ls): exit %d, %v, output %q; want the volume as its working directory and the file put there", code, err, got)
+	}
+	if uid := fi.Sys().(*syscall.Stat_t).Uid; os.Getuid() == 0 && uid == 0 {
+		t.Fatalf("the file sftp put is root's; want the workspace's user's")
+	}
+	t.Logf("sftp -b: %q", got)
 }
 
 // copyRoundTrip copies a file of sshCopyMB random bytes up into the
