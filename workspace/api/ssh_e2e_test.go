@@ -110,6 +110,45 @@ func TestSSHSFTPIntoAContainedWorkspace(t *testing.T) {
 	t.Logf("sftp -b: %q", got)
 }
 
+// rsync, its remote side run by "exec" in the contained workspace, copies
+// a directory tree up into the volume and back: the tree that comes back
+// is the same (names, contents, modes, a symbolic link).
+func TestSSHRsyncIntoAContainedWorkspace(t *testing.T) {
+	if _, err := exec.LookPath("rsync"); err != nil {
+		t.Fatalf("rsync is needed (scripts/services.sh openssh installs it): %v", err)
+	}
+	e := startSSHWorkspace(t)
+	src := filepath.Join(e.dir, "src")
+	for i, name := range []string{"a.txt", "sub/b.bin", "sub/deeper/c.txt", "empty/.keep"} {
+		p := filepath.Join(src, name)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		body := make([]byte, 1<<(10+3*i))
+		rand.Read(body)
+		if err := os.WriteFile(p, body, 0o640); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.Chmod(filepath.Join(src, "a.txt"), 0o755)
+	os.Symlink("sub/b.bin", filepath.Join(src, "link"))
+	rsh := "ssh " + strings.Join(e.opts, " ")
+	if got, code := e.run(e.alice, "rsync", "-a", "-e", rsh, src+"/", "gantry-box:tree/"); code != 0 {
+		t.Fatalf("rsync up: exit %d: %s", code, got)
+	}
+	if got, code := e.run(e.alice, "diff", "-r", "--no-dereference", src, filepath.Join(e.data, "volumes", e.id, "tree")); code != 0 {
+		t.Fatalf("the tree rsync copied up differs in the volume: %s", got)
+	}
+	back := filepath.Join(e.dir, "back")
+	if got, code := e.run(e.alice, "rsync", "-a", "-e", rsh, "gantry-box:tree/", back+"/"); code != 0 {
+		t.Fatalf("rsync back: exit %d: %s", code, got)
+	}
+	want, _ := e.run(e.alice, "sh", "-c", "cd "+src+" && find . -printf '%p %M %s %l\n' | sort && find . -type f | sort | xargs md5sum")
+	got, _ := e.run(e.alice, "sh", "-c", "cd "+back+" && find . -printf '%p %M %s %l\n' | sort && find . -type f | sort | xargs md5sum")
+	if got != want || !strings.Contains(got, "./link lrwxrwxrwx") {
+		t.Fatalf("the tree rsync copied back differs:\n%s\nwant:\n%s", got, want)
+	}
+	t.Logf("rsync up and back: the same tree:\n%s", got)
+}
+
 // copyRoundTrip copies a file of sshCopyMB random bytes up into the
 // workspace's volume and back with argv (scp and its options), and fails
 // unless both copies are byte for byte the same.
