@@ -5,6 +5,9 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantryhq/gantry/internal/testutil"
 	"github.com/gantryhq/gantry/workspace/wstest"
 )
 
@@ -30,6 +34,12 @@ type sshEnv struct {
 }
 
 func startSSHWorkspace(t *testing.T, extra ...string) *sshEnv {
+	return startSSHWorkspaceRunning(t, "exec sleep 3600", extra...)
+}
+
+// startSSHWorkspaceRunning is startSSHWorkspace with the workspace's
+// command (run with --http when it names $PORT).
+func startSSHWorkspaceRunning(t *testing.T, command string, extra ...string) *sshEnv {
 	if testing.Short() {
 		t.Skip("process-level test")
 	}
@@ -42,7 +52,11 @@ func startSSHWorkspace(t *testing.T, extra ...string) *sshEnv {
 	e.s = wstest.StartServe(t, "", e.data, extra...)
 	e.alice = strings.TrimSpace(e.s.CLI("token", "create", "--owner", "alice"))
 	e.bob = strings.TrimSpace(e.s.CLI("token", "create", "--owner", "bob"))
-	e.id = strings.TrimSpace(e.gantry(e.alice, "create", "box", "--desired", "RUNNING", "--cmd", "exec sleep 3600"))
+	create := []string{"create", "box", "--desired", "RUNNING", "--cmd", command}
+	if strings.Contains(command, "$PORT") {
+		create = append(create, "--http")
+	}
+	e.id = strings.TrimSpace(e.gantry(e.alice, create...))
 	e.s.CLI("wait", e.id, "RUNNING", "--timeout", "30s")
 	config := filepath.Join(e.dir, "ssh_config")
 	if out := e.gantry(e.alice, "config-ssh", "--file", config); !strings.Contains(out, "Include "+config) {
@@ -147,6 +161,77 @@ func TestSSHRsyncIntoAContainedWorkspace(t *testing.T) {
 		t.Fatalf("the tree rsync copied back differs:\n%s\nwant:\n%s", got, want)
 	}
 	t.Logf("rsync up and back: the same tree:\n%s", got)
+}
+
+// `ssh -L` forwards a local port to the contained workspace's PORT (on
+// its own loopback, in its own network namespace): an HTTP GET through it
+// reaches the workspace's server. Another host, or another port, is
+// refused.
+func TestSSHPortForwardIntoAContainedWorkspace(t *testing.T) {
+	e := startSSHWorkspaceRunning(t, `echo served-from-the-workspace > index.html; exec python3 -m http.server --bind 127.0.0.1 "$PORT"`)
+	out, code := e.run(e.alice, append(append([]string{"ssh"}, e.opts...), "gantry-box", `echo "$PORT"`)...)
+	port, _, _ := strings.Cut(out, "\n")
+	if code != 0 || port == "" {
+		t.Fatalf("ssh gantry-box 'echo $PORT': exit %d, %q", code, out)
+	}
+	local := freeLocalPort(t)
+	for _, tc := range []struct {
+		target string
+		ok     bool
+	}{
+		{"localhost:" + port, true},
+		{"127.0.0.1:" + port, true},
+		{"127.0.0.1:22", false},
+		{"example.com:80", false},
+	} {
+		fwd := exec.CommandContext(t.Context(), "ssh", append(append([]string{"-N", "-o", "ExitOnForwardFailure=yes", "-L", fmt.Sprintf("127.0.0.1:%d:%s", local, tc.target)}, e.opts...), "gantry-box")...)
+		fwd.Env = append(os.Environ(), "GANTRY_TOKEN="+e.alice)
+		var stderr bytes.Buffer
+		fwd.Stderr = &stderr
+		if err := fwd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		var body string
+		var err error
+		testutil.WaitFor(t, 20*time.Second, "the forwarded port", func() (bool, string) {
+			body, err = httpGet(fmt.Sprintf("http://127.0.0.1:%d/index.html", local))
+			if tc.ok {
+				return err == nil, fmt.Sprint(err, "; ssh: ", stderr.String())
+			}
+			return strings.Contains(stderr.String(), "open failed"), fmt.Sprint(err, "; ssh: ", stderr.String())
+		})
+		fwd.Process.Kill()
+		fwd.Wait()
+		if tc.ok && body != "served-from-the-workspace\n" || !tc.ok && err == nil {
+			t.Fatalf("GET through ssh -L %s: %q, %v; want ok %v\nssh: %s", tc.target, body, err, tc.ok, stderr.String())
+		}
+		t.Logf("ssh -L %s: GET: %q, %v; ssh: %q", tc.target, body, err, stderr.String())
+	}
+}
+
+// freeLocalPort is a host port nothing listens on (just now).
+func freeLocalPort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// httpGet is GET url's body, or an error unless 200.
+func httpGet(url string) (string, error) {
+	c := &http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("HTTP %s", resp.Status)
+	}
+	return string(b), err
 }
 
 // copyRoundTrip copies a file of sshCopyMB random bytes up into the
