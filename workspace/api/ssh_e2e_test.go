@@ -186,7 +186,7 @@ func TestSSHPortForwardIntoAContainedWorkspace(t *testing.T) {
 	} {
 		fwd := exec.CommandContext(t.Context(), "ssh", append(append([]string{"-N", "-o", "ExitOnForwardFailure=yes", "-L", fmt.Sprintf("127.0.0.1:%d:%s", local, tc.target)}, e.opts...), "gantry-box")...)
 		fwd.Env = append(os.Environ(), "GANTRY_TOKEN="+e.alice)
-		var stderr bytes.Buffer
+		var stderr testutil.Buffer // read while ssh writes it
 		fwd.Stderr = &stderr
 		if err := fwd.Start(); err != nil {
 			t.Fatal(err)
