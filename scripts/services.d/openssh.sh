@@ -1,10 +1,13 @@
 # shellcheck shell=bash
-# OpenSSH's client (ssh, scp) for the workspace SSH test, which connects
-# through `gantry ws ssh --stdio` as ProxyCommand. Sourced by
-# scripts/services.sh.
+# OpenSSH's client (ssh, scp, sftp) for the workspace SSH tests, which
+# connect through `gantry ws ssh --stdio` as ProxyCommand, the sftp server
+# they run in the workspace (for sftp and modern scp), and rsync (both
+# ends: the workspace's is run by ssh). Sourced by scripts/services.sh.
 
 service_openssh() {
-	command -v ssh >/dev/null 2>&1 && command -v scp >/dev/null 2>&1 || apt_install openssh-client
+	command -v ssh >/dev/null 2>&1 && command -v scp >/dev/null 2>&1 && command -v sftp >/dev/null 2>&1 || apt_install openssh-client || return
+	[ -x /usr/lib/openssh/sftp-server ] || [ -x /usr/libexec/openssh/sftp-server ] || apt_install openssh-sftp-server || return
+	command -v rsync >/dev/null 2>&1 || apt_install rsync
 }
 
 SERVICES+=(openssh)

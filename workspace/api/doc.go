@@ -21,6 +21,7 @@
 //	exec.go      `ws exec`: a command in the workspace, pipes or a terminal
 //	ssh.go       an SSH server on an upgraded connection into a workspace:
 //	             its sessions run commands through the Execer
+//	ssh_forward.go  ssh -L: direct-tcpip channels to the workspace's PORT
 //	streams.go   the context every open stream runs in: ends with its
 //	             credential (auth.Watch), notes TTL activity while open
 //	frame.go     the exec stream's frames: WriteFrame, ReadFrame, Frame…

@@ -39,9 +39,13 @@ import (
 // sizes, "env" passes LANG, LC_*, TZ and COLORTERM (as OpenSSH's usual
 // AcceptEnv; the workspace's own variables are not the client's to
 // change); its exit status is sent back. So `scp -O` (the legacy protocol:
-// the remote scp binary, run by "exec") works where the workspace has scp.
-// Not in this cut: the "sftp" subsystem (so newer scp needs -O) and port
-// forwarding (other channel types and global requests are refused).
+// the remote scp binary, run by "exec") works where the workspace has scp,
+// and rsync where it has rsync. The "subsystem" request "sftp" runs the
+// system's sftp-server (sftpServer) the same way, as the workspace's user:
+// so `sftp` and modern `scp` work where the workspace has one.
+// A "direct-tcpip" channel (ssh -L) to 127.0.0.1 or localhost at the
+// workspace's PORT reaches it as the proxy does (ssh_forward.go).
+// Refused: other channel types, and global requests (ssh -R).
 
 // upgradeSSH is GET /v1/workspaces/{id}/ssh.
 func (a *API) upgradeSSH(w http.ResponseWriter, r *http.Request) {
@@ -97,6 +101,8 @@ func (a *API) upgradeSSH(w http.ResponseWriter, r *http.Request) {
 	cfg := &ssh.ServerConfig{NoClientAuth: true} // the HTTP request was authenticated: see above
 	cfg.AddHostKey(key)
 	s := &sshServer{ex: ex, spec: spec, log: func(msg string, args ...any) { a.log.Info(msg, append([]any{"id", ws.ID}, args...)...) }}
+	s.ep, _ = a.cfg.Container.(provider.Endpointer)
+	s.dial, _ = a.cfg.Container.(PortDialer)
 	s.serve(r.Context(), &bufferedConn{Conn: conn, r: brw.Reader}, cfg)
 }
 
@@ -147,6 +153,8 @@ type sshServer struct {
 	ex   provider.Execer
 	spec provider.ExecSpec // ID, VolumeDir, Env: each session's command fills the rest
 	log  func(msg string, args ...any)
+	ep   provider.Endpointer // nil: no port forwarding
+	dial PortDialer          // nil: dial the Endpoint's address
 }
 
 // serve runs the SSH connection on conn until the client leaves or ctx
@@ -164,15 +172,18 @@ func (s *sshServer) serve(ctx context.Context, conn net.Conn, cfg *ssh.ServerCon
 	go ssh.DiscardRequests(reqs) // tcpip-forward and the like: refused
 	var wg sync.WaitGroup
 	for nc := range chans {
-		if nc.ChannelType() != "session" {
-			nc.Reject(ssh.UnknownChannelType, "only session channels: no port forwarding here")
-			continue
+		switch nc.ChannelType() {
+		case "session":
+			ch, creqs, err := nc.Accept()
+			if err != nil {
+				continue
+			}
+			wg.Go(func() { s.session(ctx, ch, creqs) })
+		case "direct-tcpip": // ssh -L (ssh_forward.go)
+			wg.Go(func() { s.directTCPIP(ctx, nc) })
+		default:
+			nc.Reject(ssh.UnknownChannelType, "only session and direct-tcpip channels here")
 		}
-		ch, creqs, err := nc.Accept()
-		if err != nil {
-			continue
-		}
-		wg.Go(func() { s.session(ctx, ch, creqs) })
 	}
 	cancel()
 	wg.Wait()
@@ -231,6 +242,11 @@ func (st *sshSession) handle(req *ssh.Request) []string {
 		if !st.started {
 			argv, ok = []string{"/bin/sh", "-c", `exec "${SHELL:-/bin/sh}" -l`}, true
 		}
+	case "subsystem":
+		var m struct{ Name string }
+		if ssh.Unmarshal(req.Payload, &m) == nil && m.Name == "sftp" && !st.started {
+			argv, ok = []string{"/bin/sh", "-c", sftpServer}, true
+		}
 	}
 	if req.WantReply {
 		req.Reply(ok, nil)
@@ -240,6 +256,15 @@ func (st *sshSession) handle(req *ssh.Request) []string {
 	}
 	return argv
 }
+
+// sftpServer runs the system's sftp server in the workspace, found at
+// its path on the usual systems (Debian's package openssh-sftp-server,
+// Fedora's openssh-server, Alpine's openssh-sftp-server, Arch's openssh).
+const sftpServer = `for p in /usr/lib/openssh/sftp-server /usr/libexec/openssh/sftp-server /usr/lib/ssh/sftp-server /usr/libexec/sftp-server /usr/lib/sftp-server; do
+	[ -x "$p" ] && exec "$p"
+done
+echo "gantry: no sftp-server in this workspace (Debian: apt-get install openssh-sftp-server); scp -O still copies" >&2
+exit 127`
 
 // acceptedEnv reports the variables an "env" request may set.
 func acceptedEnv(name string) bool {

@@ -5,13 +5,18 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/gantryhq/gantry/internal/testutil"
 	"github.com/gantryhq/gantry/workspace/wstest"
 )
 
@@ -29,10 +34,16 @@ type sshEnv struct {
 }
 
 func startSSHWorkspace(t *testing.T, extra ...string) *sshEnv {
+	return startSSHWorkspaceRunning(t, "exec sleep 3600", extra...)
+}
+
+// startSSHWorkspaceRunning is startSSHWorkspace with the workspace's
+// command (run with --http when it names $PORT).
+func startSSHWorkspaceRunning(t *testing.T, command string, extra ...string) *sshEnv {
 	if testing.Short() {
 		t.Skip("process-level test")
 	}
-	for _, bin := range []string{"ssh", "scp"} {
+	for _, bin := range []string{"ssh", "scp", "sftp"} {
 		if _, err := exec.LookPath(bin); err != nil {
 			t.Fatalf("OpenSSH's %s is needed (scripts/services.sh openssh installs it): %v", bin, err)
 		}
@@ -41,7 +52,11 @@ func startSSHWorkspace(t *testing.T, extra ...string) *sshEnv {
 	e.s = wstest.StartServe(t, "", e.data, extra...)
 	e.alice = strings.TrimSpace(e.s.CLI("token", "create", "--owner", "alice"))
 	e.bob = strings.TrimSpace(e.s.CLI("token", "create", "--owner", "bob"))
-	e.id = strings.TrimSpace(e.gantry(e.alice, "create", "box", "--desired", "RUNNING", "--cmd", "exec sleep 3600"))
+	create := []string{"create", "box", "--desired", "RUNNING", "--cmd", command}
+	if strings.Contains(command, "$PORT") {
+		create = append(create, "--http")
+	}
+	e.id = strings.TrimSpace(e.gantry(e.alice, create...))
 	e.s.CLI("wait", e.id, "RUNNING", "--timeout", "30s")
 	config := filepath.Join(e.dir, "ssh_config")
 	if out := e.gantry(e.alice, "config-ssh", "--file", config); !strings.Contains(out, "Include "+config) {
@@ -76,8 +91,9 @@ func (e *sshEnv) run(token string, argv ...string) (string, int) {
 }
 
 // In the default containment (run as root: the workspace's own uid and
-// namespaces), ssh runs a command in the workspace as its user. (scp -O
-// does not: the remote scp refuses a uid without a passwd entry.)
+// namespaces), ssh runs a command in the workspace as its user, and `scp
+// -O` copies a file up and back (the remote scp finds the uid's passwd
+// entry in the workspace's mount namespace).
 func TestSSHIntoAContainedWorkspace(t *testing.T) {
 	e := startSSHWorkspace(t)
 	got, code := e.run(e.alice, append(append([]string{"ssh"}, e.opts...), "gantry-box", "id -u; pwd; exit 3")...)
@@ -86,6 +102,169 @@ func TestSSHIntoAContainedWorkspace(t *testing.T) {
 		t.Fatalf("ssh gantry-box 'id -u; pwd; exit 3': exit %d, output %q; want exit 3, the workspace's uid and volume", code, got)
 	}
 	t.Logf("ssh gantry-box 'id -u; pwd; exit 3': exit %d, %q", code, got)
+	e.copyRoundTrip("scp -O", "scp", "-O")
+}
+
+// Modern scp (the SFTP protocol) and sftp run the system's sftp-server in
+// the contained workspace, as its user: a file copies up and back byte for
+// byte, and sftp's ls and pwd show the workspace's volume.
+func TestSSHSFTPIntoAContainedWorkspace(t *testing.T) {
+	e := startSSHWorkspace(t)
+	e.copyRoundTrip("scp (sftp)", "scp")
+	os.WriteFile(filepath.Join(e.dir, "batch"), []byte("pwd\nput "+filepath.Join(e.dir, "batch")+" via-sftp.txt\nls -n via-sftp.txt\n"), 0o600)
+	got, code := e.run(e.alice, append(append([]string{"sftp", "-b", filepath.Join(e.dir, "batch")}, e.opts...), "gantry-box")...)
+	vol := filepath.Join(e.data, "volumes", e.id)
+	fi, err := os.Stat(filepath.Join(vol, "via-sftp.txt"))
+	if code != 0 || err != nil || !strings.Contains(got, "Remote working directory: "+vol) {
+		t.Fatalf("sftp -b (pwd, put, ls): exit %d, %v, output %q; want the volume as its working directory and the file put there", code, err, got)
+	}
+	if uid := fi.Sys().(*syscall.Stat_t).Uid; os.Getuid() == 0 && uid == 0 {
+		t.Fatalf("the file sftp put is root's; want the workspace's user's")
+	}
+	t.Logf("sftp -b: %q", got)
+}
+
+// rsync, its remote side run by "exec" in the contained workspace, copies
+// a directory tree up into the volume and back: the tree that comes back
+// is the same (names, contents, modes, a symbolic link).
+func TestSSHRsyncIntoAContainedWorkspace(t *testing.T) {
+	if _, err := exec.LookPath("rsync"); err != nil {
+		t.Fatalf("rsync is needed (scripts/services.sh openssh installs it): %v", err)
+	}
+	e := startSSHWorkspace(t)
+	src := filepath.Join(e.dir, "src")
+	for i, name := range []string{"a.txt", "sub/b.bin", "sub/deeper/c.txt", "empty/.keep"} {
+		p := filepath.Join(src, name)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		body := make([]byte, 1<<(10+3*i))
+		rand.Read(body)
+		if err := os.WriteFile(p, body, 0o640); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.Chmod(filepath.Join(src, "a.txt"), 0o755)
+	os.Symlink("sub/b.bin", filepath.Join(src, "link"))
+	rsh := "ssh " + strings.Join(e.opts, " ")
+	if got, code := e.run(e.alice, "rsync", "-a", "-e", rsh, src+"/", "gantry-box:tree/"); code != 0 {
+		t.Fatalf("rsync up: exit %d: %s", code, got)
+	}
+	if got, code := e.run(e.alice, "diff", "-r", "--no-dereference", src, filepath.Join(e.data, "volumes", e.id, "tree")); code != 0 {
+		t.Fatalf("the tree rsync copied up differs in the volume: %s", got)
+	}
+	back := filepath.Join(e.dir, "back")
+	if got, code := e.run(e.alice, "rsync", "-a", "-e", rsh, "gantry-box:tree/", back+"/"); code != 0 {
+		t.Fatalf("rsync back: exit %d: %s", code, got)
+	}
+	want, _ := e.run(e.alice, "sh", "-c", "cd "+src+" && find . -printf '%p %M %s %l\n' | sort && find . -type f | sort | xargs md5sum")
+	got, _ := e.run(e.alice, "sh", "-c", "cd "+back+" && find . -printf '%p %M %s %l\n' | sort && find . -type f | sort | xargs md5sum")
+	if got != want || !strings.Contains(got, "./link lrwxrwxrwx") {
+		t.Fatalf("the tree rsync copied back differs:\n%s\nwant:\n%s", got, want)
+	}
+	t.Logf("rsync up and back: the same tree:\n%s", got)
+}
+
+// `ssh -L` forwards a local port to the contained workspace's PORT (on
+// its own loopback, in its own network namespace): an HTTP GET through it
+// reaches the workspace's server. Another host, or another port, is
+// refused.
+func TestSSHPortForwardIntoAContainedWorkspace(t *testing.T) {
+	e := startSSHWorkspaceRunning(t, `echo served-from-the-workspace > index.html; exec python3 -m http.server --bind 127.0.0.1 "$PORT"`)
+	out, code := e.run(e.alice, append(append([]string{"ssh"}, e.opts...), "gantry-box", `echo "$PORT"`)...)
+	port, _, _ := strings.Cut(out, "\n")
+	if code != 0 || port == "" {
+		t.Fatalf("ssh gantry-box 'echo $PORT': exit %d, %q", code, out)
+	}
+	local := freeLocalPort(t)
+	for _, tc := range []struct {
+		target string
+		ok     bool
+	}{
+		{"localhost:" + port, true},
+		{"127.0.0.1:" + port, true},
+		{"127.0.0.1:22", false},
+		{"example.com:80", false},
+	} {
+		fwd := exec.CommandContext(t.Context(), "ssh", append(append([]string{"-N", "-o", "ExitOnForwardFailure=yes", "-L", fmt.Sprintf("127.0.0.1:%d:%s", local, tc.target)}, e.opts...), "gantry-box")...)
+		fwd.Env = append(os.Environ(), "GANTRY_TOKEN="+e.alice)
+		var stderr testutil.Buffer // read while ssh writes it
+		fwd.Stderr = &stderr
+		if err := fwd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		var body string
+		var err error
+		testutil.WaitFor(t, 20*time.Second, "the forwarded port", func() (bool, string) {
+			body, err = httpGet(fmt.Sprintf("http://127.0.0.1:%d/index.html", local))
+			if tc.ok {
+				return err == nil, fmt.Sprint(err, "; ssh: ", stderr.String())
+			}
+			return strings.Contains(stderr.String(), "open failed"), fmt.Sprint(err, "; ssh: ", stderr.String())
+		})
+		fwd.Process.Kill()
+		fwd.Wait()
+		if tc.ok && body != "served-from-the-workspace\n" || !tc.ok && err == nil {
+			t.Fatalf("GET through ssh -L %s: %q, %v; want ok %v\nssh: %s", tc.target, body, err, tc.ok, stderr.String())
+		}
+		t.Logf("ssh -L %s: GET: %q, %v; ssh: %q", tc.target, body, err, stderr.String())
+	}
+}
+
+// freeLocalPort is a host port nothing listens on (just now).
+func freeLocalPort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// httpGet is GET url's body, or an error unless 200.
+func httpGet(url string) (string, error) {
+	c := &http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("HTTP %s", resp.Status)
+	}
+	return string(b), err
+}
+
+// copyRoundTrip copies a file of sshCopyMB random bytes up into the
+// workspace's volume and back with argv (scp and its options), and fails
+// unless both copies are byte for byte the same.
+func (e *sshEnv) copyRoundTrip(what string, argv ...string) {
+	t := e.t
+	up := filepath.Join(e.dir, "up.bin")
+	want := make([]byte, sshCopyMB<<20)
+	rand.Read(want)
+	if err := os.WriteFile(up, want, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := append(append(argv[:len(argv):len(argv)], e.opts...), up, "gantry-box:copied.bin")
+	t0 := time.Now()
+	if got, code := e.run(e.alice, cmd...); code != 0 {
+		t.Fatalf("%s up: exit %d: %s", what, code, got)
+	}
+	inVolume, err := os.ReadFile(filepath.Join(e.data, "volumes", e.id, "copied.bin"))
+	if err != nil || !bytes.Equal(inVolume, want) {
+		t.Fatalf("the file %s copied up is not the same in the volume (%d bytes of %d, %v)", what, len(inVolume), len(want), err)
+	}
+	back := filepath.Join(e.dir, "back.bin")
+	cmd = append(append(argv[:len(argv):len(argv)], e.opts...), "gantry-box:copied.bin", back)
+	if got, code := e.run(e.alice, cmd...); code != 0 {
+		t.Fatalf("%s back: exit %d: %s", what, code, got)
+	}
+	t.Logf("%s of %d MB up and back: %v", what, sshCopyMB, time.Since(t0).Round(time.Millisecond))
+	if b, err := os.ReadFile(back); err != nil || !bytes.Equal(b, want) {
+		t.Fatalf("the file %s copied back differs (%d bytes of %d, %v)", what, len(b), len(want), err)
+	}
+	os.Remove(up)
+	os.Remove(back)
 }
 
 // Through `gantry ws serve` (the process provider) and OpenSSH: the config
@@ -93,13 +272,11 @@ func TestSSHIntoAContainedWorkspace(t *testing.T) {
 // workspace (its output, its exit status), `scp -O` copies a file up and
 // back byte for byte, and another owner's token gets no connection.
 func TestSSHThroughOpenSSH(t *testing.T) {
-	// --insecure-shared-user: run as root, the process provider runs each
-	// workspace as a uid of its own that has no passwd entry, and OpenSSH's
-	// scp (the remote one that -O runs) refuses to run as an "unknown
-	// user"; as the server's own user it runs. (TestSSHIntoAContainedWorkspace
-	// runs ssh in the default containment.)
+	// --insecure-shared-user: as the server's own user (which is how a
+	// server that is not root runs every workspace).
+	// (TestSSHIntoAContainedWorkspace runs ssh in the default containment.)
 	e := startSSHWorkspace(t, "--insecure-shared-user")
-	s, data, id, alice, bob, dir, sshOpts, run := e.s, e.data, e.id, e.alice, e.bob, e.dir, e.opts, e.run
+	s, id, alice, bob, sshOpts, run := e.s, e.id, e.alice, e.bob, e.opts, e.run
 
 	got, code := run(alice, append(append([]string{"ssh"}, sshOpts...), "gantry-box", "echo hi; exit 3")...)
 	if code != 3 || !strings.HasPrefix(got, "hi\n\n--- stderr:") {
@@ -119,28 +296,7 @@ func TestSSHThroughOpenSSH(t *testing.T) {
 		t.Fatalf("ssh -tt gantry-box 'stty size; exit 5': exit %d, output %q; want exit 5 and 24 80", code, got)
 	}
 
-	up := filepath.Join(dir, "up.bin")
-	want := make([]byte, sshCopyMB<<20)
-	rand.Read(want)
-	if err := os.WriteFile(up, want, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	t0 := time.Now()
-	if got, code := run(alice, append(append([]string{"scp", "-O"}, sshOpts...), up, "gantry-box:copied.bin")...); code != 0 {
-		t.Fatalf("scp up: exit %d: %s", code, got)
-	}
-	inVolume, err := os.ReadFile(filepath.Join(data, "volumes", id, "copied.bin"))
-	if err != nil || !bytes.Equal(inVolume, want) {
-		t.Fatalf("the file scp copied up is not the same in the volume (%d bytes of %d, %v)", len(inVolume), len(want), err)
-	}
-	back := filepath.Join(dir, "back.bin")
-	if got, code := run(alice, append(append([]string{"scp", "-O"}, sshOpts...), "gantry-box:copied.bin", back)...); code != 0 {
-		t.Fatalf("scp back: exit %d: %s", code, got)
-	}
-	t.Logf("scp -O of %d MB up and back: %v", sshCopyMB, time.Since(t0).Round(time.Millisecond))
-	if b, err := os.ReadFile(back); err != nil || !bytes.Equal(b, want) {
-		t.Fatalf("the file scp copied back differs (%d bytes of %d, %v)", len(b), len(want), err)
-	}
+	e.copyRoundTrip("scp -O", "scp", "-O")
 
 	got, code = run(bob, append(append([]string{"ssh"}, sshOpts...), "gantry-box", "echo hi")...)
 	if code != 255 || strings.HasPrefix(got, "hi") || !strings.Contains(got, "HTTP 404") {

@@ -137,7 +137,9 @@ func (specExec) Exec(_ context.Context, spec provider.ExecSpec, stdin io.Reader,
 // CMD; "env" passes LANG and LC_* but not the workspace's own variables;
 // "pty-req" and "window-change" are its terminal's size and resizes;
 // stdin reaches it, stdout and stderr come back apart; the exit status
-// comes back; the sftp subsystem and port forwarding are refused.
+// comes back; the sftp subsystem runs the system's sftp-server through
+// Exec, another subsystem is refused, and so is port forwarding where the
+// provider serves no ports.
 func TestSSHSessionMapsOntoExec(t *testing.T) {
 	st := wstest.OpenStore(t, storetest.SQLiteDSN(t))
 	env := wstest.NewAPIEnv(t, st, api.APIConfig{Container: specExec{}})
@@ -191,9 +193,25 @@ func TestSSHSessionMapsOntoExec(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := sess.RequestSubsystem("sftp"); err == nil {
-		t.Error("the sftp subsystem was accepted")
+	if err := sess.RequestSubsystem("other"); err == nil {
+		t.Error("a subsystem other than sftp was accepted")
 	}
+	sess.Close()
+	sess, err = cl.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, _ := sess.StdinPipe()
+	outPipe, _ := sess.StdoutPipe()
+	if err := sess.RequestSubsystem("sftp"); err != nil {
+		t.Fatalf("the sftp subsystem: %v", err)
+	}
+	in.Close()
+	sftpOut, _ := io.ReadAll(outPipe)
+	if !strings.Contains(string(sftpOut), `argv=["/bin/sh" "-c" "for p in /usr/lib/openssh/sftp-server `) {
+		t.Errorf("the sftp subsystem ran %q; want the sftp-server through Exec", sftpOut)
+	}
+	// This provider has no Endpoint: no port to forward to.
 	if _, err := cl.Dial("tcp", "127.0.0.1:1"); err == nil {
 		t.Error("port forwarding was accepted")
 	}

@@ -23,7 +23,9 @@ import (
 //     above its volume that others may not enter (the data directory) is
 //     covered by an empty tmpfs holding only the path to its volume, and
 //     /proc shows only its own processes (hidepid): the volume keeps its
-//     path, and nothing else of the data directory is there to see;
+//     path, and nothing else of the data directory is there to see; there
+//     /etc/passwd and /etc/group also name its user and group (gantry-UID,
+//     HOME its volume), so what looks its user up (scp, sftp-server) runs;
 //   - with Network NetworkPrivate (the default), in a network namespace of
 //     its own with only a loopback interface: it reaches neither the
 //     server's API, nor another workspace's PORT, nor the host's loopback

@@ -50,6 +50,7 @@ func layout(t *testing.T, c *process.Container, dir string) string {
 func probe(hostPort int) string {
 	return `{
 echo "uid: $(id -u)"; echo "gid: $(id -g)"; echo "groups: $(id -G)"; echo "umask: $(umask)"
+echo "user: $(id -un) $(id -gn) $(getent passwd "$(id -u)" | cut -d: -f6,7)"
 echo "env: $(env | cut -d= -f1 | sort | tr '\n' ' ')"
 echo "parent: $(ls -a .. | tr '\n' ' ')"
 cat ../../admin-token >/dev/null 2>&1 && echo "admin-token: read" || echo "admin-token: refused"
@@ -112,6 +113,7 @@ func TestContainedCommand(t *testing.T) {
 	}
 	want := map[string]string{"umask": "0077", "env": "GANTRY_WORKSPACE_ID GANTRY_WORKSPACE_NAME HOME MINE PATH PORT PWD ",
 		"parent": ". .. ws1 ", "admin-token": "refused", "other": "refused", "pid1": "hidden", "host port": "unreachable"}
+	want["user"] = fmt.Sprintf("gantry-%d gantry-%d %s:/bin/sh", uid, uid, vol)
 	for k, v := range want {
 		if r[k] != v {
 			t.Errorf("%s: %q, want %q", k, r[k], v)

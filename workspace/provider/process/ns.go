@@ -1,10 +1,12 @@
 package process
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -73,10 +75,11 @@ func spawn(start func() error, enter func() error) error {
 }
 
 // isolate moves the calling thread into a new mount namespace, where the
-// volume is all that shows of the directory that holds it (hide) and /proc
-// shows only the processes of the reader's own uid, and with
-// NetworkPrivate into a new network namespace whose loopback is up.
-func isolate(vol string, network Network) func() error {
+// volume is all that shows of the directory that holds it (hide), /proc
+// shows only the processes of the reader's own uid and /etc/passwd and
+// /etc/group name uid (users), and with NetworkPrivate into a new network
+// namespace whose loopback is up.
+func isolate(vol string, network Network, uid int) func() error {
 	return func() error {
 		flags := unix.CLONE_NEWNS
 		if network == NetworkPrivate {
@@ -95,6 +98,9 @@ func isolate(vol string, network Network) func() error {
 			}
 		}
 		if err := hide(vol); err != nil {
+			return err
+		}
+		if err := users(coverFor(vol), vol, uid); err != nil {
 			return err
 		}
 		if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "hidepid=2"); err != nil {
@@ -123,7 +129,7 @@ func hide(vol string) error {
 		return fmt.Errorf("process: volume %s: %w", vol, err)
 	}
 	defer unix.Close(fd)
-	if err := unix.Mount("tmpfs", top, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0755,size=64k"); err != nil {
+	if err := unix.Mount("tmpfs", top, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0755,size=1m"); err != nil {
 		return fmt.Errorf("process: covering %s: %w", top, err)
 	}
 	rel, err := filepath.Rel(top, vol)
@@ -142,6 +148,60 @@ func hide(vol string) error {
 	}
 	if err := unix.Mount("/proc/self/fd/"+strconv.Itoa(fd), vol, "", unix.MS_BIND, ""); err != nil {
 		return fmt.Errorf("process: binding volume %s: %w", vol, err)
+	}
+	return nil
+}
+
+// users binds over /etc/passwd and /etc/group copies (written in the
+// cover, top, and unlinked from it once bound) that add the workspace's user and group: name gantry-UID, uid and
+// gid UID, HOME its volume, shell /bin/sh. Programs that look their user
+// up (scp, sftp-server, rsync, a shell's prompt) then find it. The host's
+// files stay as they are; a uid they already name is left as it is.
+func users(top, vol string, uid int) error {
+	name := "gantry-" + strconv.Itoa(uid)
+	for _, f := range []struct{ path, line, prefix string }{
+		{"/etc/passwd", fmt.Sprintf("%s:x:%d:%d:gantry workspace:%s:/bin/sh\n", name, uid, uid, vol), fmt.Sprintf(":x:%d:", uid)},
+		{"/etc/group", fmt.Sprintf("%s:x:%d:\n", name, uid), fmt.Sprintf(":x:%d:", uid)},
+	} {
+		b, err := os.ReadFile(f.path)
+		if err != nil {
+			return fmt.Errorf("process: users: %w", err)
+		}
+		if bytes.Contains(b, []byte(f.prefix)) {
+			continue
+		}
+		if len(b) > 0 && b[len(b)-1] != '\n' {
+			b = append(b, '\n')
+		}
+		cp := filepath.Join(top, "."+filepath.Base(f.path))
+		if err := writeShared(cp, append(b, f.line...)); err != nil {
+			return err
+		}
+		err = unix.Mount(cp, f.path, "", unix.MS_BIND, "")
+		unix.Unlink(cp) // the mount keeps it: the cover holds only the volume's path
+		if err != nil {
+			return fmt.Errorf("process: binding %s over %s: %w", cp, f.path, err)
+		}
+	}
+	return nil
+}
+
+// writeShared writes a new file p, mode 0644 whatever the umask.
+func writeShared(p string, b []byte) error {
+	fd, err := unix.Open(p, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		return fmt.Errorf("process: %s: %w", p, err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Fchmod(fd, 0o644); err != nil {
+		return err
+	}
+	for len(b) > 0 {
+		n, err := unix.Write(fd, b)
+		if err != nil {
+			return fmt.Errorf("process: writing %s: %w", p, err)
+		}
+		b = b[n:]
 	}
 	return nil
 }

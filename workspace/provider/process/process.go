@@ -233,7 +233,7 @@ func (c *Container) Start(ctx context.Context, spec provider.Spec) error {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Credential: credential(uid)}
 	var hook func() error
 	if uid >= 0 {
-		hook = isolate(spec.VolumeDir, c.Network)
+		hook = isolate(spec.VolumeDir, c.Network, uid)
 	}
 	if err := spawn(startCmd(cmd), hook); err != nil {
 		return fmt.Errorf("process: start %s: %w", spec.ID, err)

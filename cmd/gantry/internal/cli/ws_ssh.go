@@ -21,7 +21,8 @@ func newWSSSHCmd(client func() *wsclient.Client) *cobra.Command {
 		Short: "Carry an SSH connection into a workspace over stdin and stdout (OpenSSH's ProxyCommand: see ws config-ssh)",
 		Long: `Open an SSH connection into a running workspace and carry it over stdin and stdout, for
 OpenSSH's ProxyCommand: ` + "`gantry ws config-ssh`" + ` writes the ssh config that uses it, then
-` + "`ssh gantry-NAME`" + `, ` + "`ssh gantry-NAME CMD`" + ` and ` + "`scp -O`" + ` work (no sftp and no port forwarding yet).`,
+` + "`ssh gantry-NAME`" + `, ` + "`ssh gantry-NAME CMD`" + `, ` + "`scp`" + `, ` + "`sftp`" + ` and ` + "`rsync -e ssh`" + ` work
+(where the workspace has sftp-server and rsync), and ` + "`ssh -L LOCAL:localhost:PORT`" + ` reaches the workspace's PORT.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if !stdio {
@@ -64,7 +65,7 @@ func newWSConfigSSHCmd(cf *wsClientFlags) *cobra.Command {
 	var file string
 	cmd := &cobra.Command{
 		Use:   "config-ssh [--file PATH]",
-		Short: "Write an ssh config with a Host gantry-NAME for each of your workspaces, for ssh and scp",
+		Short: "Write an ssh config with a Host gantry-NAME for each of your workspaces, for ssh, scp, sftp and rsync",
 		Long: `Write an OpenSSH config file of its own (default: gantry/ssh_config under your config
 directory) with a "Host gantry-NAME" for each of your workspaces: its ProxyCommand is
 ` + "`gantry ws ssh --stdio ID`" + ` against this server, the host key is accepted the first
