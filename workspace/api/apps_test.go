@@ -15,6 +15,7 @@ import (
 	"github.com/gantryhq/gantry/internal/testutil"
 	"github.com/gantryhq/gantry/workspace"
 	"github.com/gantryhq/gantry/workspace/api"
+	"github.com/gantryhq/gantry/workspace/auth"
 	"github.com/gantryhq/gantry/workspace/store/storetest"
 	"github.com/gantryhq/gantry/workspace/wstest"
 )
@@ -31,6 +32,12 @@ type appEnv struct {
 func newAppEnv(t *testing.T) *appEnv {
 	st := wstest.OpenStore(t, storetest.SQLiteDSN(t))
 	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hold" { // an open stream until the proxy ends it
+			io.WriteString(w, "holding\n")
+			http.NewResponseController(w).Flush()
+			<-r.Context().Done()
+			return
+		}
 		w.Header().Add("Set-Cookie", "appcookie=1; Path=/")
 		w.Header().Add("Set-Cookie", "wide=1; Path=/; Domain=localhost")
 		w.Header().Add("Set-Cookie", "gantry_session=planted; Path=/")
@@ -228,6 +235,47 @@ func TestAppSessionEndsWithLogout(t *testing.T) {
 		h := walk(t, c, e.appURL()+"/")
 		return strings.HasPrefix(h[0].status, "302") && strings.Contains(h[0].location, "/v1/apps/authorize"), h[0].status
 	})
+}
+
+// Revoking the token behind the page session ends the app session, and a
+// request open to the app, within RecheckEvery (well within 5 s).
+func TestAppSessionEndsWithRevocation(t *testing.T) {
+	e := newAppEnv(t)
+	c := e.browser(t)
+	e.login(t, c, e.alice)
+	if h := last(walk(t, c, e.appURL()+"/")); !strings.HasPrefix(h.status, "200") {
+		t.Fatalf("app: %+v", h)
+	}
+	resp, err := c.Get(e.appURL() + "/hold")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	line := make([]byte, 8)
+	if _, err := io.ReadFull(resp.Body, line); err != nil || string(line) != "holding\n" {
+		t.Fatalf("hold: %s %q %v", resp.Status, line, err)
+	}
+	id, err := auth.ParseSecret(auth.TokenPrefix, e.alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := e.env.Client(e.env.Admin).RevokeToken(t.Context(), id); err != nil {
+		t.Fatal(err)
+	}
+	ended := make(chan error, 1)
+	go func() { _, err := io.Copy(io.Discard, resp.Body); ended <- err }()
+	select {
+	case <-ended:
+	case <-time.After(5 * time.Second): // real time: the bound under test
+		t.Fatal("the open app request outlived the revoked token by 5 s")
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("open request ended %s after revocation", took)
+	}
+	if h := walk(t, c, e.appURL()+"/"); !strings.HasPrefix(h[0].status, "302") {
+		t.Errorf("after revocation: %+v, want a redirect to authorize", h[0])
+	}
 }
 
 // ws get --json's row carries the app URL.
