@@ -208,12 +208,8 @@ func (a *API) serveApp(w http.ResponseWriter, r *http.Request) bool {
 		a.appCallback(rec, r, host)
 		return true
 	}
-	c, err := r.Cookie(AppCookie)
-	var g appGrant
-	if err == nil {
-		g, ok = a.apps.session(c.Value)
-	}
-	if err != nil || !ok || g.host != host || a.appAlive(r.Context(), c.Value, g) != nil {
+	secret, g, ok := a.appSession(r, host)
+	if !ok {
 		a.toAuthorize(rec, r, host)
 		return true
 	}
@@ -228,9 +224,21 @@ func (a *API) serveApp(w http.ResponseWriter, r *http.Request) bool {
 	}
 	note.workspace = ws.ID
 	ctx := auth.WithPrincipal(r.Context(), g.principal)
-	ctx = auth.WithRecheck(ctx, func() error { return a.appAlive(ctx, c.Value, g) })
+	ctx = auth.WithRecheck(ctx, func() error { return a.appAlive(ctx, secret, g) })
 	a.forward(rec, r.WithContext(ctx), ws, "")
 	return true
+}
+
+// appSession is r's valid app session on host: of the gantry_app cookies
+// r carries (a page on another app host can plant one for the whole apps
+// domain with a longer path), the first valid here.
+func (a *API) appSession(r *http.Request, host string) (secret string, g appGrant, ok bool) {
+	for _, c := range r.CookiesNamed(AppCookie) {
+		if g, ok = a.apps.session(c.Value); ok && g.host == host && a.appAlive(r.Context(), c.Value, g) == nil {
+			return c.Value, g, true
+		}
+	}
+	return "", appGrant{}, false
 }
 
 // toAuthorize sends a browser without an app session to the API's origin.
@@ -240,9 +248,18 @@ func (a *API) toAuthorize(w http.ResponseWriter, r *http.Request, host string) {
 	http.Redirect(w, r, a.apiOrigin(r)+"/v1/apps/authorize?"+q.Encode(), http.StatusFound)
 }
 
-// localPath is p if it is a path on the same host, "/" otherwise.
+// localPath is p if it is a path on the same host, "/" otherwise (a
+// browser drops tabs and newlines from a URL, and reads \\ as /).
 func localPath(p string) string {
-	if !strings.HasPrefix(p, "/") || strings.HasPrefix(p, "//") || strings.HasPrefix(p, "/\\") || strings.ContainsAny(p, "\r\n") {
+	if !strings.HasPrefix(p, "/") || strings.ContainsRune(p, '\\') {
+		return "/"
+	}
+	for i := 0; i < len(p); i++ {
+		if p[i] < 0x20 || p[i] == 0x7f {
+			return "/"
+		}
+	}
+	if strings.HasPrefix(p, "//") {
 		return "/"
 	}
 	return p

@@ -3,6 +3,7 @@ package api
 import (
 	"fmt"
 	"html"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -25,8 +26,10 @@ func (a *API) authorize(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	ah := &http.Request{Host: q.Get("host"), URL: &url.URL{}}
 	host, name, owner, ok := a.appOf(ah)
-	if !ok || host != q.Get("host") {
-		a.fail(w, r, fmt.Errorf("%w: host %q is no workspace app's", workspace.ErrBadInput, q.Get("host")))
+	if !ok || host != q.Get("host") || port(host) != port(r.Host) {
+		// Another port of the apps domain's hosts is not this server's:
+		// whoever listens there would receive the code.
+		a.fail(w, r, fmt.Errorf("%w: host %q is no workspace app's on this server", workspace.ErrBadInput, q.Get("host")))
 		return
 	}
 	ret := localPath(q.Get("return"))
@@ -52,6 +55,15 @@ func (a *API) authorize(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.Redirect(w, r, a.appsScheme()+"://"+host+appCallback+"?"+url.Values{"code": {code}}.Encode(), http.StatusFound)
+}
+
+// port is host's port, "" if it names none.
+func port(host string) string {
+	_, p, err := net.SplitHostPort(host)
+	if err != nil {
+		return ""
+	}
+	return p
 }
 
 // loginForm asks for a token; the login (accounts.go) comes back to next.

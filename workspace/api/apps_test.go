@@ -289,3 +289,42 @@ func TestWorkspaceRowHasAppURL(t *testing.T) {
 		t.Errorf("url %q", w.URL)
 	}
 }
+
+// Authorize sends codes only to this server's port, and returns only to a
+// path on the app host, never another host.
+func TestAppAuthorizeStaysHere(t *testing.T) {
+	e := newAppEnv(t)
+	c := e.browser(t)
+	e.login(t, c, e.alice)
+	q := url.Values{"host": {"web--alice.localhost:1"}, "return": {"/"}}
+	if h := walk(t, c, "http://localhost:"+e.port+"/v1/apps/authorize?"+q.Encode()); !strings.HasPrefix(h[0].status, "400") {
+		t.Errorf("code for another port: %+v, want 400", h[0])
+	}
+	for _, ret := range []string{"//evil.example/", "/\\evil.example/", "/\t/evil.example/", "https://evil.example/"} {
+		q := url.Values{"host": {"web--alice.localhost:" + e.port}, "return": {ret}}
+		hops := walk(t, c, "http://localhost:"+e.port+"/v1/apps/authorize?"+q.Encode())
+		if len(hops) < 2 || hops[1].location != "/" {
+			t.Errorf("return %q: %+v, want back to /", ret, hops)
+		}
+	}
+}
+
+// A gantry_app cookie planted for the whole apps domain (by another app's
+// page, with a longer path) neither gets in nor shadows the host's own.
+func TestAppPlantedCookie(t *testing.T) {
+	e := newAppEnv(t)
+	c := e.browser(t)
+	e.login(t, c, e.alice)
+	if h := last(walk(t, c, e.appURL()+"/deep/x")); !strings.HasPrefix(h.status, "200") {
+		t.Fatalf("app: %+v", h)
+	}
+	u, _ := url.Parse(e.appURL() + "/deep/")
+	c.Jar.SetCookies(u, []*http.Cookie{{Name: api.AppCookie, Value: "planted", Path: "/deep", Domain: "localhost"}})
+	if cs := c.Jar.Cookies(u); len(cs) < 2 || cs[0].Value != "planted" {
+		t.Fatalf("jar: %v, want the planted cookie first", cs)
+	}
+	hops := walk(t, c, e.appURL()+"/deep/x")
+	if len(hops) != 1 || !strings.HasPrefix(hops[0].status, "200") || strings.Contains(hops[0].body, "planted") {
+		t.Errorf("with a planted cookie: %+v", hops)
+	}
+}
