@@ -1,7 +1,9 @@
 package api_test
 
 import (
+	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -32,6 +34,18 @@ type appEnv struct {
 func newAppEnv(t *testing.T) *appEnv {
 	st := wstest.OpenStore(t, storetest.SQLiteDSN(t))
 	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") == "echo" {
+			w.Header().Set("Upgrade", "echo")
+			w.Header().Set("Connection", "Upgrade")
+			w.WriteHeader(http.StatusSwitchingProtocols)
+			conn, brw, err := http.NewResponseController(w).Hijack()
+			if err == nil {
+				line, _ := brw.ReadString('\n')
+				io.WriteString(conn, "echo:"+line)
+				conn.Close()
+			}
+			return
+		}
 		if r.URL.Path == "/hold" { // an open stream until the proxy ends it
 			io.WriteString(w, "holding\n")
 			http.NewResponseController(w).Flush()
@@ -326,5 +340,36 @@ func TestAppPlantedCookie(t *testing.T) {
 	hops := walk(t, c, e.appURL()+"/deep/x")
 	if len(hops) != 1 || !strings.HasPrefix(hops[0].status, "200") || strings.Contains(hops[0].body, "planted") {
 		t.Errorf("with a planted cookie: %+v", hops)
+	}
+}
+
+// An Upgrade (a WebSocket's) on the app host reaches the app with the app
+// cookie, and its bytes flow both ways.
+func TestAppHostUpgrade(t *testing.T) {
+	e := newAppEnv(t)
+	c := e.browser(t)
+	e.login(t, c, e.alice)
+	if h := last(walk(t, c, e.appURL()+"/")); !strings.HasPrefix(h.status, "200") {
+		t.Fatalf("app: %+v", h)
+	}
+	u, _ := url.Parse(e.appURL() + "/")
+	conn, err := net.Dial("tcp", strings.TrimPrefix(e.env.Srv.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "GET /sock HTTP/1.1\r\nHost: %s\r\nConnection: Upgrade\r\nUpgrade: echo\r\n", u.Host)
+	for _, ck := range c.Jar.Cookies(u) {
+		fmt.Fprintf(conn, "Cookie: %s=%s\r\n", ck.Name, ck.Value)
+	}
+	io.WriteString(conn, "\r\n")
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: %v %v", resp, err)
+	}
+	io.WriteString(conn, "hi\n")
+	if line, err := br.ReadString('\n'); err != nil || line != "echo:hi\n" {
+		t.Errorf("through the upgrade: %q %v", line, err)
 	}
 }
