@@ -25,10 +25,9 @@ import (
 // appEnv is the API with apps domain localhost over one RUNNING workspace
 // "web" of alice, whose app echoes the request headers it saw.
 type appEnv struct {
-	env          *wstest.APIEnv
-	port         string
-	alice, bob   string // tokens
-	aliceTokenID string
+	env        *wstest.APIEnv
+	port       string
+	alice, bob string // tokens
 }
 
 func newAppEnv(t *testing.T) *appEnv {
