@@ -15,7 +15,7 @@ import (
 )
 
 // `ws serve` on loopback serves each workspace's app on its own
-// *.localhost host: `ws get --json` gives its url, and a browser logged in
+// *.localhost host: `ws get` (and --json) gives its url, and a browser logged in
 // at the API's origin (localhost) reaches the app there, at /.
 func TestAppHostServe(t *testing.T) {
 	if testing.Short() {
@@ -43,6 +43,9 @@ func TestAppHostServe(t *testing.T) {
 	_, port, _ := net.SplitHostPort(strings.TrimPrefix(s.URL, "http://"))
 	if row.URL != "http://web--alice.localhost:"+port+"/" {
 		t.Fatalf("url %q", row.URL)
+	}
+	if out := asAlice("get", "web"); !strings.Contains(out, "\nurl:             "+row.URL+"\n") {
+		t.Errorf("ws get shows no url:\n%s", out)
 	}
 	jar, _ := cookiejar.New(nil)
 	c := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },

@@ -266,6 +266,9 @@ func newWSGetCmd(client func() *wsclient.Client) *cobra.Command {
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "id:              %s\nname:            %s\nowner:           %s\ndesired_state:   %s\nobserved_status: %s\noperation:       %s\narchive_key:     %s\nvolume:          %s\n",
 				w.ID, w.Name, w.Owner, w.DesiredState, w.ObservedStatus, w.Operation, w.ArchiveKey, w.Volume)
+			if w.URL != "" {
+				fmt.Fprintf(out, "url:             %s\n", w.URL)
+			}
 			if w.ErrorInfo != nil {
 				fmt.Fprintf(out, "error:           %s (%s, terminal=%v): %s\n", w.ErrorInfo.Reason, w.ErrorInfo.Operation, w.ErrorInfo.IsTerminal, w.ErrorInfo.LastError)
 			}
