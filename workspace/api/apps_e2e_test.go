@@ -44,7 +44,7 @@ func TestAppHostServe(t *testing.T) {
 	if row.URL != "http://web--alice.localhost:"+port+"/" {
 		t.Fatalf("url %q", row.URL)
 	}
-	if out := asAlice("get", "web"); !strings.Contains(out, "\nurl:             "+row.URL+"\n") {
+	if out := asAlice("get", "web"); !strings.Contains(out+"\n", "\nurl:             "+row.URL+"\n") {
 		t.Errorf("ws get shows no url:\n%s", out)
 	}
 	jar, _ := cookiejar.New(nil)
