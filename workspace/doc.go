@@ -10,7 +10,8 @@
 //	singletons/  the leader's loops: HealthMonitor (sole writer of
 //	             observed_status), TTL manager, archive GC, audit retention
 //	api/         the HTTP API: routes, access and audit, accounts, archives,
-//	             the proxy into a workspace, exec; its wire types
+//	             the proxy into a workspace, each workspace app on a host of
+//	             its own ({name}--{owner}.{apps domain}), exec; its wire types
 //	client/      the Go client of the API (`gantry ws …`)
 //	server/      the one composition root (`gantry ws serve`)
 //	store/       the only SQL (SQLite, Postgres; memstore, storetest)

@@ -146,6 +146,9 @@ type Workspace struct {
 
 	// Volume is the volume's path on this server (filled by the API).
 	Volume string `json:"volume,omitempty"`
+	// URL is the workspace app's own origin (filled by the API; "" if the
+	// server has no apps domain or the name and owner make no DNS label).
+	URL string `json:"url,omitempty"`
 }
 
 // Sentinel errors.

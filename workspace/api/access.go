@@ -19,6 +19,9 @@ const maxBody = 1 << 20
 // cross-site check, authentication (all but the public routes), then the
 // route, then the audit row of a mutating route, accepted or refused.
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if a.serveApp(w, r) { // a workspace app's own host (apps.go)
+		return
+	}
 	if r.Body != nil && !streamsBody(r) {
 		r.Body = http.MaxBytesReader(w, r.Body, maxBody)
 	}
@@ -55,7 +58,7 @@ func streamsBody(r *http.Request) bool {
 // (the client, the workspace or the end of the credential ends them); they
 // bound every other request.
 func IsStream(r *http.Request) bool {
-	if streamsBody(r) {
+	if streamsBody(r) || maybeAppHost(r.Host) {
 		return true
 	}
 	p := r.URL.Path
@@ -69,9 +72,17 @@ func IsStream(r *http.Request) bool {
 	return false
 }
 
+// maybeAppHost reports a Host whose first label could be an app's
+// (apps.go: {name}--{owner}), for IsStream, which knows no apps domain.
+func maybeAppHost(host string) bool {
+	label, _, _ := strings.Cut(host, ".")
+	return strings.Contains(label, "--")
+}
+
 // isPublic reports the routes served without a token: the probes and
 // metrics (which name no workspace or owner), the page's shell and static
-// files (no data: the page logs in, then reads the API), and the login.
+// files (no data: the page logs in, then reads the API), the login, and an
+// app's authorization (which checks the page session itself).
 func isPublic(r *http.Request) bool {
 	p := r.URL.Path
 	switch {
@@ -79,7 +90,7 @@ func isPublic(r *http.Request) bool {
 		return true
 	case p == "/" && (r.Method == http.MethodGet || r.Method == http.MethodHead):
 		return true
-	case p == "/v1/session" && r.Method == http.MethodPost:
+	case p == "/v1/session" && r.Method == http.MethodPost, p == authorizePath && r.Method == http.MethodGet:
 		return true
 	}
 	return false

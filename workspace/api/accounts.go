@@ -232,7 +232,7 @@ func (a *API) login(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, &http.Cookie{Name: auth.SessionCookie, Value: sec, Path: "/", HttpOnly: true,
 		SameSite: http.SameSiteStrictMode, Secure: a.cfg.SecureCookies, MaxAge: int(a.cfg.SessionTTL.Seconds())})
 	if form {
-		http.Redirect(w, r, "/", http.StatusSeeOther)
+		http.Redirect(w, r, loginNext(r), http.StatusSeeOther)
 		return
 	}
 	writeJSON(w, http.StatusOK, Whoami{TokenID: p.TokenID, Owner: p.Owner, Admin: p.Admin})

@@ -83,8 +83,15 @@ type APIConfig struct {
 	// /v1/workspaces/{id}/ssh (ssh.go); nil = one generated at the first
 	// connection, kept in memory.
 	SSHHostKey ssh.Signer
-	Clock      clock.Clock
-	Logger     *slog.Logger
+	// AppsURL ("http://localhost:7480") gives each workspace's app an
+	// origin of its own: {label}.{its host name} (apps.go); its scheme and
+	// port make Workspace.URL. "" = no app hosts.
+	AppsURL string
+	// APIURL is the API's origin as a browser on an app host reaches it;
+	// "" = AppsURL's scheme and host name with the request's port.
+	APIURL string
+	Clock  clock.Clock
+	Logger *slog.Logger
 }
 
 // API is the HTTP JSON API. Routes are registered on one ServeMux from the
@@ -104,6 +111,8 @@ type APIConfig struct {
 //	POST   /v1/session, POST /v1/session/logout (the page's login; accounts.go)
 //	ANY    /w/{id}/…                    → the workspace's PORT (proxy.go; wakes it if needed)
 //	GET    /v1/workspaces/{id}/ssh      Upgrade: ssh → 101, then SSH (ssh.go)
+//	GET    /v1/apps/authorize?host=H&return=P → 302 to H's login callback (apps_login.go)
+//	ANY    {name}--{owner}.{apps domain}/… → the workspace's PORT (apps.go)
 //
 // The web page (package live) drives these same routes, so a click and a
 // CLI command get the same validation, quotas, audit and hints.
@@ -126,6 +135,7 @@ type API struct {
 	cop      *http.CrossOriginProtection
 	touches  activity          // proxied traffic's activity, rate-limited
 	dial     http.RoundTripper // the proxy's transport through a PortDialer; nil: the default one
+	apps     appKeys           // app hosts' codes and sessions (apps.go)
 
 	hostKeyOnce sync.Once // sshHostKey (ssh.go)
 	hostKey     ssh.Signer
@@ -181,6 +191,7 @@ func (a *API) routes() []route {
 		{"DELETE /v1/workspaces/{id}", "workspace.delete", a.delete},
 		{"GET /v1/workspaces/{id}/archives", "", a.archives},
 		{"POST /v1/workspaces/{id}/restore", "workspace.restore", a.restore},
+		{"GET " + authorizePath, "", a.authorize},
 	}, append(a.accountRoutes(), a.proxyRoutes()...)...)
 }
 
@@ -192,6 +203,7 @@ func (a *API) fill(w workspace.Workspace) workspace.Workspace {
 	if a.cfg.Storage != nil {
 		w.Volume = a.cfg.Storage.VolumePath(w.ID)
 	}
+	w.URL = a.appURL(w)
 	return w
 }
 

@@ -18,6 +18,10 @@
 //	             activity); logs
 //	upstream.go  how the proxy reaches a PORT: through a PortDialer's Dial
 //	             when the provider has one (workspaces in namespaces)
+//	apps.go      an origin per workspace app ({name}--{owner}.{apps domain}):
+//	             AppLabel, AppCookie; host routing, app sessions
+//	apps_login.go  an app's login: /v1/apps/authorize's one-time code, the
+//	             app host's /.gantry/callback that turns it into gantry_app
 //	exec.go      `ws exec`: a command in the workspace, pipes or a terminal
 //	ssh.go       an SSH server on an upgraded connection into a workspace:
 //	             its sessions run commands through the Execer

@@ -66,6 +66,13 @@ func (a *API) proxy(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
+	a.forward(w, r, ws, proxyPrefix+r.PathValue("id"))
+}
+
+// forward proxies r to workspace ws's PORT (waking it if it is not
+// running): under prefix /w/{id} (the path without it), or, with prefix
+// "", an app host's request (the path as it is; apps.go).
+func (a *API) forward(w http.ResponseWriter, r *http.Request, ws workspace.Workspace, prefix string) {
 	ep, ok := a.cfg.Container.(provider.Endpointer)
 	if !ok {
 		a.fail(w, r, fmt.Errorf("%w: this server's provider does not serve workspace ports", workspace.ErrBadInput))
@@ -80,25 +87,33 @@ func (a *API) proxy(w http.ResponseWriter, r *http.Request) {
 		a.starting(w, r, ws, err.Error())
 		return
 	}
-	prefix := proxyPrefix + r.PathValue("id")
 	host, transport := upstream(a.dial, ws.ID, addr) // upstream.go
 	rp := &httputil.ReverseProxy{
 		Transport: transport,
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(&url.URL{Scheme: "http", Host: host})
 			pr.Out.Host = addr
-			pr.Out.URL.Path, pr.Out.URL.RawPath = workspacePath(pr.In)
 			pr.SetXForwarded() // X-Forwarded-For: the client's address alone
-			pr.Out.Header.Set("X-Forwarded-Prefix", prefix)
+			if prefix != "" {
+				pr.Out.URL.Path, pr.Out.URL.RawPath = workspacePath(pr.In)
+				pr.Out.Header.Set("X-Forwarded-Prefix", prefix)
+			} else {
+				pr.Out.URL.Path, pr.Out.URL.RawPath = pr.In.URL.Path, pr.In.URL.RawPath
+			}
 			pr.Out.Header.Del("X-Real-Ip") // a client's word for its address or port
 			pr.Out.Header.Del("X-Forwarded-Port")
 			stripCredentials(pr.Out)
 		},
 		ModifyResponse: func(resp *http.Response) error {
-			// Apps are served on the API's origin: a cookie an app sets
-			// would be the page's (gantry_session among them). None reaches
-			// the client until workspaces have origins of their own.
-			resp.Header.Del("Set-Cookie")
+			// Under /w/ apps are served on the API's origin: a cookie an app
+			// sets would be the page's (gantry_session among them), so none
+			// reaches the client. On its own host an app keeps its cookies,
+			// but none for a wider domain nor named as gantry's.
+			if prefix != "" {
+				resp.Header.Del("Set-Cookie")
+			} else {
+				keepAppCookies(resp.Header)
+			}
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
@@ -131,15 +146,29 @@ func workspacePath(in *http.Request) (path, rawPath string) {
 	return path, rawPath
 }
 
-// stripCredentials removes the caller's gantry token and session cookie:
-// the workspace's program never sees them.
+// stripCredentials removes the caller's gantry token, session cookie and
+// app cookie: the workspace's program never sees them.
 func stripCredentials(r *http.Request) {
 	r.Header.Del("Authorization")
 	cookies := r.Cookies()
 	r.Header.Del("Cookie")
 	for _, c := range cookies {
-		if c.Name != auth.SessionCookie {
+		if c.Name != auth.SessionCookie && c.Name != AppCookie {
 			r.AddCookie(c)
+		}
+	}
+}
+
+// keepAppCookies drops the Set-Cookie lines of an app that name a Domain
+// (a cookie for the apps domain's other hosts, the API's among them) or a
+// gantry_ cookie.
+func keepAppCookies(h http.Header) {
+	lines := h.Values("Set-Cookie")
+	h.Del("Set-Cookie")
+	for _, line := range lines {
+		c, err := http.ParseSetCookie(line)
+		if err == nil && c.Domain == "" && !strings.HasPrefix(strings.ToLower(c.Name), "gantry_") {
+			h.Add("Set-Cookie", line)
 		}
 	}
 }

@@ -56,7 +56,12 @@ type ServerConfig struct {
 	Data string
 	// Listen is the API address; "" = 127.0.0.1:7480. An address other
 	// than loopback needs TLS (TLSCert, TLSKey) or InsecureListen.
-	Listen string
+	// AppsDomain D gives each workspace's app its own origin,
+	// {name}--{owner}.D on Listen's port (package api, apps.go); the API's
+	// page is then reached at D itself for app logins. "" = "localhost" on
+	// a loopback Listen (*.localhost resolves to loopback), none otherwise.
+	AppsDomain string
+	Listen     string
 	// TLSCert and TLSKey are PEM files: the API is served over HTTPS.
 	TLSCert, TLSKey string
 	// InsecureListen allows plain HTTP on a non-loopback address (a
@@ -193,6 +198,9 @@ func (cfg ServerConfig) checked() (ServerConfig, error) {
 	}
 	if cfg.Listen == "" {
 		cfg.Listen = "127.0.0.1:7480"
+	}
+	if cfg.AppsDomain == "" && auth.CheckListen(cfg.Listen, false, false) == nil {
+		cfg.AppsDomain = "localhost"
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -387,7 +395,20 @@ func (s *Server) startHints(cfg ServerConfig) error {
 // Secure under TLS, and with InsecureListen (a TLS proxy is in front).
 func apiConfig(cfg ServerConfig, st *store.Store, gate *urgency.Gate, h hints.Bus) api.APIConfig {
 	return api.APIConfig{Store: apiStore(cfg, st), Accounts: st.Accounts(), Storage: cfg.Storage, Container: cfg.Container, Hints: h, Gate: gate, Quotas: cfg.Quotas,
-		SecureCookies: cfg.TLSCert != "" || cfg.InsecureListen, Logger: cfg.Logger}
+		SecureCookies: cfg.TLSCert != "" || cfg.InsecureListen, AppsURL: appsURL(cfg), Logger: cfg.Logger}
+}
+
+// appsURL is the API's AppsURL under cfg: AppsDomain on Listen's port.
+func appsURL(cfg ServerConfig) string {
+	_, port, err := net.SplitHostPort(cfg.Listen)
+	if cfg.AppsDomain == "" || err != nil {
+		return ""
+	}
+	scheme := "http"
+	if cfg.TLSCert != "" {
+		scheme = "https"
+	}
+	return scheme + "://" + net.JoinHostPort(cfg.AppsDomain, port)
 }
 
 // hintExits has a provider that learns of its workspaces' changes (a

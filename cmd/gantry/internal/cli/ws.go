@@ -69,6 +69,7 @@ func newWSServeCmd(env *Env) *cobra.Command {
 	f.StringVar(&o.cfg.DB, "db", "", "database: sqlite:PATH or postgres://… (default sqlite:<data>/workspaces.db)")
 	f.StringVar(&o.cfg.Data, "data", "gantry-ws-data", "directory for the database, volumes, archives and pidfiles")
 	f.StringVar(&o.cfg.Listen, "listen", "127.0.0.1:7480", "API address (not loopback: needs --tls-cert/--tls-key or --insecure-listen)")
+	f.StringVar(&o.cfg.AppsDomain, "apps-domain", "", "serve each workspace's app at {name}--{owner}.DOMAIN on --listen's port (default localhost on a loopback --listen)")
 	f.StringVar(&o.cfg.TLSCert, "tls-cert", "", "serve HTTPS with this PEM certificate (chain)")
 	f.StringVar(&o.cfg.TLSKey, "tls-key", "", "the PEM private key of --tls-cert")
 	f.BoolVar(&o.cfg.InsecureListen, "insecure-listen", false, "allow plain HTTP on a non-loopback --listen (a TLS-terminating proxy is in front)")
@@ -265,6 +266,9 @@ func newWSGetCmd(client func() *wsclient.Client) *cobra.Command {
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "id:              %s\nname:            %s\nowner:           %s\ndesired_state:   %s\nobserved_status: %s\noperation:       %s\narchive_key:     %s\nvolume:          %s\n",
 				w.ID, w.Name, w.Owner, w.DesiredState, w.ObservedStatus, w.Operation, w.ArchiveKey, w.Volume)
+			if w.URL != "" {
+				fmt.Fprintf(out, "url:             %s\n", w.URL)
+			}
 			if w.ErrorInfo != nil {
 				fmt.Fprintf(out, "error:           %s (%s, terminal=%v): %s\n", w.ErrorInfo.Reason, w.ErrorInfo.Operation, w.ErrorInfo.IsTerminal, w.ErrorInfo.LastError)
 			}
