@@ -4,7 +4,8 @@
 //
 // A test that needs a service calls Redis(t) or Postgres(t): it gets an address that answers,
 // or the test fails with the reason. It never skips: CI must not count a missing service as a
-// pass. WaitFor is the shared wait on a condition (tests do not sleep for a guessed time).
+// pass. WaitFor is the shared wait on a condition (tests do not sleep for a guessed time);
+// FreeAddr a loopback address for a server a test starts.
 //
 // Also here: buffer.go (Buffer, an output one goroutine writes while the test reads it),
 // records.go (WriteRecords, test data written to a file; record/recordtest makes random
@@ -186,4 +187,15 @@ func Chromium(tb testing.TB) string {
 		tb.Fatalf("chromium needed and scripts/services.d/chromium.sh could not install it: %v\n%s", err, out)
 	}
 	return p
+}
+
+// FreeAddr is a loopback address where nothing listened a moment ago.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }

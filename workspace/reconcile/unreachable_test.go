@@ -375,7 +375,7 @@ func TestS3UnreachableNeverMarksArchived(t *testing.T) {
 		return out
 	}
 
-	proxy := &cutProxy{addr: wstest.FreeAddr(t), upstream: ep} // closed until up()
+	proxy := &cutProxy{addr: testutil.FreeAddr(t), upstream: ep} // closed until up()
 	t.Cleanup(proxy.close)
 	blobs, err := s3.New(ctx, s3.Config{Endpoint: proxy.addr, Bucket: bucket, AccessKey: "gantry", SecretKey: "gantry-secret", MaxRetries: 1})
 	if err != nil {

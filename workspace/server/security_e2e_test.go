@@ -86,7 +86,7 @@ func TestHTTPSCycleThroughCLI(t *testing.T) {
 	dir := t.TempDir()
 	cert, key := selfSigned(t, dir)
 	data := filepath.Join(dir, "data")
-	addr := wstest.FreeAddr(t)
+	addr := testutil.FreeAddr(t)
 	s := &wstest.Serve{T: t, Bin: testutil.GantryBinary(t), URL: "https://" + addr, Data: data, CLIArgs: []string{"--ca-cert", cert},
 		Args: []string{"ws", "serve", "--listen", addr, "--data", data, "--tls-cert", cert, "--tls-key", key,
 			"--interval", "300ms", "--monitor-interval", "300ms", "--log-level", "debug", "--quota-running", "1"}}

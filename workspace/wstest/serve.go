@@ -44,7 +44,7 @@ type Serve struct {
 // extra flags; it stops it (SIGTERM) and the workspaces' processes when t
 // ends.
 func StartServe(t *testing.T, db, data string, extra ...string) *Serve {
-	addr := FreeAddr(t)
+	addr := testutil.FreeAddr(t)
 	s := &Serve{T: t, Bin: testutil.GantryBinary(t), URL: "http://" + addr, Data: data,
 		Args: append([]string{"ws", "serve", "--listen", addr, "--data", data, "--interval", "300ms", "--monitor-interval", "300ms",
 			"--retry-backoff", "100ms", "--op-lease", "1s", "--log-level", "debug"}, extra...)}

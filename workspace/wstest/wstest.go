@@ -6,7 +6,7 @@
 // Tour:
 //
 //	wstest.go    Backends, OpenStore, WaitFor, Describe, APIEnv, SkipShortBut,
-//	             ParallelInShort, FreeAddr
+//	             ParallelInShort
 //	serve.go     Serve: `gantry ws serve` as a process, the CLI against it
 //	fixtures.go  rows and trees to start from (CreateMany, SeedConverged,
 //	             WriteTree), MetricValue
@@ -14,7 +14,6 @@ package wstest
 
 import (
 	"fmt"
-	"net"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -92,15 +91,4 @@ func ParallelInShort(t *testing.T) {
 	if testing.Short() {
 		t.Parallel()
 	}
-}
-
-// FreeAddr is a loopback address free a moment ago.
-func FreeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }

@@ -3,7 +3,6 @@ package cli
 import (
 	"bytes"
 	"context"
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gantryhq/gantry/dsort"
+	"github.com/gantryhq/gantry/internal/testutil"
 )
 
 // runDsortCmd runs a gantry command line in-process and returns its exit status,
@@ -69,23 +69,11 @@ func TestSortStatusShowsTheJob(t *testing.T) {
 	}
 }
 
-// freeAddr is a loopback address where nothing listens.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
-
 // `sort status` against an address where no master answers (the job
 // ended, or none was started) says so in plain words, naming the address,
 // instead of gRPC's dial error.
 func TestSortStatusWithoutAMaster(t *testing.T) {
-	addr := freeAddr(t)
+	addr := testutil.FreeAddr(t)
 	code, stdout, stderr := runDsortCmd(t.Context(), "sort", "status", addr)
 	want := "gantry: sort status: dsort: no master answers at " + addr + ": the job may have ended (or the master is not running)\n"
 	if code != 1 || stdout != "" || stderr != want {
@@ -103,7 +91,7 @@ func TestSortWorkerPrintsItsHistoryWhenItFails(t *testing.T) {
 	if err := os.MkdirAll(in, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	addr := freeAddr(t)
+	addr := testutil.FreeAddr(t)
 	code, _, stderr := runDsortCmd(t.Context(), "sort", "worker", addr, "-I", in, "-O", out, "--tmp", tmp,
 		"--memory", "32MiB", "--register-timeout", "200ms")
 	want := regexp.MustCompile(`(?m)^=== State Transition History ===\n` +
