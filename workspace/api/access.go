@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -122,11 +123,43 @@ func (a *API) admit(w http.ResponseWriter, r *http.Request, note *reqNote) (*htt
 		return r, false
 	}
 	note.principal = p
+	if p.SessionID != "" && unsafeMethod(r.Method) && fromAnotherOrigin(r) {
+		// Defense in depth under the check above: the page's session
+		// cookie never acts for a page of another origin, an app's among
+		// them (same-site with the API when the operator puts apps under
+		// the API's registrable domain, where SameSite does not help).
+		a.fail(w, r, fmt.Errorf("%w: the page's session does not act for another origin (Origin %q, Sec-Fetch-Site %q)",
+			errForbidden, r.Header.Get("Origin"), r.Header.Get("Sec-Fetch-Site")))
+		return r, false
+	}
 	ctx := auth.WithPrincipal(r.Context(), p)
 	// Open streams re-check that the credential still holds (revoked,
 	// logged out, expired: auth.Watch), outside the failure limiter.
 	ctx = auth.WithRecheck(ctx, func() error { _, err := a.authn.Reauthenticate(r); return err })
 	return r.WithContext(ctx), true
+}
+
+func unsafeMethod(m string) bool {
+	return m != http.MethodGet && m != http.MethodHead && m != http.MethodOptions
+}
+
+// fromAnotherOrigin reports whether the browser says r comes from a page
+// of another origin than the API's: Sec-Fetch-Site, or without it, an
+// Origin whose host is not r's.
+func fromAnotherOrigin(r *http.Request) bool {
+	switch r.Header.Get("Sec-Fetch-Site") {
+	case "same-origin", "none":
+		return false
+	case "":
+	default:
+		return true
+	}
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return false
+	}
+	u, err := url.Parse(origin)
+	return err != nil || u.Host == "" || !strings.EqualFold(u.Host, r.Host)
 }
 
 // audit records the request if its route mutates.

@@ -233,7 +233,7 @@ func (a *API) serveApp(w http.ResponseWriter, r *http.Request) bool {
 // r carries (a page on another app host can plant one for the whole apps
 // domain with a longer path), the first valid here.
 func (a *API) appSession(r *http.Request, host string) (secret string, g appGrant, ok bool) {
-	for _, c := range r.CookiesNamed(AppCookie) {
+	for _, c := range r.CookiesNamed(a.appCookie()) {
 		if g, ok = a.apps.session(c.Value); ok && g.host == host && a.appAlive(r.Context(), c.Value, g) == nil {
 			return c.Value, g, true
 		}

@@ -104,7 +104,24 @@ func (a *API) appCallback(w http.ResponseWriter, r *http.Request, host string) {
 		a.fail(w, r, err)
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: AppCookie, Value: secret, Path: "/", HttpOnly: true,
-		SameSite: http.SameSiteLaxMode, Secure: a.cfg.SecureCookies, MaxAge: int(a.cfg.SessionTTL.Seconds())})
+	http.SetCookie(w, &http.Cookie{Name: a.appCookie(), Value: secret, Path: "/", HttpOnly: true,
+		SameSite: http.SameSiteLaxMode, Secure: a.secureApps(), MaxAge: int(a.cfg.SessionTTL.Seconds())})
 	http.Redirect(w, r, localPath(ret), http.StatusFound)
 }
+
+// AppCookieSecure is the app hosts' cookie under TLS: a browser takes a
+// __Host- cookie only from the host itself, Secure, with Path=/ and no
+// Domain, so no other host (another app's page) can plant one for it.
+const AppCookieSecure = "__Host-" + AppCookie
+
+// appCookie is the name of the app hosts' cookie on this server.
+func (a *API) appCookie() string {
+	if a.secureApps() {
+		return AppCookieSecure
+	}
+	return AppCookie
+}
+
+// secureApps reports whether browsers reach app hosts over TLS (the
+// server's, or a proxy's in front of it).
+func (a *API) secureApps() bool { return a.cfg.SecureCookies || a.appsScheme() == "https" }

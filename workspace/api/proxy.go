@@ -32,8 +32,11 @@ import (
 // What the app sees: the path as the client encoded it (a %2F stays
 // encoded), X-Forwarded-For/-Host/-Proto/-Prefix set by the proxy (the
 // client's X-Forwarded-*, Forwarded, X-Real-IP and X-Forwarded-Port
-// dropped), no gantry token or session cookie. What the client sees: the
-// app's answer without Set-Cookie, since the app shares the API's origin.
+// dropped), no gantry token or cookie; on an app host, the app host's own
+// Origin as the origin of the Host it is sent (upstreamOrigin). What the
+// client sees: under /w/ the app's answer without Set-Cookie, since the
+// app shares the API's origin; on an app host, without the Set-Cookie
+// lines that name a Domain or a gantry cookie.
 
 // DefaultActivityEvery is how often proxied traffic may touch a workspace.
 const DefaultActivityEvery = 30 * time.Second
@@ -99,6 +102,7 @@ func (a *API) forward(w http.ResponseWriter, r *http.Request, ws workspace.Works
 				pr.Out.Header.Set("X-Forwarded-Prefix", prefix)
 			} else {
 				pr.Out.URL.Path, pr.Out.URL.RawPath = pr.In.URL.Path, pr.In.URL.RawPath
+				upstreamOrigin(pr.Out, a.appsScheme()+"://"+pr.In.Host, "http://"+addr)
 			}
 			pr.Out.Header.Del("X-Real-Ip") // a client's word for its address or port
 			pr.Out.Header.Del("X-Forwarded-Port")
@@ -146,28 +150,50 @@ func workspacePath(in *http.Request) (path, rawPath string) {
 	return path, rawPath
 }
 
-// stripCredentials removes the caller's gantry token, session cookie and
-// app cookie: the workspace's program never sees them.
+// stripCredentials removes the caller's gantry token and gantry's cookies
+// (the session's, an app host's): the workspace's program never sees them.
 func stripCredentials(r *http.Request) {
 	r.Header.Del("Authorization")
 	cookies := r.Cookies()
 	r.Header.Del("Cookie")
 	for _, c := range cookies {
-		if c.Name != auth.SessionCookie && c.Name != AppCookie {
+		if !gantryCookie(c.Name) {
 			r.AddCookie(c)
 		}
 	}
 }
 
+// upstreamOrigin presents an app host's own origin (self, as the browser
+// names it) to the app as the origin of the Host the proxy sends it
+// (upstream): apps that compare Origin with Host (Jupyter's WebSocket and
+// API checks, many dev servers) then see a same-origin request for what is
+// one. Any other Origin (another app's host, the API's, another site's,
+// "null") goes on unchanged, so the app still refuses it.
+func upstreamOrigin(out *http.Request, self, upstream string) {
+	if o := out.Header.Values("Origin"); len(o) == 1 && strings.EqualFold(o[0], self) {
+		out.Header.Set("Origin", upstream)
+	}
+}
+
+// gantryCookie reports a cookie name of gantry's: gantry_…, also as a
+// __Host- or __Secure- cookie.
+func gantryCookie(name string) bool {
+	n := strings.ToLower(name)
+	for _, prefix := range []string{"__host-", "__secure-"} {
+		n = strings.TrimPrefix(n, prefix)
+	}
+	return strings.HasPrefix(n, "gantry_")
+}
+
 // keepAppCookies drops the Set-Cookie lines of an app that name a Domain
 // (a cookie for the apps domain's other hosts, the API's among them) or a
-// gantry_ cookie.
+// gantry cookie (gantryCookie).
 func keepAppCookies(h http.Header) {
 	lines := h.Values("Set-Cookie")
 	h.Del("Set-Cookie")
 	for _, line := range lines {
 		c, err := http.ParseSetCookie(line)
-		if err == nil && c.Domain == "" && !strings.HasPrefix(strings.ToLower(c.Name), "gantry_") {
+		if err == nil && c.Domain == "" && !gantryCookie(c.Name) {
 			h.Add("Set-Cookie", line)
 		}
 	}
