@@ -120,7 +120,7 @@ func (ra *recordingApps) chromeOpen(t *testing.T, ctx context.Context, u, want s
 func (ra *recordingApps) waitPage(t *testing.T, ctx context.Context, u, want string) {
 	t.Helper()
 	testutil.WaitFor(t, 20*time.Second, want, func() (bool, string) {
-		got, err := chromedp.Run(ctx, chromedp.Evaluate[string](`location.href + " " + (document.body ? document.body.innerText : "")`))
+		got, err := peek[string](ctx, `location.href + " " + (document.body ? document.body.innerText : "")`)
 		return err == nil && got == u+" "+want, got
 	})
 }
