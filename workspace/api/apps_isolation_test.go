@@ -146,3 +146,40 @@ func jsStrings(ss []string) string {
 	}
 	return "[" + strings.Join(quoted, ",") + "]"
 }
+
+// With apps under the API's registrable domain (API at apps.example.com,
+// apps at {app}.apps.example.com: same-site, so the browser sends the
+// API's SameSite=Strict session cookie along with a page of app a's
+// requests to the API), a's page still creates nothing and reads
+// nothing: the API refuses the page session for another origin.
+func TestAppSameSiteInChromium(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a browser")
+	}
+	ra := newRecordingApps(t, api.APIConfig{AppsURL: "http://apps.example.com"}, "a")
+	ctx := browser.Start(t, t.Context(), 800, 600, chromedp.Flag("host-resolver-rules", "MAP *.example.com 127.0.0.1"))
+	ra.chromeLogin(t, ctx, ra.url("a")+"/", "app a at /")
+	got := js[string](t, ctx, apiFromPage+`(`+jsString(ra.apiOrigin())+`)`)
+	t.Logf("a's page against the API:\n%s", got)
+	if strings.Contains(got, "get read") || strings.Contains(got, "post read") {
+		t.Errorf("a's page read an answer of the API:\n%s", got)
+	}
+	for _, name := range []string{"evil1", "evil2", "evil3", "evil4"} {
+		if _, err := ra.env.St.Lookup(t.Context(), name, "alice"); err == nil {
+			t.Errorf("a's page created workspace %s", name)
+		}
+	}
+	withSession := 0
+	for _, h := range ra.apiHits() {
+		if h.method == "POST" && h.path == "/v1/workspaces" {
+			t.Logf("POST /v1/workspaces from a's page: session cookie %v, Sec-Fetch-Site %q, Origin %q", h.session, h.secFetchSite, h.origin)
+			if h.session {
+				withSession++
+			}
+		}
+	}
+	if withSession == 0 {
+		t.Errorf("no POST from a's page carried the session cookie: the same-site case was not tried")
+	}
+	ra.logAudit(t)
+}

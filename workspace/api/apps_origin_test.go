@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/gantryhq/gantry/workspace"
 	"github.com/gantryhq/gantry/workspace/api"
+	"github.com/gantryhq/gantry/workspace/auth"
 	"github.com/gantryhq/gantry/workspace/provider"
 	"github.com/gantryhq/gantry/workspace/store/storetest"
 	"github.com/gantryhq/gantry/workspace/wstest"
@@ -62,39 +64,52 @@ func (a *recordingApp) anySaw(s string) string {
 	return ""
 }
 
-// recordingApps is the API (apps domain localhost) over RUNNING workspaces
-// of alice, one per name, each with its recordingApp.
+// recordingApps is the API (apps domain localhost unless cfg names one)
+// over RUNNING workspaces of alice, one per name, each with its
+// recordingApp; it notes each request to the API's own host.
 type recordingApps struct {
 	*appEnv
-	apps map[string]*recordingApp
+	domain string
+	apps   map[string]*recordingApp
+	mu     sync.Mutex
+	hits   []apiHit
+}
+
+// apiHit is a request to the API's host: whether it carried the page's
+// session cookie, and where the browser said it came from.
+type apiHit struct {
+	method, path, secFetchSite, origin string
+	session                            bool
 }
 
 func newRecordingApps(t *testing.T, cfg api.APIConfig, names ...string) *recordingApps {
 	st := wstest.OpenStore(t, storetest.SQLiteDSN(t))
 	prov := &endpointMap{addrs: map[string]string{}}
-	cfg.Container, cfg.AppsURL = prov, "http://localhost"
+	if cfg.AppsURL == "" {
+		cfg.AppsURL = "http://localhost"
+	}
 	if cfg.RecheckEvery == 0 {
 		cfg.RecheckEvery = 100 * time.Millisecond
 	}
-	env := wstest.NewAPIEnv(t, st, cfg)
+	cfg.Container, cfg.Store, cfg.Accounts = prov, st, st.Accounts()
+	au, _ := url.Parse(cfg.AppsURL)
+	ra := &recordingApps{domain: au.Hostname(), apps: map[string]*recordingApp{}}
+	h := api.NewAPI(cfg)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if hn, _, _ := net.SplitHostPort(r.Host); hn == ra.domain {
+			_, err := r.Cookie(auth.SessionCookie)
+			ra.mu.Lock()
+			ra.hits = append(ra.hits, apiHit{r.Method, r.URL.Path, r.Header.Get("Sec-Fetch-Site"), r.Header.Get("Origin"), err == nil})
+			ra.mu.Unlock()
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	env := &wstest.APIEnv{St: st, Srv: srv, Admin: storetest.Token(t, st, workspace.AdminOwner, true)}
 	_, port, _ := net.SplitHostPort(strings.TrimPrefix(env.Srv.URL, "http://"))
-	ra := &recordingApps{appEnv: &appEnv{env: env, port: port, alice: storetest.Token(t, st, "alice", false), bob: storetest.Token(t, st, "bob", false)},
-		apps: map[string]*recordingApp{}}
+	ra.appEnv = &appEnv{env: env, port: port, alice: storetest.Token(t, st, "alice", false), bob: storetest.Token(t, st, "bob", false)}
 	for _, name := range names {
-		app := &recordingApp{name: name}
-		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			h := r.Header.Clone()
-			h.Set("Host", r.Host)
-			app.mu.Lock()
-			app.seen = append(app.seen, h)
-			app.mu.Unlock()
-			w.Header().Set("Content-Type", "text/html; charset=utf-8")
-			w.Header().Add("Set-Cookie", name+"cookie="+name+"-secret; Path=/")
-			w.Header().Add("Set-Cookie", "__Host-gantry_app=planted; Path=/; Secure")
-			io.WriteString(w, `<!doctype html><title>app `+name+`</title><p id="app">app `+name+` at `+r.URL.Path+`</p>`)
-		}))
-		t.Cleanup(srv.Close)
-		app.addr = strings.TrimPrefix(srv.URL, "http://")
+		app := newRecordingApp(t, name)
 		w, err := st.Create(t.Context(), workspace.NewWorkspace{Name: name, Owner: "alice", Desired: workspace.Running}, wstest.T0)
 		if err != nil {
 			t.Fatal(err)
@@ -108,12 +123,37 @@ func newRecordingApps(t *testing.T, cfg api.APIConfig, names ...string) *recordi
 	return ra
 }
 
-// url is app name's origin.
-func (ra *recordingApps) url(name string) string {
-	return "http://" + name + "--alice.localhost:" + ra.port
+func newRecordingApp(t *testing.T, name string) *recordingApp {
+	app := &recordingApp{name: name}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := r.Header.Clone()
+		h.Set("Host", r.Host)
+		app.mu.Lock()
+		app.seen = append(app.seen, h)
+		app.mu.Unlock()
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Header().Add("Set-Cookie", name+"cookie="+name+"-secret; Path=/")
+		w.Header().Add("Set-Cookie", "__Host-gantry_app=planted; Path=/; Secure")
+		io.WriteString(w, `<!doctype html><title>app `+name+`</title><p id="app">app `+name+` at `+r.URL.Path+`</p>`)
+	}))
+	t.Cleanup(srv.Close)
+	app.addr = strings.TrimPrefix(srv.URL, "http://")
+	return app
 }
 
-func (ra *recordingApps) apiOrigin() string { return "http://localhost:" + ra.port }
+// apiHits is what reached the API's host so far.
+func (ra *recordingApps) apiHits() []apiHit {
+	ra.mu.Lock()
+	defer ra.mu.Unlock()
+	return append([]apiHit(nil), ra.hits...)
+}
+
+// url is app name's origin.
+func (ra *recordingApps) url(name string) string {
+	return "http://" + name + "--alice." + ra.domain + ":" + ra.port
+}
+
+func (ra *recordingApps) apiOrigin() string { return "http://" + ra.domain + ":" + ra.port }
 
 // An app host's own Origin reaches the app as the origin of the Host the
 // proxy sends it (the app's address), so an app that compares Origin with

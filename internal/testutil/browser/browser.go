@@ -24,8 +24,9 @@ import (
 // background traffic (QUIC, sync, component updates, other background
 // networking), and returns the chromedp context of its first tab. The
 // browser ends when the test does (or parent ends); the test fails if it
-// does not start.
-func Start(tb testing.TB, parent context.Context, width, height int) context.Context {
+// does not start. extra adds options (flags), e.g.
+// chromedp.Flag("host-resolver-rules", "MAP *.example.com 127.0.0.1").
+func Start(tb testing.TB, parent context.Context, width, height int, extra ...chromedp.ExecAllocatorOption) context.Context {
 	tb.Helper()
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(testutil.Chromium(tb)),
@@ -39,6 +40,7 @@ func Start(tb testing.TB, parent context.Context, width, height int) context.Con
 		chromedp.Flag("disable-sync", true),
 		chromedp.WindowSize(width, height),
 	)
+	opts = append(opts, extra...)
 	actx, cancelA := chromedp.NewExecAllocator(parent, opts...)
 	tb.Cleanup(cancelA)
 	ctx, cancelC := chromedp.NewContext(actx)
