@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/client"
@@ -15,9 +16,11 @@ import (
 var _ provider.Execer = (*Provider)(nil)
 
 // Exec runs spec.Argv in the workspace's running container (its working
-// directory and environment, plus PORT), streaming its output and, with
-// stdin, feeding it; it returns the command's exit status. The engine
-// reports a command killed by signal N as 128+N.
+// directory and environment, plus PORT, then spec.Env: the workspace's own
+// variables, which the container has already, and those its caller adds,
+// such as an SSH session's LANG), streaming its output and, with stdin,
+// feeding it; it returns the command's exit status. The engine reports a
+// command killed by signal N as 128+N.
 func (p *Provider) Exec(ctx context.Context, spec provider.ExecSpec, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
 	if len(spec.Argv) == 0 {
 		return 0, errors.New("docker: exec: no command")
@@ -26,7 +29,8 @@ func (p *Provider) Exec(ctx context.Context, spec provider.ExecSpec, stdin io.Re
 		return 0, fmt.Errorf("%w: workspace %s", provider.ErrNotRunning, spec.ID)
 	}
 	opts := client.ExecCreateOptions{Cmd: spec.Argv,
-		AttachStdin: stdin != nil, AttachStdout: true, AttachStderr: true, WorkingDir: p.cfg.MountPath}
+		AttachStdin: stdin != nil, AttachStdout: true, AttachStderr: true, WorkingDir: p.cfg.MountPath,
+		Env: slices.Clone(spec.Env)}
 	var size client.ConsoleSize
 	if spec.TTY != nil {
 		ws := spec.TTY.Size
@@ -34,7 +38,7 @@ func (p *Provider) Exec(ctx context.Context, spec provider.ExecSpec, stdin io.Re
 			ws = provider.DefaultWinSize
 		}
 		size = client.ConsoleSize{Height: uint(ws.Rows), Width: uint(ws.Cols)}
-		opts.TTY, opts.ConsoleSize, opts.Env = true, size, []string{"TERM=xterm-256color"}
+		opts.TTY, opts.ConsoleSize, opts.Env = true, size, append(opts.Env, "TERM=xterm-256color")
 	}
 	created, err := p.cli.ExecCreate(ctx, ContainerName(spec.ID), opts)
 	if err != nil {
