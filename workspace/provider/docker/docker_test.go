@@ -2,6 +2,7 @@ package docker
 
 import (
 	"archive/tar"
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -658,6 +659,28 @@ func TestExec(t *testing.T) {
 	spec.Argv = []string{"/ws", "cat"}
 	if code, err := p.Exec(ctx, spec, strings.NewReader("typed\n"), &out, io.Discard); err != nil || code != 0 || strings.Count(out.String(), "typed\r\n") != 2 {
 		t.Fatalf("exec -it cat: %d %v %q; want the echo and cat's copy", code, err, out.String())
+	}
+	// The end of its context ends Exec (an SSH client gone), though the
+	// command would run on.
+	spec.TTY = nil
+	execCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	inR, inW := io.Pipe()
+	defer inW.Close()
+	outR, outW := io.Pipe()
+	ended := make(chan error, 1)
+	go func() { _, err := p.Exec(execCtx, spec, inR, outW, io.Discard); outW.Close(); ended <- err }()
+	go inW.Write([]byte("running\n"))
+	if line, err := bufio.NewReader(outR).ReadString('\n'); line != "running\n" {
+		t.Fatalf("exec cat: %q %v", line, err)
+	}
+	go io.Copy(io.Discard, outR)
+	cancel()
+	select {
+	case err := <-ended:
+		t.Logf("Exec after its context ended: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Exec still runs 10 s after its context ended")
 	}
 }
 
