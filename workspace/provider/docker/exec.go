@@ -31,22 +31,7 @@ func (p *Provider) Exec(ctx context.Context, spec provider.ExecSpec, stdin io.Re
 	if !p.running(ctx, spec.ID) {
 		return 0, fmt.Errorf("%w: workspace %s", provider.ErrNotRunning, spec.ID)
 	}
-	opts := client.ExecCreateOptions{Cmd: spec.Argv,
-		AttachStdin: stdin != nil, AttachStdout: true, AttachStderr: true, WorkingDir: p.cfg.MountPath,
-		Env: slices.Clone(spec.Env)}
-	var size client.ConsoleSize
-	gate := false
-	if spec.TTY != nil {
-		ws := spec.TTY.Size
-		if ws.Rows == 0 || ws.Cols == 0 {
-			ws = provider.DefaultWinSize
-		}
-		size = client.ConsoleSize{Height: uint(ws.Rows), Width: uint(ws.Cols)}
-		opts.TTY, opts.ConsoleSize, opts.Env = true, size, append(opts.Env, "TERM=xterm-256color")
-		if gate = p.needsSizeGate(ctx, spec.ID); gate {
-			opts.Cmd, opts.AttachStdin = append([]string{"/bin/sh", "-c", sizeGate, "sh"}, spec.Argv...), true
-		}
-	}
+	opts, size, gate := p.execOptions(ctx, spec, stdin != nil)
 	created, err := p.cli.ExecCreate(ctx, ContainerName(spec.ID), opts)
 	if err != nil {
 		return 0, p.wrap("exec in", spec.ID, err)
@@ -71,20 +56,48 @@ func (p *Provider) Exec(ctx context.Context, spec provider.ExecSpec, stdin io.Re
 	if stdin != nil {
 		go feedExec(att.HijackedResponse, stdin, opts.TTY)
 	}
-	if opts.TTY {
-		_, err = io.Copy(stdout, att.Reader) // a terminal's output is one raw stream
+	return p.finishExec(ctx, spec.ID, created.ID, att.Reader, opts.TTY, stdout, stderr)
+}
+
+// execOptions are the exec's options for spec (with stdin attached or
+// not), its terminal's size, and whether it waits for it (needsSizeGate).
+func (p *Provider) execOptions(ctx context.Context, spec provider.ExecSpec, stdin bool) (opts client.ExecCreateOptions, size client.ConsoleSize, gate bool) {
+	opts = client.ExecCreateOptions{Cmd: spec.Argv,
+		AttachStdin: stdin, AttachStdout: true, AttachStderr: true, WorkingDir: p.cfg.MountPath,
+		Env: slices.Clone(spec.Env)}
+	if spec.TTY == nil {
+		return opts, size, false
+	}
+	ws := spec.TTY.Size
+	if ws.Rows == 0 || ws.Cols == 0 {
+		ws = provider.DefaultWinSize
+	}
+	size = client.ConsoleSize{Height: uint(ws.Rows), Width: uint(ws.Cols)}
+	opts.TTY, opts.ConsoleSize, opts.Env = true, size, append(opts.Env, "TERM=xterm-256color")
+	if gate = p.needsSizeGate(ctx, spec.ID); gate {
+		opts.Cmd, opts.AttachStdin = append([]string{"/bin/sh", "-c", sizeGate, "sh"}, spec.Argv...), true
+	}
+	return opts, size, gate
+}
+
+// finishExec copies the exec's output until it ends (or ctx does) and
+// returns its exit status.
+func (p *Provider) finishExec(ctx context.Context, id, execID string, out io.Reader, tty bool, stdout, stderr io.Writer) (int, error) {
+	var err error
+	if tty {
+		_, err = io.Copy(stdout, out) // a terminal's output is one raw stream
 	} else {
-		_, err = stdcopy.StdCopy(stdout, stderr, att.Reader)
+		_, err = stdcopy.StdCopy(stdout, stderr, out)
 	}
 	if ctx.Err() != nil {
-		return 0, p.wrap("exec in", spec.ID, context.Cause(ctx))
+		return 0, p.wrap("exec in", id, context.Cause(ctx))
 	}
 	if err != nil {
-		return 0, p.wrap("exec output of", spec.ID, err)
+		return 0, p.wrap("exec output of", id, err)
 	}
-	in, err := p.cli.ExecInspect(ctx, created.ID, client.ExecInspectOptions{})
+	in, err := p.cli.ExecInspect(ctx, execID, client.ExecInspectOptions{})
 	if err != nil {
-		return 0, p.wrap("inspect exec in", spec.ID, err)
+		return 0, p.wrap("inspect exec in", id, err)
 	}
 	return in.ExitCode, nil
 }
