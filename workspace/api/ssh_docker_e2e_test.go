@@ -172,7 +172,9 @@ func startDockerSSHWorkspace(t *testing.T) *sshEnv {
 		t.Skip("process-level test with Docker")
 	}
 	needOpenSSH(t, "rsync")
+	t0 := time.Now()
 	image := buildSSHImage(t)
+	t.Logf("the image (the app compiled, docker build): %v", time.Since(t0).Round(time.Millisecond))
 	e := &sshEnv{t: t, data: t.TempDir(), dir: t.TempDir()}
 	suffix := randHex(4)
 	alice, bob := "alice-"+suffix, "bob-"+suffix
@@ -191,8 +193,12 @@ func startDockerSSHWorkspace(t *testing.T) *sshEnv {
 			}
 		}
 	})
+	t0 = time.Now()
 	e.s = wstest.StartServe(t, "", e.data, "--provider", "docker", "--docker-image", image)
+	t.Logf("the server (gantry built, started): %v", time.Since(t0).Round(time.Millisecond))
+	t0 = time.Now()
 	e.open(alice, bob, "--cmd", "exec /app", "--http")
+	t.Logf("the workspace created and running, config-ssh: %v", time.Since(t0).Round(time.Millisecond))
 	return e
 }
 
