@@ -610,8 +610,8 @@ func TestLimits(t *testing.T) {
 }
 
 // Exec runs a command in the running container: its output on the right
-// streams, stdin passed, its exit status returned; a stopped workspace is
-// refused.
+// streams, the caller's environment and stdin passed, its exit status
+// returned; a stopped workspace is refused.
 func TestExec(t *testing.T) {
 	p, _ := newTestProvider(t, Config{NetworkMode: "none"})
 	ctx := t.Context()
@@ -629,6 +629,13 @@ func TestExec(t *testing.T) {
 	if code, err := p.Exec(ctx, spec, nil, &out, &errb); err != nil || code != 0 || out.String() != "hi there /home/coder\n" || errb.String() != "to stderr\n" {
 		t.Fatalf("exec echo: %d %v stdout %q stderr %q", code, err, out.String(), errb.String())
 	}
+	// The caller's variables (an SSH session's LANG) reach the command.
+	out.Reset()
+	spec.Argv, spec.Env = []string{"/ws", "whoami"}, []string{"LANG=C.UTF-8"}
+	if code, err := p.Exec(ctx, spec, nil, &out, io.Discard); err != nil || code != 0 || !strings.Contains(out.String(), " LANG=C.UTF-8") {
+		t.Fatalf("exec with LANG: %d %v %q", code, err, out.String())
+	}
+	spec.Env = nil
 	spec.Argv = []string{"/ws", "exit", "7"}
 	if code, err := p.Exec(ctx, spec, nil, io.Discard, io.Discard); err != nil || code != 7 {
 		t.Fatalf("exec exit 7: %d %v", code, err)
