@@ -3,6 +3,7 @@ package api_test
 import (
 	"bytes"
 	"crypto/rand"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -43,27 +44,46 @@ func startSSHWorkspaceRunning(t *testing.T, command string, extra ...string) *ss
 	if testing.Short() {
 		t.Skip("process-level test")
 	}
-	for _, bin := range []string{"ssh", "scp", "sftp"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			t.Fatalf("OpenSSH's %s is needed (scripts/services.sh openssh installs it): %v", bin, err)
-		}
-	}
+	needOpenSSH(t)
 	e := &sshEnv{t: t, data: t.TempDir(), dir: t.TempDir()}
 	e.s = wstest.StartServe(t, "", e.data, extra...)
-	e.alice = strings.TrimSpace(e.s.CLI("token", "create", "--owner", "alice"))
-	e.bob = strings.TrimSpace(e.s.CLI("token", "create", "--owner", "bob"))
-	create := []string{"create", "box", "--desired", "RUNNING", "--cmd", command}
+	create := []string{"--cmd", command}
 	if strings.Contains(command, "$PORT") {
 		create = append(create, "--http")
 	}
-	e.id = strings.TrimSpace(e.gantry(e.alice, create...))
-	e.s.CLI("wait", e.id, "RUNNING", "--timeout", "30s")
+	e.open("alice", "bob", create...)
+	return e
+}
+
+// needOpenSSH fails the test unless OpenSSH's client programs (and the
+// others named) are installed.
+func needOpenSSH(t *testing.T, others ...string) {
+	for _, bin := range append([]string{"ssh", "scp", "sftp"}, others...) {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Fatalf("%s is needed (scripts/services.sh openssh installs it): %v", bin, err)
+		}
+	}
+}
+
+// open makes tokens for the owners alice and bob, creates alice's
+// workspace "box" with the flags of create, waits for it to run and
+// writes the ssh config of `ws config-ssh`.
+func (e *sshEnv) open(alice, bob string, create ...string) {
+	t := e.t
+	e.alice = strings.TrimSpace(e.s.CLI("token", "create", "--owner", alice))
+	e.bob = strings.TrimSpace(e.s.CLI("token", "create", "--owner", bob))
+	e.id = strings.TrimSpace(e.gantry(e.alice, append([]string{"create", "box", "--desired", "RUNNING"}, create...)...))
+	e.s.CLI("wait", e.id, "RUNNING", "--timeout", "60s")
 	config := filepath.Join(e.dir, "ssh_config")
 	if out := e.gantry(e.alice, "config-ssh", "--file", config); !strings.Contains(out, "Include "+config) {
 		t.Fatalf("config-ssh printed %q; want the Include line of %s", out, config)
 	}
 	e.opts = []string{"-F", config, "-o", "BatchMode=yes"}
-	return e
+}
+
+// volume is the path of name in the workspace's volume on the host.
+func (e *sshEnv) volume(name ...string) string {
+	return filepath.Join(append([]string{e.data, "volumes", e.id}, name...)...)
 }
 
 func (e *sshEnv) gantry(token string, args ...string) string {
@@ -78,8 +98,14 @@ func (e *sshEnv) gantry(token string, args ...string) string {
 
 // run runs argv with token: its stdout, then its stderr, and exit code.
 func (e *sshEnv) run(token string, argv ...string) (string, int) {
+	return e.runStdin(token, nil, argv...)
+}
+
+// runStdin is run with stdin (nil: none).
+func (e *sshEnv) runStdin(token string, stdin io.Reader, argv ...string) (string, int) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), "GANTRY_TOKEN="+token)
+	cmd.Stdin = stdin
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -97,7 +123,7 @@ func (e *sshEnv) run(token string, argv ...string) (string, int) {
 func TestSSHIntoAContainedWorkspace(t *testing.T) {
 	e := startSSHWorkspace(t)
 	got, code := e.run(e.alice, append(append([]string{"ssh"}, e.opts...), "gantry-box", "id -u; pwd; exit 3")...)
-	want := fmt.Sprintf("\n%s\n\n--- stderr:", filepath.Join(e.data, "volumes", e.id))
+	want := fmt.Sprintf("\n%s\n\n--- stderr:", e.volume())
 	if code != 3 || !strings.Contains(got, want) || os.Getuid() == 0 && strings.HasPrefix(got, "0\n") {
 		t.Fatalf("ssh gantry-box 'id -u; pwd; exit 3': exit %d, output %q; want exit 3, the workspace's uid and volume", code, got)
 	}
@@ -113,7 +139,7 @@ func TestSSHSFTPIntoAContainedWorkspace(t *testing.T) {
 	e.copyRoundTrip("scp (sftp)", "scp")
 	os.WriteFile(filepath.Join(e.dir, "batch"), []byte("pwd\nput "+filepath.Join(e.dir, "batch")+" via-sftp.txt\nls -n via-sftp.txt\n"), 0o600)
 	got, code := e.run(e.alice, append(append([]string{"sftp", "-b", filepath.Join(e.dir, "batch")}, e.opts...), "gantry-box")...)
-	vol := filepath.Join(e.data, "volumes", e.id)
+	vol := e.volume()
 	fi, err := os.Stat(filepath.Join(vol, "via-sftp.txt"))
 	if code != 0 || err != nil || !strings.Contains(got, "Remote working directory: "+vol) {
 		t.Fatalf("sftp -b (pwd, put, ls): exit %d, %v, output %q; want the volume as its working directory and the file put there", code, err, got)
@@ -148,7 +174,7 @@ func TestSSHRsyncIntoAContainedWorkspace(t *testing.T) {
 	if got, code := e.run(e.alice, "rsync", "-a", "-e", rsh, src+"/", "gantry-box:tree/"); code != 0 {
 		t.Fatalf("rsync up: exit %d: %s", code, got)
 	}
-	if got, code := e.run(e.alice, "diff", "-r", "--no-dereference", src, filepath.Join(e.data, "volumes", e.id, "tree")); code != 0 {
+	if got, code := e.run(e.alice, "diff", "-r", "--no-dereference", src, e.volume("tree")); code != 0 {
 		t.Fatalf("the tree rsync copied up differs in the volume: %s", got)
 	}
 	back := filepath.Join(e.dir, "back")
@@ -235,8 +261,8 @@ func httpGet(url string) (string, error) {
 }
 
 // copyRoundTrip copies a file of sshCopyMB random bytes up into the
-// workspace's volume and back with argv (scp and its options), and fails
-// unless both copies are byte for byte the same.
+// workspace's volume and back with argv (scp or rsync and its options),
+// and fails unless both copies are byte for byte the same.
 func (e *sshEnv) copyRoundTrip(what string, argv ...string) {
 	t := e.t
 	up := filepath.Join(e.dir, "up.bin")
@@ -245,26 +271,36 @@ func (e *sshEnv) copyRoundTrip(what string, argv ...string) {
 	if err := os.WriteFile(up, want, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := append(append(argv[:len(argv):len(argv)], e.opts...), up, "gantry-box:copied.bin")
+	remote := "copied-" + strings.NewReplacer(" ", "", "(", "", ")", "").Replace(what) + ".bin"
 	t0 := time.Now()
-	if got, code := e.run(e.alice, cmd...); code != 0 {
+	if got, code := e.run(e.alice, e.copyCommand(argv, up, "gantry-box:"+remote)...); code != 0 {
 		t.Fatalf("%s up: exit %d: %s", what, code, got)
 	}
-	inVolume, err := os.ReadFile(filepath.Join(e.data, "volumes", e.id, "copied.bin"))
+	inVolume, err := os.ReadFile(e.volume(remote))
 	if err != nil || !bytes.Equal(inVolume, want) {
 		t.Fatalf("the file %s copied up is not the same in the volume (%d bytes of %d, %v)", what, len(inVolume), len(want), err)
 	}
 	back := filepath.Join(e.dir, "back.bin")
-	cmd = append(append(argv[:len(argv):len(argv)], e.opts...), "gantry-box:copied.bin", back)
-	if got, code := e.run(e.alice, cmd...); code != 0 {
+	if got, code := e.run(e.alice, e.copyCommand(argv, "gantry-box:"+remote, back)...); code != 0 {
 		t.Fatalf("%s back: exit %d: %s", what, code, got)
 	}
-	t.Logf("%s of %d MB up and back: %v", what, sshCopyMB, time.Since(t0).Round(time.Millisecond))
-	if b, err := os.ReadFile(back); err != nil || !bytes.Equal(b, want) {
+	b, err := os.ReadFile(back)
+	if err != nil || !bytes.Equal(b, want) {
 		t.Fatalf("the file %s copied back differs (%d bytes of %d, %v)", what, len(b), len(want), err)
 	}
+	t.Logf("%s of %d MB up and back: %v, sha256 %x both ways", what, sshCopyMB, time.Since(t0).Round(time.Millisecond), sha256.Sum256(b))
 	os.Remove(up)
 	os.Remove(back)
+}
+
+// copyCommand is argv copying src to dst over ssh with the test's config:
+// scp takes ssh's options, rsync a command line (-e) that has them.
+func (e *sshEnv) copyCommand(argv []string, src, dst string) []string {
+	cmd := argv[:len(argv):len(argv)]
+	if argv[0] == "rsync" {
+		return append(cmd, "-e", "ssh "+strings.Join(e.opts, " "), src, dst)
+	}
+	return append(append(cmd, e.opts...), src, dst)
 }
 
 // Through `gantry ws serve` (the process provider) and OpenSSH: the config

@@ -2,6 +2,7 @@ package docker
 
 import (
 	"archive/tar"
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -609,8 +610,8 @@ func TestLimits(t *testing.T) {
 }
 
 // Exec runs a command in the running container: its output on the right
-// streams, stdin passed, its exit status returned; a stopped workspace is
-// refused.
+// streams, the caller's environment and stdin passed, its exit status
+// returned; a stopped workspace is refused.
 func TestExec(t *testing.T) {
 	p, _ := newTestProvider(t, Config{NetworkMode: "none"})
 	ctx := t.Context()
@@ -628,6 +629,13 @@ func TestExec(t *testing.T) {
 	if code, err := p.Exec(ctx, spec, nil, &out, &errb); err != nil || code != 0 || out.String() != "hi there /home/coder\n" || errb.String() != "to stderr\n" {
 		t.Fatalf("exec echo: %d %v stdout %q stderr %q", code, err, out.String(), errb.String())
 	}
+	// The caller's variables (an SSH session's LANG) reach the command.
+	out.Reset()
+	spec.Argv, spec.Env = []string{"/ws", "whoami"}, []string{"LANG=C.UTF-8"}
+	if code, err := p.Exec(ctx, spec, nil, &out, io.Discard); err != nil || code != 0 || !strings.Contains(out.String(), " LANG=C.UTF-8") {
+		t.Fatalf("exec with LANG: %d %v %q", code, err, out.String())
+	}
+	spec.Env = nil
 	spec.Argv = []string{"/ws", "exit", "7"}
 	if code, err := p.Exec(ctx, spec, nil, io.Discard, io.Discard); err != nil || code != 7 {
 		t.Fatalf("exec exit 7: %d %v", code, err)
@@ -658,6 +666,28 @@ func TestExec(t *testing.T) {
 	spec.Argv = []string{"/ws", "cat"}
 	if code, err := p.Exec(ctx, spec, strings.NewReader("typed\n"), &out, io.Discard); err != nil || code != 0 || strings.Count(out.String(), "typed\r\n") != 2 {
 		t.Fatalf("exec -it cat: %d %v %q; want the echo and cat's copy", code, err, out.String())
+	}
+	// The end of its context ends Exec (an SSH client gone), though the
+	// command would run on.
+	spec.TTY = nil
+	execCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	inR, inW := io.Pipe()
+	defer inW.Close()
+	outR, outW := io.Pipe()
+	ended := make(chan error, 1)
+	go func() { _, err := p.Exec(execCtx, spec, inR, outW, io.Discard); outW.Close(); ended <- err }()
+	go inW.Write([]byte("running\n"))
+	if line, err := bufio.NewReader(outR).ReadString('\n'); line != "running\n" {
+		t.Fatalf("exec cat: %q %v", line, err)
+	}
+	go io.Copy(io.Discard, outR)
+	cancel()
+	select {
+	case err := <-ended:
+		t.Logf("Exec after its context ended: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Exec still runs 10 s after its context ended")
 	}
 }
 
