@@ -190,6 +190,11 @@ type NewWorkspace struct {
 	Image   string `json:"image,omitempty"`
 	Command string `json:"command,omitempty"`
 	Spec
+	// Template names the template to make this workspace from (its
+	// latest version) and Params fill its parameters; the image, command
+	// and spec then come from the template and may not be given.
+	Template string            `json:"template,omitempty"`
+	Params   map[string]string `json:"params,omitempty"`
 	// Desired defaults to STANDBY: a new workspace gets an empty volume.
 	Desired Status `json:"desired_state,omitempty"`
 	// Owner is set by the API from the caller's token, never from the

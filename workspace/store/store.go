@@ -208,13 +208,13 @@ const insertSQL = `INSERT INTO workspaces (id, name, owner, image, command, desi
 
 // specJSON is the spec column's value: ” for an empty spec.
 func specJSON(s workspace.Spec) string {
-	if len(s.Env) == 0 && s.CPUs == 0 && s.Memory == 0 && s.Pids == 0 && !s.HTTP {
-		return ""
-	}
 	if len(s.Env) == 0 {
 		s.Env = nil
 	}
 	b, _ := json.Marshal(s)
+	if string(b) == "{}" {
+		return ""
+	}
 	return string(b)
 }
 
@@ -232,10 +232,15 @@ func (s *Store) CreateWithin(ctx context.Context, n workspace.NewWorkspace, q au
 	}
 	ms := now.UnixMilli()
 	args := []any{id.String(), n.Name, n.Owner, n.Image, n.Command, string(n.Desired), ms, ms, specJSON(n.Spec)}
-	if q == (auth.Quotas{}) {
+	if q == (auth.Quotas{}) && n.Spec.Template == nil {
 		_, err = s.exec(ctx, insertSQL, args...)
 	} else {
 		err = s.withOwnerLock(ctx, n.Owner, func(tx *sql.Tx) error {
+			if ref := n.Spec.Template; ref != nil {
+				if err := s.holdTemplate(ctx, tx, ref); err != nil {
+					return err
+				}
+			}
 			if err := s.checkQuota(ctx, tx, n.Owner, "", q.Workspaces, "workspaces", `desired_state <> 'DELETED'`); err != nil {
 				return err
 			}
