@@ -149,6 +149,10 @@ type Workspace struct {
 	// URL is the workspace app's own origin (filled by the API; "" if the
 	// server has no apps domain or the name and owner make no DNS label).
 	URL string `json:"url,omitempty"`
+	// TemplateLatest, filled by the API, is the latest version of the
+	// workspace's template when that is newer than the one it was made
+	// from (0 otherwise).
+	TemplateLatest int `json:"template_latest,omitempty"`
 }
 
 // Sentinel errors.

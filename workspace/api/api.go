@@ -56,6 +56,8 @@ type APIConfig struct {
 	// Storage fills each workspace's volume path; nil = none.
 	Storage interface{ VolumePath(string) string }
 	Hints   hints.Bus // nil = none
+	// Templates keeps workspace templates (templates.go); nil = none.
+	Templates TemplateStore
 	// Gate is held while an authenticated change is in flight: the bulk
 	// work of the store and the reconciler given the same Gate waits for
 	// it (package urgency); nil = none.
@@ -192,7 +194,7 @@ func (a *API) routes() []route {
 		{"GET /v1/workspaces/{id}/archives", "", a.archives},
 		{"POST /v1/workspaces/{id}/restore", "workspace.restore", a.restore},
 		{"GET " + authorizePath, "", a.authorize},
-	}, append(a.accountRoutes(), a.proxyRoutes()...)...)
+	}, append(append(a.accountRoutes(), a.templateRoutes()...), a.proxyRoutes()...)...)
 }
 
 // Handle adds a route (SSE streams, the web page). Its requests are
@@ -321,7 +323,15 @@ func (a *API) create(w http.ResponseWriter, r *http.Request) {
 	}
 	p, _ := auth.FromContext(r.Context())
 	n.Owner = p.Owner
-	err := a.checkSpec(n.Image, n.Command, n.Spec)
+	var err error
+	if n.Template != "" {
+		n, err = a.fromTemplate(r.Context(), n)
+	} else {
+		n.Spec.Template = nil
+	}
+	if err == nil {
+		err = a.checkSpec(n.Image, n.Command, n.Spec)
+	}
 	var ws workspace.Workspace
 	if err == nil {
 		ws, err = a.store.CreateWithin(r.Context(), n, a.cfg.Quotas, a.clock.Now())
@@ -358,6 +368,7 @@ func (a *API) list(w http.ResponseWriter, r *http.Request) {
 	for _, ws := range all {
 		out = append(out, a.fill(ws))
 	}
+	a.fillTemplates(r.Context(), out)
 	writeJSON(w, http.StatusOK, out)
 }
 
@@ -367,7 +378,9 @@ func (a *API) get(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, a.fill(ws))
+	one := []workspace.Workspace{a.fill(ws)}
+	a.fillTemplates(r.Context(), one)
+	writeJSON(w, http.StatusOK, one[0])
 }
 
 // DesiredRequest is the body of PUT …/desired.
@@ -403,6 +416,9 @@ func (a *API) update(w http.ResponseWriter, r *http.Request) {
 	var ws workspace.Workspace
 	if err == nil {
 		ws, err = a.lookup(r)
+	}
+	if err == nil && u.TemplateVersion != "" {
+		u, err = a.moveTemplate(r.Context(), ws, u)
 	}
 	if err == nil {
 		var nw workspace.Workspace
