@@ -204,6 +204,11 @@ type NewWorkspace struct {
 	// Owner is set by the API from the caller's token, never from the
 	// request body; "" is the admin owner.
 	Owner string `json:"-"`
+	// ID and ArchiveKey, set by the API only (a fork, api/fork.go): the
+	// new workspace's id ("" = a fresh one) and the archive its first
+	// operation restores (RESTORING instead of PROVISIONING).
+	ID         string `json:"-"`
+	ArchiveKey string `json:"-"`
 }
 
 // MaxNameLen bounds a workspace name.

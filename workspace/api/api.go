@@ -112,6 +112,8 @@ type APIConfig struct {
 //	POST   /v1/tokens, GET /v1/tokens, DELETE /v1/tokens/{id}, GET /v1/audit (admin; accounts.go)
 //	POST   /v1/session, POST /v1/session/logout (the page's login; accounts.go)
 //	ANY    /w/{id}/…                    → the workspace's PORT (proxy.go; wakes it if needed)
+//	POST   /v1/workspaces/{id}/fork     {"name","desired_state","archive"} → 201 workspace (fork.go)
+//	GET/POST/PUT/DELETE /v1/templates…  templates (templates.go)
 //	GET    /v1/workspaces/{id}/ssh      Upgrade: ssh → 101, then SSH (ssh.go)
 //	GET    /v1/apps/authorize?host=H&return=P → 302 to H's login callback (apps_login.go)
 //	ANY    {name}--{owner}.{apps domain}/… → the workspace's PORT (apps.go)
@@ -193,6 +195,7 @@ func (a *API) routes() []route {
 		{"DELETE /v1/workspaces/{id}", "workspace.delete", a.delete},
 		{"GET /v1/workspaces/{id}/archives", "", a.archives},
 		{"POST /v1/workspaces/{id}/restore", "workspace.restore", a.restore},
+		{"POST /v1/workspaces/{id}/fork", "workspace.fork", a.fork},
 		{"GET " + authorizePath, "", a.authorize},
 	}, append(append(a.accountRoutes(), a.templateRoutes()...), a.proxyRoutes()...)...)
 }

@@ -39,7 +39,7 @@ func newWSCmd(env *Env) *cobra.Command {
 		newWSDeleteCmd(client), newWSRecoverCmd(client), newWSWaitCmd(client), newWSTouchCmd(client),
 		newWSTokenCmd(client), newWSAuditCmd(client), newWSWhoamiCmd(client), newWSLogsCmd(client), newWSExecCmd(client), newWSSSHCmd(client), newWSConfigSSHCmd(&cf),
 		newWSUpdateCmd(client), newWSArchivesCmd(client), newWSRestoreCmd(client), newWSVolumeCmd(env),
-		newWSTemplateCmd(client))
+		newWSTemplateCmd(client), newWSForkCmd(client))
 	return cmd
 }
 
