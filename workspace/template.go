@@ -15,12 +15,19 @@ import (
 // moves to another only when asked. Command and env values may hold
 // {{.param}} placeholders, filled from the template's typed parameters.
 type Template struct {
-	Name    string    `json:"name"`
-	Version int       `json:"version"`
-	Image   string    `json:"image,omitempty"`
-	Command string    `json:"command,omitempty"`
-	Spec              // env (with placeholders), limits, http
-	Params  []Param   `json:"params,omitempty"`
+	Name    string  `json:"name"`
+	Version int     `json:"version"`
+	Image   string  `json:"image,omitempty"`
+	Command string  `json:"command,omitempty"`
+	Spec            // env (with placeholders), limits, http
+	Params  []Param `json:"params,omitempty"`
+	// Files is the archive every workspace made from this template starts
+	// with (a copy of it), "" for an empty volume. The server sets it from
+	// From, a workspace whose files (and, with no image, command or spec
+	// given, whose spec) a create or update takes; an update keeps the
+	// previous version's files unless given From.
+	Files   string    `json:"files,omitempty"`
+	From    string    `json:"from,omitempty"`
 	Created time.Time `json:"created_at"`
 	// Latest is the newest version of this template's name (filled by the
 	// API on reads; 0 elsewhere).
@@ -51,6 +58,10 @@ type TemplateRef struct {
 	Version int               `json:"version"`
 	Params  map[string]string `json:"params,omitempty"`
 }
+
+// TemplateFilesPrefix starts the key of every template's files archive
+// (apart from the workspaces' archives/, which the archive GC collects).
+const TemplateFilesPrefix = "templates/"
 
 // MaxParams bounds a template's parameters; MaxParamLen a value's bytes.
 const (
@@ -93,6 +104,9 @@ func (t Template) Validate() error {
 	}
 	if t.Spec.Template != nil {
 		return fmt.Errorf("%w: template %s: a template is made from no other template", ErrBadInput, t.Name)
+	}
+	if t.Files != "" && !strings.HasPrefix(t.Files, TemplateFilesPrefix) {
+		return fmt.Errorf("%w: template %s: files %q is no template's archive", ErrBadInput, t.Name, t.Files)
 	}
 	return fill(t.Spec, func(string) string { return "x" }).Validate()
 }

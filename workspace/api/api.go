@@ -340,6 +340,9 @@ func (a *API) create(w http.ResponseWriter, r *http.Request) {
 		ws, err = a.store.CreateWithin(r.Context(), n, a.cfg.Quotas, a.clock.Now())
 	}
 	if err != nil {
+		if n.ArchiveKey != "" { // a template's files, copied for it
+			a.dropArchive(r.Context(), n.ArchiveKey)
+		}
 		a.fail(w, r, err)
 		return
 	}

@@ -7,7 +7,10 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/gantryhq/gantry/workspace"
+	"github.com/gantryhq/gantry/workspace/provider"
 )
 
 // Templates over the API (workspace.Template: named, versioned specs with
@@ -74,6 +77,10 @@ func (a *API) putTemplate(first bool) http.HandlerFunc {
 		if !first {
 			t.Name = r.PathValue("name")
 		}
+		made := ""
+		if err == nil && t.From != "" {
+			made, err = a.templateFiles(r.Context(), &t)
+		}
 		if err == nil {
 			err = a.checkSpec(t.Image, t.Command, t.Spec)
 		}
@@ -81,6 +88,9 @@ func (a *API) putTemplate(first bool) http.HandlerFunc {
 			t, err = ts.Put(r.Context(), t, first, a.clock.Now())
 		}
 		if err != nil {
+			if made != "" {
+				a.dropArchive(r.Context(), made)
+			}
 			a.fail(w, r, err)
 			return
 		}
@@ -145,6 +155,10 @@ func (a *API) templateVersions(w http.ResponseWriter, r *http.Request) {
 
 func (a *API) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 	ts, err := a.templates()
+	var versions []workspace.Template
+	if err == nil {
+		versions, err = ts.Versions(r.Context(), r.PathValue("name"))
+	}
 	if err == nil {
 		err = ts.Delete(r.Context(), r.PathValue("name"))
 	}
@@ -152,7 +166,46 @@ func (a *API) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
+	dropped := map[string]bool{}
+	for _, v := range versions {
+		if v.Files != "" && !dropped[v.Files] {
+			dropped[v.Files] = true
+			a.dropArchive(r.Context(), v.Files)
+		}
+	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// templateFiles makes t's files from the workspace t.From names (as ws
+// fork takes them: stopped or archived), taking its image, command and spec
+// too when t gives none; it returns the archive it wrote.
+func (a *API) templateFiles(ctx context.Context, t *workspace.Template) (string, error) {
+	fk, ok := a.cfg.Storage.(provider.Forker)
+	if !ok {
+		return "", fmt.Errorf("%w: this server's storage cannot copy a workspace's files", workspace.ErrBadInput)
+	}
+	src, err := a.store.Lookup(ctx, t.From, "")
+	if err != nil {
+		return "", err
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return "", err
+	}
+	key := workspace.TemplateFilesPrefix + t.Name + "/" + id.String() + "/home.tar.zst"
+	if err := a.copyFiles(ctx, fk, src, "", key); err != nil {
+		return "", err
+	}
+	if t.Image == "" && t.Command == "" && specIsZero(t.Spec) {
+		t.Image, t.Command, t.Spec = src.Image, src.Command, src.Spec
+		t.Spec.Template = nil
+	}
+	t.Files, t.From = key, ""
+	return key, nil
+}
+
+func specIsZero(s workspace.Spec) bool {
+	return len(s.Env) == 0 && s.CPUs == 0 && s.Memory == 0 && s.Pids == 0 && !s.HTTP
 }
 
 // fromTemplate turns a create naming a template into the workspace it
@@ -174,7 +227,19 @@ func (a *API) fromTemplate(ctx context.Context, n workspace.NewWorkspace) (works
 		return n, err
 	}
 	made.Desired, made.Owner = n.Desired, n.Owner
-	return made, nil
+	if t.Files == "" {
+		return made, nil
+	}
+	fk, ok := a.cfg.Storage.(provider.Forker)
+	id, err := uuid.NewV7()
+	switch {
+	case !ok:
+		return n, fmt.Errorf("%w: template %s has files and this server's storage cannot copy them", workspace.ErrBadInput, t.Name)
+	case err != nil:
+		return n, err
+	}
+	made.ID, made.ArchiveKey = id.String(), provider.ArchiveKey(id.String(), "template")
+	return made, fk.CopyArchive(ctx, t.Files, made.ArchiveKey)
 }
 
 // moveTemplate turns an update's template_version into the fields it

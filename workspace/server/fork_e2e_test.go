@@ -17,6 +17,8 @@ const treeDigest = `find . \( -type f -o -type l \) | LC_ALL=C sort | while read
 // refused; a stopped one's files are copied exactly (a digest of the
 // tree), and later writes to either are invisible to the other; an
 // archived one forks from its archive, a running one from --archive latest.
+// A template made --from a workspace starts its workspaces with a copy of
+// its files.
 func TestForkCopiesFiles(t *testing.T) {
 	if testing.Short() {
 		t.Skip("process-level test")
@@ -49,13 +51,21 @@ func TestForkCopiesFiles(t *testing.T) {
 	if got := run(f1, treeDigest); got != want {
 		t.Fatalf("the fork's tree differs:\n%s\nwant:\n%s", got, want)
 	}
+	s.CLI("template", "create", "seeded", "--from", src)
+	t1 := strings.TrimSpace(s.CLI("create", "t1", "--template", "seeded", "--desired", "RUNNING"))
+	s.CLI("wait", t1, "RUNNING", "--timeout", "60s")
+	if got := run(t1, treeDigest); got != want {
+		t.Fatalf("the workspace made from a template --from src differs:\n%s\nwant:\n%s", got, want)
+	}
+	run(t1, `echo t1 > only-t1`)
+
 	up(src)
 	run(src, `echo src > only-src && echo changed > a.txt`)
 	run(f1, `echo f1 > only-f1`)
 	if got := run(f1, `cat a.txt; ls`); strings.Contains(got, "only-src") || !strings.HasPrefix(got, "hi\n") {
 		t.Fatalf("the fork sees the source's later writes:\n%s", got)
 	}
-	if got := run(src, `ls`); strings.Contains(got, "only-f1") {
+	if got := run(src, `ls`); strings.Contains(got, "only-f1") || strings.Contains(got, "only-t1") {
 		t.Fatalf("the source sees the fork's writes:\n%s", got)
 	}
 	want = run(src, treeDigest)

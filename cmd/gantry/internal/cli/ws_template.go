@@ -38,12 +38,14 @@ type templateFlags struct {
 	command string
 	params  []string
 	file    string
+	from    string
 }
 
 func (f *templateFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.command, "cmd", "", "the command; {{.NAME}} is replaced by parameter NAME's value")
 	fs.StringVar(&f.image, "image", "", "container image (docker and kubernetes providers)")
 	fs.StringArrayVar(&f.params, "param", nil, "a parameter, NAME[:string|int|bool][=DEFAULT] (repeatable; no default: required at create)")
+	fs.StringVar(&f.from, "from", "", "start every workspace made from it with a copy of this workspace's files (stopped or archived), and take its image, command and spec unless given")
 	fs.StringVar(&f.file, "file", "", "the whole template as JSON (a workspace.Template: params with pattern, choices, min, max); the flags above then may not be given")
 	f.sf.register(fs, "set (values may hold {{.NAME}})")
 }
@@ -65,11 +67,11 @@ func (f *templateFlags) template(fs *pflag.FlagSet, name string, base workspace.
 		if err := json.Unmarshal(b, &t); err != nil {
 			return base, fmt.Errorf("--file %s: %w", f.file, err)
 		}
-		t.Name = name
+		t.Name, t.From = name, f.from
 		return t, nil
 	}
 	t := base
-	t.Name = name
+	t.Name, t.From = name, f.from
 	if fs.Changed("cmd") {
 		t.Command = f.command
 	}
