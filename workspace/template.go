@@ -141,6 +141,20 @@ func (p Param) check(v string) error {
 	if len(v) > MaxParamLen || strings.IndexByte(v, 0) >= 0 {
 		return fmt.Errorf("parameter %s: a value of at most %d bytes and no NUL byte", p.Name, MaxParamLen)
 	}
+	if err := p.checkType(v); err != nil {
+		return err
+	}
+	if p.Pattern != "" && !regexp.MustCompile(`^(?:`+p.Pattern+`)$`).MatchString(v) {
+		return fmt.Errorf("parameter %s: %q does not match %s", p.Name, v, p.Pattern)
+	}
+	if len(p.Choices) > 0 && !slices.Contains(p.Choices, v) {
+		return fmt.Errorf("parameter %s: %q, want one of %s", p.Name, v, strings.Join(p.Choices, ", "))
+	}
+	return nil
+}
+
+// checkType checks v against p's type (and an int's range).
+func (p Param) checkType(v string) error {
 	switch p.Type {
 	case "int":
 		n, err := strconv.ParseInt(v, 10, 64)
@@ -154,12 +168,6 @@ func (p Param) check(v string) error {
 		if v != "true" && v != "false" {
 			return fmt.Errorf("parameter %s: %q, want true or false", p.Name, v)
 		}
-	}
-	if p.Pattern != "" && !regexp.MustCompile(`^(?:`+p.Pattern+`)$`).MatchString(v) {
-		return fmt.Errorf("parameter %s: %q does not match %s", p.Name, v, p.Pattern)
-	}
-	if len(p.Choices) > 0 && !slices.Contains(p.Choices, v) {
-		return fmt.Errorf("parameter %s: %q, want one of %s", p.Name, v, strings.Join(p.Choices, ", "))
 	}
 	return nil
 }

@@ -98,20 +98,27 @@ func (a *API) copyFiles(ctx context.Context, fk provider.Forker, src workspace.W
 	case idle && src.ObservedStatus == workspace.Pending && src.ArchiveKey != "":
 		return fk.CopyArchive(ctx, src.ArchiveKey, key)
 	case idle && src.ObservedStatus == workspace.Standby && src.DesiredState != workspace.Running:
-		if err := fk.Snapshot(ctx, src.ID, key); err != nil {
-			return err
-		}
-		now, err := a.store.Get(ctx, src.ID)
-		if err == nil && (now.ObservedStatus != workspace.Standby || now.Operation != workspace.OpNone || now.OpID != src.OpID) {
-			err = fmt.Errorf("%w: workspace %s changed while its files were copied (now %s, %s); fork it again", workspace.ErrConflict, src.Name, now.ObservedStatus, now.Operation)
-		}
-		if err != nil {
-			a.dropArchive(ctx, key)
-		}
-		return err
+		return a.snapshotStopped(ctx, fk, src, key)
 	}
 	return fmt.Errorf("%w: workspace %s is %s (operation %s): its files change under a copy; stop it (ws down) or give an archive of it (--archive latest)",
 		workspace.ErrConflict, src.Name, src.ObservedStatus, src.Operation)
+}
+
+// snapshotStopped writes the files of src, STANDBY, as the archive under
+// key, and drops it if src moved meanwhile (a start: its files may have
+// changed under the copy).
+func (a *API) snapshotStopped(ctx context.Context, fk provider.Forker, src workspace.Workspace, key string) error {
+	if err := fk.Snapshot(ctx, src.ID, key); err != nil {
+		return err
+	}
+	now, err := a.store.Get(ctx, src.ID)
+	if err == nil && (now.ObservedStatus != workspace.Standby || now.Operation != workspace.OpNone || now.OpID != src.OpID) {
+		err = fmt.Errorf("%w: workspace %s changed while its files were copied (now %s, %s); fork it again", workspace.ErrConflict, src.Name, now.ObservedStatus, now.Operation)
+	}
+	if err != nil {
+		a.dropArchive(ctx, key)
+	}
+	return err
 }
 
 // sourceArchive is the key of src's archive named by archive: "latest"

@@ -72,6 +72,11 @@ func (f *templateFlags) template(fs *pflag.FlagSet, name string, base workspace.
 	}
 	t := base
 	t.Name, t.From = name, f.from
+	return t, f.apply(fs, &t)
+}
+
+// apply sets the fields of t whose flags were given.
+func (f *templateFlags) apply(fs *pflag.FlagSet, t *workspace.Template) error {
 	if fs.Changed("cmd") {
 		t.Command = f.command
 	}
@@ -83,7 +88,7 @@ func (f *templateFlags) template(fs *pflag.FlagSet, name string, base workspace.
 	}
 	u, err := f.sf.update(fs)
 	if err != nil {
-		return t, err
+		return err
 	}
 	if u.CPUs != nil {
 		t.CPUs = *u.CPUs
@@ -98,11 +103,9 @@ func (f *templateFlags) template(fs *pflag.FlagSet, name string, base workspace.
 		t.HTTP = *u.HTTP
 	}
 	if fs.Changed("param") {
-		if t.Params, err = parseParams(f.params); err != nil {
-			return t, err
-		}
+		t.Params, err = parseParams(f.params)
 	}
-	return t, nil
+	return err
 }
 
 // parseParams reads --param NAME[:TYPE][=DEFAULT] values.
