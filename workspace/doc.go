@@ -50,6 +50,9 @@
 //	             CrashGrace
 //	reasons.go   FailureReason: which error_info reason a failed provider
 //	             call gets
+//	template.go  Template: a named, versioned spec with typed parameters
+//	             (Param; {{.name}} in command and env), its validation and
+//	             Instantiate; TemplateRef, what a workspace records of it
 //
 // Accounts: every request but the probes, /metrics and the page's shell
 // carries an API token (or a page session made from one); a principal sees

@@ -20,6 +20,9 @@ type Spec struct {
 	// HTTP: the command serves HTTP on $PORT, and a start is complete only
 	// once that port accepts connections (so /w/{id}/ answers at once).
 	HTTP bool `json:"http,omitempty"`
+	// Template is the template this workspace was made from (template.go);
+	// set by the API only, never from a request body.
+	Template *TemplateRef `json:"template,omitempty"`
 }
 
 // MaxEnv bounds a spec's environment: entries and bytes.
@@ -134,6 +137,12 @@ type SpecUpdate struct {
 	Memory   *int64   `json:"memory,omitempty"`
 	Pids     *int64   `json:"pids,omitempty"`
 	HTTP     *bool    `json:"http,omitempty"`
+	// TemplateVersion moves a workspace made from a template to another
+	// version of it ("latest" or a number); the API turns it into the
+	// fields above and Template, and it goes with no other field.
+	TemplateVersion string `json:"template_version,omitempty"`
+	// Template is the template reference the update records (the API's).
+	Template *TemplateRef `json:"-"`
 }
 
 // Apply returns w with u's fields set, validated.
@@ -159,6 +168,9 @@ func (u SpecUpdate) Apply(w Workspace) (Workspace, error) {
 	}
 	if u.HTTP != nil {
 		w.HTTP = *u.HTTP
+	}
+	if u.Template != nil {
+		w.Spec.Template = u.Template
 	}
 	if err := validRun(w.Image, w.Command); err != nil {
 		return w, err

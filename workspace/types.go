@@ -149,6 +149,10 @@ type Workspace struct {
 	// URL is the workspace app's own origin (filled by the API; "" if the
 	// server has no apps domain or the name and owner make no DNS label).
 	URL string `json:"url,omitempty"`
+	// TemplateLatest, filled by the API, is the latest version of the
+	// workspace's template when that is newer than the one it was made
+	// from (0 otherwise).
+	TemplateLatest int `json:"template_latest,omitempty"`
 }
 
 // Sentinel errors.
@@ -190,11 +194,21 @@ type NewWorkspace struct {
 	Image   string `json:"image,omitempty"`
 	Command string `json:"command,omitempty"`
 	Spec
+	// Template names the template to make this workspace from (its
+	// latest version) and Params fill its parameters; the image, command
+	// and spec then come from the template and may not be given.
+	Template string            `json:"template,omitempty"`
+	Params   map[string]string `json:"params,omitempty"`
 	// Desired defaults to STANDBY: a new workspace gets an empty volume.
 	Desired Status `json:"desired_state,omitempty"`
 	// Owner is set by the API from the caller's token, never from the
 	// request body; "" is the admin owner.
 	Owner string `json:"-"`
+	// ID and ArchiveKey, set by the API only (a fork, api/fork.go): the
+	// new workspace's id ("" = a fresh one) and the archive its first
+	// operation restores (RESTORING instead of PROVISIONING).
+	ID         string `json:"-"`
+	ArchiveKey string `json:"-"`
 }
 
 // MaxNameLen bounds a workspace name.

@@ -56,6 +56,8 @@ type APIConfig struct {
 	// Storage fills each workspace's volume path; nil = none.
 	Storage interface{ VolumePath(string) string }
 	Hints   hints.Bus // nil = none
+	// Templates keeps workspace templates (templates.go); nil = none.
+	Templates TemplateStore
 	// Gate is held while an authenticated change is in flight: the bulk
 	// work of the store and the reconciler given the same Gate waits for
 	// it (package urgency); nil = none.
@@ -110,6 +112,8 @@ type APIConfig struct {
 //	POST   /v1/tokens, GET /v1/tokens, DELETE /v1/tokens/{id}, GET /v1/audit (admin; accounts.go)
 //	POST   /v1/session, POST /v1/session/logout (the page's login; accounts.go)
 //	ANY    /w/{id}/…                    → the workspace's PORT (proxy.go; wakes it if needed)
+//	POST   /v1/workspaces/{id}/fork     {"name","desired_state","archive"} → 201 workspace (fork.go)
+//	GET/POST/PUT/DELETE /v1/templates…  templates (templates.go)
 //	GET    /v1/workspaces/{id}/ssh      Upgrade: ssh → 101, then SSH (ssh.go)
 //	GET    /v1/apps/authorize?host=H&return=P → 302 to H's login callback (apps_login.go)
 //	ANY    {name}--{owner}.{apps domain}/… → the workspace's PORT (apps.go)
@@ -191,8 +195,9 @@ func (a *API) routes() []route {
 		{"DELETE /v1/workspaces/{id}", "workspace.delete", a.delete},
 		{"GET /v1/workspaces/{id}/archives", "", a.archives},
 		{"POST /v1/workspaces/{id}/restore", "workspace.restore", a.restore},
+		{"POST /v1/workspaces/{id}/fork", "workspace.fork", a.fork},
 		{"GET " + authorizePath, "", a.authorize},
-	}, append(a.accountRoutes(), a.proxyRoutes()...)...)
+	}, append(append(a.accountRoutes(), a.templateRoutes()...), a.proxyRoutes()...)...)
 }
 
 // Handle adds a route (SSE streams, the web page). Its requests are
@@ -321,12 +326,23 @@ func (a *API) create(w http.ResponseWriter, r *http.Request) {
 	}
 	p, _ := auth.FromContext(r.Context())
 	n.Owner = p.Owner
-	err := a.checkSpec(n.Image, n.Command, n.Spec)
+	var err error
+	if n.Template != "" {
+		n, err = a.fromTemplate(r.Context(), n)
+	} else {
+		n.Spec.Template = nil
+	}
+	if err == nil {
+		err = a.checkSpec(n.Image, n.Command, n.Spec)
+	}
 	var ws workspace.Workspace
 	if err == nil {
 		ws, err = a.store.CreateWithin(r.Context(), n, a.cfg.Quotas, a.clock.Now())
 	}
 	if err != nil {
+		if n.ArchiveKey != "" { // a template's files, copied for it
+			a.dropArchive(r.Context(), n.ArchiveKey)
+		}
 		a.fail(w, r, err)
 		return
 	}
@@ -358,6 +374,7 @@ func (a *API) list(w http.ResponseWriter, r *http.Request) {
 	for _, ws := range all {
 		out = append(out, a.fill(ws))
 	}
+	a.fillTemplates(r.Context(), out)
 	writeJSON(w, http.StatusOK, out)
 }
 
@@ -367,7 +384,9 @@ func (a *API) get(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, a.fill(ws))
+	one := []workspace.Workspace{a.fill(ws)}
+	a.fillTemplates(r.Context(), one)
+	writeJSON(w, http.StatusOK, one[0])
 }
 
 // DesiredRequest is the body of PUT …/desired.
@@ -403,6 +422,9 @@ func (a *API) update(w http.ResponseWriter, r *http.Request) {
 	var ws workspace.Workspace
 	if err == nil {
 		ws, err = a.lookup(r)
+	}
+	if err == nil && u.TemplateVersion != "" {
+		u, err = a.moveTemplate(r.Context(), ws, u)
 	}
 	if err == nil {
 		var nw workspace.Workspace

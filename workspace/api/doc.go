@@ -14,6 +14,9 @@
 //	             Whoami, TokenRequest, TokenInfo
 //	archives.go  a workspace's archives and the one its next restore uses;
 //	             RestoreRequest
+//	fork.go      a new workspace with a copy of another's files (ForkRequest)
+//	templates.go templates (TemplateStore), a create from one, moving a
+//	             workspace between its versions
 //	proxy.go     /w/{id}/… into the workspace's PORT (wakes it, notes TTL
 //	             activity); logs
 //	upstream.go  how the proxy reaches a PORT: through a PortDialer's Dial

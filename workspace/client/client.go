@@ -142,6 +142,14 @@ func (c *Client) Restore(ctx context.Context, id, key string) (workspace.Workspa
 	return w, c.do(ctx, "POST", "/v1/workspaces/"+url.PathEscape(id)+"/restore", api.RestoreRequest{Archive: key}, &w)
 }
 
+// Fork makes a new workspace with a copy of id's files and spec
+// (api.ForkRequest: archive "" takes them from a stopped or archived
+// workspace, "latest" or a key from that archive of it).
+func (c *Client) Fork(ctx context.Context, id string, req api.ForkRequest) (workspace.Workspace, error) {
+	var w workspace.Workspace
+	return w, c.do(ctx, "POST", "/v1/workspaces/"+url.PathEscape(id)+"/fork", req, &w)
+}
+
 // Recover clears a workspace's error.
 func (c *Client) Recover(ctx context.Context, id string) (workspace.Workspace, error) {
 	var w workspace.Workspace

@@ -208,6 +208,17 @@ type ArchiveStore interface {
 	Forget(ctx context.Context, id string) error
 }
 
+// Forker is a Storage that can give a new workspace a copy of another's
+// files (ws fork): Snapshot packs workspace id's volume into an archive
+// under key and leaves the volume in place (the caller makes sure no
+// command runs in it meanwhile); CopyArchive copies the committed archive
+// under from to to (its .meta last, so to is committed only once whole).
+// Both are idempotent.
+type Forker interface {
+	Snapshot(ctx context.Context, id, key string) error
+	CopyArchive(ctx context.Context, from, to string) error
+}
+
 // ArchiveInfo is one archive of a workspace.
 type ArchiveInfo struct {
 	Key       string    `json:"key"`

@@ -394,7 +394,7 @@ func (s *Server) startHints(cfg ServerConfig) error {
 // apiConfig is the API's configuration under cfg. The session cookie is
 // Secure under TLS, and with InsecureListen (a TLS proxy is in front).
 func apiConfig(cfg ServerConfig, st *store.Store, gate *urgency.Gate, h hints.Bus) api.APIConfig {
-	return api.APIConfig{Store: apiStore(cfg, st), Accounts: st.Accounts(), Storage: cfg.Storage, Container: cfg.Container, Hints: h, Gate: gate, Quotas: cfg.Quotas,
+	return api.APIConfig{Store: apiStore(cfg, st), Accounts: st.Accounts(), Templates: st.Templates(), Storage: cfg.Storage, Container: cfg.Container, Hints: h, Gate: gate, Quotas: cfg.Quotas,
 		SecureCookies: cfg.TLSCert != "" || cfg.InsecureListen, AppsURL: appsURL(cfg), Logger: cfg.Logger}
 }
 

@@ -42,6 +42,9 @@
 //	            audit log, on the store's connections; the owners' lock the
 //	            quota checks hold
 //	supersede.go Abandon: the reconciler giving up a superseded operation
+//	templates.go Templates (Store.Templates): template versions (Put, Get,
+//	            List, Versions, Latest), Delete refused while a workspace
+//	            uses one; the hold a create from a template takes
 //
 // Subpackages: memstore is the in-memory fake with the same conditions,
 // storetest the test support (fresh databases; Force, Exec and DB on

@@ -203,18 +203,18 @@ func (s *Store) Create(ctx context.Context, n workspace.NewWorkspace, now time.T
 	return s.CreateWithin(ctx, n, auth.Quotas{}, now)
 }
 
-const insertSQL = `INSERT INTO workspaces (id, name, owner, image, command, desired_state, observed_status, created_at, updated_at, spec)
-	VALUES (?, ?, ?, ?, ?, ?, 'PENDING', ?, ?, ?)`
+const insertSQL = `INSERT INTO workspaces (id, name, owner, image, command, desired_state, observed_status, created_at, updated_at, spec, archive_key)
+	VALUES (?, ?, ?, ?, ?, ?, 'PENDING', ?, ?, ?, ?)`
 
 // specJSON is the spec column's value: ” for an empty spec.
 func specJSON(s workspace.Spec) string {
-	if len(s.Env) == 0 && s.CPUs == 0 && s.Memory == 0 && s.Pids == 0 && !s.HTTP {
-		return ""
-	}
 	if len(s.Env) == 0 {
 		s.Env = nil
 	}
 	b, _ := json.Marshal(s)
+	if string(b) == "{}" {
+		return ""
+	}
 	return string(b)
 }
 
@@ -226,16 +226,22 @@ func (s *Store) CreateWithin(ctx context.Context, n workspace.NewWorkspace, q au
 	if err := n.Validate(); err != nil {
 		return workspace.Workspace{}, err
 	}
-	id, err := uuid.NewV7()
+	id, err := newID(n.ID)
 	if err != nil {
 		return workspace.Workspace{}, err
 	}
 	ms := now.UnixMilli()
-	args := []any{id.String(), n.Name, n.Owner, n.Image, n.Command, string(n.Desired), ms, ms, specJSON(n.Spec)}
-	if q == (auth.Quotas{}) {
+	archive := sql.NullString{String: n.ArchiveKey, Valid: n.ArchiveKey != ""}
+	args := []any{id, n.Name, n.Owner, n.Image, n.Command, string(n.Desired), ms, ms, specJSON(n.Spec), archive}
+	if q == (auth.Quotas{}) && n.Spec.Template == nil {
 		_, err = s.exec(ctx, insertSQL, args...)
 	} else {
 		err = s.withOwnerLock(ctx, n.Owner, func(tx *sql.Tx) error {
+			if ref := n.Spec.Template; ref != nil {
+				if err := s.holdTemplate(ctx, tx, ref); err != nil {
+					return err
+				}
+			}
 			if err := s.checkQuota(ctx, tx, n.Owner, "", q.Workspaces, "workspaces", `desired_state <> 'DELETED'`); err != nil {
 				return err
 			}
@@ -254,7 +260,21 @@ func (s *Store) CreateWithin(ctx context.Context, n workspace.NewWorkspace, q au
 		}
 		return workspace.Workspace{}, err
 	}
-	return s.Get(ctx, id.String())
+	return s.Get(ctx, id)
+}
+
+// newID is id if it is a UUID (a fork's, chosen before its archive was
+// written), a new UUIDv7 if it is "".
+func newID(id string) (string, error) {
+	if id != "" {
+		u, err := uuid.Parse(id)
+		if err != nil {
+			return "", fmt.Errorf("%w: workspace id %q: %v", workspace.ErrBadInput, id, err)
+		}
+		return u.String(), nil
+	}
+	u, err := uuid.NewV7()
+	return u.String(), err
 }
 
 func isUnique(err error) bool {

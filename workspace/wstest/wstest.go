@@ -64,6 +64,9 @@ type APIEnv struct {
 func NewAPIEnv(t *testing.T, st *store.Store, cfg api.APIConfig) *APIEnv {
 	t.Helper()
 	cfg.Store, cfg.Accounts = st, st.Accounts()
+	if cfg.Templates == nil {
+		cfg.Templates = st.Templates()
+	}
 	srv := httptest.NewServer(api.NewAPI(cfg))
 	t.Cleanup(srv.Close)
 	return &APIEnv{St: st, Srv: srv, Admin: storetest.Token(t, st, workspace.AdminOwner, true)}

@@ -184,3 +184,50 @@ func (s *Storage) Forget(ctx context.Context, id string) error {
 	}
 	return nil
 }
+
+var _ provider.Forker = (*Storage)(nil)
+
+// Snapshot packs workspace id's volume into an archive under key, leaving
+// the volume (a fork's copy of a STANDBY workspace). A committed key is
+// kept as it is.
+func (s *Storage) Snapshot(ctx context.Context, id, key string) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	if ok, err := Committed(ctx, s.Blobs, key); err != nil || ok {
+		return err
+	}
+	if ok, err := s.VolumeExists(ctx, id); err != nil {
+		return err
+	} else if !ok {
+		return fmt.Errorf("%w: workspace %s has no volume to snapshot", provider.ErrNotFound, id)
+	}
+	_, err := Write(ctx, s.Blobs, key, s.VolumePath(id))
+	return err
+}
+
+// CopyArchive copies the committed archive under from to to: the blob,
+// then its .meta, so to is committed only once it is whole. The copy's
+// digest is the original's (Extract verifies it at restore).
+func (s *Storage) CopyArchive(ctx context.Context, from, to string) error {
+	if ok, err := Committed(ctx, s.Blobs, to); err != nil || ok {
+		return err
+	}
+	if ok, err := Committed(ctx, s.Blobs, from); err != nil {
+		return err
+	} else if !ok {
+		return fmt.Errorf("%w: %s is not a committed archive", provider.ErrArchiveNotFound, from)
+	}
+	for _, k := range []string{from, provider.MetaKey(from)} {
+		rc, err := s.Blobs.Get(ctx, k)
+		if err != nil {
+			return err
+		}
+		err = s.Blobs.Put(ctx, to+strings.TrimPrefix(k, from), rc)
+		rc.Close()
+		if err != nil {
+			return fmt.Errorf("archive: copy %s: %w", k, err)
+		}
+	}
+	return nil
+}

@@ -81,6 +81,11 @@ func (s *Store) Create(_ context.Context, n workspace.NewWorkspace, now time.Tim
 	if err != nil {
 		return workspace.Workspace{}, err
 	}
+	if n.ID != "" {
+		if id, err = uuid.Parse(n.ID); err != nil {
+			return workspace.Workspace{}, fmt.Errorf("%w: workspace id %q: %v", workspace.ErrBadInput, n.ID, err)
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, r := range s.rows {
@@ -90,7 +95,7 @@ func (s *Store) Create(_ context.Context, n workspace.NewWorkspace, now time.Tim
 	}
 	r := &row{w: workspace.Workspace{ID: id.String(), Name: n.Name, Owner: n.Owner, Image: n.Image, Command: n.Command,
 		Spec: n.Spec, DesiredState: n.Desired, ObservedStatus: workspace.Pending, Operation: workspace.OpNone,
-		CreatedAt: ms(now), UpdatedAt: ms(now)}}
+		ArchiveKey: n.ArchiveKey, CreatedAt: ms(now), UpdatedAt: ms(now)}}
 	s.rows[r.w.ID] = r
 	return snapshot(r), nil
 }

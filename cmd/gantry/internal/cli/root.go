@@ -23,7 +23,8 @@
 //	ws_spec.go      gantry ws create|update: the workspace spec flags
 //	ws_exec.go      gantry ws exec (-i, -t)
 //	ws_ssh.go       gantry ws ssh --stdio (OpenSSH's ProxyCommand), gantry ws config-ssh
-//	ws_archives.go  gantry ws archives|restore
+//	ws_archives.go  gantry ws archives|restore|fork
+//	ws_template.go  gantry ws template create|list|get|update|delete
 //	ws_accounts.go  the ws client flags; gantry ws whoami|token|audit|logs
 //	ws_kubernetes.go the Kubernetes provider's flags of ws serve, and gantry ws volume
 //	ws_backends.go  the backends of ws serve: fs or S3 archive storage, the Docker

@@ -38,7 +38,8 @@ func newWSCmd(env *Env) *cobra.Command {
 		newWSDesiredCmd(client, "archive", workspace.Pending, "Archive a workspace and remove its volume (desired PENDING)"),
 		newWSDeleteCmd(client), newWSRecoverCmd(client), newWSWaitCmd(client), newWSTouchCmd(client),
 		newWSTokenCmd(client), newWSAuditCmd(client), newWSWhoamiCmd(client), newWSLogsCmd(client), newWSExecCmd(client), newWSSSHCmd(client), newWSConfigSSHCmd(&cf),
-		newWSUpdateCmd(client), newWSArchivesCmd(client), newWSRestoreCmd(client), newWSVolumeCmd(env))
+		newWSUpdateCmd(client), newWSArchivesCmd(client), newWSRestoreCmd(client), newWSVolumeCmd(env),
+		newWSTemplateCmd(client), newWSForkCmd(client))
 	return cmd
 }
 
@@ -233,13 +234,13 @@ func newWSListCmd(client func() *wsclient.Client) *cobra.Command {
 				return printJSON(cmd, ws)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 2, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tNAME\tOWNER\tDESIRED\tOBSERVED\tOPERATION\tERROR")
+			fmt.Fprintln(tw, "ID\tNAME\tOWNER\tDESIRED\tOBSERVED\tOPERATION\tTEMPLATE\tERROR")
 			for _, w := range ws {
 				e := ""
 				if w.ErrorInfo != nil {
 					e = w.ErrorInfo.Reason
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", w.ID, w.Name, w.Owner, w.DesiredState, w.ObservedStatus, w.Operation, e)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", w.ID, w.Name, w.Owner, w.DesiredState, w.ObservedStatus, w.Operation, templateColumn(w), e)
 			}
 			return tw.Flush()
 		},
@@ -268,6 +269,9 @@ func newWSGetCmd(client func() *wsclient.Client) *cobra.Command {
 				w.ID, w.Name, w.Owner, w.DesiredState, w.ObservedStatus, w.Operation, w.ArchiveKey, w.Volume)
 			if w.URL != "" {
 				fmt.Fprintf(out, "url:             %s\n", w.URL)
+			}
+			if w.Spec.Template != nil {
+				fmt.Fprintf(out, "template:        %s\n", templateColumn(w))
 			}
 			if w.ErrorInfo != nil {
 				fmt.Fprintf(out, "error:           %s (%s, terminal=%v): %s\n", w.ErrorInfo.Reason, w.ErrorInfo.Operation, w.ErrorInfo.IsTerminal, w.ErrorInfo.LastError)

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gantryhq/gantry/workspace"
+	"github.com/gantryhq/gantry/workspace/api"
 	wsclient "github.com/gantryhq/gantry/workspace/client"
 )
 
@@ -66,5 +67,26 @@ func newWSRestoreCmd(client func() *wsclient.Client) *cobra.Command {
 	cmd.Flags().StringVar(&key, "archive", "", "the archive's key, as ws archives lists it")
 	cmd.Flags().BoolVar(&up, "up", false, "then bring the workspace up (desired RUNNING)")
 	cmd.MarkFlagRequired("archive")
+	return cmd
+}
+
+func newWSForkCmd(client func() *wsclient.Client) *cobra.Command {
+	var req api.ForkRequest
+	cmd := &cobra.Command{
+		Use:   "fork ID NAME [--desired STATE] [--archive latest|KEY]",
+		Short: "Make a new workspace with ID's spec and a copy of its files (ID stopped or archived; or from an archive of it); prints its id",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			req.Name = args[1]
+			w, err := client().Fork(cmd.Context(), args[0], req)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), w.ID)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&req.DesiredState, "desired", "", "the new workspace's desired state: STANDBY (default), RUNNING or PENDING")
+	cmd.Flags().StringVar(&req.Archive, "archive", "", "copy this archive of ID's (latest, or a key from ws archives) instead of its current files: the way to fork a RUNNING workspace")
 	return cmd
 }

@@ -45,8 +45,9 @@ func newWSCreateCmd(client func() *wsclient.Client) *cobra.Command {
 	var n workspace.NewWorkspace
 	var desired string
 	var sf specFlags
+	var params []string
 	cmd := &cobra.Command{
-		Use:   "create NAME [--cmd CMD] [--image IMG] [--env K=V]... [--http] [--cpus N] [--memory SIZE] [--pids N]",
+		Use:   "create NAME [--cmd CMD] [--image IMG] [--env K=V]... [--http] [--cpus N] [--memory SIZE] [--pids N] | --template T [--param K=V]...",
 		Short: "Create a workspace (it gets an empty volume: STANDBY); prints its id",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -56,6 +57,12 @@ func newWSCreateCmd(client func() *wsclient.Client) *cobra.Command {
 			}
 			n.Name, n.Desired = args[0], workspace.Status(desired)
 			n.Spec = workspace.Spec{Env: sf.env, CPUs: sf.cpus, Memory: mem, Pids: sf.pids, HTTP: sf.http}
+			if n.Params, err = parseKV("param", params); err != nil {
+				return err
+			}
+			if n.Params != nil && n.Template == "" {
+				return fmt.Errorf("--param fills a template's parameters: give --template")
+			}
 			w, err := client().Create(cmd.Context(), n)
 			if err != nil {
 				return err
@@ -67,6 +74,8 @@ func newWSCreateCmd(client func() *wsclient.Client) *cobra.Command {
 	cmd.Flags().StringVar(&n.Command, "cmd", "", "command run in the volume while RUNNING; it gets $PORT to serve HTTP on, proxied at /w/{id}/ (default: "+`"exec sleep infinity"`+")")
 	cmd.Flags().StringVar(&n.Image, "image", "", "container image (docker and kubernetes providers; required there unless ws serve has a default)")
 	cmd.Flags().StringVar(&desired, "desired", "", "initial desired state: STANDBY (default), RUNNING or PENDING")
+	cmd.Flags().StringVar(&n.Template, "template", "", "make it from this template's latest version (ws template list): its image, command, env and limits")
+	cmd.Flags().StringArrayVar(&params, "param", nil, "--template: a parameter's value, NAME=VALUE (repeatable)")
 	sf.register(cmd.Flags(), "set")
 	return cmd
 }
@@ -76,9 +85,10 @@ func newWSUpdateCmd(client func() *wsclient.Client) *cobra.Command {
 	var image, command string
 	var unset []string
 	var restart bool
+	var templateVersion string
 	var timeout time.Duration
 	cmd := &cobra.Command{
-		Use:   "update ID [--cmd CMD] [--image IMG] [--env K=V]... [--unset-env K]... [--http] [--cpus N] [--memory SIZE] [--pids N] [--restart]",
+		Use:   "update ID [--cmd CMD] [--image IMG] [--env K=V]... [--unset-env K]... [--http] [--cpus N] [--memory SIZE] [--pids N] [--template-version V] [--restart]",
 		Short: "Change a workspace's command, image, environment or limits: applied at its next start (--restart: now)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -93,6 +103,7 @@ func newWSUpdateCmd(client func() *wsclient.Client) *cobra.Command {
 				u.Command = &command
 			}
 			u.EnvUnset = unset
+			u.TemplateVersion = templateVersion
 			c := client()
 			w, err := c.Update(cmd.Context(), args[0], u)
 			if err != nil {
@@ -107,6 +118,7 @@ func newWSUpdateCmd(client func() *wsclient.Client) *cobra.Command {
 	cmd.Flags().StringVar(&command, "cmd", "", "the command run while RUNNING")
 	cmd.Flags().StringVar(&image, "image", "", "container image (docker and kubernetes providers)")
 	cmd.Flags().StringArrayVar(&unset, "unset-env", nil, "remove an environment variable (repeatable)")
+	cmd.Flags().StringVar(&templateVersion, "template-version", "", "move a workspace made from a template to this version of it (latest, or a number), with its parameters")
 	cmd.Flags().BoolVar(&restart, "restart", false, "if the workspace should be RUNNING, stop it and start it again now (waiting for both)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "--restart: give up waiting after this long")
 	sf.register(cmd.Flags(), "set or replace")
