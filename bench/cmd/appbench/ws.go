@@ -1,0 +1,149 @@
+package main
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+// clockBase is the zero of the send times messages carry (monotonic).
+var clockBase = time.Now()
+
+// stream is one WebSocket echo stream's counts and latencies.
+type stream struct {
+	sent, received, outOfOrder int64
+	lat                        []time.Duration
+	sendEnd                    time.Duration // when its last message went, from the start
+	err                        error
+}
+
+// benchWS runs -streams WebSocket echo streams through the app URL, each
+// sending -rate messages a second (16 bytes: a sequence number and the
+// send time) for -duration, paced against the clock (a late sender catches
+// up), then waits up to 5 s for the echoes. ok: every message came back,
+// in order.
+func (e *env) benchWS(res *results) (ok bool, err error) {
+	c := e.cfg
+	wsURL := "ws" + strings.TrimPrefix(e.url, "http") + "/ws"
+	d := websocket.Dialer{NetDialContext: e.dialServer, HandshakeTimeout: 10 * time.Second}
+	h := http.Header{"Cookie": {e.cookie}, "Origin": {e.url}}
+	conns := make([]*websocket.Conn, c.streams)
+	for i := range conns {
+		conn, resp, err := d.Dial(wsURL, h)
+		if err != nil {
+			status := ""
+			if resp != nil {
+				status = resp.Status
+			}
+			return false, fmt.Errorf("stream %d: dial %s: %v %s", i, wsURL, err, status)
+		}
+		defer conn.Close()
+		conns[i] = conn
+	}
+	n := int(c.duration.Seconds() * float64(c.rate))
+	interval := time.Second / time.Duration(c.rate)
+	fmt.Printf("WebSocket echo through the app URL: %d streams × %d messages/s for %v (%d messages each):\n", c.streams, c.rate, c.duration, n)
+	streams := make([]*stream, c.streams)
+	var wg sync.WaitGroup
+	var pending atomic.Int64
+	pending.Store(int64(c.streams * n))
+	cpu0 := cpuOf(e.serve.Process.Pid)
+	start := time.Now().Add(50 * time.Millisecond)
+	for i, conn := range conns {
+		s := &stream{lat: make([]time.Duration, 0, n)}
+		streams[i] = s
+		wg.Add(2)
+		// Stagger the streams over one interval.
+		offset := interval * time.Duration(i) / time.Duration(c.streams)
+		go func() { defer wg.Done(); s.send(conn, start.Add(offset), interval, n) }()
+		go func() { defer wg.Done(); s.receive(conn, start, n, &pending) }()
+	}
+	deadline := start.Add(c.duration + 5*time.Second)
+	for pending.Load() > 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	elapsed := time.Since(start)
+	cpu := cpuOf(e.serve.Process.Pid) - cpu0
+	for _, conn := range conns {
+		conn.Close() // ends the receivers still waiting
+	}
+	wg.Wait()
+	return e.wsReport(res, streams, n, elapsed, cpu)
+}
+
+// send writes n messages, message i at start + i·interval (at once when
+// that time has passed).
+func (s *stream) send(conn *websocket.Conn, start time.Time, interval time.Duration, n int) {
+	msg := make([]byte, 16)
+	for i := range n {
+		if wait := time.Until(start.Add(time.Duration(i) * interval)); wait > 0 {
+			time.Sleep(wait)
+		}
+		binary.LittleEndian.PutUint64(msg, uint64(i))
+		binary.LittleEndian.PutUint64(msg[8:], uint64(time.Since(clockBase)))
+		if err := conn.WriteMessage(websocket.BinaryMessage, msg); err != nil {
+			s.err = fmt.Errorf("write %d: %w", i, err)
+			return
+		}
+		s.sent++
+	}
+	s.sendEnd = time.Since(start)
+}
+
+// receive reads echoes until n came back or the connection closes.
+func (s *stream) receive(conn *websocket.Conn, start time.Time, n int, pending *atomic.Int64) {
+	next := uint64(0)
+	for s.received < int64(n) {
+		_, msg, err := conn.ReadMessage()
+		now := time.Since(clockBase)
+		if err != nil {
+			return
+		}
+		if len(msg) != 16 {
+			s.outOfOrder++
+			continue
+		}
+		seq := binary.LittleEndian.Uint64(msg)
+		if seq != next {
+			s.outOfOrder++
+		}
+		next = seq + 1
+		s.lat = append(s.lat, now-time.Duration(binary.LittleEndian.Uint64(msg[8:])))
+		s.received++
+		pending.Add(-1)
+	}
+}
+
+// wsReport prints and records the streams' totals and latencies.
+func (e *env) wsReport(res *results, streams []*stream, n int, elapsed, cpu time.Duration) (bool, error) {
+	var sent, received, bad int64
+	var lat []time.Duration
+	var lastSend time.Duration
+	var firstErr error
+	for _, s := range streams {
+		sent += s.sent
+		received += s.received
+		bad += s.outOfOrder
+		lat = append(lat, s.lat...)
+		lastSend = max(lastSend, s.sendEnd)
+		if s.err != nil && firstErr == nil {
+			firstErr = s.err
+		}
+	}
+	want := int64(len(streams) * n)
+	lost := sent - received
+	fmt.Printf("  sent %d of %d, received %d, lost %d, out of order %d; the last message sent at %v (%.0f messages/s a stream); done after %v\n",
+		sent, want, received, lost, bad, lastSend.Round(time.Millisecond), float64(n)/lastSend.Seconds(), elapsed.Round(time.Millisecond))
+	res.add("ws sent", float64(sent))
+	res.add("ws lost", float64(lost))
+	res.add("ws rate a stream msg/s", float64(n)/lastSend.Seconds())
+	res.addLatencies("ws echo", lat)
+	fmt.Printf("  server CPU: %v (%v a message echoed)\n", cpu, cpu/time.Duration(max(received, 1)))
+	return firstErr == nil && sent == want && lost == 0 && bad == 0, firstErr
+}
