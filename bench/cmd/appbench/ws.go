@@ -1,9 +1,13 @@
 package main
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
+	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,16 +27,31 @@ type stream struct {
 	err                        error
 }
 
-// benchWS runs -streams WebSocket echo streams through the app URL, each
-// sending -rate messages a second (16 bytes: a sequence number and the
-// send time) for -duration, paced against the clock (a late sender catches
-// up), then waits up to 5 s for the echoes. ok: every message came back,
-// in order.
+// benchWS runs the WebSocket streams through the app URL, then, as the
+// baseline, straight to the app's port inside the workspace's network
+// namespace (when the HTTP targets found it). ok: no message lost.
 func (e *env) benchWS(res *results) (ok bool, err error) {
-	c := e.cfg
-	wsURL := "ws" + strings.TrimPrefix(e.url, "http") + "/ws"
-	d := websocket.Dialer{NetDialContext: e.dialServer, HandshakeTimeout: 10 * time.Second}
 	h := http.Header{"Cookie": {e.cookie}, "Origin": {e.url}}
+	if ok, err = e.wsRun(res, "ws app URL", "ws"+strings.TrimPrefix(e.url, "http")+"/ws", h, e.dialServer); err != nil || !ok {
+		return ok, err
+	}
+	if e.upstreamPort == "" {
+		return true, nil
+	}
+	direct, err := e.directDial()
+	if err != nil {
+		return true, nil
+	}
+	return e.wsRun(res, "ws direct", "ws://127.0.0.1:"+e.upstreamPort+"/ws", http.Header{"Origin": {e.url}}, direct)
+}
+
+// wsRun runs -streams WebSocket echo streams to wsURL, each sending -rate
+// messages a second (16 bytes: a sequence number and the send time) for
+// -duration, paced against the clock (a late sender catches up), then
+// waits up to 5 s for the echoes. ok: every message came back, in order.
+func (e *env) wsRun(res *results, name, wsURL string, h http.Header, dial func(ctx context.Context, network, addr string) (net.Conn, error)) (ok bool, err error) {
+	c := e.cfg
+	d := websocket.Dialer{NetDialContext: dial, HandshakeTimeout: 10 * time.Second}
 	conns := make([]*websocket.Conn, c.streams)
 	for i := range conns {
 		conn, resp, err := d.Dial(wsURL, h)
@@ -48,12 +67,14 @@ func (e *env) benchWS(res *results) (ok bool, err error) {
 	}
 	n := int(c.duration.Seconds() * float64(c.rate))
 	interval := time.Second / time.Duration(c.rate)
-	fmt.Printf("WebSocket echo through the app URL: %d streams × %d messages/s for %v (%d messages each):\n", c.streams, c.rate, c.duration, n)
+	fmt.Printf("%s: WebSocket echo, %d streams × %d messages/s for %v (%d messages each):\n", name, c.streams, c.rate, c.duration, n)
 	streams := make([]*stream, c.streams)
 	var wg sync.WaitGroup
 	var pending atomic.Int64
 	pending.Store(int64(c.streams * n))
 	cpu0 := cpuOf(e.serve.Process.Pid)
+	up, _ := pidOf(filepath.Join(e.data, "run", e.id+".pid"))
+	up0, self0 := cpuOf(up), cpuOf(os.Getpid())
 	start := time.Now().Add(50 * time.Millisecond)
 	for i, conn := range conns {
 		s := &stream{lat: make([]time.Duration, 0, n)}
@@ -70,11 +91,12 @@ func (e *env) benchWS(res *results) (ok bool, err error) {
 	}
 	elapsed := time.Since(start)
 	cpu := cpuOf(e.serve.Process.Pid) - cpu0
+	fmt.Printf("  CPU of the app (upstream echo): %v; of this program (the clients): %v\n", cpuOf(up)-up0, cpuOf(os.Getpid())-self0)
 	for _, conn := range conns {
 		conn.Close() // ends the receivers still waiting
 	}
 	wg.Wait()
-	return e.wsReport(res, streams, n, elapsed, cpu)
+	return e.wsReport(res, name, streams, n, elapsed, cpu)
 }
 
 // send writes n messages, message i at start + i·interval (at once when
@@ -121,7 +143,7 @@ func (s *stream) receive(conn *websocket.Conn, start time.Time, n int, pending *
 }
 
 // wsReport prints and records the streams' totals and latencies.
-func (e *env) wsReport(res *results, streams []*stream, n int, elapsed, cpu time.Duration) (bool, error) {
+func (e *env) wsReport(res *results, name string, streams []*stream, n int, elapsed, cpu time.Duration) (bool, error) {
 	var sent, received, bad int64
 	var lat []time.Duration
 	var lastSend time.Duration
@@ -140,10 +162,10 @@ func (e *env) wsReport(res *results, streams []*stream, n int, elapsed, cpu time
 	lost := sent - received
 	fmt.Printf("  sent %d of %d, received %d, lost %d, out of order %d; the last message sent at %v (%.0f messages/s a stream); done after %v\n",
 		sent, want, received, lost, bad, lastSend.Round(time.Millisecond), float64(n)/lastSend.Seconds(), elapsed.Round(time.Millisecond))
-	res.add("ws sent", float64(sent))
-	res.add("ws lost", float64(lost))
-	res.add("ws rate a stream msg/s", float64(n)/lastSend.Seconds())
-	res.addLatencies("ws echo", lat)
+	res.add(name+" sent", float64(sent))
+	res.add(name+" lost", float64(lost))
+	res.add(name+" rate a stream msg/s", float64(n)/lastSend.Seconds())
+	res.addLatencies(name+" echo", lat)
 	fmt.Printf("  server CPU: %v (%v a message echoed)\n", cpu, cpu/time.Duration(max(received, 1)))
 	return firstErr == nil && sent == want && lost == 0 && bad == 0, firstErr
 }
