@@ -41,7 +41,7 @@ type config struct {
 	duration               time.Duration
 	repo, gantry, only     string
 	cpuprofile             string
-	keep                   bool
+	keep, hold             bool
 }
 
 func main() {
@@ -60,12 +60,17 @@ func main() {
 	flag.StringVar(&c.only, "only", "http,ssh,ws", "which measurements, comma-separated")
 	flag.StringVar(&c.cpuprofile, "cpuprofile", "", "write the server's CPU profile (the whole run) to this file")
 	flag.BoolVar(&c.keep, "keep", false, "keep the work directory")
+	flag.BoolVar(&c.hold, "hold", false, "measure nothing: set up, print how to reach the workspace, wait for Ctrl-C (for profiling by hand)")
 	flag.Parse()
 	log.SetFlags(log.Ltime | log.Lmicroseconds)
 
 	e, err := setup(c)
 	if err != nil {
 		log.Fatal(err)
+	}
+	if c.hold {
+		fmt.Printf("export GANTRY_TOKEN=%s\nssh -F %s gantry-%s true\n%s ws --server %s exec %s -- true\ncurl -H 'Cookie: %s' --connect-to ::%s %s/\nCtrl-C ends it.\n",
+			e.alice, e.sshConfig, e.name, e.gantry, e.base, e.id, e.cookie, e.addr, e.url)
 	}
 	go func() {
 		sig := make(chan os.Signal, 1)
@@ -74,6 +79,9 @@ func main() {
 		e.close()
 		os.Exit(130)
 	}()
+	if c.hold {
+		select {}
+	}
 	code := e.bench()
 	e.close()
 	os.Exit(code)
