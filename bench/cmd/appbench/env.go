@@ -163,7 +163,7 @@ func (e *env) workspace() error {
 		return err
 	}
 	e.sshConfig = filepath.Join(e.dir, "ssh", "ssh_config")
-	e.ctlPath = filepath.Join(e.dir, "ssh", "cm-%C")
+	e.ctlPath = filepath.Join(e.dir, "ssh", "cm") // one host: no %C
 	_, err = e.cli(e.alice, "config-ssh", "--file", e.sshConfig)
 	return err
 }
@@ -188,7 +188,7 @@ func (e *env) close() {
 	}
 	e.closed = true
 	if e.sshConfig != "" {
-		e.sshCmd("-O", "exit", "gantry-"+e.name).Run()
+		e.sshCmd(append(e.mux("no"), "-O", "exit", "gantry-"+e.name)...).Run()
 	}
 	if e.id != "" {
 		if _, err := e.cli(e.alice, "down", e.id); err != nil {

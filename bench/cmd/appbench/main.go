@@ -38,7 +38,7 @@ import (
 
 type config struct {
 	runs, n, streams, rate int
-	duration               time.Duration
+	duration, drain        time.Duration
 	repo, gantry, only     string
 	cpuprofile             string
 	keep, hold             bool
@@ -55,6 +55,7 @@ func main() {
 	flag.IntVar(&c.streams, "streams", 64, "concurrent WebSocket echo streams")
 	flag.IntVar(&c.rate, "rate", 1000, "messages a second on each stream")
 	flag.DurationVar(&c.duration, "duration", 10*time.Second, "how long each stream sends")
+	flag.DurationVar(&c.drain, "drain", 30*time.Second, "how long after the last send a message may still come back (later: lost)")
 	flag.StringVar(&c.repo, "repo", "..", "the gantry repository to build cmd/gantry from")
 	flag.StringVar(&c.gantry, "gantry", "", "a gantry binary to run instead of building one")
 	flag.StringVar(&c.only, "only", "http,ssh,ws", "which measurements, comma-separated")

@@ -48,7 +48,8 @@ func (e *env) benchWS(res *results) (ok bool, err error) {
 // wsRun runs -streams WebSocket echo streams to wsURL, each sending -rate
 // messages a second (16 bytes: a sequence number and the send time) for
 // -duration, paced against the clock (a late sender catches up), then
-// waits up to 5 s for the echoes. ok: every message came back, in order.
+// waits up to -drain for the echoes (those not back by then are lost).
+// ok: every message came back, in order.
 func (e *env) wsRun(res *results, name, wsURL string, h http.Header, dial func(ctx context.Context, network, addr string) (net.Conn, error)) (ok bool, err error) {
 	c := e.cfg
 	d := websocket.Dialer{NetDialContext: dial, HandshakeTimeout: 10 * time.Second}
@@ -85,7 +86,7 @@ func (e *env) wsRun(res *results, name, wsURL string, h http.Header, dial func(c
 		go func() { defer wg.Done(); s.send(conn, start.Add(offset), interval, n) }()
 		go func() { defer wg.Done(); s.receive(conn, start, n, &pending) }()
 	}
-	deadline := start.Add(c.duration + 5*time.Second)
+	deadline := start.Add(c.duration + c.drain)
 	for pending.Load() > 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
