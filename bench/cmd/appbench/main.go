@@ -49,6 +49,10 @@ func main() {
 		runUpstream()
 		return
 	}
+	if len(os.Args) == 4 && os.Args[1] == "proxy" {
+		runProxy(os.Args[2], os.Args[3])
+		return
+	}
 	var c config
 	flag.IntVar(&c.runs, "runs", 3, "runs (medians over them reported)")
 	flag.IntVar(&c.n, "n", 200, "samples of each latency per run")

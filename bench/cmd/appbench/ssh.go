@@ -47,7 +47,7 @@ func (e *env) benchSSH(res *results) error {
 		return err
 	}
 	fmt.Printf("ssh %s true / gantry ws exec ID true, %d samples each, interleaved:\n", host, e.cfg.n)
-	var cold, warm, wsExec []time.Duration
+	var cold, light, warm, wsExec []time.Duration
 	failed := map[string]int{}
 	sample := func(kind string, into *[]time.Duration, cmd *exec.Cmd) bool {
 		d, err := timed(cmd)
@@ -63,6 +63,7 @@ func (e *env) benchSSH(res *results) error {
 	cpu0 := cpuOf(e.serve.Process.Pid)
 	for range e.cfg.n {
 		sample("ssh cold", &cold, e.sshCmd(host, "true"))
+		sample("ssh cold, light ProxyCommand", &light, e.sshCmd(append(e.lightProxy(), host, "true")...))
 		if _, err := os.Stat(e.ctlPath); err != nil {
 			failed["ssh master gone before a warm sample"]++
 			if err := e.sshMaster(host); err != nil {
@@ -81,6 +82,7 @@ func (e *env) benchSSH(res *results) error {
 	}
 	cpu := cpuOf(e.serve.Process.Pid) - cpu0
 	res.addLatencies("ssh true cold", cold)
+	res.addLatencies("ssh true cold, appbench proxy", light)
 	res.addLatencies("ssh true warm (ControlMaster)", warm)
 	res.addLatencies("gantry ws exec true", wsExec)
 	nfail := 0
@@ -89,7 +91,7 @@ func (e *env) benchSSH(res *results) error {
 		nfail += v
 	}
 	res.add("ssh failures", float64(nfail))
-	fmt.Printf("  server CPU: %v over %d commands (%v a command, all three kinds)\n", cpu, 3*e.cfg.n, cpu/time.Duration(3*e.cfg.n))
+	fmt.Printf("  server CPU: %v over %d commands (%v a command, all four kinds)\n", cpu, 4*e.cfg.n, cpu/time.Duration(4*e.cfg.n))
 	if nfail > 0 {
 		return fmt.Errorf("%d failures: %v (master log: %s)", nfail, failed, tail(filepath.Join(e.dir, "ssh-master.log"), 1000))
 	}
