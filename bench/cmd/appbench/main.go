@@ -15,9 +15,12 @@
 //   - `ssh gantry-NAME true` through the config `ws config-ssh` writes
 //     (OpenSSH, ProxyCommand `gantry ws ssh --stdio`), cold (a new ssh and
 //     ProxyCommand each time) and warm (OpenSSH connection multiplexing, the
-//     master up); the baseline `gantry ws exec ID true`;
+//     master up); the baselines `gantry ws exec ID true`, and a cold ssh
+//     whose ProxyCommand is `appbench proxy` (the same upgrade in a small
+//     program: what is left without the gantry binary's start);
 //   - -streams WebSocket echo streams through the app URL at -rate messages
-//     a second each for -duration: sent, received, lost, latency p50/p99.
+//     a second each for -duration, then straight to the app's port: sent,
+//     received, lost (not back -drain after the last send), latency p50/p99.
 //
 // It prints every run's figures, then the medians over the runs.
 //
