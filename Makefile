@@ -22,6 +22,9 @@ bench-sort: ## Benchmark sort local against GNU sort on 1 GB (figures in docs/BE
 bench-queue: ## Benchmark taskq against asynq (private Redis) and River (private Postgres database): tasks/s, ratios, enqueue→start p50/p99
 	cd bench && $(GO) run ./cmd/queuebench $(QUEUEBENCHFLAGS)
 
+bench-apps: ## Workspace apps and SSH on a real ws serve: app-URL and ssh latency cold/warm (p50/p99 of 200), 64 WebSocket echo streams at 1,000 msg/s (figures in docs/BENCHMARKS.md)
+	cd bench && $(GO) run ./cmd/appbench $(APPBENCHFLAGS)
+
 bench-dsort: ## End-to-end dsort (4 workers, 2 GB) and sort local (1 GB) vs GNU sort (figures in docs/BENCHMARKS.md)
 	bash scripts/bench-dsort.sh
 
@@ -67,4 +70,4 @@ generate: ## Regenerate protobuf/gRPC code (needs protoc: apt-get install protob
 clean: ## Remove build output
 	rm -rf bin
 
-.PHONY: help build demo bench-sort bench-queue bench-dsort services test test-short test-race bench lint generate clean
+.PHONY: help build demo bench-sort bench-queue bench-apps bench-dsort services test test-short test-race bench lint generate clean
