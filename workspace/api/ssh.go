@@ -349,6 +349,9 @@ func (s *sshServer) exit(ch ssh.Channel, status int, err error) {
 		fmt.Fprintf(ch.Stderr(), "gantry: %v\r\n", err)
 		status = 255
 	}
-	ch.CloseWrite()
+	// The status goes before the end of output, as OpenSSH's server sends
+	// them: OpenSSH's client closes the channel once both sides' output
+	// ended, and a status arriving after that is lost (ssh exits 255).
 	ch.SendRequest("exit-status", false, ssh.Marshal(struct{ Status uint32 }{uint32(status)}))
+	ch.CloseWrite()
 }

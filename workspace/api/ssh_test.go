@@ -216,3 +216,44 @@ func TestSSHSessionMapsOntoExec(t *testing.T) {
 		t.Error("port forwarding was accepted")
 	}
 }
+
+// The exit status arrives before the end of the command's output, in
+// OpenSSH's order: OpenSSH's client closes the channel once both sides'
+// output ended, and a status sent after that was lost (a warm `ssh host
+// true` exited 255 about once in 750). The client's connection handles
+// the server's messages in order, so when a read sees the end of output
+// the status must already wait among the channel's requests.
+func TestSSHExitStatusBeforeEOF(t *testing.T) {
+	st := wstest.OpenStore(t, storetest.SQLiteDSN(t))
+	env := wstest.NewAPIEnv(t, st, api.APIConfig{Container: specExec{}})
+	alice := storetest.Token(t, st, "alice", false)
+	w, err := st.Create(t.Context(), workspace.NewWorkspace{Name: "w", Owner: "alice", Desired: workspace.Running}, wstest.T0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	storetest.Force(t, st, w.ID, map[string]any{"observed_status": "RUNNING", "observed_at": wstest.T0})
+	cl, status := dialSSH(t, env, w.ID, credential{header: "Authorization: Bearer " + alice})
+	if cl == nil {
+		t.Fatalf("ssh: HTTP %d", status)
+	}
+	for round := range 50 {
+		ch, reqs, err := cl.OpenChannel("session", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := ch.SendRequest("exec", true, ssh.Marshal(struct{ Cmd string }{"true"})); !ok || err != nil {
+			t.Fatalf("exec: %v, %v", ok, err)
+		}
+		ch.CloseWrite()
+		io.ReadAll(ch)
+		select {
+		case r := <-reqs:
+			if r.Type != "exit-status" {
+				t.Fatalf("round %d: request %q before the exit status", round, r.Type)
+			}
+		default:
+			t.Fatalf("round %d: the output ended before the exit status came", round)
+		}
+		ch.Close()
+	}
+}
