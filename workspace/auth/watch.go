@@ -10,8 +10,8 @@ import (
 // DefaultRecheckEvery is how often an open stream checks its credential
 // again when its server sets no interval: a revoked, expired or logged-out
 // credential's streams end within this (plus one check) of its end, under
-// the 5 s every stream kind promises.
-const DefaultRecheckEvery = 4 * time.Second
+// the 5 s every stream kind promises, with room for a loaded machine.
+const DefaultRecheckEvery = 2 * time.Second
 
 // ErrCredentialEnded is the cause of a watched stream's end (see Watch).
 var ErrCredentialEnded = errors.New("auth: the stream's credential ended (revoked, expired or logged out)")
