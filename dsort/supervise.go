@@ -129,6 +129,10 @@ func (h *heartbeater) run(ctx context.Context) {
 // master has answered, it asks again almost at once: the master's hold
 // paces the asking. After a failed heartbeat, the interval.
 func (h *heartbeater) beat(ctx context.Context, interval time.Duration, lastOK *time.Time) (soon, done bool) {
+	// Silence is measured to when this heartbeat went out: what happens
+	// while it is in flight (a fake clock's test moving time) cannot make
+	// a beat that started within the timeout the one that gives up.
+	began := h.clock.Now()
 	sent, rep, err := h.send(ctx, max(4*interval, 2*time.Second))
 	if err != nil && ctx.Err() == nil {
 		h.metrics.heartbeatMissed()
@@ -146,7 +150,7 @@ func (h *heartbeater) beat(ctx context.Context, interval time.Duration, lastOK *
 		}
 	case ctx.Err() != nil:
 		return false, true
-	case h.clock.Since(*lastOK) > h.timeout:
+	case began.Sub(*lastOK) > h.timeout:
 		h.lost <- h.lostErr(err)
 		return false, true
 	}
