@@ -20,6 +20,9 @@ type Spec struct {
 	// HTTP: the command serves HTTP on $PORT, and a start is complete only
 	// once that port accepts connections (so /w/{id}/ answers at once).
 	HTTP bool `json:"http,omitempty"`
+	// Apps are the workspace's apps besides the default one on $PORT
+	// (apps.go), and main's share level if set.
+	Apps []App `json:"apps,omitempty"`
 }
 
 // MaxEnv bounds a spec's environment: entries and bytes.
@@ -50,6 +53,9 @@ const (
 // not a workspace retried until ERROR.
 func (s Spec) Validate() error {
 	if err := validEnv(s.Env); err != nil {
+		return err
+	}
+	if err := validApps(s.Apps); err != nil {
 		return err
 	}
 	return s.validLimits()
@@ -134,6 +140,11 @@ type SpecUpdate struct {
 	Memory   *int64   `json:"memory,omitempty"`
 	Pids     *int64   `json:"pids,omitempty"`
 	HTTP     *bool    `json:"http,omitempty"`
+	// Apps replaces the whole list of apps; then AppSet sets (by name)
+	// and AppUnset removes single apps.
+	Apps     *[]App   `json:"apps,omitempty"`
+	AppSet   []App    `json:"app_set,omitempty"`
+	AppUnset []string `json:"app_unset,omitempty"`
 }
 
 // Apply returns w with u's fields set, validated.
@@ -160,6 +171,10 @@ func (u SpecUpdate) Apply(w Workspace) (Workspace, error) {
 	if u.HTTP != nil {
 		w.HTTP = *u.HTTP
 	}
+	if u.Apps != nil {
+		w.Apps = *u.Apps
+	}
+	w.Apps = StoredApps(editApps(w.Apps, u.AppSet, u.AppUnset))
 	if err := validRun(w.Image, w.Command); err != nil {
 		return w, err
 	}

@@ -208,12 +208,13 @@ const insertSQL = `INSERT INTO workspaces (id, name, owner, image, command, desi
 
 // specJSON is the spec column's value: ” for an empty spec.
 func specJSON(s workspace.Spec) string {
-	if len(s.Env) == 0 && s.CPUs == 0 && s.Memory == 0 && s.Pids == 0 && !s.HTTP {
+	if len(s.Env) == 0 && s.CPUs == 0 && s.Memory == 0 && s.Pids == 0 && !s.HTTP && len(s.Apps) == 0 {
 		return ""
 	}
 	if len(s.Env) == 0 {
 		s.Env = nil
 	}
+	s.Apps = workspace.StoredApps(s.Apps)
 	b, _ := json.Marshal(s)
 	return string(b)
 }
