@@ -71,22 +71,32 @@ func validApps(apps []App) error {
 	}
 	names, ports := map[string]bool{}, map[int]bool{}
 	for _, a := range apps {
-		if err := ValidAppName(a.Name); err != nil {
+		if err := validApp(a); err != nil {
 			return err
 		}
 		switch {
-		case a.Name == DefaultApp && a.Port != 0:
-			return fmt.Errorf("%w: app %s is the one on $PORT: give it no port (only a share level)", ErrBadInput, a.Name)
-		case a.Name != DefaultApp && (a.Port < 1 || a.Port > 65535):
-			return fmt.Errorf("%w: app %s: port %d, want 1–65535", ErrBadInput, a.Name, a.Port)
-		case a.Share != "" && a.Share != ShareOwner && a.Share != ShareAuthenticated && a.Share != SharePublic:
-			return fmt.Errorf("%w: app %s: share %q, want owner, authenticated or public", ErrBadInput, a.Name, a.Share)
 		case names[a.Name]:
 			return fmt.Errorf("%w: app %s given twice", ErrBadInput, a.Name)
 		case a.Port != 0 && ports[a.Port]:
 			return fmt.Errorf("%w: app %s: port %d is another app's", ErrBadInput, a.Name, a.Port)
 		}
 		names[a.Name], ports[a.Port] = true, true
+	}
+	return nil
+}
+
+// validApp checks one app: its name, port and share level.
+func validApp(a App) error {
+	if err := ValidAppName(a.Name); err != nil {
+		return err
+	}
+	switch {
+	case a.Name == DefaultApp && a.Port != 0:
+		return fmt.Errorf("%w: app %s is the one on $PORT: give it no port (only a share level)", ErrBadInput, a.Name)
+	case a.Name != DefaultApp && (a.Port < 1 || a.Port > 65535):
+		return fmt.Errorf("%w: app %s: port %d, want 1–65535", ErrBadInput, a.Name, a.Port)
+	case a.Share != "" && a.Share != ShareOwner && a.Share != ShareAuthenticated && a.Share != SharePublic:
+		return fmt.Errorf("%w: app %s: share %q, want owner, authenticated or public", ErrBadInput, a.Name, a.Share)
 	}
 	return nil
 }

@@ -20,7 +20,7 @@ func TestParseAppHost(t *testing.T) {
 		{"api--web--alice.localhost", "alice", []appRef{{"api--web", "main"}, {"web", "api"}}},
 		{"a--b--c--alice.localhost", "alice", []appRef{{"a--b--c", "main"}, {"b--c", "a"}}},
 		{"main--web--alice.localhost", "alice", []appRef{{"main--web", "main"}}}, // main has no second host
-		{"-x--web--alice.localhost", "alice", []appRef{{"-x--web", "main"}}},      // no app starts with '-'
+		{"-x--web--alice.localhost", "alice", []appRef{{"-x--web", "main"}}},     // no app starts with '-'
 		{"web--alice.example.com", "", nil},
 		{"web--alice.sub.localhost", "", nil},
 		{"web.localhost", "", nil},

@@ -219,4 +219,3 @@ func TestAppHostResolution(t *testing.T) {
 		t.Errorf("alice at web--foo--alice: %+v, want workspace web--foo's main app", l)
 	}
 }
-

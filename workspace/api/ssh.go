@@ -103,11 +103,7 @@ func (a *API) upgradeSSH(w http.ResponseWriter, r *http.Request) {
 	s := &sshServer{ex: ex, spec: spec, log: func(msg string, args ...any) { a.log.Info(msg, append([]any{"id", ws.ID}, args...)...) }}
 	s.ep, _ = a.cfg.Container.(provider.Endpointer)
 	s.dial, _ = a.cfg.Container.(PortDialer)
-	for _, app := range ws.Apps {
-		if app.Port != 0 {
-			s.ports = append(s.ports, app.Port)
-		}
-	}
+	s.ports = appPorts(ws)
 	s.serve(r.Context(), &bufferedConn{Conn: conn, r: brw.Reader}, cfg)
 }
 

@@ -209,17 +209,27 @@ func parseAppFlag(v string) (workspace.App, error) {
 		}
 		app.Port = n
 	}
+	if opts == "" {
+		return app, nil
+	}
+	share, err := parseAppOptions(opts)
+	app.Share = share
+	return app, err
+}
+
+// parseAppOptions parses an --app value's options: share=LEVEL.
+func parseAppOptions(opts string) (workspace.Share, error) {
+	var share workspace.Share
 	for opt := range strings.SplitSeq(opts, ",") {
 		level, ok := strings.CutPrefix(opt, "share=")
-		switch share := workspace.Share(level); {
-		case opt == "" && opts == "":
-		case ok && (share == workspace.ShareOwner || share == workspace.ShareAuthenticated || share == workspace.SharePublic):
-			app.Share = share
+		switch s := workspace.Share(level); {
+		case ok && (s == workspace.ShareOwner || s == workspace.ShareAuthenticated || s == workspace.SharePublic):
+			share = s
 		case ok:
-			return app, fmt.Errorf("share %q: want owner, authenticated or public", level)
+			return share, fmt.Errorf("share %q: want owner, authenticated or public", level)
 		default:
-			return app, fmt.Errorf("option %q: want share=owner|authenticated|public", opt)
+			return share, fmt.Errorf("option %q: want share=owner|authenticated|public", opt)
 		}
 	}
-	return app, nil
+	return share, nil
 }
