@@ -128,6 +128,17 @@ func (s Spec) AllApps() []App {
 	return out
 }
 
+// AppPorts are the ports s's apps declare (main's, $PORT, is not one).
+func (s Spec) AppPorts() []int {
+	var ports []int
+	for _, a := range s.Apps {
+		if a.Port != 0 {
+			ports = append(ports, a.Port)
+		}
+	}
+	return ports
+}
+
 // editApps returns apps with set's entries replacing or adding theirs (by
 // name) and unset's names removed, in a new slice (nil when empty).
 func editApps(apps, set []App, unset []string) []App {

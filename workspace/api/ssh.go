@@ -103,7 +103,7 @@ func (a *API) upgradeSSH(w http.ResponseWriter, r *http.Request) {
 	s := &sshServer{ex: ex, spec: spec, log: func(msg string, args ...any) { a.log.Info(msg, append([]any{"id", ws.ID}, args...)...) }}
 	s.ep, _ = a.cfg.Container.(provider.Endpointer)
 	s.dial, _ = a.cfg.Container.(PortDialer)
-	s.ports = appPorts(ws)
+	s.ports = ws.AppPorts()
 	s.serve(r.Context(), &bufferedConn{Conn: conn, r: brw.Reader}, cfg)
 }
 

@@ -11,8 +11,6 @@ import (
 	"sync"
 
 	"golang.org/x/crypto/ssh"
-
-	"github.com/gantryhq/gantry/workspace"
 )
 
 // Port forwarding (ssh -L): a "direct-tcpip" channel to 127.0.0.1,
@@ -80,17 +78,6 @@ func (s *sshServer) forward(ctx context.Context, host string, port uint32) (net.
 	}
 	var d net.Dialer
 	return d.DialContext(ctx, "tcp", withPort(addr, int(port)))
-}
-
-// appPorts are the ports ws's apps declare (main's, $PORT, is none).
-func appPorts(ws workspace.Workspace) []int {
-	var ports []int
-	for _, app := range ws.Apps {
-		if app.Port != 0 {
-			ports = append(ports, app.Port)
-		}
-	}
-	return ports
 }
 
 // splice copies between ch and conn both ways; each side's end is passed
