@@ -23,13 +23,16 @@ import (
 // WebSocket, waking it like /w/{id}/. The label is {name}--{owner}: a DNS
 // label, so only a workspace whose name and owner are both a–z, 0–9 and
 // '-' (the owner without "--"), 63 characters together, has an app URL
-// (Workspace.URL, "" otherwise); the label splits at its last "--".
+// (Workspace.URL, "" otherwise); the owner is after the label's last
+// "--". A workspace's other apps are at {app}--{name}--{owner}, and each
+// app has a share level (apps_share.go: how a label resolves, who may
+// open an app).
 //
 // The login never shows the API's credentials to the app's origin: an app
-// request without a valid gantry_app cookie is sent (302) to the API's
+// request (but a public app's) without a valid gantry_app cookie is sent (302) to the API's
 // origin, GET /v1/apps/authorize?host=H&return=PATH, which, for a page
-// session of the workspace's owner (or an admin; after a login form if
-// there is none), issues a one-time code — random, 60 s, single use,
+// session the app's share level admits (the workspace's owner or an admin;
+// any user's for a shared app; after a login form if there is none), issues a one-time code — random, 60 s, single use,
 // bound to H — and sends the browser to H/.gantry/callback?code=…; there
 // the code becomes the gantry_app cookie: host-only (no Domain), HttpOnly,
 // SameSite=Lax, Secure under TLS, valid on H only, standing for the page
