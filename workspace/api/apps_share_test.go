@@ -219,3 +219,17 @@ func TestAppHostResolution(t *testing.T) {
 		t.Errorf("alice at web--foo--alice: %+v, want workspace web--foo's main app", l)
 	}
 }
+
+// A bad app is refused with 400, naming the entry, at create and update.
+func TestAppSpecRefused(t *testing.T) {
+	e := newAppEnv(t)
+	c := e.env.Client(e.alice)
+	_, err := c.Create(t.Context(), workspace.NewWorkspace{Name: "x", Spec: workspace.Spec{Apps: []workspace.App{{Name: "a--b", Port: 8081}}}})
+	if err == nil || !strings.Contains(err.Error(), `app name "a--b"`) || !strings.Contains(err.Error(), "400") {
+		t.Errorf("create with app a--b: %v, want 400 naming it", err)
+	}
+	_, err = c.Update(t.Context(), "web", workspace.SpecUpdate{AppSet: []workspace.App{{Name: "api", Port: 70000}}})
+	if err == nil || !strings.Contains(err.Error(), "app api: port 70000") || !strings.Contains(err.Error(), "400") {
+		t.Errorf("update with port 70000: %v, want 400 naming it", err)
+	}
+}
