@@ -41,6 +41,8 @@
 //	             (Workspace), NewWorkspace, the sentinel errors
 //	spec.go      Spec: what a workspace runs (image, command, env, limits)
 //	             and its validation; SpecUpdate
+//	apps.go      App, Share: a workspace's apps (the default one, main, on
+//	             $PORT, and others on their ports) and their share levels
 //	plan.go      Plan: the seed's table + PROVISIONING; Superseded: when a
 //	             change of desired state takes over from a failing operation
 //	decide.go    Decide: a reconcile step's whole judgment (complete, time

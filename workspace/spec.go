@@ -23,6 +23,9 @@ type Spec struct {
 	// Template is the template this workspace was made from (template.go);
 	// set by the API only, never from a request body.
 	Template *TemplateRef `json:"template,omitempty"`
+	// Apps are the workspace's apps besides the default one on $PORT
+	// (apps.go), and main's share level if set.
+	Apps []App `json:"apps,omitempty"`
 }
 
 // MaxEnv bounds a spec's environment: entries and bytes.
@@ -53,6 +56,9 @@ const (
 // not a workspace retried until ERROR.
 func (s Spec) Validate() error {
 	if err := validEnv(s.Env); err != nil {
+		return err
+	}
+	if err := validApps(s.Apps); err != nil {
 		return err
 	}
 	return s.validLimits()
@@ -143,6 +149,11 @@ type SpecUpdate struct {
 	TemplateVersion string `json:"template_version,omitempty"`
 	// Template is the template reference the update records (the API's).
 	Template *TemplateRef `json:"-"`
+	// Apps replaces the whole list of apps; then AppSet sets (by name)
+	// and AppUnset removes single apps.
+	Apps     *[]App   `json:"apps,omitempty"`
+	AppSet   []App    `json:"app_set,omitempty"`
+	AppUnset []string `json:"app_unset,omitempty"`
 }
 
 // Apply returns w with u's fields set, validated.
@@ -172,6 +183,10 @@ func (u SpecUpdate) Apply(w Workspace) (Workspace, error) {
 	if u.Template != nil {
 		w.Spec.Template = u.Template
 	}
+	if u.Apps != nil {
+		w.Apps = *u.Apps
+	}
+	w.Apps = StoredApps(editApps(w.Apps, u.AppSet, u.AppUnset))
 	if err := validRun(w.Image, w.Command); err != nil {
 		return w, err
 	}

@@ -68,3 +68,54 @@ func checkBadInput(t *testing.T, what string, err error, want string) {
 		t.Errorf("%s: %v, want ErrBadInput naming %q", what, err, want)
 	}
 }
+
+// Apps are validated where they are asked for, each error naming the
+// entry: names (a–z, 0–9, '-', short, no "--", no '-' at an end), ports
+// 1–65535 (main, the $PORT app, none), share levels, no name or port
+// twice, at most MaxApps.
+func TestSpecApps(t *testing.T) {
+	app := func(name string, port int, share workspace.Share) workspace.App {
+		return workspace.App{Name: name, Port: port, Share: share}
+	}
+	many := make([]workspace.App, workspace.MaxApps+1)
+	for i := range many {
+		many[i] = app("a"+strings.Repeat("b", i), 1000+i, "")
+	}
+	for _, tc := range []struct {
+		apps []workspace.App
+		want string // "" = valid; else a word of the error
+	}{
+		{[]workspace.App{app("api", 8081, ""), app("docs", 8082, "public"), app("main", 0, "authenticated")}, ""},
+		{many[:workspace.MaxApps], ""},
+		{many, "at most"},
+		{[]workspace.App{app("Api", 8081, "")}, `"Api"`},
+		{[]workspace.App{app("a--b", 8081, "")}, `"a--b"`},
+		{[]workspace.App{app("-a", 8081, "")}, `"-a"`},
+		{[]workspace.App{app("a-", 8081, "")}, `"a-"`},
+		{[]workspace.App{app("", 8081, "")}, `""`},
+		{[]workspace.App{app(strings.Repeat("a", workspace.MaxAppNameLen+1), 8081, "")}, "app name"},
+		{[]workspace.App{app("api", 0, "")}, "app api: port 0"},
+		{[]workspace.App{app("api", 65536, "")}, "app api: port 65536"},
+		{[]workspace.App{app("main", 8080, "")}, "app main"},
+		{[]workspace.App{app("api", 8081, "everyone")}, `share "everyone"`},
+		{[]workspace.App{app("api", 8081, ""), app("api", 8082, "")}, "api given twice"},
+		{[]workspace.App{app("api", 8081, ""), app("web", 8081, "")}, "app web: port 8081"},
+	} {
+		err := workspace.Spec{Apps: tc.apps}.Validate()
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%+v: %v", tc.apps, err)
+		case tc.want != "" && (!errors.Is(err, workspace.ErrBadInput) || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%+v: %v, want ErrBadInput naming %s", tc.apps, err, tc.want)
+		}
+	}
+	// An update sets apps by name and removes them; main is always first.
+	w := workspace.Workspace{Spec: workspace.Spec{Apps: []workspace.App{app("api", 8081, ""), app("docs", 8082, "")}}}
+	w, err := workspace.SpecUpdate{AppSet: []workspace.App{app("api", 9000, "public")}, AppUnset: []string{"docs"}}.Apply(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := w.AllApps(); len(got) != 2 || got[0] != app("main", 0, "owner") || got[1] != app("api", 9000, "public") {
+		t.Errorf("apps after the update: %+v", got)
+	}
+}

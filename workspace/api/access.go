@@ -54,12 +54,12 @@ func streamsBody(r *http.Request) bool {
 }
 
 // IsStream reports the requests that may rightly stay open for long: the
-// proxy (a WebSocket, a long poll, a download), exec, a followed log and
-// the SSE event streams. The server's read and write timeouts spare them
-// (the client, the workspace or the end of the credential ends them); they
-// bound every other request.
-func IsStream(r *http.Request) bool {
-	if streamsBody(r) || maybeAppHost(r.Host) {
+// proxy (a WebSocket, a long poll, a download) and an app host's request,
+// exec, a followed log and the SSE event streams. The server's read and
+// write timeouts spare them (the client, the workspace or the end of the
+// credential ends them); they bound every other request.
+func (a *API) IsStream(r *http.Request) bool {
+	if _, app := a.appOf(r); streamsBody(r) || app {
 		return true
 	}
 	p := r.URL.Path
@@ -71,13 +71,6 @@ func IsStream(r *http.Request) bool {
 		return f == "1" || f == "true"
 	}
 	return false
-}
-
-// maybeAppHost reports a Host whose first label could be an app's
-// (apps.go: {name}--{owner}), for IsStream, which knows no apps domain.
-func maybeAppHost(host string) bool {
-	label, _, _ := strings.Cut(host, ".")
-	return strings.Contains(label, "--")
 }
 
 // isPublic reports the routes served without a token: the probes and

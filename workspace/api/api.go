@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/crypto/ssh"
@@ -117,6 +118,7 @@ type APIConfig struct {
 //	GET    /v1/workspaces/{id}/ssh      Upgrade: ssh → 101, then SSH (ssh.go)
 //	GET    /v1/apps/authorize?host=H&return=P → 302 to H's login callback (apps_login.go)
 //	ANY    {name}--{owner}.{apps domain}/… → the workspace's PORT (apps.go)
+//	ANY    {app}--{name}--{owner}.{apps domain}/… → the app's port (apps_share.go)
 //
 // The web page (package live) drives these same routes, so a click and a
 // CLI command get the same validation, quotas, audit and hints.
@@ -137,9 +139,10 @@ type API struct {
 	mux      *http.ServeMux
 	actions  map[string]string // mux pattern → audit action
 	cop      *http.CrossOriginProtection
-	touches  activity          // proxied traffic's activity, rate-limited
-	dial     http.RoundTripper // the proxy's transport through a PortDialer; nil: the default one
-	apps     appKeys           // app hosts' codes and sessions (apps.go)
+	touches  activity               // proxied traffic's activity, rate-limited
+	dial     http.RoundTripper      // the proxy's transport through a PortDialer; nil: the default one
+	apps     appKeys                // app hosts' codes and sessions (apps.go)
+	appsURLv atomic.Pointer[string] // AppsURL, its port set once known (SetAppsURL)
 
 	hostKeyOnce sync.Once // sshHostKey (ssh.go)
 	hostKey     ssh.Signer
@@ -168,6 +171,7 @@ func NewAPI(cfg APIConfig) *API {
 		mux: http.NewServeMux(), actions: map[string]string{}, cop: http.NewCrossOriginProtection()}
 	a.authn = auth.NewAuthenticator(cfg.Accounts, cfg.Clock, cfg.Limiter)
 	a.dial = newDialTransport(cfg.Container)
+	a.appsURLv.Store(&cfg.AppsURL)
 	for _, r := range a.routes() {
 		a.mux.HandleFunc(r.pattern, r.h)
 		if r.action != "" {
@@ -209,7 +213,7 @@ func (a *API) fill(w workspace.Workspace) workspace.Workspace {
 		w.Volume = a.cfg.Storage.VolumePath(w.ID)
 	}
 	w.URL = a.appURL(w)
-	return w
+	return a.withApps(w) // apps_share.go
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
@@ -347,6 +351,7 @@ func (a *API) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	noteWorkspace(r, ws.ID)
+	a.auditShares(r, workspace.Workspace{}, ws) // apps_share.go
 	a.hints.Publish(r.Context(), hints.ChanWorkspace, ws.ID)
 	writeJSON(w, http.StatusCreated, a.fill(ws))
 }
@@ -432,6 +437,7 @@ func (a *API) update(w http.ResponseWriter, r *http.Request) {
 			err = a.checkSpec(nw.Image, nw.Command, nw.Spec)
 		}
 	}
+	before := ws
 	if err == nil {
 		ws, err = a.store.UpdateSpec(r.Context(), ws.ID, u, a.clock.Now())
 	}
@@ -439,6 +445,7 @@ func (a *API) update(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
+	a.auditShares(r, before, ws) // apps_share.go
 	a.hints.Publish(r.Context(), hints.ChanWorkspace, ws.ID)
 	writeJSON(w, http.StatusOK, a.fill(ws))
 }

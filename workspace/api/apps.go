@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -22,13 +23,16 @@ import (
 // WebSocket, waking it like /w/{id}/. The label is {name}--{owner}: a DNS
 // label, so only a workspace whose name and owner are both a–z, 0–9 and
 // '-' (the owner without "--"), 63 characters together, has an app URL
-// (Workspace.URL, "" otherwise); the label splits at its last "--".
+// (Workspace.URL, "" otherwise); the owner is after the label's last
+// "--". A workspace's other apps are at {app}--{name}--{owner}, and each
+// app has a share level (apps_share.go: how a label resolves, who may
+// open an app).
 //
 // The login never shows the API's credentials to the app's origin: an app
-// request without a valid gantry_app cookie is sent (302) to the API's
+// request (but a public app's) without a valid gantry_app cookie is sent (302) to the API's
 // origin, GET /v1/apps/authorize?host=H&return=PATH, which, for a page
-// session of the workspace's owner (or an admin; after a login form if
-// there is none), issues a one-time code — random, 60 s, single use,
+// session the app's share level admits (the workspace's owner or an admin;
+// any user's for a shared app; after a login form if there is none), issues a one-time code — random, 60 s, single use,
 // bound to H — and sends the browser to H/.gantry/callback?code=…; there
 // the code becomes the gantry_app cookie: host-only (no Domain), HttpOnly,
 // SameSite=Lax, Secure under TLS, valid on H only, standing for the page
@@ -121,15 +125,15 @@ func randomSecret() (string, error) {
 
 // appsDomain is the apps domain ("" = no app hosts).
 func (a *API) appsDomain() string {
-	u, err := url.Parse(a.cfg.AppsURL)
-	if a.cfg.AppsURL == "" || err != nil {
+	u, err := url.Parse(a.appsURL())
+	if a.appsURL() == "" || err != nil {
 		return ""
 	}
 	return strings.ToLower(u.Hostname())
 }
 
 func (a *API) appsScheme() string {
-	if u, err := url.Parse(a.cfg.AppsURL); err == nil && u.Scheme == "https" {
+	if u, err := url.Parse(a.appsURL()); err == nil && u.Scheme == "https" {
 		return "https"
 	}
 	return "http"
@@ -150,36 +154,31 @@ func AppLabel(name, owner string) string {
 	return label
 }
 
-// appURL is workspace w's app URL, "" if none.
+// appURL is workspace w's default app's URL, "" if none.
 func (a *API) appURL(w workspace.Workspace) string {
+	return a.appURLOf(w, workspace.DefaultApp)
+}
+
+// appURLOf is the URL of w's app named app (apps_share.go: its label), ""
+// if none.
+func (a *API) appURLOf(w workspace.Workspace, app string) string {
 	label := AppLabel(w.Name, w.Owner)
+	if label != "" && app != workspace.DefaultApp {
+		if label = app + "--" + label; len(label) > 63 {
+			label = ""
+		}
+	}
 	if label == "" || a.appsDomain() == "" {
 		return ""
 	}
-	u, _ := url.Parse(a.cfg.AppsURL)
+	u, _ := url.Parse(a.appsURL())
 	return u.Scheme + "://" + label + "." + u.Host + "/"
 }
 
-// appOf parses r's Host: the workspace name and owner of an app host.
-func (a *API) appOf(r *http.Request) (host, name, owner string, ok bool) {
-	d := a.appsDomain()
-	if d == "" {
-		return "", "", "", false
-	}
-	host = strings.ToLower(r.Host)
-	hn := host
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		hn = h
-	}
-	label, found := strings.CutSuffix(hn, "."+d)
-	if !found || strings.Contains(label, ".") {
-		return "", "", "", false
-	}
-	i := strings.LastIndex(label, "--")
-	if i <= 0 || AppLabel(label[:i], label[i+2:]) != label {
-		return "", "", "", false
-	}
-	return host, label[:i], label[i+2:], true
+// appOf parses r's Host: an app host under the apps domain, whose label
+// ends in --{owner} (apps_share.go resolves the rest).
+func (a *API) appOf(r *http.Request) (appHost, bool) {
+	return parseAppHost(r.Host, a.appsDomain())
 }
 
 // apiOrigin is the API's origin as seen from an app host's request.
@@ -194,9 +193,11 @@ func (a *API) apiOrigin(r *http.Request) string {
 	return a.appsScheme() + "://" + host
 }
 
-// serveApp serves r if its Host is an app host, and reports whether it was.
+// serveApp serves r if its Host is an app host, and reports whether it
+// was: a public app at once, another after the app login, for a principal
+// its share level admits (apps_share.go).
 func (a *API) serveApp(w http.ResponseWriter, r *http.Request) bool {
-	host, name, owner, ok := a.appOf(r)
+	h, ok := a.appOf(r)
 	if !ok {
 		return false
 	}
@@ -205,18 +206,26 @@ func (a *API) serveApp(w http.ResponseWriter, r *http.Request) bool {
 	rec := &recorder{ResponseWriter: w}
 	defer a.audit(r, rec, note)
 	if r.URL.Path == appCallback {
-		a.appCallback(rec, r, host)
+		a.appCallback(rec, r, h.host)
 		return true
 	}
-	secret, g, ok := a.appSession(r, host)
+	ws, app, err := a.resolveApp(r.Context(), h)
+	if err != nil && !errors.Is(err, workspace.ErrNotFound) {
+		a.fail(rec, r, err)
+		return true
+	}
+	if err == nil && app.Share == workspace.SharePublic {
+		a.servePublic(rec, r, h, ws, app)
+		return true
+	}
+	secret, g, ok := a.appSession(r, h.host)
 	if !ok {
-		a.toAuthorize(rec, r, host)
+		a.toAuthorize(rec, r, h.host)
 		return true
 	}
 	note.principal = g.principal
-	ws, err := a.store.Lookup(r.Context(), name, owner)
-	if err == nil && !g.principal.MaySee(ws.Owner) {
-		err = fmt.Errorf("%w: workspace %s of %s", workspace.ErrNotFound, name, owner)
+	if err == nil && !mayOpen(g.principal, ws, app) {
+		err = fmt.Errorf("%w: app of host %s", workspace.ErrNotFound, h.host)
 	}
 	if err != nil {
 		a.fail(rec, r, err)
@@ -224,8 +233,13 @@ func (a *API) serveApp(w http.ResponseWriter, r *http.Request) bool {
 	}
 	note.workspace = ws.ID
 	ctx := auth.WithPrincipal(r.Context(), g.principal)
-	ctx = auth.WithRecheck(ctx, func() error { return a.appAlive(ctx, secret, g) })
-	a.forward(rec, r.WithContext(ctx), ws, "")
+	ctx = auth.WithRecheck(ctx, func() error {
+		if err := a.appAlive(ctx, secret, g); err != nil {
+			return err
+		}
+		return a.stillOpen(ctx, h, ws.ID, g.principal)
+	})
+	a.forward(rec, r.WithContext(ctx), ws, "", app.Port)
 	return true
 }
 

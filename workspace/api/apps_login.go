@@ -24,14 +24,14 @@ const authorizePath = "/v1/apps/authorize"
 // comes back here) rather than 401.
 func (a *API) authorize(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	ah := &http.Request{Host: q.Get("host"), URL: &url.URL{}}
-	host, name, owner, ok := a.appOf(ah)
-	if !ok || host != q.Get("host") || port(host) != port(r.Host) {
+	h, ok := parseAppHost(q.Get("host"), a.appsDomain())
+	if !ok || h.host != q.Get("host") || port(h.host) != port(r.Host) {
 		// Another port of the apps domain's hosts is not this server's:
 		// whoever listens there would receive the code.
 		a.fail(w, r, fmt.Errorf("%w: host %q is no workspace app's on this server", workspace.ErrBadInput, q.Get("host")))
 		return
 	}
+	host := h.host
 	ret := localPath(q.Get("return"))
 	w.Header().Set("Cache-Control", "no-store")
 	p, err := a.authn.Authenticate(r)
@@ -41,8 +41,12 @@ func (a *API) authorize(w http.ResponseWriter, r *http.Request) {
 	}
 	note := noteOf(r)
 	note.principal = p
-	if !p.MaySee(owner) {
-		a.fail(w, r, fmt.Errorf("%w: workspace %s of %s", workspace.ErrNotFound, name, owner))
+	ws, app, err := a.resolveApp(r.Context(), h)
+	if err == nil && !mayOpen(p, ws, app) { // apps_share.go: the share level
+		err = fmt.Errorf("%w: no app at host %s", workspace.ErrNotFound, host)
+	}
+	if err != nil {
+		a.fail(w, r, err)
 		return
 	}
 	code, err := randomSecret()

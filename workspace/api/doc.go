@@ -23,12 +23,15 @@
 //	             when the provider has one (workspaces in namespaces)
 //	apps.go      an origin per workspace app ({name}--{owner}.{apps domain}):
 //	             AppLabel, AppCookie; host routing, app sessions
+//	apps_share.go  apps beyond the default one ({app}--{name}--{owner}),
+//	             how a label resolves, share levels and their audit
 //	apps_login.go  an app's login: /v1/apps/authorize's one-time code, the
 //	             app host's /.gantry/callback that turns it into gantry_app
 //	exec.go      `ws exec`: a command in the workspace, pipes or a terminal
 //	ssh.go       an SSH server on an upgraded connection into a workspace:
 //	             its sessions run commands through the Execer
 //	ssh_forward.go  ssh -L: direct-tcpip channels to the workspace's PORT
+//	             and its apps' ports
 //	streams.go   the context every open stream runs in: ends with its
 //	             credential (auth.Watch), notes TTL activity while open
 //	frame.go     the exec stream's frames: WriteFrame, ReadFrame, Frame…

@@ -69,13 +69,14 @@ func (a *API) proxy(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	a.forward(w, r, ws, proxyPrefix+r.PathValue("id"))
+	a.forward(w, r, ws, proxyPrefix+r.PathValue("id"), 0)
 }
 
-// forward proxies r to workspace ws's PORT (waking it if it is not
-// running): under prefix /w/{id} (the path without it), or, with prefix
-// "", an app host's request (the path as it is; apps.go).
-func (a *API) forward(w http.ResponseWriter, r *http.Request, ws workspace.Workspace, prefix string) {
+// forward proxies r to workspace ws's PORT, or its port appPort if not 0
+// (waking it if it is not running): under prefix /w/{id} (the path
+// without it), or, with prefix "", an app host's request (the path as it
+// is; apps.go).
+func (a *API) forward(w http.ResponseWriter, r *http.Request, ws workspace.Workspace, prefix string, appPort int) {
 	ep, ok := a.cfg.Container.(provider.Endpointer)
 	if !ok {
 		a.fail(w, r, fmt.Errorf("%w: this server's provider does not serve workspace ports", workspace.ErrBadInput))
@@ -90,6 +91,7 @@ func (a *API) forward(w http.ResponseWriter, r *http.Request, ws workspace.Works
 		a.starting(w, r, ws, err.Error())
 		return
 	}
+	addr = withPort(addr, appPort)                   // upstream.go
 	host, transport := upstream(a.dial, ws.ID, addr) // upstream.go
 	rp := &httputil.ReverseProxy{
 		Transport: transport,
@@ -122,7 +124,7 @@ func (a *API) forward(w http.ResponseWriter, r *http.Request, ws workspace.Works
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			a.log.Debug("workspace: proxy", "id", ws.ID, "err", err)
-			writeJSON(w, http.StatusBadGateway, map[string]string{"error": fmt.Sprintf("workspace %s: nothing answers on its PORT: %v", ws.ID, err)})
+			writeJSON(w, http.StatusBadGateway, map[string]string{"error": fmt.Sprintf("workspace %s: nothing answers on port %s: %v", ws.ID, port(addr), err)})
 		},
 	}
 	r, stop := a.stream(r, ws.ID) // streams.go: ends with the credential, is activity while open

@@ -103,6 +103,7 @@ func (a *API) upgradeSSH(w http.ResponseWriter, r *http.Request) {
 	s := &sshServer{ex: ex, spec: spec, log: func(msg string, args ...any) { a.log.Info(msg, append([]any{"id", ws.ID}, args...)...) }}
 	s.ep, _ = a.cfg.Container.(provider.Endpointer)
 	s.dial, _ = a.cfg.Container.(PortDialer)
+	s.ports = ws.AppPorts()
 	s.serve(r.Context(), &bufferedConn{Conn: conn, r: brw.Reader}, cfg)
 }
 
@@ -155,6 +156,8 @@ type sshServer struct {
 	log  func(msg string, args ...any)
 	ep   provider.Endpointer // nil: no port forwarding
 	dial PortDialer          // nil: dial the Endpoint's address
+	// ports are the workspace's apps' ports, which ssh -L reaches too.
+	ports []int
 }
 
 // serve runs the SSH connection on conn until the client leaves or ctx

@@ -191,10 +191,12 @@ func TestSSHRsyncIntoAContainedWorkspace(t *testing.T) {
 
 // `ssh -L` forwards a local port to the contained workspace's PORT (on
 // its own loopback, in its own network namespace): an HTTP GET through it
-// reaches the workspace's server. Another host, or another port, is
-// refused.
+// reaches the workspace's server; so does one to the port of an app it
+// declares (--app api=8081). Another host, or another port, is refused.
 func TestSSHPortForwardIntoAContainedWorkspace(t *testing.T) {
-	e := startSSHWorkspaceRunning(t, `echo served-from-the-workspace > index.html; exec python3 -m http.server --bind 127.0.0.1 "$PORT"`)
+	e := startSSHWorkspaceRunning(t, `echo served-from-the-workspace > index.html; mkdir -p two; echo served-from-app-api > two/index.html; `+
+		`(cd two && exec python3 -m http.server --bind 127.0.0.1 8081) & exec python3 -m http.server --bind 127.0.0.1 "$PORT"`)
+	e.gantry(e.alice, "update", "box", "--app", "api=8081")
 	out, code := e.run(e.alice, append(append([]string{"ssh"}, e.opts...), "gantry-box", `echo "$PORT"`)...)
 	port, _, _ := strings.Cut(out, "\n")
 	if code != 0 || port == "" {
@@ -207,6 +209,7 @@ func TestSSHPortForwardIntoAContainedWorkspace(t *testing.T) {
 	}{
 		{"localhost:" + port, true},
 		{"127.0.0.1:" + port, true},
+		{"127.0.0.1:8081", true},
 		{"127.0.0.1:22", false},
 		{"example.com:80", false},
 	} {
@@ -228,7 +231,11 @@ func TestSSHPortForwardIntoAContainedWorkspace(t *testing.T) {
 		})
 		fwd.Process.Kill()
 		fwd.Wait()
-		if tc.ok && body != "served-from-the-workspace\n" || !tc.ok && err == nil {
+		want := "served-from-the-workspace\n"
+		if strings.HasSuffix(tc.target, ":8081") {
+			want = "served-from-app-api\n"
+		}
+		if tc.ok && body != want || !tc.ok && err == nil {
 			t.Fatalf("GET through ssh -L %s: %q, %v; want ok %v\nssh: %s", tc.target, body, err, tc.ok, stderr.String())
 		}
 		t.Logf("ssh -L %s: GET: %q, %v; ssh: %q", tc.target, body, err, stderr.String())

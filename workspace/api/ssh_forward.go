@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -13,7 +14,8 @@ import (
 )
 
 // Port forwarding (ssh -L): a "direct-tcpip" channel to 127.0.0.1,
-// localhost or ::1 at the workspace's PORT is connected to that port as
+// localhost or ::1 at the workspace's PORT or a port one of its apps
+// declares (Spec.Apps) is connected to that port as
 // the proxy connects to it (upstream.go): through the provider's
 // PortDialer when it has one (a workspace in its own network namespace),
 // else to the provider's Endpoint. Another host or port is refused: the
@@ -53,9 +55,9 @@ func (s *sshServer) directTCPIP(ctx context.Context, nc ssh.NewChannel) {
 }
 
 // errForward is a refused forwarding's cause.
-var errForward = errors.New("ssh -L reaches only the workspace's PORT on localhost")
+var errForward = errors.New("ssh -L reaches only the workspace's PORT and its apps' ports on localhost")
 
-// forward connects to host:port in the workspace: its PORT only.
+// forward connects to host:port in the workspace: its PORT or an app's.
 func (s *sshServer) forward(ctx context.Context, host string, port uint32) (net.Conn, error) {
 	if host != "127.0.0.1" && host != "localhost" && host != "::1" {
 		return nil, fmt.Errorf("%w: not host %q", errForward, host)
@@ -67,14 +69,15 @@ func (s *sshServer) forward(ctx context.Context, host string, port uint32) (net.
 	if err != nil {
 		return nil, err
 	}
-	if _, p, _ := net.SplitHostPort(addr); p != strconv.FormatUint(uint64(port), 10) {
-		return nil, fmt.Errorf("%w: port %d is not its PORT (%s)", errForward, port, p)
+	_, p, _ := net.SplitHostPort(addr)
+	if p != strconv.FormatUint(uint64(port), 10) && !slices.Contains(s.ports, int(port)) {
+		return nil, fmt.Errorf("%w: port %d is neither its PORT (%s) nor an app's %v", errForward, port, p, s.ports)
 	}
 	if s.dial != nil {
-		return s.dial.Dial(ctx, s.spec.ID)
+		return s.dial.Dial(ctx, s.spec.ID, int(port))
 	}
 	var d net.Dialer
-	return d.DialContext(ctx, "tcp", addr)
+	return d.DialContext(ctx, "tcp", withPort(addr, int(port)))
 }
 
 // splice copies between ch and conn both ways; each side's end is passed

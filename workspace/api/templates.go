@@ -205,14 +205,14 @@ func (a *API) templateFiles(ctx context.Context, t *workspace.Template) (string,
 }
 
 func specIsZero(s workspace.Spec) bool {
-	return len(s.Env) == 0 && s.CPUs == 0 && s.Memory == 0 && s.Pids == 0 && !s.HTTP
+	return len(s.Env) == 0 && s.CPUs == 0 && s.Memory == 0 && s.Pids == 0 && !s.HTTP && len(s.Apps) == 0
 }
 
 // fromTemplate turns a create naming a template into the workspace it
 // makes: the template's latest version filled with n.Params.
 func (a *API) fromTemplate(ctx context.Context, n workspace.NewWorkspace) (workspace.NewWorkspace, error) {
-	if n.Image != "" || n.Command != "" || len(n.Env) > 0 || n.CPUs != 0 || n.Memory != 0 || n.Pids != 0 || n.HTTP {
-		return n, fmt.Errorf("%w: a workspace made from template %q takes its image, command, env and limits from it (change the template, or give params)", workspace.ErrBadInput, n.Template)
+	if n.Image != "" || n.Command != "" || !specIsZero(n.Spec) {
+		return n, fmt.Errorf("%w: a workspace made from template %q takes its image, command, env, apps and limits from it (change the template, or give params)", workspace.ErrBadInput, n.Template)
 	}
 	ts, err := a.templates()
 	var t workspace.Template
@@ -270,12 +270,13 @@ func (a *API) moveTemplate(ctx context.Context, ws workspace.Workspace, u worksp
 	}
 	s := n.Spec
 	return workspace.SpecUpdate{Image: &n.Image, Command: &n.Command, Env: &s.Env, CPUs: &s.CPUs, Memory: &s.Memory,
-		Pids: &s.Pids, HTTP: &s.HTTP, Template: s.Template}, nil
+		Pids: &s.Pids, HTTP: &s.HTTP, Apps: &s.Apps, Template: s.Template}, nil
 }
 
 func onlyTemplateVersion(u workspace.SpecUpdate) bool {
 	return u.Image == nil && u.Command == nil && u.Env == nil && len(u.EnvSet) == 0 && len(u.EnvUnset) == 0 &&
-		u.CPUs == nil && u.Memory == nil && u.Pids == nil && u.HTTP == nil && u.Template == nil
+		u.CPUs == nil && u.Memory == nil && u.Pids == nil && u.HTTP == nil && u.Template == nil &&
+		u.Apps == nil && len(u.AppSet) == 0 && len(u.AppUnset) == 0
 }
 
 // fillTemplates sets TemplateLatest on the workspaces whose template has a

@@ -5,25 +5,37 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/gantryhq/gantry/workspace/provider"
 )
 
-// PortDialer is a Container that connects to a running workspace's PORT
+// PortDialer is a Container that connects to a running workspace's ports
 // itself: the process provider as root, whose workspaces each have a
 // network namespace of their own, where Endpoint's 127.0.0.1:PORT is
-// not the host's. The proxy then dials through it.
+// not the host's. The proxy then dials through it: port is the one to
+// reach (an app's), 0 its PORT.
 type PortDialer interface {
-	Dial(ctx context.Context, id string) (net.Conn, error)
+	Dial(ctx context.Context, id string, port int) (net.Conn, error)
+}
+
+// withPort is addr (host:port) with port port, or addr if port is 0.
+func withPort(addr string, port int) string {
+	host, _, err := net.SplitHostPort(addr)
+	if port == 0 || err != nil {
+		return addr
+	}
+	return net.JoinHostPort(host, strconv.Itoa(port))
 }
 
 // dialHostSuffix ends the made-up host name the proxy puts in a request's
 // URL for a PortDialer's workspace: "<id>.workspace.invalid:<port>". Its
 // transport's connection pool is keyed by it, so a kept-alive connection
-// goes back only to the workspace it was made for; its dialer reads the
-// id back. (The Host header stays the workspace's own 127.0.0.1:PORT.)
+// goes back only to the workspace and port it was made for; its dialer
+// reads both back. (The Host header stays the workspace's own
+// 127.0.0.1:port.)
 const dialHostSuffix = ".workspace.invalid"
 
 // upstream is where the proxy sends a request for workspace id whose
@@ -51,12 +63,13 @@ func newDialTransport(c provider.Container) http.RoundTripper {
 func dialTransport(d PortDialer) *http.Transport {
 	return &http.Transport{
 		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
-			host, _, err := net.SplitHostPort(addr)
+			host, p, err := net.SplitHostPort(addr)
 			id, ok := strings.CutSuffix(host, dialHostSuffix)
-			if err != nil || !ok || id == "" {
+			port, perr := strconv.Atoi(p)
+			if err != nil || perr != nil || !ok || id == "" {
 				return nil, fmt.Errorf("workspace proxy: %q is no workspace's address", addr)
 			}
-			return d.Dial(ctx, id)
+			return d.Dial(ctx, id, port)
 		},
 		MaxIdleConnsPerHost: 16,
 		IdleConnTimeout:     90 * time.Second,

@@ -111,7 +111,7 @@ func newStack(t *testing.T, hintsOn bool) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	api := api.NewAPI(api.APIConfig{Store: st, Accounts: st.Accounts(), Storage: storage, Hints: hb})
+	api := api.NewAPI(api.APIConfig{Store: st, Accounts: st.Accounts(), Storage: storage, Hints: hb, AppsURL: "http://localhost"})
 	api.Handle("/", srv)
 	hs := httptest.NewUnstartedServer(api)
 	hs.Config.WriteTimeout = 500 * time.Millisecond

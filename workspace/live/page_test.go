@@ -18,7 +18,8 @@ import (
 
 // The page end to end in headless Chromium: log in with alice's token, see
 // only alice's workspaces (never bob's), create one in the form, press "up",
-// and see RUNNING appear without a reload (SSE); a page on another origin
+// and see RUNNING appear without a reload (SSE) with an "open" link to its
+// app's own origin; a page on another origin
 // that posts to the API with alice's cookie is refused; log out. The
 // screenshot goes to $GANTRY_SCREENSHOT (e.g. docs/ws-page.png) or the
 // test's temp dir.
@@ -71,6 +72,7 @@ fetch(`+strconv.Quote(s.url+"/v1/workspaces")+`, {method: "POST", mode: "no-cors
 			return err
 		})},
 		{"see it RUNNING", chromedp.WaitVisible(row + ` .status.RUNNING`)},
+		{"see its app's open link", chromedp.WaitVisible(row + ` a.open-app[data-app="main"]`)},
 	}
 	for _, st := range steps {
 		sctx, scancel := context.WithTimeout(ctx, 20*time.Second)
@@ -99,6 +101,10 @@ fetch(`+strconv.Quote(s.url+"/v1/workspaces")+`, {method: "POST", mode: "no-cors
 	}
 	if strings.TrimSpace(status) != "RUNNING" || marker != "same-document" {
 		t.Fatalf("status %q, document %q; want RUNNING in the same document", status, marker)
+	}
+	href, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector(`+strconv.Quote(row+` a.open-app`)+`).href`))
+	if err != nil || href != "http://demo--alice.localhost/" {
+		t.Fatalf("the open link goes to %q (%v), want the app's URL", href, err)
 	}
 	who, err := chromedp.Run(ctx, chromedp.Text(`#who`))
 	if err != nil || strings.TrimSpace(who) != "alice" {

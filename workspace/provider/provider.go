@@ -65,6 +65,9 @@ type Spec struct {
 	// HTTP: Start returns only once the command accepts connections on
 	// its PORT (WaitServing), or fails if the command ends first.
 	HTTP bool
+	// Ports are the workspace's apps' ports besides PORT, which the
+	// server reaches too (a provider that filters ingress admits them).
+	Ports []int
 }
 
 // WaitServing polls until addr's address accepts a TCP connection; gone

@@ -99,7 +99,8 @@ func (r *Reconciler) call(ctx context.Context, w *workspace.Workspace, exit *wor
 			return &provider.ExitError{Exit: provider.Exit{Status: e.Status, Code: e.Code, At: e.At, Output: e.Output}}
 		}
 		return r.container.Start(ctx, provider.Spec{ID: w.ID, Name: w.Name, Owner: w.Owner, Image: w.Image, Command: w.Command,
-			VolumeDir: r.storage.VolumePath(w.ID), Env: w.Env, Limits: provider.Limits{CPUs: w.CPUs, Memory: w.Memory, Pids: w.Pids}, HTTP: w.HTTP})
+			VolumeDir: r.storage.VolumePath(w.ID), Env: w.Env, Limits: provider.Limits{CPUs: w.CPUs, Memory: w.Memory, Pids: w.Pids}, HTTP: w.HTTP,
+			Ports: w.AppPorts()})
 	case workspace.OpStopping:
 		return r.container.Stop(ctx, w.ID)
 	case workspace.OpArchiving:

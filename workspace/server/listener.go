@@ -9,8 +9,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/gantryhq/gantry/workspace/api"
 )
 
 // The defaults of ServerConfig's connection fields.
@@ -62,9 +60,9 @@ func (cfg *ServerConfig) connDefaults() {
 }
 
 // httpServer is the API's http.Server under cfg: the timeouts bound every
-// request but the streams (api.IsStream), which clear their deadlines;
+// request but the streams (API.IsStream), which clear their deadlines;
 // connections refused by the limit listener get a 503.
-func httpServer(cfg ServerConfig, h http.Handler) *http.Server {
+func httpServer(cfg ServerConfig, h streamHandler) *http.Server {
 	return &http.Server{
 		Handler:           refuseOrBound(h),
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
@@ -85,13 +83,19 @@ func httpServer(cfg ServerConfig, h http.Handler) *http.Server {
 
 type refusedKey struct{}
 
+// streamHandler is the API: a handler that knows its streams.
+type streamHandler interface {
+	http.Handler
+	IsStream(r *http.Request) bool
+}
+
 // refuseOrBound answers a request on a refused connection 503 (and closes
 // it); on any other it sets the deadlines: a stream clears the server's
 // read and write deadlines, a request without a body clears the read
 // deadline (nothing is left to read, and net/http would cancel a long
 // handler's context when it passes), and a body's deadline is cleared once
 // the body has arrived whole.
-func refuseOrBound(h http.Handler) http.Handler {
+func refuseOrBound(h streamHandler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if why, ok := r.Context().Value(refusedKey{}).(string); ok {
 			if r.ProtoMajor == 1 {
@@ -105,7 +109,7 @@ func refuseOrBound(h http.Handler) http.Handler {
 		}
 		rc := http.NewResponseController(w)
 		switch {
-		case api.IsStream(r):
+		case h.IsStream(r):
 			rc.SetReadDeadline(time.Time{})
 			rc.SetWriteDeadline(time.Time{})
 		case r.Body == nil || r.Body == http.NoBody:

@@ -70,7 +70,7 @@ type ServerConfig struct {
 	// ReadHeaderTimeout bounds reading a request's headers; zero = 10 s.
 	ReadHeaderTimeout time.Duration
 	// ReadTimeout bounds reading a whole request, headers and body, but
-	// for the streams (api.IsStream: the proxy, exec, a followed log,
+	// for the streams (API.IsStream: the proxy, app hosts, exec, a followed log,
 	// SSE): a body that trickles in is cut. Zero = 30 s (a body is at
 	// most 1 MiB); negative = none.
 	ReadTimeout time.Duration
@@ -299,6 +299,12 @@ func (s *Server) Run(ctx context.Context) error {
 		return &ConfigError{Field: "Listen", Err: fmt.Errorf("%s: %w", s.cfg.Listen, err)}
 	}
 	ln := newLimitListener(tcp, s.cfg.MaxConns, s.cfg.MaxConnsPerAddr)
+	if _, port, err := net.SplitHostPort(s.cfg.Listen); err == nil && port == "0" {
+		// --listen …:0: the apps' URLs carry the port the system chose.
+		cfg := s.cfg
+		cfg.Listen = ln.Addr().String()
+		s.API.SetAppsURL(appsURL(cfg))
+	}
 	srv := httpServer(s.cfg, s.API) // listener.go: timeouts, the limits' 503
 	srv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 	scheme := "http"

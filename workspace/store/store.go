@@ -211,6 +211,7 @@ func specJSON(s workspace.Spec) string {
 	if len(s.Env) == 0 {
 		s.Env = nil
 	}
+	s.Apps = workspace.StoredApps(s.Apps)
 	b, _ := json.Marshal(s)
 	if string(b) == "{}" {
 		return ""

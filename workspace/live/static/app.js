@@ -56,7 +56,7 @@ function render() {
   tbody.textContent = "";
   const list = [...rows.values()].sort((a, b) => a.name.localeCompare(b.name));
   if (list.length === 0) {
-    tbody.innerHTML = '<tr class="empty"><td colspan="5">no workspaces yet</td></tr>';
+    tbody.innerHTML = '<tr class="empty"><td colspan="6">no workspaces yet</td></tr>';
     return;
   }
   for (const w of list) {
@@ -95,9 +95,43 @@ function render() {
         if (confirm(`Delete ${w.name}?`)) return api("DELETE", ws);
       }),
     );
-    tr.append(name, status, desired, op, actions);
+    tr.append(name, status, desired, op, appsCell(w), actions);
     tbody.appendChild(tr);
   }
+}
+
+// The apps of each running workspace, from GET /v1/workspaces/{id} (the
+// stream's rows carry no URLs): fetched again when the row changes. Each
+// app with a URL gets an "open" link to its own origin.
+const appLinks = new Map(); // id → { at: updated_at, apps: [...] }
+function appsCell(w) {
+  const td = document.createElement("td");
+  td.className = "apps";
+  if (w.observed_status !== "RUNNING") return td;
+  let known = appLinks.get(w.id);
+  if (!known || known.at !== w.updated_at) {
+    known = { at: w.updated_at, apps: known ? known.apps : [] };
+    appLinks.set(w.id, known);
+    api("GET", `/v1/workspaces/${encodeURIComponent(w.id)}`).then((full) => {
+      if (appLinks.get(w.id) === known) {
+        known.apps = full.apps || [];
+        scheduleRender();
+      }
+    }).catch(() => {});
+  }
+  for (const a of known.apps) {
+    if (!a.url) continue;
+    const link = document.createElement("a");
+    link.href = a.url;
+    link.target = "_blank";
+    link.rel = "noopener noreferrer";
+    link.className = "open-app";
+    link.dataset.app = a.name;
+    link.textContent = a.name === "main" ? "open" : `open ${a.name}`;
+    link.title = `${a.url} (share: ${a.share})`;
+    td.append(link, " ");
+  }
+  return td;
 }
 
 document.getElementById("create").addEventListener("submit", (ev) => {
@@ -135,12 +169,14 @@ function connect() {
     scheduleRender();
   });
   es.addEventListener("synced", () => {
-    if (unseen) for (const id of unseen) rows.delete(id);
+    if (unseen) for (const id of unseen) { rows.delete(id); appLinks.delete(id); }
     unseen = null;
     scheduleRender();
   });
   es.addEventListener("deleted", (ev) => {
-    rows.delete(JSON.parse(ev.data).id);
+    const id = JSON.parse(ev.data).id;
+    rows.delete(id);
+    appLinks.delete(id);
     scheduleRender();
   });
 }

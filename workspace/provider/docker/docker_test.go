@@ -149,6 +149,11 @@ func main() {
 			}))
 		}()
 	}
+	if port := os.Getenv("WS_APP_PORT"); port != "" { // a second app, on a port of its own
+		go http.ListenAndServe(":"+port, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprintf(w, "app on %s of %s at %s", port, os.Getenv("GANTRY_WORKSPACE_ID"), r.URL.Path)
+		}))
+	}
 	time.Sleep(300 * time.Millisecond)
 	os.WriteFile(filepath.Join(home, ".ready"), nil, 0o644)
 	for {

@@ -358,7 +358,7 @@ func (p *Provider) Start(ctx context.Context, spec provider.Spec) error {
 	defer p.lock(spec.ID)()
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.StartupTimeout)
 	defer cancel()
-	if err := p.ensurePolicy(ctx, spec.ID); err != nil {
+	if err := p.ensurePolicy(ctx, spec.ID, spec.Ports); err != nil {
 		return err
 	}
 	// The claim is not looked up first: a Pod whose claim is missing does

@@ -65,18 +65,23 @@ func (s ServerPeers) peers() []networkingv1.NetworkPolicyPeer {
 func PolicyName(id string) string { return "ws-" + id }
 
 // policySpec is workspace id's NetworkPolicy: its Pod takes ingress only
-// from the server's peers, only on its PORT; a policy of type Ingress
-// denies every other ingress to the Pods it selects.
-func (p *Provider) policySpec(id string) *networkingv1.NetworkPolicy {
+// from the server's peers, only on its PORT and its apps' ports; a policy
+// of type Ingress denies every other ingress to the Pods it selects.
+func (p *Provider) policySpec(id string, appPorts []int) *networkingv1.NetworkPolicy {
 	tcp := corev1.ProtocolTCP
-	port := intstr.FromInt32(ContainerPort)
+	ports := []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: new(intstr.FromInt32(ContainerPort))}}
+	for _, n := range appPorts {
+		if n > 0 && n <= 65535 && n != ContainerPort {
+			ports = append(ports, networkingv1.NetworkPolicyPort{Protocol: &tcp, Port: new(intstr.FromInt(n))})
+		}
+	}
 	return &networkingv1.NetworkPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: PolicyName(id), Namespace: p.cfg.Namespace, Labels: p.labels(id, RoleWorkspace)},
 		Spec: networkingv1.NetworkPolicySpec{
 			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{LabelWorkspaceID: id, LabelRole: RoleWorkspace}},
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
 			Ingress: []networkingv1.NetworkPolicyIngressRule{{
-				Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &port}},
+				Ports: ports,
 				From:  p.cfg.ServerPeers.peers(),
 			}},
 		},
@@ -86,9 +91,9 @@ func (p *Provider) policySpec(id string) *networkingv1.NetworkPolicy {
 // ensurePolicy creates workspace id's NetworkPolicy, or brings an existing
 // one to the current spec (the configured peers may have changed). Start
 // calls it before it creates the Pod, so the Pod is never unprotected.
-func (p *Provider) ensurePolicy(ctx context.Context, id string) error {
+func (p *Provider) ensurePolicy(ctx context.Context, id string, appPorts []int) error {
 	pols := p.cli.NetworkingV1().NetworkPolicies(p.cfg.Namespace)
-	want := p.policySpec(id)
+	want := p.policySpec(id, appPorts)
 	_, err := pols.Create(ctx, want, metav1.CreateOptions{})
 	if err == nil || !apierrors.IsAlreadyExists(err) {
 		return wrap("create network policy of", id, err)

@@ -108,3 +108,35 @@ func TestNetworkPolicyDefaultPeers(t *testing.T) {
 		t.Fatalf("default peers %+v; want the pods labelled %v in the namespace", from, DefaultServerLabels)
 	}
 }
+
+// A workspace's apps' ports (provider.Spec.Ports) are admitted by its
+// NetworkPolicy besides its PORT, from the same peers only: the server
+// reaches a second app at the Pod's IP on its own port.
+func TestNetworkPolicyAdmitsAppPorts(t *testing.T) {
+	c := newTestCluster(t)
+	p := c.provider(c.config())
+	ctx := t.Context()
+	if err := p.Provision(ctx, "pol-apps"); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(ctx, provider.Spec{ID: "pol-apps", Owner: "alice", Ports: []int{8081, 9000}}); err != nil {
+		t.Fatal(err)
+	}
+	np, err := c.cli.NetworkingV1().NetworkPolicies(c.ns).Get(ctx, PolicyName("pol-apps"), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(np.Spec.Ingress) != 1 {
+		t.Fatalf("ingress rules %+v; want one", np.Spec.Ingress)
+	}
+	var ports []int
+	for _, pp := range np.Spec.Ingress[0].Ports {
+		if pp.Port == nil || pp.Protocol == nil || *pp.Protocol != corev1.ProtocolTCP {
+			t.Fatalf("ingress port %+v; want TCP with a number", pp)
+		}
+		ports = append(ports, pp.Port.IntValue())
+	}
+	if len(ports) != 3 || ports[0] != ContainerPort || ports[1] != 8081 || ports[2] != 9000 {
+		t.Errorf("ingress ports %v; want %d, 8081 and 9000", ports, ContainerPort)
+	}
+}

@@ -134,7 +134,7 @@ func TestContainedCommand(t *testing.T) {
 // checkDial: Dial reaches the workspace's PORT (its HTTP server answers),
 // and the host's 127.0.0.1:PORT (Endpoint) is not it.
 func checkDial(t *testing.T, c *process.Container, id string) {
-	conn, err := c.Dial(t.Context(), id)
+	conn, err := c.Dial(t.Context(), id, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

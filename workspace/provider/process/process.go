@@ -461,12 +461,16 @@ func (c *Container) runningRecord(id string) (record, error) {
 	return rec, nil
 }
 
-// Dial connects to the running workspace's PORT from inside its network
-// namespace (the server's proxy uses it: the host cannot reach that port).
-func (c *Container) Dial(ctx context.Context, id string) (net.Conn, error) {
+// Dial connects to the running workspace's port (0: its PORT) on its
+// loopback, from inside its network namespace (the server's proxy uses
+// it: the host cannot reach those ports).
+func (c *Container) Dial(ctx context.Context, id string, port int) (net.Conn, error) {
 	rec, err := c.runningRecord(id)
 	if err != nil {
 		return nil, err
+	}
+	if port != 0 {
+		rec.port = port
 	}
 	return c.dial(ctx, rec)
 }

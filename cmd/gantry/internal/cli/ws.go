@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -270,6 +272,7 @@ func newWSGetCmd(client func() *wsclient.Client) *cobra.Command {
 			if w.URL != "" {
 				fmt.Fprintf(out, "url:             %s\n", w.URL)
 			}
+			printApps(out, w.Apps)
 			if w.Spec.Template != nil {
 				fmt.Fprintf(out, "template:        %s\n", templateColumn(w))
 			}
@@ -380,3 +383,18 @@ func waitDone(ctx context.Context, w workspace.Workspace, err error, want worksp
 }
 
 var _ provider.Container = (*fake.Provider)(nil)
+
+// printApps lists a workspace's apps (main, the default one, if shared or
+// with others): name, port, share level and URL.
+func printApps(out io.Writer, apps []workspace.App) {
+	if len(apps) == 1 && apps[0].Share == workspace.ShareOwner {
+		return
+	}
+	for _, a := range apps {
+		port := "$PORT"
+		if a.Port != 0 {
+			port = strconv.Itoa(a.Port)
+		}
+		fmt.Fprintf(out, "app %-12s port %-5s share %-13s %s\n", a.Name+":", port, a.Share, dash(a.URL))
+	}
+}

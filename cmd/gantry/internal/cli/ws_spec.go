@@ -1,7 +1,10 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -19,6 +22,8 @@ type specFlags struct {
 	memory string
 	pids   int64
 	http   bool
+	apps   []string
+	unapps []string
 }
 
 func (f *specFlags) register(fs *pflag.FlagSet, verb string) {
@@ -27,6 +32,8 @@ func (f *specFlags) register(fs *pflag.FlagSet, verb string) {
 	fs.StringVar(&f.memory, "memory", "", "memory the workspace may use, e.g. 512MiB (past it the kernel kills: OOMKilled)")
 	fs.Int64Var(&f.pids, "pids", 0, "processes and threads the workspace may run (a fork bomb stops there)")
 	fs.BoolVar(&f.http, "http", false, "the command serves HTTP on $PORT: a start completes once it accepts connections")
+	fs.StringArrayVar(&f.apps, "app", nil, verb+" an app: NAME=PORT[,share=owner|authenticated|public], served at {NAME}--{workspace}--{owner}.{apps domain}; "+
+		"main[,share=LEVEL] sets the share level of the default app on $PORT (repeatable; NAME: a–z, 0–9, '-'; share defaults to owner)")
 }
 
 // memoryBytes is --memory in bytes ("" and "0": 0, the server's default).
@@ -47,7 +54,7 @@ func newWSCreateCmd(client func() *wsclient.Client) *cobra.Command {
 	var sf specFlags
 	var params []string
 	cmd := &cobra.Command{
-		Use:   "create NAME [--cmd CMD] [--image IMG] [--env K=V]... [--http] [--cpus N] [--memory SIZE] [--pids N] | --template T [--param K=V]...",
+		Use:   "create NAME [--cmd CMD] [--image IMG] [--env K=V]... [--http] [--app NAME=PORT[,share=LEVEL]]... [--cpus N] [--memory SIZE] [--pids N] | --template T [--param K=V]...",
 		Short: "Create a workspace (it gets an empty volume: STANDBY); prints its id",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -56,7 +63,11 @@ func newWSCreateCmd(client func() *wsclient.Client) *cobra.Command {
 				return err
 			}
 			n.Name, n.Desired = args[0], workspace.Status(desired)
-			n.Spec = workspace.Spec{Env: sf.env, CPUs: sf.cpus, Memory: mem, Pids: sf.pids, HTTP: sf.http}
+			apps, err := parseAppFlags(sf.apps)
+			if err != nil {
+				return err
+			}
+			n.Spec = workspace.Spec{Env: sf.env, CPUs: sf.cpus, Memory: mem, Pids: sf.pids, HTTP: sf.http, Apps: apps}
 			if n.Params, err = parseKV("param", params); err != nil {
 				return err
 			}
@@ -88,8 +99,8 @@ func newWSUpdateCmd(client func() *wsclient.Client) *cobra.Command {
 	var templateVersion string
 	var timeout time.Duration
 	cmd := &cobra.Command{
-		Use:   "update ID [--cmd CMD] [--image IMG] [--env K=V]... [--unset-env K]... [--http] [--cpus N] [--memory SIZE] [--pids N] [--template-version V] [--restart]",
-		Short: "Change a workspace's command, image, environment or limits: applied at its next start (--restart: now)",
+		Use:   "update ID [--cmd CMD] [--image IMG] [--env K=V]... [--unset-env K]... [--http] [--app NAME=PORT[,share=LEVEL]]... [--remove-app NAME]... [--cpus N] [--memory SIZE] [--pids N] [--template-version V] [--restart]",
+		Short: "Change a workspace's command, image, environment, apps or limits: applied at its next start (--restart: now; apps' share levels: at once)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			u, err := sf.update(cmd.Flags())
@@ -119,6 +130,7 @@ func newWSUpdateCmd(client func() *wsclient.Client) *cobra.Command {
 	cmd.Flags().StringVar(&image, "image", "", "container image (docker and kubernetes providers)")
 	cmd.Flags().StringArrayVar(&unset, "unset-env", nil, "remove an environment variable (repeatable)")
 	cmd.Flags().StringVar(&templateVersion, "template-version", "", "move a workspace made from a template to this version of it (latest, or a number), with its parameters")
+	cmd.Flags().StringArrayVar(&sf.unapps, "remove-app", nil, "remove an app by name (repeatable)")
 	cmd.Flags().BoolVar(&restart, "restart", false, "if the workspace should be RUNNING, stop it and start it again now (waiting for both)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "--restart: give up waiting after this long")
 	sf.register(cmd.Flags(), "set or replace")
@@ -129,6 +141,11 @@ func newWSUpdateCmd(client func() *wsclient.Client) *cobra.Command {
 func (f *specFlags) update(fs *pflag.FlagSet) (workspace.SpecUpdate, error) {
 	var u workspace.SpecUpdate
 	u.EnvSet = f.env
+	apps, err := parseAppFlags(f.apps)
+	if err != nil {
+		return u, err
+	}
+	u.AppSet, u.AppUnset = apps, f.unapps
 	if fs.Changed("cpus") {
 		u.CPUs = &f.cpus
 	}
@@ -169,4 +186,62 @@ func restartWorkspace(cmd *cobra.Command, c *wsclient.Client, id string, timeout
 		return err
 	}
 	return printJSON(cmd, w)
+}
+
+// parseAppFlags parses --app values: NAME=PORT[,share=LEVEL], or
+// main[,share=LEVEL] for the default app (on $PORT).
+func parseAppFlags(vals []string) ([]workspace.App, error) {
+	var apps []workspace.App
+	for _, v := range vals {
+		app, err := parseAppFlag(v)
+		if err != nil {
+			return nil, fmt.Errorf("--app %q: %w", v, err)
+		}
+		apps = append(apps, app)
+	}
+	return apps, nil
+}
+
+func parseAppFlag(v string) (workspace.App, error) {
+	head, opts, _ := strings.Cut(v, ",")
+	name, port, hasPort := strings.Cut(head, "=")
+	app := workspace.App{Name: name}
+	if err := workspace.ValidAppName(name); err != nil {
+		return app, errors.New("want NAME=PORT[,share=LEVEL] with NAME of 1–20 characters of a–z, 0–9 and '-' (no \"--\", not starting or ending with '-')")
+	}
+	switch {
+	case name == workspace.DefaultApp && hasPort:
+		return app, errors.New("main is the default app, on $PORT: give it no port (main,share=LEVEL)")
+	case name != workspace.DefaultApp && !hasPort:
+		return app, errors.New("want NAME=PORT (main alone names the default app)")
+	case hasPort:
+		n, err := strconv.Atoi(port)
+		if err != nil || n < 1 || n > 65535 {
+			return app, fmt.Errorf("port %q: want 1–65535", port)
+		}
+		app.Port = n
+	}
+	if opts == "" {
+		return app, nil
+	}
+	share, err := parseAppOptions(opts)
+	app.Share = share
+	return app, err
+}
+
+// parseAppOptions parses an --app value's options: share=LEVEL.
+func parseAppOptions(opts string) (workspace.Share, error) {
+	var share workspace.Share
+	for opt := range strings.SplitSeq(opts, ",") {
+		level, ok := strings.CutPrefix(opt, "share=")
+		switch s := workspace.Share(level); {
+		case ok && (s == workspace.ShareOwner || s == workspace.ShareAuthenticated || s == workspace.SharePublic):
+			share = s
+		case ok:
+			return share, fmt.Errorf("share %q: want owner, authenticated or public", level)
+		default:
+			return share, fmt.Errorf("option %q: want share=owner|authenticated|public", opt)
+		}
+	}
+	return share, nil
 }

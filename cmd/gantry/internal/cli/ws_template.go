@@ -54,7 +54,7 @@ func (f *templateFlags) register(fs *pflag.FlagSet) {
 // for an update) with the given flags applied, or the --file's.
 func (f *templateFlags) template(fs *pflag.FlagSet, name string, base workspace.Template) (workspace.Template, error) {
 	if f.file != "" {
-		for _, other := range []string{"cmd", "image", "param", "env", "cpus", "memory", "pids", "http"} {
+		for _, other := range []string{"cmd", "image", "param", "env", "cpus", "memory", "pids", "http", "app"} {
 			if fs.Changed(other) {
 				return base, fmt.Errorf("--file and --%s: give the whole template in the file", other)
 			}
@@ -101,6 +101,9 @@ func (f *templateFlags) apply(fs *pflag.FlagSet, t *workspace.Template) error {
 	}
 	if u.HTTP != nil {
 		t.HTTP = *u.HTTP
+	}
+	if fs.Changed("app") {
+		t.Apps = u.AppSet
 	}
 	if fs.Changed("param") {
 		t.Params, err = parseParams(f.params)
