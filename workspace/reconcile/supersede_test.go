@@ -130,9 +130,11 @@ func TestDesiredChangeTakesOverFromRetries(t *testing.T) {
 			if got.ErrorInfo != nil || got.ErrorCount != 0 {
 				t.Fatalf("crash loop given up for STANDBY: %s; want the error cleared", wstest.Describe(got))
 			}
-			if n := wstest.MetricValue(t, reg, "gantry_ws_operations_total", "type", "STARTING", "result", "superseded"); n != 2 {
-				t.Errorf("gantry_ws_operations_total{type=STARTING,result=superseded} = %v, want 2", n)
-			}
+			// The metric follows the row's write: wait for it as for the row.
+			wstest.WaitFor(t, 5*time.Second, "gantry_ws_operations_total{type=STARTING,result=superseded} = 2", func() (bool, string) {
+				n := wstest.MetricValue(t, reg, "gantry_ws_operations_total", "type", "STARTING", "result", "superseded")
+				return n == 2, fmt.Sprint(n)
+			})
 		})
 	}
 }
