@@ -113,10 +113,12 @@ done
 
 want=("$@")
 # Started without names (make test, CI), a service listed in DEFERRED whose start is slow
-# (MinIO's and Kubernetes' first starts build them) goes on in the background: lint and the tests that do not
+# (MinIO's and Kubernetes' first starts build them, Jupyter's is a large apt-get install) goes on in the
+# background once the others are up (so no two apt-get installs overlap): lint and the tests that do not
 # need it run meanwhile, and a test that needs it runs `scripts/services.sh <name>`
 # (testutil.Ensure), which waits for that build under its lock.
-DEFERRED=(minio kubernetes)
+DEFERRED=(minio kubernetes jupyter)
+deferred=()
 defer_slow=0
 if [ ${#want[@]} -eq 0 ]; then
 	want=("${SERVICES[@]}")
@@ -137,10 +139,13 @@ for s in "${want[@]}"; do
 		exit 2
 	fi
 	if [ "$defer_slow" = 1 ] && [[ " ${DEFERRED[*]} " == *" $s "* ]]; then
-		log "$s: starting in the background (log $state/$s.log); the tests that need it wait for it"
-		"$fn" >"$state/$s.log" 2>&1 </dev/null &
+		deferred+=("$s")
 		continue
 	fi
 	"$fn"
+done
+for s in "${deferred[@]}"; do
+	log "$s: starting in the background (log $state/$s.log); the tests that need it wait for it"
+	"service_${s//-/_}" >"$state/$s.log" 2>&1 </dev/null &
 done
 log "ready in ${SECONDS}s"

@@ -138,6 +138,22 @@ func Ensure(tb testing.TB, name, addr string) {
 	}
 }
 
+// EnsureCommand makes sure command is on PATH, running scripts/services.sh
+// name (which installs it, or waits for make test's background install of
+// it) if it is not; it fails the test if it is still missing.
+func EnsureCommand(tb testing.TB, name, command string) {
+	tb.Helper()
+	if _, err := exec.LookPath(command); err == nil {
+		return
+	}
+	startMu.Lock()
+	defer startMu.Unlock()
+	out, err := exec.Command("bash", filepath.Join(RepoRoot(tb), "scripts", "services.sh"), name).CombinedOutput()
+	if _, lerr := exec.LookPath(command); lerr != nil {
+		tb.Fatalf("testutil: %s is not on PATH and scripts/services.sh %s could not install it: %v, %v\n%s", command, name, err, lerr, out)
+	}
+}
+
 func reachable(addr string) bool {
 	c, err := net.DialTimeout("tcp", addr, 500*time.Millisecond)
 	if err != nil {

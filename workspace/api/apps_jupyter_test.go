@@ -36,9 +36,7 @@ func startJupyter(t *testing.T) *jupyterEnv {
 	if testing.Short() {
 		t.Skip("runs Jupyter Notebook in a workspace and drives it from a browser")
 	}
-	if _, err := exec.LookPath("jupyter-notebook"); err != nil {
-		t.Fatalf("Debian's jupyter-notebook is needed (scripts/services.sh jupyter installs it): %v", err)
-	}
+	testutil.EnsureCommand(t, "jupyter", "jupyter-notebook")
 	e := &jupyterEnv{t: t, s: wstest.StartServe(t, "", t.TempDir())}
 	token := func(owner string) string { return strings.TrimSpace(e.s.CLI("token", "create", "--owner", owner)) }
 	e.alice, e.alice2, e.bob = token("alice"), token("alice"), token("bob")
