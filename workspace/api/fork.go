@@ -57,10 +57,20 @@ func (a *API) fork(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, a.fill(made))
 }
 
-func (a *API) forkOf(ctx context.Context, src workspace.Workspace, req ForkRequest) (workspace.Workspace, error) {
+// forker is the server's storage as a provider.Forker, or an error if it
+// cannot copy a workspace's files (as archiveStore is for archives).
+func (a *API) forker() (provider.Forker, error) {
 	fk, ok := a.cfg.Storage.(provider.Forker)
 	if !ok {
-		return src, fmt.Errorf("%w: this server's storage cannot copy a workspace's files", workspace.ErrBadInput)
+		return nil, fmt.Errorf("%w: this server's storage cannot copy a workspace's files", workspace.ErrBadInput)
+	}
+	return fk, nil
+}
+
+func (a *API) forkOf(ctx context.Context, src workspace.Workspace, req ForkRequest) (workspace.Workspace, error) {
+	fk, err := a.forker()
+	if err != nil {
+		return src, err
 	}
 	p, _ := auth.FromContext(ctx)
 	n := workspace.NewWorkspace{Name: req.Name, Image: src.Image, Command: src.Command, Spec: src.Spec,

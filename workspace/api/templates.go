@@ -180,9 +180,9 @@ func (a *API) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 // fork takes them: stopped or archived), taking its image, command and spec
 // too when t gives none; it returns the archive it wrote.
 func (a *API) templateFiles(ctx context.Context, t *workspace.Template) (string, error) {
-	fk, ok := a.cfg.Storage.(provider.Forker)
-	if !ok {
-		return "", fmt.Errorf("%w: this server's storage cannot copy a workspace's files", workspace.ErrBadInput)
+	fk, err := a.forker()
+	if err != nil {
+		return "", err
 	}
 	src, err := a.store.Lookup(ctx, t.From, "")
 	if err != nil {
@@ -230,12 +230,12 @@ func (a *API) fromTemplate(ctx context.Context, n workspace.NewWorkspace) (works
 	if t.Files == "" {
 		return made, nil
 	}
-	fk, ok := a.cfg.Storage.(provider.Forker)
+	fk, err := a.forker()
+	if err != nil {
+		return n, fmt.Errorf("template %s has files: %w", t.Name, err)
+	}
 	id, err := uuid.NewV7()
-	switch {
-	case !ok:
-		return n, fmt.Errorf("%w: template %s has files and this server's storage cannot copy them", workspace.ErrBadInput, t.Name)
-	case err != nil:
+	if err != nil {
 		return n, err
 	}
 	made.ID, made.ArchiveKey = id.String(), provider.ArchiveKey(id.String(), "template")
