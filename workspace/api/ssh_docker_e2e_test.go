@@ -299,26 +299,10 @@ func (e *sshEnv) forwardToApp() {
 		ok     bool
 	}{{"localhost:" + port, true}, {"127.0.0.1:22", false}} {
 		local := freeLocalPort(t)
-		fwd := exec.CommandContext(t.Context(), "ssh", e.ssh("-N", "-o", "ExitOnForwardFailure=yes", "-L", fmt.Sprintf("127.0.0.1:%d:%s", local, tc.target), "gantry-box")[1:]...)
-		fwd.Env = append(os.Environ(), "GANTRY_TOKEN="+e.alice)
-		var stderr testutil.Buffer
-		fwd.Stderr = &stderr
-		if err := fwd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		var body string
-		var err error
-		testutil.WaitFor(t, 20*time.Second, "the forwarded port", func() (bool, string) {
-			body, err = httpGet(fmt.Sprintf("http://127.0.0.1:%d/", local))
-			if tc.ok {
-				return err == nil, fmt.Sprint(err, "; ssh: ", stderr.String())
-			}
-			return strings.Contains(stderr.String(), "open failed"), fmt.Sprint(err, "; ssh: ", stderr.String())
-		})
-		fwd.Process.Kill()
-		fwd.Wait()
+		args := e.ssh("-N", "-o", "ExitOnForwardFailure=yes", "-L", fmt.Sprintf("127.0.0.1:%d:%s", local, tc.target), "gantry-box")[1:]
+		body, stderr, err := tryForward(t, args, e.alice, fmt.Sprintf("http://127.0.0.1:%d/", local), tc.ok)
 		if tc.ok && body != "served-from-the-workspace\n" || !tc.ok && err == nil {
-			t.Fatalf("GET through ssh -L %s: %q, %v; want ok %v\nssh: %s", tc.target, body, err, tc.ok, stderr.String())
+			t.Fatalf("GET through ssh -L %s: %q, %v; want ok %v\nssh: %s", tc.target, body, err, tc.ok, stderr)
 		}
 		t.Logf("ssh -L %s: GET: %q, %v", tc.target, body, err)
 	}

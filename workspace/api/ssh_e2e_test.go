@@ -213,33 +213,40 @@ func TestSSHPortForwardIntoAContainedWorkspace(t *testing.T) {
 		{"127.0.0.1:22", false},
 		{"example.com:80", false},
 	} {
-		fwd := exec.CommandContext(t.Context(), "ssh", append(append([]string{"-N", "-o", "ExitOnForwardFailure=yes", "-L", fmt.Sprintf("127.0.0.1:%d:%s", local, tc.target)}, e.opts...), "gantry-box")...)
-		fwd.Env = append(os.Environ(), "GANTRY_TOKEN="+e.alice)
-		var stderr testutil.Buffer // read while ssh writes it
-		fwd.Stderr = &stderr
-		if err := fwd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		var body string
-		var err error
-		testutil.WaitFor(t, 20*time.Second, "the forwarded port", func() (bool, string) {
-			body, err = httpGet(fmt.Sprintf("http://127.0.0.1:%d/index.html", local))
-			if tc.ok {
-				return err == nil, fmt.Sprint(err, "; ssh: ", stderr.String())
-			}
-			return strings.Contains(stderr.String(), "open failed"), fmt.Sprint(err, "; ssh: ", stderr.String())
-		})
-		fwd.Process.Kill()
-		fwd.Wait()
+		args := append(append([]string{"-N", "-o", "ExitOnForwardFailure=yes", "-L", fmt.Sprintf("127.0.0.1:%d:%s", local, tc.target)}, e.opts...), "gantry-box")
+		body, stderr, err := tryForward(t, args, e.alice, fmt.Sprintf("http://127.0.0.1:%d/index.html", local), tc.ok)
 		want := "served-from-the-workspace\n"
 		if strings.HasSuffix(tc.target, ":8081") {
 			want = "served-from-app-api\n"
 		}
 		if tc.ok && body != want || !tc.ok && err == nil {
-			t.Fatalf("GET through ssh -L %s: %q, %v; want ok %v\nssh: %s", tc.target, body, err, tc.ok, stderr.String())
+			t.Fatalf("GET through ssh -L %s: %q, %v; want ok %v\nssh: %s", tc.target, body, err, tc.ok, stderr)
 		}
-		t.Logf("ssh -L %s: GET: %q, %v; ssh: %q", tc.target, body, err, stderr.String())
+		t.Logf("ssh -L %s: GET: %q, %v; ssh: %q", tc.target, body, err, stderr)
 	}
+}
+
+// tryForward runs `ssh ARGS` (an -L forward) with token and GETs url through
+// it until it answers (ok) or ssh reports the channel refused (!ok); it
+// returns the last GET's body, what ssh printed and the GET's error.
+func tryForward(t *testing.T, args []string, token, url string, ok bool) (body, sshErr string, err error) {
+	t.Helper()
+	fwd := exec.CommandContext(t.Context(), "ssh", args...)
+	fwd.Env = append(os.Environ(), "GANTRY_TOKEN="+token)
+	var stderr testutil.Buffer // read while ssh writes it
+	fwd.Stderr = &stderr
+	if err := fwd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { fwd.Process.Kill(); fwd.Wait() }()
+	testutil.WaitFor(t, 20*time.Second, "the forwarded port", func() (bool, string) {
+		body, err = httpGet(url)
+		if ok {
+			return err == nil, fmt.Sprint(err, "; ssh: ", stderr.String())
+		}
+		return strings.Contains(stderr.String(), "open failed"), fmt.Sprint(err, "; ssh: ", stderr.String())
+	})
+	return body, stderr.String(), err
 }
 
 // freeLocalPort is a host port nothing listens on (just now).
