@@ -55,6 +55,9 @@
 //	template.go  Template: a named, versioned spec with typed parameters
 //	             (Param; {{.name}} in command and env), its validation and
 //	             Instantiate; TemplateRef, what a workspace records of it
+//	pool.go      warm pools: PoolOwner (an unclaimed member's own owner),
+//	             PoolStatus, Template.PoolMember and Claims (which creates
+//	             a member can serve)
 //
 // Accounts: every request but the probes, /metrics and the page's shell
 // carries an API token (or a page session made from one); a principal sees

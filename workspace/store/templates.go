@@ -157,11 +157,12 @@ func usesTemplate(name string) string {
 	return `%"template":{"name":"` + strings.ReplaceAll(name, "_", `\_`) + `",%`
 }
 
-const usesTemplateSQL = `SELECT COUNT(*) FROM workspaces WHERE desired_state <> 'DELETED' AND spec LIKE ? ESCAPE '\'`
+const usesTemplateSQL = `SELECT COUNT(*) FROM workspaces WHERE desired_state <> 'DELETED' AND pool IS NULL AND spec LIKE ? ESCAPE '\'`
 
 // Delete removes every version of template name: ErrNotFound if it has
 // none, ErrConflict naming the count while a workspace (not being
-// deleted) was made from it. The check and the delete are one
+// deleted, not an unclaimed member of its warm pool) was made from it. It
+// drops the template's pool and deletes its unclaimed members. The check and the delete are one
 // transaction that locks the template's rows; a create from it
 // (CreateFromTemplate) takes the same lock, so the two take turns.
 func (ts *Templates) Delete(ctx context.Context, name string) error {
@@ -188,14 +189,20 @@ func (ts *Templates) Delete(ctx context.Context, name string) error {
 	if users > 0 {
 		return fmt.Errorf("%w: template %q is used by %d workspace(s); delete them or move them off it first", workspace.ErrConflict, name, users)
 	}
-	if _, err := tx.ExecContext(ctx, s.rebind(`DELETE FROM templates WHERE name = ?`), name); err != nil {
-		return err
+	for _, q := range []string{
+		`DELETE FROM templates WHERE name = ?`,
+		`DELETE FROM template_pools WHERE name = ?`,
+		`UPDATE workspaces SET desired_state = 'DELETED', desired_version = desired_version + 1 WHERE pool = ? AND desired_state <> 'DELETED'`,
+	} {
+		if _, err := tx.ExecContext(ctx, s.rebind(q), name); err != nil {
+			return err
+		}
 	}
 	return tx.Commit()
 }
 
-// InUse is how many workspaces (not being deleted) were made from
-// template name.
+// InUse is how many workspaces (not being deleted, not unclaimed pool
+// members) were made from template name.
 func (ts *Templates) InUse(ctx context.Context, name string) (int, error) {
 	var n int
 	err := ts.s.db.QueryRowContext(ctx, ts.s.rebind(usesTemplateSQL), usesTemplate(name)).Scan(&n)

@@ -20,10 +20,11 @@ type TTLCandidate struct {
 }
 
 // TTLCandidates reads the converged, idle-able rows: desired = observed in
-// RUNNING or STANDBY with no operation in flight.
+// RUNNING or STANDBY with no operation in flight; never an unclaimed pool
+// member, which waits RUNNING for its claim.
 func (s *Store) TTLCandidates(ctx context.Context) ([]TTLCandidate, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT id, observed_status, desired_version, created_at, observed_at, last_activity_at
-		FROM workspaces WHERE operation = 'NONE' AND desired_state = observed_status AND observed_status IN ('RUNNING', 'STANDBY')`)
+		FROM workspaces WHERE operation = 'NONE' AND desired_state = observed_status AND observed_status IN ('RUNNING', 'STANDBY') AND pool IS NULL`)
 	if err != nil {
 		return nil, err
 	}

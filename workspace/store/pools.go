@@ -1,0 +1,263 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gantryhq/gantry/workspace"
+	"github.com/gantryhq/gantry/workspace/auth"
+)
+
+// Pools is the warm pools (migration 0301, workspace/pool.go): each
+// template's configured size (template_pools) and its unclaimed members,
+// the workspaces whose pool column names it. Refills are serialized per
+// pool (its template_pools row, locked), claims per claimer (the owner's
+// lock, as creates), and a claim takes a member by a compare-and-set on its
+// pool column, so a member is never handed out twice, on one SQLite file
+// or across replicas on Postgres.
+type Pools struct{ s *Store }
+
+// Pools is s's warm pools.
+func (s *Store) Pools() *Pools { return &Pools{s: s} }
+
+// SetSize sets template name's pool size (0: drain it); ErrNotFound if the
+// template does not exist.
+func (ps *Pools) SetSize(ctx context.Context, name string, size int, now time.Time) error {
+	if size < 0 || size > workspace.MaxPoolSize {
+		return fmt.Errorf("%w: pool size %d, want 0–%d", workspace.ErrBadInput, size, workspace.MaxPoolSize)
+	}
+	s := ps.s
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	// Version 1 lives as long as the template (Delete removes them all).
+	if err := s.holdTemplate(ctx, tx, &workspace.TemplateRef{Name: name, Version: 1}); errors.Is(err, workspace.ErrNotFound) {
+		return fmt.Errorf("%w: template %q", workspace.ErrNotFound, name)
+	} else if err != nil {
+		return err
+	}
+	q := `INSERT INTO template_pools (name, size, updated_at) VALUES (?, ?, ?)
+		ON CONFLICT (name) DO UPDATE SET size = excluded.size, updated_at = excluded.updated_at`
+	if _, err := tx.ExecContext(ctx, s.rebind(q), name, size, now.UnixMilli()); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// Sizes is every configured pool's size, by template name.
+func (ps *Pools) Sizes(ctx context.Context) (map[string]int, error) {
+	rows, err := ps.s.db.QueryContext(ctx, `SELECT name, size FROM template_pools`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var name string
+		var size int
+		if err := rows.Scan(&name, &size); err != nil {
+			return nil, err
+		}
+		out[name] = size
+	}
+	return out, rows.Err()
+}
+
+// Status is template name's pool as it stands, its members counted
+// against version (the template's latest).
+func (ps *Pools) Status(ctx context.Context, name string, version int) (workspace.PoolStatus, error) {
+	st := workspace.PoolStatus{Template: name, Version: version}
+	err := ps.s.db.QueryRowContext(ctx, ps.s.rebind(`SELECT size FROM template_pools WHERE name = ?`), name).Scan(&st.Size)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return st, err
+	}
+	q := `SELECT
+		COALESCE(SUM(CASE WHEN ` + readyMember + ` THEN 1 ELSE 0 END), 0),
+		COALESCE(SUM(CASE WHEN desired_state = 'DELETED' OR pool_version <> ? OR observed_status = 'ERROR' THEN 1 ELSE 0 END), 0),
+		COUNT(*)
+		FROM workspaces WHERE pool = ?`
+	var all int
+	if err := ps.s.db.QueryRowContext(ctx, ps.s.rebind(q), version, name).Scan(&st.Ready, &st.Draining, &all); err != nil {
+		return st, err
+	}
+	st.Starting = all - st.Ready - st.Draining
+	return st, nil
+}
+
+// readyMember is a claimable member's condition; its version is checked
+// apart.
+const readyMember = `desired_state = 'RUNNING' AND observed_status = 'RUNNING' AND operation = 'NONE'`
+
+// liveMembers counts template name's members that stay: at version, not
+// failed, not being deleted.
+const liveMembers = `SELECT COUNT(*) FROM workspaces WHERE pool = ? AND pool_version = ? AND desired_state <> 'DELETED' AND observed_status <> 'ERROR'`
+
+// Deficit is how many members template name's pool lacks at version
+// (negative: how many too many), read without a lock: the refill's
+// estimate of the members to prepare (their files copied) before Refill
+// decides under the lock.
+func (ps *Pools) Deficit(ctx context.Context, name string, version, size int) (int, error) {
+	var live int
+	err := ps.s.db.QueryRowContext(ctx, ps.s.rebind(liveMembers), name, version).Scan(&live)
+	return size - live, err
+}
+
+// Refilled is what one Refill did.
+type Refilled struct {
+	Created []string                 // ids of the members added
+	Drained int                      // members given desired DELETED: older version, failed, surplus
+	Unused  []workspace.NewWorkspace // of the prepared members, those not needed (their files to drop)
+}
+
+// Refill brings template name's pool to size members of version, holding
+// the pool's row: it deletes the members of any other version, the failed
+// ones (observed ERROR) and any beyond size (the not yet ready first), and
+// adds from prepared (workspace.Template.PoolMember's) as many as are
+// missing. Concurrent refills (a deposed leader's and the new one's) take
+// turns, so the pool never holds more than size members that stay.
+func (ps *Pools) Refill(ctx context.Context, name string, version, size int, prepared []workspace.NewWorkspace, now time.Time) (Refilled, error) {
+	s := ps.s
+	var out Refilled
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return out, err
+	}
+	defer tx.Rollback()
+	if s.dialect == Postgres {
+		if _, err := tx.ExecContext(ctx, `SELECT size FROM template_pools WHERE name = $1 FOR UPDATE`, name); err != nil {
+			return out, err
+		}
+	}
+	ms := now.UnixMilli()
+	drain := `UPDATE workspaces SET desired_state = 'DELETED', updated_at = ?, desired_version = desired_version + 1
+		WHERE pool = ? AND desired_state <> 'DELETED' AND (pool_version <> ? OR observed_status = 'ERROR')`
+	res, err := tx.ExecContext(ctx, s.rebind(drain), ms, name, version)
+	if err != nil {
+		return out, err
+	}
+	n, _ := res.RowsAffected()
+	out.Drained = int(n)
+	var live int
+	if err := tx.QueryRowContext(ctx, s.rebind(liveMembers), name, version).Scan(&live); err != nil {
+		return out, err
+	}
+	if live > size {
+		trim := `UPDATE workspaces SET desired_state = 'DELETED', updated_at = ?, desired_version = desired_version + 1
+			WHERE id IN (SELECT id FROM workspaces WHERE pool = ? AND desired_state <> 'DELETED'
+				ORDER BY CASE WHEN ` + readyMember + ` THEN 1 ELSE 0 END, id DESC LIMIT ?)`
+		res, err := tx.ExecContext(ctx, s.rebind(trim), ms, name, live-size)
+		if err != nil {
+			return out, err
+		}
+		n, _ := res.RowsAffected()
+		out.Drained += int(n)
+	}
+	need := max(size-live, 0)
+	for i, m := range prepared {
+		if i >= need {
+			out.Unused = append(out.Unused, m)
+			continue
+		}
+		if err := s.insertMember(ctx, tx, name, version, m, ms); err != nil {
+			return Refilled{}, err
+		}
+		out.Created = append(out.Created, m.ID)
+	}
+	if err := tx.Commit(); err != nil {
+		return Refilled{}, err
+	}
+	return out, nil
+}
+
+func (s *Store) insertMember(ctx context.Context, tx *sql.Tx, name string, version int, m workspace.NewWorkspace, ms int64) error {
+	if err := m.Validate(); err != nil {
+		return err
+	}
+	if m.ID == "" || m.Owner != workspace.PoolOwner(m.ID) {
+		return fmt.Errorf("%w: pool %s: a member needs an id and the pool's owner of it", workspace.ErrBadInput, name)
+	}
+	archive := sql.NullString{String: m.ArchiveKey, Valid: m.ArchiveKey != ""}
+	q := `INSERT INTO workspaces (id, name, owner, image, command, desired_state, observed_status, created_at, updated_at, spec, archive_key, pool, pool_version)
+		VALUES (?, ?, ?, ?, ?, ?, 'PENDING', ?, ?, ?, ?, ?, ?)`
+	_, err := tx.ExecContext(ctx, s.rebind(q), m.ID, m.Name, m.Owner, m.Image, m.Command, string(m.Desired), ms, ms, specJSON(m.Spec), archive, name, version)
+	return err
+}
+
+// errNoMember ends a claim's transaction that found no member.
+var errNoMember = errors.New("store: no pool member ready")
+
+// ClaimPooled makes n (a create from a template, as the API filled it) out of a
+// ready member of that template's pool at n's version, under n.Owner's
+// quotas: one transaction holding the owner's lock (as CreateWithin) picks
+// a member (Postgres: FOR UPDATE SKIP LOCKED, so concurrent claims on
+// other replicas pass over it) and takes it with a compare-and-set on its
+// pool column, giving it n's owner, name, spec (the given parameters) and
+// desired state. ok is false, with no error, when no member is ready: the
+// caller creates n cold. A quota or a taken name fails as CreateWithin's.
+func (s *Store) ClaimPooled(ctx context.Context, n workspace.NewWorkspace, q auth.Quotas, now time.Time) (w workspace.Workspace, ok bool, err error) {
+	if err := n.Validate(); err != nil {
+		return w, false, err
+	}
+	ref := n.Spec.Template
+	if ref == nil || n.ID != "" || n.ArchiveKey != "" {
+		return w, false, nil
+	}
+	var id string
+	err = s.withOwnerLock(ctx, n.Owner, func(tx *sql.Tx) error {
+		if err := s.holdTemplate(ctx, tx, ref); err != nil {
+			return err
+		}
+		if err := s.checkQuota(ctx, tx, n.Owner, "", q.Workspaces, "workspaces", `desired_state <> 'DELETED'`); err != nil {
+			return err
+		}
+		if n.Desired == workspace.Running {
+			if err := s.checkQuota(ctx, tx, n.Owner, "", q.Running, "running workspaces", `desired_state = 'RUNNING'`); err != nil {
+				return err
+			}
+		}
+		pick := `SELECT id FROM workspaces WHERE pool = ? AND pool_version = ? AND ` + readyMember + ` ORDER BY id LIMIT 1`
+		if s.dialect == Postgres {
+			pick += ` FOR UPDATE SKIP LOCKED`
+		}
+		if err := tx.QueryRowContext(ctx, s.rebind(pick), ref.Name, ref.Version).Scan(&id); errors.Is(err, sql.ErrNoRows) {
+			return errNoMember
+		} else if err != nil {
+			return err
+		}
+		ms := now.UnixMilli()
+		take := `UPDATE workspaces SET pool = NULL, pool_version = NULL, owner = ?, name = ?, spec = ?, desired_state = ?,
+			created_at = ?, updated_at = ?, desired_version = desired_version + 1, last_activity_at = ?
+			WHERE id = ? AND pool = ? AND ` + readyMember
+		res, err := tx.ExecContext(ctx, s.rebind(take), n.Owner, n.Name, specJSON(n.Spec), string(n.Desired), ms, ms, ms, id, ref.Name)
+		if err != nil {
+			return err
+		}
+		if k, err := res.RowsAffected(); err != nil || k != 1 {
+			return cmpErr(err, errNoMember)
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, errNoMember):
+		return w, false, nil
+	case err != nil && isUnique(err):
+		return w, false, fmt.Errorf("%w: %q", workspace.ErrNameTaken, n.Name)
+	case err != nil:
+		return w, false, err
+	}
+	w, err = s.Get(ctx, id)
+	return w, err == nil, err
+}
+
+// cmpErr is err, or otherwise if err is nil.
+func cmpErr(err, otherwise error) error {
+	if err != nil {
+		return err
+	}
+	return otherwise
+}

@@ -1,0 +1,208 @@
+package store_test
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/gantryhq/gantry/workspace"
+	"github.com/gantryhq/gantry/workspace/auth"
+	"github.com/gantryhq/gantry/workspace/store"
+	"github.com/gantryhq/gantry/workspace/store/storetest"
+)
+
+// members prepares n pool members of t.
+func members(t *testing.T, tp workspace.Template, n int) []workspace.NewWorkspace {
+	t.Helper()
+	out := make([]workspace.NewWorkspace, n)
+	for i := range out {
+		m, err := tp.PoolMember(uuid.Must(uuid.NewV7()).String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[i] = m
+	}
+	return out
+}
+
+// runAll marks every member of pool name observed RUNNING, as the
+// reconciler and the monitor would.
+func runAll(t *testing.T, st *store.Store, ids []string) {
+	t.Helper()
+	for _, id := range ids {
+		storetest.Force(t, st, id, map[string]any{"observed_status": "RUNNING"})
+	}
+}
+
+func wantStatus(t *testing.T, st *store.Store, name string, version int, want workspace.PoolStatus) {
+	t.Helper()
+	got, err := st.Pools().Status(t.Context(), name, version)
+	want.Template, want.Version = name, version
+	if err != nil || got != want {
+		t.Fatalf("pool %s: %+v, %v; want %+v", name, got, err, want)
+	}
+}
+
+// TestPoolRefillAndClaim: a refill adds what the pool lacks and no more;
+// only a ready member is claimed, becoming the claimer's under its quota;
+// a template update drains the old version's members and refills with the
+// new one; a smaller size trims; deleting the template drops the pool.
+func TestPoolRefillAndClaim(t *testing.T) {
+	for _, b := range storetest.Backends {
+		t.Run(b.Name, func(t *testing.T) {
+			ctx := t.Context()
+			st := storetest.Open(t, b.DSN(t))
+			now := time.Now()
+			v1, err := st.Templates().Put(ctx, pyTemplate("serve --port {{.port}}"), true, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := st.Pools().SetSize(ctx, "nope", 3, now); !errors.Is(err, workspace.ErrNotFound) {
+				t.Fatalf("pool of an unknown template: %v; want ErrNotFound", err)
+			}
+			if err := st.Pools().SetSize(ctx, v1.Name, 3, now); err != nil {
+				t.Fatal(err)
+			}
+			r, err := st.Pools().Refill(ctx, v1.Name, 1, 3, members(t, v1, 5), now)
+			if err != nil || len(r.Created) != 3 || len(r.Unused) != 2 || r.Drained != 0 {
+				t.Fatalf("refill: %+v, %v; want 3 created, 2 unused", r, err)
+			}
+			wantStatus(t, st, v1.Name, 1, workspace.PoolStatus{Size: 3, Starting: 3})
+			claim, err := v1.Instantiate("a1", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			claim.Owner, claim.Desired = "alice", workspace.Running
+			if w, ok, err := st.ClaimPooled(ctx, claim, auth.Quotas{}, now); ok || err != nil {
+				t.Fatalf("claim before any member runs: %+v, %v, %v; want a miss", w, ok, err)
+			}
+			runAll(t, st, r.Created)
+			wantStatus(t, st, v1.Name, 1, workspace.PoolStatus{Size: 3, Ready: 3})
+			w, ok, err := st.ClaimPooled(ctx, claim, auth.Quotas{Workspaces: 1}, now)
+			if !ok || err != nil || w.Owner != "alice" || w.Name != "a1" || w.DesiredState != workspace.Running ||
+				w.ObservedStatus != workspace.Running || w.Spec.Template == nil || w.Spec.Template.Version != 1 {
+				t.Fatalf("claim: %+v, %v, %v", w, ok, err)
+			}
+			wantStatus(t, st, v1.Name, 1, workspace.PoolStatus{Size: 3, Ready: 2})
+			claim.Name = "a2"
+			var qe *auth.QuotaError
+			if _, ok, err := st.ClaimPooled(ctx, claim, auth.Quotas{Workspaces: 1}, now); ok || !errors.As(err, &qe) {
+				t.Fatalf("claim over quota: %v, %v; want a QuotaError", ok, err)
+			}
+			claim.Name = "a1"
+			if _, ok, err := st.ClaimPooled(ctx, claim, auth.Quotas{}, now); ok || !errors.Is(err, workspace.ErrNameTaken) {
+				t.Fatalf("claim of a taken name: %v, %v; want ErrNameTaken", ok, err)
+			}
+			wantStatus(t, st, v1.Name, 1, workspace.PoolStatus{Size: 3, Ready: 2})
+
+			if d, err := st.Pools().Deficit(ctx, v1.Name, 1, 3); err != nil || d != 1 {
+				t.Fatalf("deficit after a claim: %d, %v; want 1", d, err)
+			}
+			r, err = st.Pools().Refill(ctx, v1.Name, 1, 3, members(t, v1, 1), now)
+			if err != nil || len(r.Created) != 1 {
+				t.Fatalf("refill after a claim: %+v, %v", r, err)
+			}
+			v2, err := st.Templates().Put(ctx, pyTemplate("serve2 --port {{.port}}"), false, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err = st.Pools().Refill(ctx, v2.Name, 2, 3, members(t, v2, 3), now)
+			if err != nil || r.Drained != 3 || len(r.Created) != 3 {
+				t.Fatalf("refill after a template update: %+v, %v; want 3 drained, 3 created", r, err)
+			}
+			wantStatus(t, st, v2.Name, 2, workspace.PoolStatus{Size: 3, Starting: 3, Draining: 3})
+			runAll(t, st, r.Created[:1])
+			if err := st.Pools().SetSize(ctx, v2.Name, 1, now); err != nil {
+				t.Fatal(err)
+			}
+			r, err = st.Pools().Refill(ctx, v2.Name, 2, 1, nil, now)
+			if err != nil || r.Drained != 2 {
+				t.Fatalf("refill to a smaller size: %+v, %v; want 2 drained", r, err)
+			}
+			wantStatus(t, st, v2.Name, 2, workspace.PoolStatus{Size: 1, Ready: 1, Draining: 5})
+
+			if err := st.Templates().Delete(ctx, v2.Name); !errors.Is(err, workspace.ErrConflict) {
+				t.Fatalf("delete while alice's claimed workspace uses it: %v; want ErrConflict", err)
+			}
+			if _, err := st.SetDesired(ctx, w.ID, workspace.Deleted, now); err != nil {
+				t.Fatal(err)
+			}
+			if err := st.Templates().Delete(ctx, v2.Name); err != nil {
+				t.Fatalf("delete with only pool members left: %v", err)
+			}
+			if sizes, err := st.Pools().Sizes(ctx); err != nil || len(sizes) != 0 {
+				t.Fatalf("pools after the template's delete: %v, %v", sizes, err)
+			}
+			wantStatus(t, st, v2.Name, 2, workspace.PoolStatus{Draining: 6})
+		})
+	}
+}
+
+// TestPoolClaimsRace: 60 claims at once, each by its own owner, against 20
+// ready members: each member goes to exactly one claimer, the other 40
+// miss, none fails.
+func TestPoolClaimsRace(t *testing.T) {
+	for _, b := range storetest.Backends {
+		t.Run(b.Name, func(t *testing.T) {
+			ctx := t.Context()
+			st := storetest.Open(t, b.DSN(t))
+			now := time.Now()
+			tp, err := st.Templates().Put(ctx, pyTemplate("serve"), true, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := st.Pools().SetSize(ctx, tp.Name, 20, now); err != nil {
+				t.Fatal(err)
+			}
+			r, err := st.Pools().Refill(ctx, tp.Name, 1, 20, members(t, tp, 20), now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			runAll(t, st, r.Created)
+			var mu sync.Mutex
+			got := map[string]string{}
+			misses := 0
+			var wg sync.WaitGroup
+			for i := range 60 {
+				wg.Go(func() {
+					n, err := tp.Instantiate("w", nil)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					n.Owner, n.Desired = fmt.Sprintf("o%d", i), workspace.Running
+					w, ok, err := st.ClaimPooled(ctx, n, auth.Quotas{Running: 5}, now)
+					mu.Lock()
+					defer mu.Unlock()
+					switch {
+					case err != nil:
+						t.Errorf("claim %d: %v", i, err)
+					case !ok:
+						misses++
+					case got[w.ID] != "":
+						t.Errorf("member %s handed to %s and %s", w.ID, got[w.ID], n.Owner)
+					case w.Owner != n.Owner:
+						t.Errorf("claim %d: owner %q", i, w.Owner)
+					default:
+						got[w.ID] = n.Owner
+					}
+				})
+			}
+			wg.Wait()
+			if len(got) != 20 || misses != 40 {
+				t.Fatalf("%d claimed, %d missed; want 20 and 40", len(got), misses)
+			}
+			for id := range got {
+				if !slices.Contains(r.Created, id) {
+					t.Fatalf("claimed %s, which is no member", id)
+				}
+			}
+			wantStatus(t, st, tp.Name, 1, workspace.PoolStatus{Size: 20})
+		})
+	}
+}
