@@ -153,6 +153,9 @@ type Workspace struct {
 	// workspace's template when that is newer than the one it was made
 	// from (0 otherwise).
 	TemplateLatest int `json:"template_latest,omitempty"`
+	// Pooled, in a create's answer only, says the workspace came RUNNING
+	// from its template's warm pool (pool.go).
+	Pooled bool `json:"pooled,omitempty"`
 }
 
 // Sentinel errors.

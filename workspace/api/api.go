@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -59,6 +60,8 @@ type APIConfig struct {
 	Hints   hints.Bus // nil = none
 	// Templates keeps workspace templates (templates.go); nil = none.
 	Templates TemplateStore
+	// Pools keeps the templates' warm pools (pools.go); nil = none.
+	Pools PoolStore
 	// Gate is held while an authenticated change is in flight: the bulk
 	// work of the store and the reconciler given the same Gate waits for
 	// it (package urgency); nil = none.
@@ -201,7 +204,7 @@ func (a *API) routes() []route {
 		{"POST /v1/workspaces/{id}/restore", "workspace.restore", a.restore},
 		{"POST /v1/workspaces/{id}/fork", "workspace.fork", a.fork},
 		{"GET " + authorizePath, "", a.authorize},
-	}, append(append(a.accountRoutes(), a.templateRoutes()...), a.proxyRoutes()...)...)
+	}, slices.Concat(a.accountRoutes(), a.templateRoutes(), a.poolRoutes(), a.proxyRoutes())...)
 }
 
 // Handle adds a route (SSE streams, the web page). Its requests are
@@ -330,30 +333,47 @@ func (a *API) create(w http.ResponseWriter, r *http.Request) {
 	}
 	p, _ := auth.FromContext(r.Context())
 	n.Owner = p.Owner
-	var err error
-	if n.Template != "" {
-		n, err = a.fromTemplate(r.Context(), n)
-	} else {
-		n.Spec.Template = nil
-	}
-	if err == nil {
-		err = a.checkSpec(n.Image, n.Command, n.Spec)
-	}
-	var ws workspace.Workspace
-	if err == nil {
-		ws, err = a.store.CreateWithin(r.Context(), n, a.cfg.Quotas, a.clock.Now())
-	}
+	ws, pooled, err := a.createOf(r.Context(), n)
 	if err != nil {
-		if n.ArchiveKey != "" { // a template's files, copied for it
-			a.dropArchive(r.Context(), n.ArchiveKey)
-		}
 		a.fail(w, r, err)
 		return
 	}
 	noteWorkspace(r, ws.ID)
 	a.auditShares(r, workspace.Workspace{}, ws) // apps_share.go
-	a.hints.Publish(r.Context(), hints.ChanWorkspace, ws.ID)
-	writeJSON(w, http.StatusCreated, a.fill(ws))
+	if pooled {
+		noteDetail(r, "from the warm pool of template "+n.Template)
+	} else {
+		a.hints.Publish(r.Context(), hints.ChanWorkspace, ws.ID)
+	}
+	ws = a.fill(ws)
+	ws.Pooled = pooled
+	writeJSON(w, http.StatusCreated, ws)
+}
+
+// createOf makes n: from its template's warm pool if one of its members
+// serves it (pooled), else a new row the reconciler will provision.
+func (a *API) createOf(ctx context.Context, n workspace.NewWorkspace) (ws workspace.Workspace, pooled bool, err error) {
+	n.Spec.Template = nil
+	if n.Template != "" {
+		var t workspace.Template
+		if t, n, err = a.fromTemplate(ctx, n); err != nil {
+			return ws, false, err
+		}
+		if ws, pooled, err = a.claimPooled(ctx, t, n); err != nil || pooled {
+			return ws, pooled, err
+		}
+		if n, err = a.withTemplateFiles(ctx, t, n); err != nil {
+			a.dropArchive(ctx, n.ArchiveKey)
+			return ws, false, err
+		}
+	}
+	if err = a.checkSpec(n.Image, n.Command, n.Spec); err == nil {
+		ws, err = a.store.CreateWithin(ctx, n, a.cfg.Quotas, a.clock.Now())
+	}
+	if err != nil && n.ArchiveKey != "" { // a template's files, copied for it
+		a.dropArchive(ctx, n.ArchiveKey)
+	}
+	return ws, false, err
 }
 
 func (a *API) list(w http.ResponseWriter, r *http.Request) {
@@ -376,8 +396,11 @@ func (a *API) list(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := make([]workspace.Workspace, 0, len(all))
+	members := r.URL.Query().Get("pool") == "true"
 	for _, ws := range all {
-		out = append(out, a.fill(ws))
+		if workspace.IsPoolOwner(ws.Owner) == members { // ?pool=true: the warm pools' unclaimed members instead
+			out = append(out, a.fill(ws))
+		}
 	}
 	a.fillTemplates(r.Context(), out)
 	writeJSON(w, http.StatusOK, out)

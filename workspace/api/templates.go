@@ -210,9 +210,9 @@ func specIsZero(s workspace.Spec) bool {
 
 // fromTemplate turns a create naming a template into the workspace it
 // makes: the template's latest version filled with n.Params.
-func (a *API) fromTemplate(ctx context.Context, n workspace.NewWorkspace) (workspace.NewWorkspace, error) {
+func (a *API) fromTemplate(ctx context.Context, n workspace.NewWorkspace) (workspace.Template, workspace.NewWorkspace, error) {
 	if n.Image != "" || n.Command != "" || !specIsZero(n.Spec) {
-		return n, fmt.Errorf("%w: a workspace made from template %q takes its image, command, env, apps and limits from it (change the template, or give params)", workspace.ErrBadInput, n.Template)
+		return workspace.Template{}, n, fmt.Errorf("%w: a workspace made from template %q takes its image, command, env, apps and limits from it (change the template, or give params)", workspace.ErrBadInput, n.Template)
 	}
 	ts, err := a.templates()
 	var t workspace.Template
@@ -220,23 +220,29 @@ func (a *API) fromTemplate(ctx context.Context, n workspace.NewWorkspace) (works
 		t, err = ts.Get(ctx, n.Template, 0)
 	}
 	if err != nil {
-		return n, err
+		return t, n, err
 	}
 	made, err := t.Instantiate(n.Name, n.Params)
 	if err != nil {
-		return n, err
+		return t, n, err
 	}
 	made.Desired, made.Owner = n.Desired, n.Owner
+	return t, made, nil
+}
+
+// withTemplateFiles gives made, a cold create from t, a copy of t's files
+// (if it has some) to start from.
+func (a *API) withTemplateFiles(ctx context.Context, t workspace.Template, made workspace.NewWorkspace) (workspace.NewWorkspace, error) {
 	if t.Files == "" {
 		return made, nil
 	}
 	fk, err := a.forker()
 	if err != nil {
-		return n, fmt.Errorf("template %s has files: %w", t.Name, err)
+		return made, fmt.Errorf("template %s has files: %w", t.Name, err)
 	}
 	id, err := uuid.NewV7()
 	if err != nil {
-		return n, err
+		return made, err
 	}
 	made.ID, made.ArchiveKey = id.String(), provider.ArchiveKey(id.String(), "template")
 	return made, fk.CopyArchive(ctx, t.Files, made.ArchiveKey)

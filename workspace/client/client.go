@@ -110,6 +110,13 @@ func (c *Client) List(ctx context.Context) ([]workspace.Workspace, error) {
 	return ws, c.do(ctx, "GET", "/v1/workspaces", nil, &ws)
 }
 
+// PoolMembers lists the warm pools' unclaimed members (admin: only an
+// admin token sees workspaces that are not its own).
+func (c *Client) PoolMembers(ctx context.Context) ([]workspace.Workspace, error) {
+	var ws []workspace.Workspace
+	return ws, c.do(ctx, "GET", "/v1/workspaces?pool=true", nil, &ws)
+}
+
 // Get reads one workspace (by id or name).
 func (c *Client) Get(ctx context.Context, id string) (workspace.Workspace, error) {
 	var w workspace.Workspace

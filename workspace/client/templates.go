@@ -47,3 +47,15 @@ func (c *Client) TemplateVersions(ctx context.Context, name string) ([]workspace
 func (c *Client) DeleteTemplate(ctx context.Context, name string) error {
 	return c.do(ctx, "DELETE", "/v1/templates/"+url.PathEscape(name), nil, nil)
 }
+
+// SetPool sizes template name's warm pool (admin; 0 drains it).
+func (c *Client) SetPool(ctx context.Context, name string, size int) (workspace.PoolStatus, error) {
+	var out workspace.PoolStatus
+	return out, c.do(ctx, "PUT", "/v1/templates/"+url.PathEscape(name)+"/pool", map[string]int{"size": size}, &out)
+}
+
+// Pool reads template name's warm pool.
+func (c *Client) Pool(ctx context.Context, name string) (workspace.PoolStatus, error) {
+	var out workspace.PoolStatus
+	return out, c.do(ctx, "GET", "/v1/templates/"+url.PathEscape(name)+"/pool", nil, &out)
+}

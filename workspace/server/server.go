@@ -101,6 +101,9 @@ type ServerConfig struct {
 	// TTL configures the TTL manager (idle → STANDBY, long STANDBY →
 	// PENDING); its zero value has the documented defaults.
 	TTL singletons.TTLConfig
+	// PoolInterval is how often the leader refills the warm pools; zero =
+	// 500 ms.
+	PoolInterval time.Duration
 	// LeaderLease bounds the handover of the monitor and the TTL manager
 	// between replicas on Postgres; zero = 10 s. Unused on SQLite.
 	LeaderLease time.Duration
@@ -258,7 +261,8 @@ func (s *Server) wire(ctx context.Context, gate *urgency.Gate) error {
 	s.API = api.NewAPI(ac)
 	retention := &singletons.Retention{Store: st.Accounts(), Audit: cfg.AuditRetention, Logger: cfg.Logger}
 	loops := singletons.SingletonsConfig{Store: st, Monitor: s.Mon, TTL: s.TTL, Retention: retention, Lease: cfg.LeaderLease,
-		NodeID: s.Rec.Config().Owner, Metrics: metrics, Logger: cfg.Logger, ArchiveGC: archiveGC(cfg, st)}
+		NodeID: s.Rec.Config().Owner, Metrics: metrics, Logger: cfg.Logger, ArchiveGC: archiveGC(cfg, st),
+		Pools: poolFiller(cfg, st, s.hints)}
 	s.runs = append(s.runs, s.Rec.Run, func(ctx context.Context) error { return singletons.RunSingletons(ctx, loops) })
 	if cfg.Page != nil {
 		page, run, err := cfg.Page(st, s.hints)
@@ -400,8 +404,34 @@ func (s *Server) startHints(cfg ServerConfig) error {
 // apiConfig is the API's configuration under cfg. The session cookie is
 // Secure under TLS, and with InsecureListen (a TLS proxy is in front).
 func apiConfig(cfg ServerConfig, st *store.Store, gate *urgency.Gate, h hints.Bus) api.APIConfig {
-	return api.APIConfig{Store: apiStore(cfg, st), Accounts: st.Accounts(), Templates: st.Templates(), Storage: cfg.Storage, Container: cfg.Container, Hints: h, Gate: gate, Quotas: cfg.Quotas,
+	return api.APIConfig{Store: apiStore(cfg, st), Accounts: st.Accounts(), Templates: st.Templates(), Pools: apiPools(cfg, st),
+		Storage: cfg.Storage, Container: cfg.Container, Hints: h, Gate: gate, Quotas: cfg.Quotas,
 		SecureCookies: cfg.TLSCert != "" || cfg.InsecureListen, AppsURL: appsURL(cfg), Logger: cfg.Logger}
+}
+
+// apiPools is the API's warm pools: none on a server whose workspaces share
+// its user over one owner (oneOwner), where a claim would bypass that check.
+func apiPools(cfg ServerConfig, st *store.Store) api.PoolStore {
+	if why := sharedUser(cfg.Container); why != nil && !cfg.InsecureSharedUser {
+		return nil
+	}
+	return st.Pools()
+}
+
+// poolFiller is the leader's refill of the warm pools (none where the API
+// keeps none).
+func poolFiller(cfg ServerConfig, st *store.Store, h hints.Bus) *singletons.PoolFiller {
+	if apiPools(cfg, st) == nil {
+		return nil
+	}
+	f := &singletons.PoolFiller{Pools: st.Pools(), Templates: st.Templates(), Hints: h, Logger: cfg.Logger, Interval: cfg.PoolInterval}
+	if fk, ok := cfg.Storage.(provider.Forker); ok {
+		f.Files = fk
+	}
+	if as, ok := cfg.Storage.(provider.ArchiveStore); ok {
+		f.Drop = as.DeleteArchive
+	}
+	return f
 }
 
 // appsURL is the API's AppsURL under cfg: AppsDomain on Listen's port.

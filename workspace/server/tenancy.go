@@ -42,7 +42,8 @@ type lister interface {
 	List(ctx context.Context) ([]workspace.Workspace, error)
 }
 
-// owners lists the owners of the workspaces not deleted, sorted.
+// owners lists the owners of the workspaces not deleted, sorted (not the
+// warm pools' unclaimed members, whose owners are their own).
 func owners(ctx context.Context, st lister) ([]string, error) {
 	all, err := st.List(ctx)
 	if err != nil {
@@ -50,7 +51,7 @@ func owners(ctx context.Context, st lister) ([]string, error) {
 	}
 	seen := map[string]bool{}
 	for _, w := range all {
-		if w.DesiredState != workspace.Deleted {
+		if w.DesiredState != workspace.Deleted && !workspace.IsPoolOwner(w.Owner) {
 			seen[w.Owner] = true
 		}
 	}

@@ -31,6 +31,8 @@ type SingletonsConfig struct {
 	Retention *Retention
 	// ArchiveGC removes surplus and deleted workspaces' archives; nil = none.
 	ArchiveGC *ArchiveGC
+	// Pools keeps the templates' warm pools full; nil = none.
+	Pools *PoolFiller
 	// Lease bounds how long the loops can outlive a dead leader (Postgres);
 	// zero = 10 s (leader.Config.Lease). A standby takes over within it
 	// after the leader's process dies.
@@ -115,6 +117,9 @@ func runLoops(ctx context.Context, cfg SingletonsConfig, sess *leader.Session) {
 	}
 	if cfg.ArchiveGC != nil {
 		run("archive-gc", cfg.ArchiveGC.Run)
+	}
+	if cfg.Pools != nil {
+		run("pools", cfg.Pools.Run)
 	}
 	wg.Wait()
 }

@@ -43,7 +43,7 @@
 //	            quota checks hold
 //	supersede.go Abandon: the reconciler giving up a superseded operation
 //	pools.go    Pools (Store.Pools): warm pools' sizes, Refill (drain, trim,
-//	            add members under the pool's lock), Status; ClaimPooled, a
+//	            add members under the pool's lock), Status; Claim, a
 //	            create served by a ready member (compare-and-set)
 //	templates.go Templates (Store.Templates): template versions (Put, Get,
 //	            List, Versions, Latest), Delete refused while a workspace

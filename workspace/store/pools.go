@@ -77,12 +77,12 @@ func (ps *Pools) Status(ctx context.Context, name string, version int) (workspac
 		return st, err
 	}
 	q := `SELECT
-		COALESCE(SUM(CASE WHEN ` + readyMember + ` THEN 1 ELSE 0 END), 0),
+		COALESCE(SUM(CASE WHEN ` + readyMember + ` AND pool_version = ? THEN 1 ELSE 0 END), 0),
 		COALESCE(SUM(CASE WHEN desired_state = 'DELETED' OR pool_version <> ? OR observed_status = 'ERROR' THEN 1 ELSE 0 END), 0),
 		COUNT(*)
 		FROM workspaces WHERE pool = ?`
 	var all int
-	if err := ps.s.db.QueryRowContext(ctx, ps.s.rebind(q), version, name).Scan(&st.Ready, &st.Draining, &all); err != nil {
+	if err := ps.s.db.QueryRowContext(ctx, ps.s.rebind(q), version, version, name).Scan(&st.Ready, &st.Draining, &all); err != nil {
 		return st, err
 	}
 	st.Starting = all - st.Ready - st.Draining
@@ -110,7 +110,7 @@ func (ps *Pools) Deficit(ctx context.Context, name string, version, size int) (i
 // Refilled is what one Refill did.
 type Refilled struct {
 	Created []string                 // ids of the members added
-	Drained int                      // members given desired DELETED: older version, failed, surplus
+	Drained []string                 // ids of the members given desired DELETED: older version, failed, surplus
 	Unused  []workspace.NewWorkspace // of the prepared members, those not needed (their files to drop)
 }
 
@@ -135,13 +135,10 @@ func (ps *Pools) Refill(ctx context.Context, name string, version, size int, pre
 	}
 	ms := now.UnixMilli()
 	drain := `UPDATE workspaces SET desired_state = 'DELETED', updated_at = ?, desired_version = desired_version + 1
-		WHERE pool = ? AND desired_state <> 'DELETED' AND (pool_version <> ? OR observed_status = 'ERROR')`
-	res, err := tx.ExecContext(ctx, s.rebind(drain), ms, name, version)
-	if err != nil {
+		WHERE pool = ? AND desired_state <> 'DELETED' AND (pool_version <> ? OR observed_status = 'ERROR') RETURNING id`
+	if out.Drained, err = queryIDs(ctx, tx, s.rebind(drain), ms, name, version); err != nil {
 		return out, err
 	}
-	n, _ := res.RowsAffected()
-	out.Drained = int(n)
 	var live int
 	if err := tx.QueryRowContext(ctx, s.rebind(liveMembers), name, version).Scan(&live); err != nil {
 		return out, err
@@ -149,13 +146,12 @@ func (ps *Pools) Refill(ctx context.Context, name string, version, size int, pre
 	if live > size {
 		trim := `UPDATE workspaces SET desired_state = 'DELETED', updated_at = ?, desired_version = desired_version + 1
 			WHERE id IN (SELECT id FROM workspaces WHERE pool = ? AND desired_state <> 'DELETED'
-				ORDER BY CASE WHEN ` + readyMember + ` THEN 1 ELSE 0 END, id DESC LIMIT ?)`
-		res, err := tx.ExecContext(ctx, s.rebind(trim), ms, name, live-size)
+				ORDER BY CASE WHEN ` + readyMember + ` THEN 1 ELSE 0 END, id DESC LIMIT ?) RETURNING id`
+		trimmed, err := queryIDs(ctx, tx, s.rebind(trim), ms, name, live-size)
 		if err != nil {
 			return out, err
 		}
-		n, _ := res.RowsAffected()
-		out.Drained += int(n)
+		out.Drained = append(out.Drained, trimmed...)
 	}
 	need := max(size-live, 0)
 	for i, m := range prepared {
@@ -191,7 +187,7 @@ func (s *Store) insertMember(ctx context.Context, tx *sql.Tx, name string, versi
 // errNoMember ends a claim's transaction that found no member.
 var errNoMember = errors.New("store: no pool member ready")
 
-// ClaimPooled makes n (a create from a template, as the API filled it) out of a
+// Claim makes n (a create from a template, as the API filled it) out of a
 // ready member of that template's pool at n's version, under n.Owner's
 // quotas: one transaction holding the owner's lock (as CreateWithin) picks
 // a member (Postgres: FOR UPDATE SKIP LOCKED, so concurrent claims on
@@ -199,7 +195,8 @@ var errNoMember = errors.New("store: no pool member ready")
 // pool column, giving it n's owner, name, spec (the given parameters) and
 // desired state. ok is false, with no error, when no member is ready: the
 // caller creates n cold. A quota or a taken name fails as CreateWithin's.
-func (s *Store) ClaimPooled(ctx context.Context, n workspace.NewWorkspace, q auth.Quotas, now time.Time) (w workspace.Workspace, ok bool, err error) {
+func (ps *Pools) Claim(ctx context.Context, n workspace.NewWorkspace, q auth.Quotas, now time.Time) (w workspace.Workspace, ok bool, err error) {
+	s := ps.s
 	if err := n.Validate(); err != nil {
 		return w, false, err
 	}
@@ -260,4 +257,22 @@ func cmpErr(err, otherwise error) error {
 		return err
 	}
 	return otherwise
+}
+
+// queryIDs runs q (… RETURNING id) in tx and collects the ids.
+func queryIDs(ctx context.Context, tx *sql.Tx, q string, args ...any) ([]string, error) {
+	rows, err := tx.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
 }

@@ -69,7 +69,7 @@ func TestPoolRefillAndClaim(t *testing.T) {
 				t.Fatal(err)
 			}
 			r, err := st.Pools().Refill(ctx, v1.Name, 1, 3, members(t, v1, 5), now)
-			if err != nil || len(r.Created) != 3 || len(r.Unused) != 2 || r.Drained != 0 {
+			if err != nil || len(r.Created) != 3 || len(r.Unused) != 2 || len(r.Drained) != 0 {
 				t.Fatalf("refill: %+v, %v; want 3 created, 2 unused", r, err)
 			}
 			wantStatus(t, st, v1.Name, 1, workspace.PoolStatus{Size: 3, Starting: 3})
@@ -78,12 +78,12 @@ func TestPoolRefillAndClaim(t *testing.T) {
 				t.Fatal(err)
 			}
 			claim.Owner, claim.Desired = "alice", workspace.Running
-			if w, ok, err := st.ClaimPooled(ctx, claim, auth.Quotas{}, now); ok || err != nil {
+			if w, ok, err := st.Pools().Claim(ctx, claim, auth.Quotas{}, now); ok || err != nil {
 				t.Fatalf("claim before any member runs: %+v, %v, %v; want a miss", w, ok, err)
 			}
 			runAll(t, st, r.Created)
 			wantStatus(t, st, v1.Name, 1, workspace.PoolStatus{Size: 3, Ready: 3})
-			w, ok, err := st.ClaimPooled(ctx, claim, auth.Quotas{Workspaces: 1}, now)
+			w, ok, err := st.Pools().Claim(ctx, claim, auth.Quotas{Workspaces: 1}, now)
 			if !ok || err != nil || w.Owner != "alice" || w.Name != "a1" || w.DesiredState != workspace.Running ||
 				w.ObservedStatus != workspace.Running || w.Spec.Template == nil || w.Spec.Template.Version != 1 {
 				t.Fatalf("claim: %+v, %v, %v", w, ok, err)
@@ -91,11 +91,11 @@ func TestPoolRefillAndClaim(t *testing.T) {
 			wantStatus(t, st, v1.Name, 1, workspace.PoolStatus{Size: 3, Ready: 2})
 			claim.Name = "a2"
 			var qe *auth.QuotaError
-			if _, ok, err := st.ClaimPooled(ctx, claim, auth.Quotas{Workspaces: 1}, now); ok || !errors.As(err, &qe) {
+			if _, ok, err := st.Pools().Claim(ctx, claim, auth.Quotas{Workspaces: 1}, now); ok || !errors.As(err, &qe) {
 				t.Fatalf("claim over quota: %v, %v; want a QuotaError", ok, err)
 			}
 			claim.Name = "a1"
-			if _, ok, err := st.ClaimPooled(ctx, claim, auth.Quotas{}, now); ok || !errors.Is(err, workspace.ErrNameTaken) {
+			if _, ok, err := st.Pools().Claim(ctx, claim, auth.Quotas{}, now); ok || !errors.Is(err, workspace.ErrNameTaken) {
 				t.Fatalf("claim of a taken name: %v, %v; want ErrNameTaken", ok, err)
 			}
 			wantStatus(t, st, v1.Name, 1, workspace.PoolStatus{Size: 3, Ready: 2})
@@ -112,7 +112,7 @@ func TestPoolRefillAndClaim(t *testing.T) {
 				t.Fatal(err)
 			}
 			r, err = st.Pools().Refill(ctx, v2.Name, 2, 3, members(t, v2, 3), now)
-			if err != nil || r.Drained != 3 || len(r.Created) != 3 {
+			if err != nil || len(r.Drained) != 3 || len(r.Created) != 3 {
 				t.Fatalf("refill after a template update: %+v, %v; want 3 drained, 3 created", r, err)
 			}
 			wantStatus(t, st, v2.Name, 2, workspace.PoolStatus{Size: 3, Starting: 3, Draining: 3})
@@ -121,7 +121,7 @@ func TestPoolRefillAndClaim(t *testing.T) {
 				t.Fatal(err)
 			}
 			r, err = st.Pools().Refill(ctx, v2.Name, 2, 1, nil, now)
-			if err != nil || r.Drained != 2 {
+			if err != nil || len(r.Drained) != 2 {
 				t.Fatalf("refill to a smaller size: %+v, %v; want 2 drained", r, err)
 			}
 			wantStatus(t, st, v2.Name, 2, workspace.PoolStatus{Size: 1, Ready: 1, Draining: 5})
@@ -176,7 +176,7 @@ func TestPoolClaimsRace(t *testing.T) {
 						return
 					}
 					n.Owner, n.Desired = fmt.Sprintf("o%d", i), workspace.Running
-					w, ok, err := st.ClaimPooled(ctx, n, auth.Quotas{Running: 5}, now)
+					w, ok, err := st.Pools().Claim(ctx, n, auth.Quotas{Running: 5}, now)
 					mu.Lock()
 					defer mu.Unlock()
 					switch {

@@ -220,14 +220,18 @@ func printJSON(cmd *cobra.Command, v any) error {
 func newWSListCmd(client func() *wsclient.Client) *cobra.Command {
 	var asJSON bool
 	var owner string
+	var pool bool
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List workspaces",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ws, err := client().List(cmd.Context())
-			if owner != "" {
+			switch {
+			case owner != "":
 				ws, err = client().ListOwned(cmd.Context(), owner)
+			case pool:
+				ws, err = client().PoolMembers(cmd.Context())
 			}
 			if err != nil {
 				return err
@@ -249,6 +253,7 @@ func newWSListCmd(client func() *wsclient.Client) *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.Flags().StringVar(&owner, "owner", "", "only this owner's workspaces (another owner's: admin token)")
+	cmd.Flags().BoolVar(&pool, "pool", false, "the warm pools' unclaimed members instead (admin token)")
 	return cmd
 }
 

@@ -53,9 +53,10 @@ func newWSCreateCmd(client func() *wsclient.Client) *cobra.Command {
 	var desired string
 	var sf specFlags
 	var params []string
+	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "create NAME [--cmd CMD] [--image IMG] [--env K=V]... [--http] [--app NAME=PORT[,share=LEVEL]]... [--cpus N] [--memory SIZE] [--pids N] | --template T [--param K=V]...",
-		Short: "Create a workspace (it gets an empty volume: STANDBY); prints its id",
+		Short: "Create a workspace (it gets an empty volume: STANDBY); prints its id. --template T --desired RUNNING takes a ready one from T's warm pool if it has one",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			mem, err := sf.memoryBytes()
@@ -75,13 +76,14 @@ func newWSCreateCmd(client func() *wsclient.Client) *cobra.Command {
 				return fmt.Errorf("--param fills a template's parameters: give --template")
 			}
 			w, err := client().Create(cmd.Context(), n)
-			if err != nil {
-				return err
+			if err != nil || asJSON {
+				return orJSON(cmd, w, err)
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), w.ID)
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, `print the workspace as JSON instead of its id ("pooled": true when it came RUNNING from its template's warm pool)`)
 	cmd.Flags().StringVar(&n.Command, "cmd", "", "command run in the volume while RUNNING; it gets $PORT to serve HTTP on, proxied at /w/{id}/ (default: "+`"exec sleep infinity"`+")")
 	cmd.Flags().StringVar(&n.Image, "image", "", "container image (docker and kubernetes providers; required there unless ws serve has a default)")
 	cmd.Flags().StringVar(&desired, "desired", "", "initial desired state: STANDBY (default), RUNNING or PENDING")

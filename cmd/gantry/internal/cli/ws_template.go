@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -25,7 +27,7 @@ func newWSTemplateCmd(client func() *wsclient.Client) *cobra.Command {
 		Short: "Workspace templates: named, versioned specs with parameters (ws create --template)",
 	}
 	cmd.AddCommand(newTemplatePutCmd(client, true), newTemplatePutCmd(client, false), newTemplateListCmd(client),
-		newTemplateGetCmd(client), idCmd("delete", "Delete a template, every version (refused while a workspace uses it)", func(ctx context.Context, name string) error {
+		newTemplateGetCmd(client), newTemplatePoolCmd(client), idCmd("delete", "Delete a template, every version (refused while a workspace uses it)", func(ctx context.Context, name string) error {
 			return client().DeleteTemplate(ctx, name)
 		}))
 	return cmd
@@ -131,7 +133,8 @@ func parseParams(specs []string) ([]workspace.Param, error) {
 
 func newTemplatePutCmd(client func() *wsclient.Client, create bool) *cobra.Command {
 	var f templateFlags
-	use, short := "update NAME [flags]", "Write a new version of a template: the latest with the given flags changed (admin)"
+	var pool int
+	use, short := "update NAME [flags] [--pool N]", "Write a new version of a template: the latest with the given flags changed (admin); --pool alone sizes its warm pool"
 	if create {
 		use, short = "create NAME [--cmd CMD] [--image IMG] [--param NAME[:TYPE][=DEFAULT]]... [--env K=V]... [limits] | --file T.json", "Create a template, version 1 (admin)"
 	}
@@ -141,6 +144,9 @@ func newTemplatePutCmd(client func() *wsclient.Client, create bool) *cobra.Comma
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c := client()
+			if !create && onlyFlag(cmd, "pool") {
+				return setPool(cmd, c, args[0], pool, false)
+			}
 			var base workspace.Template
 			if !create && f.file == "" {
 				var err error
@@ -161,11 +167,72 @@ func newTemplatePutCmd(client func() *wsclient.Client, create bool) *cobra.Comma
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s version %d\n", t.Name, t.Version)
+			if !create && cmd.Flags().Changed("pool") {
+				return setPool(cmd, c, args[0], pool, false)
+			}
 			return nil
 		},
 	}
 	f.register(cmd.Flags())
+	if !create {
+		cmd.Flags().IntVar(&pool, "pool", 0, fmt.Sprintf("keep this many workspaces of the template RUNNING ahead, for creates with --desired RUNNING (0–%d; 0 drains the pool)", workspace.MaxPoolSize))
+	}
 	return cmd
+}
+
+// newTemplatePoolCmd is `ws template pool NAME [SIZE] [--wait]`.
+func newTemplatePoolCmd(client func() *wsclient.Client) *cobra.Command {
+	var wait bool
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "pool NAME [SIZE] [--wait]",
+		Short: "Show a template's warm pool, or size it (admin): SIZE workspaces kept RUNNING ahead for `ws create --template NAME --desired RUNNING`",
+		Args:  cobra.RangeArgs(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c := client()
+			if len(args) == 1 && !wait {
+				st, err := c.Pool(cmd.Context(), args[0])
+				return orJSON(cmd, st, err)
+			}
+			if len(args) == 1 {
+				st, err := c.Pool(cmd.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				args = append(args, strconv.Itoa(st.Size))
+			}
+			size, err := strconv.Atoi(args[1])
+			if err != nil {
+				return fmt.Errorf("SIZE %q: want a number of workspaces, 0–%d", args[1], workspace.MaxPoolSize)
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			cmd.SetContext(ctx)
+			return setPool(cmd, c, args[0], size, wait)
+		},
+	}
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait until every member of the pool is ready (and no old one is left)")
+	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "--wait: give up after this long")
+	return cmd
+}
+
+// setPool sizes template name's pool and prints its status, once ready
+// if wait.
+func setPool(cmd *cobra.Command, c *wsclient.Client, name string, size int, wait bool) error {
+	ctx := cmd.Context()
+	st, err := c.Pool(ctx, name)
+	if err == nil && st.Size != size {
+		st, err = c.SetPool(ctx, name, size)
+	}
+	for err == nil && wait && (st.Ready != st.Size || st.Starting+st.Draining > 0) {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("pool %s: %d of %d ready (%d starting, %d draining) when the wait ended: %w", name, st.Ready, st.Size, st.Starting, st.Draining, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+		st, err = c.Pool(ctx, name)
+	}
+	return orJSON(cmd, st, err)
 }
 
 func newTemplateListCmd(client func() *wsclient.Client) *cobra.Command {
@@ -255,4 +322,15 @@ func templateColumn(w workspace.Workspace) string {
 		s += fmt.Sprintf(" (latest %d)", w.TemplateLatest)
 	}
 	return s
+}
+
+// onlyFlag says whether name is the one flag of cmd's own given.
+func onlyFlag(cmd *cobra.Command, name string) bool {
+	n := 0
+	cmd.LocalNonPersistentFlags().VisitAll(func(f *pflag.Flag) {
+		if f.Changed {
+			n++
+		}
+	})
+	return n == 1 && cmd.Flags().Changed(name)
 }
