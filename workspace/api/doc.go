@@ -15,6 +15,8 @@
 //	archives.go  a workspace's archives and the one its next restore uses;
 //	             RestoreRequest
 //	fork.go      a new workspace with a copy of another's files (ForkRequest)
+//	pools.go     warm pools (PoolStore): size and read a template's pool; a
+//	             create served by a ready member (claimPooled)
 //	templates.go templates (TemplateStore), a create from one, moving a
 //	             workspace between its versions
 //	proxy.go     /w/{id}/… into the workspace's PORT (wakes it, notes TTL

@@ -155,3 +155,65 @@ func isMember(ms []workspace.Workspace, id string) bool {
 	}
 	return false
 }
+
+// TestWarmPoolSurvivesSIGKILL: the server is killed while it refills a
+// pool (members inserted, some starting); restarted, it completes the pool
+// to its size and no more, and leaves no process or volume that is not a
+// workspace's: every volume and live pidfile is a member's or the claimed
+// workspace's, which still runs.
+func TestWarmPoolSurvivesSIGKILL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("process-level test")
+	}
+	s := wstest.StartServe(t, "", t.TempDir())
+	s.CLI("template", "create", "py", "--cmd", "exec sleep infinity")
+	s.CLI("template", "pool", "py", "2", "--wait", "--timeout", "60s")
+	claimed := createdJSON(t, s.CLI("create", "c1", "--template", "py", "--desired", "RUNNING", "--json"))
+	if !claimed.Pooled {
+		t.Fatalf("claim: %+v", claimed)
+	}
+	s.CLI("template", "pool", "py", "12")
+	wstest.WaitFor(t, 30*time.Second, "the refill under way", func() (bool, string) {
+		out, _ := s.CLIErr("template", "pool", "py")
+		st := poolStatus(t, out)
+		return st.Starting > 0 && st.Ready < 12, out
+	})
+	s.Stop(syscall.SIGKILL)
+	s.Start()
+	st := poolStatus(t, s.CLI("template", "pool", "py", "--wait", "--timeout", "60s"))
+	if st.Ready != 12 || st.Starting+st.Draining != 0 {
+		t.Fatalf("pool after the restart: %+v; want 12 ready, nothing else", st)
+	}
+	var members []workspace.Workspace
+	if err := json.Unmarshal([]byte(s.CLI("list", "--json", "--pool")), &members); err != nil || len(members) != 12 {
+		t.Fatalf("members after the restart: %d, %v; want 12", len(members), err)
+	}
+	want := map[string]bool{claimed.ID: true}
+	for _, m := range members {
+		want[m.ID] = true
+	}
+	vols, _ := os.ReadDir(filepath.Join(s.Data, "volumes"))
+	for _, v := range vols {
+		if !want[v.Name()] {
+			t.Errorf("volume %s is no workspace's", v.Name())
+		}
+	}
+	if len(vols) != len(want) {
+		t.Errorf("%d volumes; want %d (12 members and c1)", len(vols), len(want))
+	}
+	pids, _ := filepath.Glob(filepath.Join(s.Data, "run", "*.pid"))
+	for _, p := range pids {
+		id := strings.TrimSuffix(filepath.Base(p), ".pid")
+		if wstest.PIDAlive(t, s.Data, id) && !want[id] {
+			t.Errorf("a process runs for %s, which is no workspace", id)
+		}
+	}
+	for id := range want {
+		if !wstest.PIDAlive(t, s.Data, id) {
+			t.Errorf("workspace %s does not run", id)
+		}
+	}
+	if w := s.Get(claimed.ID); w.ObservedStatus != workspace.Running || w.Owner != claimed.Owner || w.Name != "c1" {
+		t.Fatalf("the claimed workspace after the restart: %+v", w)
+	}
+}

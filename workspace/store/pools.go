@@ -209,35 +209,11 @@ func (ps *Pools) Claim(ctx context.Context, n workspace.NewWorkspace, q auth.Quo
 		if err := s.holdTemplate(ctx, tx, ref); err != nil {
 			return err
 		}
-		if err := s.checkQuota(ctx, tx, n.Owner, "", q.Workspaces, "workspaces", `desired_state <> 'DELETED'`); err != nil {
+		if err := s.checkQuotas(ctx, tx, n, q); err != nil {
 			return err
 		}
-		if n.Desired == workspace.Running {
-			if err := s.checkQuota(ctx, tx, n.Owner, "", q.Running, "running workspaces", `desired_state = 'RUNNING'`); err != nil {
-				return err
-			}
-		}
-		pick := `SELECT id FROM workspaces WHERE pool = ? AND pool_version = ? AND ` + readyMember + ` ORDER BY id LIMIT 1`
-		if s.dialect == Postgres {
-			pick += ` FOR UPDATE SKIP LOCKED`
-		}
-		if err := tx.QueryRowContext(ctx, s.rebind(pick), ref.Name, ref.Version).Scan(&id); errors.Is(err, sql.ErrNoRows) {
-			return errNoMember
-		} else if err != nil {
-			return err
-		}
-		ms := now.UnixMilli()
-		take := `UPDATE workspaces SET pool = NULL, pool_version = NULL, owner = ?, name = ?, spec = ?, desired_state = ?,
-			created_at = ?, updated_at = ?, desired_version = desired_version + 1, last_activity_at = ?
-			WHERE id = ? AND pool = ? AND ` + readyMember
-		res, err := tx.ExecContext(ctx, s.rebind(take), n.Owner, n.Name, specJSON(n.Spec), string(n.Desired), ms, ms, ms, id, ref.Name)
-		if err != nil {
-			return err
-		}
-		if k, err := res.RowsAffected(); err != nil || k != 1 {
-			return cmpErr(err, errNoMember)
-		}
-		return nil
+		id, err = s.takeMember(ctx, tx, n, now)
+		return err
 	})
 	switch {
 	case errors.Is(err, errNoMember):
@@ -249,6 +225,46 @@ func (ps *Pools) Claim(ctx context.Context, n workspace.NewWorkspace, q auth.Quo
 	}
 	w, err = s.Get(ctx, id)
 	return w, err == nil, err
+}
+
+// checkQuotas checks n's owner's quotas for one more workspace (and one
+// more RUNNING, if n asks for it).
+func (s *Store) checkQuotas(ctx context.Context, tx *sql.Tx, n workspace.NewWorkspace, q auth.Quotas) error {
+	if err := s.checkQuota(ctx, tx, n.Owner, "", q.Workspaces, "workspaces", `desired_state <> 'DELETED'`); err != nil {
+		return err
+	}
+	if n.Desired != workspace.Running {
+		return nil
+	}
+	return s.checkQuota(ctx, tx, n.Owner, "", q.Running, "running workspaces", `desired_state = 'RUNNING'`)
+}
+
+// takeMember picks a ready member of n's template version and makes it n:
+// its id, or errNoMember.
+func (s *Store) takeMember(ctx context.Context, tx *sql.Tx, n workspace.NewWorkspace, now time.Time) (string, error) {
+	ref := n.Spec.Template
+	pick := `SELECT id FROM workspaces WHERE pool = ? AND pool_version = ? AND ` + readyMember + ` ORDER BY id LIMIT 1`
+	if s.dialect == Postgres {
+		pick += ` FOR UPDATE SKIP LOCKED`
+	}
+	var id string
+	if err := tx.QueryRowContext(ctx, s.rebind(pick), ref.Name, ref.Version).Scan(&id); errors.Is(err, sql.ErrNoRows) {
+		return "", errNoMember
+	} else if err != nil {
+		return "", err
+	}
+	ms := now.UnixMilli()
+	take := `UPDATE workspaces SET pool = NULL, pool_version = NULL, owner = ?, name = ?, spec = ?, desired_state = ?,
+		created_at = ?, updated_at = ?, desired_version = desired_version + 1, last_activity_at = ?
+		WHERE id = ? AND pool = ? AND ` + readyMember
+	res, err := tx.ExecContext(ctx, s.rebind(take), n.Owner, n.Name, specJSON(n.Spec), string(n.Desired), ms, ms, ms, id, ref.Name)
+	if err != nil {
+		return "", err
+	}
+	if k, err := res.RowsAffected(); err != nil || k != 1 {
+		return "", cmpErr(err, errNoMember)
+	}
+	return id, nil
 }
 
 // cmpErr is err, or otherwise if err is nil.
