@@ -243,13 +243,8 @@ func (s *Store) CreateWithin(ctx context.Context, n workspace.NewWorkspace, q au
 					return err
 				}
 			}
-			if err := s.checkQuota(ctx, tx, n.Owner, "", q.Workspaces, "workspaces", `desired_state <> 'DELETED'`); err != nil {
+			if err := s.checkQuotas(ctx, tx, n, q); err != nil {
 				return err
-			}
-			if n.Desired == workspace.Running {
-				if err := s.checkQuota(ctx, tx, n.Owner, "", q.Running, "running workspaces", `desired_state = 'RUNNING'`); err != nil {
-					return err
-				}
 			}
 			_, err := tx.ExecContext(ctx, s.rebind(insertSQL), args...)
 			return err
