@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -275,8 +276,30 @@ func (a *API) moveTemplate(ctx context.Context, ws workspace.Workspace, u worksp
 		return u, err
 	}
 	s := n.Spec
+	s.Apps = keepShares(s.Apps, ws.Spec)
 	return workspace.SpecUpdate{Image: &n.Image, Command: &n.Command, Env: &s.Env, CPUs: &s.CPUs, Memory: &s.Memory,
 		Pids: &s.Pids, HTTP: &s.HTTP, Apps: &s.Apps, Template: s.Template}, nil
+}
+
+// keepShares is apps (a template version's) with the share levels the
+// workspace's apps of the same names have: who reaches an app does not
+// change under its owner by a move to another version (neither wider nor
+// narrower); main's level is kept even if the version does not name main.
+func keepShares(apps []workspace.App, had workspace.Spec) []workspace.App {
+	out := slices.Clone(apps)
+	for _, old := range had.Apps {
+		if old.Share == "" {
+			continue
+		}
+		i := slices.IndexFunc(out, func(a workspace.App) bool { return a.Name == old.Name })
+		switch {
+		case i >= 0:
+			out[i].Share = old.Share
+		case old.Name == workspace.DefaultApp:
+			out = append(out, old)
+		}
+	}
+	return out
 }
 
 func onlyTemplateVersion(u workspace.SpecUpdate) bool {

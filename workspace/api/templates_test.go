@@ -138,3 +138,43 @@ func mapPairs(m map[string]string) []string {
 	}
 	return out
 }
+
+// TestTemplateMoveKeepsShares: moving a workspace to another version of
+// its template keeps the share levels its owner gave its apps (the app's
+// port and any new app come from the version).
+func TestTemplateMoveKeepsShares(t *testing.T) {
+	ctx := t.Context()
+	st := wstest.OpenStore(t, storetest.SQLiteDSN(t))
+	env := wstest.NewAPIEnv(t, st, api.APIConfig{})
+	admin, alice := env.Client(env.Admin), env.Client(storetest.Token(t, st, "alice", false))
+	v1 := workspace.Template{Name: "site", Command: "serve", Spec: workspace.Spec{Apps: []workspace.App{{Name: "api", Port: 8081}}}}
+	if _, err := admin.CreateTemplate(ctx, v1); err != nil {
+		t.Fatal(err)
+	}
+	w, err := alice.Create(ctx, workspace.NewWorkspace{Name: "s", Template: "site"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := alice.Update(ctx, w.ID, workspace.SpecUpdate{AppSet: []workspace.App{
+		{Name: "api", Port: 8081, Share: workspace.SharePublic}, {Name: workspace.DefaultApp, Share: workspace.ShareAuthenticated}}}); err != nil {
+		t.Fatal(err)
+	}
+	v2 := v1
+	v2.Spec.Apps = []workspace.App{{Name: "api", Port: 9091}, {Name: "docs", Port: 9000}}
+	if _, err := admin.UpdateTemplate(ctx, v2); err != nil {
+		t.Fatal(err)
+	}
+	moved, err := alice.Update(ctx, w.ID, workspace.SpecUpdate{TemplateVersion: "latest"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]workspace.App{
+		"api":                {Name: "api", Port: 9091, Share: workspace.SharePublic},
+		"docs":               {Name: "docs", Port: 9000, Share: workspace.ShareOwner},
+		workspace.DefaultApp: {Name: workspace.DefaultApp, Share: workspace.ShareAuthenticated},
+	} {
+		if got, ok := moved.Spec.App(name); !ok || got != want {
+			t.Fatalf("app %s after the move: %+v (%v); want %+v (apps %+v)", name, got, ok, want, moved.Spec.Apps)
+		}
+	}
+}
