@@ -47,7 +47,7 @@ func StartServe(t *testing.T, db, data string, extra ...string) *Serve {
 	addr := testutil.FreeAddr(t)
 	s := &Serve{T: t, Bin: testutil.GantryBinary(t), URL: "http://" + addr, Data: data,
 		Args: append([]string{"ws", "serve", "--listen", addr, "--data", data, "--interval", "300ms", "--monitor-interval", "300ms",
-			"--retry-backoff", "100ms", "--op-lease", "1s", "--log-level", "debug"}, extra...)}
+			"--retry-backoff", "100ms", "--op-lease", "1s", "--pool-interval", "100ms", "--log-level", "debug"}, extra...)}
 	if db != "" {
 		s.Args = append(s.Args, "--db", db)
 	}

@@ -87,6 +87,7 @@ func newWSServeCmd(env *Env) *cobra.Command {
 	f.IntVar(&o.cfg.Archives.Keep, "keep-archives", singletons.DefaultKeepArchives, "archives kept per workspace, newest first, besides the one its next restore uses (0 = every archive)")
 	f.DurationVar(&o.cfg.Archives.Retention, "archive-retention", singletons.DefaultArchiveRetention, "a deleted workspace's archives are removed this long after (negative = never)")
 	f.DurationVar(&o.cfg.Archives.Interval, "archive-gc-interval", 5*time.Minute, "time between the archive GC's passes (on the leader)")
+	f.DurationVar(&o.cfg.PoolInterval, "pool-interval", 500*time.Millisecond, "time between the leader's refills of the templates' warm pools")
 	f.StringVar(&o.cfg.Redis, "redis", "", "Redis URL for hints (redis://127.0.0.1:6379/0); default: in-process or Postgres NOTIFY")
 	o.backends.register(f) // --storage, --docker-image
 	f.StringVar(&o.prov, "provider", "process", "providers: process (+ fs volumes/archives), docker, kubernetes (pods and claims; --kubeconfig, --namespace, --storage-class, --job-image) or fake (tests, benchmarks)")
@@ -181,7 +182,7 @@ func (o *wsServeOptions) reconcilerConfig(f *pflag.FlagSet) (reconcile.Config, e
 		return rc, err
 	}
 	for name, d := range map[string]time.Duration{"interval": o.interval, "retry-backoff": o.backoff, "op-lease": o.lease, "monitor-interval": o.monInterval,
-		"crash-window": o.crashWindow} {
+		"crash-window": o.crashWindow, "pool-interval": o.cfg.PoolInterval} {
 		if f.Changed(name) && d <= 0 {
 			return rc, fmt.Errorf("--%s %v: want a positive duration", name, d)
 		}
