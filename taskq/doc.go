@@ -32,6 +32,9 @@
 //     in-flight set.
 //   - process.go: running a handler with its timeout, grace and panic
 //     recovery; ack batching, retries with backoff, dead letters.
+//   - retry.go: a task type's own retry policy (Handle's WithRetry), and
+//     the handler's RetryAfter (a delay of its own) and Snooze (put off,
+//     no attempt counted).
 //   - canceller.go: cancels the handler of a task cancelled elsewhere.
 //   - redislost.go: RedisLostError, Run's end after Redis is lost too long.
 //   - memory.go: the memory in use, for the health check.

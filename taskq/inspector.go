@@ -59,6 +59,7 @@ type TaskDetail struct {
 	Payload     json.RawMessage   `json:"payload,omitempty"`
 	Retried     int               `json:"retried"`
 	Starts      int               `json:"starts"`
+	Snoozes     int               `json:"snoozes,omitempty"` // times its handler snoozed it (no attempt counted)
 	MaxRetries  int               `json:"max_retries"`
 	LastError   string            `json:"last_error,omitempty"`
 	DeadReason  string            `json:"dead_reason,omitempty"`
@@ -74,7 +75,7 @@ type TaskDetail struct {
 }
 
 func detail(raw rdb.Raw) TaskDetail {
-	d := TaskDetail{ID: raw.ID, Queue: raw.Queue, State: raw.State, Retried: raw.Retried, Starts: raw.Starts,
+	d := TaskDetail{ID: raw.ID, Queue: raw.Queue, State: raw.State, Retried: raw.Retried, Starts: raw.Starts, Snoozes: raw.Snoozes,
 		LastError: raw.LastError, DeadReason: raw.DeadReason, CancelledBy: raw.CancelledBy, Result: raw.Result,
 		Tenant: rdb.TenantOf(raw.Member)}
 	var m message

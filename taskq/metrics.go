@@ -9,6 +9,7 @@ type metrics struct {
 	duration    *prometheus.HistogramVec
 	wait        *prometheus.HistogramVec
 	retried     *prometheus.CounterVec
+	snoozed     *prometheus.CounterVec
 	dead        *prometheus.CounterVec
 	invalid     *prometheus.CounterVec
 	duplicates  *prometheus.CounterVec
@@ -44,6 +45,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		duration:      prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "taskq_task_duration_seconds", Help: "Handler run time.", Buckets: buckets}, []string{"queue"}),
 		wait:          prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "taskq_task_wait_seconds", Help: "Enqueue to first start (queue latency).", Buckets: buckets}, []string{"queue"}),
 		retried:       cv("tasks_retried_total", "Failed attempts scheduled for retry.", "queue"),
+		snoozed:       cv("tasks_snoozed_total", "Attempts whose handler snoozed the task (Snooze: not counted as attempts).", "queue"),
 		dead:          cv("tasks_dead_total", "Tasks moved to the dead-letter set.", "queue"),
 		invalid:       cv("tasks_invalid_total", "Malformed tasks or unknown types (dead-lettered).", "queue"),
 		duplicates:    cv("tasks_duplicate_total", "Re-deliveries after a lost lease (at-least-once duplicates).", "queue"),
@@ -72,7 +74,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.adaptChanges.WithLabelValues(a, "revert")
 	}
 	if reg != nil {
-		reg.MustRegister(m.processed, m.duration, m.wait, m.retried, m.dead, m.invalid, m.duplicates, m.abandoned,
+		reg.MustRegister(m.processed, m.duration, m.wait, m.retried, m.snoozed, m.dead, m.invalid, m.duplicates, m.abandoned,
 			m.requeued, m.cancelled, m.reaped, m.steals, m.stealMisses, m.dequeues, m.emptyDequeues, m.idle, m.idleSeconds, m.redisErrors, m.retryScale, m.adaptive, m.queueWeight, m.adaptChanges, m.queueSize, m.tenantSize)
 	}
 	return m
@@ -82,7 +84,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 // shows them (and a rate over them is defined) before the first event.
 func (m *metrics) initQueues(queues []string) {
 	for _, q := range queues {
-		for _, v := range []*prometheus.CounterVec{m.retried, m.dead, m.invalid, m.duplicates, m.abandoned, m.requeued, m.cancelled, m.reaped, m.steals} {
+		for _, v := range []*prometheus.CounterVec{m.retried, m.snoozed, m.dead, m.invalid, m.duplicates, m.abandoned, m.requeued, m.cancelled, m.reaped, m.steals} {
 			v.WithLabelValues(q)
 		}
 		m.duration.WithLabelValues(q)

@@ -105,7 +105,7 @@ func TestMetricsSeries(t *testing.T) {
 	// there at 0 (seed §1: counters initialised).
 	var first string
 	waitFor(t, 5*time.Second, "the maintainer's first gauges", func() bool { first = scrape(); return strings.Contains(first, "taskq_queue_size{") })
-	for _, name := range []string{"taskq_tasks_retried_total", "taskq_tasks_dead_total", "taskq_tasks_invalid_total", "taskq_tasks_duplicate_total",
+	for _, name := range []string{"taskq_tasks_retried_total", "taskq_tasks_snoozed_total", "taskq_tasks_dead_total", "taskq_tasks_invalid_total", "taskq_tasks_duplicate_total",
 		"taskq_tasks_abandoned_total", "taskq_tasks_requeued_total", "taskq_tasks_cancelled_total", "taskq_leases_expired_total", "taskq_steals_total",
 		"taskq_task_duration_seconds_count", "taskq_task_wait_seconds_count"} {
 		if v, ok := sample(first, name+`{queue="`+q+`"}`); !ok || v != 0 {

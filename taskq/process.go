@@ -67,6 +67,13 @@ func (w *Worker) process(handlerCtx, persist context.Context, d rdb.Dequeued) {
 	w.inflight.remove(key)
 	w.m.duration.WithLabelValues(d.Queue).Observe(time.Since(start).Seconds())
 
+	w.outcome(handlerCtx, persist, d, m, t, it, err, abandoned, start)
+}
+
+// outcome reports how the run that began at start ended: cancelled or
+// lost (nothing to report), requeued on shutdown, snoozed, succeeded or
+// failed.
+func (w *Worker) outcome(handlerCtx, persist context.Context, d rdb.Dequeued, m *message, t *Task, it *inflightTask, err error, abandoned bool, start time.Time) {
 	switch {
 	case it.cancelled.Load():
 		// An operator cancelled it: Redis already holds it as cancelled.
@@ -83,6 +90,8 @@ func (w *Worker) process(handlerCtx, persist context.Context, d rdb.Dequeued) {
 		}); err == nil {
 			w.m.requeued.WithLabelValues(d.Queue).Inc()
 		}
+	case errors.As(err, new(*SnoozeError)):
+		w.snoozed(persist, d, err)
 	case err == nil:
 		w.succeeded(d, m, t)
 		if w.log.Enabled(persist, slog.LevelDebug) {
@@ -137,6 +146,20 @@ func (w *Worker) succeeded(d rdb.Dequeued, m *message, t *Task) {
 	}
 }
 
+// snoozed puts the task off for its handler's SnoozeError.For, counting
+// no attempt.
+func (w *Worker) snoozed(persist context.Context, d rdb.Dequeued, err error) {
+	var sz *SnoozeError
+	errors.As(err, &sz)
+	now := w.clk.Now()
+	if w.retryPersist(persist, "snooze", func(c context.Context) error {
+		_, err := w.r.Snooze(c, d.Queue, d.ID, now, now.Add(sz.For))
+		return err
+	}) == nil {
+		w.m.snoozed.WithLabelValues(d.Queue).Inc()
+	}
+}
+
 // attemptFailed buries the task (a panic, SkipRetry, retries exhausted) or
 // schedules its retry after the backoff scaled by the adaptive controller.
 func (w *Worker) attemptFailed(persist context.Context, d rdb.Dequeued, m *message, t *Task, err error, abandoned bool) {
@@ -162,7 +185,7 @@ func (w *Worker) attemptFailed(persist context.Context, d rdb.Dequeued, m *messa
 		w.callFailure(t, err, true)
 		return
 	}
-	delay := time.Duration(float64(w.cfg.Retry.Delay(d.Retried)) * w.adaptive.retryScale())
+	delay := w.retryDelay(m.Type, d.Retried, err) // retry.go
 	now := w.clk.Now()
 	_ = w.retryPersist(persist, "retry", func(c context.Context) error {
 		_, err := w.r.Fail(c, d.Queue, d.ID, now, err.Error(), now.Add(delay), "")

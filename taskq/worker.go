@@ -269,7 +269,7 @@ type Worker struct {
 
 	// hmu protects handlers (Handle writes, processors read).
 	hmu        sync.RWMutex
-	handlers   map[string]HandlerFunc
+	handlers   map[string]handling
 	middleware []Middleware
 
 	// processed and failed count ended attempts; processors Add, the
@@ -300,7 +300,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	m := newMetrics(cfg.Registry)
 	w := &Worker{
 		cfg: cfg, r: r, log: cfg.Logger, clk: cfg.Clock, m: m,
-		assigned: map[string]bool{}, handlers: map[string]HandlerFunc{},
+		assigned: map[string]bool{}, handlers: map[string]handling{},
 		inflight: newInflightSet(),
 		host:     hostname(),
 		health:   &redisHealth{log: cfg.Logger, metric: m.redisErrors, clock: cfg.Clock, backoff: cfg.RedisBackoff},
@@ -324,20 +324,33 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	return w, nil
 }
 
-// Handle registers h for tasks of type typ (replacing an earlier one).
-func (w *Worker) Handle(typ string, h HandlerFunc) {
+// Handle registers h for tasks of type typ (replacing an earlier one),
+// with opts (WithRetry: the type's own retry policy).
+func (w *Worker) Handle(typ string, h HandlerFunc, opts ...HandleOption) {
+	hd := handling{h: h}
+	for _, o := range opts {
+		o(&hd)
+	}
 	w.hmu.Lock()
 	defer w.hmu.Unlock()
-	w.handlers[typ] = h
+	w.handlers[typ] = hd
 }
 
-func (w *Worker) handler(typ string) HandlerFunc {
+// handling is what Handle registered for typ.
+func (w *Worker) handling(typ string) (handling, bool) {
 	w.hmu.RLock()
 	defer w.hmu.RUnlock()
-	h := w.handlers[typ]
-	if h == nil {
+	hd, ok := w.handlers[typ]
+	return hd, ok
+}
+
+// handler is typ's handler inside the middleware, nil if none.
+func (w *Worker) handler(typ string) HandlerFunc {
+	hd, ok := w.handling(typ)
+	if !ok || hd.h == nil {
 		return nil
 	}
+	h := hd.h
 	for i := len(w.middleware) - 1; i >= 0; i-- {
 		h = w.middleware[i](h)
 	}

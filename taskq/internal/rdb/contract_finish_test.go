@@ -51,7 +51,7 @@ func atoi(s string) int {
 
 // forgot edits s for task id leaving no field behind.
 func forgot(s *Snap, id string) {
-	for _, f := range []string{"", "|r", "|n", "|e", "|d", "|m", "|c", "|p"} {
+	for _, f := range []string{"", "|r", "|n", "|e", "|d", "|m", "|c", "|p", "|s"} {
 		delete(s.Tasks, id+f)
 	}
 	delete(s.Results, id)
@@ -230,6 +230,27 @@ func TestFailContract(t *testing.T) {
 			s.Tasks["x|d"] = "max retries"
 			s.Dead = []Z{{"x", msf(t0)}}
 			s.State["deadtotal"] = "1"
+		},
+	}, {
+		name: "snoozed: scheduled, no failure, no attempt, one more snooze",
+		setup: func(t *testing.T, r *RDB, q string) {
+			running(t, r, q)
+			raw(t, r, "HSET", QueueKeys(q)[KTasks], "x|r", "2", "x|s", "4")
+		},
+		call: func(t *testing.T, r *RDB, q string) any {
+			n, err := r.Snooze(t.Context(), q, "x", t0, at(time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		},
+		want: FailSnoozed,
+		edit: func(s *Snap, q string) {
+			finished(s, "x", rx)
+			delete(s.Tasks, "x|p")
+			s.State["snoozed"] = "1"
+			s.Tasks["x|s"] = "5"
+			s.Scheduled = []Z{{rx, msf(at(time.Minute))}}
 		},
 	}, {
 		name:  "lost: state.late only",

@@ -271,7 +271,7 @@ func TestTaskOpContract(t *testing.T) {
 			set := map[string]*[]Z{"scheduled": &s.Scheduled, "retry": &s.Retry, "dead": &s.Dead, "cancelled": &s.Cancelled}[key]
 			*set = del(del(*set, m), id)
 			if fresh {
-				for _, f := range []string{"|r", "|n", "|e", "|d", "|c", "|p"} {
+				for _, f := range []string{"|r", "|n", "|e", "|d", "|c", "|p", "|s"} {
 					delete(s.Tasks, id+f)
 				}
 			}

@@ -182,11 +182,11 @@ func dlqCall(op string, ids ...string) func(t *testing.T, r *RDB, q string) any 
 func TestDLQContract(t *testing.T) {
 	twoDead := func(t *testing.T, r *RDB, q string) {
 		dead(t, r, q, []string{"d1", "d2"}, []time.Time{t0, t0})
-		raw(t, r, "HSET", QueueKeys(q)[KTasks], "d1|r", "3", "d1|p", "50%")
+		raw(t, r, "HSET", QueueKeys(q)[KTasks], "d1|r", "3", "d1|p", "50%", "d1|s", "2")
 	}
 	requeued := func(s *Snap, ids ...string) {
 		for _, id := range ids {
-			for _, f := range []string{"|r", "|n", "|e", "|d", "|p"} {
+			for _, f := range []string{"|r", "|n", "|e", "|d", "|p", "|s"} {
 				delete(s.Tasks, id+f)
 			}
 			s.Dead = del(s.Dead, id)

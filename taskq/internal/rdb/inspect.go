@@ -28,6 +28,7 @@ type Raw struct {
 	ID, Queue, State, Member     string
 	Msg                          []byte
 	Retried, Starts              int
+	Snoozes                      int // times its handler snoozed it (Snooze: no attempt counted)
 	LastError, DeadReason        string
 	CancelledBy                  string
 	CancelledAt, At, LeaseUntil  time.Time // At: due (scheduled, retry), died, retained until, cancelled
@@ -231,23 +232,24 @@ func (r *RDB) read(ctx context.Context, q string, ids []string) ([]Raw, error) {
 	cmds := make([]rueidis.Completed, 0, 2*len(ids))
 	for _, id := range ids {
 		cmds = append(cmds,
-			b.Hmget().Key(k[KTasks]).Field(id, id+"|r", id+"|n", id+"|e", id+"|d", id+"|m", id+"|c", id+"|p").Build(),
+			b.Hmget().Key(k[KTasks]).Field(id, id+"|r", id+"|n", id+"|e", id+"|d", id+"|m", id+"|c", id+"|p", id+"|s").Build(),
 			b.Zscore().Key(k[KLease]).Member(id).Build())
 	}
 	res := r.c.DoMulti(ctx, cmds...)
 	out := make([]Raw, len(ids))
 	for i, id := range ids {
 		v, err := res[2*i].ToArray()
-		if err != nil || len(v) != 8 {
+		if err != nil || len(v) != 9 {
 			return nil, fmt.Errorf("rdb: read %s/%s: %w", q, id, err)
 		}
-		s := make([]string, 8)
+		s := make([]string, 9)
 		for j := range v {
 			s[j], _ = v[j].ToString()
 		}
 		raw := Raw{ID: id, Queue: q, Msg: []byte(s[0]), LastError: s[3], DeadReason: s[4], Member: s[5], MemberFromEnqueue: s[5] != "", Progress: s[7]}
 		raw.Retried, _ = strconv.Atoi(s[1])
 		raw.Starts, _ = strconv.Atoi(s[2])
+		raw.Snoozes, _ = strconv.Atoi(s[8])
 		if who, at, ok := strings.Cut(s[6], "\x00"); ok {
 			raw.CancelledBy = who
 			if n, err := strconv.ParseInt(at, 10, 64); err == nil {

@@ -342,6 +342,7 @@ const (
 	FailLost    = 0
 	FailRetried = 1
 	FailDead    = 2
+	FailSnoozed = 3 // Snooze
 )
 
 // Fail records a failed attempt: retried at retryAt, or dead with reason
@@ -351,9 +352,20 @@ func (r *RDB) Fail(ctx context.Context, q, id string, now time.Time, errMsg stri
 	if !retryAt.IsZero() {
 		at = ms(retryAt)
 	}
-	n, err := failScript.Exec(ctx, r.c, QueueKeys(q), []string{ms(now), id, errMsg, at, reason}).AsInt64()
+	n, err := failScript.Exec(ctx, r.c, QueueKeys(q), []string{ms(now), id, errMsg, at, reason, "0"}).AsInt64()
 	if err != nil {
 		return 0, fmt.Errorf("rdb: fail %s in %q: %w", id, q, err)
+	}
+	return int(n), nil
+}
+
+// Snooze gives a held task back to run again at until, in scheduled: no
+// failure recorded, no attempt counted (its snoozes are). It returns 3, or
+// 0 if the worker no longer held the task.
+func (r *RDB) Snooze(ctx context.Context, q, id string, now, until time.Time) (int, error) {
+	n, err := failScript.Exec(ctx, r.c, QueueKeys(q), []string{ms(now), id, "", ms(until), "", "1"}).AsInt64()
+	if err != nil {
+		return 0, fmt.Errorf("rdb: snooze %s in %q: %w", id, q, err)
 	}
 	return int(n), nil
 }

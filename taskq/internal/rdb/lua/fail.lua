@@ -1,16 +1,28 @@
 -- fail: record one failed attempt of a task of one queue.
 -- KEYS: the queue's 17 keys.
--- ARGV: now_ms, id, error, retry_at_ms (0 = no retry: dead), reason (for dead)
--- Returns 1 if retried, 2 if dead, 0 if the worker no longer held the task.
+-- ARGV: now_ms, id, error, retry_at_ms (0 = no retry: dead), reason (for dead),
+--       snooze ('1': the handler snoozed it until retry_at_ms: no failure, no
+--       attempt counted, error ignored)
+-- Returns 1 if retried, 2 if dead, 3 if snoozed, 0 if the worker no longer
+-- held the task.
 -- Guarantees: atomic; a retried task waits in retry until retry_at_ms and its
 -- retried count grows; a dead task keeps its message, last error, reason and
--- member (for dlq requeue) until dlq delete or retention trims it.
+-- member (for dlq requeue) until dlq delete or retention trims it; a
+-- snoozed task waits in scheduled, its retried count unchanged, its snoozes
+-- (id|s) counted.
 local now = tonumber(ARGV[1])
 local id, err, at, reason = ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
 local m = release(0, id)
 if not m then
   redis.call('HINCRBY', KEYS[3], 'late', 1)
   return 0
+end
+if ARGV[6] == '1' then
+  redis.call('HINCRBY', KEYS[3], 'snoozed', 1)
+  redis.call('HDEL', KEYS[4], id .. '|p')
+  redis.call('HINCRBY', KEYS[4], id .. '|s', 1)
+  redis.call('ZADD', KEYS[7], at, m)
+  return 3
 end
 redis.call('HINCRBY', KEYS[3], 'processed', 1)
 redis.call('HINCRBY', KEYS[3], 'failed', 1)

@@ -9,7 +9,7 @@
 --                pause (queue paused until ms), p:<t> (tenant paused until ms)
 --   +4 tasks     HASH id -> message; id|r retried, id|n starts, id|e last error, id|d dead reason,
 --                id|m member (from enqueue on), id|c who cancelled it and when, id|p progress
---                (JSON, from the handler)
+--                (JSON, from the handler), id|s snoozes
 --   +5 active    HASH id -> member (tasks a worker holds)
 --   +6 lease     ZSET id -> lease expiry (ms)
 --   +7 scheduled ZSET member -> due time (ms)
@@ -144,7 +144,7 @@ local function release(k, id)
 end
 
 local function forget(k, id)
-  redis.call('HDEL', KEYS[k + 4], id, id .. '|r', id .. '|n', id .. '|e', id .. '|d', id .. '|m', id .. '|c', id .. '|p')
+  redis.call('HDEL', KEYS[k + 4], id, id .. '|r', id .. '|n', id .. '|e', id .. '|d', id .. '|m', id .. '|c', id .. '|p', id .. '|s')
   redis.call('HDEL', KEYS[k + 11], id)
 end
 
