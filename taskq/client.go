@@ -98,7 +98,7 @@ func prepare(t *Task, now time.Time, extra []Option) (prepared, error) {
 		ID: o.id, Type: t.Type, Payload: t.Payload, Queue: o.queue,
 		MaxRetries: o.maxRetries, TimeoutMS: o.timeout.Milliseconds(), RetentionMS: o.retention.Milliseconds(),
 		DeadlineMS: deadlineMS(o.deadline),
-		EnqueuedAt: now.UnixMilli(), Headers: headers,
+		EnqueuedAt: now.UnixMilli(), Headers: headers, Workflow: o.workflow, Parents: o.parents,
 	})
 	if err != nil {
 		return prepared{}, err

@@ -2,7 +2,9 @@ package taskq
 
 import (
 	"bytes"
+	"fmt"
 	"os/exec"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -94,5 +96,84 @@ func TestCrashKill9(t *testing.T) {
 	}
 	if st.Tenants["a"].Completed != total/2 || st.Tenants["b"].Completed != total/2 {
 		t.Errorf("tenant completions a=%d b=%d, want %d each", st.Tenants["a"].Completed, st.Tenants["b"].Completed, total/2)
+	}
+}
+
+// TestWorkflowsSurviveKill9: 200 chains of 5 and 50 chords of 20 (echo
+// tasks, each node's result its parents' results then its own text) on
+// two worker processes, one SIGKILLed while they run and restarted: every
+// workflow completes, and every chain's last result is the five texts in
+// order and every callback's the twenty members' in order — which a node
+// run before one of its parents succeeded could not produce.
+func TestWorkflowsSurviveKill9(t *testing.T) {
+	if testing.Short() {
+		t.Skip("process-level crash test")
+	}
+	bin := testutil.GantryBinary(t)
+	red := testutil.StartRedis(t, "--appendonly", "no")
+	addr := red.Addr()
+	c := newClient(t, addr)
+	ctx := t.Context()
+	q := "wfcrash"
+	echo := func(s string) *Task { return NewTask("echo", []byte(`{"text":"`+s+`"}`)) }
+	var last []string
+	var want []string
+	for i := range 200 {
+		steps := make([]*Task, 5)
+		for j := range steps {
+			steps[j] = echo(string(rune('a' + j)))
+		}
+		info, err := c.EnqueueWorkflow(ctx, Chain(steps...), Queue(q), Tenant(fmt.Sprint("t", i%4)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		last, want = append(last, info.Tasks["5"]), append(want, "abcde")
+	}
+	for range 50 {
+		group := make([]*Task, 20)
+		var all strings.Builder
+		for j := range group {
+			group[j] = echo(string(rune('A' + j)))
+			all.WriteByte(byte('A' + j))
+		}
+		info, err := c.EnqueueWorkflow(ctx, Chord(group, echo("!")), Queue(q))
+		if err != nil {
+			t.Fatal(err)
+		}
+		last, want = append(last, info.Tasks["callback"]), append(want, all.String()+"!")
+	}
+	args := []string{"--redis", addr, "--queues", q, "--concurrency", "8", "--lease", "2s"}
+	a := startWorkerProc(t, bin, args...)
+	b := startWorkerProc(t, bin, args...)
+	const total = 200*5 + 50*21
+	waitFor(t, 120*time.Second, "a third of the nodes done", func() bool { return queueStats(t, c, q).Completed >= total/3 })
+	if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	a.cmd.Wait()
+	a2 := startWorkerProc(t, bin, args...)
+	waitFor(t, 180*time.Second, "every node completed", func() bool {
+		st := queueStats(t, c, q)
+		return st.Completed == total && st.Pending == 0 && st.Active == 0 && st.Scheduled == 0
+	})
+	in, err := NewInspector(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	for i, id := range last {
+		d, err := in.Get(ctx, q, id)
+		if err != nil || d.State != StateCompleted || string(d.Result) != want[i] {
+			t.Fatalf("workflow %d's last node: %s %q, %v; want completed with %q", i, d.State, d.Result, err, want[i])
+		}
+	}
+	st := queueStats(t, c, q)
+	t.Logf("completed %d, duplicates %d, reaped %d, dead %d", st.Completed, st.DuplicatesTotal, st.ReapedTotal, st.Dead)
+	if st.Dead != 0 || st.Cancelled != 0 {
+		t.Fatalf("dead %d, cancelled %d; want 0", st.Dead, st.Cancelled)
+	}
+	for _, p := range []*workerProc{b, a2} {
+		p.cmd.Process.Signal(syscall.SIGTERM)
+		p.cmd.Wait()
 	}
 }

@@ -32,6 +32,8 @@
 //     in-flight set.
 //   - process.go: running a handler with its timeout, grace and panic
 //     recovery; ack batching, retries with backoff, dead letters.
+//   - workflow.go: Workflow (a DAG of tasks in one queue: Chain, Chord),
+//     Client.EnqueueWorkflow, a node's Parents and ParentResults.
 //   - retry.go: a task type's own retry policy (Handle's WithRetry), and
 //     the handler's RetryAfter (a delay of its own) and Snooze (put off,
 //     no attempt counted).

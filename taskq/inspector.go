@@ -19,7 +19,13 @@ const (
 	StateDead      = "dead"      // out of retries (or never runnable): the dead letters
 	StateCompleted = "completed" // succeeded and kept for its Retention
 	StateCancelled = "cancelled" // cancelled by an operator; never runs again
+	// StateWaiting: a workflow node waiting for its parents (held in
+	// scheduled, at a due time no clock reaches: waitingAt).
+	StateWaiting = "waiting"
 )
+
+// waitingAt is the due time of a waiting workflow node (lib.lua WAITING).
+var waitingAt = time.UnixMilli(9e15)
 
 // ErrTaskNotFound is returned for an id no queue holds.
 var ErrTaskNotFound = errors.New("taskq: task not found")
@@ -72,39 +78,55 @@ type TaskDetail struct {
 	Result      []byte            `json:"result,omitempty"`
 	Headers     map[string]string `json:"headers,omitempty"`
 	Progress    *Progress         `json:"progress,omitempty"` // the handler's last report
+	Workflow    string            `json:"workflow,omitempty"` // a workflow node's workflow
+	Parents     []string          `json:"parents,omitempty"`  // and the task ids it runs after
 }
 
 func detail(raw rdb.Raw) TaskDetail {
 	d := TaskDetail{ID: raw.ID, Queue: raw.Queue, State: raw.State, Retried: raw.Retried, Starts: raw.Starts, Snoozes: raw.Snoozes,
 		LastError: raw.LastError, DeadReason: raw.DeadReason, CancelledBy: raw.CancelledBy, Result: raw.Result,
 		Tenant: rdb.TenantOf(raw.Member)}
-	var m message
-	if json.Unmarshal(raw.Msg, &m) == nil {
-		d.Type, d.MaxRetries, d.Headers = m.Type, m.MaxRetries, m.Headers
-		if len(m.Payload) > 0 {
-			if json.Valid(m.Payload) {
-				d.Payload = m.Payload
-			} else {
-				d.Payload, _ = json.Marshal(m.Payload) // not JSON: base64, as a JSON string
-			}
-		}
-		if m.EnqueuedAt > 0 {
-			d.EnqueuedAt = time.UnixMilli(m.EnqueuedAt)
-		}
-		if d.Tenant == "" {
-			d.Tenant = m.Tenant
-		}
-	}
+	d.fromMessage(raw.Msg)
 	if raw.Progress != "" {
 		var p Progress
 		if json.Unmarshal([]byte(raw.Progress), &p) == nil {
 			d.Progress = &p
 		}
 	}
+	d.times(raw)
+	return d
+}
+
+// fromMessage fills what the stored message holds.
+func (d *TaskDetail) fromMessage(msg []byte) {
+	var m message
+	if json.Unmarshal(msg, &m) != nil {
+		return
+	}
+	d.Type, d.MaxRetries, d.Headers, d.Workflow, d.Parents = m.Type, m.MaxRetries, m.Headers, m.Workflow, m.Parents
+	if len(m.Payload) > 0 {
+		if json.Valid(m.Payload) {
+			d.Payload = m.Payload
+		} else {
+			d.Payload, _ = json.Marshal(m.Payload) // not JSON: base64, as a JSON string
+		}
+	}
+	if m.EnqueuedAt > 0 {
+		d.EnqueuedAt = time.UnixMilli(m.EnqueuedAt)
+	}
+	if d.Tenant == "" {
+		d.Tenant = m.Tenant
+	}
+}
+
+// times fills the time raw's state names: due, ended, kept, lease.
+func (d *TaskDetail) times(raw rdb.Raw) {
 	at := func() *time.Time { t := raw.At; return &t }
 	switch raw.State {
 	case StateScheduled, StateRetry:
-		d.DueAt = at()
+		if d.DueAt = at(); raw.State == StateScheduled && !raw.At.Before(waitingAt) {
+			d.State, d.DueAt = StateWaiting, nil
+		}
 	case StateDead:
 		d.EndedAt = at()
 	case StateCompleted:
@@ -117,7 +139,6 @@ func detail(raw rdb.Raw) TaskDetail {
 			d.LeaseUntil = &t
 		}
 	}
-	return d
 }
 
 // ListOptions select a page of tasks.

@@ -56,6 +56,9 @@ func (w *Worker) process(handlerCtx, persist context.Context, d rdb.Dequeued) {
 				err = ErrNotRunning
 			}
 			return err
+		},
+		results: func(ctx context.Context, ids []string) (map[string][]byte, error) {
+			return w.r.Results(ctx, d.Queue, ids)
 		}}
 	if m.EnqueuedAt > 0 {
 		t.run.enqueuedAt = time.UnixMilli(m.EnqueuedAt)
@@ -115,7 +118,8 @@ func (w *Worker) prepare(persist context.Context, d rdb.Dequeued) (m *message, t
 	if d.Tenant != "" {
 		m.Tenant = d.Tenant // the member is the source; an old message's field is the fallback
 	}
-	t = &Task{Type: m.Type, Payload: m.Payload, Headers: m.Headers, id: m.ID, queue: m.Queue, tenant: m.Tenant, retried: d.Retried, max: m.MaxRetries}
+	t = &Task{Type: m.Type, Payload: m.Payload, Headers: m.Headers, id: m.ID, queue: m.Queue, tenant: m.Tenant, retried: d.Retried, max: m.MaxRetries,
+		workflow: m.Workflow, parents: m.Parents}
 	if m.EnqueuedAt > 0 && d.Retried == 0 {
 		w.m.wait.WithLabelValues(d.Queue).Observe(time.Since(time.UnixMilli(m.EnqueuedAt)).Seconds())
 	}

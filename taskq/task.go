@@ -61,6 +61,9 @@ type Task struct {
 	retried, max      int
 	result            []byte
 	run               *runInfo
+	// workflow and parents: a workflow node's (workflow.go).
+	workflow string
+	parents  []string
 }
 
 // runInfo is what a handler can learn about the attempt it runs: the
@@ -71,6 +74,7 @@ type runInfo struct {
 	enqueuedAt     time.Time
 	lease          *atomic.Int64 // Unix ms; the lease keeper moves it on every heartbeat
 	progress       func(ctx context.Context, value string) error
+	results        func(ctx context.Context, ids []string) (map[string][]byte, error)
 }
 
 // NewTask returns a task of type typ; opts are applied at enqueue.
@@ -151,6 +155,8 @@ type options struct {
 	uniqueFor         time.Duration // Unique's window
 	debounce          time.Duration // Debounce's delay
 	headers           map[string]string
+	workflow          string   // a workflow node's (workflow.go)
+	parents           []string // its parents' task ids
 }
 
 // Queue puts the task into queue q (default "default").
@@ -234,6 +240,8 @@ type message struct {
 	DeadlineMS  int64             `json:"deadline_ms,omitempty"` // unix ms
 	EnqueuedAt  int64             `json:"enqueued_at"`           // unix ms
 	Headers     map[string]string `json:"headers,omitempty"`
+	Workflow    string            `json:"workflow,omitempty"` // a workflow node's
+	Parents     []string          `json:"parents,omitempty"`  // its parents' task ids
 }
 
 func newID() string {

@@ -20,6 +20,7 @@ import (
 //	noop                                  succeeds at once
 //	sleep  {"ms": N}                      sleeps N ms (returns early when cancelled), reporting progress each second
 //	fail   {"times": N}                   fails its first N attempts, then succeeds
+//	echo   {"text": S}                    result: its workflow parents' results, in order, then S
 //	sort   {"input": [dirs], "output": dir}  sorts gensort records (extsort), result {"records","partitions"}
 func Register(w *taskq.Worker, log *slog.Logger) {
 	w.Handle("sort", Sort(log))
@@ -53,6 +54,7 @@ func Register(w *taskq.Worker, log *slog.Logger) {
 			}
 		}
 	})
+	w.Handle("echo", echo)
 	w.Handle("fail", func(ctx context.Context, t *taskq.Task) error {
 		var p struct {
 			Times int `json:"times"`
@@ -102,4 +104,31 @@ func Sort(log *slog.Logger) taskq.HandlerFunc {
 		t.SetResult(b)
 		return nil
 	}
+}
+
+// echo's result is its parents' results, in the order the workflow named
+// them, followed by its text: what a chain or a chord hands along.
+func echo(ctx context.Context, t *taskq.Task) error {
+	var p struct {
+		Text string `json:"text"`
+	}
+	if err := decodePayload(t, &p); err != nil {
+		return err
+	}
+	var out []byte
+	if len(t.Parents()) > 0 {
+		res, err := t.ParentResults(ctx)
+		if err != nil {
+			return err
+		}
+		for _, id := range t.Parents() {
+			r, ok := res[id]
+			if !ok {
+				return fmt.Errorf("echo: parent %s left no result: %w", id, taskq.SkipRetry)
+			}
+			out = append(out, r...)
+		}
+	}
+	t.SetResult(append(out, p.Text...))
+	return nil
 }

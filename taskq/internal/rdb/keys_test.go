@@ -132,6 +132,10 @@ func TestScriptCallsStayInOneSlot(t *testing.T) {
 		{"cancel", func() error { _, err := r.Cancel(ctx, qa, "u", "me", t0); return err }},
 		{"taskop", func() error { _, _, err := r.TaskOp(ctx, qa, "run", "u"); return err }},
 		{"limit", func() error { return r.SetLimit(ctx, qa, "", Limit{MaxActive: 1}) }},
+		{"workflow", func() error {
+			_, err := r.EnqueueWorkflow(ctx, qa, t0, []WfNode{{EnqMsg: task("w1", "t"), Children: []string{"w2"}}, {EnqMsg: task("w2", "t"), Parents: 1}})
+			return err
+		}},
 	}
 	seen := map[string]bool{"lib": true}
 	for _, c := range calls {

@@ -96,6 +96,7 @@ var (
 	taskopScript   = script("taskop")
 	limitScript    = script("limit")
 	progressScript = script("progress")
+	workflowScript = script("workflow")
 )
 
 // RDB wraps a Redis client (single node or cluster).
@@ -184,6 +185,50 @@ func (r *RDB) Enqueue(ctx context.Context, q string, now time.Time, msgs []EnqMs
 		return 0, fmt.Errorf("rdb: enqueue into %q: %w", q, err)
 	}
 	return int(n), nil
+}
+
+// WfNode is one node of a workflow for EnqueueWorkflow: its task and the
+// DAG's edges around it.
+type WfNode struct {
+	EnqMsg
+	Parents  int      // how many parents must succeed before it runs
+	Children []string // the ids of the nodes that wait for it
+}
+
+// EnqueueWorkflow adds the nodes of one workflow to q in one call: those
+// without parents pending, the others waiting until their parents
+// succeed (workflow.lua). It returns false, adding nothing, if an id
+// exists.
+func (r *RDB) EnqueueWorkflow(ctx context.Context, q string, now time.Time, nodes []WfNode) (bool, error) {
+	args := make([]string, 0, 1+7*len(nodes))
+	args = append(args, ms(now))
+	for _, n := range nodes {
+		args = append(args, n.ID, n.Msg, n.Tenant, strconv.FormatFloat(n.Weight, 'g', -1, 64),
+			fmt.Sprintf("%02x", 255-n.Priority), strconv.Itoa(n.Parents), strings.Join(n.Children, " "))
+	}
+	added, err := workflowScript.Exec(ctx, r.c, QueueKeys(q), args).AsInt64()
+	if err != nil {
+		return false, fmt.Errorf("rdb: enqueue a workflow into %q: %w", q, err)
+	}
+	return added == int64(len(nodes)), nil
+}
+
+// Results reads the results of ids in q (a missing one: absent).
+func (r *RDB) Results(ctx context.Context, q string, ids []string) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	vals, err := r.c.Do(ctx, r.c.B().Hmget().Key(QueueKeys(q)[KResults]).Field(ids...).Build()).ToArray()
+	if err != nil {
+		return nil, fmt.Errorf("rdb: results in %q: %w", q, err)
+	}
+	for i, v := range vals {
+		if s, err := v.ToString(); err == nil {
+			out[ids[i]] = []byte(s)
+		}
+	}
+	return out, nil
 }
 
 // Unique modes of EnqueueUnique.

@@ -25,7 +25,7 @@ func newQueueCmd(env *Env) *cobra.Command {
 		Short: "Fair Redis task queue: run workers, enqueue tasks, inspect stats, dead letters and health",
 	}
 	cmd.AddCommand(newQueueWorkerCmd(env), newQueueEnqueueCmd(), newQueueStatsCmd(), newQueueDLQCmd(), newQueueHealthCmd(), newQueueTasksCmd(),
-		newQueueCronCmd())
+		newQueueCronCmd(), newQueueWorkflowCmd())
 	cmd.AddCommand(newQueuePauseCmds()...)
 	cmd.AddCommand(newQueueLimitCmd(), newQueueUICmd(env))
 	return cmd

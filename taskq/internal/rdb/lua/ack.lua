@@ -10,35 +10,44 @@
 -- (keep_until_ms > now_ms) waits in completed with its message, progress
 -- and result (unless '') until maintain trims it, its other fields gone;
 -- any other leaves nothing behind (message, fields, result). A tenant (or
--- the queue) throttled at its in-flight cap may run again.
+-- the queue) throttled at its in-flight cap may run again. A workflow
+-- node's children whose last parent it was become pending (one wake-up
+-- token), in this same call.
 -- Cost: a few calls for the whole batch, plus one per retained task.
 local now = tonumber(ARGV[1])
 local ids = {}
 for i = 2, #ARGV, 3 do ids[#ids + 1] = ARGV[i] end
 if #ids == 0 then return 0 end
 local members = chunked('HMGET', KEYS[5], ids)
-local held, gone, fields, per, seen = {}, {}, {}, {}, {}
+local held, gone, fields, per, seen, wcs = {}, {}, {}, {}, {}, {}
 for i, id in ipairs(ids) do
   local m = members[i]
   if m and not seen[id] then
     seen[id] = true
     held[#held + 1] = id
+    wcs[#wcs + 1] = id .. '|wc'
     local t = tenant_of(m)
     per[t] = (per[t] or 0) + 1
     local a = 2 + 3 * (i - 1)
     local keep, res = tonumber(ARGV[a + 1]), ARGV[a + 2]
     if keep > now then
-      for _, f in ipairs({id .. '|r', id .. '|n', id .. '|e', id .. '|m', id .. '|s'}) do fields[#fields + 1] = f end
+      for _, f in ipairs({id .. '|r', id .. '|n', id .. '|e', id .. '|m', id .. '|s', id .. '|wc'}) do fields[#fields + 1] = f end
       redis.call('ZADD', KEYS[10], keep, id)
       if res ~= '' then redis.call('HSET', KEYS[11], id, res) end
     else
       gone[#gone + 1] = id
-      for _, f in ipairs({id, id .. '|r', id .. '|n', id .. '|e', id .. '|d', id .. '|m', id .. '|c', id .. '|p', id .. '|s'}) do fields[#fields + 1] = f end
+      for _, f in ipairs({id, id .. '|r', id .. '|n', id .. '|e', id .. '|d', id .. '|m', id .. '|c', id .. '|p', id .. '|s', id .. '|wc'}) do fields[#fields + 1] = f end
     end
   end
 end
 if #held < #ids then redis.call('HINCRBY', KEYS[3], 'late', #ids - #held) end
 if #held == 0 then return 0 end
+-- Workflow nodes: their children may be ready (lib.lua release_children).
+local released = 0
+for i, kids in ipairs(chunked('HMGET', KEYS[4], wcs)) do
+  if kids then released = released + release_children(0, held[i]) end
+end
+if released > 0 then wake(0) end
 chunked('HDEL', KEYS[5], held)
 chunked('ZREM', KEYS[6], held)
 chunked('HDEL', KEYS[4], fields)

@@ -10,7 +10,8 @@
 -- its id is published on channel (queue \0 id) so the worker running it
 -- cancels its handler now; a worker that misses the message finds the lease
 -- gone at its next heartbeat. The task waits in cancelled, with who and when,
--- until the dead retention trims it.
+-- until the dead retention trims it. A workflow node's waiting descendants
+-- are cancelled with it.
 local now, who, id, hint, channel, queue = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 if redis.call('ZSCORE', KEYS[13], id) then return 'cancelled' end
 if redis.call('ZSCORE', KEYS[9], id) then return 'dead' end
@@ -34,6 +35,8 @@ end
 redis.call('HSET', KEYS[4], id .. '|c', who .. '\0' .. now, id .. '|m', m)
 redis.call('ZADD', KEYS[13], now, id)
 redis.call('HINCRBY', KEYS[3], 'cancelled', 1)
+redis.call('HDEL', KEYS[4], id .. '|wp')
+cancel_descendants(0, id, now, 'parent ' .. id .. ' cancelled')
 if state == 'active' then
   redis.call('PUBLISH', channel, queue .. '\0' .. id)
 end

@@ -9,7 +9,7 @@
 -- retried count grows; a dead task keeps its message, last error, reason and
 -- member (for dlq requeue) until dlq delete or retention trims it; a
 -- snoozed task waits in scheduled, its retried count unchanged, its snoozes
--- (id|s) counted.
+-- (id|s) counted. A dead workflow node cancels the nodes waiting below it.
 local now = tonumber(ARGV[1])
 local id, err, at, reason = ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
 local m = release(0, id)
@@ -35,5 +35,6 @@ if at > 0 then
 end
 redis.call('HSET', KEYS[4], id .. '|d', reason, id .. '|m', m)
 redis.call('ZADD', KEYS[9], now, id)
+cancel_descendants(0, id, now, 'parent ' .. id .. ' failed')
 redis.call('HINCRBY', KEYS[3], 'deadtotal', 1)
 return 2

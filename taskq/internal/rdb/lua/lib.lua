@@ -9,7 +9,8 @@
 --                pause (queue paused until ms), p:<t> (tenant paused until ms)
 --   +4 tasks     HASH id -> message; id|r retried, id|n starts, id|e last error, id|d dead reason,
 --                id|m member (from enqueue on), id|c who cancelled it and when, id|p progress
---                (JSON, from the handler), id|s snoozes
+--                (JSON, from the handler), id|s snoozes; a workflow node's id|wp (parents not yet
+--                succeeded) and id|wc (its children)
 --   +5 active    HASH id -> member (tasks a worker holds)
 --   +6 lease     ZSET id -> lease expiry (ms)
 --   +7 scheduled ZSET member -> due time (ms)
@@ -144,7 +145,7 @@ local function release(k, id)
 end
 
 local function forget(k, id)
-  redis.call('HDEL', KEYS[k + 4], id, id .. '|r', id .. '|n', id .. '|e', id .. '|d', id .. '|m', id .. '|c', id .. '|p', id .. '|s')
+  redis.call('HDEL', KEYS[k + 4], id, id .. '|r', id .. '|n', id .. '|e', id .. '|d', id .. '|m', id .. '|c', id .. '|p', id .. '|s', id .. '|wc', id .. '|wp')
   redis.call('HDEL', KEYS[k + 11], id)
 end
 
@@ -263,4 +264,54 @@ local function chunked(cmd, key, list, prefix)
     end
   end
   return out
+end
+
+-- Workflows (workflow.lua): a node waits in scheduled at WAITING, which
+-- no due time reaches, with id|wp its parents not yet succeeded and id|wc
+-- its children (space-separated ids). Its parent's ack releases it when
+-- the count reaches 0; a parent that dies or is cancelled cancels it.
+local WAITING = 9e15
+
+-- release_children counts one parent of id's children as succeeded and
+-- makes pending those that wait for no other; returns how many.
+local function release_children(k, id)
+  local kids = redis.call('HGET', KEYS[k + 4], id .. '|wc')
+  if not kids then return 0 end
+  local n = 0
+  for c in string.gmatch(kids, '%S+') do
+    if redis.call('HEXISTS', KEYS[k + 4], c .. '|wp') == 1 and redis.call('HINCRBY', KEYS[k + 4], c .. '|wp', -1) <= 0 then
+      redis.call('HDEL', KEYS[k + 4], c .. '|wp')
+      local m = redis.call('HGET', KEYS[k + 4], c .. '|m')
+      if m and redis.call('ZREM', KEYS[k + 7], m) == 1 then
+        activate(k, m)
+        n = n + 1
+      end
+    end
+  end
+  return n
+end
+
+-- cancel_descendants cancels every node still waiting below id (who and
+-- when as a cancel's, the reason in its last error); returns how many.
+local function cancel_descendants(k, id, now, why)
+  local n, todo, seen = 0, {id}, {}
+  while #todo > 0 do
+    local p = table.remove(todo)
+    local kids = redis.call('HGET', KEYS[k + 4], p .. '|wc')
+    for c in string.gmatch(kids or '', '%S+') do
+      if not seen[c] then
+        seen[c] = true
+        local m = redis.call('HGET', KEYS[k + 4], c .. '|m')
+        if redis.call('HEXISTS', KEYS[k + 4], c .. '|wp') == 1 and m and redis.call('ZREM', KEYS[k + 7], m) == 1 then
+          redis.call('HDEL', KEYS[k + 4], c .. '|wp')
+          redis.call('HSET', KEYS[k + 4], c .. '|c', 'workflow\0' .. now, c .. '|e', why)
+          redis.call('ZADD', KEYS[k + 13], now, c)
+          redis.call('HINCRBY', KEYS[k + 3], 'cancelled', 1)
+          n = n + 1
+          todo[#todo + 1] = c
+        end
+      end
+    end
+  end
+  return n
 end
