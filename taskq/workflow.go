@@ -201,3 +201,36 @@ func (t *Task) ParentResults(ctx context.Context) (map[string][]byte, error) {
 	}
 	return t.run.results(ctx, t.parents)
 }
+
+// Workflow reads every node of the workflow info describes, by name.
+func (i *Inspector) Workflow(ctx context.Context, info *WorkflowInfo) (map[string]TaskDetail, error) {
+	out := make(map[string]TaskDetail, len(info.Tasks))
+	for name, id := range info.Tasks {
+		d, err := i.Get(ctx, info.Queue, id)
+		if err != nil && !errors.Is(err, ErrTaskNotFound) {
+			return nil, err
+		}
+		out[name] = d
+	}
+	return out, nil
+}
+
+// CancelWorkflow cancels every node of the workflow info describes that
+// has not ended: waiting and pending nodes never run, running ones have
+// their handlers cancelled (as Cancel). It returns how many it cancelled
+// itself (not counting those cancelled with an ancestor).
+func (i *Inspector) CancelWorkflow(ctx context.Context, info *WorkflowInfo, who string) (int, error) {
+	n := 0
+	for _, id := range info.Tasks {
+		_, err := i.Cancel(ctx, info.Queue, id, who)
+		switch {
+		case err == nil:
+			n++
+		case errors.Is(err, ErrTaskState), errors.Is(err, ErrTaskNotFound):
+			// ended already, or cancelled with an ancestor just now
+		default:
+			return n, err
+		}
+	}
+	return n, nil
+}

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gantryhq/gantry/internal/testutil"
 )
 
 // ordering records when each task started and ended, on one counter, and
@@ -298,4 +300,42 @@ func TestWorkflowFailureAndCancel(t *testing.T) {
 		t.Fatalf("right after cancelling the running first node: %v not cancelled", names)
 	}
 	close(hold)
+
+	// A whole workflow cancelled while its nodes run: within 1 s none is
+	// pending, waiting or running.
+	release := make(chan struct{})
+	defer close(release)
+	w.Handle("slow", func(ctx context.Context, tk *Task) error {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return ctx.Err()
+	})
+	group := make([]*Task, 10)
+	for i := range group {
+		group[i] = NewTask("slow", nil)
+	}
+	big, err := c.EnqueueWorkflow(ctx, Chord(group, NewTask("ok", nil)), Queue(q))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "chord members running", func() bool {
+		d, _ := in.Get(ctx, q, big.Tasks["1"])
+		return d.State == StateActive
+	})
+	// The callback is cancelled with its first cancelled parent, or by
+	// itself if the call reaches it first.
+	if n, err := in.CancelWorkflow(ctx, big, "test"); err != nil || n < 10 || n > 11 {
+		t.Fatalf("CancelWorkflow: %d, %v; want the 10 members cancelled (and maybe the callback)", n, err)
+	}
+	testutil.WaitFor(t, time.Second, "every node of the cancelled workflow ended", func() (bool, string) {
+		nodes, err := in.Workflow(ctx, big)
+		for name, d := range nodes {
+			if d.State != StateCancelled {
+				return false, name + " " + d.State
+			}
+		}
+		return err == nil, fmt.Sprint(err)
+	})
 }
