@@ -42,6 +42,7 @@ func main() {
 	runs := flag.Int("runs", 3, "throughput runs of each (medians reported)")
 	samples := flag.Int("latency-samples", 1000, "enqueue→start samples for taskq")
 	asynqSamples := flag.Int("asynq-latency-samples", 20, "enqueue→start samples for asynq (it sleeps up to 1s when idle)")
+	chain := flag.Int("chain", 10, "also run -tasks noop tasks as chains of this many workflow nodes (taskq only: River's workflows are in its paid tier, asynq has none); 0 skips")
 	clients := flag.Bool("clients", false, "also compare rueidis and go-redis on the dequeue-shaped script")
 	pgDefault := os.Getenv("GANTRY_TEST_POSTGRES")
 	if pgDefault == "" {
@@ -95,8 +96,12 @@ func main() {
 	if *clients {
 		clientBench(addr)
 	}
-	var tq, aq, rq []float64
+	var tq, aq, rq, cq []float64
 	for i := range *runs {
+		if *chain > 0 {
+			cq = append(cq, taskqChainThroughput(addr, *tasks, *conc, *chain))
+			flush(addr)
+		}
 		a := asynqThroughput(addr, *tasks, *conc)
 		flush(addr)
 		t := taskqThroughput(addr, *tasks, *conc)
@@ -111,6 +116,10 @@ func main() {
 		fmt.Printf("run %d: taskq %8.0f tasks/s   asynq %8.0f tasks/s   river %8.0f tasks/s   ratio taskq/asynq %.2fx   taskq/river %.2fx\n", i+1, t, a, r, t/a, t/r)
 	}
 	mt, ma := median(tq), median(aq)
+	if len(cq) > 0 {
+		fmt.Printf("WORKFLOW median: taskq chains of %d: %.0f nodes/s, plain tasks %.0f tasks/s in the same runs (%.2fx); per run: %.0f\n",
+			*chain, median(cq), mt, median(cq)/mt, cq)
+	}
 	if rb == nil {
 		fmt.Printf("THROUGHPUT median: taskq %.0f tasks/s, asynq %.0f tasks/s, ratio %.2fx\n", mt, ma, mt/ma)
 	} else {
@@ -248,6 +257,50 @@ func taskqThroughput(addr string, n, conc int) float64 {
 	cancel()
 	<-runDone
 	return float64(n) / el.Seconds()
+}
+
+// taskqChainThroughput runs n noop tasks as n/length chains of length
+// (taskq.Chain, enqueued untimed): nodes per second, the first start to
+// the last end, each node released by its parent's ack.
+func taskqChainThroughput(addr string, n, conc, length int) float64 {
+	ctx := context.Background()
+	c, err := taskq.NewClient(taskq.ClientConfig{Redis: addr})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	chains := n / length
+	steps := make([]*taskq.Task, length)
+	for i := range steps {
+		steps[i] = taskq.NewTask("noop", nil)
+	}
+	for range chains {
+		if _, err := c.EnqueueWorkflow(ctx, taskq.Chain(steps...)); err != nil {
+			log.Fatal(err)
+		}
+	}
+	w, err := taskq.NewWorker(taskq.WorkerConfig{Redis: addr, Concurrency: conc, DisableSteal: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	total := int64(chains * length)
+	var done atomic.Int64
+	finished := make(chan struct{})
+	w.Handle("noop", func(context.Context, *taskq.Task) error {
+		if done.Add(1) == total {
+			close(finished)
+		}
+		return nil
+	})
+	rctx, cancel := context.WithCancel(ctx)
+	start := time.Now()
+	runDone := make(chan struct{})
+	go func() { w.Run(rctx); close(runDone) }()
+	<-finished
+	el := time.Since(start)
+	cancel()
+	<-runDone
+	return float64(total) / el.Seconds()
 }
 
 func asynqThroughput(addr string, n, conc int) float64 {
