@@ -179,6 +179,9 @@ func (c *Client) enqueue(ctx context.Context, t *Task, opts ...Option) (*TaskInf
 	if err := c.register(ctx, p.queue); err != nil {
 		return nil, err
 	}
+	if p.o.group != "" {
+		return c.enqueueGrouped(ctx, p)
+	}
 	if p.o.uniqueKey != "" {
 		return c.enqueueUnique(ctx, p)
 	}
@@ -227,8 +230,8 @@ func (c *Client) EnqueueBatch(ctx context.Context, tasks []*Task, opts ...Option
 		if err != nil {
 			return nil, err
 		}
-		if p.o.uniqueKey != "" {
-			return nil, fmt.Errorf("%w: Unique and Debounce need Enqueue, one task at a time", ErrInvalidTask)
+		if p.o.uniqueKey != "" || p.o.group != "" {
+			return nil, fmt.Errorf("%w: Unique, Debounce and Group need Enqueue, one task at a time", ErrInvalidTask)
 		}
 		if _, ok := byQueue[p.queue]; !ok {
 			order = append(order, p.queue)

@@ -34,6 +34,8 @@
 //     recovery; ack batching, retries with backoff, dead letters.
 //   - workflow.go: Workflow (a DAG of tasks in one queue: Chain, Chord),
 //     Client.EnqueueWorkflow, a node's Parents and ParentResults.
+//   - group.go: aggregation (Group, GroupPolicy): tasks handed to one
+//     handler call as a batch (Task.Batch) by size, grace or max delay.
 //   - retry.go: a task type's own retry policy (Handle's WithRetry), and
 //     the handler's RetryAfter (a delay of its own) and Snooze (put off,
 //     no attempt counted).

@@ -119,7 +119,14 @@ func (w *Worker) prepare(persist context.Context, d rdb.Dequeued) (m *message, t
 		m.Tenant = d.Tenant // the member is the source; an old message's field is the fallback
 	}
 	t = &Task{Type: m.Type, Payload: m.Payload, Headers: m.Headers, id: m.ID, queue: m.Queue, tenant: m.Tenant, retried: d.Retried, max: m.MaxRetries,
-		workflow: m.Workflow, parents: m.Parents}
+		workflow: m.Workflow, parents: m.Parents, group: m.Group}
+	if len(m.Batch) > 0 {
+		if err := w.loadBatch(persist, d.Queue, t, m.Batch); err != nil {
+			w.log.Warn("taskq: reading a batch's members", "queue", d.Queue, "id", d.ID, "err", err)
+			_ = w.retryPersist(persist, "requeue", func(c context.Context) error { _, err := w.r.Requeue(c, d.Queue, []string{d.ID}); return err })
+			return nil, nil, nil, false
+		}
+	}
 	if m.EnqueuedAt > 0 && d.Retried == 0 {
 		w.m.wait.WithLabelValues(d.Queue).Observe(time.Since(time.UnixMilli(m.EnqueuedAt)).Seconds())
 	}

@@ -91,7 +91,7 @@ func TestClusterIntegration(t *testing.T) {
 		}
 	}
 	cmd := exec.Command("go", "test", "-count=1", "-short", "-run",
-		"Fairness|Retries|BadInput|Timeout|Graceful|Lease|Priority|Results|MultipleQueues|InspectorStates|PauseAndResume|ChainAndChord|DAGOrder|WorkflowFailure|RetryPolicies", ".")
+		"Fairness|Retries|BadInput|Timeout|Graceful|Lease|Priority|Results|MultipleQueues|InspectorStates|PauseAndResume|ChainAndChord|DAGOrder|WorkflowFailure|RetryPolicies|Aggregation", ".")
 	cmd.Env = append(os.Environ(), "GANTRY_TEST_REDIS_CLUSTER="+addrs)
 	out, err := cmd.CombinedOutput()
 	if err != nil {

@@ -64,6 +64,9 @@ type Task struct {
 	// workflow and parents: a workflow node's (workflow.go).
 	workflow string
 	parents  []string
+	// batch and group: a batch task's members and group (group.go).
+	batch []*Task
+	group string
 }
 
 // runInfo is what a handler can learn about the attempt it runs: the
@@ -157,6 +160,8 @@ type options struct {
 	headers           map[string]string
 	workflow          string   // a workflow node's (workflow.go)
 	parents           []string // its parents' task ids
+	group             string   // its aggregation group (group.go)
+	groupPolicy       GroupPolicy
 }
 
 // Queue puts the task into queue q (default "default").
@@ -242,6 +247,8 @@ type message struct {
 	Headers     map[string]string `json:"headers,omitempty"`
 	Workflow    string            `json:"workflow,omitempty"` // a workflow node's
 	Parents     []string          `json:"parents,omitempty"`  // its parents' task ids
+	Batch       []string          `json:"batch,omitempty"`    // a batch task's members (group.lua)
+	Group       string            `json:"group,omitempty"`    // and their group
 }
 
 func newID() string {

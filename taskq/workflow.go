@@ -165,8 +165,8 @@ func (w *Workflow) prepare(info *WorkflowInfo, now time.Time, opts []Option) ([]
 		case p.queue != info.Queue:
 			return nil, fmt.Errorf("%w: workflow node %q is in queue %q, the others in %q: a workflow runs in one queue", ErrInvalidTask, n.name, p.queue, info.Queue)
 		}
-		if p.o.uniqueKey != "" || len(parents) > 0 && !p.msg.Due.IsZero() {
-			return nil, fmt.Errorf("%w: workflow node %q: unique tasks, and scheduled ones but at the roots, cannot be workflow nodes", ErrInvalidTask, n.name)
+		if p.o.uniqueKey != "" || p.o.group != "" || len(parents) > 0 && !p.msg.Due.IsZero() {
+			return nil, fmt.Errorf("%w: workflow node %q: unique or grouped tasks, and scheduled ones but at the roots, cannot be workflow nodes", ErrInvalidTask, n.name)
 		}
 		out[i] = rdb.WfNode{EnqMsg: p.msg, Parents: len(parents), Children: children[i]}
 	}

@@ -29,7 +29,7 @@ import (
 var luaFS embed.FS
 
 // NKeys is the number of keys of one queue passed to every script.
-const NKeys = 17
+const NKeys = 18
 
 // QueuesKey is the set of known queue names (outside any queue's slot; it is
 // only touched by plain commands, never inside a script).
@@ -44,7 +44,7 @@ func QueueKeys(q string) []string {
 	return []string{
 		p + "pending", p + "tenants", p + "state", p + "tasks", p + "active", p + "lease",
 		p + "scheduled", p + "retry", p + "dead", p + "completed", p + "results", p + "wake", p + "cancelled",
-		p + "uniq", p + "uniqexp", p + "limits", p + "throttled",
+		p + "uniq", p + "uniqexp", p + "limits", p + "throttled", p + "groups",
 	}
 }
 
@@ -67,6 +67,7 @@ const (
 	KUniqExp
 	KLimits
 	KThrottled
+	KGroups
 )
 
 func script(name string) *rueidis.Lua {
@@ -97,6 +98,7 @@ var (
 	limitScript    = script("limit")
 	progressScript = script("progress")
 	workflowScript = script("workflow")
+	groupScript    = script("group")
 )
 
 // RDB wraps a Redis client (single node or cluster).
@@ -211,6 +213,44 @@ func (r *RDB) EnqueueWorkflow(ctx context.Context, q string, now time.Time, node
 		return false, fmt.Errorf("rdb: enqueue a workflow into %q: %w", q, err)
 	}
 	return added == int64(len(nodes)), nil
+}
+
+// GroupPolicy is when a group is handed over as one batch: at MaxSize
+// members, Grace after its last addition or MaxDelay after its first,
+// whichever comes first (the first member's policy holds for the group).
+type GroupPolicy struct {
+	MaxSize         int
+	Grace, MaxDelay time.Duration
+}
+
+// EnqueueGroup adds m to group key of q (group.lua): 0 if its id exists,
+// 1 if it joined the group, 2 if it filled it (now a pending batch).
+func (r *RDB) EnqueueGroup(ctx context.Context, q string, now time.Time, m EnqMsg, key string, p GroupPolicy) (int, error) {
+	n, err := groupScript.Exec(ctx, r.c, QueueKeys(q), []string{ms(now), m.ID, m.Msg, m.Tenant,
+		strconv.FormatFloat(m.Weight, 'g', -1, 64), fmt.Sprintf("%02x", 255-m.Priority), key,
+		strconv.Itoa(p.MaxSize), strconv.FormatInt(p.Grace.Milliseconds(), 10), strconv.FormatInt(p.MaxDelay.Milliseconds(), 10)}).AsInt64()
+	if err != nil {
+		return 0, fmt.Errorf("rdb: enqueue into group %q of %q: %w", key, q, err)
+	}
+	return int(n), nil
+}
+
+// Messages reads the stored messages of ids in q (a missing one: absent).
+func (r *RDB) Messages(ctx context.Context, q string, ids []string) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	vals, err := r.c.Do(ctx, r.c.B().Hmget().Key(QueueKeys(q)[KTasks]).Field(ids...).Build()).ToArray()
+	if err != nil {
+		return nil, fmt.Errorf("rdb: messages in %q: %w", q, err)
+	}
+	for i, v := range vals {
+		if s, err := v.ToString(); err == nil {
+			out[ids[i]] = []byte(s)
+		}
+	}
+	return out, nil
 }
 
 // Results reads the results of ids in q (a missing one: absent).

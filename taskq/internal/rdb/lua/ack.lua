@@ -1,5 +1,5 @@
 -- ack: record successful tasks of one queue (a batch).
--- KEYS: the queue's 17 keys.
+-- KEYS: the queue's 18 keys.
 -- ARGV: now_ms, then per task 3 values: id, keep_until_ms (0 = delete at once), result ('' = none)
 -- Returns the number of tasks this worker still held. A task whose lease was
 -- lost (reaped and possibly re-run elsewhere) is counted in state.late and
@@ -26,6 +26,7 @@ for i, id in ipairs(ids) do
     seen[id] = true
     held[#held + 1] = id
     wcs[#wcs + 1] = id .. '|wc'
+    wcs[#wcs + 1] = id .. '|g'
     local t = tenant_of(m)
     per[t] = (per[t] or 0) + 1
     local a = 2 + 3 * (i - 1)
@@ -43,9 +44,13 @@ end
 if #held < #ids then redis.call('HINCRBY', KEYS[3], 'late', #ids - #held) end
 if #held == 0 then return 0 end
 -- Workflow nodes: their children may be ready (lib.lua release_children).
+-- Batches (group.lua): their members are handed over; their records go.
+-- (One HMGET for both: id|wc, id|g of each held id.)
 local released = 0
-for i, kids in ipairs(chunked('HMGET', KEYS[4], wcs)) do
-  if kids then released = released + release_children(0, held[i]) end
+local links = chunked('HMGET', KEYS[4], wcs)
+for i = 1, #held do
+  if links[2 * i - 1] then released = released + release_children(0, held[i]) end
+  if links[2 * i] then forget_batch(0, held[i]) end
 end
 if released > 0 then wake(0) end
 chunked('HDEL', KEYS[5], held)

@@ -1,6 +1,6 @@
 -- lib.lua is prepended to every operation script (it is not an operation).
 --
--- Every queue's keys share the hash tag {queue} and arrive as 17 consecutive
+-- Every queue's keys share the hash tag {queue} and arrive as 18 consecutive
 -- KEYS, in the order of rdb.queueKeys:
 --   +1 pending   ZSET, all scores 0, member = tenant \0 prio(2 hex, inverted) seq(16 hex) \0 id
 --                (lexicographic order = FIFO per tenant, higher priority first)
@@ -27,9 +27,12 @@
 --                 tok:t:<tenant> -> "tokens at_ms", the token buckets
 --   +17 throttled ZSET tenant -> when it may be served again (ms; HELD: when one of its running tasks
 --                 ends); member "\0q" = the queue's own in-flight cap is reached
+--   +18 groups    ZSET group key -> when its members are due to be handed over as one batch (ms):
+--                 min(first + max delay, last + grace); the group itself is tasks' g:<key> (member
+--                 ids) and g:<key>|t ("first count max_size grace_ms delay_ms")
 -- A throttled tenant leaves tenants (so it never blocks the others) and
 -- keeps its tag in f:<tenant>; the dequeue takes it back once due.
-local NKEYS = 17
+local NKEYS = 18
 
 -- A paused tenant stays in tenants with its tag raised above PAUSED, so the
 -- dequeue, which takes the smallest tag, reaches it only when every
@@ -144,7 +147,18 @@ local function release(k, id)
   return m
 end
 
+-- forget_batch drops the records of batch id's members.
+local function forget_batch(k, id)
+  local ids = redis.call('HGET', KEYS[k + 4], id .. '|g')
+  if not ids then return end
+  for m in string.gmatch(ids, '%S+') do
+    redis.call('HDEL', KEYS[k + 4], m, m .. '|r', m .. '|n', m .. '|e', m .. '|d', m .. '|m', m .. '|c', m .. '|p', m .. '|s')
+  end
+  redis.call('HDEL', KEYS[k + 4], id .. '|g')
+end
+
 local function forget(k, id)
+  forget_batch(k, id)
   redis.call('HDEL', KEYS[k + 4], id, id .. '|r', id .. '|n', id .. '|e', id .. '|d', id .. '|m', id .. '|c', id .. '|p', id .. '|s', id .. '|wc', id .. '|wp')
   redis.call('HDEL', KEYS[k + 11], id)
 end
@@ -314,4 +328,41 @@ local function cancel_descendants(k, id, now, why)
     end
   end
   return n
+end
+
+-- Groups (group.lua): tasks enqueued with a group key wait in scheduled at
+-- WAITING, listed in tasks' g:<key>, until the group is handed over as one
+-- batch task: when it reaches its max size (group.lua), or when it is due
+-- in groups (maintain.lua). The batch task's message names its members
+-- ("batch"), whose records stay until the batch is acknowledged (ack.lua)
+-- or forgotten.
+
+-- flush_group makes group key one batch task, pending now: its message is
+-- the first member's with a new id, no payload and the member ids; returns
+-- the batch's id, or false if the group is empty.
+local function flush_group(k, key, now)
+  local gk = 'g:' .. key
+  local ids = redis.call('HGET', KEYS[k + 4], gk)
+  redis.call('HDEL', KEYS[k + 4], gk, gk .. '|t')
+  redis.call('ZREM', KEYS[k + 18], key)
+  if not ids then return false end
+  local members, list = {}, {}
+  for id in string.gmatch(ids, '%S+') do
+    local m = redis.call('HGET', KEYS[k + 4], id .. '|m')
+    if m and redis.call('ZREM', KEYS[k + 7], m) == 1 then
+      list[#list + 1] = id
+      members[#members + 1] = m
+    end
+  end
+  if #list == 0 then return false end
+  local msg = cjson.decode(redis.call('HGET', KEYS[k + 4], list[1]))
+  local seq = redis.call('HINCRBY', KEYS[k + 3], 'seq', 1)
+  local bid = 'batch-' .. string.format('%x', seq) .. '-' .. list[1]
+  msg['id'], msg['payload'], msg['batch'], msg['enqueued_at'] = bid, nil, list, now
+  msg['group'] = key
+  local first = members[1]
+  local prio = string.sub(first, #tenant_of(first) + 2, #tenant_of(first) + 3)
+  add_task(k, now, bid, cjson.encode(msg), tenant_of(first), 0, prio, 0)
+  redis.call('HSET', KEYS[k + 4], bid .. '|g', table.concat(list, ' '))
+  return bid
 end

@@ -1,10 +1,11 @@
 -- maintain: periodic housekeeping of one queue, run by every worker.
--- KEYS: the queue's 17 keys.
+-- KEYS: the queue's 18 keys.
 -- ARGV: now_ms, limit, dead_before_ms (dead tasks older are deleted), dead_max
 -- Returns {reaped, promoted, trimmed}.
 -- Guarantees: tasks whose lease expired at or before now (their worker died or
 -- lost Redis) go back to pending in their old place (at-least-once; the next
--- start is counted as a duplicate); due scheduled/retry tasks become pending;
+-- start is counted as a duplicate); due scheduled/retry tasks become pending,
+-- and due groups batch tasks (counted as promoted);
 -- expired completed records and results, unique keys whose hold ended,
 -- dead tasks past retention or beyond
 -- dead_max, and cancelled tasks past the dead retention are deleted; queue
@@ -31,6 +32,9 @@ if redis.call('HEXISTS', KEYS[3], 'pause') == 1 and not queue_paused(0, now) the
 if resumed > 0 then wake(0) end
 local promoted = 0
 if not queue_paused(0, now) then promoted = promote(0, now, limit) end
+for _, key in ipairs(redis.call('ZRANGEBYSCORE', KEYS[18], '-inf', now, 'LIMIT', 0, limit)) do
+  if flush_group(0, key, now) then promoted = promoted + 1 end
+end
 if promoted > 0 then wake(0) end
 local trimmed = 0
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[10], '-inf', now, 'LIMIT', 0, limit)) do

@@ -1,5 +1,5 @@
 -- workflow: add a workflow's nodes (a DAG) to one queue, in one call.
--- KEYS: the queue's 17 keys.
+-- KEYS: the queue's 18 keys.
 -- ARGV: now_ms, then per node 7 values: id, msg, tenant, weight,
 --       prio(2 hex), parents (how many), children (space-separated ids)
 -- Returns the number of nodes added: all, or 0 if any id exists (nothing
