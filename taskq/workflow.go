@@ -2,9 +2,11 @@ package taskq
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gantryhq/gantry/taskq/internal/rdb"
@@ -53,8 +55,8 @@ func NewWorkflow() *Workflow { return &Workflow{index: map[string]int{}} }
 func (w *Workflow) Add(name string, t *Task, after ...string) *Workflow {
 	switch {
 	case w.err != nil:
-	case name == "" || len(name) > 128:
-		w.err = fmt.Errorf("%w: workflow node name %q: want 1–128 bytes", ErrInvalidTask, name)
+	case !validNodeName(name):
+		w.err = fmt.Errorf("%w: workflow node name %q: want 1–128 of A–Z, a–z, 0–9, '.', '_', ':' and '-'", ErrInvalidTask, name)
 	case t == nil:
 		w.err = fmt.Errorf("%w: workflow node %q has no task", ErrInvalidTask, name)
 	}
@@ -69,6 +71,20 @@ func (w *Workflow) Add(name string, t *Task, after ...string) *Workflow {
 	w.index[name] = len(w.nodes)
 	w.nodes = append(w.nodes, wfNode{name: name, task: t, after: after})
 	return w
+}
+
+// validNodeName: node names become part of task ids, which the Lua
+// scripts join with spaces and suffix with '|'.
+func validNodeName(name string) bool {
+	if name == "" || len(name) > 128 {
+		return false
+	}
+	for _, c := range name {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("._:-", c)) {
+			return false
+		}
+	}
+	return true
 }
 
 // Chain is tasks run one after another, each after the previous one
@@ -106,7 +122,8 @@ type WorkflowInfo struct {
 }
 
 // EnqueueWorkflow enqueues w's nodes in one call, opts applying to each
-// (before each task's own options; every node must land in one queue). A
+// (after each task's own options, so they win; every node must land in one
+// queue). A
 // node keeps its record and result for DefaultWorkflowRetention after it
 // succeeds unless its options say otherwise. A workflow may not hold more
 // than MaxWorkflowNodes nodes, unique or scheduled tasks but at its roots.
@@ -128,7 +145,11 @@ func (c *Client) EnqueueWorkflow(ctx context.Context, w *Workflow, opts ...Optio
 	if err := c.register(ctx, info.Queue); err != nil {
 		return nil, err
 	}
-	ok, err := c.r.EnqueueWorkflow(ctx, info.Queue, time.Now(), nodes)
+	record, err := json.Marshal(info)
+	if err != nil {
+		return nil, err
+	}
+	ok, err := c.r.EnqueueWorkflow(ctx, info.Queue, time.Now(), info.ID, string(record), nodes)
 	if err != nil {
 		return nil, err
 	}
@@ -233,4 +254,31 @@ func (i *Inspector) CancelWorkflow(ctx context.Context, info *WorkflowInfo, who 
 		}
 	}
 	return n, nil
+}
+
+// LoadWorkflow reads what EnqueueWorkflow returned for workflow id of
+// queue (kept as long as dead tasks, the dead retention);
+// ErrTaskNotFound if there is none.
+func (i *Inspector) LoadWorkflow(ctx context.Context, queue, id string) (*WorkflowInfo, error) {
+	rec, err := i.r.WorkflowRecord(ctx, queue, id)
+	if err != nil {
+		return nil, err
+	}
+	if rec == "" {
+		return nil, fmt.Errorf("%w: workflow %s in queue %s", ErrTaskNotFound, id, queue)
+	}
+	var info WorkflowInfo
+	if err := json.Unmarshal([]byte(rec), &info); err != nil {
+		return nil, fmt.Errorf("taskq: workflow %s: stored record: %w", id, err)
+	}
+	return &info, nil
+}
+
+// Workflows lists the ids of queue's workflows, newest first (at most
+// limit).
+func (i *Inspector) Workflows(ctx context.Context, queue string, limit int) ([]string, error) {
+	if err := checkName("queue", queue); err != nil {
+		return nil, err
+	}
+	return i.r.Workflows(ctx, queue, limit)
 }

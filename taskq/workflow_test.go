@@ -251,6 +251,32 @@ func TestWorkflowFailureAndCancel(t *testing.T) {
 	if !errors.Is(err, ErrInvalidTask) || !strings.Contains(err.Error(), "not in the workflow") {
 		t.Fatalf("a workflow naming a parent not added before: %v; want it refused", err)
 	}
+	for _, bad := range []string{"step one", "a|wp", "", strings.Repeat("x", 129)} {
+		if _, err := c.EnqueueWorkflow(ctx, NewWorkflow().Add(bad, NewTask("ok", nil)), Queue(q)); !errors.Is(err, ErrInvalidTask) {
+			t.Fatalf("node name %q: %v; want it refused", bad, err)
+		}
+	}
+
+	// A waiting node is not run ahead of its parents; deleting a node
+	// cancels the nodes waiting below it.
+	parked, err := c.EnqueueWorkflow(ctx, Chain(NewTask("ok", nil, ProcessIn(time.Hour)), NewTask("ok", nil), NewTask("ok", nil)), Queue(q))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := in.Run(ctx, q, parked.Tasks["2"]); !errors.Is(err, ErrTaskState) {
+		t.Fatalf("run of a waiting node: %v; want ErrTaskState", err)
+	}
+	if d, err := in.Get(ctx, q, parked.Tasks["2"]); err != nil || d.State != StateWaiting {
+		t.Fatalf("node 2 after a refused run: %s, %v; want waiting", d.State, err)
+	}
+	if _, err := in.Delete(ctx, q, parked.Tasks["1"]); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"2", "3"} {
+		if d, err := in.Get(ctx, q, parked.Tasks[name]); err != nil || d.State != StateCancelled || !strings.Contains(d.LastError, "deleted") {
+			t.Fatalf("node %s after its ancestor's delete: %s %q, %v; want cancelled", name, d.State, d.LastError, err)
+		}
+	}
 
 	wf := NewWorkflow().Add("root", NewTask("ok", nil)).
 		Add("bad", NewTask("bad", nil), "root").Add("below", NewTask("ok", nil), "bad").Add("deeper", NewTask("ok", nil), "below").

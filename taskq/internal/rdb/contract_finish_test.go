@@ -250,6 +250,7 @@ func TestFailContract(t *testing.T) {
 			delete(s.Tasks, "x|p")
 			s.State["snoozed"] = "1"
 			s.Tasks["x|s"] = "5"
+			s.Tasks["x|n"] = "0" // the next start is no re-delivery
 			s.Scheduled = []Z{{rx, msf(at(time.Minute))}}
 		},
 	}, {

@@ -21,7 +21,7 @@ func diamond() []WfNode {
 
 func workflowCall(nodes []WfNode) func(t *testing.T, r *RDB, q string) any {
 	return func(t *testing.T, r *RDB, q string) any {
-		ok, err := r.EnqueueWorkflow(t.Context(), q, t0, nodes)
+		ok, err := r.EnqueueWorkflow(t.Context(), q, t0, "wf", `{"x":"x"}`, nodes)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -44,6 +44,8 @@ func TestWorkflowContract(t *testing.T) {
 		s.Tenants = []Z{{"a", 0}}
 		s.Scheduled = zset(Z{my, waitingScore}, Z{mz, waitingScore}, Z{mw, waitingScore})
 		s.State = map[string]string{"seq": "4", "w:a": "1", "enqueued": "4"}
+		s.Tasks["wf:wf"] = `{"x":"x"}`
+		s.Workflows = []Z{{"wf", msf(t0)}}
 	}
 	ranX := func(t *testing.T, r *RDB, q string) {
 		workflowCall(diamond())(t, r, q)

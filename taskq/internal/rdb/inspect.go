@@ -358,7 +358,7 @@ func (r *RDB) TaskOp(ctx context.Context, q, op, id string) (string, bool, error
 	if r.member(ctx, k, id) == "" {
 		hint = r.scanMember(ctx, k, id)
 	}
-	v, err := taskopScript.Exec(ctx, r.c, k, []string{op, id, hint}).ToArray()
+	v, err := taskopScript.Exec(ctx, r.c, k, []string{op, id, hint, ms(time.Now())}).ToArray()
 	if err != nil || len(v) != 2 {
 		return "", false, fmt.Errorf("rdb: %s %s/%s: %w", op, q, id, err)
 	}

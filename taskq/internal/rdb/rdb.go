@@ -29,7 +29,7 @@ import (
 var luaFS embed.FS
 
 // NKeys is the number of keys of one queue passed to every script.
-const NKeys = 18
+const NKeys = 19
 
 // QueuesKey is the set of known queue names (outside any queue's slot; it is
 // only touched by plain commands, never inside a script).
@@ -45,6 +45,7 @@ func QueueKeys(q string) []string {
 		p + "pending", p + "tenants", p + "state", p + "tasks", p + "active", p + "lease",
 		p + "scheduled", p + "retry", p + "dead", p + "completed", p + "results", p + "wake", p + "cancelled",
 		p + "uniq", p + "uniqexp", p + "limits", p + "throttled", p + "groups",
+		p + "workflows",
 	}
 }
 
@@ -68,6 +69,7 @@ const (
 	KLimits
 	KThrottled
 	KGroups
+	KWorkflows
 )
 
 func script(name string) *rueidis.Lua {
@@ -201,12 +203,16 @@ type WfNode struct {
 // without parents pending, the others waiting until their parents
 // succeed (workflow.lua). It returns false, adding nothing, if an id
 // exists.
-func (r *RDB) EnqueueWorkflow(ctx context.Context, q string, now time.Time, nodes []WfNode) (bool, error) {
-	args := make([]string, 0, 1+7*len(nodes))
-	args = append(args, ms(now))
+func (r *RDB) EnqueueWorkflow(ctx context.Context, q string, now time.Time, id, record string, nodes []WfNode) (bool, error) {
+	args := make([]string, 0, 3+8*len(nodes))
+	args = append(args, ms(now), id, record)
 	for _, n := range nodes {
+		due := "0"
+		if !n.Due.IsZero() {
+			due = ms(n.Due)
+		}
 		args = append(args, n.ID, n.Msg, n.Tenant, strconv.FormatFloat(n.Weight, 'g', -1, 64),
-			fmt.Sprintf("%02x", 255-n.Priority), strconv.Itoa(n.Parents), strings.Join(n.Children, " "))
+			fmt.Sprintf("%02x", 255-n.Priority), strconv.Itoa(n.Parents), strings.Join(n.Children, " "), due)
 	}
 	added, err := workflowScript.Exec(ctx, r.c, QueueKeys(q), args).AsInt64()
 	if err != nil {
@@ -251,6 +257,20 @@ func (r *RDB) Messages(ctx context.Context, q string, ids []string) (map[string]
 		}
 	}
 	return out, nil
+}
+
+// WorkflowRecord reads workflow id's record in q ("" if none).
+func (r *RDB) WorkflowRecord(ctx context.Context, q, id string) (string, error) {
+	s, err := r.c.Do(ctx, r.c.B().Hget().Key(QueueKeys(q)[KTasks]).Field("wf:"+id).Build()).ToString()
+	if IsNil(err) {
+		return "", nil
+	}
+	return s, err
+}
+
+// Workflows lists the ids of q's workflows, newest first, at most limit.
+func (r *RDB) Workflows(ctx context.Context, q string, limit int) ([]string, error) {
+	return r.c.Do(ctx, r.c.B().Zrange().Key(QueueKeys(q)[KWorkflows]).Min("+inf").Max("-inf").Byscore().Rev().Limit(0, int64(limit)).Build()).AsStrSlice()
 }
 
 // Results reads the results of ids in q (a missing one: absent).

@@ -16,7 +16,7 @@
 //	queue_worker.go gantry queue worker: its flags, metrics server and Redis-lost exit
 //	queue_tasks.go  gantry queue tasks list|get|delete|run|cancel, pause and resume
 //	queue_cron.go   gantry queue cron add|list|remove
-//	queue_workflow.go gantry queue workflow chain|chord
+//	queue_workflow.go gantry queue workflow chain|chord|list|get|cancel
 //	queue_limit.go  gantry queue limit set|list|clear (rate and concurrency limits)
 //	queue_ui.go     gantry queue ui: the dashboard's HTTP server
 //	otel.go         OpenTelemetry tracing of queue commands when OTEL_EXPORTER_OTLP_* is set

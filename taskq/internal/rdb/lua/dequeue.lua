@@ -1,5 +1,5 @@
 -- dequeue: take up to n tasks from several queues in ONE call.
--- KEYS: 18 keys per queue, queues in the order to serve them (the caller
+-- KEYS: 19 keys per queue, queues in the order to serve them (the caller
 --       orders them: strict priority, or a weighted shuffle, then steal targets).
 -- ARGV: n, now_ms, lease_until_ms, promote_limit
 -- Returns a flat array, 6 values per task: queue index (1-based), id, msg

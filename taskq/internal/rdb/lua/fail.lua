@@ -1,5 +1,5 @@
 -- fail: record one failed attempt of a task of one queue.
--- KEYS: the queue's 18 keys.
+-- KEYS: the queue's 19 keys.
 -- ARGV: now_ms, id, error, retry_at_ms (0 = no retry: dead), reason (for dead),
 --       snooze ('1': the handler snoozed it until retry_at_ms: no failure, no
 --       attempt counted, error ignored)
@@ -21,6 +21,7 @@ if ARGV[6] == '1' then
   redis.call('HINCRBY', KEYS[3], 'snoozed', 1)
   redis.call('HDEL', KEYS[4], id .. '|p')
   redis.call('HINCRBY', KEYS[4], id .. '|s', 1)
+  redis.call('HINCRBY', KEYS[4], id .. '|n', -1) -- its next start is no re-delivery
   redis.call('ZADD', KEYS[7], at, m)
   return 3
 end

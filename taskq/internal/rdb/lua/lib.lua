@@ -1,6 +1,6 @@
 -- lib.lua is prepended to every operation script (it is not an operation).
 --
--- Every queue's keys share the hash tag {queue} and arrive as 18 consecutive
+-- Every queue's keys share the hash tag {queue} and arrive as 19 consecutive
 -- KEYS, in the order of rdb.queueKeys:
 --   +1 pending   ZSET, all scores 0, member = tenant \0 prio(2 hex, inverted) seq(16 hex) \0 id
 --                (lexicographic order = FIFO per tenant, higher priority first)
@@ -30,9 +30,11 @@
 --   +18 groups    ZSET group key -> when its members are due to be handed over as one batch (ms):
 --                 min(first + max delay, last + grace); the group itself is tasks' g:<key> (member
 --                 ids) and g:<key>|t ("first count max_size grace_ms delay_ms")
+--   +19 workflows ZSET workflow id -> when it was enqueued (ms); its record (JSON: node name -> task
+--                 id) is tasks' wf:<id>, both kept for the dead retention (maintain.lua)
 -- A throttled tenant leaves tenants (so it never blocks the others) and
 -- keeps its tag in f:<tenant>; the dequeue takes it back once due.
-local NKEYS = 18
+local NKEYS = 19
 
 -- A paused tenant stays in tenants with its tag raised above PAUSED, so the
 -- dequeue, which takes the smallest tag, reaches it only when every

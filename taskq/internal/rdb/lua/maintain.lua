@@ -1,11 +1,12 @@
 -- maintain: periodic housekeeping of one queue, run by every worker.
--- KEYS: the queue's 18 keys.
+-- KEYS: the queue's 19 keys.
 -- ARGV: now_ms, limit, dead_before_ms (dead tasks older are deleted), dead_max
 -- Returns {reaped, promoted, trimmed}.
 -- Guarantees: tasks whose lease expired at or before now (their worker died or
 -- lost Redis) go back to pending in their old place (at-least-once; the next
 -- start is counted as a duplicate); due scheduled/retry tasks become pending,
--- and due groups batch tasks (counted as promoted);
+-- and due groups batch tasks (counted as promoted); workflow records older
+-- than the dead retention go;
 -- expired completed records and results, unique keys whose hold ended,
 -- dead tasks past retention or beyond
 -- dead_max, and cancelled tasks past the dead retention are deleted; queue
@@ -34,6 +35,10 @@ local promoted = 0
 if not queue_paused(0, now) then promoted = promote(0, now, limit) end
 for _, key in ipairs(redis.call('ZRANGEBYSCORE', KEYS[18], '-inf', now, 'LIMIT', 0, limit)) do
   if flush_group(0, key, now) then promoted = promoted + 1 end
+end
+for _, wf in ipairs(redis.call('ZRANGEBYSCORE', KEYS[19], '-inf', dead_before, 'LIMIT', 0, limit)) do
+  redis.call('ZREM', KEYS[19], wf)
+  redis.call('HDEL', KEYS[4], 'wf:' .. wf)
 end
 if promoted > 0 then wake(0) end
 local trimmed = 0

@@ -1,6 +1,6 @@
 -- taskop: delete one task, or run one waiting task now.
--- KEYS: the queue's 18 keys.
--- ARGV: op ('delete' | 'run'), id, member ('' = the one enqueue recorded)
+-- KEYS: the queue's 19 keys.
+-- ARGV: op ('delete' | 'run'), id, member ('' = the one enqueue recorded), now_ms
 -- Returns the task's state before ('pending', 'scheduled', 'retry', 'active',
 -- 'dead', 'completed', 'cancelled', 'unknown') and whether it acted (1/0);
 -- an unknown op is an error (nothing changed).
@@ -8,8 +8,10 @@
 -- it waits and leaves no field behind (an active task: cancel it first).
 -- run makes a scheduled, retry, dead or cancelled task pending at once, in
 -- its tenant's order (dead and cancelled ones start over: retried and starts
--- reset); a pending, active or completed task is left as it is.
-local op, id, hint = ARGV[1], ARGV[2], ARGV[3]
+-- reset); a pending, active or completed task is left as it is, and so is
+-- a workflow node waiting for its parents ('waiting'). Deleting a workflow
+-- node cancels the nodes waiting below it (as its cancel would).
+local op, id, hint, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 if op ~= 'delete' and op ~= 'run' then
   return redis.error_reply('ERR taskop: op "' .. op .. '": want delete or run')
 end
@@ -28,7 +30,12 @@ local function where()
 end
 local state, key, m = where()
 if state == 'unknown' or state == 'active' then return {state, 0} end
+if op == 'run' and state == 'scheduled' and tonumber(redis.call('ZSCORE', KEYS[7], m)) >= WAITING then
+  return {'waiting', 0}
+end
 if op == 'delete' then
+  cancel_descendants(0, id, now, 'parent ' .. id .. ' deleted')
+  redis.call('HDEL', KEYS[4], id .. '|wp')
   if m then redis.call('ZREM', KEYS[key], m) else redis.call('ZREM', KEYS[key], id) end
   if state == 'completed' then redis.call('HDEL', KEYS[11], id) end
   forget(0, id)

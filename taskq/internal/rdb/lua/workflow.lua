@@ -1,30 +1,36 @@
 -- workflow: add a workflow's nodes (a DAG) to one queue, in one call.
--- KEYS: the queue's 18 keys.
--- ARGV: now_ms, then per node 7 values: id, msg, tenant, weight,
---       prio(2 hex), parents (how many), children (space-separated ids)
--- Returns the number of nodes added: all, or 0 if any id exists (nothing
--- is added then).
+-- KEYS: the queue's 19 keys.
+-- ARGV: now_ms, workflow id, its record (JSON), then per node 8 values:
+--       id, msg, tenant, weight, prio(2 hex), parents (how many), children
+--       (space-separated ids), due_ms (a root's: 0 = now)
+-- Returns the number of nodes added: all, or 0 if the workflow or any id
+-- exists (nothing is added then).
 -- Guarantees: atomic; a node without parents is pending (one wake-up token
--- for the call), every other waits in scheduled at WAITING with id|wp its
+-- for the call) or scheduled if due later, every other waits in scheduled at WAITING with id|wp its
 -- parent count and id|wc its children, until its last parent's ack makes
 -- it pending (ack.lua), or a parent's death or cancel cancels it (fail.lua,
--- cancel.lua). A waiting node's id|m is its member, as any task's.
-local now = tonumber(ARGV[1])
-for i = 2, #ARGV, 7 do
+-- cancel.lua). A waiting node's id|m is its member, as any task's. The
+-- record is tasks' wf:<id>, listed in workflows by enqueue time until
+-- maintain.lua trims it with the dead tasks.
+local now, wf = tonumber(ARGV[1]), ARGV[2]
+if redis.call('HEXISTS', KEYS[4], 'wf:' .. wf) == 1 then return 0 end
+for i = 4, #ARGV, 8 do
   if redis.call('HEXISTS', KEYS[4], ARGV[i]) == 1 then return 0 end
 end
+redis.call('HSET', KEYS[4], 'wf:' .. wf, ARGV[3])
+redis.call('ZADD', KEYS[19], now, wf)
 local woke = false
-for i = 2, #ARGV, 7 do
+for i = 4, #ARGV, 8 do
   local id, parents, kids = ARGV[i], tonumber(ARGV[i + 5]), ARGV[i + 6]
-  local due = 0
+  local due = tonumber(ARGV[i + 7])
   if parents > 0 then due = WAITING end
   add_task(0, now, id, ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3]), ARGV[i + 4], due)
   if parents > 0 then
     redis.call('HSET', KEYS[4], id .. '|wp', parents)
-  else
+  elseif due <= now then
     woke = true
   end
   if kids ~= '' then redis.call('HSET', KEYS[4], id .. '|wc', kids) end
 end
 if woke then wake(0) end
-return (#ARGV - 1) / 7
+return (#ARGV - 3) / 8
