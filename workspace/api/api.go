@@ -342,9 +342,8 @@ func (a *API) create(w http.ResponseWriter, r *http.Request) {
 	a.auditShares(r, workspace.Workspace{}, ws) // apps_share.go
 	if pooled {
 		noteDetail(r, "from the warm pool of template "+n.Template)
-	} else {
-		a.hints.Publish(r.Context(), hints.ChanWorkspace, ws.ID)
 	}
+	a.hints.Publish(r.Context(), hints.ChanWorkspace, ws.ID)
 	ws = a.fill(ws)
 	ws.Pooled = pooled
 	writeJSON(w, http.StatusCreated, ws)
@@ -357,6 +356,9 @@ func (a *API) createOf(ctx context.Context, n workspace.NewWorkspace) (ws worksp
 	if n.Template != "" {
 		var t workspace.Template
 		if t, n, err = a.fromTemplate(ctx, n); err != nil {
+			return ws, false, err
+		}
+		if err = a.checkSpec(n.Image, n.Command, n.Spec); err != nil { // today's policy, whatever the members were made under
 			return ws, false, err
 		}
 		if ws, pooled, err = a.claimPooled(ctx, t, n); err != nil || pooled {

@@ -211,6 +211,16 @@ type ArchiveStore interface {
 	Forget(ctx context.Context, id string) error
 }
 
+// An Adopter is a Container whose workspaces belong to their owner in a
+// way it must be told of when the owner changes (workspace/pool.go).
+type Adopter interface {
+	// Adopt gives the running workspace id to owner: a warm pool's member
+	// just claimed, until then its own (workspace.PoolOwner). Docker moves
+	// its container from the pool members' network to owner's. Adopting
+	// twice is a no-op.
+	Adopt(ctx context.Context, id, owner string) error
+}
+
 // Forker is a Storage that can give a new workspace a copy of another's
 // files (ws fork): Snapshot packs workspace id's volume into an archive
 // under key and leaves the volume in place (the caller makes sure no

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gantryhq/gantry/workspace"
+	"github.com/gantryhq/gantry/workspace/provider/docker"
 	"github.com/gantryhq/gantry/workspace/wstest"
 )
 
@@ -98,8 +99,9 @@ func buildDockerImage(t *testing.T) string {
 // On `ws serve --provider docker`: a fork's files equal its source's at
 // the fork (a digest of the tree, read inside each container), later
 // writes to either are invisible to the other; a warm pool's member is
-// claimed RUNNING, runs its command, and sits on a network of its own —
-// another owner's workspace cannot reach it.
+// claimed RUNNING, runs its command, and moves to its new owner's network
+// (off the pool members' one): the owner's other workspace reaches it,
+// another owner's does not.
 func TestForkAndPoolOnDocker(t *testing.T) {
 	if testing.Short() {
 		t.Skip("Docker test")
@@ -161,10 +163,18 @@ func TestForkAndPoolOnDocker(t *testing.T) {
 	} else {
 		c.Close()
 	}
+	if nets := containerNetworks(t, warm.ID); len(nets) != 1 || nets[0] != docker.OwnerNetworkName(aliceName) {
+		t.Fatalf("the claimed container's networks: %v; want alice's alone (%s)", nets, docker.OwnerNetworkName(aliceName))
+	}
 	b := strings.TrimSpace(mustOK(t)(as(bob, "create", "b", "--desired", "RUNNING")))
+	a2 := strings.TrimSpace(mustOK(t)(as(alice, "create", "a2", "--desired", "RUNNING")))
 	s.CLI("wait", b, "RUNNING", "--timeout", "120s")
+	s.CLI("wait", a2, "RUNNING", "--timeout", "120s")
 	if got, err := as(bob, "exec", b, "--", "/ws", "dial", ip+":8080"); err == nil || !strings.Contains(got, "unreachable") {
 		t.Fatalf("bob's workspace dialing alice's claimed one (%s): %v\n%s; want unreachable", ip, err, got)
+	}
+	if got, err := as(alice, "exec", a2, "--", "/ws", "dial", ip+":8080"); err != nil || !strings.Contains(got, "reachable") {
+		t.Fatalf("alice's other workspace dialing her claimed one (%s): %v\n%s; want reachable (one owner, one network)", ip, err, got)
 	}
 }
 
@@ -176,6 +186,16 @@ func mustOK(t *testing.T) func(string, error) string {
 		}
 		return out
 	}
+}
+
+// containerNetworks names the networks workspace id's container is on.
+func containerNetworks(t *testing.T, id string) []string {
+	t.Helper()
+	out, err := exec.Command("docker", "inspect", "-f", "{{range $n, $v := .NetworkSettings.Networks}}{{$n}} {{end}}", "ws-"+id).Output()
+	if err != nil {
+		t.Fatalf("docker inspect ws-%s: %v", id, err)
+	}
+	return strings.Fields(string(out))
 }
 
 // containerIP is the address of workspace id's container on its network.
@@ -206,12 +226,13 @@ func removeDockerWorkspaces(t *testing.T, s *wstest.Serve, owners ...string) {
 		all = append(all, some...)
 	}
 	s.Stop(syscall.SIGTERM) // or its reconciler starts them again
+	owners = append(owners, "@pool") // the pool members' network (a claimed container keeps its label)
 	for _, w := range all {
 		if out, err := exec.Command("docker", "rm", "-f", "ws-"+w.ID).CombinedOutput(); err != nil {
 			t.Logf("cleanup: %v: %s", err, out)
 		}
 		exec.Command("docker", "volume", "rm", "-f", "ws-"+w.ID).Run()
-		owners = append(owners, w.Owner, workspace.PoolOwner(w.ID)) // a claimed member's network is still its own
+		owners = append(owners, w.Owner)
 	}
 	for _, o := range owners {
 		out, _ := exec.Command("docker", "network", "ls", "-q", "--filter", "label=gantry.owner="+o).Output()

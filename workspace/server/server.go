@@ -428,6 +428,9 @@ func poolFiller(cfg ServerConfig, st *store.Store, h hints.Bus) *singletons.Pool
 	if fk, ok := cfg.Storage.(provider.Forker); ok {
 		f.Files = fk
 	}
+	if ad, ok := cfg.Container.(provider.Adopter); ok {
+		f.Adopter = ad
+	}
 	if as, ok := cfg.Storage.(provider.ArchiveStore); ok {
 		f.Drop = as.DeleteArchive
 	}

@@ -21,6 +21,8 @@ type PoolStore interface {
 	Sizes(ctx context.Context) (map[string]int, error)
 	Deficit(ctx context.Context, name string, version, size int) (int, error)
 	Refill(ctx context.Context, name string, version, size int, prepared []workspace.NewWorkspace, now time.Time) (store.Refilled, error)
+	PendingAdoptions(ctx context.Context) ([]store.Adoption, error)
+	Adopted(ctx context.Context, id string) error
 }
 
 var _ PoolStore = (*store.Pools)(nil)
@@ -47,7 +49,10 @@ type PoolFiller struct {
 	// with files get no pool (a warning says so).
 	Files provider.Forker
 	// Drop removes a copy no member took; nil = left to the archive GC.
-	Drop     func(ctx context.Context, key string) error
+	Drop func(ctx context.Context, key string) error
+	// Adopter, if the container provider is one, hands claimed members to
+	// their owners; the filler finishes the adoptions a crash interrupted.
+	Adopter  provider.Adopter
 	Hints    hints.Bus     // nil = the reconciler finds new members at its next tick
 	Interval time.Duration // zero = 500 ms
 	Clock    clock.Clock
@@ -87,7 +92,7 @@ func (f *PoolFiller) Fill(ctx context.Context, now time.Time) error {
 	if err != nil {
 		return err
 	}
-	var first error
+	first := f.adopt(ctx)
 	for name, size := range sizes {
 		if err := f.fillOne(ctx, name, size, now); err != nil && first == nil {
 			first = err
@@ -123,6 +128,24 @@ func (f *PoolFiller) fillOne(ctx context.Context, name string, size int, now tim
 		}
 	}
 	f.dropFiles(ctx, prepared)
+	return err
+}
+
+// adopt finishes the adoptions of claimed members that are still pending.
+func (f *PoolFiller) adopt(ctx context.Context) error {
+	if f.Adopter == nil {
+		return nil
+	}
+	pending, err := f.Pools.PendingAdoptions(ctx)
+	for _, a := range pending {
+		if err = f.Adopter.Adopt(ctx, a.ID, a.Owner); err == nil {
+			err = f.Pools.Adopted(ctx, a.ID)
+		}
+		if err != nil {
+			return err
+		}
+		f.log().Info("workspace: warm pool: a claimed member adopted after a restart", "id", a.ID, "owner", a.Owner)
+	}
 	return err
 }
 

@@ -116,10 +116,12 @@ type Refilled struct {
 
 // Refill brings template name's pool to size members of version, holding
 // the pool's row: it deletes the members of any other version, the failed
-// ones (observed ERROR) and any beyond size (the not yet ready first), and
-// adds from prepared (workspace.Template.PoolMember's) as many as are
-// missing. Concurrent refills (a deposed leader's and the new one's) take
-// turns, so the pool never holds more than size members that stay.
+// ones (observed ERROR), those someone stopped and any beyond size (the not
+// yet ready first), and adds from prepared (workspace.Template.PoolMember's)
+// as many as are missing. Concurrent refills (a deposed leader's and the new
+// one's) take turns, so the pool never holds more than size members that
+// stay. A pool whose row or template version is gone (deleted meanwhile)
+// is left alone: every prepared member comes back Unused.
 func (ps *Pools) Refill(ctx context.Context, name string, version, size int, prepared []workspace.NewWorkspace, now time.Time) (Refilled, error) {
 	s := ps.s
 	var out Refilled
@@ -128,14 +130,28 @@ func (ps *Pools) Refill(ctx context.Context, name string, version, size int, pre
 		return out, err
 	}
 	defer tx.Rollback()
+	// The pool's row, locked: its size now (a SetSize since the caller
+	// read it wins if smaller), or no pool at all (its template deleted
+	// since): then nothing changes. And the version filled must exist.
+	lock := `SELECT size FROM template_pools WHERE name = ?`
 	if s.dialect == Postgres {
-		if _, err := tx.ExecContext(ctx, `SELECT size FROM template_pools WHERE name = $1 FOR UPDATE`, name); err != nil {
-			return out, err
-		}
+		lock += ` FOR UPDATE`
 	}
+	var locked int
+	if err := tx.QueryRowContext(ctx, s.rebind(lock), name).Scan(&locked); errors.Is(err, sql.ErrNoRows) {
+		return Refilled{Unused: prepared}, nil
+	} else if err != nil {
+		return out, err
+	}
+	if err := s.holdTemplate(ctx, tx, &workspace.TemplateRef{Name: name, Version: version}); errors.Is(err, workspace.ErrNotFound) {
+		return Refilled{Unused: prepared}, nil
+	} else if err != nil {
+		return out, err
+	}
+	size = min(size, locked)
 	ms := now.UnixMilli()
 	drain := `UPDATE workspaces SET desired_state = 'DELETED', updated_at = ?, desired_version = desired_version + 1
-		WHERE pool = ? AND desired_state <> 'DELETED' AND (pool_version <> ? OR observed_status = 'ERROR') RETURNING id`
+		WHERE pool = ? AND desired_state <> 'DELETED' AND (pool_version <> ? OR observed_status = 'ERROR' OR desired_state <> 'RUNNING') RETURNING id`
 	if out.Drained, err = queryIDs(ctx, tx, s.rebind(drain), ms, name, version); err != nil {
 		return out, err
 	}
@@ -144,10 +160,12 @@ func (ps *Pools) Refill(ctx context.Context, name string, version, size int, pre
 		return out, err
 	}
 	if live > size {
+		// The outer conditions again: Postgres re-checks only those on a
+		// row a concurrent claim held, which has left the pool since.
 		trim := `UPDATE workspaces SET desired_state = 'DELETED', updated_at = ?, desired_version = desired_version + 1
-			WHERE id IN (SELECT id FROM workspaces WHERE pool = ? AND desired_state <> 'DELETED'
+			WHERE pool = ? AND desired_state <> 'DELETED' AND id IN (SELECT id FROM workspaces WHERE pool = ? AND desired_state <> 'DELETED'
 				ORDER BY CASE WHEN ` + readyMember + ` THEN 1 ELSE 0 END, id DESC LIMIT ?) RETURNING id`
-		trimmed, err := queryIDs(ctx, tx, s.rebind(trim), ms, name, live-size)
+		trimmed, err := queryIDs(ctx, tx, s.rebind(trim), ms, name, name, live-size)
 		if err != nil {
 			return out, err
 		}
@@ -195,7 +213,12 @@ var errNoMember = errors.New("store: no pool member ready")
 // pool column, giving it n's owner, name, spec (the given parameters) and
 // desired state. ok is false, with no error, when no member is ready: the
 // caller creates n cold. A quota or a taken name fails as CreateWithin's.
-func (ps *Pools) Claim(ctx context.Context, n workspace.NewWorkspace, q auth.Quotas, now time.Time) (w workspace.Workspace, ok bool, err error) {
+//
+// With adopt, the claimed member is marked as waiting for its provider to
+// hand it to its new owner (provider.Adopter: Docker moves it to the
+// owner's network) until Adopted: a crash between the two leaves it in
+// PendingAdoptions, which the leader retries.
+func (ps *Pools) Claim(ctx context.Context, n workspace.NewWorkspace, q auth.Quotas, adopt bool, now time.Time) (w workspace.Workspace, ok bool, err error) {
 	s := ps.s
 	if err := n.Validate(); err != nil {
 		return w, false, err
@@ -212,7 +235,7 @@ func (ps *Pools) Claim(ctx context.Context, n workspace.NewWorkspace, q auth.Quo
 		if err := s.checkQuotas(ctx, tx, n, q); err != nil {
 			return err
 		}
-		id, err = s.takeMember(ctx, tx, n, now)
+		id, err = s.takeMember(ctx, tx, n, adopt, now)
 		return err
 	})
 	switch {
@@ -241,7 +264,7 @@ func (s *Store) checkQuotas(ctx context.Context, tx *sql.Tx, n workspace.NewWork
 
 // takeMember picks a ready member of n's template version and makes it n:
 // its id, or errNoMember.
-func (s *Store) takeMember(ctx context.Context, tx *sql.Tx, n workspace.NewWorkspace, now time.Time) (string, error) {
+func (s *Store) takeMember(ctx context.Context, tx *sql.Tx, n workspace.NewWorkspace, adopt bool, now time.Time) (string, error) {
 	ref := n.Spec.Template
 	pick := `SELECT id FROM workspaces WHERE pool = ? AND pool_version = ? AND ` + readyMember + ` ORDER BY id LIMIT 1`
 	if s.dialect == Postgres {
@@ -254,10 +277,12 @@ func (s *Store) takeMember(ctx context.Context, tx *sql.Tx, n workspace.NewWorks
 		return "", err
 	}
 	ms := now.UnixMilli()
-	take := `UPDATE workspaces SET pool = NULL, pool_version = NULL, owner = ?, name = ?, spec = ?, desired_state = ?,
-		created_at = ?, updated_at = ?, desired_version = desired_version + 1, last_activity_at = ?
+	pending := sql.NullInt64{Valid: adopt} // 0: adoption pending
+	take := `UPDATE workspaces SET pool = NULL, pool_version = ?, owner = ?, name = ?, spec = ?, desired_state = ?,
+		created_at = ?, updated_at = ?, desired_version = desired_version + 1, last_activity_at = ?,
+		error_count = 0, error_info = NULL, last_retry_at = NULL, next_retry_at = NULL
 		WHERE id = ? AND pool = ? AND ` + readyMember
-	res, err := tx.ExecContext(ctx, s.rebind(take), n.Owner, n.Name, specJSON(n.Spec), string(n.Desired), ms, ms, ms, id, ref.Name)
+	res, err := tx.ExecContext(ctx, s.rebind(take), pending, n.Owner, n.Name, specJSON(n.Spec), string(n.Desired), ms, ms, ms, id, ref.Name)
 	if err != nil {
 		return "", err
 	}
@@ -291,4 +316,32 @@ func queryIDs(ctx context.Context, tx *sql.Tx, q string, args ...any) ([]string,
 		ids = append(ids, id)
 	}
 	return ids, rows.Err()
+}
+
+// Adoption is a claimed member its provider has yet to hand to Owner.
+type Adoption struct{ ID, Owner string }
+
+// PendingAdoptions lists the claimed members whose adoption was not
+// recorded done (Claim with adopt).
+func (ps *Pools) PendingAdoptions(ctx context.Context) ([]Adoption, error) {
+	rows, err := ps.s.db.QueryContext(ctx, `SELECT id, owner FROM workspaces WHERE pool IS NULL AND pool_version IS NOT NULL`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Adoption
+	for rows.Next() {
+		var a Adoption
+		if err := rows.Scan(&a.ID, &a.Owner); err != nil {
+			return nil, err
+		}
+		out = append(out, a)
+	}
+	return out, rows.Err()
+}
+
+// Adopted records that claimed member id was handed to its owner.
+func (ps *Pools) Adopted(ctx context.Context, id string) error {
+	_, err := ps.s.exec(ctx, `UPDATE workspaces SET pool_version = NULL WHERE id = ? AND pool IS NULL`, id)
+	return err
 }

@@ -1,8 +1,10 @@
 package store_test
 
 import (
+	"database/sql"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -78,12 +80,12 @@ func TestPoolRefillAndClaim(t *testing.T) {
 				t.Fatal(err)
 			}
 			claim.Owner, claim.Desired = "alice", workspace.Running
-			if w, ok, err := st.Pools().Claim(ctx, claim, auth.Quotas{}, now); ok || err != nil {
+			if w, ok, err := st.Pools().Claim(ctx, claim, auth.Quotas{}, false, now); ok || err != nil {
 				t.Fatalf("claim before any member runs: %+v, %v, %v; want a miss", w, ok, err)
 			}
 			runAll(t, st, r.Created)
 			wantStatus(t, st, v1.Name, 1, workspace.PoolStatus{Size: 3, Ready: 3})
-			w, ok, err := st.Pools().Claim(ctx, claim, auth.Quotas{Workspaces: 1}, now)
+			w, ok, err := st.Pools().Claim(ctx, claim, auth.Quotas{Workspaces: 1}, false, now)
 			if !ok || err != nil || w.Owner != "alice" || w.Name != "a1" || w.DesiredState != workspace.Running ||
 				w.ObservedStatus != workspace.Running || w.Spec.Template == nil || w.Spec.Template.Version != 1 {
 				t.Fatalf("claim: %+v, %v, %v", w, ok, err)
@@ -91,11 +93,11 @@ func TestPoolRefillAndClaim(t *testing.T) {
 			wantStatus(t, st, v1.Name, 1, workspace.PoolStatus{Size: 3, Ready: 2})
 			claim.Name = "a2"
 			var qe *auth.QuotaError
-			if _, ok, err := st.Pools().Claim(ctx, claim, auth.Quotas{Workspaces: 1}, now); ok || !errors.As(err, &qe) {
+			if _, ok, err := st.Pools().Claim(ctx, claim, auth.Quotas{Workspaces: 1}, false, now); ok || !errors.As(err, &qe) {
 				t.Fatalf("claim over quota: %v, %v; want a QuotaError", ok, err)
 			}
 			claim.Name = "a1"
-			if _, ok, err := st.Pools().Claim(ctx, claim, auth.Quotas{}, now); ok || !errors.Is(err, workspace.ErrNameTaken) {
+			if _, ok, err := st.Pools().Claim(ctx, claim, auth.Quotas{}, false, now); ok || !errors.Is(err, workspace.ErrNameTaken) {
 				t.Fatalf("claim of a taken name: %v, %v; want ErrNameTaken", ok, err)
 			}
 			wantStatus(t, st, v1.Name, 1, workspace.PoolStatus{Size: 3, Ready: 2})
@@ -176,7 +178,7 @@ func TestPoolClaimsRace(t *testing.T) {
 						return
 					}
 					n.Owner, n.Desired = fmt.Sprintf("o%d", i), workspace.Running
-					w, ok, err := st.Pools().Claim(ctx, n, auth.Quotas{Running: 5}, now)
+					w, ok, err := st.Pools().Claim(ctx, n, auth.Quotas{Running: 5}, i%2 == 0, now)
 					mu.Lock()
 					defer mu.Unlock()
 					switch {
@@ -203,6 +205,114 @@ func TestPoolClaimsRace(t *testing.T) {
 				}
 			}
 			wantStatus(t, st, tp.Name, 1, workspace.PoolStatus{Size: 20})
+			// The claims with adopt (even owners) wait for their adoption.
+			pending, err := st.Pools().PendingAdoptions(ctx)
+			want := 0
+			for _, owner := range got {
+				var i int
+				fmt.Sscanf(owner, "o%d", &i)
+				if i%2 == 0 {
+					want++
+				}
+			}
+			if err != nil || len(pending) != want {
+				t.Fatalf("pending adoptions: %d, %v; want %d", len(pending), err, want)
+			}
+			for _, a := range pending {
+				if got[a.ID] != a.Owner {
+					t.Fatalf("pending adoption %+v: the claim was %s's", a, got[a.ID])
+				}
+				if err := st.Pools().Adopted(ctx, a.ID); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if pending, err := st.Pools().PendingAdoptions(ctx); err != nil || len(pending) != 0 {
+				t.Fatalf("pending adoptions after Adopted: %v, %v", pending, err)
+			}
 		})
 	}
+}
+
+// TestRefillRespectsDeletesAndClaims: a refill that raced its template's
+// delete adds nothing (its prepared members come back unused), nor after a
+// SetSize(0) it read too late; on Postgres, a trim waiting on a member
+// that a claim holds leaves it alone once the claim commits.
+func TestRefillRespectsDeletesAndClaims(t *testing.T) {
+	for _, b := range storetest.Backends {
+		t.Run(b.Name, func(t *testing.T) {
+			ctx := t.Context()
+			dsn := b.DSN(t)
+			st := storetest.Open(t, dsn)
+			now := time.Now()
+			tp, err := st.Templates().Put(ctx, pyTemplate("serve"), true, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := st.Pools().SetSize(ctx, tp.Name, 2, now); err != nil {
+				t.Fatal(err)
+			}
+			r, err := st.Pools().Refill(ctx, tp.Name, 1, 2, members(t, tp, 2), now)
+			if err != nil || len(r.Created) != 2 {
+				t.Fatalf("refill: %+v, %v", r, err)
+			}
+			runAll(t, st, r.Created)
+			if err := st.Pools().SetSize(ctx, tp.Name, 0, now); err != nil {
+				t.Fatal(err)
+			}
+			if b.Name == "postgres" {
+				db := storetest.DB(t, dsn)
+				tx, err := db.BeginTx(ctx, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := tx.ExecContext(ctx, `SELECT id FROM workspaces WHERE id = $1 FOR UPDATE`, r.Created[0]); err != nil {
+					t.Fatal(err)
+				}
+				done := make(chan error, 1)
+				go func() {
+					_, err := st.Pools().Refill(ctx, tp.Name, 1, 2, nil, now) // size 0 now: trims both
+					done <- err
+				}()
+				// The refill waits on the held row; the "claim" commits.
+				waitLocked(t, db)
+				if _, err := tx.ExecContext(ctx, `UPDATE workspaces SET pool = NULL, pool_version = NULL, owner = 'alice' WHERE id = $1`, r.Created[0]); err != nil {
+					t.Fatal(err)
+				}
+				if err := tx.Commit(); err != nil {
+					t.Fatal(err)
+				}
+				if err := <-done; err != nil {
+					t.Fatal(err)
+				}
+				if w, err := st.Get(ctx, r.Created[0]); err != nil || w.DesiredState != workspace.Running || w.Owner != "alice" {
+					t.Fatalf("the member claimed while the trim waited: %s %s, %v; want alice's, RUNNING", w.Owner, w.DesiredState, err)
+				}
+			}
+			if err := st.Templates().Delete(ctx, tp.Name); err != nil && !errors.Is(err, workspace.ErrConflict) {
+				t.Fatal(err)
+			}
+			if b.Name == "sqlite" {
+				prepared := members(t, tp, 2)
+				r, err := st.Pools().Refill(ctx, tp.Name, 1, 2, prepared, now)
+				if err != nil || len(r.Created) != 0 || len(r.Unused) != 2 {
+					t.Fatalf("a refill after the template's delete: %+v, %v; want nothing added, both unused", r, err)
+				}
+			}
+		})
+	}
+}
+
+// waitLocked waits until a session of db waits on a lock.
+func waitLocked(t *testing.T, db *sql.DB) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		var n int
+		db.QueryRowContext(t.Context(), `SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`).Scan(&n)
+		if n > 0 {
+			return
+		}
+		runtime.Gosched()
+	}
+	t.Fatal("no session waited on the held row")
 }

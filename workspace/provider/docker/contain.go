@@ -14,6 +14,9 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
+
+	"github.com/gantryhq/gantry/workspace"
+	"github.com/gantryhq/gantry/workspace/provider"
 )
 
 // LabelOwner is put on every container and owner network this package
@@ -24,12 +27,59 @@ const LabelOwner = "gantry.owner"
 // its image names a non-root one and the server runs as root.
 const NobodyUser = 65534
 
-// ownerKey is owner as a label value: "-" for the empty owner.
+// ownerKey is owner as a label value and network key: "-" for the empty
+// owner, poolKey for every unclaimed warm-pool member (workspace.PoolOwner:
+// they share one network, and a claim moves its member to its new
+// owner's: Adopt).
 func ownerKey(owner string) string {
-	if owner == "" {
+	switch {
+	case owner == "":
 		return "-"
+	case workspace.IsPoolOwner(owner):
+		return poolKey
 	}
 	return owner
+}
+
+// poolKey is the owner key of the warm pools' unclaimed members.
+const poolKey = "@pool"
+
+var _ provider.Adopter = (*Provider)(nil)
+
+// Adopt moves workspace id's container, a warm pool's member just claimed,
+// from the pool members' network to owner's (made if absent): connected to
+// the one, then disconnected from the other. Either step already done is
+// skipped, so a retry after a crash completes it.
+func (p *Provider) Adopt(ctx context.Context, id, owner string) error {
+	if p.cfg.NetworkMode != "" {
+		return nil // one network for every container: nothing to move
+	}
+	name := ContainerName(id)
+	unlock := p.lockOwner(owner)
+	nid, err := p.ownerNetwork(ctx, owner)
+	if err == nil {
+		_, err = p.cli.NetworkConnect(ctx, nid, client.NetworkConnectOptions{Container: name})
+		switch {
+		case err != nil && cerrdefs.IsNotFound(err):
+			unlock()
+			return nil // no container (stopped since): its next start joins owner's network
+		case err != nil && (cerrdefs.IsConflict(err) || strings.Contains(err.Error(), "already exists")):
+			err = nil // connected by an earlier try
+		}
+	}
+	unlock()
+	if err != nil {
+		return p.wrap("connect to its owner's network", id, err)
+	}
+	pool, err := p.findOwnerNetwork(ctx, poolKey)
+	if err != nil || pool == "" {
+		return err
+	}
+	_, err = p.cli.NetworkDisconnect(ctx, pool, client.NetworkDisconnectOptions{Container: name, Force: true})
+	if err != nil && !cerrdefs.IsNotFound(err) && !strings.Contains(err.Error(), "is not connected") {
+		return p.wrap("disconnect from the pool's network", id, err)
+	}
+	return nil
 }
 
 // OwnerNetworkName is the name of the network the workspaces of owner
@@ -107,7 +157,7 @@ func (p *Provider) lockOwner(owner string) func() {
 	if p.cfg.NetworkMode != "" {
 		return func() {}
 	}
-	return p.locks.Lock("owner-network\x00" + owner)
+	return p.locks.Lock("owner-network\x00" + ownerKey(owner))
 }
 
 // user is the "uid:gid" (or name) the workspace's container runs as:
