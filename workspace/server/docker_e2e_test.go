@@ -225,7 +225,7 @@ func removeDockerWorkspaces(t *testing.T, s *wstest.Serve, owners ...string) {
 		}
 		all = append(all, some...)
 	}
-	s.Stop(syscall.SIGTERM) // or its reconciler starts them again
+	s.Stop(syscall.SIGTERM)          // or its reconciler starts them again
 	owners = append(owners, "@pool") // the pool members' network (a claimed container keeps its label)
 	for _, w := range all {
 		if out, err := exec.Command("docker", "rm", "-f", "ws-"+w.ID).CombinedOutput(); err != nil {
