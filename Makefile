@@ -25,6 +25,9 @@ bench-queue: ## Benchmark taskq against asynq (private Redis) and River (private
 bench-apps: ## Workspace apps and SSH on a real ws serve: app-URL and ssh latency cold/warm (p50/p99 of 200), 64 WebSocket echo streams at 1,000 msg/s (figures in docs/BENCHMARKS.md)
 	cd bench && $(GO) run ./cmd/appbench $(APPBENCHFLAGS)
 
+bench-ws-start: ## Workspace start latency on a real ws serve: create → RUNNING and create → exec, cold and warm (pool), process/Docker/Kubernetes (kwok), idle and under a bulk load (p50/p90/p99/max of 200)
+	cd bench && $(GO) run ./cmd/startbench $(STARTBENCHFLAGS)
+
 bench-dsort: ## End-to-end dsort (4 workers, 2 GB) and sort local (1 GB) vs GNU sort (figures in docs/BENCHMARKS.md)
 	bash scripts/bench-dsort.sh
 
@@ -70,4 +73,4 @@ generate: ## Regenerate protobuf/gRPC code (needs protoc: apt-get install protob
 clean: ## Remove build output
 	rm -rf bin
 
-.PHONY: help build demo bench-sort bench-queue bench-apps bench-dsort services test test-short test-race bench lint generate clean
+.PHONY: help build demo bench-sort bench-queue bench-apps bench-ws-start bench-dsort services test test-short test-race bench lint generate clean
