@@ -29,7 +29,6 @@ type PoolStore interface {
 	SetSize(ctx context.Context, name string, size int, now time.Time) error
 	Status(ctx context.Context, name string, version int) (workspace.PoolStatus, error)
 	Claim(ctx context.Context, n workspace.NewWorkspace, q auth.Quotas, adopt bool, now time.Time) (workspace.Workspace, bool, error)
-	Adopted(ctx context.Context, id string) error
 }
 
 // PoolRequest is PUT /v1/templates/{name}/pool's body.
@@ -130,19 +129,10 @@ func (a *API) claimPooled(ctx context.Context, t workspace.Template, n workspace
 	if a.cfg.Pools == nil || !t.Claims(n) {
 		return workspace.Workspace{}, false, nil
 	}
-	ad, adopt := a.cfg.Container.(provider.Adopter)
-	ws, ok, err := a.cfg.Pools.Claim(ctx, n, a.cfg.Quotas, adopt, a.clock.Now())
-	if !ok || err != nil || !adopt {
-		return ws, ok, err
-	}
 	// The member becomes its owner's in the provider too (Docker: its
-	// network). Failing that, the leader's filler retries it (the claim
-	// recorded it as pending): the workspace is the owner's either way.
-	ctx = context.WithoutCancel(ctx)
-	if err := ad.Adopt(ctx, ws.ID, ws.Owner); err != nil {
-		a.log.Warn("workspace api: a claimed pool member's adoption failed (the leader retries it)", "id", ws.ID, "err", err)
-	} else if err := a.cfg.Pools.Adopted(ctx, ws.ID); err != nil {
-		a.log.Warn("workspace api: recording an adoption", "id", ws.ID, "err", err)
-	}
-	return ws, true, nil
+	// network) a moment later, by the leader (PoolFiller.adopt), off the
+	// path of the owner's first commands; until then it sits on the pool
+	// members' network, where no container reaches another.
+	_, adopt := a.cfg.Container.(provider.Adopter)
+	return a.cfg.Pools.Claim(ctx, n, a.cfg.Quotas, adopt, a.clock.Now())
 }

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"crypto/rand"
+	"fmt"
 	"encoding/hex"
 	"encoding/json"
 	"net"
@@ -157,14 +158,23 @@ func TestForkAndPoolOnDocker(t *testing.T) {
 	if got, err := as(alice, "exec", warm.ID, "--", "/ws", "write", "x", "y"); err != nil {
 		t.Fatalf("exec in the claimed container: %v\n%s", err, got)
 	}
+	wstest.WaitFor(t, 30*time.Second, "the claimed container on alice's network alone", func() (bool, string) {
+		nets := containerNetworks(t, warm.ID)
+		return len(nets) == 1 && nets[0] == docker.OwnerNetworkName(aliceName), fmt.Sprint(nets)
+	})
 	ip := containerIP(t, warm.ID)
 	if c, err := net.DialTimeout("tcp", ip+":8080", 5*time.Second); err != nil {
 		t.Fatalf("the claimed container's port from the host: %v", err)
 	} else {
 		c.Close()
 	}
-	if nets := containerNetworks(t, warm.ID); len(nets) != 1 || nets[0] != docker.OwnerNetworkName(aliceName) {
-		t.Fatalf("the claimed container's networks: %v; want alice's alone (%s)", nets, docker.OwnerNetworkName(aliceName))
+	var members []workspace.Workspace
+	if err := json.Unmarshal([]byte(s.CLI("list", "--json", "--pool")), &members); err != nil || len(members) < 2 {
+		t.Fatalf("pool members: %d, %v", len(members), err)
+	}
+	s.CLI("wait", members[1].ID, "RUNNING", "--timeout", "120s")
+	if got, err := s.CLIErr("exec", members[0].ID, "--", "/ws", "dial", containerIP(t, members[1].ID)+":8080"); err == nil || !strings.Contains(got, "unreachable") {
+		t.Fatalf("one pool member dialing another: %v\n%s; want unreachable (their network lets no container reach another)", err, got)
 	}
 	b := strings.TrimSpace(mustOK(t)(as(bob, "create", "b", "--desired", "RUNNING")))
 	a2 := strings.TrimSpace(mustOK(t)(as(alice, "create", "a2", "--desired", "RUNNING")))

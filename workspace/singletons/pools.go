@@ -51,12 +51,15 @@ type PoolFiller struct {
 	// Drop removes a copy no member took; nil = left to the archive GC.
 	Drop func(ctx context.Context, key string) error
 	// Adopter, if the container provider is one, hands claimed members to
-	// their owners; the filler finishes the adoptions a crash interrupted.
-	Adopter  provider.Adopter
-	Hints    hints.Bus     // nil = the reconciler finds new members at its next tick
-	Interval time.Duration // zero = 500 ms
-	Clock    clock.Clock
-	Logger   *slog.Logger
+	// their owners, AdoptAfter (zero: 1 s) after their claim: off the path
+	// of the owner's first commands (Docker moves the container between
+	// networks, which slows an exec the engine serves meanwhile).
+	Adopter    provider.Adopter
+	AdoptAfter time.Duration
+	Hints      hints.Bus     // nil = the reconciler finds new members at its next tick
+	Interval   time.Duration // zero = 500 ms
+	Clock      clock.Clock
+	Logger     *slog.Logger
 }
 
 // Run fills the pools at once and then every Interval until ctx ends.
@@ -92,7 +95,7 @@ func (f *PoolFiller) Fill(ctx context.Context, now time.Time) error {
 	if err != nil {
 		return err
 	}
-	first := f.adopt(ctx)
+	first := f.adopt(ctx, now)
 	for name, size := range sizes {
 		if err := f.fillOne(ctx, name, size, now); err != nil && first == nil {
 			first = err
@@ -131,20 +134,27 @@ func (f *PoolFiller) fillOne(ctx context.Context, name string, size int, now tim
 	return err
 }
 
-// adopt finishes the adoptions of claimed members that are still pending.
-func (f *PoolFiller) adopt(ctx context.Context) error {
+// adopt hands the members claimed at least AdoptAfter ago to their owners.
+func (f *PoolFiller) adopt(ctx context.Context, now time.Time) error {
 	if f.Adopter == nil {
 		return nil
 	}
+	after := f.AdoptAfter
+	if after <= 0 {
+		after = time.Second
+	}
 	pending, err := f.Pools.PendingAdoptions(ctx)
 	for _, a := range pending {
+		if now.Sub(a.Claimed) < after {
+			continue
+		}
 		if err = f.Adopter.Adopt(ctx, a.ID, a.Owner); err == nil {
 			err = f.Pools.Adopted(ctx, a.ID)
 		}
 		if err != nil {
 			return err
 		}
-		f.log().Info("workspace: warm pool: a claimed member adopted after a restart", "id", a.ID, "owner", a.Owner)
+		f.log().Debug("workspace: warm pool: a claimed member handed to its owner", "id", a.ID, "owner", a.Owner)
 	}
 	return err
 }

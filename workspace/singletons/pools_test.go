@@ -65,6 +65,12 @@ func TestPoolFiller(t *testing.T) {
 	if err := f.Fill(ctx, now); err != nil {
 		t.Fatal(err)
 	}
+	if len(ad.done) != 0 {
+		t.Fatalf("adopted at once: %v; want AdoptAfter (1 s) to pass first", ad.done)
+	}
+	if err := f.Fill(ctx, now.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
 	if ad.done[w.ID] != "alice" {
 		t.Fatalf("the pending adoption of %s: %v; want it handed to alice", w.ID, ad.done)
 	}

@@ -318,13 +318,17 @@ func queryIDs(ctx context.Context, tx *sql.Tx, q string, args ...any) ([]string,
 	return ids, rows.Err()
 }
 
-// Adoption is a claimed member its provider has yet to hand to Owner.
-type Adoption struct{ ID, Owner string }
+// Adoption is a claimed member its provider has yet to hand to Owner,
+// claimed at Claimed.
+type Adoption struct {
+	ID, Owner string
+	Claimed   time.Time
+}
 
 // PendingAdoptions lists the claimed members whose adoption was not
 // recorded done (Claim with adopt).
 func (ps *Pools) PendingAdoptions(ctx context.Context) ([]Adoption, error) {
-	rows, err := ps.s.db.QueryContext(ctx, `SELECT id, owner FROM workspaces WHERE pool IS NULL AND pool_version IS NOT NULL`)
+	rows, err := ps.s.db.QueryContext(ctx, `SELECT id, owner, created_at FROM workspaces WHERE pool IS NULL AND pool_version IS NOT NULL`)
 	if err != nil {
 		return nil, err
 	}
@@ -332,9 +336,11 @@ func (ps *Pools) PendingAdoptions(ctx context.Context) ([]Adoption, error) {
 	var out []Adoption
 	for rows.Next() {
 		var a Adoption
-		if err := rows.Scan(&a.ID, &a.Owner); err != nil {
+		var ms int64
+		if err := rows.Scan(&a.ID, &a.Owner, &ms); err != nil {
 			return nil, err
 		}
+		a.Claimed = time.UnixMilli(ms)
 		out = append(out, a)
 	}
 	return out, rows.Err()

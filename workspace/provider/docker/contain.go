@@ -41,7 +41,11 @@ func ownerKey(owner string) string {
 	return owner
 }
 
-// poolKey is the owner key of the warm pools' unclaimed members.
+// poolKey is the owner key of the warm pools' unclaimed members. Their
+// network does not let its containers reach each other (the bridge's
+// inter-container communication off): a member just claimed, whose owner's
+// code may run before Adopt has moved it, reaches no other container
+// there, nor does anything there reach it.
 const poolKey = "@pool"
 
 var _ provider.Adopter = (*Provider)(nil)
@@ -97,10 +101,15 @@ func (p *Provider) ownerNetwork(ctx context.Context, owner string) (string, erro
 	if id, err := p.findOwnerNetwork(ctx, owner); err != nil || id != "" {
 		return id, err
 	}
+	var opts map[string]string
+	if ownerKey(owner) == poolKey {
+		opts = map[string]string{"com.docker.network.bridge.enable_icc": "false"}
+	}
 	_, err := p.cli.NetworkCreate(ctx, OwnerNetworkName(owner), client.NetworkCreateOptions{
 		Driver:   "bridge",
 		Internal: !p.cfg.NetworkEgress,
 		Labels:   map[string]string{LabelOwner: ownerKey(owner), "gantry.network": "owner"},
+		Options:  opts,
 	})
 	if err != nil {
 		return "", p.wrap("create the owner network of", ownerKey(owner), err)

@@ -536,6 +536,7 @@ func (p *Provider) Stop(ctx context.Context, id string) error {
 		if o, ok := c.Labels[LabelOwner]; ok {
 			owners[o] = true
 		}
+		p.networkOwners(ctx, c, owners) // a claimed pool member's label says @pool, its network its owner's
 	}
 	if p.cfg.NetworkMode != "" {
 		return nil
@@ -569,6 +570,24 @@ func (p *Provider) Observe(ctx context.Context, id string) (provider.ContainerSt
 		state = provider.Stopped
 	}
 	return state, nil
+}
+
+// networkOwners adds to owners the owner keys of the owner networks c is
+// on.
+func (p *Provider) networkOwners(ctx context.Context, c container.Summary, owners map[string]bool) {
+	if c.NetworkSettings == nil {
+		return
+	}
+	for name := range c.NetworkSettings.Networks {
+		if !strings.HasPrefix(name, "gantry-owner-") {
+			continue
+		}
+		if in, err := p.cli.NetworkInspect(ctx, name, client.NetworkInspectOptions{}); err == nil {
+			if o, ok := in.Network.Labels[LabelOwner]; ok {
+				owners[o] = true
+			}
+		}
+	}
 }
 
 func (p *Provider) list(ctx context.Context, id string) ([]container.Summary, error) {
