@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -14,6 +13,7 @@ import (
 	"github.com/gantryhq/gantry/workspace/hints"
 	"github.com/gantryhq/gantry/workspace/provider"
 	"github.com/gantryhq/gantry/workspace/store"
+	"github.com/gantryhq/gantry/workspace/urgency"
 )
 
 // PoolStore is what the PoolFiller needs of the store (store.Pools).
@@ -211,7 +211,16 @@ func (f *PoolFiller) announce(ctx context.Context, name string, r store.Refilled
 	if f.Hints == nil {
 		return
 	}
-	for _, id := range slices.Concat(r.Created, r.Drained) {
+	// New members go ahead of bulk work (a night's convergence of 100,000
+	// workspaces): a pool is there for the next user's create. Drained
+	// ones can wait their turn.
+	urgent := urgency.Hints{Bus: f.Hints}
+	for _, id := range r.Created {
+		if err := urgent.Publish(urgency.Mark(ctx), hints.ChanWorkspace, id); err != nil {
+			f.log().Warn("workspace: warm pool: hint", "id", id, "err", err)
+		}
+	}
+	for _, id := range r.Drained {
 		if err := f.Hints.Publish(ctx, hints.ChanWorkspace, id); err != nil {
 			f.log().Warn("workspace: warm pool: hint", "id", id, "err", err)
 		}

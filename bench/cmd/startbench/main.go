@@ -69,7 +69,7 @@ func main() {
 	var providers, modes, loads string
 	flag.StringVar(&providers, "providers", "process,docker,kubernetes", "providers, comma-separated: process, docker, kubernetes")
 	flag.StringVar(&modes, "modes", "cold,warm", "modes, comma-separated: cold (a plain create), warm (from a template's warm pool)")
-	flag.StringVar(&loads, "loads", "idle,bulk", "loads, comma-separated: idle, bulk (process provider only)")
+	flag.StringVar(&loads, "loads", "idle,bulk", "loads, comma-separated: idle, bulk (-bulk creates through the API meanwhile), converge (-bulk workspaces written into the database before the server starts, converging while the starts run); bulk and converge: process provider only")
 	flag.IntVar(&c.n, "n", 200, "measured starts per (provider, mode, load)")
 	flag.IntVar(&c.bulk, "bulk", 100000, "workspaces the bulk load creates (desired STANDBY)")
 	flag.IntVar(&c.bulkWorkers, "bulk-workers", 16, "concurrent creates of the bulk load")
@@ -113,8 +113,8 @@ func (c config) check() error {
 		}
 	}
 	for _, l := range c.loads {
-		if l != "idle" && l != "bulk" {
-			return fmt.Errorf("-loads: %q: want idle or bulk", l)
+		if l != "idle" && l != "bulk" && l != "converge" {
+			return fmt.Errorf("-loads: %q: want idle, bulk or converge", l)
 		}
 	}
 	if c.n < 1 || c.pool < 1 || c.bulk < 1 || c.bulkWorkers < 1 {
@@ -141,7 +141,7 @@ func (b *bench) run(ctx context.Context) int {
 	for _, p := range b.cfg.providers {
 		for _, m := range b.cfg.modes {
 			for _, l := range b.cfg.loads {
-				if l == "bulk" && p != "process" {
+				if (l == "bulk" || l == "converge") && p != "process" {
 					continue // the bulk load is the process provider's (volumes on this host)
 				}
 				if ctx.Err() != nil {

@@ -40,6 +40,10 @@ func (b *bench) measureRow(ctx context.Context, p, mode, load string) (row, erro
 		return r, err
 	}
 	defer s.close()
+	var convergeStop func() string
+	if load == "converge" {
+		convergeStop = s.watchConverge(ctx)
+	}
 	var bl *bulkLoad
 	if load == "bulk" {
 		if bl, err = s.startBulk(ctx); err != nil {
@@ -59,6 +63,9 @@ func (b *bench) measureRow(ctx context.Context, p, mode, load string) (row, erro
 	r.server = s.serverSide(ctx)
 	if bl != nil {
 		r.note = bl.stop()
+	}
+	if convergeStop != nil {
+		r.note = join(r.note, convergeStop())
 	}
 	r.loadavg = loadavg()
 	return r, err
@@ -92,7 +99,7 @@ func (s *server) measureStarts(ctx context.Context, r *row, n workspace.NewWorks
 			continue
 		}
 		inRow = 0
-		r.add(smp, exec, s.bulk != nil && !s.bulk.allIn.Load())
+		r.add(smp, exec, s.bulk != nil && !s.bulk.allIn.Load() || s.converging.Load())
 		if s.b.cfg.verbose {
 			log.Printf("start %d: RUNNING %v, exec %v, pooled %v", i, smp.running, smp.exec, smp.pooled)
 		} else if i%50 == 0 {

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -95,6 +96,9 @@ type server struct {
 	watch      *watcher // the user's event stream
 	bulkRan    bool
 	bulk       *bulkLoad // the bulk load, if any
+	// converging is true while the converge load's workspaces are not all
+	// STANDBY (watchConverge).
+	converging atomic.Bool
 }
 
 // startServer starts `ws serve --provider p` over a new data directory on
@@ -108,6 +112,12 @@ func (b *bench) startServer(ctx context.Context, p, label string) (*server, erro
 	args, err := b.providerArgs(ctx, p, s)
 	if err != nil {
 		return nil, err
+	}
+	if strings.HasSuffix(label, "-converge") {
+		if err := seed(ctx, s.convergeDSN(), b.cfg.bulk); err != nil {
+			s.close()
+			return nil, err
+		}
 	}
 	if err := s.start(ctx, args); err != nil {
 		s.close()

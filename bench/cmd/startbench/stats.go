@@ -58,7 +58,7 @@ func (r row) print() {
 		fmt.Printf("  %s\n", r.note)
 	}
 	if r.load == "bulk" {
-		fmt.Printf("  starts that ended before the bulk's last create: %d of %d\n", r.duringBulk, r.starts)
+		fmt.Printf("  starts that ended while the load ran (the bulk's creates, or the convergence): %d of %d\n", r.duringBulk, r.starts)
 	}
 	if r.server != "" {
 		fmt.Printf("  %s\n", r.server)
@@ -79,7 +79,7 @@ func printTable(w io.Writer, rows []row) {
 			note = join(note, fmt.Sprintf("%d failed starts", r.failures))
 		}
 		if r.load == "bulk" {
-			note = join(note, fmt.Sprintf("%d of the %d starts ended before the bulk's last create", r.duringBulk, r.starts))
+			note = join(note, fmt.Sprintf("%d of the %d starts ended while the load ran", r.duringBulk, r.starts))
 		}
 		note = join(note, "load "+r.loadavg)
 		fmt.Fprintf(w, "| %s | %s | %s | %d | %s | %s | %s |\n", r.provider, r.mode, r.load, r.starts, r.running.cell(), r.exec.cell(), note)
