@@ -10,10 +10,12 @@ import (
 // ticks, sleeping tasks in worker processes, a child go test, Redis
 // outages and loads, unique and debounce windows — each on a Redis server
 // or queues of its own. The default, GOMAXPROCS (2 on CI), ran them two at
-// a time. The tests that measure throughput or push many tasks
-// (TestRateLimitedTenantBesideAFreeOne, TestCrashKill9,
-// TestInspectorListOnAMillionTasks) are not parallel and still run alone.
-const waitingParallel = 8
+// a time; 12 runs them all at once, and TestInspectorListOnAMillionTasks's
+// CPU work (a million enqueues) beside them. The tests that measure
+// throughput or push many tasks through workers
+// (TestRateLimitedTenantBesideAFreeOne, TestCrashKill9) are not parallel
+// and still run alone.
+const waitingParallel = 12
 
 // raiseParallel sets -parallel to waitingParallel unless the command line
 // set it; TestMain calls it before the tests run.
