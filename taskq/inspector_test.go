@@ -377,9 +377,6 @@ func TestInspectorListOnAMillionTasks(t *testing.T) {
 	if testing.Short() {
 		t.Skip("enqueues 1,000,000 tasks")
 	}
-	// Beside the tests that wait (main_test.go): filling the queue is CPU
-	// work they leave idle, and the < 100 ms bound has room for theirs.
-	t.Parallel()
 	addr := testutil.StartRedis(t).Addr()
 	c := newClient(t, addr)
 	in := newInspector(t, addr)

@@ -19,7 +19,6 @@ func TestRedisLostAfter(t *testing.T) {
 	if testing.Short() {
 		t.Skip("stops and restarts a private redis-server")
 	}
-	t.Parallel() // waits on a private Redis down past RedisLostAfter (main_test.go)
 	red := testutil.StartRedis(t, "--appendonly", "yes", "--appendfsync", "always")
 	addr := red.Addr()
 	c := newClient(t, addr)
