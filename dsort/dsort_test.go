@@ -25,6 +25,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	raiseParallel()
 	code := m.Run()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {

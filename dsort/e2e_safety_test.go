@@ -161,6 +161,7 @@ func workDirs(t *testing.T, tmp string) []string {
 // or with --rerun do not claim completion: each gives up naming the
 // master, exits non-zero and leaves the output unchanged.
 func TestRestartAfterCompletedAndRerunKeepOutput(t *testing.T) {
+	t.Parallel() // waits on processes that give up (main_test.go)
 	j := newJob(t, 2, 8000)
 	victim := 0
 	j.startWorker(victim, "GANTRY_DSORT_FAULT=completed")
@@ -256,6 +257,7 @@ func TestRestartAfterCompletedAndRerunKeepOutput(t *testing.T) {
 // every earlier output file stays as it was, and the master logs each
 // refused call and keeps its job.
 func TestTurnedAwayWorkersDeleteNothing(t *testing.T) {
+	t.Parallel() // waits on processes turned away (main_test.go)
 	j := newJob(t, 3, 2000, "--token", "s3cret")
 	// Three workers' data, a master for two: worker 2 is one too many.
 	j.master.cmd.Process.Kill()
@@ -324,6 +326,7 @@ func withoutTmp(after, before map[string]string) map[string]string {
 // missing worker, the worker exits non-zero, and its earlier output stays;
 // the worker swept a dead worker's temp dir at start and removed its own.
 func TestMasterAbortsWhenWorkerNeverRegisters(t *testing.T) {
+	t.Parallel() // waits on a 3 s register timeout (main_test.go)
 	j := newJob(t, 2, 2000, "--register-timeout", "3s")
 	writeFile(t, filepath.Join(j.workers[0].out, "partition.0"), "an earlier job's output\n")
 	before := treeSum(t, j.workers[0].out)

@@ -26,8 +26,11 @@ import (
 )
 
 // gantryBin is the binary under test (testutil.GantryBinary), set by
-// needBinary.
-var gantryBin string
+// needBinary, once: the process-level tests run in parallel and read it.
+var (
+	gantryBin     string
+	gantryBinOnce sync.Once
+)
 
 // needBinary skips a process-level test under -short and otherwise builds
 // the gantry binary (once per test process).
@@ -36,7 +39,8 @@ func needBinary(t *testing.T) {
 	if testing.Short() {
 		t.Skip("process-level test: skipped by -short")
 	}
-	gantryBin = testutil.GantryBinary(t)
+	bin := testutil.GantryBinary(t)
+	gantryBinOnce.Do(func() { gantryBin = bin })
 }
 
 // line is one line of a process's output with when it was read.
@@ -329,6 +333,7 @@ func (j *job) validate(order []*workerSpec) []int64 {
 // the input checksum and checks that every process exits within 15 s of the
 // job's success.
 func TestEndToEnd(t *testing.T) {
+	t.Parallel() // waits on processes (main_test.go)
 	j := newJob(t, 3, 20000)
 	for w := range j.workers {
 		j.startWorker(w)
@@ -395,6 +400,7 @@ func TestEndToEnd(t *testing.T) {
 // temp dir, restarts it with the same arguments and checks that the job
 // completes with valid output while the other workers keep running.
 func TestFaultInjection(t *testing.T) {
+	t.Parallel() // waits on killed and restarted workers (main_test.go)
 	cases := []struct {
 		phase   string
 		points  string // where the victim stops before it is killed
@@ -500,6 +506,7 @@ func waitStaged(t *testing.T, tmps []string, vi int) {
 // the master abort after --rejoin-timeout; every process exits non-zero
 // with a message saying why.
 func TestAbortWhenWorkerNeverReturns(t *testing.T) {
+	t.Parallel() // waits on a 3 s rejoin timeout (main_test.go)
 	j := newJob(t, 3, 6000, "--rejoin-timeout", "3s")
 	for w := range j.workers {
 		if w == 2 {
@@ -577,6 +584,7 @@ func checkSeedLines(t *testing.T, j *job, completed bool) {
 // and leave no runs or received pieces behind, nor anything in their
 // output dirs.
 func TestInterruptCleansUp(t *testing.T) {
+	t.Parallel() // waits on processes exiting (main_test.go)
 	j := newJob(t, 2, 6000)
 	j.startWorker(0)
 	v := j.startWorker(1, "GANTRY_DSORT_FAULT=Sorting")
@@ -615,6 +623,7 @@ func TestInterruptCleansUp(t *testing.T) {
 // TestWorkersExitWhenMasterDies: a master killed mid-job leaves no worker
 // running: they stop hearing from it and exit non-zero, cleaning up.
 func TestWorkersExitWhenMasterDies(t *testing.T) {
+	t.Parallel() // waits on a 3 s master timeout (main_test.go)
 	j := newJob(t, 2, 6000)
 	j.startWorker(0)
 	v := j.startWorker(1, "GANTRY_DSORT_FAULT=Sorting")
@@ -632,6 +641,7 @@ func TestWorkersExitWhenMasterDies(t *testing.T) {
 // TestMasterInterruptAbortsJob: SIGINT to the master aborts the job; it tells
 // the workers, and every process exits non-zero within 15 s.
 func TestMasterInterruptAbortsJob(t *testing.T) {
+	t.Parallel() // waits on processes exiting (main_test.go)
 	j := newJob(t, 2, 6000)
 	j.startWorker(0)
 	v := j.startWorker(1, "GANTRY_DSORT_FAULT=Sorting")
@@ -655,6 +665,7 @@ func TestMasterInterruptAbortsJob(t *testing.T) {
 // 15 s after the master's shutdown signal, saying so, with status 0: the
 // job had succeeded and its output is committed.
 func TestWatchdogEndsAHungShutdown(t *testing.T) {
+	t.Parallel() // waits on its 15 s watchdog (main_test.go)
 	j := newJob(t, 1, 4000)
 	var points []string
 	for _, s := range shutdownOrder {

@@ -17,6 +17,7 @@ func TestCronOncePerTickAcrossWorkers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("three worker processes for 15 s")
 	}
+	t.Parallel() // waits on wall-clock cron ticks (main_test.go)
 	bin := testutil.GantryBinary(t)
 	addr := testutil.StartRedis(t).Addr()
 	c := newClient(t, addr)

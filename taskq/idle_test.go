@@ -43,6 +43,7 @@ func totalCalls(t *testing.T, r *rdb.RDB) (all, trips int64) {
 // Redis a few commands per second, and a task enqueued into the idle
 // system starts at once (not after a poll interval).
 func TestIdleWorkerBlocks(t *testing.T) {
+	t.Parallel() // waits on 4 s of an idle worker on a private Redis (main_test.go)
 	addr := testutil.StartRedis(t).Addr()
 	c := newClient(t, addr)
 	w := newTestWorker(t, addr, WorkerConfig{Queues: []QueueSpec{{Name: "idle"}}, MaintainInterval: time.Second})

@@ -99,6 +99,7 @@ func TestMaxActiveAcrossTwoWorkerProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("worker processes")
 	}
+	t.Parallel() // waits on 100 ms sleeps in two worker processes (main_test.go)
 	bin := testutil.GantryBinary(t)
 	addr := testutil.StartRedis(t).Addr()
 	c := newClient(t, addr)

@@ -19,6 +19,7 @@ import (
 // (it used to fail with "redis unreachable: LOADING"), a script call and a
 // pipeline of writes through a client opened before the restart.
 func TestLoadingRedisIsWaitedOut(t *testing.T) {
+	t.Parallel() // waits on a private Redis loading (main_test.go)
 	red := testutil.StartRedis(t)
 	before := newClient(t, red.Addr())
 	q := "loading"
@@ -74,6 +75,7 @@ func TestWorkerWaitsOutLoadingRedis(t *testing.T) {
 	if testing.Short() {
 		t.Skip("restarts a private redis-server that loads for seconds")
 	}
+	t.Parallel() // waits on a private Redis loading (main_test.go)
 	red := testutil.StartRedis(t)
 	var logs testutil.Buffer
 	q := "loading"

@@ -19,6 +19,7 @@ func TestRedisRestartAndOutage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs 3000 tasks through a Redis restart and an outage")
 	}
+	t.Parallel() // waits on a private Redis down and the worker backing off (main_test.go)
 	red := testutil.StartRedis(t, "--appendonly", "yes", "--appendfsync", "always")
 	addr := red.Addr()
 	c := newClient(t, addr)

@@ -81,6 +81,7 @@ func TestClusterIntegration(t *testing.T) {
 	if testing.Short() || os.Getenv("GANTRY_TEST_REDIS_CLUSTER") != "" {
 		t.Skip("runs the suite against a Redis Cluster in a child go test")
 	}
+	t.Parallel() // waits on a child go test (main_test.go)
 	addrs := "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003"
 	if !clusterOK(t, addrs) {
 		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)

@@ -13,6 +13,7 @@ import (
 // until the window ends; then a new task is accepted. Concurrent enqueues
 // with one key add exactly one task.
 func TestUniqueHoldsPendingRunningAndDone(t *testing.T) {
+	t.Parallel() // waits on the unique window (main_test.go)
 	addr := testRedis(t)
 	c := newClient(t, addr)
 	ctx := t.Context()
@@ -90,6 +91,7 @@ func TestUniqueHoldsPendingRunningAndDone(t *testing.T) {
 // delay after the last, with the last payload; once it ran, the next
 // enqueue makes a new task.
 func TestDebounceKeepsTheLastPayload(t *testing.T) {
+	t.Parallel() // waits on the debounce delays (main_test.go)
 	addr := testRedis(t)
 	c := newClient(t, addr)
 	ctx := t.Context()

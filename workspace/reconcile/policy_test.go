@@ -148,6 +148,7 @@ func TestDefaultInterval(t *testing.T) {
 // TestDockerDownStartRetriesPerPolicy's 399.75 ms against 400) — on every
 // store.
 func TestStoredRetryTimeIsNeverEarly(t *testing.T) {
+	t.Parallel() // waits on one failure (main_test.go)
 	for _, b := range recBackends {
 		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()

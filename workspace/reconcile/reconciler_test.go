@@ -125,10 +125,11 @@ func (h *harness) waitState(t testing.TB, id string, observed workspace.Status, 
 }
 
 func TestLifecycleWithFakeProvider(t *testing.T) {
-	wstest.ParallelInShort(t)
+	t.Parallel() // waits on the fake's calls and the 100 ms ticks (main_test.go)
 	for _, b := range recBackends {
 		for _, hintsOn := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/hints=%v", b.Name, hintsOn), func(t *testing.T) {
+				t.Parallel()
 				ctx := t.Context()
 				st := b.open(t)
 				var hb hints.Bus = hints.Drop{}
@@ -173,7 +174,7 @@ func TestLifecycleWithFakeProvider(t *testing.T) {
 }
 
 func TestFailurePolicy(t *testing.T) {
-	wstest.ParallelInShort(t)
+	t.Parallel() // waits on backoffs and the STARTING timeout (main_test.go)
 	for _, b := range recBackends {
 		t.Run(b.Name, func(t *testing.T) {
 			wstest.SkipShortBut(t, "mem")
@@ -252,9 +253,11 @@ func testFailurePolicy(t *testing.T, st testStore) {
 // injected failures; every one ends converged or in ERROR with a reason,
 // and no provider call is ever duplicated.
 func TestConvergesUnderRandomChanges(t *testing.T) {
+	t.Parallel() // 50 workspaces: waits on the fake's calls and the backoffs (main_test.go)
 	for _, b := range recBackends {
 		t.Run(b.Name, func(t *testing.T) {
 			wstest.SkipShortBut(t, "mem")
+			t.Parallel()
 			ctx := t.Context()
 			st := b.open(t)
 			fk := fake.New(time.Millisecond)
@@ -305,7 +308,7 @@ func TestConvergesUnderRandomChanges(t *testing.T) {
 // last output, a restart after the backoff, and ERROR once the retries are
 // spent (the exit status kept) — on every store.
 func TestCrashedStartIsReported(t *testing.T) {
-	wstest.ParallelInShort(t)
+	t.Parallel() // waits on exit polls and backoffs (main_test.go)
 	for _, b := range recBackends {
 		t.Run(b.Name, func(t *testing.T) {
 			wstest.SkipShortBut(t, "mem")
@@ -356,60 +359,43 @@ func TestCrashedStartIsReported(t *testing.T) {
 // end within the crash window counts on (the workspace shows RUNNING with
 // the count between ends), and the loop ends in ERROR after the retries;
 // ends further apart than the window start the count again — on every
-// store.
+// store. The two halves each have a store and reconciler of their own and
+// run side by side.
 func TestCrashLoopAcrossRestarts(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: real-time crash windows (15 s a store); TestCrashedStartIsReported/mem covers a crash loop")
 	}
+	t.Parallel() // waits on real-time crash windows (main_test.go)
 	for _, b := range recBackends {
-		t.Run(b.Name, func(t *testing.T) {
+		t.Run(b.Name+"/within-window", func(t *testing.T) {
 			t.Parallel()
-			ctx := t.Context()
-			var st testStore
-			var hr *harness
-			// run starts a reconciler with its own store and fake world.
-			run := func(window time.Duration) (*fake.Provider, workspace.Workspace) {
-				st = b.open(t)
-				fk := fake.New(0)
-				hr = startHarness(t, st, fk, hints.NewLocal(), Config{MaxRetries: 2, RetryBackoff: 100 * time.Millisecond, CrashWindow: window})
-				w, err := st.Create(ctx, workspace.NewWorkspace{Name: "loop", Desired: workspace.Running}, time.Now())
-				if err != nil {
-					t.Fatal(err)
-				}
-				return fk, w
-			}
-			// waitRunning waits for RUNNING, the start complete, count ends counted.
-			waitRunning := func(w workspace.Workspace, count int) workspace.Workspace {
-				var got workspace.Workspace
-				wstest.WaitFor(t, 20*time.Second, "RUNNING, start complete", func() (bool, string) {
-					got, _ = st.Get(ctx, w.ID)
-					return got.ObservedStatus == workspace.Running && got.Operation == workspace.OpNone && got.ErrorCount == count, wstest.Describe(got)
-				})
-				return got
-			}
-			fk, loop := run(time.Minute)
-			waitRunning(loop, 0)
+			cl := startCrashLoop(t, b.open(t), time.Minute)
+			cl.waitRunning(0)
 			for i := 1; i <= 2; i++ {
-				fk.End(loop.ID, "exit 3", 3)
-				got := waitRunning(loop, i)
+				cl.fk.End(cl.w.ID, "exit 3", 3)
+				got := cl.waitRunning(i)
 				if e := got.ErrorInfo; e == nil || e.Reason != workspace.ReasonExited || got.ErrorCount != i || e.ExitStatus != "exit 3" {
 					t.Fatalf("after end %d: %s; want RUNNING with Exited, count %d", i, wstest.Describe(got), i)
 				}
 			}
-			fk.End(loop.ID, "exit 3", 3)
-			got := hr.waitState(t, loop.ID, workspace.Error, 20*time.Second)
+			cl.fk.End(cl.w.ID, "exit 3", 3)
+			got := cl.h.waitState(t, cl.w.ID, workspace.Error, 20*time.Second)
 			if e := got.ErrorInfo; e == nil || e.Reason != workspace.ReasonRetryExceeded || e.ExitStatus != "exit 3" || got.ErrorCount != 3 {
 				t.Fatalf("the third end in a row: %s; want ERROR RetryExceeded with exit 3", wstest.Describe(got))
 			}
-			// Ends further apart than the window never add up.
-			fk2, spaced := run(300 * time.Millisecond)
-			waitRunning(spaced, 0)
+		})
+		// Ends further apart than the window never add up.
+		t.Run(b.Name+"/apart", func(t *testing.T) {
+			t.Parallel()
+			cl := startCrashLoop(t, b.open(t), 300*time.Millisecond)
+			cl.waitRunning(0)
 			for i := 0; i < 4; i++ {
 				time.Sleep(400 * time.Millisecond) // real time: run longer than the 300 ms crash window
 				before := time.Now()
-				fk2.End(spaced.ID, "exit 1", 1)
+				cl.fk.End(cl.w.ID, "exit 1", 1)
+				var got workspace.Workspace
 				wstest.WaitFor(t, 10*time.Second, "the end counted, as the first of a new count", func() (bool, string) {
-					got, _ = st.Get(ctx, spaced.ID)
+					got, _ = cl.h.st.Get(t.Context(), cl.w.ID)
 					return got.ErrorInfo != nil && got.ErrorInfo.ExitedAt.After(before.Add(-time.Millisecond)) && got.ObservedStatus == workspace.Running && got.Operation == workspace.OpNone, wstest.Describe(got)
 				})
 				if got.ErrorCount != 1 {
@@ -418,6 +404,36 @@ func TestCrashLoopAcrossRestarts(t *testing.T) {
 			}
 		})
 	}
+}
+
+// crashLoop is a workspace wanting RUNNING under a reconciler whose
+// retries (2, 100 ms apart) count the ends of its command within window.
+type crashLoop struct {
+	t  *testing.T
+	fk *fake.Provider
+	h  *harness
+	w  workspace.Workspace
+}
+
+func startCrashLoop(t *testing.T, st testStore, window time.Duration) *crashLoop {
+	fk := fake.New(0)
+	h := startHarness(t, st, fk, hints.NewLocal(), Config{MaxRetries: 2, RetryBackoff: 100 * time.Millisecond, CrashWindow: window})
+	w, err := st.Create(t.Context(), workspace.NewWorkspace{Name: "loop", Desired: workspace.Running}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &crashLoop{t: t, fk: fk, h: h, w: w}
+}
+
+// waitRunning waits for RUNNING, the start complete, count ends counted.
+func (c *crashLoop) waitRunning(count int) workspace.Workspace {
+	c.t.Helper()
+	var got workspace.Workspace
+	wstest.WaitFor(c.t, 20*time.Second, "RUNNING, start complete", func() (bool, string) {
+		got, _ = c.h.st.Get(c.t.Context(), c.w.ID)
+		return got.ObservedStatus == workspace.Running && got.Operation == workspace.OpNone && got.ErrorCount == count, wstest.Describe(got)
+	})
+	return got
 }
 
 // tickCounting counts what the tick reads: rows (ListActionable) and id

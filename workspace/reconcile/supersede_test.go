@@ -23,6 +23,7 @@ import (
 // container how the command ended. Before, it waited for the reconciler's
 // next tick (10 s by default; an hour here) — on every store.
 func TestExitAfterStartReachesTheReconcilerAtOnce(t *testing.T) {
+	t.Parallel() // waits on hints (main_test.go)
 	for _, b := range recBackends {
 		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
@@ -63,6 +64,7 @@ func TestExitAfterStartReachesTheReconcilerAtOnce(t *testing.T) {
 //   - desired STANDBY of a crash-looping one: STANDBY, no operation, the
 //     error cleared.
 func TestDesiredChangeTakesOverFromRetries(t *testing.T) {
+	t.Parallel() // waits on failures and a restore timeout (main_test.go)
 	for _, b := range recBackends {
 		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
@@ -144,6 +146,7 @@ func TestDesiredChangeTakesOverFromRetries(t *testing.T) {
 // lets the start finish (RUNNING, ok), then stops it; nothing is given up,
 // no call overlaps another — on every store.
 func TestOperationInFlightFinishesBeforeReplan(t *testing.T) {
+	t.Parallel() // waits on 300 ms fake calls (main_test.go)
 	for _, b := range recBackends {
 		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()

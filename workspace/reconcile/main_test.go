@@ -1,0 +1,27 @@
+package reconcile
+
+import (
+	"flag"
+	"os"
+	"strconv"
+	"testing"
+)
+
+// waitingParallel is -parallel for this package unless the command line
+// sets it: its parallel tests (each a reconciler and monitor over one
+// store, a few workspaces) mostly wait on real time — retry backoffs, exit
+// polls, timeouts, slow fake calls — not on the CPU. The default,
+// GOMAXPROCS (2 on CI), ran them two at a time; the CPU-heavy tests
+// (TestUserChangeClaimedAheadOfBulk, TestConvergesWithoutTicks,
+// TestReplicasNeverDuplicate) are not parallel and still run alone.
+const waitingParallel = 8
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		flag.Set("test.parallel", strconv.Itoa(waitingParallel))
+	}
+	os.Exit(m.Run())
+}
