@@ -114,6 +114,7 @@ func (b *bench) startServer(ctx context.Context, p, label string) (*server, erro
 		return nil, err
 	}
 	if strings.HasSuffix(label, "-converge") {
+		s.bulkRan = true // at the end, delete the bench user's workspaces, not the seeded ones
 		if err := seed(ctx, s.convergeDSN(), b.cfg.bulk); err != nil {
 			s.close()
 			return nil, err

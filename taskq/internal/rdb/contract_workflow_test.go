@@ -43,7 +43,7 @@ func TestWorkflowContract(t *testing.T) {
 		s.Pending = []Z{{mx, 0}}
 		s.Tenants = []Z{{"a", 0}}
 		s.Scheduled = zset(Z{my, waitingScore}, Z{mz, waitingScore}, Z{mw, waitingScore})
-		s.State = map[string]string{"seq": "4", "w:a": "1", "enqueued": "4"}
+		s.State = map[string]string{"seq": "4", "w:a": "1", "enqueued": "4", "links": "1"}
 		s.Tasks["wf:wf"] = `{"x":"x"}`
 		s.Workflows = []Z{{"wf", msf(t0)}}
 	}

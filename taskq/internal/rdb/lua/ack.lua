@@ -46,11 +46,14 @@ if #held == 0 then return 0 end
 -- Workflow nodes: their children may be ready (lib.lua release_children).
 -- Batches (group.lua): their members are handed over; their records go.
 -- (One HMGET for both: id|wc, id|g of each held id.)
+-- A queue that never held either skips the lookup (state.links).
 local released = 0
-local links = chunked('HMGET', KEYS[4], wcs)
-for i = 1, #held do
-  if links[2 * i - 1] then released = released + release_children(0, held[i]) end
-  if links[2 * i] then forget_batch(0, held[i]) end
+if redis.call('HEXISTS', KEYS[3], 'links') == 1 then
+  local links = chunked('HMGET', KEYS[4], wcs)
+  for i = 1, #held do
+    if links[2 * i - 1] then released = released + release_children(0, held[i]) end
+    if links[2 * i] then forget_batch(0, held[i]) end
+  end
 end
 if released > 0 then wake(0) end
 chunked('HDEL', KEYS[5], held)

@@ -6,6 +6,7 @@
 --                (lexicographic order = FIFO per tenant, higher priority first)
 --   +2 tenants   ZSET tenant -> virtual start tag of its head task (only tenants with pending work)
 --   +3 state     HASH vt, seq, counters, w:<t> weight, f:<t> last finish tag, a:<t> active, c:<t> completed,
+--                links (the queue has held a workflow node or a batch: acks look for their links),
 --                pause (queue paused until ms), p:<t> (tenant paused until ms)
 --   +4 tasks     HASH id -> message; id|r retried, id|n starts, id|e last error, id|d dead reason,
 --                id|m member (from enqueue on), id|c who cancelled it and when, id|p progress
@@ -366,5 +367,6 @@ local function flush_group(k, key, now)
   local prio = string.sub(first, #tenant_of(first) + 2, #tenant_of(first) + 3)
   add_task(k, now, bid, cjson.encode(msg), tenant_of(first), 0, prio, 0)
   redis.call('HSET', KEYS[k + 4], bid .. '|g', table.concat(list, ' '))
+  redis.call('HSET', KEYS[k + 3], 'links', 1) -- acks look for batches from now on
   return bid
 end

@@ -18,6 +18,7 @@ for i = 4, #ARGV, 8 do
   if redis.call('HEXISTS', KEYS[4], ARGV[i]) == 1 then return 0 end
 end
 redis.call('HSET', KEYS[4], 'wf:' .. wf, ARGV[3])
+redis.call('HSET', KEYS[3], 'links', 1) -- acks look for children from now on
 redis.call('ZADD', KEYS[19], now, wf)
 local woke = false
 for i = 4, #ARGV, 8 do
