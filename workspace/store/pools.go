@@ -227,6 +227,9 @@ func (ps *Pools) Claim(ctx context.Context, n workspace.NewWorkspace, q auth.Quo
 	if ref == nil || n.ID != "" || n.ArchiveKey != "" {
 		return w, false, nil
 	}
+	if s.dialect == SQLite && q == (auth.Quotas{}) {
+		return ps.claimOne(ctx, n, adopt, now)
+	}
 	var id string
 	err = s.withOwnerLock(ctx, n.Owner, func(tx *sql.Tx) error {
 		if err := s.holdTemplate(ctx, tx, ref); err != nil {
@@ -247,6 +250,30 @@ func (ps *Pools) Claim(ctx context.Context, n workspace.NewWorkspace, q auth.Quo
 		return w, false, err
 	}
 	w, err = s.Get(ctx, id)
+	return w, err == nil, err
+}
+
+// claimOne is Claim on SQLite with no quota to check: one statement,
+// which the store's single writer runs between two statements of a bulk
+// batch when it comes from a user's request (batch.go) instead of waiting,
+// as a transaction of its own would, for the batch to end. (A template's
+// delete drains its members in the transaction that deletes it, so a
+// member still RUNNING is one of a template that exists.)
+func (ps *Pools) claimOne(ctx context.Context, n workspace.NewWorkspace, adopt bool, now time.Time) (workspace.Workspace, bool, error) {
+	s, ref, ms := ps.s, n.Spec.Template, now.UnixMilli()
+	pending := sql.NullInt64{Valid: adopt}
+	take := `UPDATE workspaces SET pool = NULL, pool_version = ?, owner = ?, name = ?, spec = ?, desired_state = ?,
+		created_at = ?, updated_at = ?, desired_version = desired_version + 1, last_activity_at = ?,
+		error_count = 0, error_info = NULL, last_retry_at = NULL, next_retry_at = NULL
+		WHERE id = (SELECT id FROM workspaces WHERE pool = ? AND pool_version = ? AND ` + readyMember + ` ORDER BY id LIMIT 1)`
+	k, err := s.exec(ctx, take, pending, n.Owner, n.Name, specJSON(n.Spec), string(n.Desired), ms, ms, ms, ref.Name, ref.Version)
+	switch {
+	case err != nil && isUnique(err):
+		return workspace.Workspace{}, false, fmt.Errorf("%w: %q", workspace.ErrNameTaken, n.Name)
+	case err != nil || k != 1:
+		return workspace.Workspace{}, false, err
+	}
+	w, err := s.Lookup(ctx, n.Name, n.Owner)
 	return w, err == nil, err
 }
 
