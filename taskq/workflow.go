@@ -24,7 +24,8 @@ import (
 // retries, the inspector all apply — that waits in scheduled ("waiting")
 // until its parents have succeeded. When a node dies (out of retries,
 // SkipRetry) or is cancelled, every node waiting below it is cancelled,
-// its last error naming the parent.
+// its last error naming the parent — but for the nodes that continue on
+// failure (ContinueOnFailure), for which a dead parent counts as done.
 type Workflow struct {
 	nodes []wfNode
 	index map[string]int
@@ -32,9 +33,10 @@ type Workflow struct {
 }
 
 type wfNode struct {
-	name  string
-	task  *Task
-	after []string
+	name      string
+	task      *Task
+	after     []string
+	keepGoing bool // ContinueOnFailure
 }
 
 // Workflow bounds.
@@ -85,6 +87,30 @@ func validNodeName(name string) bool {
 		}
 	}
 	return true
+}
+
+// ContinueOnFailure makes the named nodes (every node, if none is named)
+// run even when a parent dies: a dead parent then counts as done for them
+// (it has no result: ParentResults lacks it) instead of cancelling them.
+// A cancelled parent still cancels them.
+func (w *Workflow) ContinueOnFailure(names ...string) *Workflow {
+	if len(names) == 0 {
+		for i := range w.nodes {
+			w.nodes[i].keepGoing = true
+		}
+		return w
+	}
+	for _, name := range names {
+		i, ok := w.index[name]
+		if !ok {
+			if w.err == nil {
+				w.err = fmt.Errorf("%w: ContinueOnFailure: no workflow node %q", ErrInvalidTask, name)
+			}
+			continue
+		}
+		w.nodes[i].keepGoing = true
+	}
+	return w
 }
 
 // Chain is tasks run one after another, each after the previous one
@@ -189,7 +215,7 @@ func (w *Workflow) prepare(info *WorkflowInfo, now time.Time, opts []Option) ([]
 		if p.o.uniqueKey != "" || p.o.group != "" || len(parents) > 0 && !p.msg.Due.IsZero() {
 			return nil, fmt.Errorf("%w: workflow node %q: unique or grouped tasks, and scheduled ones but at the roots, cannot be workflow nodes", ErrInvalidTask, n.name)
 		}
-		out[i] = rdb.WfNode{EnqMsg: p.msg, Parents: len(parents), Children: children[i]}
+		out[i] = rdb.WfNode{EnqMsg: p.msg, Parents: len(parents), Children: children[i], KeepGoing: n.keepGoing}
 	}
 	return out, nil
 }

@@ -306,6 +306,23 @@ func TestWorkflowFailureAndCancel(t *testing.T) {
 		}
 	}
 
+	// Continue on failure: "after" runs once its dead parent ended (and its
+	// other parent succeeded), "next" after it; "strict" is cancelled.
+	kg := NewWorkflow().Add("ok", NewTask("ok", nil)).Add("bad", NewTask("bad", nil)).
+		Add("after", NewTask("ok", nil), "bad", "ok").Add("next", NewTask("ok", nil), "after").Add("strict", NewTask("ok", nil), "bad").
+		ContinueOnFailure("after")
+	kinfo, err := c.EnqueueWorkflow(ctx, kg, Queue(q))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kwant := map[string]string{"ok": "completed<nil>", "bad": "dead<nil>", "after": "completed<nil>", "next": "completed<nil>",
+		"strict": "cancelled: parent " + kinfo.Tasks["bad"] + " failed"}
+	waitFor(t, 20*time.Second, "the node that continues on failure to run", func() bool { return fmt.Sprint(states(kinfo)) == fmt.Sprint(kwant) })
+	log.after(t, kinfo.Tasks["after"], []string{kinfo.Tasks["ok"]})
+	if _, err := c.EnqueueWorkflow(ctx, NewWorkflow().Add("a", NewTask("ok", nil)).ContinueOnFailure("nope"), Queue(q)); !errors.Is(err, ErrInvalidTask) {
+		t.Fatalf("ContinueOnFailure of an unknown node: %v", err)
+	}
+
 	held, err := c.EnqueueWorkflow(ctx, Chain(NewTask("hold", nil), NewTask("ok", nil), NewTask("ok", nil)), Queue(q))
 	if err != nil {
 		t.Fatal(err)

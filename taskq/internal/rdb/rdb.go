@@ -197,6 +197,9 @@ type WfNode struct {
 	EnqMsg
 	Parents  int      // how many parents must succeed before it runs
 	Children []string // the ids of the nodes that wait for it
+	// KeepGoing: a parent that dies counts as done for it (it runs once
+	// its other parents end) instead of cancelling it.
+	KeepGoing bool
 }
 
 // EnqueueWorkflow adds the nodes of one workflow to q in one call: those
@@ -204,7 +207,7 @@ type WfNode struct {
 // succeed (workflow.lua). It returns false, adding nothing, if an id
 // exists.
 func (r *RDB) EnqueueWorkflow(ctx context.Context, q string, now time.Time, id, record string, nodes []WfNode) (bool, error) {
-	args := make([]string, 0, 3+8*len(nodes))
+	args := make([]string, 0, 3+9*len(nodes))
 	args = append(args, ms(now), id, record)
 	for _, n := range nodes {
 		due := "0"
@@ -212,7 +215,7 @@ func (r *RDB) EnqueueWorkflow(ctx context.Context, q string, now time.Time, id, 
 			due = ms(n.Due)
 		}
 		args = append(args, n.ID, n.Msg, n.Tenant, strconv.FormatFloat(n.Weight, 'g', -1, 64),
-			fmt.Sprintf("%02x", 255-n.Priority), strconv.Itoa(n.Parents), strings.Join(n.Children, " "), due)
+			fmt.Sprintf("%02x", 255-n.Priority), strconv.Itoa(n.Parents), strings.Join(n.Children, " "), due, boolArg(n.KeepGoing))
 	}
 	added, err := workflowScript.Exec(ctx, r.c, QueueKeys(q), args).AsInt64()
 	if err != nil {
@@ -755,4 +758,11 @@ func (r *RDB) Purge(ctx context.Context, q string) error {
 		}
 	}
 	return nil
+}
+
+func boolArg(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
 }

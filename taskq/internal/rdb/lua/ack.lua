@@ -32,12 +32,12 @@ for i, id in ipairs(ids) do
     local a = 2 + 3 * (i - 1)
     local keep, res = tonumber(ARGV[a + 1]), ARGV[a + 2]
     if keep > now then
-      for _, f in ipairs({id .. '|r', id .. '|n', id .. '|e', id .. '|m', id .. '|s', id .. '|wc'}) do fields[#fields + 1] = f end
+      for _, f in ipairs({id .. '|r', id .. '|n', id .. '|e', id .. '|m', id .. '|s', id .. '|wc', id .. '|wk'}) do fields[#fields + 1] = f end
       redis.call('ZADD', KEYS[10], keep, id)
       if res ~= '' then redis.call('HSET', KEYS[11], id, res) end
     else
       gone[#gone + 1] = id
-      for _, f in ipairs({id, id .. '|r', id .. '|n', id .. '|e', id .. '|d', id .. '|m', id .. '|c', id .. '|p', id .. '|s', id .. '|wc'}) do fields[#fields + 1] = f end
+      for _, f in ipairs({id, id .. '|r', id .. '|n', id .. '|e', id .. '|d', id .. '|m', id .. '|c', id .. '|p', id .. '|s', id .. '|wc', id .. '|wk'}) do fields[#fields + 1] = f end
     end
   end
 end

@@ -20,7 +20,7 @@ for _, id in ipairs(ids) do
   if (op == 'delete' or m) and redis.call('ZREM', KEYS[9], id) == 1 then
     n = n + 1
     if op == 'requeue' then
-      redis.call('HDEL', KEYS[4], id .. '|r', id .. '|n', id .. '|e', id .. '|d', id .. '|p', id .. '|s', id .. '|wc', id .. '|wp')
+      redis.call('HDEL', KEYS[4], id .. '|r', id .. '|n', id .. '|e', id .. '|d', id .. '|p', id .. '|s', id .. '|wc', id .. '|wp', id .. '|wk')
       activate(0, m)
     else
       forget(0, id)

@@ -36,6 +36,6 @@ if at > 0 then
 end
 redis.call('HSET', KEYS[4], id .. '|d', reason, id .. '|m', m)
 redis.call('ZADD', KEYS[9], now, id)
-cancel_descendants(0, id, now, 'parent ' .. id .. ' failed')
+cancel_descendants(0, id, now, 'parent ' .. id .. ' failed', true)
 redis.call('HINCRBY', KEYS[3], 'deadtotal', 1)
 return 2

@@ -162,7 +162,7 @@ end
 
 local function forget(k, id)
   forget_batch(k, id)
-  redis.call('HDEL', KEYS[k + 4], id, id .. '|r', id .. '|n', id .. '|e', id .. '|d', id .. '|m', id .. '|c', id .. '|p', id .. '|s', id .. '|wc', id .. '|wp')
+  redis.call('HDEL', KEYS[k + 4], id, id .. '|r', id .. '|n', id .. '|e', id .. '|d', id .. '|m', id .. '|c', id .. '|p', id .. '|s', id .. '|wc', id .. '|wp', id .. '|wk')
   redis.call('HDEL', KEYS[k + 11], id)
 end
 
@@ -308,14 +308,33 @@ local function release_children(k, id)
   return n
 end
 
+-- release_one counts one parent of waiting node c as done and makes it
+-- pending if it waits for no other.
+local function release_one(k, c)
+  if redis.call('HEXISTS', KEYS[k + 4], c .. '|wp') == 1 and redis.call('HINCRBY', KEYS[k + 4], c .. '|wp', -1) <= 0 then
+    redis.call('HDEL', KEYS[k + 4], c .. '|wp')
+    local m = redis.call('HGET', KEYS[k + 4], c .. '|m')
+    if m and redis.call('ZREM', KEYS[k + 7], m) == 1 then
+      activate(k, m)
+      wake(k)
+    end
+  end
+end
+
 -- cancel_descendants cancels every node still waiting below id (who and
 -- when as a cancel's, the reason in its last error); returns how many.
-local function cancel_descendants(k, id, now, why)
+-- With failed (id died), a child that continues on failure (id|wk) counts
+-- id as done instead (release_one), and nothing below it is cancelled.
+local function cancel_descendants(k, id, now, why, failed)
   local n, todo, seen = 0, {id}, {}
   while #todo > 0 do
     local p = table.remove(todo)
     local kids = redis.call('HGET', KEYS[k + 4], p .. '|wc')
     for c in string.gmatch(kids or '', '%S+') do
+      if failed and p == id and redis.call('HEXISTS', KEYS[k + 4], c .. '|wk') == 1 then
+        seen[c] = true
+        release_one(k, c)
+      end
       if not seen[c] then
         seen[c] = true
         local m = redis.call('HGET', KEYS[k + 4], c .. '|m')

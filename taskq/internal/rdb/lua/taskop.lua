@@ -46,7 +46,7 @@ if not m then
   m = redis.call('HGET', KEYS[4], id .. '|m')
   if not m then return {state, 0} end
   redis.call('ZREM', KEYS[key], id)
-  redis.call('HDEL', KEYS[4], id .. '|r', id .. '|n', id .. '|e', id .. '|d', id .. '|c', id .. '|p', id .. '|s', id .. '|wc', id .. '|wp')
+  redis.call('HDEL', KEYS[4], id .. '|r', id .. '|n', id .. '|e', id .. '|d', id .. '|c', id .. '|p', id .. '|s', id .. '|wc', id .. '|wp', id .. '|wk')
 else
   redis.call('ZREM', KEYS[key], m)
 end

@@ -1,8 +1,9 @@
 -- workflow: add a workflow's nodes (a DAG) to one queue, in one call.
 -- KEYS: the queue's 19 keys.
--- ARGV: now_ms, workflow id, its record (JSON), then per node 8 values:
+-- ARGV: now_ms, workflow id, its record (JSON), then per node 9 values:
 --       id, msg, tenant, weight, prio(2 hex), parents (how many), children
---       (space-separated ids), due_ms (a root's: 0 = now)
+--       (space-separated ids), due_ms (a root's: 0 = now), keep_going ('1':
+--       a parent that dies counts as done for it, id|wk)
 -- Returns the number of nodes added: all, or 0 if the workflow or any id
 -- exists (nothing is added then).
 -- Guarantees: atomic; a node without parents is pending (one wake-up token
@@ -14,14 +15,14 @@
 -- maintain.lua trims it with the dead tasks.
 local now, wf = tonumber(ARGV[1]), ARGV[2]
 if redis.call('HEXISTS', KEYS[4], 'wf:' .. wf) == 1 then return 0 end
-for i = 4, #ARGV, 8 do
+for i = 4, #ARGV, 9 do
   if redis.call('HEXISTS', KEYS[4], ARGV[i]) == 1 then return 0 end
 end
 redis.call('HSET', KEYS[4], 'wf:' .. wf, ARGV[3])
 redis.call('HSET', KEYS[3], 'links', 1) -- acks look for children from now on
 redis.call('ZADD', KEYS[19], now, wf)
 local woke = false
-for i = 4, #ARGV, 8 do
+for i = 4, #ARGV, 9 do
   local id, parents, kids = ARGV[i], tonumber(ARGV[i + 5]), ARGV[i + 6]
   local due = tonumber(ARGV[i + 7])
   if parents > 0 then due = WAITING end
@@ -32,6 +33,7 @@ for i = 4, #ARGV, 8 do
     woke = true
   end
   if kids ~= '' then redis.call('HSET', KEYS[4], id .. '|wc', kids) end
+  if ARGV[i + 8] == '1' and parents > 0 then redis.call('HSET', KEYS[4], id .. '|wk', 1) end
 end
 if woke then wake(0) end
-return (#ARGV - 3) / 8
+return (#ARGV - 3) / 9
