@@ -177,3 +177,52 @@ func TestWorkflowsSurviveKill9(t *testing.T) {
 		p.cmd.Wait()
 	}
 }
+
+// TestAggregationSurvivesKill9: 10,000 noop tasks in 100 groups (max size
+// 30, grace 200 ms) on two worker processes, one SIGKILLed halfway through
+// the enqueues (whatever it held then: the log says how many batches were
+// taken back) and restarted: every member is handed over in a batch that
+// completes (no member left waiting, no record left, no batch dead), and
+// the number of batches is what the groups make (4 each: 30, 30, 30, 10).
+func TestAggregationSurvivesKill9(t *testing.T) {
+	if testing.Short() {
+		t.Skip("process-level crash test")
+	}
+	bin := testutil.GantryBinary(t)
+	red := testutil.StartRedis(t, "--appendonly", "no")
+	addr := red.Addr()
+	c := newClient(t, addr)
+	ctx := t.Context()
+	q := "groupcrash"
+	args := []string{"--redis", addr, "--queues", q, "--concurrency", "4", "--lease", "2s"}
+	a := startWorkerProc(t, bin, args...)
+	b := startWorkerProc(t, bin, args...)
+	p := GroupPolicy{MaxSize: 30, Grace: 200 * time.Millisecond, MaxDelay: time.Minute}
+	for i := range 10000 {
+		if _, err := c.Enqueue(ctx, NewTask("noop", nil), Queue(q), Group(fmt.Sprint("g", i%100), p)); err != nil {
+			t.Fatal(err)
+		}
+		if i == 5000 {
+			if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			a.cmd.Wait()
+			a = startWorkerProc(t, bin, args...)
+		}
+	}
+	waitFor(t, 120*time.Second, "every batch completed", func() bool {
+		st := queueStats(t, c, q)
+		return st.Completed == 400 && st.Pending == 0 && st.Active == 0 && st.Scheduled == 0
+	})
+	st := queueStats(t, c, q)
+	r := openRDB(t, addr)
+	left, err := r.Client().Do(ctx, r.Client().B().Hlen().Key("tq:{"+q+"}:tasks").Build()).AsInt64()
+	if err != nil || left != 0 || st.Dead != 0 {
+		t.Fatalf("after every batch: %d task records left (%v), %d dead; want none", left, err, st.Dead)
+	}
+	t.Logf("400 batches completed; duplicates %d, reaped %d", st.DuplicatesTotal, st.ReapedTotal)
+	for _, p := range []*workerProc{a, b} {
+		p.cmd.Process.Signal(syscall.SIGTERM)
+		p.cmd.Wait()
+	}
+}
