@@ -9,10 +9,11 @@ import (
 	"time"
 )
 
-// TestAggregation: 10,000 tasks in 100 groups (max size 30, grace 300 ms)
-// reach the handler as batches: each group as three full batches of 30
-// and one of 10 after the grace; every member in exactly one batch, with
-// its own payload; no record left behind.
+// TestAggregation: 10,000 tasks in 100 groups (max size 30, grace 2 s: far
+// longer than the enqueues of one group take apart, even under -race on a
+// loaded machine) reach the handler as batches: each group as three full
+// batches of 30 and one of 10 after the grace; every member in exactly one
+// batch, with its own payload; no record left behind.
 func TestAggregation(t *testing.T) {
 	addr := testRedis(t)
 	c := newClient(t, addr)
@@ -35,7 +36,7 @@ func TestAggregation(t *testing.T) {
 		return nil
 	})
 	runWorker(t, w)
-	p := GroupPolicy{MaxSize: 30, Grace: 300 * time.Millisecond, MaxDelay: time.Minute}
+	p := GroupPolicy{MaxSize: 30, Grace: 2 * time.Second, MaxDelay: time.Minute}
 	for i := range 10000 {
 		id := fmt.Sprint("m", i)
 		if _, err := c.Enqueue(ctx, NewTask("mail", []byte(id)), Queue(q), TaskID(id), Group(fmt.Sprint("g", i%100), p)); err != nil {
