@@ -179,7 +179,7 @@ func TestWorkflowsSurviveKill9(t *testing.T) {
 }
 
 // TestAggregationSurvivesKill9: 10,000 noop tasks in 100 groups (max size
-// 30, grace 200 ms) on two worker processes, one SIGKILLed halfway through
+// 30, grace 2 s) on two worker processes, one SIGKILLed halfway through
 // the enqueues (whatever it held then: the log says how many batches were
 // taken back) and restarted: every member is handed over in a batch that
 // completes (no member left waiting, no record left, no batch dead), and
@@ -197,7 +197,7 @@ func TestAggregationSurvivesKill9(t *testing.T) {
 	args := []string{"--redis", addr, "--queues", q, "--concurrency", "4", "--lease", "2s"}
 	a := startWorkerProc(t, bin, args...)
 	b := startWorkerProc(t, bin, args...)
-	p := GroupPolicy{MaxSize: 30, Grace: 200 * time.Millisecond, MaxDelay: time.Minute}
+	p := GroupPolicy{MaxSize: 30, Grace: 2 * time.Second, MaxDelay: time.Minute}
 	for i := range 10000 {
 		if _, err := c.Enqueue(ctx, NewTask("noop", nil), Queue(q), Group(fmt.Sprint("g", i%100), p)); err != nil {
 			t.Fatal(err)
