@@ -256,6 +256,7 @@ type Decision struct {
 //	obs.Call: failed, error_count+1 > MaxRetries       fail, terminal RetryExceeded
 //	obs.Call: failed                                   fail, retry after RetryBackoff·2ⁿ (capped)
 //	observed ERROR, desired not DELETED                settled (the seed's skip)
+//	no operation, RUNNING = desired, restart pending   claim STOPPING (then STARTING: a restart)
 //	no operation, observed = desired, or Plan NONE     settled
 //	no operation                                       claim Plan(observed, desired, archive)
 //	in flight, Superseded (phase from owner, lease,    abandon
@@ -299,11 +300,17 @@ func Decide(row Workspace, obs Observation, now time.Time, policy Policy) Decisi
 }
 
 // planFor is the operation a step claims on w: none while one is in
-// flight, when w is converged or in ERROR (unless deleting), else the plan.
+// flight, when w is converged or in ERROR (unless deleting), else the plan;
+// a restart pending on a RUNNING workspace that should be RUNNING is a
+// STOPPING (its claim clears the restart, and the STARTING the plan then
+// asks for runs the command with the spec as it is now).
 func planFor(w Workspace) Operation {
 	switch {
-	case w.Operation != OpNone, w.ObservedStatus == w.DesiredState,
-		w.ObservedStatus == Error && w.DesiredState != Deleted:
+	case w.Operation != OpNone, w.ObservedStatus == Error && w.DesiredState != Deleted:
+		return OpNone
+	case w.ObservedStatus == w.DesiredState && w.RestartPending && w.ObservedStatus == Running:
+		return OpStopping
+	case w.ObservedStatus == w.DesiredState:
 		return OpNone
 	}
 	return Plan(w.ObservedStatus, w.DesiredState, w.ArchiveKey != "")

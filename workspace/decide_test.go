@@ -185,6 +185,8 @@ func rowField(w *Workspace, k, v string, at func(string) *time.Time) bool {
 		w.NextRetryAt = at(v)
 	case "seen":
 		w.ObservedAt = at(v)
+	case "restart":
+		w.RestartPending = true
 	default:
 		return false
 	}

@@ -10,7 +10,8 @@ import (
 // provisioned and RUNNING ahead of any create, owned by no one: a create
 // from the template that asks for RUNNING with the template's defaults
 // claims one (a compare-and-set on the row, so no member is ever handed out
-// twice) instead of waiting for a provider start. The leader refills the
+// twice) instead of waiting for a provider start (parameters that change
+// only the env: a restart of its command in place). The leader refills the
 // pool in the background, drains the members of an older version after a
 // template update, and replaces a member that failed.
 //
@@ -67,19 +68,38 @@ func (t Template) PoolMember(id string) (NewWorkspace, error) {
 	return n, nil
 }
 
-// Claims says whether n, made from t, is what t's pool members run (the
-// same image, command and spec: made with the defaults, asking RUNNING),
-// so one can serve it. Parameters that change the command or env make a
-// different workspace: it starts cold.
-func (t Template) Claims(n NewWorkspace) bool {
+// Claims says whether n, made from t, can be served by one of t's pool
+// members (ok): made with t's version and asking RUNNING, with the image
+// and command the defaults give. When n's parameters change only its env,
+// the member serves it by restarting its command in place with n's env
+// (restart; Workspace.RestartPending): the volume, the uid and the
+// network stay, and no provisioning is waited for. Parameters that change
+// the image, the command or anything else of the spec make a different
+// workspace: it starts cold.
+func (t Template) Claims(n NewWorkspace) (ok, restart bool) {
 	if n.Desired != Running || n.Spec.Template == nil || n.Spec.Template.Version != t.Version || n.ArchiveKey != "" {
-		return false
+		return false, false
 	}
 	m, err := t.Instantiate(n.Name, nil)
-	if err != nil {
-		return false
+	if err != nil || n.Image != m.Image || n.Command != m.Command {
+		return false, false
 	}
-	return n.Image == m.Image && n.Command == m.Command && specKey(n.Spec) == specKey(m.Spec)
+	if specKey(n.Spec) == specKey(m.Spec) {
+		return true, false
+	}
+	n.Spec.Env, m.Spec.Env = nil, nil
+	if specKey(n.Spec) != specKey(m.Spec) {
+		return false, false
+	}
+	return true, true
+}
+
+// PoolClaim is how a claim takes a pool member: Adopt, its provider hands
+// it to its new owner after the claim (provider.Adopter: Docker moves it to
+// the owner's network); Restart, its command is restarted in place with
+// the claim's spec (Claims' restart).
+type PoolClaim struct {
+	Adopt, Restart bool
 }
 
 // specKey is s without its template reference, as comparable text.

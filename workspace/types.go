@@ -143,6 +143,12 @@ type Workspace struct {
 	NextRetryAt    *time.Time `json:"next_retry_at,omitempty"`
 	CreatedAt      time.Time  `json:"created_at"`
 	UpdatedAt      time.Time  `json:"updated_at"`
+	// RestartPending: the workspace is RUNNING but its command is to be
+	// stopped and started again, to run with the spec it has now (a warm
+	// pool member claimed with parameters that change only its env,
+	// pool.go). The next claim of any operation clears it; until then
+	// the workspace is not ready (Ready).
+	RestartPending bool `json:"restart_pending,omitempty"`
 
 	// Volume is the volume's path on this server (filled by the API).
 	Volume string `json:"volume,omitempty"`
@@ -156,6 +162,13 @@ type Workspace struct {
 	// Pooled, in a create's answer only, says the workspace came RUNNING
 	// from its template's warm pool (pool.go).
 	Pooled bool `json:"pooled,omitempty"`
+}
+
+// Ready says whether w is RUNNING and settled there: no operation in
+// flight and no restart pending. What `ws wait ID RUNNING` waits for, and
+// what exec and the proxy need.
+func (w *Workspace) Ready() bool {
+	return w.ObservedStatus == Running && w.Operation == OpNone && !w.RestartPending
 }
 
 // Sentinel errors.

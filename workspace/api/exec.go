@@ -97,8 +97,8 @@ func (a *API) exec(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, fmt.Errorf("%w: exec needs a command (arg=…)", workspace.ErrBadInput))
 		return
 	}
-	if ws.ObservedStatus != workspace.Running {
-		a.fail(w, r, fmt.Errorf("%w: workspace %s is %s, not RUNNING: bring it up first", workspace.ErrConflict, ws.ID, ws.ObservedStatus))
+	if err := notRunning(ws); err != nil {
+		a.fail(w, r, err)
 		return
 	}
 	spec := provider.ExecSpec{ID: ws.ID, Argv: argv, Env: ws.Env}
@@ -158,4 +158,17 @@ func execInput(r *http.Request, rc *http.ResponseController, spec *provider.Exec
 		return nil, nil
 	}
 	return pr, nil
+}
+
+// notRunning is the conflict of a command sent to ws when it is not
+// RUNNING, or is about to restart its command in place (a claim from a
+// warm pool with another env): the caller tries again, as after a create.
+func notRunning(ws workspace.Workspace) error {
+	switch {
+	case ws.ObservedStatus != workspace.Running:
+		return fmt.Errorf("%w: workspace %s is %s, not RUNNING: bring it up first", workspace.ErrConflict, ws.ID, ws.ObservedStatus)
+	case ws.RestartPending:
+		return fmt.Errorf("%w: workspace %s is restarting its command with its new environment: try again in a moment", workspace.ErrConflict, ws.ID)
+	}
+	return nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gantryhq/gantry/workspace"
 	"github.com/gantryhq/gantry/workspace/auth"
+	"github.com/gantryhq/gantry/workspace/hints"
 	"github.com/gantryhq/gantry/workspace/provider"
 )
 
@@ -19,16 +20,19 @@ import (
 //	PUT /v1/templates/{name}/pool  {"size": N} → the same (0 drains it)
 //
 // A create from the template (POST /v1/workspaces {"name", "template",
-// "desired_state": "RUNNING"}) whose parameters leave the command and env
-// as the defaults make them takes a ready member when there is one: it
-// answers 201 with the workspace already RUNNING and "pooled": true. Any
-// other create from it, or one that finds no member ready, starts cold.
+// "desired_state": "RUNNING"}) whose parameters leave the image and
+// command as the defaults make them takes a ready member when there is
+// one: it answers 201 with the workspace already RUNNING and "pooled":
+// true. If its parameters change the env, the member's command is
+// restarted in place with it ("restart_pending": true until it has been;
+// exec waits for it with 409 like any start). Any other create from it,
+// or one that finds no member ready, starts cold.
 
 // PoolStore keeps the warm pools (store.Pools).
 type PoolStore interface {
 	SetSize(ctx context.Context, name string, size int, now time.Time) error
 	Status(ctx context.Context, name string, version int) (workspace.PoolStatus, error)
-	Claim(ctx context.Context, n workspace.NewWorkspace, q auth.Quotas, adopt bool, now time.Time) (workspace.Workspace, bool, error)
+	Claim(ctx context.Context, n workspace.NewWorkspace, q auth.Quotas, how workspace.PoolClaim, now time.Time) (workspace.Workspace, bool, error)
 }
 
 // PoolRequest is PUT /v1/templates/{name}/pool's body.
@@ -126,7 +130,11 @@ func (a *API) canPool(ctx context.Context, name string) error {
 // is what its members run and one is ready (ok); otherwise the caller
 // creates n cold.
 func (a *API) claimPooled(ctx context.Context, t workspace.Template, n workspace.NewWorkspace) (workspace.Workspace, bool, error) {
-	if a.cfg.Pools == nil || !t.Claims(n) {
+	if a.cfg.Pools == nil {
+		return workspace.Workspace{}, false, nil
+	}
+	ok, restart := t.Claims(n)
+	if !ok {
 		return workspace.Workspace{}, false, nil
 	}
 	// The member becomes its owner's in the provider too (Docker: its
@@ -134,5 +142,9 @@ func (a *API) claimPooled(ctx context.Context, t workspace.Template, n workspace
 	// path of the owner's first commands; until then it sits on the pool
 	// members' network, where no container reaches another.
 	_, adopt := a.cfg.Container.(provider.Adopter)
-	return a.cfg.Pools.Claim(ctx, n, a.cfg.Quotas, adopt, a.clock.Now())
+	w, ok, err := a.cfg.Pools.Claim(ctx, n, a.cfg.Quotas, workspace.PoolClaim{Adopt: adopt, Restart: restart}, a.clock.Now())
+	if ok {
+		a.hints.Publish(ctx, hints.ChanPool, t.Name) // the leader refills it now
+	}
+	return w, ok, err
 }

@@ -82,7 +82,7 @@ func (a *API) forward(w http.ResponseWriter, r *http.Request, ws workspace.Works
 		a.fail(w, r, fmt.Errorf("%w: this server's provider does not serve workspace ports", workspace.ErrBadInput))
 		return
 	}
-	if ws.DesiredState != workspace.Running || ws.ObservedStatus != workspace.Running || ws.Operation != workspace.OpNone {
+	if ws.DesiredState != workspace.Running || !ws.Ready() {
 		a.wake(w, r, ws)
 		return
 	}

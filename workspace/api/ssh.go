@@ -66,8 +66,8 @@ func (a *API) upgradeSSH(w http.ResponseWriter, r *http.Request) {
 		err = fmt.Errorf("%w: this server's provider cannot run commands in workspaces", workspace.ErrBadInput)
 	case r.ProtoMajor != 1 || !strings.EqualFold(r.Header.Get("Upgrade"), "ssh") || !headerHasToken(r.Header, "Connection", "upgrade"):
 		err = fmt.Errorf("%w: ssh needs HTTP/1.1 with Connection: Upgrade and Upgrade: ssh (use `gantry ws ssh --stdio`)", workspace.ErrBadInput)
-	case ws.ObservedStatus != workspace.Running:
-		err = fmt.Errorf("%w: workspace %s is %s, not RUNNING: bring it up first", workspace.ErrConflict, ws.ID, ws.ObservedStatus)
+	default:
+		err = notRunning(ws) // exec.go
 	}
 	if err != nil {
 		a.fail(w, r, err)

@@ -35,6 +35,11 @@ const (
 
 	ChanMonitorUrgent   = "monitor-urgent"   // ChanMonitor, for work a user asked for
 	ChanWorkspaceUrgent = "workspace-urgent" // ChanWorkspace, for work a user asked for
+
+	// ChanPool carries a template's name: "its warm pool lost a member
+	// (a claim): refill it now", for the leader's pool filler, which
+	// otherwise looks every --pool-interval.
+	ChanPool = "pool"
 )
 
 // UrgentTwin is the urgent channel that carries channel's hints for work a
@@ -284,7 +289,7 @@ func (h *Postgres) Run(ctx context.Context) error {
 	sending.Go(func() { h.send(ctx, ob, log) })
 	defer sending.Wait()
 	chans := map[string]string{}
-	for _, c := range []string{ChanMonitor, ChanWorkspace, ChanMonitorUrgent, ChanWorkspaceUrgent} {
+	for _, c := range []string{ChanMonitor, ChanWorkspace, ChanMonitorUrgent, ChanWorkspaceUrgent, ChanPool} {
 		chans[pgChannel(c)] = c
 	}
 	for ctx.Err() == nil {
@@ -360,7 +365,7 @@ func (h *Redis) Run(ctx context.Context) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	cmd := h.Client.B().Psubscribe().Pattern(ChanMonitor, "workspace:*", ChanMonitorUrgent, ChanWorkspaceUrgent).Build()
+	cmd := h.Client.B().Psubscribe().Pattern(ChanMonitor, "workspace:*", ChanMonitorUrgent, ChanWorkspaceUrgent, ChanPool).Build()
 	for ctx.Err() == nil {
 		err := h.Client.Receive(ctx, cmd, func(m rueidis.PubSubMessage) {
 			if id, ok := strings.CutPrefix(m.Channel, "workspace:"); ok {

@@ -409,6 +409,7 @@ func (r *Reconciler) claim(ctx context.Context, w *workspace.Workspace, d worksp
 	}
 	lease := d.LeaseUntil
 	w.Operation, w.OpID, w.OpStartedAt, w.OpOwner, w.OpLeaseUntil, w.OpExecuted = d.Op, opID, &now, r.cfg.Owner, &lease, false
+	w.RestartPending = false // the claim's write cleared it
 	r.cfg.Metrics.opStarted(d.Op)
 	r.cfg.Logger.Debug("workspace: claimed", "id", w.ID, "op", d.Op, "op_id", w.OpID)
 	return r.execute(ctx, w, d)

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -36,7 +37,8 @@ func createdJSON(t *testing.T, out string) workspace.Workspace {
 // admin sizes a template's pool and waits for it; an owner's create with
 // --desired RUNNING comes back RUNNING from the pool (its command already
 // ran, with the defaults) and the pool refills; a create whose parameter
-// changes the env, or one that asks STANDBY, starts cold; the members are
+// changes the env takes a member too, whose command restarts in place with
+// it (ws wait waits for that); one that asks STANDBY starts cold; the members are
 // nobody's (not in any list, each its own uid and volume); a template
 // update drains the pool and rebuilds it with the new version; a template
 // whose parameter has no default gets no pool (400 naming it); size 0
@@ -46,7 +48,7 @@ func TestWarmPoolThroughTheCLI(t *testing.T) {
 		t.Skip("process-level test")
 	}
 	s := wstest.StartServe(t, "", t.TempDir())
-	s.CLI("template", "create", "py", "--cmd", `echo "$GREETING v1" > out; exec sleep infinity`,
+	s.CLI("template", "create", "py", "--cmd", `echo "$GREETING v1" >> out; exec sleep infinity`,
 		"--env", "GREETING={{.greeting}}", "--param", "greeting=hi")
 	st := poolStatus(t, s.CLI("template", "pool", "py", "3", "--wait", "--timeout", "60s"))
 	if st.Size != 3 || st.Ready != 3 || st.Version != 1 {
@@ -91,14 +93,21 @@ func TestWarmPoolThroughTheCLI(t *testing.T) {
 	}
 
 	out, err = asAlice("create", "a2", "--template", "py", "--param", "greeting=yo", "--desired", "RUNNING", "--json")
-	if err != nil || createdJSON(t, out).Pooled {
-		t.Fatalf("a create with another greeting (another env): %v\n%s; want a cold start", err, out)
-	}
 	a2 := createdJSON(t, out)
-	wstest.WaitFor(t, 30*time.Second, "a2's own output", func() (bool, string) {
-		got, _ := asAlice("exec", a2.ID, "--", "cat", "out")
-		return got == "yo v1", got
-	})
+	if err != nil || !a2.Pooled || !a2.RestartPending || !slices.Contains(a2.Env, "GREETING=yo") {
+		t.Fatalf("a create with another greeting (only the env differs): %v\n%s; want a member, its command to restart in place", err, out)
+	}
+	if out, err := asAlice("wait", a2.ID, "RUNNING", "--timeout", "30s"); err != nil {
+		t.Fatalf("ws wait a2 RUNNING: %v\n%s", err, out)
+	}
+	// ws wait waited for the restart: the member's command ran with the
+	// defaults, then again, in the same volume, with a2's env.
+	if got, err := asAlice("exec", a2.ID, "--", "cat", "out"); err != nil || got != "hi v1\nyo v1" {
+		t.Fatalf("a2's output after ws wait: %q, %v; want the member's run, then its own (hi v1, yo v1)", got, err)
+	}
+	if out, err := asAlice("get", a2.ID, "--json"); err != nil || createdJSON(t, out).RestartPending {
+		t.Fatalf("a2 after its restart: %v\n%s; want no restart pending", err, out)
+	}
 	out, err = asAlice("create", "a3", "--template", "py", "--json")
 	if err != nil || createdJSON(t, out).Pooled {
 		t.Fatalf("a STANDBY create: %v\n%s; want no claim", err, out)

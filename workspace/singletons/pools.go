@@ -62,12 +62,19 @@ type PoolFiller struct {
 	Logger     *slog.Logger
 }
 
-// Run fills the pools at once and then every Interval until ctx ends.
+// Run fills the pools at once, then every Interval and whenever a claim
+// says a pool lost a member (hints.ChanPool), until ctx ends.
 func (f *PoolFiller) Run(ctx context.Context) error {
 	c := clock.Or(f.Clock)
 	every := f.Interval
 	if every <= 0 {
 		every = 500 * time.Millisecond
+	}
+	var claimed <-chan string
+	if f.Hints != nil {
+		ch, cancel := f.Hints.Subscribe(hints.ChanPool)
+		defer cancel()
+		claimed = ch
 	}
 	for {
 		if err := f.Fill(ctx, c.Now()); err != nil && ctx.Err() == nil {
@@ -77,6 +84,19 @@ func (f *PoolFiller) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-c.After(every):
+		case <-claimed:
+			drain(claimed) // one pass serves every claim so far
+		}
+	}
+}
+
+// drain empties c's queued values without waiting.
+func drain(c <-chan string) {
+	for {
+		select {
+		case <-c:
+		default:
+			return
 		}
 	}
 }

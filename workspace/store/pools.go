@@ -214,11 +214,13 @@ var errNoMember = errors.New("store: no pool member ready")
 // desired state. ok is false, with no error, when no member is ready: the
 // caller creates n cold. A quota or a taken name fails as CreateWithin's.
 //
-// With adopt, the claimed member is marked as waiting for its provider to
+// With how.Restart, the claimed member's command is restarted in place
+// (restart = 1: the reconciler stops it and starts it again with n's
+// spec). With how.Adopt, the claimed member is marked as waiting for its provider to
 // hand it to its new owner (provider.Adopter: Docker moves it to the
 // owner's network) until Adopted: a crash between the two leaves it in
 // PendingAdoptions, which the leader retries.
-func (ps *Pools) Claim(ctx context.Context, n workspace.NewWorkspace, q auth.Quotas, adopt bool, now time.Time) (w workspace.Workspace, ok bool, err error) {
+func (ps *Pools) Claim(ctx context.Context, n workspace.NewWorkspace, q auth.Quotas, how workspace.PoolClaim, now time.Time) (w workspace.Workspace, ok bool, err error) {
 	s := ps.s
 	if err := n.Validate(); err != nil {
 		return w, false, err
@@ -228,7 +230,7 @@ func (ps *Pools) Claim(ctx context.Context, n workspace.NewWorkspace, q auth.Quo
 		return w, false, nil
 	}
 	if s.dialect == SQLite && q == (auth.Quotas{}) {
-		return ps.claimOne(ctx, n, adopt, now)
+		return ps.claimOne(ctx, n, how, now)
 	}
 	var id string
 	err = s.withOwnerLock(ctx, n.Owner, func(tx *sql.Tx) error {
@@ -238,7 +240,7 @@ func (ps *Pools) Claim(ctx context.Context, n workspace.NewWorkspace, q auth.Quo
 		if err := s.checkQuotas(ctx, tx, n, q); err != nil {
 			return err
 		}
-		id, err = s.takeMember(ctx, tx, n, adopt, now)
+		id, err = s.takeMember(ctx, tx, n, how, now)
 		return err
 	})
 	switch {
@@ -259,14 +261,14 @@ func (ps *Pools) Claim(ctx context.Context, n workspace.NewWorkspace, q auth.Quo
 // as a transaction of its own would, for the batch to end. (A template's
 // delete drains its members in the transaction that deletes it, so a
 // member still RUNNING is one of a template that exists.)
-func (ps *Pools) claimOne(ctx context.Context, n workspace.NewWorkspace, adopt bool, now time.Time) (workspace.Workspace, bool, error) {
+func (ps *Pools) claimOne(ctx context.Context, n workspace.NewWorkspace, how workspace.PoolClaim, now time.Time) (workspace.Workspace, bool, error) {
 	s, ref, ms := ps.s, n.Spec.Template, now.UnixMilli()
-	pending := sql.NullInt64{Valid: adopt}
+	pending := sql.NullInt64{Valid: how.Adopt}
 	take := `UPDATE workspaces SET pool = NULL, pool_version = ?, owner = ?, name = ?, spec = ?, desired_state = ?,
 		created_at = ?, updated_at = ?, desired_version = desired_version + 1, last_activity_at = ?,
-		error_count = 0, error_info = NULL, last_retry_at = NULL, next_retry_at = NULL
+		error_count = 0, error_info = NULL, last_retry_at = NULL, next_retry_at = NULL, restart = ?
 		WHERE id = (SELECT id FROM workspaces WHERE pool = ? AND pool_version = ? AND ` + readyMember + ` ORDER BY id LIMIT 1)`
-	k, err := s.exec(ctx, take, pending, n.Owner, n.Name, specJSON(n.Spec), string(n.Desired), ms, ms, ms, ref.Name, ref.Version)
+	k, err := s.exec(ctx, take, pending, n.Owner, n.Name, specJSON(n.Spec), string(n.Desired), ms, ms, ms, boolInt(how.Restart), ref.Name, ref.Version)
 	switch {
 	case err != nil && isUnique(err):
 		return workspace.Workspace{}, false, fmt.Errorf("%w: %q", workspace.ErrNameTaken, n.Name)
@@ -291,7 +293,7 @@ func (s *Store) checkQuotas(ctx context.Context, tx *sql.Tx, n workspace.NewWork
 
 // takeMember picks a ready member of n's template version and makes it n:
 // its id, or errNoMember.
-func (s *Store) takeMember(ctx context.Context, tx *sql.Tx, n workspace.NewWorkspace, adopt bool, now time.Time) (string, error) {
+func (s *Store) takeMember(ctx context.Context, tx *sql.Tx, n workspace.NewWorkspace, how workspace.PoolClaim, now time.Time) (string, error) {
 	ref := n.Spec.Template
 	pick := `SELECT id FROM workspaces WHERE pool = ? AND pool_version = ? AND ` + readyMember + ` ORDER BY id LIMIT 1`
 	if s.dialect == Postgres {
@@ -304,12 +306,12 @@ func (s *Store) takeMember(ctx context.Context, tx *sql.Tx, n workspace.NewWorks
 		return "", err
 	}
 	ms := now.UnixMilli()
-	pending := sql.NullInt64{Valid: adopt} // 0: adoption pending
+	pending := sql.NullInt64{Valid: how.Adopt} // 0: adoption pending
 	take := `UPDATE workspaces SET pool = NULL, pool_version = ?, owner = ?, name = ?, spec = ?, desired_state = ?,
 		created_at = ?, updated_at = ?, desired_version = desired_version + 1, last_activity_at = ?,
-		error_count = 0, error_info = NULL, last_retry_at = NULL, next_retry_at = NULL
+		error_count = 0, error_info = NULL, last_retry_at = NULL, next_retry_at = NULL, restart = ?
 		WHERE id = ? AND pool = ? AND ` + readyMember
-	res, err := tx.ExecContext(ctx, s.rebind(take), pending, n.Owner, n.Name, specJSON(n.Spec), string(n.Desired), ms, ms, ms, id, ref.Name)
+	res, err := tx.ExecContext(ctx, s.rebind(take), pending, n.Owner, n.Name, specJSON(n.Spec), string(n.Desired), ms, ms, ms, boolInt(how.Restart), id, ref.Name)
 	if err != nil {
 		return "", err
 	}

@@ -80,12 +80,12 @@ func TestPoolRefillAndClaim(t *testing.T) {
 				t.Fatal(err)
 			}
 			claim.Owner, claim.Desired = "alice", workspace.Running
-			if w, ok, err := st.Pools().Claim(ctx, claim, auth.Quotas{}, false, now); ok || err != nil {
+			if w, ok, err := st.Pools().Claim(ctx, claim, auth.Quotas{}, workspace.PoolClaim{}, now); ok || err != nil {
 				t.Fatalf("claim before any member runs: %+v, %v, %v; want a miss", w, ok, err)
 			}
 			runAll(t, st, r.Created)
 			wantStatus(t, st, v1.Name, 1, workspace.PoolStatus{Size: 3, Ready: 3})
-			w, ok, err := st.Pools().Claim(ctx, claim, auth.Quotas{Workspaces: 1}, false, now)
+			w, ok, err := st.Pools().Claim(ctx, claim, auth.Quotas{Workspaces: 1}, workspace.PoolClaim{}, now)
 			if !ok || err != nil || w.Owner != "alice" || w.Name != "a1" || w.DesiredState != workspace.Running ||
 				w.ObservedStatus != workspace.Running || w.Spec.Template == nil || w.Spec.Template.Version != 1 {
 				t.Fatalf("claim: %+v, %v, %v", w, ok, err)
@@ -93,11 +93,11 @@ func TestPoolRefillAndClaim(t *testing.T) {
 			wantStatus(t, st, v1.Name, 1, workspace.PoolStatus{Size: 3, Ready: 2})
 			claim.Name = "a2"
 			var qe *auth.QuotaError
-			if _, ok, err := st.Pools().Claim(ctx, claim, auth.Quotas{Workspaces: 1}, false, now); ok || !errors.As(err, &qe) {
+			if _, ok, err := st.Pools().Claim(ctx, claim, auth.Quotas{Workspaces: 1}, workspace.PoolClaim{}, now); ok || !errors.As(err, &qe) {
 				t.Fatalf("claim over quota: %v, %v; want a QuotaError", ok, err)
 			}
 			claim.Name = "a1"
-			if _, ok, err := st.Pools().Claim(ctx, claim, auth.Quotas{}, false, now); ok || !errors.Is(err, workspace.ErrNameTaken) {
+			if _, ok, err := st.Pools().Claim(ctx, claim, auth.Quotas{}, workspace.PoolClaim{}, now); ok || !errors.Is(err, workspace.ErrNameTaken) {
 				t.Fatalf("claim of a taken name: %v, %v; want ErrNameTaken", ok, err)
 			}
 			wantStatus(t, st, v1.Name, 1, workspace.PoolStatus{Size: 3, Ready: 2})
@@ -182,7 +182,7 @@ func TestPoolClaimsRace(t *testing.T) {
 					if i%3 == 0 {
 						q = auth.Quotas{} // on SQLite: one statement (claimOne)
 					}
-					w, ok, err := st.Pools().Claim(ctx, n, q, i%2 == 0, now)
+					w, ok, err := st.Pools().Claim(ctx, n, q, workspace.PoolClaim{Adopt: i%2 == 0}, now)
 					mu.Lock()
 					defer mu.Unlock()
 					switch {
@@ -319,4 +319,61 @@ func waitLocked(t *testing.T, db *sql.DB) {
 		runtime.Gosched()
 	}
 	t.Fatal("no session waited on the held row")
+}
+
+// TestPoolClaimRestart: a claim whose parameters change only the env
+// (workspace.Template.Claims: restart) takes a member with its new env and
+// a restart pending, which makes it actionable (the reconciler's sweep
+// finds it: STOPPING, then STARTING); the claim of any operation clears
+// it. Both claim paths: with a quota (a transaction) and without (SQLite:
+// one statement).
+func TestPoolClaimRestart(t *testing.T) {
+	for _, b := range storetest.Backends {
+		t.Run(b.Name, func(t *testing.T) {
+			ctx := t.Context()
+			st := storetest.Open(t, b.DSN(t))
+			now := time.Now()
+			v1, err := st.Templates().Put(ctx, pyTemplate("serve"), true, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := st.Pools().SetSize(ctx, v1.Name, 2, now); err != nil {
+				t.Fatal(err)
+			}
+			r, err := st.Pools().Refill(ctx, v1.Name, 1, 2, members(t, v1, 2), now)
+			if err != nil || len(r.Created) != 2 {
+				t.Fatalf("refill: %+v, %v", r, err)
+			}
+			runAll(t, st, r.Created)
+			for i, q := range []auth.Quotas{{}, {Workspaces: 5}} {
+				port := fmt.Sprint(9000 + i)
+				n, err := v1.Instantiate(fmt.Sprint("r", i), map[string]string{"port": port})
+				if err != nil {
+					t.Fatal(err)
+				}
+				n.Owner, n.Desired = "alice", workspace.Running
+				if ok, restart := v1.Claims(n); !ok || !restart {
+					t.Fatalf("Claims of an env-only parameter: %v, %v; want a claim with a restart", ok, restart)
+				}
+				w, ok, err := st.Pools().Claim(ctx, n, q, workspace.PoolClaim{Restart: true}, now)
+				if !ok || err != nil || !w.RestartPending || !slices.Contains(w.Env, "APP_PORT="+port) || w.ObservedStatus != workspace.Running {
+					t.Fatalf("claim with a restart (quotas %+v): %+v, %v, %v; want RUNNING, restart pending, APP_PORT=%s", q, w, ok, err, port)
+				}
+				ids, err := st.ListActionableIDs(ctx)
+				if err != nil || !slices.Contains(ids, w.ID) {
+					t.Fatalf("actionable after the claim: %v, %v; want %s in it", ids, err, w.ID)
+				}
+				if d := workspace.Decide(w, workspace.Observation{}, now, workspace.Policy{Owner: "me"}); d.Action != workspace.ActClaim || d.Op != workspace.OpStopping {
+					t.Fatalf("decision on a restart pending: %+v; want a claim of STOPPING", d)
+				}
+				if ok, err := st.Claim(ctx, w, workspace.OpStopping, fmt.Sprint("op-", i), "me", now, now.Add(time.Minute)); !ok || err != nil {
+					t.Fatalf("claim of STOPPING: %v, %v", ok, err)
+				}
+				got, err := st.Get(ctx, w.ID)
+				if err != nil || got.RestartPending || got.Operation != workspace.OpStopping {
+					t.Fatalf("after the STOPPING claim: %+v, %v; want the restart cleared", got, err)
+				}
+			}
+		})
+	}
 }

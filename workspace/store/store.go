@@ -153,7 +153,7 @@ func (s *Store) exec(ctx context.Context, q string, args ...any) (int64, error) 
 
 const cols = `id, name, owner, image, command, desired_state, observed_status, observed_at, operation, op_id,
 	op_started_at, op_owner, op_lease_until, op_executed, archive_key, error_count, error_info,
-	previous_status, last_retry_at, next_retry_at, created_at, updated_at, spec`
+	previous_status, last_retry_at, next_retry_at, created_at, updated_at, spec, restart`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -161,12 +161,12 @@ func scanWorkspace(r scanner) (workspace.Workspace, error) {
 	var w workspace.Workspace
 	var observedAt, opStarted, lease, lastRetry, nextRetry sql.NullInt64
 	var opID, owner, key, info, prev sql.NullString
-	var executed int
+	var executed, restart int
 	var created, updated int64
 	var spec string
 	err := r.Scan(&w.ID, &w.Name, &w.Owner, &w.Image, &w.Command, &w.DesiredState, &w.ObservedStatus, &observedAt,
 		&w.Operation, &opID, &opStarted, &owner, &lease, &executed, &key, &w.ErrorCount, &info,
-		&prev, &lastRetry, &nextRetry, &created, &updated, &spec)
+		&prev, &lastRetry, &nextRetry, &created, &updated, &spec, &restart)
 	if err != nil {
 		return w, err
 	}
@@ -178,7 +178,7 @@ func scanWorkspace(r scanner) (workspace.Workspace, error) {
 	w.ObservedAt, w.OpStartedAt, w.OpLeaseUntil = msPtr(observedAt), msPtr(opStarted), msPtr(lease)
 	w.LastRetryAt, w.NextRetryAt = msPtr(lastRetry), msPtr(nextRetry)
 	w.OpID, w.OpOwner, w.ArchiveKey, w.PreviousStatus = opID.String, owner.String, key.String, workspace.Status(prev.String)
-	w.OpExecuted = executed != 0
+	w.OpExecuted, w.RestartPending = executed != 0, restart != 0
 	w.CreatedAt, w.UpdatedAt = time.UnixMilli(created).UTC(), time.UnixMilli(updated).UTC()
 	if info.Valid && info.String != "" {
 		w.ErrorInfo = new(workspace.ErrorInfo)
@@ -340,7 +340,8 @@ func (s *Store) ListOwned(ctx context.Context, owner string) ([]workspace.Worksp
 
 // actionable is the reconciler's filter; it matches SQLite's partial index
 // (Postgres has none: its writes stay heap-only, migration 0204).
-const actionable = `operation <> 'NONE' OR (desired_state <> observed_status AND (observed_status <> 'ERROR' OR desired_state = 'DELETED'))`
+const actionable = `operation <> 'NONE' OR (desired_state <> observed_status AND (observed_status <> 'ERROR' OR desired_state = 'DELETED'))
+       OR (restart = 1 AND observed_status = 'RUNNING' AND desired_state = 'RUNNING')`
 
 // ListActionable reads, in one query, the workspaces the reconciler may have
 // to act on: an operation in flight, or desired ≠ observed outside ERROR.
@@ -424,7 +425,7 @@ func (s *Store) SetDesiredOf(ctx context.Context, w workspace.Workspace, desired
 // archive key and last op_id: a plan from a stale snapshot never runs).
 func (s *Store) Claim(ctx context.Context, w workspace.Workspace, op workspace.Operation, opID, owner string, now, leaseUntil time.Time) (bool, error) {
 	n, err := s.exec(ctx, `UPDATE workspaces SET operation = ?, op_id = ?, op_started_at = ?, op_owner = ?, op_lease_until = ?,
-		op_executed = 0, next_retry_at = NULL, updated_at = ?
+		op_executed = 0, next_retry_at = NULL, restart = 0, updated_at = ?
 		WHERE id = ? AND operation = 'NONE'`+planSeen+` AND COALESCE(op_id, '') = ?`,
 		string(op), opID, now.UnixMilli(), owner, leaseUntil.UnixMilli(), now.UnixMilli(), w.ID, string(w.ObservedStatus), string(w.DesiredState),
 		w.ArchiveKey, w.OpID)
@@ -558,7 +559,7 @@ func (s *Store) Complete(ctx context.Context, w workspace.Workspace, now time.Ti
 // next.
 func (s *Store) CompleteAndClaim(ctx context.Context, w workspace.Workspace, op workspace.Operation, opID, owner string, now, leaseUntil time.Time) (bool, error) {
 	n, err := s.exec(ctx, `UPDATE workspaces SET operation = ?, op_id = ?, op_started_at = ?, op_owner = ?, op_lease_until = ?,
-		op_executed = 0, error_count = 0, error_info = NULL, next_retry_at = NULL, updated_at = ?
+		op_executed = 0, error_count = 0, error_info = NULL, next_retry_at = NULL, restart = 0, updated_at = ?
 		WHERE id = ? AND op_id = ? AND operation <> 'NONE'`+planSeen,
 		string(op), opID, now.UnixMilli(), owner, leaseUntil.UnixMilli(), now.UnixMilli(),
 		w.ID, w.OpID, string(w.ObservedStatus), string(w.DesiredState), w.ArchiveKey)

@@ -166,5 +166,6 @@ func (s *Store) ListActionableIDs(context.Context) ([]string, error) {
 func actionable(r *row) bool {
 	w := r.w
 	return w.Operation != workspace.OpNone || (w.DesiredState != w.ObservedStatus &&
-		(w.ObservedStatus != workspace.Error || w.DesiredState == workspace.Deleted))
+		(w.ObservedStatus != workspace.Error || w.DesiredState == workspace.Deleted)) ||
+		(w.RestartPending && w.ObservedStatus == workspace.Running && w.DesiredState == workspace.Running)
 }

@@ -196,6 +196,7 @@ func clearOp(c *workspace.Workspace, now time.Time) {
 func startOp(c *workspace.Workspace, op workspace.Operation, opID, owner string, now, leaseUntil time.Time) {
 	c.Operation, c.OpID, c.OpStartedAt, c.OpOwner, c.OpLeaseUntil = op, opID, msPtr(now), owner, msPtr(leaseUntil)
 	c.OpExecuted, c.NextRetryAt, c.UpdatedAt = false, nil, ms(now)
+	c.RestartPending = false
 }
 
 // CompleteRestart ends w's operation keeping the error count and info, if

@@ -275,6 +275,9 @@ func newWSGetCmd(client func() *wsclient.Client) *cobra.Command {
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "id:              %s\nname:            %s\nowner:           %s\ndesired_state:   %s\nobserved_status: %s\noperation:       %s\narchive_key:     %s\nvolume:          %s\n",
 				w.ID, w.Name, w.Owner, w.DesiredState, w.ObservedStatus, w.Operation, w.ArchiveKey, w.Volume)
+			if w.RestartPending {
+				fmt.Fprintf(out, "restart:         pending (its command restarts with its new environment)\n")
+			}
 			if w.URL != "" {
 				fmt.Fprintf(out, "url:             %s\n", w.URL)
 			}
@@ -372,7 +375,7 @@ func runWSWait(ctx context.Context, c *wsclient.Client, id, status string, timeo
 func waitDone(ctx context.Context, w workspace.Workspace, err error, want workspace.Status) (bool, error) {
 	var ae *wsclient.APIError
 	switch {
-	case err == nil && w.ObservedStatus == want && (want == workspace.Error || w.Operation == workspace.OpNone):
+	case err == nil && w.ObservedStatus == want && (want == workspace.Error || w.Operation == workspace.OpNone && !w.RestartPending):
 		return true, nil
 	case err == nil && w.ObservedStatus == workspace.Error && w.ErrorInfo != nil:
 		// (ERROR with no error info is a recovered workspace the monitor
