@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"iter"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -32,10 +33,17 @@ type fakeSource struct {
 	ws []workspace.Workspace
 }
 
-func (f *fakeSource) List(context.Context) ([]workspace.Workspace, error) {
+func (f *fakeSource) States(context.Context) iter.Seq2[workspace.Workspace, error] {
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]workspace.Workspace(nil), f.ws...), nil
+	ws := append([]workspace.Workspace(nil), f.ws...)
+	f.mu.Unlock()
+	return func(yield func(workspace.Workspace, error) bool) {
+		for _, w := range ws {
+			if !yield(w, nil) {
+				return
+			}
+		}
+	}
 }
 
 func (f *fakeSource) Get(ctx context.Context, id string) (workspace.Workspace, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"iter"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -66,14 +67,14 @@ type failingSource struct {
 	err error // under fakeSource.mu
 }
 
-func (f *failingSource) List(ctx context.Context) ([]workspace.Workspace, error) {
+func (f *failingSource) States(ctx context.Context) iter.Seq2[workspace.Workspace, error] {
 	f.mu.Lock()
 	err := f.err
 	f.mu.Unlock()
 	if err != nil {
-		return nil, err
+		return func(yield func(workspace.Workspace, error) bool) { yield(workspace.Workspace{}, err) }
 	}
-	return f.fakeSource.List(ctx)
+	return f.fakeSource.States(ctx)
 }
 
 func (f *failingSource) Lookup(ctx context.Context, ref, owner string) (workspace.Workspace, error) {

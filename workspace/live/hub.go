@@ -68,7 +68,9 @@ func (e Event) Data() []byte {
 // Source is what the hub reads: the store in production. Lookup resolves a
 // stream's {id} among one owner's workspaces ("" = any owner's).
 type Source interface {
-	List(ctx context.Context) ([]workspace.Workspace, error)
+	// States yields every workspace, its spec left out if the source
+	// likes (a View has none), and a read error last (store.States).
+	States(ctx context.Context) iter.Seq2[workspace.Workspace, error]
 	Get(ctx context.Context, id string) (workspace.Workspace, error)
 	Lookup(ctx context.Context, ref, owner string) (workspace.Workspace, error)
 }
@@ -77,7 +79,11 @@ var _ Source = (*store.Store)(nil)
 
 // HubConfig configures a Hub. Zero values are the documented defaults.
 type HubConfig struct {
-	// ResyncInterval is how often every row is re-read; zero = 2s.
+	// ResyncInterval is how often every row is re-read, at the most: a
+	// resync that took d waits at least resyncSpacing·d before the next,
+	// so that it costs at most about a tenth of a core however many
+	// workspaces there are (100,000 rows take a few hundred milliseconds
+	// to read). Zero = 2s.
 	ResyncInterval time.Duration
 	// Hints feeds row-changed ids (ChanWorkspace and ChanWorkspaceUrgent);
 	// nil = resync only.
@@ -107,7 +113,21 @@ type Hub struct {
 	snap   []*entry          // last's entries by id, shared by subscribers; nil = stale
 	subs   map[*Sub]struct{}
 	synced bool // a first full read succeeded
+	// gen counts resyncs: each entry's gen is the resync (or the one in
+	// progress) that last saw its row; one a resync did not see and no
+	// hint refreshed since it began is a deleted row.
+	gen uint64
+	// gone: the rows deleted (by a hint's refresh) while a resync read
+	// the table, which its older read must not bring back; nil when no
+	// resync is reading.
+	gone map[string]bool
+
+	views []View // the resync's buffer, reused (Run's goroutine only)
 }
+
+// resyncSpacing: a resync waits at least this many times as long as the
+// last one took (HubConfig.ResyncInterval).
+const resyncSpacing = 10
 
 // Sub is one subscriber. C carries the changes after Initial; it closes
 // when the hub drops the subscriber or it cancels.
@@ -229,9 +249,8 @@ func (h *Hub) Run(ctx context.Context) error {
 		defer cancelUrgent()
 		plain, urgent = c, u
 	}
-	t := time.NewTicker(h.cfg.ResyncInterval)
+	t := time.NewTimer(h.resync(ctx))
 	defer t.Stop()
-	h.resync(ctx)
 	for {
 		select {
 		case <-ctx.Done():
@@ -246,7 +265,7 @@ func (h *Hub) Run(ctx context.Context) error {
 		case id := <-plain:
 			h.refresh(ctx, id)
 		case <-t.C:
-			h.resync(ctx)
+			t.Reset(h.resync(ctx))
 		}
 	}
 }
@@ -270,33 +289,55 @@ func (h *Hub) refresh(ctx context.Context, id string) {
 	h.mu.Unlock()
 }
 
-func (h *Hub) resync(ctx context.Context) {
-	ws, err := h.src.List(ctx)
-	if err != nil {
-		h.cfg.Logger.Warn("live: resync", "err", err)
-		return
-	}
-	views := make([]View, len(ws))
-	for i, w := range ws {
-		views[i] = ViewOf(w)
+// resync reads every row and broadcasts what changed since the hub last
+// saw it, and the rows gone; it returns how long to wait for the next.
+func (h *Hub) resync(ctx context.Context) time.Duration {
+	t0 := time.Now()
+	h.mu.Lock()
+	h.gen++
+	start := h.gen
+	h.gone = map[string]bool{}
+	h.mu.Unlock()
+	views := h.views[:0]
+	var err error
+	for w, rerr := range h.src.States(ctx) {
+		if err = rerr; err != nil {
+			break
+		}
+		views = append(views, ViewOf(w))
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.synced = true
-	seen := make(map[string]bool, len(views))
-	for _, v := range views {
-		seen[v.ID] = true
-		h.updateLocked(v)
+	gone := h.gone
+	h.gone = nil
+	if err != nil {
+		h.cfg.Logger.Warn("live: resync", "err", err)
+		return h.cfg.ResyncInterval
 	}
-	for id := range h.last {
-		if !seen[id] {
+	h.synced = true
+	h.gen++
+	for _, v := range views {
+		if !gone[v.ID] {
+			h.updateLocked(v)
+		}
+	}
+	for id, e := range h.last {
+		if e.gen < start {
 			h.deletedLocked(id)
 		}
 	}
+	clear(views) // drop the rows' pointers until the next resync
+	h.views = views
+	return max(h.cfg.ResyncInterval, resyncSpacing*time.Since(t0))
 }
 
+// updateLocked takes v, read now (a resync or a hint's refresh), and
+// broadcasts it if it changed.
 func (h *Hub) updateLocked(v View) {
 	old, ok := h.last[v.ID]
+	if ok {
+		old.gen = h.gen // its row is still there
+	}
 	if ok && !changed(old.view, v) {
 		return
 	}
@@ -304,6 +345,7 @@ func (h *Hub) updateLocked(v View) {
 		return // a slower read of an older row version
 	}
 	e := newEntry(v)
+	e.gen = h.gen
 	h.last[v.ID] = e
 	h.snap = nil
 	h.seq++
@@ -311,6 +353,9 @@ func (h *Hub) updateLocked(v View) {
 }
 
 func (h *Hub) deletedLocked(id string) {
+	if h.gone != nil {
+		h.gone[id] = true
+	}
 	owner := h.last[id].view.Owner
 	delete(h.last, id)
 	h.snap = nil

@@ -86,6 +86,7 @@ func changed(a, b View) bool {
 type entry struct {
 	view View
 	tail []byte // what follows `{"seq":N` in a "state" event's data
+	gen  uint64 // the hub's resync that last saw the row (Hub.gen; under Hub.mu)
 }
 
 func newEntry(v View) *entry {
