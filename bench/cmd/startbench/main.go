@@ -17,7 +17,10 @@
 // (a create from a template whose warm pool, -pool members, is full
 // before each start, so the start claims a ready member; a start the pool
 // did not serve, "pooled" false, counts as a cold miss). Each measured
-// workspace is deleted, and gone, before the next start.
+// workspace is deleted, and gone, before the next start; under the
+// converge load, so that every start falls within the convergence, the
+// starts begin -pace apart instead, a warm one waits only for a ready
+// member, and the deletes run beside them.
 //
 // Providers: process (ws serve's default), docker (an image built here
 // FROM scratch with the host's sh, sleep and true: no registry) and
@@ -58,9 +61,10 @@ type config struct {
 	n, bulk, pool           int
 	bulkWorkers             int
 	timeout, execRetry      time.Duration
+	pace                    time.Duration
 	poll                    time.Duration
 	repo, gantry, db        string
-	kubeconfig              string
+	kubeconfig, cpuprofile  string
 	keep, verbose           bool
 }
 
@@ -75,12 +79,14 @@ func main() {
 	flag.IntVar(&c.bulkWorkers, "bulk-workers", 16, "concurrent creates of the bulk load")
 	flag.IntVar(&c.pool, "pool", 10, "warm pool size")
 	flag.DurationVar(&c.timeout, "timeout", 2*time.Minute, "give up on one start after this long")
+	flag.DurationVar(&c.pace, "pace", 50*time.Millisecond, "under the converge load, one start begins this long after the previous began (so that all -n fall within the convergence)")
 	flag.DurationVar(&c.execRetry, "exec-retry", 50*time.Millisecond, "a cold start's exec is tried again at least this often (and on each event of the workspace)")
 	flag.DurationVar(&c.poll, "poll", 10*time.Millisecond, "besides the event stream, a start Gets its workspace this often until it is RUNNING")
 	flag.StringVar(&c.repo, "repo", "..", "the gantry repository to build cmd/gantry from")
 	flag.StringVar(&c.gantry, "gantry", "", "a gantry binary to run instead of building one (docker: it must be static)")
 	flag.StringVar(&c.db, "db", "", "Postgres server (postgres://…, as GANTRY_TEST_POSTGRES): each server gets a private database there; default SQLite in the data directory")
 	flag.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig of the cluster (default: the simulated one of scripts/services.sh kubernetes, started if nothing answers)")
+	flag.StringVar(&c.cpuprofile, "cpuprofile", "", "write each server's CPU profile (ws serve --cpuprofile) into this directory, as PROVIDER-MODE-LOAD.pprof (go tool pprof BIN FILE)")
 	flag.BoolVar(&c.keep, "keep", false, "keep the work directories")
 	flag.BoolVar(&c.verbose, "v", false, "log every start")
 	flag.Parse()

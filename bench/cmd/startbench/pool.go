@@ -19,26 +19,26 @@ func (s *server) startPool(ctx context.Context) error {
 		return err
 	}
 	t0 := time.Now()
-	if err := s.waitPoolFull(ctx); err != nil {
+	if err := s.waitPool(ctx, s.b.cfg.pool); err != nil {
 		return err
 	}
 	log.Printf("warm pool of %d ready in %v", s.b.cfg.pool, time.Since(t0).Round(time.Millisecond))
 	return nil
 }
 
-// waitPoolFull polls the pool (every 20 ms) until ready is its size.
-func (s *server) waitPoolFull(ctx context.Context) error {
+// waitPool polls the pool (every 20 ms) until want members are ready.
+func (s *server) waitPool(ctx context.Context, want int) error {
 	ctx, cancel := context.WithTimeout(ctx, s.b.cfg.timeout)
 	defer cancel()
 	var st workspace.PoolStatus
 	var err error
 	for {
-		if st, err = s.admin.Pool(ctx, templateName); err == nil && st.Ready >= s.b.cfg.pool {
+		if st, err = s.admin.Pool(ctx, templateName); err == nil && st.Ready >= want {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("warm pool not full after %v: last %+v (%v)", s.b.cfg.timeout, st, err)
+			return fmt.Errorf("warm pool not %d ready after %v: last %+v (%v)", want, s.b.cfg.timeout, st, err)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}

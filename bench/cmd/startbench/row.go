@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gantryhq/gantry/workspace"
@@ -73,18 +75,33 @@ func (b *bench) measureRow(ctx context.Context, p, mode, load string) (row, erro
 
 // measureStarts measures -n starts of n (named s1, s2, …), deleting each
 // workspace after its start; warm, each start waits for a full pool.
+// Under the converge load the starts must all fall within the
+// convergence (some 20 s): they begin -pace apart, a warm one waits only
+// for one ready member (a start the pool misses counts as a cold miss),
+// and each workspace is deleted without waiting for it to be gone.
 func (s *server) measureStarts(ctx context.Context, r *row, n workspace.NewWorkspace, exec bool) error {
 	inRow := 0
 	t0 := time.Now()
+	paced := r.load == "converge"
+	var deletes sync.WaitGroup
+	var deleteErr atomic.Pointer[error]
+	defer deletes.Wait()
+	next := time.Now()
 	for i := 1; i <= s.b.cfg.n && ctx.Err() == nil; i++ {
-		if r.mode == "warm" {
-			if err := s.waitPoolFull(ctx); err != nil {
-				return err
-			}
+		if err := s.beforeStart(ctx, r, paced, next); err != nil {
+			return err
 		}
+		next = time.Now().Add(s.b.cfg.pace)
 		n.Name = fmt.Sprintf("s%d", i)
 		smp, id, err := s.measureStart(ctx, n, exec)
-		if id != "" {
+		switch {
+		case id != "" && paced:
+			deletes.Go(func() {
+				if derr := s.remove(ctx, id); derr != nil {
+					deleteErr.CompareAndSwap(nil, &derr)
+				}
+			})
+		case id != "":
 			if derr := s.remove(ctx, id); derr != nil && err == nil {
 				err = derr
 			}
@@ -106,7 +123,31 @@ func (s *server) measureStarts(ctx context.Context, r *row, n workspace.NewWorks
 			log.Printf("%d starts in %v", i, time.Since(t0).Round(time.Millisecond))
 		}
 	}
+	deletes.Wait()
+	if e := deleteErr.Load(); e != nil && ctx.Err() == nil {
+		return *e
+	}
 	return ctx.Err()
+}
+
+// beforeStart waits until the next start may begin: warm, for a full
+// pool (paced: one ready member); paced, until next.
+func (s *server) beforeStart(ctx context.Context, r *row, paced bool, next time.Time) error {
+	if paced {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Until(next)):
+		}
+	}
+	if r.mode != "warm" {
+		return nil
+	}
+	want := s.b.cfg.pool
+	if paced {
+		want = 1
+	}
+	return s.waitPool(ctx, want)
 }
 
 // add counts one measured start (during the bulk's creates or not).

@@ -113,6 +113,9 @@ func (b *bench) startServer(ctx context.Context, p, label string) (*server, erro
 	if err != nil {
 		return nil, err
 	}
+	if b.cfg.cpuprofile != "" {
+		args = append(args, "--cpuprofile", filepath.Join(b.cfg.cpuprofile, label+".pprof"))
+	}
 	if strings.HasSuffix(label, "-converge") {
 		s.bulkRan = true // at the end, delete the bench user's workspaces, not the seeded ones
 		if err := seed(ctx, s.convergeDSN(), b.cfg.bulk); err != nil {
