@@ -3,6 +3,7 @@ package taskq
 import (
 	"bytes"
 	"fmt"
+	"math/rand/v2"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -99,12 +100,16 @@ func TestCrashKill9(t *testing.T) {
 	}
 }
 
-// TestWorkflowsSurviveKill9: 200 chains of 5 and 50 chords of 20 (echo
-// tasks, each node's result its parents' results then its own text) on
-// two worker processes, one SIGKILLed while they run and restarted: every
-// workflow completes, and every chain's last result is the five texts in
-// order and every callback's the twenty members' in order — which a node
-// run before one of its parents succeeded could not produce.
+// TestWorkflowsSurviveKill9: 1,000 workflows, 500 chains of 5 and 500
+// chords of 100 members (echo tasks, each node's result its parents'
+// results then its own text: 53,000 nodes), on two worker processes, one
+// SIGKILLed at a random moment while they run and restarted: every
+// workflow completes, every chain's last result is the five texts in
+// order and every callback's the hundred members' in order, each once (a
+// callback run twice would not change it, but one released twice would be
+// a second task: each chord has one callback, and no task dies). A node
+// run before one of its parents succeeded could not produce its result:
+// echo refuses a parent without a result (SkipRetry: it would be dead).
 func TestWorkflowsSurviveKill9(t *testing.T) {
 	if testing.Short() {
 		t.Skip("process-level crash test")
@@ -118,7 +123,8 @@ func TestWorkflowsSurviveKill9(t *testing.T) {
 	echo := func(s string) *Task { return NewTask("echo", []byte(`{"text":"`+s+`"}`)) }
 	var last []string
 	var want []string
-	for i := range 200 {
+	const chains, chords, members = 500, 500, 100
+	for i := range chains {
 		steps := make([]*Task, 5)
 		for j := range steps {
 			steps[j] = echo(string(rune('a' + j)))
@@ -129,12 +135,13 @@ func TestWorkflowsSurviveKill9(t *testing.T) {
 		}
 		last, want = append(last, info.Tasks["5"]), append(want, "abcde")
 	}
-	for range 50 {
-		group := make([]*Task, 20)
+	for range chords {
+		group := make([]*Task, members)
 		var all strings.Builder
 		for j := range group {
-			group[j] = echo(string(rune('A' + j)))
-			all.WriteByte(byte('A' + j))
+			text := fmt.Sprintf("%02d,", j)
+			group[j] = echo(text)
+			all.WriteString(text)
 		}
 		info, err := c.EnqueueWorkflow(ctx, Chord(group, echo("!")), Queue(q))
 		if err != nil {
@@ -145,8 +152,10 @@ func TestWorkflowsSurviveKill9(t *testing.T) {
 	args := []string{"--redis", addr, "--queues", q, "--concurrency", "8", "--lease", "2s"}
 	a := startWorkerProc(t, bin, args...)
 	b := startWorkerProc(t, bin, args...)
-	const total = 200*5 + 50*21
-	waitFor(t, 120*time.Second, "a third of the nodes done", func() bool { return queueStats(t, c, q).Completed >= total/3 })
+	const total = chains*5 + chords*(members+1)
+	at := total/10 + rand.IntN(total*7/10) // the kill: after 10–80% of the nodes
+	t.Logf("killing one worker after %d of %d nodes completed", at, total)
+	waitFor(t, 180*time.Second, "the kill's moment", func() bool { return queueStats(t, c, q).Completed >= int64(at) })
 	if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
