@@ -2,10 +2,12 @@ package taskq
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -184,5 +186,72 @@ func TestWorkflowsSurviveKill9(t *testing.T) {
 	for _, p := range []*workerProc{b, a2} {
 		p.cmd.Process.Signal(syscall.SIGTERM)
 		p.cmd.Wait()
+	}
+}
+
+// TestAggregationSurvivesKill9: 10,000 tasks in 100 groups (max size 30,
+// grace 1 s: batches of 30, 30, 30 and 10 per group) first served by a
+// `gantry queue worker` process whose batches sleep a minute (the built-in
+// sleep, 4 at a time). Once it holds 4 batches it is SIGKILLed, and a
+// worker in this process, whose handler records every batch's members,
+// takes over: every member is handed over in exactly one batch that
+// completed — those of the 4 batches the dead worker held too, taken back
+// after its lease — and nothing is left (no task record, no batch dead).
+func TestAggregationSurvivesKill9(t *testing.T) {
+	if testing.Short() {
+		t.Skip("process-level crash test")
+	}
+	bin := testutil.GantryBinary(t)
+	red := testutil.StartRedis(t, "--appendonly", "no")
+	addr := red.Addr()
+	c := newClient(t, addr)
+	ctx := t.Context()
+	q := "groupcrash"
+	a := startWorkerProc(t, bin, "--redis", addr, "--queues", q, "--concurrency", "4", "--lease", "2s")
+	p := GroupPolicy{MaxSize: 30, Grace: time.Second, MaxDelay: time.Minute}
+	for i := range 10000 {
+		id := fmt.Sprint("m", i)
+		if _, err := c.Enqueue(ctx, NewTask("sleep", []byte(`{"ms":60000}`)), Queue(q), TaskID(id), Group(fmt.Sprint("g", i%100), p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 60*time.Second, "the worker process holding 4 batches", func() bool { return queueStats(t, c, q).Active == 4 })
+	if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	a.cmd.Wait()
+
+	var mu sync.Mutex
+	seen, batches := map[string]int{}, 0
+	w := newTestWorker(t, addr, WorkerConfig{Queues: []QueueSpec{{Name: q}}, Concurrency: 8})
+	w.Handle("sleep", func(_ context.Context, tk *Task) error {
+		mu.Lock()
+		defer mu.Unlock()
+		batches++
+		for _, m := range tk.Batch() {
+			seen[m.ID()]++
+		}
+		return nil
+	})
+	runWorker(t, w)
+	waitFor(t, 120*time.Second, "every batch completed", func() bool {
+		st := queueStats(t, c, q)
+		return st.Completed == 400 && st.Pending == 0 && st.Active == 0 && st.Scheduled == 0
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 10000 || batches != 400 {
+		t.Fatalf("%d members in %d batches handed over; want 10000 in 400", len(seen), batches)
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Fatalf("member %s handed over %d times", id, n)
+		}
+	}
+	st := queueStats(t, c, q)
+	r := openRDB(t, addr)
+	left, err := r.Client().Do(ctx, r.Client().B().Hlen().Key("tq:{"+q+"}:tasks").Build()).AsInt64()
+	if err != nil || left != 0 || st.Dead != 0 || st.ReapedTotal < 4 {
+		t.Fatalf("after every batch: %d task records left (%v), %d dead, %d reaped; want none left, none dead, the 4 held taken back", left, err, st.Dead, st.ReapedTotal)
 	}
 }

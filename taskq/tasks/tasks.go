@@ -18,7 +18,8 @@ import (
 // Register registers every built-in task type on w:
 //
 //	noop                                  succeeds at once
-//	sleep  {"ms": N}                      sleeps N ms (returns early when cancelled), reporting progress each second
+//	sleep  {"ms": N}                      sleeps N ms (returns early when cancelled), reporting progress each second;
+//	                                      a batch (Group) as long as its longest member
 //	fail   {"times": N}                   fails its first N attempts, then succeeds
 //	echo   {"text": S}                    result: its workflow parents' results, in order, then S
 //	sort   {"input": [dirs], "output": dir}  sorts gensort records (extsort), result {"records","partitions"}
@@ -26,16 +27,10 @@ func Register(w *taskq.Worker, log *slog.Logger) {
 	w.Handle("sort", Sort(log))
 	w.Handle("noop", func(context.Context, *taskq.Task) error { return nil })
 	w.Handle("sleep", func(ctx context.Context, t *taskq.Task) error {
-		var p struct {
-			MS *int64 `json:"ms"`
-		}
-		if err := decodePayload(t, &p); err != nil {
+		total, err := sleepFor(t)
+		if err != nil {
 			return err
 		}
-		if p.MS == nil || *p.MS < 0 {
-			return fmt.Errorf("sleep: payload needs \"ms\" >= 0: %w", taskq.SkipRetry)
-		}
-		total := time.Duration(*p.MS) * time.Millisecond
 		start := time.Now()
 		tm := time.NewTimer(total)
 		defer tm.Stop()
@@ -67,6 +62,29 @@ func Register(w *taskq.Worker, log *slog.Logger) {
 		}
 		return nil
 	})
+}
+
+// sleepFor is how long sleep task t sleeps: its "ms", or a batch's
+// members' longest.
+func sleepFor(t *taskq.Task) (time.Duration, error) {
+	tasks := t.Batch()
+	if len(tasks) == 0 {
+		tasks = []*taskq.Task{t}
+	}
+	var most int64
+	for _, m := range tasks {
+		var p struct {
+			MS *int64 `json:"ms"`
+		}
+		if err := decodePayload(m, &p); err != nil {
+			return 0, err
+		}
+		if p.MS == nil || *p.MS < 0 {
+			return 0, fmt.Errorf("sleep: payload needs \"ms\" >= 0: %w", taskq.SkipRetry)
+		}
+		most = max(most, *p.MS)
+	}
+	return time.Duration(most) * time.Millisecond, nil
 }
 
 // decodePayload parses a JSON payload strictly; a bad payload is not worth
