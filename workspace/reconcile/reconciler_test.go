@@ -32,6 +32,7 @@ type testStore interface {
 	SetDesired(ctx context.Context, id string, desired workspace.Status, now time.Time) (workspace.Workspace, error)
 	Recover(ctx context.Context, id string, now time.Time) (workspace.Workspace, error)
 	Touch(ctx context.Context, id string, now time.Time) error
+	List(ctx context.Context) ([]workspace.Workspace, error)
 }
 
 var (

@@ -43,7 +43,7 @@ type MonitorConfig struct {
 // writer of observed_status and of the ObserveFailed error info.
 type MonitorStore interface {
 	Get(ctx context.Context, id string) (workspace.Workspace, error)
-	List(ctx context.Context) ([]workspace.Workspace, error)
+	ListStates(ctx context.Context) ([]workspace.Workspace, error) // without specs: a pass observes states alone
 	SetObserved(ctx context.Context, w workspace.Workspace, status workspace.Status, now time.Time) (bool, error)
 	SetObservedComplete(ctx context.Context, w workspace.Workspace, status workspace.Status, now time.Time) (bool, error)
 	SetObserveError(ctx context.Context, id string, info *workspace.ErrorInfo, now time.Time) (bool, error)
@@ -268,7 +268,7 @@ func (m *HealthMonitor) observeFailed(ctx context.Context, w workspace.Workspace
 // Pass observes every workspace once.
 func (m *HealthMonitor) Pass(ctx context.Context) error {
 	listed := m.cfg.Clock.Now()
-	all, err := m.store.List(ctx)
+	all, err := m.store.ListStates(ctx)
 	if err != nil {
 		return err
 	}

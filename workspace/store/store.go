@@ -369,6 +369,12 @@ func (s *Store) States(ctx context.Context) iter.Seq2[workspace.Workspace, error
 	}
 }
 
+// ListStates reads every workspace without its spec (as States), in no
+// order: the health monitor's pass, which observes states alone.
+func (s *Store) ListStates(ctx context.Context) ([]workspace.Workspace, error) {
+	return s.query(ctx, `SELECT `+stateCols+` FROM workspaces`)
+}
+
 // ListOwned reads owner's workspaces, oldest first.
 func (s *Store) ListOwned(ctx context.Context, owner string) ([]workspace.Workspace, error) {
 	return s.query(ctx, `SELECT `+cols+` FROM workspaces WHERE owner = ? ORDER BY id`, owner)

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -290,6 +291,53 @@ func TestObservationEndsExecutedOperation(t *testing.T) {
 			ends("another archive key", w, false)
 			w.ArchiveKey = "archives/x"
 			ends("the archive key seen", w, true)
+		})
+	}
+}
+
+// TestStatesLeaveTheSpecOut: States and ListStates read every workspace's
+// state (what the live hub's resync and the monitor's pass need) without
+// its image, command or spec; States stops when its caller does.
+func TestStatesLeaveTheSpecOut(t *testing.T) {
+	for _, b := range storetest.Backends {
+		t.Run(b.Name, func(t *testing.T) {
+			ctx := t.Context()
+			st := storetest.Open(t, b.DSN(t))
+			now := time.Now()
+			for i := range 3 {
+				n := workspace.NewWorkspace{Name: fmt.Sprint("w", i), Owner: "alice", Image: "img", Command: "serve",
+					Desired: workspace.Running, Spec: workspace.Spec{Env: []string{"A=1"}, CPUs: 1}}
+				if _, err := st.Create(ctx, n, now); err != nil {
+					t.Fatal(err)
+				}
+			}
+			check := func(how string, w workspace.Workspace) {
+				if w.ID == "" || w.Owner != "alice" || w.DesiredState != workspace.Running || w.ObservedStatus != workspace.Pending ||
+					w.Image != "" || w.Command != "" || len(w.Env) != 0 || w.CPUs != 0 || w.CreatedAt.IsZero() {
+					t.Fatalf("%s: %+v; want the state without the spec", how, w)
+				}
+			}
+			var got int
+			for w, err := range st.States(ctx) {
+				if err != nil {
+					t.Fatal(err)
+				}
+				check("States", w)
+				got++
+			}
+			all, err := st.ListStates(ctx)
+			if err != nil || got != 3 || len(all) != 3 {
+				t.Fatalf("States: %d rows, ListStates: %d, %v; want 3", got, len(all), err)
+			}
+			for _, w := range all {
+				check("ListStates", w)
+			}
+			for range st.States(ctx) {
+				break // the rows close: the next read must not block
+			}
+			if _, err := st.Get(ctx, all[0].ID); err != nil {
+				t.Fatal(err)
+			}
 		})
 	}
 }

@@ -144,6 +144,9 @@ func (s *Store) filter(keep func(r *row) bool) []workspace.Workspace {
 }
 
 // List reads every workspace, oldest first.
+// ListStates is List (store.Store's leaves the spec out).
+func (s *Store) ListStates(ctx context.Context) ([]workspace.Workspace, error) { return s.List(ctx) }
+
 func (s *Store) List(context.Context) ([]workspace.Workspace, error) {
 	return s.filter(func(*row) bool { return true }), nil
 }
