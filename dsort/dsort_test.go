@@ -25,7 +25,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	raiseParallel()
+	testutil.RaiseParallel(waitingParallel)
 	code := m.Run()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {

@@ -1,10 +1,5 @@
 package dsort
 
-import (
-	"flag"
-	"strconv"
-)
-
 // waitingParallel is -parallel for this package unless the command line
 // sets it (TestMain): its parallel tests are mostly process-level jobs of a
 // few thousand records that wait on real time — watchdogs, register,
@@ -19,14 +14,3 @@ import (
 // their exit must come no sooner than 2 s after the line this process
 // reads, and a loaded test process read it 35 ms late).
 const waitingParallel = 8
-
-// raiseParallel sets -parallel to waitingParallel unless the command line
-// set it; TestMain calls it before the tests run.
-func raiseParallel() {
-	flag.Parse()
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
-	if !set {
-		flag.Set("test.parallel", strconv.Itoa(waitingParallel))
-	}
-}

@@ -1,10 +1,5 @@
 package taskq
 
-import (
-	"flag"
-	"strconv"
-)
-
 // waitingParallel is -parallel for this package unless the command line
 // sets it (TestMain): its parallel tests mostly wait on real time — cron
 // ticks, sleeping tasks in worker processes, a child go test, Redis
@@ -17,14 +12,3 @@ import (
 // TestRedisLostAfter, whose lower bound counts from after Redis's
 // shutdown returned (beside the others it measured 2.82 s against 3 s).
 const waitingParallel = 8
-
-// raiseParallel sets -parallel to waitingParallel unless the command line
-// set it; TestMain calls it before the tests run.
-func raiseParallel() {
-	flag.Parse()
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
-	if !set {
-		flag.Set("test.parallel", strconv.Itoa(waitingParallel))
-	}
-}

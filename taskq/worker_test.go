@@ -20,7 +20,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	raiseParallel()
+	testutil.RaiseParallel(waitingParallel)
 	goleak.VerifyTestMain(m,
 		// rueidis keeps a background goroutine per process for its
 		// connection-lifetime timer wheel.

@@ -5,7 +5,8 @@
 // A test that needs a service calls Redis(t) or Postgres(t): it gets an address that answers,
 // or the test fails with the reason. It never skips: CI must not count a missing service as a
 // pass. WaitFor is the shared wait on a condition (tests do not sleep for a guessed time);
-// FreeAddr a loopback address for a server a test starts.
+// FreeAddr a loopback address for a server a test starts; RaiseParallel the -parallel a
+// TestMain sets for a package whose tests mostly wait.
 //
 // Also here: buffer.go (Buffer, an output one goroutine writes while the test reads it),
 // records.go (WriteRecords, test data written to a file; record/recordtest makes random
@@ -15,12 +16,14 @@
 package testutil
 
 import (
+	"flag"
 	"net"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -186,6 +189,20 @@ func WaitFor(tb testing.TB, d time.Duration, what string, cond func() (bool, str
 		}
 		time.Sleep(step) // poll: the step of a wait on cond
 		step = min(2*step, 20*time.Millisecond)
+	}
+}
+
+// RaiseParallel sets -test.parallel to n unless the command line set it; a TestMain calls it
+// before m.Run. It is for packages whose parallel tests mostly wait — on real time, processes,
+// timeouts, services — rather than compute: the default, GOMAXPROCS (2 on CI), runs them two at
+// a time, and running n side by side cuts the package's wall time. A -parallel given on the
+// command line wins.
+func RaiseParallel(n int) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		flag.Set("test.parallel", strconv.Itoa(n))
 	}
 }
 

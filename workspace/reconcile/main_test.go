@@ -1,10 +1,10 @@
 package reconcile
 
 import (
-	"flag"
 	"os"
-	"strconv"
 	"testing"
+
+	"github.com/gantryhq/gantry/internal/testutil"
 )
 
 // waitingParallel is -parallel for this package unless the command line
@@ -17,11 +17,6 @@ import (
 const waitingParallel = 8
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
-	if !set {
-		flag.Set("test.parallel", strconv.Itoa(waitingParallel))
-	}
+	testutil.RaiseParallel(waitingParallel)
 	os.Exit(m.Run())
 }

@@ -262,13 +262,10 @@ func (ps *Pools) Claim(ctx context.Context, n workspace.NewWorkspace, q auth.Quo
 // delete drains its members in the transaction that deletes it, so a
 // member still RUNNING is one of a template that exists.)
 func (ps *Pools) claimOne(ctx context.Context, n workspace.NewWorkspace, how workspace.PoolClaim, now time.Time) (workspace.Workspace, bool, error) {
-	s, ref, ms := ps.s, n.Spec.Template, now.UnixMilli()
-	pending := sql.NullInt64{Valid: how.Adopt}
-	take := `UPDATE workspaces SET pool = NULL, pool_version = ?, owner = ?, name = ?, spec = ?, desired_state = ?,
-		created_at = ?, updated_at = ?, desired_version = desired_version + 1, last_activity_at = ?,
-		error_count = 0, error_info = NULL, last_retry_at = NULL, next_retry_at = NULL, restart = ?
+	s, ref := ps.s, n.Spec.Template
+	take := claimSQL + `
 		WHERE id = (SELECT id FROM workspaces WHERE pool = ? AND pool_version = ? AND ` + readyMember + ` ORDER BY id LIMIT 1)`
-	k, err := s.exec(ctx, take, pending, n.Owner, n.Name, specJSON(n.Spec), string(n.Desired), ms, ms, ms, boolInt(how.Restart), ref.Name, ref.Version)
+	k, err := s.exec(ctx, take, claimArgs(n, how, now, ref.Name, ref.Version)...)
 	switch {
 	case err != nil && isUnique(err):
 		return workspace.Workspace{}, false, fmt.Errorf("%w: %q", workspace.ErrNameTaken, n.Name)
@@ -305,13 +302,9 @@ func (s *Store) takeMember(ctx context.Context, tx *sql.Tx, n workspace.NewWorks
 	} else if err != nil {
 		return "", err
 	}
-	ms := now.UnixMilli()
-	pending := sql.NullInt64{Valid: how.Adopt} // 0: adoption pending
-	take := `UPDATE workspaces SET pool = NULL, pool_version = ?, owner = ?, name = ?, spec = ?, desired_state = ?,
-		created_at = ?, updated_at = ?, desired_version = desired_version + 1, last_activity_at = ?,
-		error_count = 0, error_info = NULL, last_retry_at = NULL, next_retry_at = NULL, restart = ?
+	take := claimSQL + `
 		WHERE id = ? AND pool = ? AND ` + readyMember
-	res, err := tx.ExecContext(ctx, s.rebind(take), pending, n.Owner, n.Name, specJSON(n.Spec), string(n.Desired), ms, ms, ms, boolInt(how.Restart), id, ref.Name)
+	res, err := tx.ExecContext(ctx, s.rebind(take), claimArgs(n, how, now, id, ref.Name)...)
 	if err != nil {
 		return "", err
 	}
@@ -319,6 +312,22 @@ func (s *Store) takeMember(ctx context.Context, tx *sql.Tx, n workspace.NewWorks
 		return "", cmpErr(err, errNoMember)
 	}
 	return id, nil
+}
+
+// claimSQL makes a ready pool member the workspace a claim asks for
+// (takeMember, claimOne: each adds the WHERE that picks the member). Its
+// arguments, claimArgs, come before the WHERE's.
+const claimSQL = `UPDATE workspaces SET pool = NULL, pool_version = ?, owner = ?, name = ?, spec = ?, desired_state = ?,
+		created_at = ?, updated_at = ?, desired_version = desired_version + 1, last_activity_at = ?,
+		error_count = 0, error_info = NULL, last_retry_at = NULL, next_retry_at = NULL, restart = ?`
+
+// claimArgs are claimSQL's arguments for n claimed at now, then where's:
+// pool_version is 0 (adoption pending) if how.Adopt, else NULL; restart is
+// 1 if how.Restart.
+func claimArgs(n workspace.NewWorkspace, how workspace.PoolClaim, now time.Time, where ...any) []any {
+	ms := now.UnixMilli()
+	set := []any{sql.NullInt64{Valid: how.Adopt}, n.Owner, n.Name, specJSON(n.Spec), string(n.Desired), ms, ms, ms, boolInt(how.Restart)}
+	return append(set, where...)
 }
 
 // cmpErr is err, or otherwise if err is nil.
@@ -335,16 +344,7 @@ func queryIDs(ctx context.Context, tx *sql.Tx, q string, args ...any) ([]string,
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var ids []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		ids = append(ids, id)
-	}
-	return ids, rows.Err()
+	return scanIDs(rows)
 }
 
 // Adoption is a claimed member its provider has yet to hand to Owner,
@@ -355,7 +355,7 @@ type Adoption struct {
 }
 
 // PendingAdoptions lists the claimed members whose adoption was not
-// recorded done (Claim with adopt).
+// recorded done (Claim with how.Adopt).
 func (ps *Pools) PendingAdoptions(ctx context.Context) ([]Adoption, error) {
 	rows, err := ps.s.db.QueryContext(ctx, `SELECT id, owner, created_at FROM workspaces WHERE pool IS NULL AND pool_version IS NOT NULL`)
 	if err != nil {

@@ -399,6 +399,11 @@ func (s *Store) ListActionableIDs(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	return scanIDs(rows)
+}
+
+// scanIDs collects rows of one column, an id each, and closes rows.
+func scanIDs(rows *sql.Rows) ([]string, error) {
 	defer rows.Close()
 	var ids []string
 	for rows.Next() {

@@ -236,6 +236,13 @@ func taskqThroughput(addr string, n, conc int) float64 {
 			batch = batch[:0]
 		}
 	}
+	return taskqRun(ctx, addr, conc, int64(n))
+}
+
+// taskqRun runs a worker of conc noop handlers on the tasks enqueued at
+// addr until total have run: tasks per second, from the worker's start to
+// the last handler's return.
+func taskqRun(ctx context.Context, addr string, conc int, total int64) float64 {
 	w, err := taskq.NewWorker(taskq.WorkerConfig{Redis: addr, Concurrency: conc, DisableSteal: true})
 	if err != nil {
 		log.Fatal(err)
@@ -243,7 +250,7 @@ func taskqThroughput(addr string, n, conc int) float64 {
 	var done atomic.Int64
 	finished := make(chan struct{})
 	w.Handle("noop", func(context.Context, *taskq.Task) error {
-		if done.Add(1) == int64(n) {
+		if done.Add(1) == total {
 			close(finished)
 		}
 		return nil
@@ -256,7 +263,7 @@ func taskqThroughput(addr string, n, conc int) float64 {
 	el := time.Since(start)
 	cancel()
 	<-runDone
-	return float64(n) / el.Seconds()
+	return float64(total) / el.Seconds()
 }
 
 // taskqChainThroughput runs n noop tasks as n/length chains of length
@@ -279,28 +286,7 @@ func taskqChainThroughput(addr string, n, conc, length int) float64 {
 			log.Fatal(err)
 		}
 	}
-	w, err := taskq.NewWorker(taskq.WorkerConfig{Redis: addr, Concurrency: conc, DisableSteal: true})
-	if err != nil {
-		log.Fatal(err)
-	}
-	total := int64(chains * length)
-	var done atomic.Int64
-	finished := make(chan struct{})
-	w.Handle("noop", func(context.Context, *taskq.Task) error {
-		if done.Add(1) == total {
-			close(finished)
-		}
-		return nil
-	})
-	rctx, cancel := context.WithCancel(ctx)
-	start := time.Now()
-	runDone := make(chan struct{})
-	go func() { w.Run(rctx); close(runDone) }()
-	<-finished
-	el := time.Since(start)
-	cancel()
-	<-runDone
-	return float64(total) / el.Seconds()
+	return taskqRun(ctx, addr, conc, int64(chains*length))
 }
 
 func asynqThroughput(addr string, n, conc int) float64 {

@@ -45,14 +45,15 @@ if #held < #ids then redis.call('HINCRBY', KEYS[3], 'late', #ids - #held) end
 if #held == 0 then return 0 end
 -- Workflow nodes: their children may be ready (lib.lua release_children).
 -- Batches (group.lua): their members are handed over; their records go.
--- (One HMGET for both: id|wc, id|g of each held id.)
+-- (One HMGET for both: id|wc, id|g of each held id; forget_batch takes
+-- the id|g read.)
 -- A queue that never held either skips the lookup (state.links).
 local released = 0
 if redis.call('HEXISTS', KEYS[3], 'links') == 1 then
   local links = chunked('HMGET', KEYS[4], wcs)
   for i = 1, #held do
     if links[2 * i - 1] then released = released + release_children(0, held[i]) end
-    if links[2 * i] then forget_batch(0, held[i]) end
+    if links[2 * i] then forget_batch(0, held[i], links[2 * i]) end
   end
 end
 if released > 0 then wake(0) end

@@ -150,9 +150,10 @@ local function release(k, id)
   return m
 end
 
--- forget_batch drops the records of batch id's members.
-local function forget_batch(k, id)
-  local ids = redis.call('HGET', KEYS[k + 4], id .. '|g')
+-- forget_batch drops the records of batch id's members: ids, its id|g
+-- (read here unless the caller passes the value it read).
+local function forget_batch(k, id, ids)
+  ids = ids or redis.call('HGET', KEYS[k + 4], id .. '|g')
   if not ids then return end
   for m in string.gmatch(ids, '%S+') do
     redis.call('HDEL', KEYS[k + 4], m, m .. '|r', m .. '|n', m .. '|e', m .. '|d', m .. '|m', m .. '|c', m .. '|p', m .. '|s')
