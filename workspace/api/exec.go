@@ -58,9 +58,14 @@ type frames struct {
 	mu sync.Mutex
 	w  io.Writer
 	rc *http.ResponseController
+	// firstOutput ends the exec's hold on the bulk (idempotent); nil = none.
+	firstOutput func()
 }
 
 func (f *frames) write(kind byte, p []byte) error {
+	if f.firstOutput != nil {
+		f.firstOutput()
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := WriteFrame(f.w, kind, p); err != nil {
@@ -117,7 +122,15 @@ func (a *API) exec(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/vnd.gantry.exec")
 	w.WriteHeader(http.StatusOK)
 	f := &frames{w: w, rc: rc}
+	// Until the command shows it runs (its first output or its end, a
+	// second at most), the bulk waits as for any change (package urgency):
+	// starting a process is a user's work too.
+	f.firstOutput = a.cfg.Gate.BeginUrgent()
+	held := time.AfterFunc(time.Second, f.firstOutput)
+	defer held.Stop()
+	defer f.firstOutput()
 	status, err := ex.Exec(r.Context(), spec, stdin, frameWriter{f, FrameStdout}, frameWriter{f, FrameStderr})
+	f.firstOutput()
 	if cause := context.Cause(r.Context()); errors.Is(cause, auth.ErrCredentialEnded) {
 		err = cause
 	}
