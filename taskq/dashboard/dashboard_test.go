@@ -468,10 +468,11 @@ func TestWorkflowAPI(t *testing.T) {
 
 // The workflows in headless Chromium: a queue's workflows listed with
 // their state counts; one opened as a graph, a node per SVG group in
-// columns by depth, coloured by its state as a worker runs it (completed,
-// active, waiting); cancelled from the page, which reaches Redis and
-// shows; a chord of 100 members and its callback drawn whole. The
-// screenshot goes to $GANTRY_SCREENSHOT or the test's temp dir.
+// columns by depth, coloured by its state, following along as a worker
+// runs it (completed, active, waiting); cancelled from the page, which
+// reaches Redis and shows; a chord of 100 members and its callback drawn
+// whole. The screenshot goes to $GANTRY_SCREENSHOT or the test's temp
+// dir.
 func TestWorkflowsInChromium(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a browser")
@@ -493,27 +494,6 @@ func TestWorkflowsInChromium(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := taskq.NewWorker(taskq.WorkerConfig{Redis: "redis://" + testutil.Redis(t) + "/11", Queues: []taskq.QueueSpec{{Name: "flows"}},
-		Concurrency: 2, DisableSteal: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	held := make(chan error, 1)
-	w.Handle("step", func(context.Context, *taskq.Task) error { return nil })
-	w.Handle("hold", func(ctx context.Context, _ *taskq.Task) error { <-ctx.Done(); held <- ctx.Err(); return ctx.Err() })
-	wctx, stopWorker := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { w.Run(wctx); close(done) }()
-	defer func() { stopWorker(); <-done }()
-	states := func() string {
-		nodes, err := s.in.Workflow(ctx, flow)
-		return strings.Join([]string{nodes["fetch"].State, nodes["hold"].State, nodes["report"].State, nodes["notify"].State, fmt.Sprint(err)}, " ")
-	}
-	testutil.WaitFor(t, 10*time.Second, "fetch and notify done, hold running", func() (bool, string) {
-		st := states()
-		return st == "completed active waiting completed <nil>", st
-	})
-
 	bctx := browser.Start(t, ctx, 1280, 900)
 	run := func(name string, a chromedp.Action[chromedp.Void]) {
 		t.Helper()
@@ -552,14 +532,41 @@ func TestWorkflowsInChromium(t *testing.T) {
 	run("open the token link", chromedp.Navigate(s.url+"/#token="+token))
 	run("live", chromedp.WaitVisible(`#conn.on`))
 	run("the queue to choose", poll(show("flows")))
+	run("the workflow listed", chromedp.WaitVisible(`#wf-rows tr[data-workflow="`+flow.ID+`"] .badge.st-waiting`))
+	run("open it", js(open(flow.ID)))
+	run("fetch pending", chromedp.WaitVisible(node("fetch", "pending")))
+	run("hold waiting", chromedp.WaitVisible(node("hold", "waiting")))
+
+	// A worker runs it: the open graph follows.
+	w, err := taskq.NewWorker(taskq.WorkerConfig{Redis: "redis://" + testutil.Redis(t) + "/11", Queues: []taskq.QueueSpec{{Name: "flows"}},
+		Concurrency: 2, DisableSteal: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := make(chan error, 1)
+	w.Handle("step", func(context.Context, *taskq.Task) error { return nil })
+	w.Handle("hold", func(ctx context.Context, _ *taskq.Task) error { <-ctx.Done(); held <- ctx.Err(); return ctx.Err() })
+	wctx, stopWorker := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { w.Run(wctx); close(done) }()
+	defer func() { stopWorker(); <-done }()
+	states := func() string {
+		nodes, err := s.in.Workflow(ctx, flow)
+		return strings.Join([]string{nodes["fetch"].State, nodes["hold"].State, nodes["report"].State, nodes["notify"].State, fmt.Sprint(err)}, " ")
+	}
+	testutil.WaitFor(t, 10*time.Second, "fetch and notify done, hold running", func() (bool, string) {
+		st := states()
+		return st == "completed active waiting completed <nil>", st
+	})
+
+	for _, n := range [][2]string{{"fetch", "completed"}, {"hold", "active"}, {"report", "waiting"}, {"notify", "completed"}} {
+		run("node "+n[0]+" "+n[1], chromedp.WaitVisible(node(n[0], n[1])))
+	}
+	run("list again", js(show("flows")))
 	run("the workflow listed with its states", chromedp.WaitVisible(`#wf-rows tr[data-workflow="`+flow.ID+`"] .badge.st-active`))
 	counts, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.querySelector('#wf-rows tr[data-workflow="`+flow.ID+`"]').innerText`))
 	if err != nil || !strings.Contains(counts, "active 1") || !strings.Contains(counts, "completed 2") || !strings.Contains(counts, "waiting 1") {
 		t.Errorf("the list's row: %q %v, want active 1, completed 2, waiting 1", counts, err)
-	}
-	run("open it", js(open(flow.ID)))
-	for _, n := range [][2]string{{"fetch", "completed"}, {"hold", "active"}, {"report", "waiting"}, {"notify", "completed"}} {
-		run("node "+n[0], chromedp.WaitVisible(node(n[0], n[1])))
 	}
 	run("four nodes, edges from parents to children, columns by depth", js(`(() => {
 		const g = document.querySelectorAll("#wf-graph g.wf-node"), x = (n) => document.querySelector('#wf-graph g[data-node="' + n + '"]').getBoundingClientRect().x;

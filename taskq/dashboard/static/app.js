@@ -58,7 +58,7 @@ function start() {
     // The first page of the task list follows along (states, progress).
     if (state.listed && state.pages === 1 && Date.now() - state.refreshed > 2000) loadTasks(false);
     // So does the open workflow's graph.
-    if (state.wf && Date.now() - state.wf.refreshed > 2000) showWorkflow(state.wf.queue, state.wf.id);
+    if (state.wf && state.wf.live && Date.now() - state.wf.refreshed > 2000) showWorkflow(state.wf.queue, state.wf.id);
   });
   es.addEventListener("error", () => {
     setConn(false);
@@ -226,6 +226,9 @@ async function showWorkflow(queue, id) {
   let w;
   try { w = await api("/api/workflow?" + new URLSearchParams({ queue, id })); } catch (e) { msg(e.message); return; }
   if (state.wf !== wf) return; // another one opened meanwhile
+  // It follows along (a read per node each time) while it runs, up to 500 nodes.
+  wf.refreshed = Date.now();
+  wf.live = w.nodes.length <= 500 && !w.nodes.every((n) => ENDED.includes(n.state));
   const counts = {};
   for (const n of w.nodes) counts[n.state] = (counts[n.state] || 0) + 1;
   $("wf-title").textContent = `workflow ${w.id} in ${w.queue}: ${w.nodes.length} node(s)`;
