@@ -1,8 +1,17 @@
 // Package dashboard is taskq's web dashboard (`gantry queue ui`): queues
 // and tenants with their backlog, rates, fair shares, limits and pauses;
 // the task inspector with cancel/run/delete; the dead letters with
-// requeue; the cron entries. One page, embedded (no build step), kept live
-// over server-sent events.
+// requeue; a queue's workflows, each one's graph with every node's state,
+// and their cancel; the cron entries. One page, embedded (no build step),
+// kept live over server-sent events.
+//
+// Tour: dashboard.go serves the page, the login, the overview and its
+// event stream, and the task and queue routes; workflows.go the workflow
+// routes (the list with each workflow's state counts, one workflow as
+// nodes in a topological order with their depths for the page's layout,
+// the cancel); static/ holds the page (index.html, app.js, style.css),
+// whose script builds every element with DOM calls (the page's CSP allows
+// no inline script or style).
 //
 // Every API request (/api/…: all the data and every change) needs the
 // dashboard's token, as a bearer token or as the cookie the page's login
@@ -79,6 +88,9 @@ func New(cfg Config) *Dashboard {
 	d.mux.Handle("GET /api/task", d.auth(d.task))
 	d.mux.Handle("POST /api/task/{op}", d.auth(d.taskOp))
 	d.mux.Handle("POST /api/queue/{op}", d.auth(d.queueOp))
+	d.mux.Handle("GET /api/workflows", d.auth(d.workflows))
+	d.mux.Handle("GET /api/workflow", d.auth(d.workflow))
+	d.mux.Handle("POST /api/workflow/cancel", d.auth(d.workflowCancel))
 	return d
 }
 

@@ -1,7 +1,7 @@
 // taskq dashboard: renders /api/events (SSE) and drives the inspector.
 "use strict";
 const $ = (id) => document.getElementById(id);
-const state = { stream: null, cursor: "", queues: [], listed: false, pages: 0, refreshed: 0 };
+const state = { stream: null, cursor: "", queues: [], listed: false, pages: 0, refreshed: 0, wf: null };
 
 function el(tag, attrs, ...kids) {
   const e = document.createElement(tag);
@@ -57,6 +57,8 @@ function start() {
     try { render(JSON.parse(e.data)); } catch (err) { msg("cannot show the update: " + err); }
     // The first page of the task list follows along (states, progress).
     if (state.listed && state.pages === 1 && Date.now() - state.refreshed > 2000) loadTasks(false);
+    // So does the open workflow's graph.
+    if (state.wf && state.wf.live && Date.now() - state.wf.refreshed > 2000) showWorkflow(state.wf.queue, state.wf.id);
   });
   es.addEventListener("error", () => {
     setConn(false);
@@ -111,10 +113,12 @@ function render(o) {
 
   const names = (o.queues || []).map((q) => q.name);
   if (names.join() !== state.queues.join()) {
-    const cur = $("f-queue").value;
     state.queues = names;
-    $("f-queue").replaceChildren(...names.map((n) => el("option", { value: n }, n)));
-    if (names.includes(cur)) $("f-queue").value = cur;
+    for (const sel of [$("f-queue"), $("wf-queue")]) {
+      const cur = sel.value;
+      sel.replaceChildren(...names.map((n) => el("option", { value: n }, n)));
+      if (names.includes(cur)) sel.value = cur;
+    }
   }
 
   const cron = (o.cron || []).map((c) => el("tr", { "data-cron": c.name },
@@ -169,12 +173,108 @@ function taskRow(t) {
     el("td", { class: "actions" }, ...ops));
 }
 
-async function showTask(queue, id) {
+async function showTask(queue, id, where = "detail") {
   try {
     const t = await api("/api/task?" + new URLSearchParams({ queue, id }));
-    $("detail").textContent = JSON.stringify(t, null, 2);
-    $("detail").hidden = false;
+    $(where).textContent = JSON.stringify(t, null, 2);
+    $(where).hidden = false;
   } catch (e) { msg(e.message); }
+}
+
+// Workflows: a queue's list, and one workflow's graph as an SVG built with
+// DOM calls, its nodes in columns by depth (parents to the left), each
+// coloured by its state (style.css: .st-<state>).
+const SVGNS = "http://www.w3.org/2000/svg";
+const WF_STATES = ["waiting", "pending", "scheduled", "active", "retry", "completed", "dead", "cancelled", "gone"];
+const ENDED = ["completed", "dead", "cancelled", "gone"];
+const G = { w: 190, h: 30, gapX: 60, gapY: 8, pad: 8 };
+
+function svg(tag, attrs, ...kids) {
+  const e = document.createElementNS(SVGNS, tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "onclick") e.addEventListener("click", v);
+    else e.setAttribute(k, v);
+  }
+  for (const k of kids) if (k !== null && k !== undefined) e.append(k instanceof Node ? k : String(k));
+  return e;
+}
+
+const clip = (s, n) => (s.length > n ? s.slice(0, n - 1) + "…" : s);
+
+function stateBadges(states) {
+  if (!states) return [el("span", { class: "muted" }, "open it to see its states")];
+  const rank = (s) => (WF_STATES.includes(s) ? WF_STATES.indexOf(s) : WF_STATES.length);
+  return Object.keys(states).sort((a, b) => rank(a) - rank(b) || a.localeCompare(b))
+    .map((s) => el("span", { class: "badge st-" + s, "data-state": s }, `${s} ${states[s]}`));
+}
+
+async function loadWorkflows() {
+  const queue = $("wf-queue").value;
+  if (!queue) return;
+  let j;
+  try { j = await api("/api/workflows?" + new URLSearchParams({ queue })); msg(""); } catch (e) { msg(e.message); return; }
+  const rows = (j.workflows || []).map((w) => el("tr", { "data-workflow": w.id },
+    el("td", {}, el("a", { href: "#", onclick: (e) => { e.preventDefault(); showWorkflow(queue, w.id); } }, w.id)),
+    num(w.nodes), el("td", {}, ...stateBadges(w.states))));
+  if (!rows.length) rows.push(el("tr", { class: "empty" }, el("td", { colSpan: 3 }, "no workflows")));
+  $("wf-rows").replaceChildren(...rows);
+}
+
+async function showWorkflow(queue, id) {
+  const wf = { queue, id, refreshed: Date.now() };
+  state.wf = wf;
+  let w;
+  try { w = await api("/api/workflow?" + new URLSearchParams({ queue, id })); } catch (e) { msg(e.message); return; }
+  if (state.wf !== wf) return; // another one opened meanwhile
+  // It follows along (a read per node each time) while it runs, up to 500 nodes.
+  wf.refreshed = Date.now();
+  wf.live = w.nodes.length <= 500 && !w.nodes.every((n) => ENDED.includes(n.state));
+  const counts = {};
+  for (const n of w.nodes) counts[n.state] = (counts[n.state] || 0) + 1;
+  $("wf-title").textContent = `workflow ${w.id} in ${w.queue}: ${w.nodes.length} node(s)`;
+  $("wf-cancel").hidden = w.nodes.every((n) => ENDED.includes(n.state));
+  $("wf-legend").replaceChildren(...stateBadges(counts));
+  $("wf-graph").replaceChildren(workflowGraph(w));
+  $("wf-detail").hidden = false;
+}
+
+// workflowGraph lays the nodes (parents before children, each with its
+// depth) out in columns by depth, in their order down each column.
+function workflowGraph(w) {
+  const pos = {}, rows = [];
+  for (const n of w.nodes) {
+    const row = rows[n.depth] || 0;
+    rows[n.depth] = row + 1;
+    pos[n.name] = { x: G.pad + n.depth * (G.w + G.gapX), y: G.pad + row * (G.h + G.gapY) };
+  }
+  const cols = rows.length, most = rows.reduce((a, b) => Math.max(a, b || 0), 1);
+  const width = 2 * G.pad + cols * G.w + (cols - 1) * G.gapX, height = 2 * G.pad + most * G.h + (most - 1) * G.gapY;
+  const edges = [], nodes = [];
+  for (const n of w.nodes) {
+    const to = pos[n.name];
+    for (const p of n.parents) {
+      const from = pos[p];
+      if (!from) continue;
+      const x1 = from.x + G.w, y1 = from.y + G.h / 2, x2 = to.x, y2 = to.y + G.h / 2, mx = (x1 + x2) / 2;
+      edges.push(svg("path", { class: "wf-edge", "data-from": p, "data-to": n.name, d: `M${x1},${y1} C${mx},${y1} ${mx},${y2} ${x2},${y2}` }));
+    }
+    nodes.push(svg("g", { class: "wf-node st-" + n.state, "data-node": n.name, "data-state": n.state, "data-depth": n.depth,
+      transform: `translate(${to.x},${to.y})`, onclick: () => showTask(w.queue, n.id, "wf-node-detail") },
+    svg("title", {}, `${n.name}: ${n.state} (${n.type}, ${n.id}, started ${n.starts}×)` + (n.last_error ? "\n" + n.last_error : "")),
+    svg("rect", { width: G.w, height: G.h, rx: 5 }),
+    svg("text", { x: 8, y: G.h / 2 + 4, class: "name" }, clip(n.name, 15)),
+    svg("text", { x: G.w - 7, y: G.h / 2 + 4, class: "st", "text-anchor": "end" }, n.state)));
+  }
+  return svg("svg", { width, height, viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": `workflow ${w.id}` },
+    svg("g", { class: "wf-edges" }, ...edges), svg("g", { class: "wf-nodes" }, ...nodes));
+}
+
+async function cancelWorkflow() {
+  const wf = state.wf;
+  if (!wf) return;
+  try { await api("/api/workflow/cancel", { queue: wf.queue, id: wf.id }); msg(""); } catch (e) { msg(e.message); }
+  showWorkflow(wf.queue, wf.id);
+  if ($("wf-queue").value === wf.queue) loadWorkflows();
 }
 
 document.addEventListener("DOMContentLoaded", () => {
@@ -183,6 +283,9 @@ document.addEventListener("DOMContentLoaded", () => {
   $("filter").addEventListener("submit", (e) => { e.preventDefault(); loadTasks(false); });
   $("more").addEventListener("click", () => loadTasks(true));
   $("requeue-dead").addEventListener("click", () => act("/api/queue/requeue-dead", { queue: $("f-queue").value }));
+  $("wf-filter").addEventListener("submit", (e) => { e.preventDefault(); loadWorkflows(); });
+  $("wf-queue").addEventListener("change", () => loadWorkflows());
+  $("wf-cancel").addEventListener("click", () => cancelWorkflow());
   // A link printed by `gantry queue ui` carries the token in the fragment
   // (never sent to a server); trade it for the cookie and drop it.
   const m = location.hash.match(/token=([^&]+)/);

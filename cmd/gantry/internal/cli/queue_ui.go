@@ -30,7 +30,7 @@ func newQueueUICmd(env *Env) *cobra.Command {
 	var o queueUIOptions
 	cmd := &cobra.Command{
 		Use:   "ui [--redis ADDR] [--listen 127.0.0.1:7481] [--token-file F]",
-		Short: "Serve the live dashboard: queues, tenants, limits, pauses, tasks, dead letters, cron",
+		Short: "Serve the live dashboard: queues, tenants, limits, pauses, tasks, dead letters, workflow graphs, cron",
 		Long: `Serve the dashboard until SIGINT/SIGTERM. Every API request (all the data
 and every change) needs a token; the page itself (its HTML, script and
 style, no data) loads without one. The token: with --token-file, the one in
