@@ -23,6 +23,8 @@
 //	            Acquire, Renew, Executed, SetArchiveKey, Failed, Terminal,
 //	            Complete, DeleteRow; SetObserved, SetObservedComplete (an
 //	            observation that ends the executed operation) and Recover
+//	states.go   States, ListStates: every workspace's state without its
+//	            spec (the live hub's resync, the monitor's pass)
 //	monitor.go  the HealthMonitor's error-info writes (SetObserveError,
 //	            ClearObserveError), which never touch the reconciler's
 //	ttl.go      the TTL manager's reads and its one write (SetDesiredIfVersion,
