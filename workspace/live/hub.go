@@ -80,10 +80,12 @@ var _ Source = (*store.Store)(nil)
 // HubConfig configures a Hub. Zero values are the documented defaults.
 type HubConfig struct {
 	// ResyncInterval is how often every row is re-read, at the most: a
-	// resync that took d waits at least resyncSpacing·d before the next,
-	// so that it costs at most about a tenth of a core however many
-	// workspaces there are (100,000 rows take a few hundred milliseconds
-	// to read). Zero = 2s.
+	// resync of resyncSpacedRows rows or more that took d waits at least
+	// resyncSpacing·d before the next, so that it costs at most about a
+	// tenth of a core however many workspaces there are (100,000 rows
+	// take a few hundred milliseconds to read); a smaller table, whose
+	// read costs nothing, keeps the interval however loaded the machine.
+	// Zero = 2s.
 	ResyncInterval time.Duration
 	// Hints feeds row-changed ids (ChanWorkspace and ChanWorkspaceUrgent);
 	// nil = resync only.
@@ -125,9 +127,12 @@ type Hub struct {
 	views []View // the resync's buffer, reused (Run's goroutine only)
 }
 
-// resyncSpacing: a resync waits at least this many times as long as the
-// last one took (HubConfig.ResyncInterval).
-const resyncSpacing = 10
+// resyncSpacing: a resync of resyncSpacedRows rows or more waits at least
+// this many times as long as the last one took (HubConfig.ResyncInterval).
+const (
+	resyncSpacing    = 10
+	resyncSpacedRows = 1000
+)
 
 // Sub is one subscriber. C carries the changes after Initial; it closes
 // when the hub drops the subscriber or it cancels.
@@ -328,6 +333,9 @@ func (h *Hub) resync(ctx context.Context) time.Duration {
 	}
 	clear(views) // drop the rows' pointers until the next resync
 	h.views = views
+	if len(views) < resyncSpacedRows {
+		return h.cfg.ResyncInterval
+	}
 	return max(h.cfg.ResyncInterval, resyncSpacing*time.Since(t0))
 }
 

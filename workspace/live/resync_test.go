@@ -2,6 +2,7 @@ package live
 
 import (
 	"context"
+	"fmt"
 	"iter"
 	"testing"
 	"time"
@@ -91,24 +92,39 @@ func TestResyncRacesHints(t *testing.T) {
 	}
 }
 
-// TestResyncSpacing: a resync that took d is followed by the next no
-// sooner than resyncSpacing·d, so reading a big table costs a bounded
-// share of a core; a quick one keeps the configured interval.
+// TestResyncSpacing: a resync of a big table that took d is followed by
+// the next no sooner than resyncSpacing·d, so reading it costs a bounded
+// share of a core; a quick one, or any read of a small table (however
+// slow the machine made it), keeps the configured interval.
 func TestResyncSpacing(t *testing.T) {
-	fs := &fakeSource{}
-	fs.set(row("a", time.Now()))
+	now := time.Now()
+	big := make([]workspace.Workspace, resyncSpacedRows)
+	for i := range big {
+		big[i] = row(fmt.Sprint("w", i), now)
+	}
 	const slow = 30 * time.Millisecond
-	src := hookSource{fakeSource: fs, during: func(i int) {
+	slowRead := func(i int) {
 		if i == 0 {
 			<-time.After(slow) // real time: the read's duration is what is under test
 		}
-	}}
-	h := NewHub(HubConfig{ResyncInterval: 100 * time.Millisecond}, src)
-	if next := h.resync(t.Context()); next < resyncSpacing*slow {
-		t.Fatalf("after a %v read: next resync in %v; want at least %v", slow, next, resyncSpacing*slow)
 	}
-	h.src = fs
-	if next := h.resync(t.Context()); next != 100*time.Millisecond {
-		t.Fatalf("after a quick read: next resync in %v; want the interval, 100ms", next)
+	for _, c := range []struct {
+		name    string
+		rows    []workspace.Workspace
+		during  func(int)
+		atLeast time.Duration
+		exactly bool
+	}{
+		{"a slow read of a big table", big, slowRead, resyncSpacing * slow, false},
+		{"a quick read of a big table", big, func(int) {}, 0, false},
+		{"a slow read of a small table", big[:1], slowRead, 100 * time.Millisecond, true},
+	} {
+		fs := &fakeSource{}
+		fs.set(c.rows...)
+		h := NewHub(HubConfig{ResyncInterval: 100 * time.Millisecond}, hookSource{fakeSource: fs, during: c.during})
+		next := h.resync(t.Context())
+		if next < max(c.atLeast, 100*time.Millisecond) || c.exactly && next != 100*time.Millisecond {
+			t.Errorf("%s: next resync in %v; want the interval (100ms), or %v if longer", c.name, next, c.atLeast)
+		}
 	}
 }
