@@ -240,7 +240,7 @@ func (s *Server) wire(ctx context.Context, gate *urgency.Gate) error {
 	s.hintExits(cfg.Container)
 	metrics := reconcile.NewMetrics(cfg.Registry)
 	cfg.Reconciler.Logger, cfg.Reconciler.Metrics, cfg.Reconciler.Gate = cfg.Logger, metrics, gate
-	cfg.Monitor.Logger, cfg.Monitor.Metrics, cfg.Monitor.Gate = cfg.Logger, metrics, gate
+	cfg.Monitor.Logger, cfg.Monitor.Metrics = cfg.Logger, metrics
 	// One mailbox: the reconciler and the monitor leave each other the
 	// rows their hints announce (package handoff).
 	box := handoff.New()

@@ -37,11 +37,6 @@ type MonitorConfig struct {
 	// handoff): the monitor takes the row a reconciler's hint announces
 	// instead of reading it, and leaves the row it wrote; nil = none.
 	Handoff *handoff.Mailbox
-	// Gate is the process's count of a user's work in flight (the API's,
-	// the reconciler's): a pass's observations, and those of plain hints,
-	// wait for it before they start, a bounded time each, as the
-	// reconciler's bulk steps do. nil = they never wait.
-	Gate *urgency.Gate
 }
 
 // MonitorStore is what the HealthMonitor reads and writes: it is the only
@@ -284,7 +279,6 @@ func (m *HealthMonitor) Pass(ctx context.Context) error {
 		if m.observedSince(w.ID, listed) {
 			continue
 		}
-		m.cfg.Gate.AwaitNone() // a user's work first
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
@@ -348,11 +342,7 @@ func (m *HealthMonitor) Run(ctx context.Context) error {
 // observeHinted observes id in its own goroutine once it has a slot (an
 // urgent ctx takes the reserved share too); false if ctx ended first.
 func (m *HealthMonitor) observeHinted(ctx context.Context, slots urgency.Lanes, wg *sync.WaitGroup, id string) bool {
-	urgent := urgency.Is(ctx)
-	if !urgent {
-		m.cfg.Gate.AwaitNone() // bulk: a user's work first
-	}
-	release := slots.Acquire(ctx, urgent)
+	release := slots.Acquire(ctx, urgency.Is(ctx))
 	if release == nil {
 		return false
 	}
