@@ -84,8 +84,7 @@ func TestCrashKill9(t *testing.T) {
 		}
 	}
 	st := queueStats(t, c, q)
-	r := openRDB(t, addr)
-	left, err := r.Client().Do(ctx, r.Client().B().Hlen().Key("tq:{crash}:tasks").Build()).AsInt64()
+	left, err := taskRecords(t, addr, "crash")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,8 +248,7 @@ func TestAggregationSurvivesKill9(t *testing.T) {
 		}
 	}
 	st := queueStats(t, c, q)
-	r := openRDB(t, addr)
-	left, err := r.Client().Do(ctx, r.Client().B().Hlen().Key("tq:{"+q+"}:tasks").Build()).AsInt64()
+	left, err := taskRecords(t, addr, q)
 	if err != nil || left != 0 || st.Dead != 0 || st.ReapedTotal < 4 {
 		t.Fatalf("after every batch: %d task records left (%v), %d dead, %d reaped; want none left, none dead, the 4 held taken back", left, err, st.Dead, st.ReapedTotal)
 	}

@@ -62,8 +62,7 @@ func TestAggregation(t *testing.T) {
 			t.Fatalf("group %s's batches: %v; want 30, 30, 30 and 10", g, s)
 		}
 	}
-	r := openRDB(t, addr)
-	left, err := r.Client().Do(ctx, r.Client().B().Hlen().Key("tq:{"+q+"}:tasks").Build()).AsInt64()
+	left, err := taskRecords(t, addr, q)
 	if err != nil || left != 0 {
 		t.Fatalf("task records left: %d, %v; want 0", left, err)
 	}

@@ -124,3 +124,10 @@ func queueStats(t testing.TB, c *Client, q string) QueueStats {
 	}
 	return st.Queues[q]
 }
+
+// taskRecords is how many fields queue q's task hash holds (each task's
+// record and its side fields): 0 once every task is gone.
+func taskRecords(t testing.TB, addr, q string) (int64, error) {
+	r := openRDB(t, addr)
+	return r.Client().Do(t.Context(), r.Client().B().Hlen().Key("tq:{"+q+"}:tasks").Build()).AsInt64()
+}

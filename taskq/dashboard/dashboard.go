@@ -378,9 +378,7 @@ func (d *Dashboard) queueOp(w http.ResponseWriter, r *http.Request) {
 		d.fail(w, err)
 		return
 	}
-	d.mu.Lock()
-	d.last = nil // the next overview shows the change
-	d.mu.Unlock()
+	d.changed()
 	writeJSON(w, http.StatusOK, map[string]int{"n": n})
 }
 
@@ -406,4 +404,11 @@ func queueView(name string, qs taskq.QueueStats, rate func(key string, n int64) 
 	sort.Slice(qv.Tenants, func(i, j int) bool { return qv.Tenants[i].Name < qv.Tenants[j].Name })
 	qv.QueueStats.Tenants = nil // in tenant_list
 	return qv
+}
+
+// changed drops the last overview after a change, so the next one shows it.
+func (d *Dashboard) changed() {
+	d.mu.Lock()
+	d.last = nil
+	d.mu.Unlock()
 }

@@ -133,9 +133,7 @@ func (d *Dashboard) workflowCancel(w http.ResponseWriter, r *http.Request) {
 		d.fail(w, err)
 		return
 	}
-	d.mu.Lock()
-	d.last = nil // the next overview shows the change
-	d.mu.Unlock()
+	d.changed()
 	writeJSON(w, http.StatusOK, map[string]int{"cancelled": n})
 }
 
