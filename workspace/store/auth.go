@@ -27,26 +27,20 @@ func (s *Store) Accounts() *Accounts { return &Accounts{s: s} }
 // withOwnerLock runs fn in a transaction that holds owner's lock: on
 // Postgres the owners row, locked FOR UPDATE, so replicas admitting the same
 // owner take turns (each statement after the lock sees what the previous
-// holder committed); on SQLite the transaction is BEGIN IMMEDIATE, which
-// already serializes every writer of the file.
+// holder committed); on SQLite the transaction is BEGIN IMMEDIATE in the
+// store's turn (turn.go), which already serializes every writer.
 func (s *Store) withOwnerLock(ctx context.Context, owner string, fn func(*sql.Tx) error) error {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	if s.dialect == Postgres {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO owners (owner) VALUES ($1) ON CONFLICT DO NOTHING`, owner); err != nil {
-			return err
+	return s.writeTx(ctx, func(tx *sql.Tx) error {
+		if s.dialect == Postgres {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO owners (owner) VALUES ($1) ON CONFLICT DO NOTHING`, owner); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, `SELECT owner FROM owners WHERE owner = $1 FOR UPDATE`, owner); err != nil {
+				return err
+			}
 		}
-		if _, err := tx.ExecContext(ctx, `SELECT owner FROM owners WHERE owner = $1 FOR UPDATE`, owner); err != nil {
-			return err
-		}
-	}
-	if err := fn(tx); err != nil {
-		return err
-	}
-	return tx.Commit()
+		return fn(tx)
+	})
 }
 
 // checkQuota fails with *auth.QuotaError if owner already has limit rows

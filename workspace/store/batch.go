@@ -401,6 +401,8 @@ func (b *batcher) runSQLite(batch []*writeReq) {
 func (b *batcher) runSQLiteTx(batch []*writeReq) (rest []*writeReq) {
 	ctx, cancel := b.batchCtx()
 	defer cancel()
+	release, _ := b.s.takeTurn(context.Background()) // the background's wait cannot end early
+	defer release()
 	tx, err := b.s.db.BeginTx(ctx, nil) // BEGIN IMMEDIATE (_txlock)
 	if err != nil {
 		for _, r := range batch {

@@ -35,6 +35,9 @@
 //	            reads by id as one SELECT … IN (…); statements under a
 //	            marked context (urgency.Mark: a user's request) go ahead of
 //	            the batches
+//	turn.go     the write turn: on SQLite this process's write
+//	            transactions queue for it instead of polling the file's
+//	            lock (busy_timeout), which can starve a waiter under load
 //	urgent.go   Gate (Options.Gate: the server's urgency.Gate): while a
 //	            user's change is in flight the bulk batches wait for it
 //	            (bounded)

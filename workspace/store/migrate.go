@@ -46,7 +46,12 @@ func (s *Store) migrate(ctx context.Context, upTo int) error {
 }
 
 func (s *Store) applyMigration(ctx context.Context, version int, body string) error {
-	tx, err := s.db.BeginTx(ctx, nil) // BEGIN IMMEDIATE on SQLite (_txlock)
+	release, err := s.takeTurn(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
+	tx, err := s.db.BeginTx(ctx, nil) // BEGIN IMMEDIATE on SQLite (_txlock), in the turn (turn.go)
 	if err != nil {
 		return err
 	}

@@ -30,6 +30,11 @@ func (ps *Pools) SetSize(ctx context.Context, name string, size int, now time.Ti
 		return fmt.Errorf("%w: pool size %d, want 0–%d", workspace.ErrBadInput, size, workspace.MaxPoolSize)
 	}
 	s := ps.s
+	release, err := s.takeTurn(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -125,6 +130,11 @@ type Refilled struct {
 func (ps *Pools) Refill(ctx context.Context, name string, version, size int, prepared []workspace.NewWorkspace, now time.Time) (Refilled, error) {
 	s := ps.s
 	var out Refilled
+	release, err := s.takeTurn(ctx)
+	if err != nil {
+		return out, err
+	}
+	defer release()
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return out, err

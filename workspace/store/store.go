@@ -46,7 +46,10 @@ type Store struct {
 	// (batch.go): on SQLite one BEGIN IMMEDIATE … COMMIT per batch on
 	// the single writer, on Postgres one pipelined round trip; reads by id
 	// as one SELECT … IN (…).
-	batch     *batcher
+	batch *batcher
+	// turn serializes this process's write transactions on SQLite
+	// (turn.go); nil on Postgres.
+	turn      chan struct{}
 	closeOnce sync.Once
 }
 
@@ -104,6 +107,7 @@ func open(ctx context.Context, dsn string, version int, o Options) (*Store, erro
 	default:
 		return nil, fmt.Errorf("%w: --db %q, want sqlite:PATH or postgres://…", workspace.ErrBadInput, dsn)
 	}
+	s.turn = newTurn(s.dialect)
 	if err := s.migrate(ctx, version); err != nil {
 		s.db.Close()
 		return nil, err

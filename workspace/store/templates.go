@@ -167,6 +167,11 @@ const usesTemplateSQL = `SELECT COUNT(*) FROM workspaces WHERE desired_state <> 
 // (CreateFromTemplate) takes the same lock, so the two take turns.
 func (ts *Templates) Delete(ctx context.Context, name string) error {
 	s := ts.s
+	release, err := s.takeTurn(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
