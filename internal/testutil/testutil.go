@@ -157,6 +157,22 @@ func EnsureCommand(tb testing.TB, name, command string) {
 	}
 }
 
+// EnsureFile makes sure path exists, running scripts/services.sh name
+// (which installs the package holding it) if it does not; it fails the
+// test if it is still missing.
+func EnsureFile(tb testing.TB, name, path string) {
+	tb.Helper()
+	if _, err := os.Stat(path); err == nil {
+		return
+	}
+	startMu.Lock()
+	defer startMu.Unlock()
+	out, err := exec.Command("bash", filepath.Join(RepoRoot(tb), "scripts", "services.sh"), name).CombinedOutput()
+	if _, serr := os.Stat(path); serr != nil {
+		tb.Fatalf("testutil: %s is missing and scripts/services.sh %s could not install it: %v, %v\n%s", path, name, err, serr, out)
+	}
+}
+
 func reachable(addr string) bool {
 	c, err := net.DialTimeout("tcp", addr, 500*time.Millisecond)
 	if err != nil {

@@ -32,6 +32,10 @@
 //	                provider, TTL and leader-lease settings
 //	flags.go        shared flag parsing: -I DIR... expansion, sizes such as 256MiB
 //	metrics.go      the /metrics (and /healthz) HTTP server of the daemons
+//	completion.go   gantry completion bash|zsh|fish|powershell, and the dynamic
+//	                completions: workspace ids and names, queue names
+//
+// The man pages (make man) are generated from Root by ../mangen.
 package cli
 
 import (
@@ -106,6 +110,12 @@ type rootOptions struct {
 	stopProfile func() // set by before when --cpuprofile started a profile
 }
 
+// Root is gantry's command tree with the process's standard streams, for
+// generators that walk it (cmd/gantry/internal/mangen: the man pages).
+func Root() *cobra.Command {
+	return newRoot(&Env{Stdout: os.Stdout, Stderr: os.Stderr})
+}
+
 func newRoot(env *Env) *cobra.Command {
 	o := &rootOptions{}
 	root := &cobra.Command{
@@ -130,7 +140,9 @@ func newRoot(env *Env) *cobra.Command {
 		newSchedCmd(env),
 		newQueueCmd(env),
 		newWSCmd(env),
+		newCompletionCmd(),
 	)
+	completeQueueFlags(root)
 	return root
 }
 

@@ -42,6 +42,7 @@ func newWSCmd(env *Env) *cobra.Command {
 		newWSTokenCmd(client), newWSAuditCmd(client), newWSWhoamiCmd(client), newWSLogsCmd(client), newWSExecCmd(client), newWSSSHCmd(client), newWSConfigSSHCmd(&cf),
 		newWSUpdateCmd(client), newWSArchivesCmd(client), newWSRestoreCmd(client), newWSVolumeCmd(env),
 		newWSTemplateCmd(client), newWSForkCmd(client))
+	completeWorkspaceArgs(cmd, client)
 	return cmd
 }
 

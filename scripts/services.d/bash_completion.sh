@@ -1,0 +1,10 @@
+# shellcheck shell=bash
+# bash-completion (the package every interactive bash on Debian loads) for the
+# test of `gantry completion bash`, whose script calls its functions. Sourced by
+# scripts/services.sh.
+
+service_bash_completion() {
+	[ -e /usr/share/bash-completion/bash_completion ] || apt_install bash-completion
+}
+
+SERVICES+=(bash_completion)
