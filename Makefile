@@ -31,8 +31,8 @@ bench-ws-start: ## Workspace start latency on a real ws serve: create → RUNNIN
 bench-dsort: ## End-to-end dsort (4 workers, 2 GB) and sort local (1 GB) vs GNU sort (figures in docs/BENCHMARKS.md)
 	bash scripts/bench-dsort.sh
 
-test: services lint ## Install what the tests need, lint, run every test with -race (what CI runs)
-	$(GO) test -race $(TESTFLAGS) $(PKGS)
+test: ## Install what the tests need, lint, run every test with -race (what CI runs; scripts/test.sh: the steps overlap, timed)
+	GO='$(GO)' PKGS='$(PKGS)' TESTFLAGS='$(TESTFLAGS)' bash scripts/test.sh
 
 services: ## Install/start what the tests need (scripts/services.sh; a no-op when present)
 	bash scripts/services.sh
@@ -67,10 +67,13 @@ lint: ## gofmt check, go vet (every module, bench/ too), staticcheck, gocyclo <=
 		rm -rf "$$tmp"; \
 	else echo "lint: protoc not installed, generated-code check skipped (make services installs it)"; fi
 
+man: ## Write a man page per command into man/ (read one with: man -l man/gantry-ws-get.1)
+	$(GO) run ./cmd/gantry/internal/mangen -dir man
+
 generate: ## Regenerate protobuf/gRPC code (needs protoc: apt-get install protobuf-compiler)
 	$(GO) generate ./dsort/...
 
 clean: ## Remove build output
 	rm -rf bin
 
-.PHONY: help build demo bench-sort bench-queue bench-apps bench-ws-start bench-dsort services test test-short test-race bench lint generate clean
+.PHONY: help build man demo bench-sort bench-queue bench-apps bench-ws-start bench-dsort services test test-short test-race bench lint generate clean

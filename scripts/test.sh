@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# make test (what CI runs): install and start the services, lint, and run every test with -race,
+# printing how long each step took at the end, pass or fail.
+#
+# On a fresh machine most of the wait is compiling (twice: lint's plain build and the tests'
+# -race build, module downloads first) and installing packages, so the steps overlap where
+# they can: the -race build of every package starts at once, beside services.sh's package
+# installs (network and disk more than CPU) and lint's plain build; the tests start once it is
+# done (two go commands compiling the same package at once would each do the work). The
+# services that build from source (MinIO, Kubernetes) build at a lower CPU priority, so they
+# fill the cores' idle time instead of slowing the steps everybody waits for; the tests that
+# need them wait for them.
+#
+#   scripts/test.sh            # what make test runs
+#   GO=go1.26 TESTFLAGS=… PKGS=… scripts/test.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+GO=${GO:-go}
+PKGS=${PKGS:-./...}
+TESTFLAGS=${TESTFLAGS:--timeout 20m}
+log=${TMPDIR:-/tmp}/gantry-test-logs
+mkdir -p "$log"
+
+start=$SECONDS
+summary=()
+# timed NAME CMD…: runs CMD, records how long it took and how it ended.
+timed() {
+	local name=$1 t=$SECONDS rc=0
+	shift
+	"$@" || rc=$?
+	summary+=("$(printf '  %-34s %5ds  %s' "$name" $((SECONDS - t)) "$([ $rc = 0 ] && echo ok || echo "FAILED ($rc)")")")
+	return $rc
+}
+report() {
+	echo "test.sh: seconds each step took (the background services: when they were up, from the start)" >&2
+	printf '%s\n' "${summary[@]}" >&2
+	local s f
+	for s in minio kubernetes jupyter; do
+		f=${GANTRY_SERVICES_DIR:-${TMPDIR:-/tmp}/gantry-services}/$s.ready
+		[ -s "$f" ] && printf '  %-34s %5ds\n' "$s up (background)" $(($(cat "$f") - GANTRY_TEST_START)) >&2
+	done
+	printf '  %-34s %5ds\n' "total" $((SECONDS - start)) >&2
+}
+trap report EXIT
+GANTRY_TEST_START=$(date +%s)
+
+# The -race build of every package and of what only the tests import, in the background.
+warm() {
+	local deps
+	$GO mod download || return
+	# shellcheck disable=SC2086
+	deps=$($GO list -test -deps -f '{{if not (or .Standard .ForTest)}}{{.ImportPath}}{{end}}' $PKGS | grep -v '\.test$' | sort -u) || return
+	# shellcheck disable=SC2086
+	$GO build -race $deps
+}
+warm >"$log/race-build.log" 2>&1 &
+warm_pid=$!
+
+timed "services (foreground part)" bash scripts/services.sh || exit 1
+timed "lint" make --no-print-directory lint || exit 1
+timed "-race build (rest of it)" wait $warm_pid || { cat "$log/race-build.log" >&2; exit 1; }
+# shellcheck disable=SC2086 # TESTFLAGS and PKGS are word lists
+timed "go test -race" $GO test -race $TESTFLAGS $PKGS
