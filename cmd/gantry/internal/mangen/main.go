@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/cobra/doc"
+	"github.com/spf13/pflag"
 
 	"github.com/gantryhq/gantry/cmd/gantry/internal/cli"
 )
@@ -43,12 +44,26 @@ func write(dir string) (int, error) {
 		}
 	}
 	root := cli.Root()
+	escapeTags(root)
 	root.DisableAutoGenTag = true // no generation date: the same tree gives the same pages
 	hdr := &doc.GenManHeader{Title: "GANTRY", Section: "1", Source: "gantry", Manual: "gantry manual"}
 	if err := doc.GenManTree(root, hdr, dir); err != nil {
 		return 0, err
 	}
 	return countPages(root), nil
+}
+
+// escapeTags escapes the '<' of c's texts and flag usages and of its
+// subcommands': the pages go through Markdown, which would drop
+// "<config dir>" as an HTML tag.
+func escapeTags(c *cobra.Command) {
+	esc := func(s string) string { return strings.ReplaceAll(s, "<", `\<`) }
+	c.Short, c.Long = esc(c.Short), esc(c.Long)
+	c.Flags().VisitAll(func(f *pflag.Flag) { f.Usage = esc(f.Usage) })
+	c.PersistentFlags().VisitAll(func(f *pflag.Flag) { f.Usage = esc(f.Usage) })
+	for _, sub := range c.Commands() {
+		escapeTags(sub)
+	}
 }
 
 // countPages is how many pages GenManTree writes for c: one per command

@@ -14,7 +14,7 @@ import (
 
 // TestWritesAPagePerCommand: every command --help lists has its page,
 // named by its path (gantry-ws-get.1), holding its synopsis and its flags;
-// no other page is written, and a secret in the generator's environment
+// no other page is written, a usage's <placeholder> survives, and a secret in the generator's environment
 // (a flag's default comes from $GANTRY_TOKEN) is in none.
 func TestWritesAPagePerCommand(t *testing.T) {
 	t.Setenv("GANTRY_TOKEN", "secret-token-1234")
@@ -61,6 +61,10 @@ func TestWritesAPagePerCommand(t *testing.T) {
 		}
 	}
 	check(cli.Root())
+	// A usage's "<config dir>" is text, not an HTML tag to drop.
+	if b, err := os.ReadFile(filepath.Join(dir, "gantry-ws-config-ssh.1")); err != nil || !strings.Contains(string(b), "(default <config dir>/gantry/ssh_config)") {
+		t.Errorf("gantry-ws-config-ssh.1 lost the <config dir> of --file's usage: %v", err)
+	}
 	if seen != n {
 		t.Errorf("walked %d commands, wrote %d pages", seen, n)
 	}
