@@ -8,8 +8,10 @@
 --   +3 state     HASH vt, seq, counters, w:<t> weight, f:<t> last finish tag, a:<t> active, c:<t> completed,
 --                links (the queue has held a workflow node or a batch: acks look for their links),
 --                pause (queue paused until ms), p:<t> (tenant paused until ms)
---   +4 tasks     HASH id -> message; id|r retried, id|n starts, id|e last error, id|d dead reason,
---                id|m member (from enqueue on), id|c who cancelled it and when, id|p progress
+--   +4 tasks     HASH id -> "\1" tenant \0 prio seq \0 message (the member without the id, then
+--                the message: member_of); id|r retried, id|n starts, id|e last error, id|d dead
+--                reason, id|m member (only of a task stored by an earlier release: its value is
+--                the bare message), id|c who cancelled it and when, id|p progress
 --                (JSON, from the handler), id|s snoozes; a workflow node's id|wp (parents not yet
 --                succeeded) and id|wc (its children)
 --   +5 active    HASH id -> member (tasks a worker holds)
@@ -167,13 +169,19 @@ local function forget(k, id)
   redis.call('HDEL', KEYS[k + 11], id)
 end
 
+-- SEQ is the width of the seq in a member: fixed, so that the lexicographic
+-- order is the enqueue order.
+local SEQ = '%016x'
+
 -- add_task stores a task and makes it pending (or scheduled, if due > now);
--- returns 1, or 0 if the id exists. The caller wakes idle workers.
+-- returns 1, or 0 if the id exists. The caller wakes idle workers. The
+-- stored value is "\1" .. member without the id .. msg (see member_of).
 local function add_task(k, now, id, msg, t, w, prio, due)
-  if redis.call('HSETNX', KEYS[k + 4], id, msg) == 0 then return 0 end
+  if redis.call('HEXISTS', KEYS[k + 4], id) == 1 then return 0 end
   local seq = redis.call('HINCRBY', KEYS[k + 3], 'seq', 1)
-  local member = t .. '\0' .. prio .. string.format('%016x', seq) .. '\0' .. id
-  redis.call('HSET', KEYS[k + 4], id .. '|m', member)
+  local head = t .. '\0' .. prio .. string.format(SEQ, seq) .. '\0'
+  redis.call('HSET', KEYS[k + 4], id, '\1' .. head .. msg)
+  local member = head .. id
   if w > 0 then
     redis.call('HSET', KEYS[k + 3], 'w:' .. t, w)
   elseif not redis.call('HGET', KEYS[k + 3], 'w:' .. t) then
@@ -186,6 +194,24 @@ local function add_task(k, now, id, msg, t, w, prio, due)
     activate(k, member)
   end
   return 1
+end
+
+-- head_end is where the head of a stored value ends (the "\0" after the
+-- seq), or nil for a value without one (stored by an earlier release).
+local function head_end(v)
+  if not v or string.byte(v, 1) ~= 1 then return nil end
+  local z = string.find(v, '\0', 2, true)
+  return z and string.find(v, '\0', z + 1, true)
+end
+
+-- member_of is id's member: derived from the head of its stored value,
+-- else its id|m (the previous release recorded it there), else false (the
+-- release before recorded none).
+local function member_of(k, id)
+  local v = redis.call('HGET', KEYS[k + 4], id)
+  local e = head_end(v)
+  if e then return string.sub(v, 2, e) .. id end
+  return redis.call('HGET', KEYS[k + 4], id .. '|m')
 end
 
 -- expire_unique drops up to limit unique keys whose hold ended by now.
@@ -299,7 +325,7 @@ local function release_children(k, id)
   for c in string.gmatch(kids, '%S+') do
     if redis.call('HEXISTS', KEYS[k + 4], c .. '|wp') == 1 and redis.call('HINCRBY', KEYS[k + 4], c .. '|wp', -1) <= 0 then
       redis.call('HDEL', KEYS[k + 4], c .. '|wp')
-      local m = redis.call('HGET', KEYS[k + 4], c .. '|m')
+      local m = member_of(k, c)
       if m and redis.call('ZREM', KEYS[k + 7], m) == 1 then
         activate(k, m)
         n = n + 1
@@ -314,7 +340,7 @@ end
 local function release_one(k, c)
   if redis.call('HEXISTS', KEYS[k + 4], c .. '|wp') == 1 and redis.call('HINCRBY', KEYS[k + 4], c .. '|wp', -1) <= 0 then
     redis.call('HDEL', KEYS[k + 4], c .. '|wp')
-    local m = redis.call('HGET', KEYS[k + 4], c .. '|m')
+    local m = member_of(k, c)
     if m and redis.call('ZREM', KEYS[k + 7], m) == 1 then
       activate(k, m)
       wake(k)
@@ -338,7 +364,7 @@ local function cancel_descendants(k, id, now, why, failed)
       end
       if not seen[c] then
         seen[c] = true
-        local m = redis.call('HGET', KEYS[k + 4], c .. '|m')
+        local m = member_of(k, c)
         if redis.call('HEXISTS', KEYS[k + 4], c .. '|wp') == 1 and m and redis.call('ZREM', KEYS[k + 7], m) == 1 then
           redis.call('HDEL', KEYS[k + 4], c .. '|wp')
           redis.call('HSET', KEYS[k + 4], c .. '|c', 'workflow\0' .. now, c .. '|e', why)
@@ -371,14 +397,15 @@ local function flush_group(k, key, now)
   if not ids then return false end
   local members, list = {}, {}
   for id in string.gmatch(ids, '%S+') do
-    local m = redis.call('HGET', KEYS[k + 4], id .. '|m')
+    local m = member_of(k, id)
     if m and redis.call('ZREM', KEYS[k + 7], m) == 1 then
       list[#list + 1] = id
       members[#members + 1] = m
     end
   end
   if #list == 0 then return false end
-  local msg = cjson.decode(redis.call('HGET', KEYS[k + 4], list[1]))
+  local v = redis.call('HGET', KEYS[k + 4], list[1])
+  local msg = cjson.decode(string.sub(v, (head_end(v) or 0) + 1))
   local seq = redis.call('HINCRBY', KEYS[k + 3], 'seq', 1)
   local bid = 'batch-' .. string.format('%x', seq) .. '-' .. list[1]
   msg['id'], msg['payload'], msg['batch'], msg['enqueued_at'] = bid, nil, list, now
