@@ -175,9 +175,9 @@ func logicalTasks(h map[string]string) map[string]string {
 		}
 		out[f] = msg
 		if _, ok := h[f+"|m"]; ok {
-			out[f+"|m+head"] = head + f
+			out[f+"|m+head"] = head + "\x00" + f
 		} else {
-			out[f+"|m"] = head + f
+			out[f+"|m"] = head + "\x00" + f
 		}
 	}
 	return out
@@ -197,12 +197,12 @@ func checkSnap(t *testing.T, r *RDB, q string, want Snap) {
 // member is the pending/scheduled/retry member of task id of tenant with
 // priority prio, the seq-th task enqueued into its queue (lib.lua).
 func member(tenant string, prio, seq int, id string) string {
-	return fmt.Sprintf("%s\x00%02x%016x\x00%s", tenant, 255-prio, seq, id)
+	return fmt.Sprintf("%s\x00%02x%s\x00%s", tenant, 255-prio, seqDigits(seq), id)
 }
 
 // stored is the tasks-hash value add_task writes for a task of member m
 // with message msg (stored.go).
-func stored(m, msg string) string { return "\x01" + m[:strings.LastIndexByte(m, 0)+1] + msg }
+func stored(m, msg string) string { return "\x01" + m[:strings.LastIndexByte(m, 0)] + msg }
 
 // legacy rewrites task id of q as a release before this one stored it: the
 // bare message, with its member in id|m if withMember (the previous
@@ -220,8 +220,18 @@ func legacy(t *testing.T, r *RDB, q, id string, withMember bool) {
 	}
 	raw(t, r, "HSET", k, id, msg)
 	if withMember {
-		raw(t, r, "HSET", k, id+"|m", head+id)
+		raw(t, r, "HSET", k, id+"|m", head+"\x00"+id)
 	}
+}
+
+// seqDigits is lib.lua's seq_digits: n in 8 base-64 digits '0'..'o'.
+func seqDigits(n int) string {
+	d := make([]byte, 8)
+	for i := 7; i >= 0; i-- {
+		d[i] = byte('0' + n%64)
+		n /= 64
+	}
+	return string(d)
 }
 
 // task is an EnqMsg whose message is "m-"+id.
