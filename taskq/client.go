@@ -2,7 +2,6 @@ package taskq
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"sync"
@@ -94,7 +93,7 @@ func prepare(t *Task, now time.Time, extra []Option) (prepared, error) {
 	if !due.After(now) {
 		due = time.Time{}
 	}
-	b, err := json.Marshal(message{
+	b, err := encodeMessage(&message{
 		ID: o.id, Type: t.Type, Payload: t.Payload, Queue: o.queue,
 		MaxRetries: o.maxRetries, TimeoutMS: o.timeout.Milliseconds(), RetentionMS: o.retention.Milliseconds(),
 		DeadlineMS: deadlineMS(o.deadline),
@@ -291,8 +290,7 @@ func (c *Client) DeadLetters(ctx context.Context, queue string, limit int) ([]De
 	out := make([]DeadTask, len(raw))
 	for i, d := range raw {
 		out[i] = DeadTask{ID: d.ID, Tenant: d.Tenant, Reason: d.Reason, LastError: d.LastError, DiedAt: d.DiedAt}
-		var m message
-		if json.Unmarshal(d.Msg, &m) == nil && m.Type != "" {
+		if m, _, err := parseMessage(d.Msg); err == nil && m.Type != "" {
 			out[i].Type = m.Type
 			if out[i].Tenant == "" {
 				out[i].Tenant = m.Tenant

@@ -12,7 +12,8 @@
 //	w.Run(ctx) // until ctx ends, then drains
 //
 // Tour:
-//   - task.go: Task, enqueue options, the stored message and its validation.
+//   - task.go: Task, enqueue options, the stored message and its validation;
+//     message.go: the message's formats (compact, and earlier releases' JSON).
 //   - client.go, stats.go: enqueue (single and batch), dead letters, results, stats.
 //   - worker.go: WorkerConfig, lifecycle (State), Run and the graceful
 //     shutdown; the Worker wires one background component per file, each

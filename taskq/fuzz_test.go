@@ -14,6 +14,10 @@ func FuzzDecodeMessage(f *testing.F) {
 	f.Add([]byte("\xff\x00{"))
 	f.Add([]byte(`{"id":"i","type":"x","queue":"q","payload":"not base64!"}`))
 	f.Add([]byte(`{"id":"i","type":"x","queue":"q","max_retries":-1}`))
+	f.Add([]byte("\x01noop{\"e\":1700000000000}"))
+	f.Add([]byte("\x01x{\"r\":-1}\x00payload"))
+	f.Add([]byte("\x01{}"))
+	f.Add([]byte("\x01x"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := decodeMessage("i", "q", b)
 		if err != nil {

@@ -99,8 +99,8 @@ func detail(raw rdb.Raw) TaskDetail {
 
 // fromMessage fills what the stored message holds.
 func (d *TaskDetail) fromMessage(msg []byte) {
-	var m message
-	if json.Unmarshal(msg, &m) != nil {
+	m, _, err := parseMessage(msg)
+	if err != nil {
 		return
 	}
 	d.Type, d.MaxRetries, d.Headers, d.Workflow, d.Parents = m.Type, m.MaxRetries, m.Headers, m.Workflow, m.Parents

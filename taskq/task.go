@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -229,7 +228,9 @@ func (e *DuplicateError) Is(target error) bool { return target == ErrDuplicate }
 // TaskID sets the task's id (default: random); enqueueing an existing id fails.
 func TaskID(id string) Option { return func(o *options) { o.id = id } }
 
-// message is the task as stored in Redis (JSON). The tenant is not in it:
+// message is the task as stored in Redis: message.go encodes it (format
+// 1); this struct is also format 0, the JSON of earlier releases. The
+// tenant is not in it:
 // it travels once, in the task's Redis member (pending order, fairness),
 // and comes back with the dequeue. Messages written by earlier releases
 // carry a "tenant" field; it is read only if the member gave none.
@@ -272,28 +273,30 @@ type validationError struct{ reason string }
 
 func (e *validationError) Error() string { return e.reason }
 
-// decodeMessage parses and checks a stored message; a failure says why.
+// decodeMessage parses and checks a stored message (message.go) of task id
+// in queue; a failure says why.
 func decodeMessage(id, queue string, b []byte) (*message, error) {
 	if len(b) == 0 {
 		return nil, &validationError{"malformed task: message missing"}
 	}
-	var m message
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, &validationError{fmt.Sprintf("malformed task: bad JSON: %v", err)}
+	m, legacy, err := parseMessage(b)
+	if err != nil {
+		return nil, &validationError{"malformed task: " + err.Error()}
 	}
 	switch {
 	case m.Type == "":
 		return nil, &validationError{"malformed task: missing field \"type\""}
-	case m.ID != id:
+	case legacy && m.ID != id:
 		return nil, &validationError{fmt.Sprintf("malformed task: field \"id\" is %q, stored under %q", m.ID, id)}
-	case m.Queue != queue:
+	case legacy && m.Queue != queue:
 		return nil, &validationError{fmt.Sprintf("malformed task: field \"queue\" is %q, stored in %q", m.Queue, queue)}
 	case m.MaxRetries < 0:
 		return nil, &validationError{"malformed task: field \"max_retries\" is negative"}
 	case m.TimeoutMS < 0 || m.RetentionMS < 0:
 		return nil, &validationError{"malformed task: negative timeout_ms or retention_ms"}
 	}
-	return &m, nil
+	m.ID, m.Queue = id, queue
+	return m, nil
 }
 
 // HandlerFunc runs one task. Returning nil completes it; an error retries

@@ -25,9 +25,13 @@ func TestTenantTravelsOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := openRDB(t, addr)
-	raw, err := r.Client().Do(ctx, r.Client().B().Hget().Key(rdb.QueueKeys(q)[rdb.KTasks]).Field(info.ID).Build()).ToString()
+	msgs, err := r.Messages(ctx, q, []string{info.ID}) // the message, without the member's head before it
 	if err != nil {
 		t.Fatal(err)
+	}
+	raw := string(msgs[info.ID])
+	if raw == "" {
+		t.Fatal("message missing")
 	}
 	if strings.Contains(raw, `"tenant"`) || strings.Contains(raw, "acme") {
 		t.Fatalf("stored message carries the tenant: %s", raw)

@@ -9,6 +9,7 @@
 //
 //	go run ./cmd/queuebench -tasks 100000 -concurrency 10 -runs 3
 //	go run ./cmd/queuebench -river=false   # taskq and asynq only, no Postgres
+//	go run ./cmd/queuebench -memory       # Redis bytes per pending task, taskq vs asynq
 package main
 
 import (
@@ -60,6 +61,7 @@ func main() {
 	// 2ms, which measured ~25% slower here at MaxWorkers 10) and the poll
 	// interval "river bench" sets (20ms, a fallback to LISTEN/NOTIFY).
 	riverCooldown := flag.Duration("river-fetch-cooldown", river.FetchCooldownMin, "River Config.FetchCooldown: River's default is 100ms, its own \"river bench\" sets 2ms, 1ms is the least River accepts")
+	memory := flag.Bool("memory", false, "only compare Redis memory: -tasks pending no-op tasks of taskq and of asynq (FLUSHALL before each), -runs times; no River, no throughput")
 	riverPoll := flag.Duration("river-fetch-poll-interval", 20*time.Millisecond, "River Config.FetchPollInterval: River's default is 1s, its own \"river bench\" sets 20ms")
 	flag.Parse()
 	tuning := riverTuning{FetchCooldown: *riverCooldown, FetchPollInterval: *riverPoll}
@@ -77,6 +79,10 @@ func main() {
 	addr := srv.addr
 	fmt.Printf("redis-server on %s (private, no persistence); %d tasks, concurrency %d, %d runs\n", addr, *tasks, *conc, *runs)
 
+	if *memory {
+		memoryBench(addr, *tasks, *runs)
+		return
+	}
 	ctx := context.Background()
 	var rb *riverBench
 	if *withRiver {

@@ -53,7 +53,8 @@ func flat(t *testing.T, res rueidis.RedisResult) []string {
 }
 
 // TestDequeueReplyFormat: the reply is 6 values per task (queue index from
-// 1, id, message or ” when missing, retried, starts, tenant from the
+// 1, id, stored value (stored.go: the member's head, then the message) or
+// ” when missing, retried, starts, tenant from the
 // member), then the rate hint, then each queue's pending count in KEYS
 // order; queues are served in KEYS order.
 func TestDequeueReplyFormat(t *testing.T) {
@@ -66,8 +67,8 @@ func TestDequeueReplyFormat(t *testing.T) {
 	keys := append(append(QueueKeys(q1), QueueKeys(q2)...), QueueKeys(q3)...)
 	res := dequeueScript.Exec(t.Context(), r.c, keys, []string{"3", ms(t0), ms(lease), "100"})
 	want := []string{
-		"2", "x", "m-x", "0", "1", "a",
-		"2", "y", "m-y", "0", "1", "b",
+		"2", "x", stored(member("a", 0, 1, "x"), "m-x"), "0", "1", "a",
+		"2", "y", stored(member("b", 0, 2, "y"), "m-y"), "0", "1", "b",
 		"3", "z", "", "2", "3", "a",
 		"0", "0", "0", "1",
 	}
@@ -279,7 +280,7 @@ func TestDequeuePromoteLimit(t *testing.T) {
 		raw(t, r, "ZADD", k[KRetry], ms(at(-time.Second)), m)
 	}
 	got := flat(t, dequeueScript.Exec(t.Context(), r.c, k, []string{"10", ms(t0), ms(lease), "1"}))
-	want := []string{"1", "s1", "m", "0", "1", "a", "1", "r1", "m", "0", "1", "a", "0", "0"}
+	want := []string{"1", "s1", stored(member("a", 0, 1, "s1"), "m"), "0", "1", "a", "1", "r1", "m", "0", "1", "a", "0", "0"}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("reply (-want +got):\n%s", d)
 	}

@@ -158,7 +158,7 @@ func TestCancelContract(t *testing.T) {
 		{name: "cancelled", call: cancelCall("k"), want: "cancelled"},
 		{name: "unknown", call: cancelCall("nope"), want: "unknown"},
 		{name: "pending, member found by the caller's scan",
-			setup: func(t *testing.T, r *RDB, q string) { raw(t, r, "HDEL", QueueKeys(q)[KTasks], "p|m") },
+			setup: func(t *testing.T, r *RDB, q string) { legacy(t, r, q, "p", false) },
 			call:  cancelCall("p"), want: "pending",
 			edit: func(s *Snap, q string) { s.Pending = del(s.Pending, mp); cancelled(s, "p", mp) }},
 	}
@@ -290,7 +290,7 @@ func TestTaskOpContract(t *testing.T) {
 		{name: "delete active: refused", call: taskopCall("delete", "x", ""), want: "active 0"},
 		{name: "delete unknown", call: taskopCall("delete", "nope", ""), want: "unknown 0"},
 		{name: "delete pending by the caller's member", call: taskopCall("delete", "p", mp), want: "pending 1", edit: deleted("p", mp),
-			setup: func(t *testing.T, r *RDB, q string) { raw(t, r, "HDEL", QueueKeys(q)[KTasks], "p|m") }},
+			setup: func(t *testing.T, r *RDB, q string) { legacy(t, r, q, "p", false) }},
 		{name: "run scheduled", call: taskopCall("run", "s", ""), want: "scheduled 1", edit: ran("s", "scheduled", false)},
 		{name: "run retry: its retries kept", call: taskopCall("run", "rt", ""), want: "retry 1", edit: ran("rt", "retry", false)},
 		{name: "run dead: starts over", call: taskopCall("run", "d", ""), want: "dead 1", edit: ran("d", "dead", true)},
@@ -299,7 +299,7 @@ func TestTaskOpContract(t *testing.T) {
 		{name: "run completed: left", call: taskopCall("run", "c", ""), want: "completed 0"},
 		{name: "run active: left", call: taskopCall("run", "x", ""), want: "active 0"},
 		{name: "run dead without a member: left", call: taskopCall("run", "d", ""), want: "dead 0",
-			setup: func(t *testing.T, r *RDB, q string) { raw(t, r, "HDEL", QueueKeys(q)[KTasks], "d|m") }},
+			setup: func(t *testing.T, r *RDB, q string) { legacy(t, r, q, "d", false) }},
 		{name: "an unknown op is refused", call: taskopCall("rerun", "d", ""), want: `taskop: op "rerun": want delete or run`},
 	}
 	for i := range cases {

@@ -230,7 +230,7 @@ func TestDLQContract(t *testing.T) {
 		name: "requeue of a dead task without a member leaves it",
 		setup: func(t *testing.T, r *RDB, q string) {
 			twoDead(t, r, q)
-			raw(t, r, "HDEL", QueueKeys(q)[KTasks], "d1|m")
+			legacy(t, r, q, "d1", false)
 		},
 		call: dlqCall("requeue"),
 		want: int64(1),

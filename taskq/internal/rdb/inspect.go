@@ -215,11 +215,16 @@ func (r *RDB) listZ(ctx context.Context, key string, rev bool, tenant string, li
 	return vals, scores, strconv.FormatInt(start, 10), nil
 }
 
-// member is the member enqueue recorded for id ("" for a task enqueued by
-// an earlier release).
+// member is the member enqueue recorded for id: from its stored value's
+// head, else its id|m ("" for a task enqueued by the release before).
 func (r *RDB) member(ctx context.Context, k []string, id string) string {
-	m, _ := r.c.Do(ctx, r.c.B().Hget().Key(k[KTasks]).Field(id+"|m").Build()).ToString()
-	return m
+	v, err := r.c.Do(ctx, r.c.B().Hmget().Key(k[KTasks]).Field(id, id+"|m").Build()).ToArray()
+	if err != nil || len(v) != 2 {
+		return ""
+	}
+	stored, _ := v[0].ToString()
+	legacy, _ := v[1].ToString()
+	return storedMember(id, stored, legacy)
 }
 
 // read fetches the stored fields of ids (one HMGET each, pipelined).
@@ -246,7 +251,9 @@ func (r *RDB) read(ctx context.Context, q string, ids []string) ([]Raw, error) {
 		for j := range v {
 			s[j], _ = v[j].ToString()
 		}
-		raw := Raw{ID: id, Queue: q, Msg: []byte(s[0]), LastError: s[3], DeadReason: s[4], Member: s[5], MemberFromEnqueue: s[5] != "", Progress: s[7]}
+		_, msg := splitStored(s[0])
+		m := storedMember(id, s[0], s[5])
+		raw := Raw{ID: id, Queue: q, Msg: []byte(msg), LastError: s[3], DeadReason: s[4], Member: m, MemberFromEnqueue: m != "", Progress: s[7]}
 		raw.Retried, _ = strconv.Atoi(s[1])
 		raw.Starts, _ = strconv.Atoi(s[2])
 		raw.Snoozes, _ = strconv.Atoi(s[8])

@@ -10,7 +10,9 @@
 //
 // The files: rdb.go (this one) keys, Open and the worker's calls; inspect.go
 // listing, looking up, cancelling and deleting single tasks; cron.go the
-// cron entries; loading.go waiting out a Redis that answers LOADING.
+// cron entries; loading.go waiting out a Redis that answers LOADING;
+// stored.go the layout of a task's stored value (its member's head, then
+// its message).
 package rdb
 
 import (
@@ -256,7 +258,8 @@ func (r *RDB) Messages(ctx context.Context, q string, ids []string) (map[string]
 	}
 	for i, v := range vals {
 		if s, err := v.ToString(); err == nil {
-			out[ids[i]] = []byte(s)
+			_, msg := splitStored(s)
+			out[ids[i]] = []byte(msg)
 		}
 	}
 	return out, nil
@@ -288,7 +291,8 @@ func (r *RDB) Results(ctx context.Context, q string, ids []string) (map[string][
 	}
 	for i, v := range vals {
 		if s, err := v.ToString(); err == nil {
-			out[ids[i]] = []byte(s)
+			_, msg := splitStored(s)
+			out[ids[i]] = []byte(msg)
 		}
 	}
 	return out, nil
@@ -408,7 +412,8 @@ func (r *RDB) dequeue(ctx context.Context, queues, keys, args []string, leaseUnt
 	for i := 0; i+5 < len(vals); i += 6 {
 		qi, _ := vals[i].AsInt64()
 		id, _ := vals[i+1].ToString()
-		msg, _ := vals[i+2].ToString()
+		v, _ := vals[i+2].ToString()
+		_, msg := splitStored(v)
 		retried, _ := vals[i+3].AsInt64()
 		starts, _ := vals[i+4].AsInt64()
 		tenant, _ := vals[i+5].ToString()
@@ -676,10 +681,12 @@ func (r *RDB) DeadList(ctx context.Context, q string, limit int) ([]DeadTask, er
 		if err != nil || len(v) != 4 {
 			return nil, fmt.Errorf("rdb: dlq list %q: %w", q, err)
 		}
-		msg, _ := v[0].ToString()
+		stored, _ := v[0].ToString()
 		reason, _ := v[1].ToString()
 		last, _ := v[2].ToString()
-		member, _ := v[3].ToString()
+		legacy, _ := v[3].ToString()
+		_, msg := splitStored(stored)
+		member := storedMember(z.Member, stored, legacy)
 		out = append(out, DeadTask{ID: z.Member, Reason: reason, LastError: last, Tenant: TenantOf(member), Msg: []byte(msg), DiedAt: time.UnixMilli(int64(z.Score))})
 	}
 	return out, nil

@@ -19,7 +19,7 @@ if redis.call('ZSCORE', KEYS[10], id) then return 'completed' end
 local state = 'active'
 local m = release(0, id)
 if not m then
-  m = redis.call('HGET', KEYS[4], id .. '|m')
+  m = member_of(0, id)
   if not m and hint ~= '' then m = hint end
   if not m then return 'unknown' end
   if redis.call('ZREM', KEYS[1], m) == 1 then
@@ -32,7 +32,8 @@ if not m then
     return 'unknown'
   end
 end
-redis.call('HSET', KEYS[4], id .. '|c', who .. '\0' .. now, id .. '|m', m)
+redis.call('HSET', KEYS[4], id .. '|c', who .. '\0' .. now)
+if member_of(0, id) ~= m then redis.call('HSET', KEYS[4], id .. '|m', m) end
 redis.call('ZADD', KEYS[13], now, id)
 redis.call('HINCRBY', KEYS[3], 'cancelled', 1)
 redis.call('HDEL', KEYS[4], id .. '|wp')

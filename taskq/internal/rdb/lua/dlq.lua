@@ -16,7 +16,7 @@ for i = 2, #ARGV do ids[#ids + 1] = ARGV[i] end
 if #ids == 0 then ids = redis.call('ZRANGE', KEYS[9], 0, -1) end
 local n = 0
 for _, id in ipairs(ids) do
-  local m = redis.call('HGET', KEYS[4], id .. '|m')
+  local m = member_of(0, id)
   if (op == 'delete' or m) and redis.call('ZREM', KEYS[9], id) == 1 then
     n = n + 1
     if op == 'requeue' then

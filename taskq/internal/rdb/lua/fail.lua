@@ -34,7 +34,8 @@ if at > 0 then
   redis.call('ZADD', KEYS[8], at, m)
   return 1
 end
-redis.call('HSET', KEYS[4], id .. '|d', reason, id .. '|m', m)
+redis.call('HSET', KEYS[4], id .. '|d', reason)
+if member_of(0, id) ~= m then redis.call('HSET', KEYS[4], id .. '|m', m) end
 redis.call('ZADD', KEYS[9], now, id)
 cancel_descendants(0, id, now, 'parent ' .. id .. ' failed', true)
 redis.call('HINCRBY', KEYS[3], 'deadtotal', 1)

@@ -2,14 +2,16 @@
 --
 -- Every queue's keys share the hash tag {queue} and arrive as 19 consecutive
 -- KEYS, in the order of rdb.queueKeys:
---   +1 pending   ZSET, all scores 0, member = tenant \0 prio(2 hex, inverted) seq(16 hex) \0 id
+--   +1 pending   ZSET, all scores 0, member = tenant \0 prio(2 hex, inverted) seq(8 digits) \0 id
 --                (lexicographic order = FIFO per tenant, higher priority first)
 --   +2 tenants   ZSET tenant -> virtual start tag of its head task (only tenants with pending work)
 --   +3 state     HASH vt, seq, counters, w:<t> weight, f:<t> last finish tag, a:<t> active, c:<t> completed,
 --                links (the queue has held a workflow node or a batch: acks look for their links),
 --                pause (queue paused until ms), p:<t> (tenant paused until ms)
---   +4 tasks     HASH id -> message; id|r retried, id|n starts, id|e last error, id|d dead reason,
---                id|m member (from enqueue on), id|c who cancelled it and when, id|p progress
+--   +4 tasks     HASH id -> "\1" tenant \0 prio seq message (the member up to the seq, then the
+--                message: member_of); id|r retried, id|n starts, id|e last error, id|d dead
+--                reason, id|m member (only of a task stored by an earlier release: its value is
+--                the bare message), id|c who cancelled it and when, id|p progress
 --                (JSON, from the handler), id|s snoozes; a workflow node's id|wp (parents not yet
 --                succeeded) and id|wc (its children)
 --   +5 active    HASH id -> member (tasks a worker holds)
@@ -167,13 +169,30 @@ local function forget(k, id)
   redis.call('HDEL', KEYS[k + 11], id)
 end
 
+-- seq_digits is the seq of a member: 8 base-64 digits, most significant
+-- first, each the byte '0' + its value ('0'..'o', bytes in digit order), so
+-- that the lexicographic order of members is the enqueue order (for 64^8,
+-- 2.8e14, enqueues into a queue). Members of earlier releases had 16 hex
+-- digits: while a queue's seq is below 2^32 their first 8 are '0', so they
+-- sort before every member written since (FIFO holds across an upgrade).
+local function seq_digits(n)
+  local d = {}
+  for i = 8, 1, -1 do
+    d[i] = string.char(48 + n % 64)
+    n = math.floor(n / 64)
+  end
+  return table.concat(d)
+end
+
 -- add_task stores a task and makes it pending (or scheduled, if due > now);
--- returns 1, or 0 if the id exists. The caller wakes idle workers.
+-- returns 1, or 0 if the id exists. The caller wakes idle workers. The
+-- stored value is "\1" .. the member up to the seq .. msg (see member_of).
 local function add_task(k, now, id, msg, t, w, prio, due)
-  if redis.call('HSETNX', KEYS[k + 4], id, msg) == 0 then return 0 end
+  if redis.call('HEXISTS', KEYS[k + 4], id) == 1 then return 0 end
   local seq = redis.call('HINCRBY', KEYS[k + 3], 'seq', 1)
-  local member = t .. '\0' .. prio .. string.format('%016x', seq) .. '\0' .. id
-  redis.call('HSET', KEYS[k + 4], id .. '|m', member)
+  local head = t .. '\0' .. prio .. seq_digits(seq)
+  redis.call('HSET', KEYS[k + 4], id, '\1' .. head .. msg)
+  local member = head .. '\0' .. id
   if w > 0 then
     redis.call('HSET', KEYS[k + 3], 'w:' .. t, w)
   elseif not redis.call('HGET', KEYS[k + 3], 'w:' .. t) then
@@ -186,6 +205,26 @@ local function add_task(k, now, id, msg, t, w, prio, due)
     activate(k, member)
   end
   return 1
+end
+
+-- head_end is where the head of a stored value ends ("\1" tenant \0, then
+-- prio and seq: 10 bytes), or nil for a value without one (stored by an
+-- earlier release).
+local function head_end(v)
+  if not v or string.byte(v, 1) ~= 1 then return nil end
+  local z = string.find(v, '\0', 2, true)
+  if not z or #v < z + 10 then return nil end
+  return z + 10
+end
+
+-- member_of is id's member: derived from the head of its stored value,
+-- else its id|m (the previous release recorded it there), else false (the
+-- release before recorded none).
+local function member_of(k, id)
+  local v = redis.call('HGET', KEYS[k + 4], id)
+  local e = head_end(v)
+  if e then return string.sub(v, 2, e) .. '\0' .. id end
+  return redis.call('HGET', KEYS[k + 4], id .. '|m')
 end
 
 -- expire_unique drops up to limit unique keys whose hold ended by now.
@@ -299,7 +338,7 @@ local function release_children(k, id)
   for c in string.gmatch(kids, '%S+') do
     if redis.call('HEXISTS', KEYS[k + 4], c .. '|wp') == 1 and redis.call('HINCRBY', KEYS[k + 4], c .. '|wp', -1) <= 0 then
       redis.call('HDEL', KEYS[k + 4], c .. '|wp')
-      local m = redis.call('HGET', KEYS[k + 4], c .. '|m')
+      local m = member_of(k, c)
       if m and redis.call('ZREM', KEYS[k + 7], m) == 1 then
         activate(k, m)
         n = n + 1
@@ -314,7 +353,7 @@ end
 local function release_one(k, c)
   if redis.call('HEXISTS', KEYS[k + 4], c .. '|wp') == 1 and redis.call('HINCRBY', KEYS[k + 4], c .. '|wp', -1) <= 0 then
     redis.call('HDEL', KEYS[k + 4], c .. '|wp')
-    local m = redis.call('HGET', KEYS[k + 4], c .. '|m')
+    local m = member_of(k, c)
     if m and redis.call('ZREM', KEYS[k + 7], m) == 1 then
       activate(k, m)
       wake(k)
@@ -338,7 +377,7 @@ local function cancel_descendants(k, id, now, why, failed)
       end
       if not seen[c] then
         seen[c] = true
-        local m = redis.call('HGET', KEYS[k + 4], c .. '|m')
+        local m = member_of(k, c)
         if redis.call('HEXISTS', KEYS[k + 4], c .. '|wp') == 1 and m and redis.call('ZREM', KEYS[k + 7], m) == 1 then
           redis.call('HDEL', KEYS[k + 4], c .. '|wp')
           redis.call('HSET', KEYS[k + 4], c .. '|c', 'workflow\0' .. now, c .. '|e', why)
@@ -360,6 +399,25 @@ end
 -- ("batch"), whose records stay until the batch is acknowledged (ack.lua)
 -- or forgotten.
 
+-- batch_message is the message of batch bid (members list, group key, made
+-- at now) made from its first member's stored value v, in that message's
+-- format (taskq's message.go): format 1 ("\1", the type, a JSON object
+-- with short keys, then the payload after a NUL: dropped) or the long-key
+-- JSON of earlier releases.
+local function batch_message(v, bid, list, key, now)
+  local body = string.sub(v, (head_end(v) or 0) + 1)
+  if string.byte(body, 1) == 1 then
+    local j = string.find(body, '{', 2, true)
+    local msg = cjson.decode(string.sub(body, j, (string.find(body, '\0', j, true) or 0) - 1))
+    msg['b'], msg['g'], msg['e'] = list, key, now
+    return string.sub(body, 1, j - 1) .. cjson.encode(msg)
+  end
+  local msg = cjson.decode(body)
+  msg['id'], msg['payload'], msg['batch'], msg['enqueued_at'] = bid, nil, list, now
+  msg['group'] = key
+  return cjson.encode(msg)
+end
+
 -- flush_group makes group key one batch task, pending now: its message is
 -- the first member's with a new id, no payload and the member ids; returns
 -- the batch's id, or false if the group is empty.
@@ -371,21 +429,19 @@ local function flush_group(k, key, now)
   if not ids then return false end
   local members, list = {}, {}
   for id in string.gmatch(ids, '%S+') do
-    local m = redis.call('HGET', KEYS[k + 4], id .. '|m')
+    local m = member_of(k, id)
     if m and redis.call('ZREM', KEYS[k + 7], m) == 1 then
       list[#list + 1] = id
       members[#members + 1] = m
     end
   end
   if #list == 0 then return false end
-  local msg = cjson.decode(redis.call('HGET', KEYS[k + 4], list[1]))
   local seq = redis.call('HINCRBY', KEYS[k + 3], 'seq', 1)
   local bid = 'batch-' .. string.format('%x', seq) .. '-' .. list[1]
-  msg['id'], msg['payload'], msg['batch'], msg['enqueued_at'] = bid, nil, list, now
-  msg['group'] = key
+  local msg = batch_message(redis.call('HGET', KEYS[k + 4], list[1]), bid, list, key, now)
   local first = members[1]
   local prio = string.sub(first, #tenant_of(first) + 2, #tenant_of(first) + 3)
-  add_task(k, now, bid, cjson.encode(msg), tenant_of(first), 0, prio, 0)
+  add_task(k, now, bid, msg, tenant_of(first), 0, prio, 0)
   redis.call('HSET', KEYS[k + 4], bid .. '|g', table.concat(list, ' '))
   redis.call('HSET', KEYS[k + 3], 'links', 1) -- acks look for batches from now on
   return bid

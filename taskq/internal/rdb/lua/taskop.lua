@@ -20,7 +20,7 @@ local function where()
   for _, z in ipairs({{'dead', 9}, {'completed', 10}, {'cancelled', 13}}) do
     if redis.call('ZSCORE', KEYS[z[2]], id) then return z[1], z[2] end
   end
-  local m = redis.call('HGET', KEYS[4], id .. '|m')
+  local m = member_of(0, id)
   if not m and hint ~= '' then m = hint end
   if not m then return 'unknown', nil end
   for _, z in ipairs({{'pending', 1}, {'scheduled', 7}, {'retry', 8}}) do
@@ -43,7 +43,7 @@ if op == 'delete' then
 end
 if state == 'pending' or state == 'completed' then return {state, 0} end
 if not m then
-  m = redis.call('HGET', KEYS[4], id .. '|m')
+  m = member_of(0, id)
   if not m then return {state, 0} end
   redis.call('ZREM', KEYS[key], id)
   redis.call('HDEL', KEYS[4], id .. '|r', id .. '|n', id .. '|e', id .. '|d', id .. '|c', id .. '|p', id .. '|s', id .. '|wc', id .. '|wp', id .. '|wk')

@@ -31,7 +31,7 @@ if holder ~= id and redis.call('HEXISTS', KEYS[4], id) == 1 then
   return {0, id, ''}
 end
 if holder then
-  local member = redis.call('HGET', KEYS[4], holder .. '|m')
+  local member = member_of(0, holder)
   if member and redis.call('ZREM', KEYS[7], member) == 1 then
     forget(0, holder)
     redis.call('HINCRBY', KEYS[3], 'debounced', 1)

@@ -10,7 +10,7 @@
 -- for the call) or scheduled if due later, every other waits in scheduled at WAITING with id|wp its
 -- parent count and id|wc its children, until its last parent's ack makes
 -- it pending (ack.lua), or a parent's death or cancel cancels it (fail.lua,
--- cancel.lua). A waiting node's id|m is its member, as any task's. The
+-- cancel.lua). A waiting node's member is in its stored value, as any task's. The
 -- record is tasks' wf:<id>, listed in workflows by enqueue time until
 -- maintain.lua trims it with the dead tasks.
 local now, wf = tonumber(ARGV[1]), ARGV[2]
