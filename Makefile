@@ -2,6 +2,7 @@
 GO       ?= go
 PKGS     ?= ./...
 BIN      ?= bin/gantry
+IMAGE    ?= gantry:dev
 # Tests get a generous timeout: the end-to-end sort tests start real processes.
 TESTFLAGS ?= -timeout 20m
 
@@ -67,6 +68,9 @@ lint: ## gofmt check, go vet (every module, bench/ too), staticcheck, gocyclo <=
 		rm -rf "$$tmp"; \
 	else echo "lint: protoc not installed, generated-code check skipped (make services installs it)"; fi
 
+image: ## Build the container image gantry:dev with the local Docker engine (FROM scratch, no registry; IMAGE=tag)
+	bash scripts/image.sh --tag $(IMAGE)
+
 man: ## Write a man page per command into man/ (read one with: man -l man/gantry-ws-get.1)
 	$(GO) run ./cmd/gantry/internal/mangen -dir man
 
@@ -76,4 +80,4 @@ generate: ## Regenerate protobuf/gRPC code (needs protoc: apt-get install protob
 clean: ## Remove build output
 	rm -rf bin
 
-.PHONY: help build man demo bench-sort bench-queue bench-apps bench-ws-start bench-dsort services test test-short test-race bench lint generate clean
+.PHONY: help build image man demo bench-sort bench-queue bench-apps bench-ws-start bench-dsort services test test-short test-race bench lint generate clean

@@ -80,24 +80,10 @@ func newCluster(t *testing.T) *cluster {
 	rand.Read(b)
 	c := &cluster{t: t, id: hex.EncodeToString(b)}
 
-	dir := t.TempDir()
-	c.bin = filepath.Join(dir, "gantry")
-	build := exec.Command(goTool(), "build", "-trimpath", "-o", c.bin, "./cmd/gantry")
-	build.Dir = repoRoot(t)
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("static build: %v\n%s", err, out)
-	}
+	c.bin, c.image = buildImage(t, c.id)
 	if help, err := exec.Command(c.bin, "sort", "master", "--help").CombinedOutput(); err == nil {
 		c.masterBind = strings.Contains(string(help), "--bind")
 	}
-	if err := os.WriteFile(filepath.Join(dir, "Dockerfile"),
-		[]byte("FROM scratch\nCOPY gantry /gantry\nENTRYPOINT [\"/gantry\"]\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	c.image = "gantry-e2e:" + c.id
-	t.Cleanup(func() { cleanupDocker(t, "rmi", "-f", c.image) })
-	c.docker("build", "-q", "-t", c.image, dir)
 
 	// An internal network: containers reach each other and nothing else.
 	// A fixed subnet lets a container keep its address when it is
@@ -120,6 +106,28 @@ func newCluster(t *testing.T) *cluster {
 	}
 	t.Cleanup(func() { cleanupDocker(t, "network", "rm", c.network) })
 	return c
+}
+
+// buildImage builds a static gantry and gantry's image from it with
+// scripts/image.sh (what make image runs), tagged with id; it returns the
+// binary (it runs on the host too) and the image, which the test's cleanup
+// removes.
+func buildImage(t *testing.T, id string) (bin, image string) {
+	t.Helper()
+	bin = filepath.Join(t.TempDir(), "gantry")
+	build := exec.Command(goTool(), "build", "-trimpath", "-o", bin, "./cmd/gantry")
+	build.Dir = repoRoot(t)
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("static build: %v\n%s", err, out)
+	}
+	image = "gantry-e2e:" + id
+	t.Cleanup(func() { cleanupDocker(t, "rmi", "-f", image) })
+	img := exec.Command("bash", filepath.Join(repoRoot(t), "scripts", "image.sh"), "--tag", image, "--binary", bin)
+	if out, err := img.CombinedOutput(); err != nil {
+		t.Fatalf("scripts/image.sh: %v\n%s", err, out)
+	}
+	return bin, image
 }
 
 // container is one host of the test cluster.
