@@ -71,6 +71,9 @@ lint: ## gofmt check, go vet (every module, bench/ too), staticcheck, gocyclo <=
 image: ## Build the container image gantry:dev with the local Docker engine (FROM scratch, no registry; IMAGE=tag)
 	bash scripts/image.sh --tag $(IMAGE)
 
+plots: ## Draw docs/BENCHMARKS.md's charts (docs/plots/*.svg) from the recorded results in docs/results/*.csv
+	cd bench && $(GO) run ./cmd/plots -results ../docs/results -out ../docs/plots
+
 man: ## Write a man page per command into man/ (read one with: man -l man/gantry-ws-get.1)
 	$(GO) run ./cmd/gantry/internal/mangen -dir man
 
@@ -80,4 +83,4 @@ generate: ## Regenerate protobuf/gRPC code (needs protoc: apt-get install protob
 clean: ## Remove build output
 	rm -rf bin
 
-.PHONY: help build image man demo bench-sort bench-queue bench-apps bench-ws-start bench-dsort services test test-short test-race bench lint generate clean
+.PHONY: help build image man plots demo bench-sort bench-queue bench-apps bench-ws-start bench-dsort services test test-short test-race bench lint generate clean
