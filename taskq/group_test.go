@@ -3,6 +3,7 @@ package taskq
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"testing"
@@ -65,5 +66,33 @@ func TestAggregation(t *testing.T) {
 	left, err := taskRecords(t, addr, q)
 	if err != nil || left != 0 {
 		t.Fatalf("task records left: %d, %v; want 0", left, err)
+	}
+}
+
+// TestBatchKeepsHugeNumbers: a batch's message is its first member's with
+// the batch's fields added; a number Lua's JSON cannot write exactly (a
+// MaxRetries of math.MaxInt: "retry for ever") comes through as it was, so
+// the batch is served, not dead-lettered as malformed.
+func TestBatchKeepsHugeNumbers(t *testing.T) {
+	addr := testRedis(t)
+	q := uniq(t, "bigr")
+	ctx := t.Context()
+	r, c := openRDB(t, addr), newClient(t, addr)
+	for _, id := range []string{"a", "b"} {
+		if _, err := c.Enqueue(ctx, NewTask("T", []byte("p")), Queue(q), TaskID(id), MaxRetries(math.MaxInt), Timeout(time.Hour), Group("k", GroupPolicy{MaxSize: 2})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := r.Dequeue(ctx, []string{q}, 10, time.Now(), time.Now().Add(time.Minute))
+	if err != nil || len(res.Tasks) != 1 {
+		t.Fatalf("dequeue: %+v %v; want the one batch", res, err)
+	}
+	d := res.Tasks[0]
+	m, err := decodeMessage(d.ID, d.Queue, d.Msg)
+	if err != nil {
+		t.Fatalf("the batch's message %q: %v", d.Msg, err)
+	}
+	if m.MaxRetries != math.MaxInt || !slices.Equal(m.Batch, []string{"a", "b"}) || m.Group != "k" || m.TimeoutMS != time.Hour.Milliseconds() || m.Type != "T" {
+		t.Fatalf("batch message %+v; want max retries MaxInt, batch [a b], group k, the members' timeout and type", m)
 	}
 }

@@ -258,8 +258,7 @@ func (r *RDB) Messages(ctx context.Context, q string, ids []string) (map[string]
 	}
 	for i, v := range vals {
 		if s, err := v.ToString(); err == nil {
-			_, msg := splitStored(s)
-			out[ids[i]] = []byte(msg)
+			out[ids[i]] = []byte(s) // a handler's bytes as they were set: no stored head to cut
 		}
 	}
 	return out, nil
@@ -291,8 +290,7 @@ func (r *RDB) Results(ctx context.Context, q string, ids []string) (map[string][
 	}
 	for i, v := range vals {
 		if s, err := v.ToString(); err == nil {
-			_, msg := splitStored(s)
-			out[ids[i]] = []byte(msg)
+			out[ids[i]] = []byte(s) // a handler's bytes as they were set: no stored head to cut
 		}
 	}
 	return out, nil

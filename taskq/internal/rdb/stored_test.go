@@ -97,3 +97,20 @@ func TestGroupBatchCompact(t *testing.T) {
 		t.Fatalf("the batch's message %q: %+v, %v", msg, m, err)
 	}
 }
+
+// TestResultsAreNotCut: a handler's result is its bytes as set, even one
+// that starts like a stored task's head ("\x01", a NUL, ten more bytes):
+// Results (a workflow child's ParentResults) and Result agree.
+func TestResultsAreNotCut(t *testing.T) {
+	r := openTest(t)
+	q := newQueue(t, r, "q")
+	v := "\x01A\x00" + "0123456789" + "tail"
+	raw(t, r, "HSET", QueueKeys(q)[KResults], "p", v)
+	got, err := r.Results(t.Context(), q, []string{"p", "missing"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got["p"]) != v || len(got) != 1 {
+		t.Fatalf("Results = %q; want p's bytes %q whole and nothing for missing", got, v)
+	}
+}

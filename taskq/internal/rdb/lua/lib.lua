@@ -408,9 +408,14 @@ local function batch_message(v, bid, list, key, now)
   local body = string.sub(v, (head_end(v) or 0) + 1)
   if string.byte(body, 1) == 1 then
     local j = string.find(body, '{', 2, true)
-    local msg = cjson.decode(string.sub(body, j, (string.find(body, '\0', j, true) or 0) - 1))
-    msg['b'], msg['g'], msg['e'] = list, key, now
-    return string.sub(body, 1, j - 1) .. cjson.encode(msg)
+    local obj = string.sub(body, j, (string.find(body, '\0', j, true) or 0) - 1)
+    -- Spliced in, not decoded and encoded again: cjson writes a number
+    -- with 14 significant digits (a MaxRetries of math.MaxInt as
+    -- 9.2233720368548e+18), which Go cannot read back as an integer. A key
+    -- the member already has (e, g) is repeated: Go keeps the last one.
+    local add = '"b":' .. cjson.encode(list) .. ',"g":' .. cjson.encode(key) .. ',"e":' .. string.format('%d', now)
+    if obj ~= '{}' then add = ',' .. add end
+    return string.sub(body, 1, j - 1) .. string.sub(obj, 1, -2) .. add .. '}'
   end
   local msg = cjson.decode(body)
   msg['id'], msg['payload'], msg['batch'], msg['enqueued_at'] = bid, nil, list, now
