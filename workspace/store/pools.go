@@ -128,13 +128,18 @@ type Refilled struct {
 // stay. A pool whose row or template version is gone (deleted meanwhile)
 // is left alone: every prepared member comes back Unused.
 func (ps *Pools) Refill(ctx context.Context, name string, version, size int, prepared []workspace.NewWorkspace, now time.Time) (Refilled, error) {
-	s := ps.s
-	var out Refilled
-	release, err := s.takeTurn(ctx)
+	release, err := ps.s.takeTurn(ctx)
 	if err != nil {
-		return out, err
+		return Refilled{}, err
 	}
 	defer release()
+	return ps.refill(ctx, name, version, size, prepared, now)
+}
+
+// refill is Refill in the store's write turn.
+func (ps *Pools) refill(ctx context.Context, name string, version, size int, prepared []workspace.NewWorkspace, now time.Time) (Refilled, error) {
+	s := ps.s
+	var out Refilled
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return out, err
