@@ -31,7 +31,7 @@ func newQueueCmd(env *Env) *cobra.Command {
 	return cmd
 }
 
-const redisFlagHelp = "Redis address: host:port, redis://host:port/db, or comma-separated cluster nodes"
+const redisFlagHelp = "Redis address: host:port, redis://host:port/db, comma-separated cluster nodes, or redis-sentinel://host:port,host:port/MASTER (Sentinel; follows a failover)"
 
 // parseQueues parses "a,b:3" into queue specs (weight defaults to 1).
 func parseQueues(s string) ([]taskq.QueueSpec, error) {
