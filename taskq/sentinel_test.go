@@ -1,0 +1,387 @@
+package taskq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/testutil"
+	"github.com/redis/rueidis"
+)
+
+// sentinelSet is a master, its replicas and three sentinels watching it
+// as master set "m", all processes of the test's own (the test kills the
+// master).
+type sentinelSet struct {
+	master    *testutil.RedisServer
+	replicas  []*testutil.RedisServer
+	sentinels []*testutil.RedisServer
+	clients   map[string]rueidis.Client // by address, for the test's own commands
+}
+
+// startSentinelSet starts a master (AOF on, fsync every second), replicas
+// in sync with it, and three sentinels (quorum 2, down after 1 s) that
+// know the replicas and each other.
+func startSentinelSet(t *testing.T, replicas int) *sentinelSet {
+	s := &sentinelSet{clients: map[string]rueidis.Client{}}
+	s.master = testutil.StartRedis(t, "--appendonly", "yes", "--appendfsync", "everysec")
+	port := strconv.Itoa(s.master.Port())
+	for range replicas {
+		s.replicas = append(s.replicas, testutil.StartRedis(t, "--replicaof", "127.0.0.1", port))
+	}
+	waitFor(t, 10*time.Second, "the replicas in sync", func() bool {
+		return replicasOnline(s.info(t, s.master.Addr(), "replication"), replicas)
+	})
+	conf := "sentinel resolve-hostnames no\n" +
+		"sentinel monitor m 127.0.0.1 " + port + " 2\n" +
+		"sentinel down-after-milliseconds m 1000\n" +
+		"sentinel failover-timeout m 5000\n"
+	for range 3 {
+		s.sentinels = append(s.sentinels, testutil.StartSentinel(t, conf))
+	}
+	waitFor(t, 15*time.Second, "each sentinel to know the replicas and the other sentinels", func() bool {
+		for _, sn := range s.sentinels {
+			m, err := s.do(t, sn.Addr(), "SENTINEL", "MASTER", "m").AsStrMap()
+			if err != nil || m["num-other-sentinels"] != "2" || m["num-slaves"] != strconv.Itoa(replicas) {
+				return false
+			}
+		}
+		return true
+	})
+	return s
+}
+
+// addr is the address taskq is given: the three sentinels and the master set.
+func (s *sentinelSet) addr() string {
+	return fmt.Sprintf("redis-sentinel://%s,%s,%s/m", s.sentinels[0].Addr(), s.sentinels[1].Addr(), s.sentinels[2].Addr())
+}
+
+// do sends one command to the server at addr.
+func (s *sentinelSet) do(t *testing.T, addr string, args ...string) rueidis.RedisResult {
+	c, ok := s.clients[addr]
+	if !ok {
+		var err error
+		c, err = rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true, DisableRetry: true})
+		if err != nil {
+			return rueidis.NewErrorResult(err)
+		}
+		s.clients[addr] = c
+		t.Cleanup(c.Close)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	return c.Do(ctx, c.B().Arbitrary(args...).Build())
+}
+
+// info reads one INFO section of the server at addr as a map.
+func (s *sentinelSet) info(t *testing.T, addr, section string) map[string]string {
+	txt, err := s.do(t, addr, "INFO", section).ToString()
+	if err != nil {
+		return nil
+	}
+	return parseInfo(txt)
+}
+
+// masterAddr is the master the first sentinel that answers names.
+func (s *sentinelSet) masterAddr(t *testing.T) string {
+	for _, sn := range s.sentinels {
+		hp, err := s.do(t, sn.Addr(), "SENTINEL", "GET-MASTER-ADDR-BY-NAME", "m").AsStrSlice()
+		if err == nil && len(hp) == 2 {
+			return hp[0] + ":" + hp[1]
+		}
+	}
+	return ""
+}
+
+// runLog records each run of a task by the test's handler.
+type runLog struct {
+	mu       sync.Mutex
+	runs     map[string]int       // id -> runs
+	first    map[string]time.Time // id -> start of its first run
+	distinct atomic.Int64         // tasks run at least once
+}
+
+func (l *runLog) record(id string) {
+	now := time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.runs[id] == 0 {
+		l.first[id] = now
+		l.distinct.Add(1)
+	}
+	l.runs[id]++
+}
+
+// ran reports how many of ids ran at least once, and the earliest start
+// among them of a first run at or after from (zero: none).
+func (l *runLog) ran(ids []string, from time.Time) (n int, earliest time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, id := range ids {
+		if l.runs[id] == 0 {
+			continue
+		}
+		n++
+		if f := l.first[id]; !f.Before(from) && (earliest.IsZero() || f.Before(earliest)) {
+			earliest = f
+		}
+	}
+	return n, earliest
+}
+
+// enqueuer adds no-op tasks in batches until it has had want of them
+// acknowledged, keeping at most ahead acknowledged tasks not yet run; a
+// failed batch (Redis gone, not replicated) is tried again as new tasks.
+type enqueuer struct {
+	c     *Client
+	queue string
+	log   *runLog
+	mu    sync.Mutex
+	acked []string    // ids the client saw acknowledged
+	times []time.Time // when each batch of acked was acknowledged (one per id)
+	fails atomic.Int64
+}
+
+func (e *enqueuer) run(ctx context.Context, want, batch, ahead int) error {
+	for {
+		e.mu.Lock()
+		n := len(e.acked)
+		e.mu.Unlock()
+		if n >= want {
+			return nil
+		}
+		if n-int(e.log.distinct.Load()) >= ahead {
+			if err := pause(ctx, 5*time.Millisecond); err != nil {
+				return err
+			}
+			continue
+		}
+		tasks := make([]*Task, min(batch, want-n))
+		for i := range tasks {
+			tasks[i] = NewTask("noop", nil, Queue(e.queue))
+		}
+		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		infos, err := e.c.EnqueueBatch(cctx, tasks)
+		cancel()
+		if err != nil {
+			e.fails.Add(1)
+			if err := pause(ctx, 20*time.Millisecond); err != nil {
+				return err
+			}
+			continue
+		}
+		now := time.Now()
+		e.mu.Lock()
+		for _, in := range infos {
+			e.acked = append(e.acked, in.ID)
+			e.times = append(e.times, now)
+		}
+		e.mu.Unlock()
+	}
+}
+
+// ids is a copy of the acknowledged ids.
+func (e *enqueuer) ids() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]string(nil), e.acked...)
+}
+
+// firstAckAfter is the first acknowledgement at or after t and the ids
+// acknowledged from then on.
+func (e *enqueuer) firstAckAfter(t time.Time) (time.Time, []string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for i, at := range e.times {
+		if !at.Before(t) {
+			return at, append([]string(nil), e.acked[i:]...)
+		}
+	}
+	return time.Time{}, nil
+}
+
+// parseInfo reads INFO's "field:value" lines.
+func parseInfo(txt string) map[string]string {
+	m := map[string]string{}
+	for line := range strings.SplitSeq(txt, "\r\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+// replicasOnline reports whether INFO replication shows n replicas, each
+// online (its initial sync done).
+func replicasOnline(info map[string]string, n int) bool {
+	if info["connected_slaves"] != strconv.Itoa(n) {
+		return false
+	}
+	for i := range n {
+		if !strings.Contains(info["slave"+strconv.Itoa(i)], "state=online") {
+			return false
+		}
+	}
+	return true
+}
+
+// pause waits d unless ctx ends first.
+func pause(ctx context.Context, d time.Duration) error {
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-tm.C:
+		return nil
+	}
+}
+
+// sentinelFailoverTotal is how many tasks TestSentinelFailover has
+// acknowledged (issue 46: a 50,000-task drain).
+const sentinelFailoverTotal = 50_000
+
+// A master killed (SIGKILL) in the middle of a drain, behind three
+// sentinels: the sentinels promote a replica, and the two workers and the
+// enqueuing client, given only the sentinels' addresses, follow it on
+// their own within 10 s. The client waits for a replica on each enqueue
+// (WaitReplicas), so every task it saw acknowledged is on the replica
+// that is promoted and runs; a task runs twice only if a worker held it
+// at the kill (its dequeue or ack did not reach the replica: it runs
+// again after its lease, at least once); none is dead.
+func TestSentinelFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts and kills its own redis-servers and sentinels")
+	}
+	s := startSentinelSet(t, 2)
+	addr := s.addr()
+	oldMaster := s.master.Addr()
+	q := "sentinel"
+	c, err := NewClient(ClientConfig{Redis: addr, WaitReplicas: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	const workers, concurrency = 2, 8
+	log := &runLog{runs: map[string]int{}, first: map[string]time.Time{}}
+	var lost atomic.Int64 // Run returned early
+	for range workers {
+		w := newTestWorker(t, addr, WorkerConfig{Queues: []QueueSpec{{Name: q}}, Concurrency: concurrency,
+			LeaseDuration: 2 * time.Second, HeartbeatInterval: 300 * time.Millisecond, MaintainInterval: 200 * time.Millisecond})
+		w.Handle("noop", func(_ context.Context, tk *Task) error { log.record(tk.ID()); return nil })
+		runWorkerCounting(t, w, &lost)
+	}
+	enq := &enqueuer{c: c, queue: q, log: log}
+	enqDone := make(chan error, 1)
+	go func() { enqDone <- enq.run(t.Context(), sentinelFailoverTotal, 100, 5000) }()
+
+	waitFor(t, 60*time.Second, "the drain to be under way", func() bool {
+		return log.distinct.Load() >= sentinelFailoverTotal*2/5
+	})
+	s.master.Kill()
+	kill := time.Now()
+	var promoted string
+	waitFor(t, 30*time.Second, "the sentinels to promote a replica", func() bool {
+		promoted = s.masterAddr(t)
+		return promoted != "" && promoted != oldMaster
+	})
+	promotedAfter := time.Since(kill)
+	if promoted != s.replicas[0].Addr() && promoted != s.replicas[1].Addr() {
+		t.Fatalf("the sentinels name %s as master, not one of the replicas", promoted)
+	}
+	checkResumed(t, enq, log, kill)
+	if err := <-enqDone; err != nil {
+		t.Fatalf("enqueuer: %v", err)
+	}
+	acked := enq.ids()
+	waitFor(t, 60*time.Second, "every acknowledged task to run", func() bool {
+		n, _ := log.ran(acked, time.Time{})
+		return n == len(acked)
+	})
+	waitFor(t, 30*time.Second, "the queue to empty (tasks whose lease lapsed run again)", func() bool {
+		st := queueStats(t, c, q)
+		return st.Pending == 0 && st.Active == 0 && st.Retry == 0 && st.Scheduled == 0
+	})
+	checkRuns(t, c, q, log, kill, workers*(concurrency+concurrency))
+	if n := lost.Load(); n != 0 {
+		t.Errorf("%d workers' Run returned during the failover", n)
+	}
+	t.Logf("promoted %s %.2fs after the kill; %d enqueue batches failed meanwhile", promoted, promotedAfter.Seconds(), enq.fails.Load())
+}
+
+// checkResumed fails the test unless the enqueuer had a batch acknowledged,
+// and the workers ran one of its tasks (they exist only on the new master),
+// within 10 s of the kill.
+func checkResumed(t *testing.T, enq *enqueuer, log *runLog, kill time.Time) {
+	var firstAck time.Time
+	var after []string
+	waitFor(t, 30*time.Second, "an enqueue acknowledged after the kill", func() bool {
+		firstAck, after = enq.firstAckAfter(kill)
+		return !firstAck.IsZero()
+	})
+	var firstRun time.Time
+	waitFor(t, 30*time.Second, "a task enqueued after the kill to run", func() bool {
+		_, after = enq.firstAckAfter(kill)
+		_, firstRun = log.ran(after, kill)
+		return !firstRun.IsZero()
+	})
+	t.Logf("after the kill: first enqueue acknowledged in %.2fs, first task enqueued after it run in %.2fs",
+		firstAck.Sub(kill).Seconds(), firstRun.Sub(kill).Seconds())
+	if d := firstAck.Sub(kill); d > 10*time.Second {
+		t.Errorf("the client's first acknowledged enqueue came %s after the kill, want within 10s", d)
+	}
+	if d := firstRun.Sub(kill); d > 10*time.Second {
+		t.Errorf("the workers' first task from the new master ran %s after the kill, want within 10s", d)
+	}
+}
+
+// checkRuns fails the test if a task is dead, or more than held tasks ran
+// twice, or one ran twice whose first run started after the kill.
+func checkRuns(t *testing.T, c *Client, q string, log *runLog, kill time.Time, held int) {
+	if st := queueStats(t, c, q); st.Dead != 0 {
+		t.Errorf("%d tasks dead", st.Dead)
+	}
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	var twice, late int
+	for id, n := range log.runs {
+		if n < 2 {
+			continue
+		}
+		twice++
+		if log.first[id].After(kill) {
+			late++
+		}
+	}
+	t.Logf("%d tasks ran, %d of them twice or more (bound: %d held by the workers at the kill)", len(log.runs), twice, held)
+	if twice > held {
+		t.Errorf("%d tasks ran twice, more than the %d the workers can hold", twice, held)
+	}
+	if late > 0 {
+		t.Errorf("%d tasks ran twice though their first run started after the kill", late)
+	}
+}
+
+// runWorkerCounting runs w until the test ends, counting in lost a Run
+// that returns before then.
+func runWorkerCounting(t *testing.T, w *Worker, lost *atomic.Int64) {
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		err := w.Run(ctx)
+		if ctx.Err() == nil {
+			lost.Add(1)
+			t.Errorf("Run returned %v during the test", err)
+		} else if err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+}
