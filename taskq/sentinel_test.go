@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gantryhq/gantry/internal/testutil"
+	"github.com/gantryhq/gantry/taskq/internal/rdb"
 	"github.com/redis/rueidis"
 )
 
@@ -30,7 +31,7 @@ type sentinelSet struct {
 // know the replicas and each other.
 func startSentinelSet(t *testing.T, replicas int) *sentinelSet {
 	s := &sentinelSet{clients: map[string]rueidis.Client{}}
-	s.master = testutil.StartRedis(t, "--appendonly", "yes", "--appendfsync", "everysec")
+	s.master = testutil.StartRedis(t, "--appendonly", "yes", "--appendfsync", "everysec", "--repl-diskless-sync-delay", "0")
 	port := strconv.Itoa(s.master.Port())
 	for range replicas {
 		s.replicas = append(s.replicas, testutil.StartRedis(t, "--replicaof", "127.0.0.1", port))
@@ -244,8 +245,14 @@ func pause(ctx context.Context, d time.Duration) error {
 }
 
 // sentinelFailoverTotal is how many tasks TestSentinelFailover has
-// acknowledged (issue 46: a 50,000-task drain).
-const sentinelFailoverTotal = 50_000
+// acknowledged: issue 46's 50,000-task drain, or 20,000 under the race
+// detector (50,000 took 23 s there, too long for the suite's budget).
+func sentinelFailoverTotal() int {
+	if raceEnabled {
+		return 20_000
+	}
+	return 50_000
+}
 
 // A master killed (SIGKILL) in the middle of a drain, behind three
 // sentinels: the sentinels promote a replica, and the two workers and the
@@ -259,7 +266,9 @@ func TestSentinelFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts and kills its own redis-servers and sentinels")
 	}
+	start := time.Now()
 	s := startSentinelSet(t, 2)
+	t.Logf("master, 2 replicas and 3 sentinels ready in %.2fs", time.Since(start).Seconds())
 	addr := s.addr()
 	oldMaster := s.master.Addr()
 	q := "sentinel"
@@ -279,13 +288,25 @@ func TestSentinelFailover(t *testing.T) {
 	}
 	enq := &enqueuer{c: c, queue: q, log: log}
 	enqDone := make(chan error, 1)
-	go func() { enqDone <- enq.run(t.Context(), sentinelFailoverTotal, 100, 5000) }()
+	total := sentinelFailoverTotal()
+	go func() { enqDone <- enq.run(t.Context(), total, 100, 5000) }()
 
 	waitFor(t, 60*time.Second, "the drain to be under way", func() bool {
-		return log.distinct.Load() >= sentinelFailoverTotal*2/5
+		return log.distinct.Load() >= int64(total*2/5)
 	})
 	s.master.Kill()
 	kill := time.Now()
+	// The replicas' state froze at the kill: the tasks held there (leased,
+	// not acknowledged) are those the new master will see held.
+	held := 0
+	for _, r := range s.replicas {
+		n, err := s.do(t, r.Addr(), "HLEN", rdb.QueueKeys(q)[rdb.KActive]).AsInt64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = max(held, int(n))
+	}
+	t.Logf("master killed %.2fs after the start, %d tasks run", kill.Sub(start).Seconds(), log.distinct.Load())
 	var promoted string
 	waitFor(t, 30*time.Second, "the sentinels to promote a replica", func() bool {
 		promoted = s.masterAddr(t)
@@ -308,7 +329,10 @@ func TestSentinelFailover(t *testing.T) {
 		st := queueStats(t, c, q)
 		return st.Pending == 0 && st.Active == 0 && st.Retry == 0 && st.Scheduled == 0
 	})
-	checkRuns(t, c, q, log, kill, workers*(concurrency+concurrency))
+	t.Logf("drained %.2fs after the start", time.Since(start).Seconds())
+	// A dequeue applied by the master but not yet replicated may have
+	// handed out a batch the replicas still see pending: one per worker.
+	checkRuns(t, c, q, log, kill.Add(promotedAfter), held+workers*(2*concurrency))
 	if n := lost.Load(); n != 0 {
 		t.Errorf("%d workers' Run returned during the failover", n)
 	}
@@ -341,30 +365,35 @@ func checkResumed(t *testing.T, enq *enqueuer, log *runLog, kill time.Time) {
 	}
 }
 
-// checkRuns fails the test if a task is dead, or more than held tasks ran
-// twice, or one ran twice whose first run started after the kill.
-func checkRuns(t *testing.T, c *Client, q string, log *runLog, kill time.Time, held int) {
+// checkRuns fails the test if a task is dead, or more than bound tasks ran
+// twice, or one ran twice whose first run started after promoted (when
+// the sentinels named the new master: a task that started later was
+// dequeued from the new master, after the failover).
+func checkRuns(t *testing.T, c *Client, q string, log *runLog, promoted time.Time, bound int) {
 	if st := queueStats(t, c, q); st.Dead != 0 {
 		t.Errorf("%d tasks dead", st.Dead)
 	}
 	log.mu.Lock()
 	defer log.mu.Unlock()
 	var twice, late int
+	var earliest time.Duration
 	for id, n := range log.runs {
 		if n < 2 {
 			continue
 		}
 		twice++
-		if log.first[id].After(kill) {
+		if log.first[id].After(promoted) {
 			late++
 		}
+		earliest = max(earliest, promoted.Sub(log.first[id]))
 	}
-	t.Logf("%d tasks ran, %d of them twice or more (bound: %d held by the workers at the kill)", len(log.runs), twice, held)
-	if twice > held {
-		t.Errorf("%d tasks ran twice, more than the %d the workers can hold", twice, held)
+	t.Logf("%d tasks ran, %d of them twice or more (bound %d: held at the kill as the replicas saw it, plus a dequeue batch per worker); the earliest first run of those %.3fs before the promotion",
+		len(log.runs), twice, bound, earliest.Seconds())
+	if twice > bound {
+		t.Errorf("%d tasks ran twice, more than the %d held at the kill", twice, bound)
 	}
 	if late > 0 {
-		t.Errorf("%d tasks ran twice though their first run started after the kill", late)
+		t.Errorf("%d tasks ran twice though their first run started after the promotion", late)
 	}
 }
 
