@@ -168,6 +168,14 @@ func (r *RedisServer) Stop() {
 	r.cmd = nil
 }
 
+// Signal sends sig to the running server (SIGSTOP and SIGCONT freeze and
+// thaw it: a server that hangs without closing its connections).
+func (r *RedisServer) Signal(sig os.Signal) {
+	if r.cmd != nil {
+		r.cmd.Process.Signal(sig)
+	}
+}
+
 // Kill ends the server at once (SIGKILL: no goodbye, as a crash).
 func (r *RedisServer) Kill() {
 	if r.cmd == nil {
