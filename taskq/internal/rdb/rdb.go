@@ -8,9 +8,12 @@
 // call covers all queues a worker serves; on a cluster the queues sit on
 // different slots and are tried one call per queue, in the same order.
 //
-// The files: rdb.go (this one) keys, Open and the worker's calls; inspect.go
-// listing, looking up, cancelling and deleting single tasks; cron.go the
-// cron entries; loading.go waiting out a Redis that answers LOADING.
+// The files: rdb.go (this one) keys, Open and the worker's calls; addr.go
+// the address forms Open reads (host:port, cluster seeds, redis:// URLs,
+// redis-sentinel://); replicas.go enqueues that wait for replicas (WAIT);
+// inspect.go listing, looking up, cancelling and deleting single tasks;
+// cron.go the cron entries; loading.go waiting out a Redis that answers
+// LOADING.
 package rdb
 
 import (
