@@ -23,7 +23,14 @@ type ClientConfig struct {
 	// ErrNotReplicated if they do not within ReplicaTimeout. Redis
 	// replicates asynchronously, so without it a task the master
 	// acknowledged can be lost when a failover promotes a replica that had
-	// not received it yet. 0 (the default): do not wait. Not on a cluster.
+	// not received it yet. It covers a master that fails (crashes, is
+	// killed): keep two replicas or more, or enqueues fail while the one
+	// left after a failover is the master. It does not make Redis
+	// consistent: in a failover while the old master still serves (asked
+	// of Sentinel, a network partition) another replica may acknowledge
+	// an enqueue to the old master before it resyncs from the promoted one,
+	// and that enqueue is lost. 0 (the default): do not wait. Not on a
+	// cluster.
 	WaitReplicas int
 	// ReplicaTimeout bounds the wait of WaitReplicas (default 1s).
 	ReplicaTimeout time.Duration

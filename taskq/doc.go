@@ -81,9 +81,11 @@
 // dequeue or an ack (the task runs again, at least once, after its lease)
 // or an enqueue, unless the Client waits for replicas
 // (ClientConfig.WaitReplicas, `gantry queue enqueue --wait-replicas`):
-// then an enqueue that returned nil is on a replica. Keep two replicas or
-// more, or such enqueues fail while the one left after a failover is the
-// master.
+// then an enqueue that returned nil is on a replica, and survives the
+// master's crash. Keep two replicas or more, or such enqueues fail while
+// the one left after a failover is the master. A failover while the old
+// master still serves (asked of Sentinel, a partition) can still lose
+// what it acknowledged until the clients moved, and run tasks twice.
 //
 // Delivery is at least once: a task taken by a worker holds a lease that
 // heartbeats extend; if the worker dies, any worker's maintenance puts the
