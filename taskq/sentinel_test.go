@@ -161,6 +161,7 @@ type enqueuer struct {
 	acked []string    // ids the client saw acknowledged
 	times []time.Time // when each batch of acked was acknowledged (one per id)
 	fails atomic.Int64
+	last  atomic.Pointer[error] // the last failure
 }
 
 func (e *enqueuer) run(ctx context.Context, want, batch, ahead int) error {
@@ -186,6 +187,7 @@ func (e *enqueuer) run(ctx context.Context, want, batch, ahead int) error {
 		cancel()
 		if err != nil {
 			e.fails.Add(1)
+			e.last.Store(&err)
 			if err := pause(ctx, 20*time.Millisecond); err != nil {
 				return err
 			}
@@ -325,8 +327,17 @@ func (d *failoverDrain) promotion(t *testing.T, old string) (string, time.Time) 
 // for every task the enqueuer saw acknowledged to run; it returns how many
 // of those never ran, and fails the test if a worker's Run returned.
 func (d *failoverDrain) finish(t *testing.T, all bool) (lost int) {
-	if err := <-d.enqDone; err != nil {
-		t.Fatalf("enqueuer: %v", err)
+	select {
+	case err := <-d.enqDone:
+		if err != nil {
+			t.Fatalf("enqueuer: %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		var last error
+		if p := d.enq.last.Load(); p != nil {
+			last = *p
+		}
+		t.Fatalf("the enqueuer did not finish within 60s: %d acknowledged, last failure: %v", len(d.enq.ids()), last)
 	}
 	acked := d.enq.ids()
 	if all {
