@@ -12,9 +12,27 @@ import (
 
 // ClientConfig configures a Client.
 type ClientConfig struct {
-	// Redis is "host:port", "redis://host:port/db", or comma-separated
-	// cluster seeds. Required.
+	// Redis is "host:port", "redis://host:port/db", comma-separated
+	// cluster seeds, or "redis-sentinel://[user:pass@]host:port,host:port/MASTER[?db=N]"
+	// (the sentinels watching master set MASTER; the client follows the
+	// master they name across a failover). Required.
 	Redis string
+	// WaitReplicas makes each enqueue wait until this many replicas have
+	// the task (Redis WAIT) before it returns, and fail with
+	// ErrNotReplicated if they do not within ReplicaTimeout. Redis
+	// replicates asynchronously, so without it a task the master
+	// acknowledged can be lost when a failover promotes a replica that had
+	// not received it yet. It covers a master that fails (crashes, is
+	// killed): keep two replicas or more, or enqueues fail while the one
+	// left after a failover is the master. It does not make Redis
+	// consistent: in a failover while the old master still serves (asked
+	// of Sentinel, a network partition) another replica may acknowledge
+	// an enqueue to the old master before it resyncs from the promoted one,
+	// and that enqueue is lost. 0 (the default): do not wait. Not on a
+	// cluster.
+	WaitReplicas int
+	// ReplicaTimeout bounds the wait of WaitReplicas (default 1s).
+	ReplicaTimeout time.Duration
 }
 
 // Client enqueues tasks and inspects queues.
@@ -31,11 +49,18 @@ type Client struct {
 // NewClient connects to Redis.
 func NewClient(cfg ClientConfig) (*Client, error) {
 	if cfg.Redis == "" {
-		return nil, fmt.Errorf("taskq: ClientConfig.Redis is empty (want host:port or redis://…)")
+		return nil, fmt.Errorf("taskq: ClientConfig.Redis is empty (want host:port, redis://… or redis-sentinel://…)")
 	}
 	r, err := rdb.Open(cfg.Redis)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.ReplicaTimeout <= 0 {
+		cfg.ReplicaTimeout = time.Second
+	}
+	if err := r.WaitReplicas(cfg.WaitReplicas, cfg.ReplicaTimeout); err != nil {
+		r.Close()
+		return nil, fmt.Errorf("taskq: ClientConfig.WaitReplicas: %w", err)
 	}
 	return &Client{r: r, registered: map[string]bool{}}, nil
 }

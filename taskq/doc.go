@@ -71,6 +71,23 @@
 // down; one unreachable for WorkerConfig.RedisLostAfter (1 min by default)
 // makes Run return a *RedisLostError.
 //
+// Sentinel: given "redis-sentinel://host:port,host:port/MASTER", clients,
+// workers and inspectors ask the sentinels for the master of set MASTER,
+// follow their +switch-master events and ask again every 2 s besides (a
+// missed event, or a master demoted in place that answers READONLY). A
+// failover is an outage of a few seconds to a worker: its calls back off
+// and retry (READONLY too), its running tasks finish and their acks are
+// retried on the new master. Replication is asynchronous: what the old
+// master had not yet sent to the promoted replica is lost with it — a
+// dequeue or an ack (the task runs again, at least once, after its lease)
+// or an enqueue, unless the Client waits for replicas
+// (ClientConfig.WaitReplicas, `gantry queue enqueue --wait-replicas`):
+// then an enqueue that returned nil is on a replica, and survives the
+// master's crash. Keep two replicas or more, or such enqueues fail while
+// the one left after a failover is the master. A failover while the old
+// master still serves (asked of Sentinel, a partition) can still lose
+// what it acknowledged until the clients moved, and run tasks twice.
+//
 // Delivery is at least once: a task taken by a worker holds a lease that
 // heartbeats extend; if the worker dies, any worker's maintenance puts the
 // task back after the lease expires and its next start is counted as a

@@ -13,5 +13,6 @@ package taskq
 // shutdown returned (beside the others it measured 2.82 s against 3 s),
 // and TestCancelAcrossWorkerProcesses, whose 1,000 sleeping handlers and
 // 500 cancels, beside the waiting tests on a CI's two cores, missed its
-// 1 s bound by 10 ms.
+// 1 s bound by 10 ms, and TestSentinelFailover, which drains tens of
+// thousands of tasks and bounds how long the failover takes.
 const waitingParallel = 8

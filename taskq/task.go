@@ -40,6 +40,11 @@ var (
 	// configuration (an address that does not parse, a bad queue name),
 	// which is returned without it. Test it with errors.Is.
 	ErrRedisUnreachable = rdb.ErrUnreachable
+	// ErrNotReplicated is wrapped by an enqueue of a Client with
+	// WaitReplicas when Redis added the task but fewer replicas than asked
+	// acknowledged it in time: a failover now could lose it (and it may
+	// still run; enqueue it again only if a duplicate is acceptable).
+	ErrNotReplicated = rdb.ErrNotReplicated
 )
 
 // Task is a unit of work: a type naming its handler and an opaque payload.

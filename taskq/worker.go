@@ -31,8 +31,11 @@ const DefaultRedisLostAfter = time.Minute
 
 // WorkerConfig configures a Worker. Zero values are the documented defaults.
 type WorkerConfig struct {
-	// Redis is "host:port", "redis://host:port/db" or comma-separated
-	// cluster seeds. Required.
+	// Redis is "host:port", "redis://host:port/db", comma-separated
+	// cluster seeds, or "redis-sentinel://[user:pass@]host:port,host:port/MASTER[?db=N]"
+	// (the sentinels watching master set MASTER; the worker follows the
+	// master they name across a failover, riding out the switch as an
+	// outage shorter than RedisLostAfter). Required.
 	Redis string
 	// Queues the worker is assigned to (default: "default" with weight 1).
 	Queues []QueueSpec
@@ -120,7 +123,7 @@ type WorkerConfig struct {
 
 func (c *WorkerConfig) validate() error {
 	if c.Redis == "" {
-		return errors.New("taskq: WorkerConfig.Redis is empty (want host:port or redis://…)")
+		return errors.New("taskq: WorkerConfig.Redis is empty (want host:port, redis://… or redis-sentinel://…)")
 	}
 	if err := c.validateQueues(); err != nil {
 		return err

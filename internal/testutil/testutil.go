@@ -10,9 +10,10 @@
 //
 // Also here: buffer.go (Buffer, an output one goroutine writes while the test reads it),
 // records.go (WriteRecords, test data written to a file; record/recordtest makes random
-// records, above internal/ since it needs record) and redis.go
+// records, above internal/ since it needs record), redis.go
 // (RedisServer, a redis-server of one test's own to stop, kill or restart loading, and
-// RedisCommand, one command spoken in RESP).
+// RedisCommand, one command spoken in RESP) and sentinel.go (StartSentinel, a Redis
+// Sentinel of one test's own).
 package testutil
 
 import (

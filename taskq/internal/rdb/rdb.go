@@ -8,11 +8,13 @@
 // call covers all queues a worker serves; on a cluster the queues sit on
 // different slots and are tried one call per queue, in the same order.
 //
-// The files: rdb.go (this one) keys, Open and the worker's calls; inspect.go
-// listing, looking up, cancelling and deleting single tasks; cron.go the
-// cron entries; loading.go waiting out a Redis that answers LOADING;
-// stored.go the layout of a task's stored value (its member's head, then
-// its message).
+// The files: rdb.go (this one) keys, Open and the worker's calls; addr.go
+// the address forms Open reads (host:port, cluster seeds, redis:// URLs,
+// redis-sentinel://); replicas.go enqueues that wait for replicas (WAIT);
+// inspect.go listing, looking up, cancelling and deleting single tasks;
+// cron.go the cron entries; loading.go waiting out a Redis that answers
+// LOADING; stored.go the layout of a task's stored value (its member's
+// head, then its message).
 package rdb
 
 import (
@@ -83,8 +85,15 @@ func script(name string) *rueidis.Lua {
 	if err != nil {
 		panic(err)
 	}
-	return rueidis.NewLuaScript(string(lib) + "\n" + string(op))
+	src := string(lib) + "\n" + string(op)
+	l := rueidis.NewLuaScript(src)
+	sources[l] = src
+	return l
 }
+
+// sources holds each script's source, for the calls that send it
+// themselves (replicated).
+var sources = map[*rueidis.Lua]string{}
 
 var (
 	enqueueScript  = script("enqueue")
@@ -105,10 +114,14 @@ var (
 	groupScript    = script("group")
 )
 
-// RDB wraps a Redis client (single node or cluster).
+// RDB wraps a Redis client (single node, cluster or Sentinel).
 type RDB struct {
 	c       rueidis.Client
 	cluster bool
+	// replicas and replicaWait: enqueues wait until this many replicas
+	// have them, up to replicaWait (WaitReplicas; 0: they do not wait).
+	replicas    int
+	replicaWait time.Duration
 }
 
 // ErrUnreachable wraps a failure of Open's first connection (refused,
@@ -116,24 +129,24 @@ type RDB struct {
 // address that does not parse.
 var ErrUnreachable = errors.New("redis unreachable")
 
-// Open connects to addr: "host:port", "redis://host:port/db", or several
-// comma-separated "host:port" seeds of a cluster. A Redis that answers
-// LOADING (it is reading its dataset after a start) is waited for, by Open
-// and by every call, up to LoadingWait.
+// Open connects to addr: "host:port", "redis://host:port/db", several
+// comma-separated "host:port" seeds of a cluster, or
+// "redis-sentinel://host:port,host:port/MASTER" (the sentinels watching
+// master set MASTER; the client follows the master they name across a
+// failover). A Redis that answers LOADING (it is reading its dataset after
+// a start) is waited for, by Open and by every call, up to LoadingWait.
 func Open(addr string) (*RDB, error) {
-	var opt rueidis.ClientOption
-	if strings.Contains(addr, "://") {
-		o, err := rueidis.ParseURL(addr)
-		if err != nil {
-			return nil, fmt.Errorf("rdb: redis address %q: %w", addr, err)
-		}
-		opt = o
-	} else {
-		opt.InitAddress = strings.Split(addr, ",")
+	opt, err := parseAddr(addr)
+	if err != nil {
+		return nil, fmt.Errorf("rdb: redis address %q: %w", addr, err)
 	}
 	opt.DisableCache = true
 	opt.Dialer.Timeout = 2 * time.Second
 	opt.ConnWriteTimeout = 5 * time.Second
+	if opt.Sentinel.MasterSet != "" {
+		opt.Sentinel.Dialer.Timeout = 2 * time.Second
+		opt.Sentinel.TopologyRefreshInterval = SentinelRefresh
+	}
 	c, err := newClientLoading(addr, opt, LoadingWait)
 	var le *loadingError
 	if errors.As(err, &le) {
@@ -186,7 +199,7 @@ func (r *RDB) Enqueue(ctx context.Context, q string, now time.Time, msgs []EnqMs
 		args = append(args, m.ID, m.Msg, m.Tenant, strconv.FormatFloat(m.Weight, 'g', -1, 64),
 			fmt.Sprintf("%02x", 255-m.Priority), due)
 	}
-	n, err := enqueueScript.Exec(ctx, r.c, QueueKeys(q), args).AsInt64()
+	n, err := r.replicated(ctx, enqueueScript, QueueKeys(q), args).AsInt64()
 	if err != nil {
 		return 0, fmt.Errorf("rdb: enqueue into %q: %w", q, err)
 	}
@@ -219,7 +232,7 @@ func (r *RDB) EnqueueWorkflow(ctx context.Context, q string, now time.Time, id, 
 		args = append(args, n.ID, n.Msg, n.Tenant, strconv.FormatFloat(n.Weight, 'g', -1, 64),
 			fmt.Sprintf("%02x", 255-n.Priority), strconv.Itoa(n.Parents), strings.Join(n.Children, " "), due, boolArg(n.KeepGoing))
 	}
-	added, err := workflowScript.Exec(ctx, r.c, QueueKeys(q), args).AsInt64()
+	added, err := r.replicated(ctx, workflowScript, QueueKeys(q), args).AsInt64()
 	if err != nil {
 		return false, fmt.Errorf("rdb: enqueue a workflow into %q: %w", q, err)
 	}
@@ -237,7 +250,7 @@ type GroupPolicy struct {
 // EnqueueGroup adds m to group key of q (group.lua): 0 if its id exists,
 // 1 if it joined the group, 2 if it filled it (now a pending batch).
 func (r *RDB) EnqueueGroup(ctx context.Context, q string, now time.Time, m EnqMsg, key string, p GroupPolicy) (int, error) {
-	n, err := groupScript.Exec(ctx, r.c, QueueKeys(q), []string{ms(now), m.ID, m.Msg, m.Tenant,
+	n, err := r.replicated(ctx, groupScript, QueueKeys(q), []string{ms(now), m.ID, m.Msg, m.Tenant,
 		strconv.FormatFloat(m.Weight, 'g', -1, 64), fmt.Sprintf("%02x", 255-m.Priority), key,
 		strconv.Itoa(p.MaxSize), strconv.FormatInt(p.Grace.Milliseconds(), 10), strconv.FormatInt(p.MaxDelay.Milliseconds(), 10)}).AsInt64()
 	if err != nil {
@@ -312,7 +325,7 @@ func (r *RDB) EnqueueUnique(ctx context.Context, q string, now time.Time, mode, 
 	if !m.Due.IsZero() {
 		due = ms(m.Due)
 	}
-	res, err := uniqueScript.Exec(ctx, r.c, QueueKeys(q), []string{ms(now), mode, key, ms(holdUntil),
+	res, err := r.replicated(ctx, uniqueScript, QueueKeys(q), []string{ms(now), mode, key, ms(holdUntil),
 		m.ID, m.Msg, m.Tenant, strconv.FormatFloat(m.Weight, 'g', -1, 64), fmt.Sprintf("%02x", 255-m.Priority), due}).ToArray()
 	if err != nil {
 		return false, "", "", fmt.Errorf("rdb: enqueue into %q: %w", q, err)

@@ -31,7 +31,7 @@ func newQueueCmd(env *Env) *cobra.Command {
 	return cmd
 }
 
-const redisFlagHelp = "Redis address: host:port, redis://host:port/db, or comma-separated cluster nodes"
+const redisFlagHelp = "Redis address: host:port, redis://host:port/db, comma-separated cluster nodes, or redis-sentinel://host:port,host:port/MASTER (Sentinel; follows a failover)"
 
 // parseQueues parses "a,b:3" into queue specs (weight defaults to 1).
 func parseQueues(s string) ([]taskq.QueueSpec, error) {
@@ -75,6 +75,7 @@ func newQueueEnqueueCmd() *cobra.Command {
 	f.StringVar(&o.typ, "type", "", "task type (required)")
 	f.StringVar(&o.payload, "payload", "", "task payload (JSON)")
 	f.IntVar(&o.count, "count", 1, "number of identical tasks")
+	f.IntVar(&o.waitReplicas, "wait-replicas", 0, "return only once this many replicas have the tasks (Redis WAIT, 1s): a failover cannot lose them; fails if they do not")
 	f.IntVar(&o.maxRetries, "max-retries", taskq.DefaultMaxRetries, "retries before the dead-letter set")
 	f.DurationVar(&o.timeout, "timeout", 0, "timeout of one attempt (default: the worker's, 30m)")
 	f.DurationVar(&o.in, "in", 0, "run after this delay")
@@ -91,6 +92,7 @@ type queueEnqueueOptions struct {
 	redis, queue, tenant, typ, payload string
 	weight                             float64
 	priority, count, maxRetries        int
+	waitReplicas                       int
 	timeout, in, retention             time.Duration
 	uniqueKey                          string
 	uniqueFor, debounce                time.Duration
@@ -107,8 +109,8 @@ func (c closingClient) Close() { c.flush(); c.Client.Close() }
 
 // tracedClient connects an enqueuing client, traced when OTLP is set up
 // (queueTracing).
-func tracedClient(ctx context.Context, redis string) (closingClient, error) {
-	c, err := taskq.NewClient(taskq.ClientConfig{Redis: redis})
+func tracedClient(ctx context.Context, cfg taskq.ClientConfig) (closingClient, error) {
+	c, err := taskq.NewClient(cfg)
 	if err != nil {
 		return closingClient{}, err
 	}
@@ -166,7 +168,7 @@ func runQueueEnqueue(cmd *cobra.Command, o *queueEnqueueOptions) error {
 		return err
 	}
 	ctx := cmd.Context()
-	c, err := tracedClient(ctx, o.redis)
+	c, err := tracedClient(ctx, taskq.ClientConfig{Redis: o.redis, WaitReplicas: o.waitReplicas})
 	if err != nil {
 		return err
 	}

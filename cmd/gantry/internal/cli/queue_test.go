@@ -398,3 +398,24 @@ func TestQueueCronCommands(t *testing.T) {
 		t.Errorf("removing twice: exit %d: %s", code, out)
 	}
 }
+
+// `queue enqueue --wait-replicas 1` against a Redis without a replica
+// fails (the task is not on a replica) and says so; a redis-sentinel
+// address without a master name is refused before any connection.
+func TestQueueEnqueueWaitReplicasAndSentinelAddress(t *testing.T) {
+	red := testutil.StartRedis(t)
+	run := func(args ...string) (string, int) {
+		var out, errb bytes.Buffer
+		code := Execute(t.Context(), Env{Args: args, Stdout: &out, Stderr: &errb})
+		return out.String() + errb.String(), code
+	}
+	if out, code := run("queue", "enqueue", "--redis", red.Addr(), "--type", "noop", "--wait-replicas", "1"); code == 0 || !strings.Contains(out, "replicas") {
+		t.Errorf("--wait-replicas 1 without a replica: exit %d, %s", code, out)
+	}
+	if out, code := run("queue", "enqueue", "--redis", red.Addr(), "--type", "noop"); code != 0 {
+		t.Errorf("without --wait-replicas: exit %d, %s", code, out)
+	}
+	if out, code := run("queue", "enqueue", "--redis", "redis-sentinel://127.0.0.1:1", "--type", "noop"); code == 0 || !strings.Contains(out, "master name") {
+		t.Errorf("a sentinel address without a master name: exit %d, %s", code, out)
+	}
+}

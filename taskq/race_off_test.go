@@ -1,0 +1,5 @@
+//go:build !race
+
+package taskq
+
+const raceEnabled = false
