@@ -91,7 +91,8 @@ type WorkerConfig struct {
 	// as long as it takes.
 	RedisLostAfter time.Duration
 	// RedisBackoff paces reconnect attempts while Redis is unreachable
-	// (default: 100ms initial, 5s max).
+	// (default: 100ms initial, 1s max: a Redis back from a restart or a
+	// Sentinel failover is found within a second of it).
 	RedisBackoff backoff.Policy
 	// DeadRetention is how long dead tasks are kept (default 7 days);
 	// DeadMax caps their number per queue (default 10,000).
@@ -198,7 +199,7 @@ func (c *WorkerConfig) defaults() {
 		c.Retry = backoff.Policy{Initial: time.Second, Max: 10 * time.Minute}
 	}
 	if c.RedisBackoff == (backoff.Policy{}) {
-		c.RedisBackoff = backoff.Policy{Initial: 100 * time.Millisecond, Max: 5 * time.Second}
+		c.RedisBackoff = backoff.Policy{Initial: 100 * time.Millisecond, Max: time.Second}
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
