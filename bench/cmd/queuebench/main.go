@@ -133,8 +133,10 @@ func main() {
 		fmt.Printf("THROUGHPUT median: taskq %.0f tasks/s, asynq %.0f tasks/s, river %.0f tasks/s, ratio taskq/asynq %.2fx, taskq/river %.2fx\n", mt, ma, mr, mt/ma, mt/mr)
 	}
 
-	p50, p99 := taskqLatency(addr, *samples)
-	fmt.Printf("LATENCY taskq enqueue→start into an idle worker (%d samples): p50 %s p99 %s\n", *samples, p50, p99)
+	if *samples > 0 {
+		p50, p99 := taskqLatency(addr, *samples)
+		fmt.Printf("LATENCY taskq enqueue→start into an idle worker (%d samples): p50 %s p99 %s\n", *samples, p50, p99)
+	}
 	flush(addr)
 	if *asynqSamples > 0 {
 		a50, a99 := asynqLatency(addr, *asynqSamples)
