@@ -31,7 +31,7 @@ import (
 var luaFS embed.FS
 
 // NKeys is the number of keys of one queue passed to every script.
-const NKeys = 19
+const NKeys = 20
 
 // QueuesKey is the set of known queue names (outside any queue's slot; it is
 // only touched by plain commands, never inside a script).
@@ -47,7 +47,7 @@ func QueueKeys(q string) []string {
 		p + "pending", p + "tenants", p + "state", p + "tasks", p + "active", p + "lease",
 		p + "scheduled", p + "retry", p + "dead", p + "completed", p + "results", p + "wake", p + "cancelled",
 		p + "uniq", p + "uniqexp", p + "limits", p + "throttled", p + "groups",
-		p + "workflows",
+		p + "workflows", p + "tree",
 	}
 }
 
@@ -72,6 +72,7 @@ const (
 	KThrottled
 	KGroups
 	KWorkflows
+	KTree
 )
 
 func script(name string) *rueidis.Lua {
