@@ -76,7 +76,7 @@ local function descend(k, t, s)
       return nil
     end
     t, s = c, cs
-    path[#path + 1] = {t, s}
+    path[#path + 1] = {t, s, node_weight(k, t)}
   end
   return t, s, path
 end
@@ -85,14 +85,19 @@ end
 -- while every node's tag on the path stays at or before its next sibling's.
 local function tree_run(k, path, room)
   for _, e in ipairs(path) do
-    local p, s2 = parent_of(e[1]), nil
+    local p, t2, s2 = parent_of(e[1]), nil, nil
     if p == '' then
       local second = redis.call('ZRANGE', KEYS[k + 2], 1, 1, 'WITHSCORES')
-      if #second > 0 then s2 = tonumber(second[2]) end
+      if #second > 0 then t2, s2 = second[1], tonumber(second[2]) end
     else
-      s2 = select(2, first_child(k, p, 1))
+      t2, s2 = first_child(k, p, 1)
     end
-    if s2 then room = math.min(room, math.max(1, math.floor((s2 - e[2]) * e[3] + 1e-9) + 1)) end
+    if s2 then
+      local j = math.floor((s2 - e[2]) * e[3] + 1e-9) + 1
+      -- A tie goes to the smaller name, as the sets order them.
+      if j > 1 and math.abs(e[2] + (j - 1) / e[3] - s2) < 1e-9 and e[1] > t2 then j = j - 1 end
+      room = math.min(room, math.max(1, j))
+    end
   end
   return room
 end

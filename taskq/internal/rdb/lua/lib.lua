@@ -108,14 +108,14 @@ end
 -- node_set moves node name (tag old, nil if not active) to tag.
 local function node_set(k, name, old, tag)
   local p = parent_of(name)
-  tag = tonumber(tag_key(tag)) -- n:<name> and the member agree on the digits
   if p == '' then
     redis.call('ZADD', KEYS[k + 2], tag, name)
     return
   end
   if old then redis.call('ZREM', KEYS[k + 20], p .. '\0' .. tag_key(old) .. '\0' .. name) end
   redis.call('ZADD', KEYS[k + 20], 0, p .. '\0' .. tag_key(tag) .. '\0' .. name)
-  redis.call('HSET', KEYS[k + 3], 'n:' .. name, tag_key(tag))
+  -- 17 digits: tonumber gives tag back, so the member is found again.
+  redis.call('HSET', KEYS[k + 3], 'n:' .. name, string.format('%.17g', tag))
 end
 
 -- first_child is inner node p's child with the smallest tag (skip 1: the
