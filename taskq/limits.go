@@ -66,7 +66,7 @@ func (i *Inspector) SetLimit(ctx context.Context, queue, tenant string, l Limit)
 		return err
 	}
 	if tenant != "" {
-		if err := checkName("tenant", tenant); err != nil {
+		if err := checkTenant("tenant", tenant); err != nil {
 			return err
 		}
 	}
