@@ -11,10 +11,10 @@ import (
 	"github.com/gantryhq/gantry/taskq/internal/rdb"
 )
 
-// hierBig is the big user's backlog in TestHierarchicalFairShare: 200,000
+// hierBig is the big user's backlog in TestHierarchicalFairShare: 100,000
 // keeps the test at a few seconds under -race; -taskq.hier-big=1000000 runs
 // the full size of issue 46.
-var hierBig = flag.Int("taskq.hier-big", 200_000, "TestHierarchicalFairShare: tasks of the big user")
+var hierBig = flag.Int("taskq.hier-big", 100_000, "TestHierarchicalFairShare: tasks of the big user")
 
 // enqueueMany enqueues n tasks of tenant into q in batches of 10,000.
 func enqueueMany(t *testing.T, c *Client, q, tenant string, n int) {
