@@ -13,7 +13,7 @@ import (
 
 // hierBig is the big user's backlog in TestHierarchicalFairShare: 100,000
 // keeps the test at a few seconds under -race; -taskq.hier-big=1000000 runs
-// the full size of issue 46.
+// the full size (a million tasks).
 var hierBig = flag.Int("taskq.hier-big", 100_000, "TestHierarchicalFairShare: tasks of the big user")
 
 // enqueueMany enqueues n tasks of tenant into q in batches of 10,000.
@@ -64,7 +64,7 @@ func clientCommandsBetween(t *testing.T, mon *testutil.Buffer, from, to string) 
 	return out
 }
 
-// TestHierarchicalFairShare is issue 46's hierarchy: organisations o1, o2
+// TestHierarchicalFairShare is a tenant hierarchy: organisations o1, o2
 // and o3 weighted 1:1:2; o1's teams t1 and t2 weighted 1:3; t2 holds a user
 // with a huge backlog and a user who arrives later with 100 tasks; o3's
 // user sits 4 levels deep. Under overload (every leaf backlogged) a window
