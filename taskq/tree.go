@@ -40,7 +40,7 @@ type NodeStats struct {
 	Completed int64      `json:"completed"`
 	Tenants   int        `json:"tenants"` // path tenants below it
 	Weight    float64    `json:"weight"`
-	Limit     *LimitInfo `json:"limit,omitempty"` // the node's limit (its weight counts; see README)
+	Limit     *LimitInfo `json:"limit,omitempty"` // the node's limit: for all the tenants below it
 }
 
 // treeStats sums the path tenants of ts into their inner nodes (nil if no

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -127,5 +128,43 @@ func TestDequeueTreePauseAndLimit(t *testing.T) {
 	}
 	if len(s.Tree) != 0 || len(s.Tenants) != 0 {
 		t.Errorf("after the drain: tenants %v, tree %v; want both empty", s.Tenants, s.Tree)
+	}
+}
+
+// TestDequeueTreeNodeLimits: limits on an inner node hold for all the
+// tenants below it: org x's in-flight cap of 1 lets one of its tasks run
+// at a time (its node parked until one ends, y served meanwhile), and team
+// x/a's rate of 1/s gives it one task a second.
+func TestDequeueTreeNodeLimits(t *testing.T) {
+	r := openTest(t)
+	q := newQueue(t, r, "q")
+	enqueue(t, r, q, tasksOf("u", "x/a/u", 3)...)
+	enqueue(t, r, q, tasksOf("v", "x/b/v", 3)...)
+	enqueue(t, r, q, tasksOf("w", "y/w", 3)...)
+	setLimit(t, r, q, "x", Limit{MaxActive: 1})
+	if d := cmp.Diff([]string{"u1", "w1", "w2", "w3"}, order(deq(t, r, []string{q}, 10, t0))); d != "" {
+		t.Errorf("x at its cap (-want +got):\n%s", d)
+	}
+	if s := snap(t, r, q); s.State["a:x/"] != "1" || len(s.Throttled) != 1 || s.Throttled[0].M != "x/" {
+		t.Errorf("a:x/ = %q, throttled %v; want 1 and x/ held", s.State["a:x/"], s.Throttled)
+	}
+	ack(t, r, q, t0, "u1")
+	if d := cmp.Diff([]string{"v1"}, order(deq(t, r, []string{q}, 10, t0))); d != "" {
+		t.Errorf("after u1's ack (-want +got):\n%s", d)
+	}
+	ack(t, r, q, t0, "v1")
+	if _, err := r.ClearLimit(t.Context(), q, "x", false); err != nil {
+		t.Fatal(err)
+	}
+	setLimit(t, r, q, "x/a", Limit{Rate: 1, Burst: 1})
+	if d := cmp.Diff([]string{"u2", "v2", "v3"}, order(deq(t, r, []string{q}, 10, at(time.Second)))); d != "" {
+		t.Errorf("x/a at 1/s (-want +got):\n%s", d)
+	}
+	res := deq(t, r, []string{q}, 10, at(1500*time.Millisecond))
+	if len(res.Tasks) != 0 || !res.Retry.Equal(at(2*time.Second)) {
+		t.Errorf("half a second later: %v, next token at %v; want none until %v", order(res), res.Retry, at(2*time.Second))
+	}
+	if d := cmp.Diff([]string{"u3"}, order(deq(t, r, []string{q}, 10, at(2*time.Second)))); d != "" {
+		t.Errorf("a second later (-want +got):\n%s", d)
 	}
 }

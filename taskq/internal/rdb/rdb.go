@@ -603,6 +603,9 @@ func (r *RDB) Stats(ctx context.Context, q string) (QueueStats, error) {
 			st.Counters[f] = n
 			continue
 		}
+		if strings.HasSuffix(field, "/") {
+			continue // an inner node of the tenant tree (lib.lua), no tenant
+		}
 		ts := st.Tenants[field]
 		switch name {
 		case "w":

@@ -66,6 +66,7 @@ for t, c in pairs(per) do
   redis.call('HINCRBY', KEYS[3], 'a:' .. t, -c)
   redis.call('HINCRBY', KEYS[3], 'c:' .. t, c)
   if throttled then unhold(0, t) end
+  release_nodes(0, t, c, throttled)
 end
 if throttled then unhold(0, QUEUE) end
 redis.call('HINCRBY', KEYS[3], 'completed', #held)

@@ -102,6 +102,30 @@ local function tree_run(k, path, room)
   return room
 end
 
+-- node_limits applies the limits of path's inner nodes (t:<name> without
+-- the '/', a:<name/> their running tasks): how many tasks may start, at
+-- most room, and the token buckets to spend; 0 when a node is out of room
+-- (it is parked: it leaves the tree until due, wait).
+local function node_limits(k, path, room, lims)
+  local spends = {}
+  for i = 1, #path - 1 do
+    local name = path[i][1]
+    local bare = string.sub(name, 1, -2)
+    if lims[name] == nil then lims[name] = redis.call('HGET', KEYS[k + 16], 't:' .. bare) end
+    if lims[name] then
+      local act = tonumber(redis.call('HGET', KEYS[k + 3], 'a:' .. name) or '0')
+      local allowed, wait, tok = allowance(k, 'tok:t:' .. bare, lims[name], act, now)
+      if allowed <= 0 then
+        park(k, name, path[i][2], wait)
+        return 0, spends, wait
+      end
+      room = math.min(room, allowed)
+      if tok then spends[#spends + 1] = {'tok:t:' .. bare, tok} end
+    end
+  end
+  return room, spends
+end
+
 -- tree_advance moves the tags on path after its leaf was served take
 -- tasks: each node by take/weight, each parent's virtual time to the last
 -- task's start; the leaf leaves the tree without more, a parent without
@@ -110,6 +134,7 @@ local function tree_advance(k, path, take, more)
   local gone = not more
   for i = #path, 1, -1 do
     local name, s, w = path[i][1], path[i][2], path[i][3]
+    if i < #path then redis.call('HINCRBY', KEYS[k + 3], 'a:' .. name, take) end
     redis.call('HSET', KEYS[k + 3], vt_field(parent_of(name)), s + (take - 1) / w)
     local f = s + take / w
     if gone and (i == #path or not first_child(k, name)) then
@@ -215,7 +240,17 @@ for q = 0, #KEYS / NKEYS - 1 do
     end
     -- A top node of the tenant tree ("org/"): descend to its leaf.
     local path
+    local spends = {}
     if string.sub(t, -1) == '/' then t, s, path = descend(k, t, s) end
+    if t and path then
+      local wait
+      room, spends, wait = node_limits(k, path, room, lims)
+      if room <= 0 then
+        t = nil
+        throttled = true
+        note(wait)
+      end
+    end
     if t then
       if lims[t] == nil then lims[t] = redis.call('HGET', KEYS[k + 16], 't:' .. t) end
       local lim, ttok = lims[t], nil
@@ -251,6 +286,7 @@ for q = 0, #KEYS / NKEYS - 1 do
           serve(k, q, t, s, w, heads, more, path)
           if lim then spend(k, 'tok:t:' .. t, ttok, #heads, now) end
           if qlim then spend(k, 'tok:q', qtok, #heads, now) end
+          for _, b in ipairs(spends) do spend(k, b[1], b[2], #heads, now) end
         end
       end
     end

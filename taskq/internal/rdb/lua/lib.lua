@@ -74,7 +74,9 @@ end
 -- the smallest tag), each child's exact tag in state's n:<child>. An inner
 -- node has its own virtual time vt:<p>; f:<node> is a node's last finish.
 -- A node's weight is its limits' t:<name> weight (name without the '/'),
--- else a leaf's w:<t>, else 1.
+-- else a leaf's w:<t>, else 1; an inner node's rate and in-flight cap (the
+-- same t:<name>, bucket tok:t:<name>, running tasks a:<name/>) hold for
+-- the tenants below it: out of room, it is parked in throttled as name/.
 local function is_path(t)
   return string.find(t, '/', 1, true) ~= nil
 end
@@ -135,7 +137,8 @@ local function tree_activate(k, name)
     local p = parent_of(name)
     local vt = tonumber(redis.call('HGET', KEYS[k + 3], vt_field(p)) or '0')
     local f = tonumber(redis.call('HGET', KEYS[k + 3], 'f:' .. name) or '0')
-    local active = p ~= '' and node_tag(k, p)
+    -- A parent parked at its limits re-enters when it is due (unpark_due).
+    local active = p ~= '' and (node_tag(k, p) or redis.call('ZSCORE', KEYS[k + 17], p))
     node_set(k, name, nil, math.max(vt, f))
     if p == '' or active then return end
     name = p
@@ -256,6 +259,17 @@ local function unhold(k, who)
   end
 end
 
+-- release_nodes counts c tasks of path tenant t as ended at each inner
+-- node above it (a:<node>, their in-flight count), and with held makes a
+-- node held at its cap due.
+local function release_nodes(k, t, c, held)
+  for i in string.gmatch(t, '()/') do
+    local p = string.sub(t, 1, i)
+    redis.call('HINCRBY', KEYS[k + 3], 'a:' .. p, -c)
+    if held then unhold(k, p) end
+  end
+end
+
 -- release takes id out of active/lease and returns its member (false if the
 -- worker no longer holds it: its lease expired and the reaper took it back).
 local function release(k, id)
@@ -265,8 +279,10 @@ local function release(k, id)
   redis.call('ZREM', KEYS[k + 6], id)
   local t = tenant_of(m)
   redis.call('HINCRBY', KEYS[k + 3], 'a:' .. t, -1)
+  local held = redis.call('ZCARD', KEYS[k + 17]) > 0
+  release_nodes(k, t, 1, held)
   -- A tenant (or the queue) held at its in-flight cap may run again.
-  if redis.call('ZCARD', KEYS[k + 17]) > 0 then
+  if held then
     unhold(k, t)
     unhold(k, QUEUE)
   end
@@ -420,7 +436,10 @@ local function unpark_due(k, now)
   end
   for _, t in ipairs(due) do
     redis.call('ZREM', KEYS[k + 17], t)
-    if t ~= QUEUE and not queued(k, t) and
+    if string.sub(t, -1) == '/' then
+      -- An inner node of the tenant tree, parked at its limits.
+      if not node_tag(k, t) and first_child(k, t) then tree_activate(k, t) end
+    elseif t ~= QUEUE and not queued(k, t) and
         #redis.call('ZRANGEBYLEX', KEYS[k + 1], '[' .. t .. '\0', '(' .. t .. '\1', 'LIMIT', 0, 1) > 0 then
       enter(k, t)
     end
