@@ -3,6 +3,8 @@ package taskq
 import (
 	"fmt"
 	"strings"
+
+	"github.com/gantryhq/gantry/taskq/internal/rdb"
 )
 
 // MaxTenantDepth is the most segments a tenant path may have
@@ -86,4 +88,16 @@ func addLimit(qs *QueueStats, li LimitInfo) {
 	}
 	ts.Limit = &li
 	qs.Tenants[li.Tenant] = ts
+}
+
+// nodeActive is the running tasks of the path tenants below node (0 for a
+// name that is no inner node).
+func nodeActive(st rdb.QueueStats, node string) int64 {
+	var n int64
+	for t, ts := range st.Tenants {
+		if strings.HasPrefix(t, node+"/") {
+			n += ts.Active
+		}
+	}
+	return n
 }

@@ -7,7 +7,8 @@
 --   +2 tenants   ZSET tenant -> virtual start tag of its head task (only tenants with pending work)
 --   +3 state     HASH vt, seq, counters, w:<t> weight, f:<t> last finish tag, a:<t> active, c:<t> completed,
 --                links (the queue has held a workflow node or a batch: acks look for their links),
---                pause (queue paused until ms), p:<t> (tenant paused until ms)
+--                pause (queue paused until ms), p:<t> (tenant paused until ms); for the tenant
+--                tree (+20): vt:<node/>, n:<node>, f:<node/>, a:<node/> (inner nodes end in '/')
 --   +4 tasks     HASH id -> "\1" tenant \0 prio seq message (the member up to the seq, then the
 --                message: member_of); id|r retried, id|n starts, id|e last error, id|d dead
 --                reason, id|m member (only of a task stored by an earlier release: its value is
