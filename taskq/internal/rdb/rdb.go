@@ -590,6 +590,29 @@ func (r *RDB) Stats(ctx context.Context, q string) (QueueStats, error) {
 	if err != nil {
 		return st, fmt.Errorf("rdb: stats of %q: %w", q, err)
 	}
+	st.parseState(h)
+	if len(st.Tenants) > 0 {
+		names := make([]string, 0, len(st.Tenants))
+		cmds := make(rueidis.Commands, 0, len(st.Tenants))
+		for t := range st.Tenants {
+			names = append(names, t)
+			cmds = append(cmds, b.Zlexcount().Key(k[KPending]).Min("["+t+"\x00").Max("("+t+"\x01").Build())
+		}
+		for i, rr := range r.c.DoMulti(ctx, cmds...) {
+			n, err := rr.AsInt64()
+			if err != nil {
+				return st, fmt.Errorf("rdb: stats of %q: %w", q, err)
+			}
+			ts := st.Tenants[names[i]]
+			ts.Pending = n
+			st.Tenants[names[i]] = ts
+		}
+	}
+	return st, nil
+}
+
+// parseState fills st's counters, pause and tenants from the state hash h.
+func (st *QueueStats) parseState(h map[string]string) {
 	st.Counters = map[string]int64{}
 	st.Tenants = map[string]TenantStats{}
 	for f, v := range h {
@@ -621,24 +644,6 @@ func (r *RDB) Stats(ctx context.Context, q string) (QueueStats, error) {
 		}
 		st.Tenants[field] = ts
 	}
-	if len(st.Tenants) > 0 {
-		names := make([]string, 0, len(st.Tenants))
-		cmds := make(rueidis.Commands, 0, len(st.Tenants))
-		for t := range st.Tenants {
-			names = append(names, t)
-			cmds = append(cmds, b.Zlexcount().Key(k[KPending]).Min("["+t+"\x00").Max("("+t+"\x01").Build())
-		}
-		for i, rr := range r.c.DoMulti(ctx, cmds...) {
-			n, err := rr.AsInt64()
-			if err != nil {
-				return st, fmt.Errorf("rdb: stats of %q: %w", q, err)
-			}
-			ts := st.Tenants[names[i]]
-			ts.Pending = n
-			st.Tenants[names[i]] = ts
-		}
-	}
-	return st, nil
 }
 
 // Sizes returns the pending count of each queue (for steal decisions).
