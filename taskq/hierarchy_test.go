@@ -1,6 +1,7 @@
 package taskq
 
 import (
+	"errors"
 	"flag"
 	"math"
 	"strings"
@@ -186,5 +187,34 @@ func checkTreeShares(t *testing.T, count map[string]float64, total int) {
 	t.Logf("served of %d: %v; orgs %v; Jain over served/expected %.4f", total, count, orgs, j)
 	if j < 0.99 {
 		t.Errorf("Jain index %.4f < 0.99", j)
+	}
+}
+
+// TestTenantPathsChecked: a tenant path has 1 to 4 non-empty segments; an
+// enqueue or a limit naming another is refused, nothing stored.
+func TestTenantPathsChecked(t *testing.T) {
+	addr := testRedis(t)
+	c := newClient(t, addr)
+	in, err := NewInspector(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { in.Close() })
+	q := uniq(t, "q")
+	for _, bad := range []string{"a//b", "/a", "a/", "a/b/c/d/e", "/"} {
+		if _, err := c.Enqueue(t.Context(), NewTask("noop", nil, Queue(q), Tenant(bad))); !errors.Is(err, ErrInvalidTask) {
+			t.Errorf("enqueue with tenant %q: %v, want ErrInvalidTask", bad, err)
+		}
+		if err := in.SetLimit(t.Context(), q, bad, Limit{Weight: 2}); !errors.Is(err, ErrInvalidTask) {
+			t.Errorf("limit of %q: %v, want ErrInvalidTask", bad, err)
+		}
+	}
+	for _, good := range []string{"a", "a/b", "a/b/c/d"} {
+		if _, err := c.Enqueue(t.Context(), NewTask("noop", nil, Queue(q), Tenant(good))); err != nil {
+			t.Errorf("enqueue with tenant %q: %v", good, err)
+		}
+	}
+	if st := queueStats(t, c, q); st.Pending != 3 || st.Tree["a/b"].Tenants != 1 || st.Tree["a"].Tenants != 2 {
+		t.Errorf("pending %d, tree %+v; want 3 tasks, node a over 2 path tenants, a/b over 1", st.Pending, st.Tree)
 	}
 }
