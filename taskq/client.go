@@ -137,10 +137,13 @@ func prepare(t *Task, now time.Time, extra []Option) (prepared, error) {
 
 // checkOptions checks a task's names and options.
 func checkOptions(t *Task, o options) error {
-	for _, c := range []struct{ f, v string }{{"queue", o.queue}, {"tenant", o.tenant}, {"task id", o.id}, {"type", t.Type}} {
+	for _, c := range []struct{ f, v string }{{"queue", o.queue}, {"task id", o.id}, {"type", t.Type}} {
 		if err := checkName(c.f, c.v); err != nil {
 			return err
 		}
+	}
+	if err := checkTenant("tenant", o.tenant); err != nil {
+		return err
 	}
 	switch {
 	case o.priority < 0 || o.priority > MaxPriority:

@@ -45,6 +45,8 @@
 //   - memory.go: the memory in use, for the health check.
 //   - inspector.go: Inspector: list, look up, delete, run and cancel tasks;
 //     limits.go: its rate and concurrency limits (Limit, ParseRate).
+//   - tree.go: tenant paths (org/team/user, hierarchical fair share): their
+//     check, and the tree's inner nodes in the stats (NodeStats).
 //   - cron.go: cron entries (Client.CronAdd) and the scheduler that enqueues
 //     them.
 //   - middleware.go: Middleware around handlers (Worker.Use) and enqueues
@@ -61,6 +63,13 @@
 // queue's current virtual time, so 100 tasks queued behind 100,000 of
 // another tenant are served at once, interleaved. Inside a tenant, higher
 // priority first, then FIFO. Each step is O(log n) in Redis sorted sets.
+//
+// A tenant with a '/' is a path ("acme/web/bob", up to MaxTenantDepth
+// segments): the same fair queuing runs at every level of the tree of its
+// prefixes (hierarchical start-time fair queuing, still one Redis call a
+// dequeue). A node's weight, relative to its siblings, is its limit's
+// weight (Inspector.SetLimit on "acme/web"); a flat tenant is a child of
+// the root as before.
 //
 // Time: everything a worker waits for or times out on (leases,
 // heartbeats, maintenance, backoff, adaptive windows, grace and shutdown

@@ -66,7 +66,7 @@ func (i *Inspector) SetLimit(ctx context.Context, queue, tenant string, l Limit)
 		return err
 	}
 	if tenant != "" {
-		if err := checkName("tenant", tenant); err != nil {
+		if err := checkTenant("tenant", tenant); err != nil {
 			return err
 		}
 	}
@@ -140,7 +140,7 @@ func limitInfos(q string, ls map[string]rdb.LimitState, st rdb.QueueStats) []Lim
 		if t == "" {
 			li.Active = st.Active
 		} else {
-			li.Active = st.Tenants[t].Active
+			li.Active = st.Tenants[t].Active + nodeActive(st, t)
 		}
 		out = append(out, li)
 	}

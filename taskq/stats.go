@@ -38,6 +38,9 @@ type QueueStats struct {
 	PausedUntil time.Time              `json:"paused_until,omitzero"`
 	Limit       *LimitInfo             `json:"limit,omitempty"` // the queue's own limit and its use
 	Tenants     map[string]TenantStats `json:"tenants"`
+	// Tree is the inner nodes of the tenant tree (path prefixes: "acme",
+	// "acme/web"), when some tenant is a path (tree.go).
+	Tree map[string]NodeStats `json:"tree,omitempty"`
 }
 
 // TenantStats is one tenant's share of a queue.
@@ -113,6 +116,7 @@ func (c *Client) Stats(ctx context.Context) (*Stats, error) {
 			qs.Tenants[t] = TenantStats{Pending: ts.Pending, Active: ts.Active, Completed: ts.Completed, Weight: ts.Weight,
 				PausedUntil: pausedAfter(ts.PausedUntil, now)}
 		}
+		qs.Tree = treeStats(qs.Tenants)
 		ls, err := c.r.Limits(ctx, q)
 		if err != nil {
 			return nil, err
@@ -122,12 +126,7 @@ func (c *Client) Stats(ctx context.Context) (*Stats, error) {
 				qs.Limit = &li
 				continue
 			}
-			ts := qs.Tenants[li.Tenant]
-			if li.Weight > 0 {
-				ts.Weight = li.Weight
-			}
-			ts.Limit = &li
-			qs.Tenants[li.Tenant] = ts
+			addLimit(&qs, li)
 		}
 		out.Queues[q] = qs
 	}

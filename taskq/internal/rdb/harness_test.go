@@ -2,7 +2,7 @@ package rdb
 
 // The contract tests of the Lua scripts (contract_*_test.go) run each
 // script against the real Redis on loopback (internal/testutil.Redis) on a
-// queue of their own, and compare what the 19 keys of that queue hold
+// queue of their own, and compare what the 20 keys of that queue hold
 // afterwards with what the script's header promises: the whole queue,
 // snapshot before and after, so that a key the script should not touch is
 // seen to be untouched.
@@ -67,15 +67,15 @@ type Z struct {
 
 // Snap is everything one queue holds in Redis, key by key (see lib.lua).
 type Snap struct {
-	Pending, Tenants, Lease, Scheduled, Retry, Dead, Completed, Cancelled, UniqExp, Throttled, Groups, Workflows []Z
-	State, Tasks, Active, Results, Uniq, Limits                                                                  map[string]string
-	Wake                                                                                                         []string
+	Pending, Tenants, Lease, Scheduled, Retry, Dead, Completed, Cancelled, UniqExp, Throttled, Groups, Workflows, Tree []Z
+	State, Tasks, Active, Results, Uniq, Limits                                                                        map[string]string
+	Wake                                                                                                               []string
 }
 
 // clone is a deep copy of s, the base of an expected snapshot.
 func (s Snap) clone() Snap {
 	c := s
-	for _, p := range []*[]Z{&c.Pending, &c.Tenants, &c.Lease, &c.Scheduled, &c.Retry, &c.Dead, &c.Completed, &c.Cancelled, &c.UniqExp, &c.Throttled, &c.Groups, &c.Workflows} {
+	for _, p := range []*[]Z{&c.Pending, &c.Tenants, &c.Lease, &c.Scheduled, &c.Retry, &c.Dead, &c.Completed, &c.Cancelled, &c.UniqExp, &c.Throttled, &c.Groups, &c.Workflows, &c.Tree} {
 		*p = append([]Z(nil), (*p)...)
 	}
 	for _, p := range []*map[string]string{&c.State, &c.Tasks, &c.Active, &c.Results, &c.Uniq, &c.Limits} {
@@ -124,14 +124,14 @@ func tokens(n int) []string {
 	return w
 }
 
-// snap reads all 19 keys of q.
+// snap reads all 20 keys of q.
 func snap(t *testing.T, r *RDB, q string) Snap {
 	t.Helper()
 	ctx := t.Context()
 	k := QueueKeys(q)
 	var s Snap
 	zsets := map[int]*[]Z{KPending: &s.Pending, KTenants: &s.Tenants, KLease: &s.Lease, KScheduled: &s.Scheduled,
-		KRetry: &s.Retry, KDead: &s.Dead, KCompleted: &s.Completed, KCancelled: &s.Cancelled, KUniqExp: &s.UniqExp, KThrottled: &s.Throttled, KGroups: &s.Groups, KWorkflows: &s.Workflows}
+		KRetry: &s.Retry, KDead: &s.Dead, KCompleted: &s.Completed, KCancelled: &s.Cancelled, KUniqExp: &s.UniqExp, KThrottled: &s.Throttled, KGroups: &s.Groups, KWorkflows: &s.Workflows, KTree: &s.Tree}
 	for i, p := range zsets {
 		zs, err := r.c.Do(ctx, r.c.B().Zrange().Key(k[i]).Min("0").Max("-1").Withscores().Build()).AsZScores()
 		if err != nil {

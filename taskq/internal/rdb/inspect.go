@@ -479,6 +479,9 @@ func (r *RDB) Limits(ctx context.Context, q string) (map[string]LimitState, erro
 		if t == "\x00q" {
 			t = ""
 		}
+		if _, own := out[t]; !own && strings.HasSuffix(t, "/") {
+			t = t[:len(t)-1] // an inner node of the tenant tree, parked as node/
+		}
 		l, ok := out[t]
 		if !ok {
 			continue

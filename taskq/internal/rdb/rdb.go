@@ -33,7 +33,7 @@ import (
 var luaFS embed.FS
 
 // NKeys is the number of keys of one queue passed to every script.
-const NKeys = 19
+const NKeys = 20
 
 // QueuesKey is the set of known queue names (outside any queue's slot; it is
 // only touched by plain commands, never inside a script).
@@ -49,7 +49,7 @@ func QueueKeys(q string) []string {
 		p + "pending", p + "tenants", p + "state", p + "tasks", p + "active", p + "lease",
 		p + "scheduled", p + "retry", p + "dead", p + "completed", p + "results", p + "wake", p + "cancelled",
 		p + "uniq", p + "uniqexp", p + "limits", p + "throttled", p + "groups",
-		p + "workflows",
+		p + "workflows", p + "tree",
 	}
 }
 
@@ -74,6 +74,7 @@ const (
 	KThrottled
 	KGroups
 	KWorkflows
+	KTree
 )
 
 func script(name string) *rueidis.Lua {
@@ -600,34 +601,7 @@ func (r *RDB) Stats(ctx context.Context, q string) (QueueStats, error) {
 	if err != nil {
 		return st, fmt.Errorf("rdb: stats of %q: %w", q, err)
 	}
-	st.Counters = map[string]int64{}
-	st.Tenants = map[string]TenantStats{}
-	for f, v := range h {
-		name, field, ok := strings.Cut(f, ":")
-		if f == "pause" {
-			st.PausedUntil = pausedUntil(v)
-			continue
-		}
-		if !ok {
-			n, _ := strconv.ParseInt(v, 10, 64)
-			st.Counters[f] = n
-			continue
-		}
-		ts := st.Tenants[field]
-		switch name {
-		case "w":
-			ts.Weight, _ = strconv.ParseFloat(v, 64)
-		case "a":
-			ts.Active, _ = strconv.ParseInt(v, 10, 64)
-		case "c":
-			ts.Completed, _ = strconv.ParseInt(v, 10, 64)
-		case "p":
-			ts.PausedUntil = pausedUntil(v)
-		default:
-			continue
-		}
-		st.Tenants[field] = ts
-	}
+	st.parseState(h)
 	if len(st.Tenants) > 0 {
 		names := make([]string, 0, len(st.Tenants))
 		cmds := make(rueidis.Commands, 0, len(st.Tenants))
@@ -646,6 +620,41 @@ func (r *RDB) Stats(ctx context.Context, q string) (QueueStats, error) {
 		}
 	}
 	return st, nil
+}
+
+// parseState fills st's counters, pause and tenants from the state hash h.
+func (st *QueueStats) parseState(h map[string]string) {
+	st.Counters = map[string]int64{}
+	st.Tenants = map[string]TenantStats{}
+	for f, v := range h {
+		name, field, ok := strings.Cut(f, ":")
+		if f == "pause" {
+			st.PausedUntil = pausedUntil(v)
+			continue
+		}
+		if !ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			st.Counters[f] = n
+			continue
+		}
+		if strings.HasSuffix(field, "/") {
+			continue // an inner node of the tenant tree (lib.lua), no tenant
+		}
+		ts := st.Tenants[field]
+		switch name {
+		case "w":
+			ts.Weight, _ = strconv.ParseFloat(v, 64)
+		case "a":
+			ts.Active, _ = strconv.ParseInt(v, 10, 64)
+		case "c":
+			ts.Completed, _ = strconv.ParseInt(v, 10, 64)
+		case "p":
+			ts.PausedUntil = pausedUntil(v)
+		default:
+			continue
+		}
+		st.Tenants[field] = ts
+	}
 }
 
 // Sizes returns the pending count of each queue (for steal decisions).

@@ -301,21 +301,35 @@ func printStats(w io.Writer, st *taskq.Stats) {
 		s := st.Queues[q]
 		fmt.Fprintf(tw, "%s%s%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", q, pausedNote(s.PausedUntil), limitNote(s.Limit), s.Pending, s.Active, s.Scheduled, s.Retry, s.Dead,
 			s.Completed, s.ProcessedTotal, s.FailedTotal, s.DuplicatesTotal)
-		tenants := make([]string, 0, len(s.Tenants))
-		for t := range s.Tenants {
-			tenants = append(tenants, t)
-		}
-		sort.Strings(tenants)
-		for _, t := range tenants {
-			ts := s.Tenants[t]
-			fmt.Fprintf(tw, "  tenant %s (w=%g)%s%s\t%d\t%d\t\t\t\t%d\t\t\t\t\n", t, ts.Weight, pausedNote(ts.PausedUntil), limitNote(ts.Limit), ts.Pending, ts.Active, ts.Completed)
-		}
+		printTenants(tw, s)
 	}
 	tw.Flush()
 	for _, wr := range st.Workers {
 		fmt.Fprintf(w, "worker %s: %s, queues %s, active %d, processed %d, failed %d, steals %d, %s (its record, %s old)\n",
 			wr.ID, wr.State, strings.Join(wr.Queues, ","), wr.Active, wr.Processed, wr.Failed, wr.Steals, workerRate(wr),
 			time.Since(wr.Heartbeat).Round(time.Second))
+	}
+}
+
+// printTenants prints a queue's tenants and the inner nodes of its tenant
+// tree (path prefixes, "node acme/web"), each node before the tenants below
+// it.
+func printTenants(tw io.Writer, s taskq.QueueStats) {
+	rows := map[string]string{}
+	for t, ts := range s.Tenants {
+		rows[t] = fmt.Sprintf("  tenant %s (w=%g)%s%s\t%d\t%d\t\t\t\t%d\t\t\t\t\n", t, ts.Weight, pausedNote(ts.PausedUntil), limitNote(ts.Limit), ts.Pending, ts.Active, ts.Completed)
+	}
+	for n, ns := range s.Tree {
+		// "acme/" sorts before "acme/web/bob" and after a flat tenant "acme".
+		rows[n+"/"] = fmt.Sprintf("  node %s (w=%g, %d tenants)%s\t%d\t%d\t\t\t\t%d\t\t\t\t\n", n, ns.Weight, ns.Tenants, limitNote(ns.Limit), ns.Pending, ns.Active, ns.Completed)
+	}
+	keys := make([]string, 0, len(rows))
+	for k := range rows {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprint(tw, rows[k])
 	}
 }
 

@@ -50,7 +50,7 @@ func newQueueLimitSetCmd() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&o.redis, "redis", "127.0.0.1:6379", redisFlagHelp)
 	f.StringVar(&o.queue, "queue", "", "queue name (required)")
-	f.StringVar(&tenant, "tenant", "", "limit this tenant of the queue (default: the whole queue)")
+	f.StringVar(&tenant, "tenant", "", "limit this tenant of the queue, or a node of its tenant tree (acme/web: for all the tenants below it; its weight among its siblings) (default: the whole queue)")
 	f.StringVar(&rate, "rate", "", "tasks started per second, minute or hour: 20/s, 300/m, 1000/h")
 	f.IntVar(&l.Burst, "burst", 0, "how many may start at once after a quiet spell (default 1 with --rate)")
 	f.IntVar(&l.MaxActive, "max-active", 0, "tasks running at once, across all workers")

@@ -1,5 +1,5 @@
 -- ack: record successful tasks of one queue (a batch).
--- KEYS: the queue's 19 keys.
+-- KEYS: the queue's 20 keys.
 -- ARGV: now_ms, then per task 3 values: id, keep_until_ms (0 = delete at once), result ('' = none)
 -- Returns the number of tasks this worker still held. A task whose lease was
 -- lost (reaped and possibly re-run elsewhere) is counted in state.late and
@@ -66,6 +66,7 @@ for t, c in pairs(per) do
   redis.call('HINCRBY', KEYS[3], 'a:' .. t, -c)
   redis.call('HINCRBY', KEYS[3], 'c:' .. t, c)
   if throttled then unhold(0, t) end
+  release_nodes(0, t, c, throttled)
 end
 if throttled then unhold(0, QUEUE) end
 redis.call('HINCRBY', KEYS[3], 'completed', #held)

@@ -1,5 +1,5 @@
 -- cancel: cancel one task of a queue, whatever it is doing.
--- KEYS: the queue's 19 keys.
+-- KEYS: the queue's 20 keys.
 -- ARGV: now_ms, who, id, member ('' = the one enqueue recorded), channel, queue
 -- Returns the task's state before: 'pending' | 'scheduled' | 'retry' |
 -- 'active' (then cancelled here) or 'dead' | 'completed' | 'cancelled' |

@@ -1,5 +1,5 @@
 -- dequeue: take up to n tasks from several queues in ONE call.
--- KEYS: 19 keys per queue, queues in the order to serve them (the caller
+-- KEYS: 20 keys per queue, queues in the order to serve them (the caller
 --       orders them: strict priority, or a weighted shuffle, then steal targets).
 -- ARGV: n, now_ms, lease_until_ms, promote_limit
 -- Returns a flat array, 6 values per task: queue index (1-based), id, msg
@@ -52,9 +52,103 @@ local function fair_run(k, t, s, w, room)
   return j
 end
 
+-- node_weight is the weight of tree node name among its siblings: its
+-- limits' weight (t:<name> without the trailing '/'), else a leaf's w:<t>.
+local function node_weight(k, name)
+  local bare = name
+  if string.sub(name, -1) == '/' then bare = string.sub(name, 1, -2) end
+  local lim = redis.call('HGET', KEYS[k + 16], 't:' .. bare)
+  local w = lim and select(4, parse_limit(lim)) or 0
+  if w <= 0 and bare == name then w = tonumber(redis.call('HGET', KEYS[k + 3], 'w:' .. name) or '1') end
+  if w <= 0 then w = 1 end
+  return w
+end
+
+-- descend walks from top node t (tag s) to the leaf with the smallest tag
+-- at each level: the leaf, its tag and the path of {node, tag, weight}
+-- from the top; nil if an inner node had no child (it is dropped).
+local function descend(k, t, s)
+  local path = {{t, s, node_weight(k, t)}}
+  while string.sub(t, -1) == '/' do
+    local c, cs = first_child(k, t)
+    if not c then
+      tree_remove(k, t)
+      return nil
+    end
+    t, s = c, cs
+    path[#path + 1] = {t, s, node_weight(k, t)}
+  end
+  return t, s, path
+end
+
+-- tree_run is how many tasks the leaf of path gets in a row, up to room:
+-- while every node's tag on the path stays at or before its next sibling's.
+local function tree_run(k, path, room)
+  for _, e in ipairs(path) do
+    local p, t2, s2 = parent_of(e[1]), nil, nil
+    if p == '' then
+      local second = redis.call('ZRANGE', KEYS[k + 2], 1, 1, 'WITHSCORES')
+      if #second > 0 then t2, s2 = second[1], tonumber(second[2]) end
+    else
+      t2, s2 = first_child(k, p, 1)
+    end
+    if s2 then
+      local j = math.floor((s2 - e[2]) * e[3] + 1e-9) + 1
+      -- A tie goes to the smaller name, as the sets order them.
+      if j > 1 and math.abs(e[2] + (j - 1) / e[3] - s2) < 1e-9 and e[1] > t2 then j = j - 1 end
+      room = math.min(room, math.max(1, j))
+    end
+  end
+  return room
+end
+
+-- node_limits applies the limits of path's inner nodes (t:<name> without
+-- the '/', a:<name/> their running tasks): how many tasks may start, at
+-- most room, and the token buckets to spend; 0 when a node is out of room
+-- (it is parked: it leaves the tree until due, wait).
+local function node_limits(k, path, room, lims)
+  local spends = {}
+  for i = 1, #path - 1 do
+    local name = path[i][1]
+    local bare = string.sub(name, 1, -2)
+    if lims[name] == nil then lims[name] = redis.call('HGET', KEYS[k + 16], 't:' .. bare) end
+    if lims[name] then
+      local act = tonumber(redis.call('HGET', KEYS[k + 3], 'a:' .. name) or '0')
+      local allowed, wait, tok = allowance(k, 'tok:t:' .. bare, lims[name], act, now)
+      if allowed <= 0 then
+        park(k, name, path[i][2], wait)
+        return 0, spends, wait
+      end
+      room = math.min(room, allowed)
+      if tok then spends[#spends + 1] = {'tok:t:' .. bare, tok} end
+    end
+  end
+  return room, spends
+end
+
+-- tree_advance moves the tags on path after its leaf was served take
+-- tasks: each node by take/weight, each parent's virtual time to the last
+-- task's start; the leaf leaves the tree without more, a parent without
+-- an active child.
+local function tree_advance(k, path, take, more)
+  local gone = not more
+  for i = #path, 1, -1 do
+    local name, s, w = path[i][1], path[i][2], path[i][3]
+    if i < #path then redis.call('HINCRBY', KEYS[k + 3], 'a:' .. name, take) end
+    redis.call('HSET', KEYS[k + 3], vt_field(parent_of(name)), s + (take - 1) / w)
+    local f = s + take / w
+    if gone and (i == #path or not first_child(k, name)) then
+      node_drop(k, name, s, f)
+    else
+      node_set(k, name, s, f)
+      gone = false
+    end
+  end
+end
+
 -- serve leases the run of tenant t's tasks in members (their tag s, weight w)
 -- and puts t back at its new tag, or out of tenants if it has no more.
-local function serve(k, q, t, s, w, members, more)
+local function serve(k, q, t, s, w, members, more, path)
   local take = #members
   local ids, act, lease = {}, {}, {}
   for i, m in ipairs(members) do
@@ -70,10 +164,13 @@ local function serve(k, q, t, s, w, members, more)
   chunked('ZADD', KEYS[k + 6], lease)
   redis.call('HINCRBY', KEYS[k + 3], 'a:' .. t, take)
   local f = s + take / w
-  redis.call('HSET', KEYS[k + 3], 'vt', s + (take - 1) / w)
-  if more then
+  if path then
+    tree_advance(k, path, take, more)
+  elseif more then
+    redis.call('HSET', KEYS[k + 3], 'vt', s + (take - 1) / w)
     redis.call('ZADD', KEYS[k + 2], f, t)
   else
+    redis.call('HSET', KEYS[k + 3], 'vt', s + (take - 1) / w)
     redis.call('ZREM', KEYS[k + 2], t)
     redis.call('HSET', KEYS[k + 3], 'f:' .. t, f)
   end
@@ -141,33 +238,56 @@ for q = 0, #KEYS / NKEYS - 1 do
       t, s = top[1], tonumber(top[2])
       if s >= PAUSED then break end
     end
-    if lims[t] == nil then lims[t] = redis.call('HGET', KEYS[k + 16], 't:' .. t) end
-    local lim, ttok = lims[t], nil
-    local w = 0
-    if lim then
-      local allowed, wait
-      allowed, wait, ttok = allowance(k, 'tok:t:' .. t, lim, tonumber(redis.call('HGET', KEYS[k + 3], 'a:' .. t) or '0'), now)
-      room = math.min(room, allowed)
-      if allowed <= 0 then
-        park(k, t, s, wait)
+    -- A top node of the tenant tree ("org/"): descend to its leaf.
+    local path
+    local spends = {}
+    if string.sub(t, -1) == '/' then t, s, path = descend(k, t, s) end
+    if t and path then
+      local wait
+      room, spends, wait = node_limits(k, path, room, lims)
+      if room <= 0 then
+        t = nil
         throttled = true
         note(wait)
       end
-      w = select(4, parse_limit(lim))
     end
-    if room > 0 then
-      if w <= 0 then w = tonumber(redis.call('HGET', KEYS[k + 3], 'w:' .. t) or '1') end
-      if w <= 0 then w = 1 end
-      room = fair_run(k, t, s, w, room)
-      local heads = redis.call('ZRANGEBYLEX', KEYS[k + 1], '[' .. t .. '\0', '(' .. t .. '\1', 'LIMIT', 0, room + 1)
-      if #heads == 0 then
-        redis.call('ZREM', KEYS[k + 2], t)
-      else
-        local more = #heads > room
-        if more then heads[#heads] = nil end
-        serve(k, q, t, s, w, heads, more)
-        if lim then spend(k, 'tok:t:' .. t, ttok, #heads, now) end
-        if qlim then spend(k, 'tok:q', qtok, #heads, now) end
+    if t then
+      if lims[t] == nil then lims[t] = redis.call('HGET', KEYS[k + 16], 't:' .. t) end
+      local lim, ttok = lims[t], nil
+      local w = 0
+      if lim then
+        local allowed, wait
+        allowed, wait, ttok = allowance(k, 'tok:t:' .. t, lim, tonumber(redis.call('HGET', KEYS[k + 3], 'a:' .. t) or '0'), now)
+        room = math.min(room, allowed)
+        if allowed <= 0 then
+          park(k, t, s, wait)
+          throttled = true
+          note(wait)
+        end
+        w = select(4, parse_limit(lim))
+      end
+      if room > 0 then
+        if w <= 0 then w = tonumber(redis.call('HGET', KEYS[k + 3], 'w:' .. t) or '1') end
+        if w <= 0 then w = 1 end
+        if path then
+          path[#path][3] = w
+          room = tree_run(k, path, room)
+        else
+          room = fair_run(k, t, s, w, room)
+        end
+        local heads = redis.call('ZRANGEBYLEX', KEYS[k + 1], '[' .. t .. '\0', '(' .. t .. '\1', 'LIMIT', 0, room + 1)
+        if #heads == 0 and path then
+          tree_remove(k, t)
+        elseif #heads == 0 then
+          redis.call('ZREM', KEYS[k + 2], t)
+        else
+          local more = #heads > room
+          if more then heads[#heads] = nil end
+          serve(k, q, t, s, w, heads, more, path)
+          if lim then spend(k, 'tok:t:' .. t, ttok, #heads, now) end
+          if qlim then spend(k, 'tok:q', qtok, #heads, now) end
+          for _, b in ipairs(spends) do spend(k, b[1], b[2], #heads, now) end
+        end
       end
     end
   end

@@ -1,5 +1,5 @@
 -- enqueue: add one task (or a batch) to one queue.
--- KEYS: the queue's 19 keys (see lib.lua).
+-- KEYS: the queue's 20 keys (see lib.lua).
 -- ARGV: now_ms, then per task 6 values: id, msg, tenant, weight, prio(2 hex), due_ms
 -- Returns the number of tasks added; an id that already exists is skipped.
 -- Guarantees: atomic per call; the task is pending (or scheduled if due_ms >

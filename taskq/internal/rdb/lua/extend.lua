@@ -1,5 +1,5 @@
 -- extend: heartbeat, push the lease of tasks still held out to lease_until.
--- KEYS: the queue's 19 keys. ARGV: lease_until_ms, ids...
+-- KEYS: the queue's 20 keys. ARGV: lease_until_ms, ids...
 -- Returns the ids whose lease was already lost (the worker should stop them).
 -- Guarantees: only leases that still exist are set (ZADD XX: a lost lease
 -- is never recreated); each is set to lease_until_ms as given, even if

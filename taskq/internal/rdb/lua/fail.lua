@@ -1,5 +1,5 @@
 -- fail: record one failed attempt of a task of one queue.
--- KEYS: the queue's 19 keys.
+-- KEYS: the queue's 20 keys.
 -- ARGV: now_ms, id, error, retry_at_ms (0 = no retry: dead), reason (for dead),
 --       snooze ('1': the handler snoozed it until retry_at_ms: no failure, no
 --       attempt counted, error ignored)

@@ -1,13 +1,14 @@
 -- lib.lua is prepended to every operation script (it is not an operation).
 --
--- Every queue's keys share the hash tag {queue} and arrive as 19 consecutive
+-- Every queue's keys share the hash tag {queue} and arrive as 20 consecutive
 -- KEYS, in the order of rdb.queueKeys:
 --   +1 pending   ZSET, all scores 0, member = tenant \0 prio(2 hex, inverted) seq(8 digits) \0 id
 --                (lexicographic order = FIFO per tenant, higher priority first)
 --   +2 tenants   ZSET tenant -> virtual start tag of its head task (only tenants with pending work)
 --   +3 state     HASH vt, seq, counters, w:<t> weight, f:<t> last finish tag, a:<t> active, c:<t> completed,
 --                links (the queue has held a workflow node or a batch: acks look for their links),
---                pause (queue paused until ms), p:<t> (tenant paused until ms)
+--                pause (queue paused until ms), p:<t> (tenant paused until ms); for the tenant
+--                tree (+20): vt:<node/>, n:<node>, f:<node/>, a:<node/> (inner nodes end in '/')
 --   +4 tasks     HASH id -> "\1" tenant \0 prio seq message (the member up to the seq, then the
 --                message: member_of); id|r retried, id|n starts, id|e last error, id|d dead
 --                reason, id|m member (only of a task stored by an earlier release: its value is
@@ -37,7 +38,7 @@
 --                 id) is tasks' wf:<id>, both kept for the dead retention (maintain.lua)
 -- A throttled tenant leaves tenants (so it never blocks the others) and
 -- keeps its tag in f:<tenant>; the dequeue takes it back once due.
-local NKEYS = 19
+local NKEYS = 20
 
 -- A paused tenant stays in tenants with its tag raised above PAUSED, so the
 -- dequeue, which takes the smallest tag, reaches it only when every
@@ -66,6 +67,129 @@ local function start_tag(k, t)
   return vt
 end
 
+-- Hierarchical tenants: a tenant with a '/' is a path (org/team/user, at
+-- most 4 segments), a leaf of a tree whose inner nodes are its prefixes
+-- ending in '/' ("org/", "org/team/"). The root's children are the members
+-- of tenants (flat tenants and top nodes "org/"); an inner node p's active
+-- children are tree's members p \0 tag_key(tag) \0 child (ZRANGEBYLEX gives
+-- the smallest tag), each child's exact tag in state's n:<child>. An inner
+-- node has its own virtual time vt:<p>; f:<node> is a node's last finish.
+-- A node's weight is its limits' t:<name> weight (name without the '/'),
+-- else a leaf's w:<t>, else 1; an inner node's rate and in-flight cap (the
+-- same t:<name>, bucket tok:t:<name>, running tasks a:<name/>) hold for
+-- the tenants below it: out of room, it is parked in throttled as name/.
+local function is_path(t)
+  return string.find(t, '/', 1, true) ~= nil
+end
+
+-- parent_of is the inner node holding node name ('' = the root).
+local function parent_of(name)
+  if string.sub(name, -1) == '/' then name = string.sub(name, 1, -2) end
+  return string.match(name, '^(.*/)[^/]*$') or ''
+end
+
+local function tag_key(tag)
+  return string.format('%020.6f', tag)
+end
+
+local function vt_field(p)
+  if p == '' then return 'vt' end
+  return 'vt:' .. p
+end
+
+-- node_tag is node name's tag in its parent, or nil when it is not active.
+local function node_tag(k, name)
+  local v
+  if parent_of(name) == '' then
+    v = redis.call('ZSCORE', KEYS[k + 2], name)
+  else
+    v = redis.call('HGET', KEYS[k + 3], 'n:' .. name)
+  end
+  return v and tonumber(v) or nil
+end
+
+-- node_set moves node name (tag old, nil if not active) to tag.
+local function node_set(k, name, old, tag)
+  local p = parent_of(name)
+  if p == '' then
+    redis.call('ZADD', KEYS[k + 2], tag, name)
+    return
+  end
+  if old then redis.call('ZREM', KEYS[k + 20], p .. '\0' .. tag_key(old) .. '\0' .. name) end
+  redis.call('ZADD', KEYS[k + 20], 0, p .. '\0' .. tag_key(tag) .. '\0' .. name)
+  -- 17 digits: tonumber gives tag back, so the member is found again.
+  redis.call('HSET', KEYS[k + 3], 'n:' .. name, string.format('%.17g', tag))
+end
+
+-- first_child is inner node p's child with the smallest tag (skip 1: the
+-- second): name, tag; nil if none.
+local function first_child(k, p, skip)
+  local c = redis.call('ZRANGEBYLEX', KEYS[k + 20], '[' .. p .. '\0', '(' .. p .. '\1', 'LIMIT', skip or 0, 1)
+  if #c == 0 then return nil end
+  local name = string.sub(c[1], string.find(c[1], '\0', #p + 2, true) + 1)
+  return name, tonumber(redis.call('HGET', KEYS[k + 3], 'n:' .. name) or '0')
+end
+
+-- tree_activate makes node name active at max(its parent's virtual time,
+-- its last finish), and its parents up to the first active one: an idle
+-- subtree starts "now", as a flat tenant does.
+local function tree_activate(k, name)
+  while true do
+    local p = parent_of(name)
+    local vt = tonumber(redis.call('HGET', KEYS[k + 3], vt_field(p)) or '0')
+    local f = tonumber(redis.call('HGET', KEYS[k + 3], 'f:' .. name) or '0')
+    -- A parent parked at its limits re-enters when it is due (unpark_due).
+    local active = p ~= '' and (node_tag(k, p) or redis.call('ZSCORE', KEYS[k + 17], p))
+    node_set(k, name, nil, math.max(vt, f))
+    if p == '' or active then return end
+    name = p
+  end
+end
+
+-- node_drop takes node name (tag old) out of its parent, its last finish f.
+local function node_drop(k, name, old, f)
+  local p = parent_of(name)
+  if p == '' then
+    redis.call('ZREM', KEYS[k + 2], name)
+  else
+    if old then redis.call('ZREM', KEYS[k + 20], p .. '\0' .. tag_key(old) .. '\0' .. name) end
+    redis.call('HDEL', KEYS[k + 3], 'n:' .. name)
+  end
+  redis.call('HSET', KEYS[k + 3], 'f:' .. name, f or old or 0)
+end
+
+-- tree_remove takes node name out of its parent, its last finish f (nil:
+-- its tag), and every parent left without an active child.
+local function tree_remove(k, name, f)
+  while true do
+    local p = parent_of(name)
+    node_drop(k, name, node_tag(k, name), f)
+    if p == '' or first_child(k, p) then return end
+    name, f = p, nil
+  end
+end
+
+-- queued reports whether tenant t has its place: a tag in tenants (or, a
+-- path, in the tree).
+local function queued(k, t)
+  if redis.call('ZSCORE', KEYS[k + 2], t) then return true end
+  return is_path(t) and redis.call('HEXISTS', KEYS[k + 3], 'n:' .. t) == 1
+end
+
+-- enter gives tenant t (with pending work, not queued) its place: a paused
+-- tenant waits in tenants above PAUSED (a path one too: its pause takes it
+-- out of the tree), a path enters the tree, a flat tenant tenants.
+local function enter(k, t)
+  local paused = redis.call('HEXISTS', KEYS[k + 3], 'p:' .. t) == 1
+  if is_path(t) and not paused then
+    tree_activate(k, t)
+    return
+  end
+  local tag = start_tag(k, t)
+  if paused then tag = tag + PAUSED end
+  redis.call('ZADD', KEYS[k + 2], tag, t)
+end
+
 -- activate puts member into pending and gives its tenant a virtual start tag
 -- if the tenant had no backlog: max(queue virtual time, tenant's last finish).
 -- This is start-time fair queuing: a newly active tenant starts "now", so a
@@ -73,11 +197,7 @@ end
 local function activate(k, member)
   local t = tenant_of(member)
   redis.call('ZADD', KEYS[k + 1], 0, member)
-  if not redis.call('ZSCORE', KEYS[k + 2], t) and not redis.call('ZSCORE', KEYS[k + 17], t) then
-    local tag = start_tag(k, t)
-    if redis.call('HEXISTS', KEYS[k + 3], 'p:' .. t) == 1 then tag = tag + PAUSED end
-    redis.call('ZADD', KEYS[k + 2], tag, t)
-  end
+  if not queued(k, t) and not redis.call('ZSCORE', KEYS[k + 17], t) then enter(k, t) end
 end
 
 -- resume_tenants ends the tenant pauses due at now (all of them if now is
@@ -89,7 +209,12 @@ local function resume_tenants(k, now)
     local untl = tonumber(redis.call('HGET', KEYS[k + 3], 'p:' .. t) or '0')
     if not now or untl <= now then
       redis.call('HDEL', KEYS[k + 3], 'p:' .. t)
-      redis.call('ZADD', KEYS[k + 2], start_tag(k, t), t)
+      if is_path(t) then
+        redis.call('ZREM', KEYS[k + 2], t)
+        tree_activate(k, t)
+      else
+        redis.call('ZADD', KEYS[k + 2], start_tag(k, t), t)
+      end
       n = n + 1
     end
   end
@@ -135,6 +260,17 @@ local function unhold(k, who)
   end
 end
 
+-- release_nodes counts c tasks of path tenant t as ended at each inner
+-- node above it (a:<node>, their in-flight count), and with held makes a
+-- node held at its cap due.
+local function release_nodes(k, t, c, held)
+  for i in string.gmatch(t, '()/') do
+    local p = string.sub(t, 1, i)
+    redis.call('HINCRBY', KEYS[k + 3], 'a:' .. p, -c)
+    if held then unhold(k, p) end
+  end
+end
+
 -- release takes id out of active/lease and returns its member (false if the
 -- worker no longer holds it: its lease expired and the reaper took it back).
 local function release(k, id)
@@ -144,8 +280,10 @@ local function release(k, id)
   redis.call('ZREM', KEYS[k + 6], id)
   local t = tenant_of(m)
   redis.call('HINCRBY', KEYS[k + 3], 'a:' .. t, -1)
+  local held = redis.call('ZCARD', KEYS[k + 17]) > 0
+  release_nodes(k, t, 1, held)
   -- A tenant (or the queue) held at its in-flight cap may run again.
-  if redis.call('ZCARD', KEYS[k + 17]) > 0 then
+  if held then
     unhold(k, t)
     unhold(k, QUEUE)
   end
@@ -279,8 +417,12 @@ end
 
 -- park throttles tenant t (tag s) until untl.
 local function park(k, t, s, untl)
-  redis.call('ZREM', KEYS[k + 2], t)
-  redis.call('HSET', KEYS[k + 3], 'f:' .. t, s)
+  if is_path(t) then
+    tree_remove(k, t, s)
+  else
+    redis.call('ZREM', KEYS[k + 2], t)
+    redis.call('HSET', KEYS[k + 3], 'f:' .. t, s)
+  end
   redis.call('ZADD', KEYS[k + 17], untl, t)
 end
 
@@ -295,11 +437,12 @@ local function unpark_due(k, now)
   end
   for _, t in ipairs(due) do
     redis.call('ZREM', KEYS[k + 17], t)
-    if t ~= QUEUE and not redis.call('ZSCORE', KEYS[k + 2], t) and
+    if string.sub(t, -1) == '/' then
+      -- An inner node of the tenant tree, parked at its limits.
+      if not node_tag(k, t) and first_child(k, t) then tree_activate(k, t) end
+    elseif t ~= QUEUE and not queued(k, t) and
         #redis.call('ZRANGEBYLEX', KEYS[k + 1], '[' .. t .. '\0', '(' .. t .. '\1', 'LIMIT', 0, 1) > 0 then
-      local tag = start_tag(k, t)
-      if redis.call('HEXISTS', KEYS[k + 3], 'p:' .. t) == 1 then tag = tag + PAUSED end
-      redis.call('ZADD', KEYS[k + 2], tag, t)
+      enter(k, t)
     end
   end
   return #due

@@ -1,5 +1,5 @@
 -- pause: pause or resume a queue, or one tenant of it.
--- KEYS: the queue's 19 keys.
+-- KEYS: the queue's 20 keys.
 -- ARGV: op ('pause' | 'resume'), tenant ('' = the whole queue), until_ms (pause only)
 -- Returns 1; an unknown op is an error (nothing changed).
 -- Guarantees: atomic; from the reply on, no dequeue takes a task of a paused
@@ -24,11 +24,18 @@ if op == 'pause' then
   local s = redis.call('ZSCORE', KEYS[2], t)
   if s and tonumber(s) < PAUSED then
     redis.call('ZADD', KEYS[2], tonumber(s) + PAUSED, t)
+  elseif is_path(t) and queued(0, t) then
+    -- A path tenant leaves the tree and waits in tenants, as a flat one.
+    tree_remove(0, t)
+    redis.call('ZADD', KEYS[2], start_tag(0, t) + PAUSED, t)
   end
 else
   redis.call('HDEL', KEYS[3], 'p:' .. t)
   local s = redis.call('ZSCORE', KEYS[2], t)
-  if s and tonumber(s) >= PAUSED then
+  if s and tonumber(s) >= PAUSED and is_path(t) then
+    redis.call('ZREM', KEYS[2], t)
+    tree_activate(0, t)
+  elseif s and tonumber(s) >= PAUSED then
     redis.call('ZADD', KEYS[2], start_tag(0, t), t)
   end
   wake(0)

@@ -1,5 +1,5 @@
 -- workflow: add a workflow's nodes (a DAG) to one queue, in one call.
--- KEYS: the queue's 19 keys.
+-- KEYS: the queue's 20 keys.
 -- ARGV: now_ms, workflow id, its record (JSON), then per node 9 values:
 --       id, msg, tenant, weight, prio(2 hex), parents (how many), children
 --       (space-separated ids), due_ms (a root's: 0 = now), keep_going ('1':

@@ -1,0 +1,220 @@
+package taskq
+
+import (
+	"errors"
+	"flag"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/testutil"
+	"github.com/gantryhq/gantry/taskq/internal/rdb"
+)
+
+// hierBig is the big user's backlog in TestHierarchicalFairShare: 100,000
+// keeps the test at a few seconds under -race; -taskq.hier-big=1000000 runs
+// the full size (a million tasks).
+var hierBig = flag.Int("taskq.hier-big", 100_000, "TestHierarchicalFairShare: tasks of the big user")
+
+// enqueueMany enqueues n tasks of tenant into q in batches of 10,000.
+func enqueueMany(t *testing.T, c *Client, q, tenant string, n int) {
+	t.Helper()
+	for n > 0 {
+		b := min(n, 10_000)
+		enqueueTenant(t, c, q, tenant, 0, b)
+		n -= b
+	}
+}
+
+// echo sends ECHO marker through r (a mark in a MONITOR's stream).
+func echo(t *testing.T, r *rdb.RDB, marker string) {
+	t.Helper()
+	c := r.Client()
+	if err := c.Do(t.Context(), c.B().Echo().Message(marker).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// clientCommandsBetween are the names of the commands clients sent (not
+// those scripts ran: MONITOR names their source "lua") between the ECHOs
+// of the markers from and to in mon's stream, once it shows to.
+func clientCommandsBetween(t *testing.T, mon *testutil.Buffer, from, to string) []string {
+	t.Helper()
+	testutil.WaitFor(t, 10*time.Second, "MONITOR to show "+to, func() (bool, string) {
+		return strings.Contains(mon.String(), `"`+to+`"`), ""
+	})
+	var out []string
+	in := false
+	for _, line := range strings.Split(mon.String(), "\n") {
+		// 1700000000.123456 [0 127.0.0.1:port] "cmd" "arg"…
+		_, cmd, ok := strings.Cut(line, `] "`)
+		if !ok || strings.Contains(line, " [0 lua] ") {
+			continue
+		}
+		cmd, _, _ = strings.Cut(cmd, `"`)
+		switch {
+		case strings.Contains(line, `"ECHO" "`+from+`"`):
+			in = true
+		case strings.Contains(line, `"ECHO" "`+to+`"`):
+			return out
+		case in:
+			out = append(out, strings.ToLower(cmd))
+		}
+	}
+	return out
+}
+
+// TestHierarchicalFairShare is a tenant hierarchy: organisations o1, o2
+// and o3 weighted 1:1:2; o1's teams t1 and t2 weighted 1:3; t2 holds a user
+// with a huge backlog and a user who arrives later with 100 tasks; o3's
+// user sits 4 levels deep. Under overload (every leaf backlogged) a window
+// of dequeues must serve each leaf within 5% of its share of the tree
+// (o1/t1/u 6.25%, o1/t2/big and o1/t2/small 9.375% each, o2/u 25%,
+// o3/x/y/z 50%), Jain's index over served/expected ≥ 0.99, the small
+// user's first task within 1 s of its enqueue, and every dequeue one
+// Redis call (INFO commandstats of a server of the test's own).
+func TestHierarchicalFairShare(t *testing.T) {
+	srv := testutil.StartRedis(t)
+	addr := srv.Addr()
+	c := newClient(t, addr)
+	in, err := NewInspector(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { in.Close() })
+	q := uniq(t, "q")
+	ctx := t.Context()
+	for node, w := range map[string]float64{"o1": 1, "o2": 1, "o3": 2, "o1/t1": 1, "o1/t2": 3} {
+		if err := in.SetLimit(ctx, q, node, Limit{Weight: w}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	enqueueMany(t, c, q, "o1/t2/big", *hierBig)
+	for _, tn := range []string{"o1/t1/u", "o2/u", "o3/x/y/z"} {
+		enqueueMany(t, c, q, tn, 4000)
+	}
+	t.Logf("enqueued %d + 12,000 tasks in %s", *hierBig, time.Since(start).Round(time.Millisecond))
+	r := openRDB(t, addr)
+	deq := func(n int) []string {
+		now := time.Now()
+		res, err := r.Dequeue(ctx, []string{q}, n, now, now.Add(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := make([]string, len(res.Tasks))
+		for i, d := range res.Tasks {
+			out[i] = d.Tenant
+		}
+		return out
+	}
+	for range 125 { // 2,000 tasks served before the small user arrives
+		deq(16)
+	}
+	enqueued := time.Now()
+	enqueueTenant(t, c, q, "o1/t2/small", 0, 100)
+	mon := monitor(t, addr)
+	echo(t, r, "window-start")
+	const calls, per = 64, 16
+	count := map[string]float64{}
+	var firstSmall time.Duration
+	for range calls {
+		for _, tn := range deq(per) {
+			if tn == "o1/t2/small" && firstSmall == 0 {
+				firstSmall = time.Since(enqueued)
+			}
+			count[tn]++
+		}
+	}
+	echo(t, r, "window-end")
+	checkOneCallPerDequeue(t, clientCommandsBetween(t, mon, "window-start", "window-end"), calls)
+	checkTreeShares(t, count, calls*per)
+	if firstSmall == 0 || firstSmall > time.Second {
+		t.Errorf("the small user's first task started %s after its enqueue (0: never); want within 1s", firstSmall)
+	}
+	t.Logf("small user's first task dequeued %s after its enqueue", firstSmall)
+	st := queueStats(t, c, q)
+	if n := st.Tree["o1"]; n.Weight != 1 || n.Tenants != 3 || n.Active != st.Tenants["o1/t1/u"].Active+st.Tenants["o1/t2/big"].Active+st.Tenants["o1/t2/small"].Active {
+		t.Errorf("stats of node o1: %+v", n)
+	}
+	if n := st.Tree["o1/t2"]; n.Weight != 3 || n.Tenants != 2 {
+		t.Errorf("stats of node o1/t2: %+v", n)
+	}
+}
+
+// checkOneCallPerDequeue: the commands clients sent while dequeues ran
+// dequeue calls are one EVALSHA each (and keep-alive PINGs).
+func checkOneCallPerDequeue(t *testing.T, cmds []string, dequeues int) {
+	t.Helper()
+	n := 0
+	var other []string
+	for _, c := range cmds {
+		switch c {
+		case "evalsha":
+			n++
+		case "ping":
+			// rueidis's keep-alive of its idle connections (the test's
+			// client's too), no part of a dequeue.
+		default:
+			other = append(other, c)
+		}
+	}
+	if n != dequeues || len(other) != 0 {
+		t.Errorf("%d dequeues sent %d commands, %d of them EVALSHA; want one EVALSHA each (others: %v)", dequeues, len(cmds), n, other)
+	}
+	t.Logf("%d dequeues sent %d commands to Redis, %d EVALSHA, others %v (MONITOR, scripts' own commands left out)", dequeues, len(cmds), n, other)
+}
+
+// checkTreeShares compares the leaves' served counts (of total) with their
+// shares of the tree.
+func checkTreeShares(t *testing.T, count map[string]float64, total int) {
+	t.Helper()
+	want := map[string]float64{"o1/t1/u": 0.0625, "o1/t2/big": 0.09375, "o1/t2/small": 0.09375, "o2/u": 0.25, "o3/x/y/z": 0.5}
+	var norm []float64
+	for tn, share := range want {
+		exp := share * float64(total)
+		norm = append(norm, count[tn]/exp)
+		if d := math.Abs(count[tn]-exp) / exp; d > 0.05 {
+			t.Errorf("%s: served %v of %d, want %.0f ±5%% (off by %.1f%%)", tn, count[tn], total, exp, 100*d)
+		}
+	}
+	orgs := map[string]float64{}
+	for tn, n := range count {
+		orgs[tn[:2]] += n
+	}
+	j := jain(norm)
+	t.Logf("served of %d: %v; orgs %v; Jain over served/expected %.4f", total, count, orgs, j)
+	if j < 0.99 {
+		t.Errorf("Jain index %.4f < 0.99", j)
+	}
+}
+
+// TestTenantPathsChecked: a tenant path has 1 to 4 non-empty segments; an
+// enqueue or a limit naming another is refused, nothing stored.
+func TestTenantPathsChecked(t *testing.T) {
+	addr := testRedis(t)
+	c := newClient(t, addr)
+	in, err := NewInspector(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { in.Close() })
+	q := uniq(t, "q")
+	for _, bad := range []string{"a//b", "/a", "a/", "a/b/c/d/e", "/"} {
+		if _, err := c.Enqueue(t.Context(), NewTask("noop", nil, Queue(q), Tenant(bad))); !errors.Is(err, ErrInvalidTask) {
+			t.Errorf("enqueue with tenant %q: %v, want ErrInvalidTask", bad, err)
+		}
+		if err := in.SetLimit(t.Context(), q, bad, Limit{Weight: 2}); !errors.Is(err, ErrInvalidTask) {
+			t.Errorf("limit of %q: %v, want ErrInvalidTask", bad, err)
+		}
+	}
+	for _, good := range []string{"a", "a/b", "a/b/c/d"} {
+		if _, err := c.Enqueue(t.Context(), NewTask("noop", nil, Queue(q), Tenant(good))); err != nil {
+			t.Errorf("enqueue with tenant %q: %v", good, err)
+		}
+	}
+	if st := queueStats(t, c, q); st.Pending != 3 || st.Tree["a/b"].Tenants != 1 || st.Tree["a"].Tenants != 2 {
+		t.Errorf("pending %d, tree %+v; want 3 tasks, node a over 2 path tenants, a/b over 1", st.Pending, st.Tree)
+	}
+}
