@@ -41,11 +41,18 @@ func TestWaitReplicas(t *testing.T) {
 		txt, err := rr.Client().Do(ctx, rr.Client().B().Info().Section("replication").Build()).ToString()
 		return err == nil && parseInfo(txt)["master_link_status"] == "up"
 	})
-	c2, err := NewClient(ClientConfig{Redis: master.Addr(), WaitReplicas: 1, ReplicaTimeout: 300 * time.Millisecond})
+	// c2 waits long enough for a replica that is up on a loaded machine;
+	// quick gives up after 300 ms.
+	c2, err := NewClient(ClientConfig{Redis: master.Addr(), WaitReplicas: 1, ReplicaTimeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(c2.Close)
+	quick, err := NewClient(ClientConfig{Redis: master.Addr(), WaitReplicas: 1, ReplicaTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(quick.Close)
 	enqueueAll := func() error {
 		if _, err := c2.Enqueue(ctx, NewTask("noop", nil)); err != nil {
 			return err
@@ -66,7 +73,7 @@ func TestWaitReplicas(t *testing.T) {
 	}
 	replica.Signal(syscall.SIGSTOP)
 	t0 := time.Now()
-	_, err = c2.Enqueue(ctx, NewTask("noop", nil))
+	_, err = quick.Enqueue(ctx, NewTask("noop", nil))
 	if !errors.Is(err, ErrNotReplicated) || time.Since(t0) < 300*time.Millisecond {
 		t.Errorf("enqueue with the replica frozen: %v after %s, want ErrNotReplicated after 300ms", err, time.Since(t0))
 	}

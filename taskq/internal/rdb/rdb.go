@@ -272,7 +272,8 @@ func (r *RDB) Messages(ctx context.Context, q string, ids []string) (map[string]
 	}
 	for i, v := range vals {
 		if s, err := v.ToString(); err == nil {
-			out[ids[i]] = []byte(s) // a handler's bytes as they were set: no stored head to cut
+			_, msg := splitStored(s)
+			out[ids[i]] = []byte(msg)
 		}
 	}
 	return out, nil
