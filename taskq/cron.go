@@ -80,7 +80,7 @@ func (e *CronEntry) parse() (schedule, error) {
 		}
 	}
 	if e.Tenant != "" {
-		if err := checkName("tenant", e.Tenant); err != nil {
+		if err := checkTenant("tenant", e.Tenant); err != nil {
 			return nil, err
 		}
 	}

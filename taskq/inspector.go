@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/gantryhq/gantry/taskq/internal/rdb"
@@ -263,6 +264,9 @@ func (i *Inspector) Pause(ctx context.Context, queue, tenant string, d time.Dura
 	if err := checkName("queue", queue); err != nil {
 		return err
 	}
+	if err := checkPausedTenant(tenant); err != nil {
+		return err
+	}
 	if d < 0 {
 		return fmt.Errorf("taskq: pause for %v: want a positive duration, or 0 for until resumed", d)
 	}
@@ -281,5 +285,21 @@ func (i *Inspector) Resume(ctx context.Context, queue, tenant string) error {
 	if err := checkName("queue", queue); err != nil {
 		return err
 	}
+	if err := checkPausedTenant(tenant); err != nil {
+		return err
+	}
 	return i.r.Resume(ctx, queue, tenant)
+}
+
+// checkPausedTenant checks a tenant to pause or resume ("" = the whole
+// queue): a tenant as enqueues name it, a leaf of the tree, never an inner
+// node (acme/): pause the tenants below it.
+func checkPausedTenant(tenant string) error {
+	if tenant == "" {
+		return nil
+	}
+	if strings.HasSuffix(tenant, "/") {
+		return fmt.Errorf("%w: tenant %q is an inner node of the tenant tree: pause the tenants below it", ErrInvalidTask, tenant)
+	}
+	return checkTenant("tenant", tenant)
 }

@@ -235,6 +235,9 @@ for q = 0, #KEYS / NKEYS - 1 do
       -- Every tenant left is paused: resume those whose pause is over.
       if resume_tenants(k, now) == 0 then break end
       top = redis.call('ZRANGE', KEYS[k + 2], 0, 0, 'WITHSCORES')
+      -- A resumed path tenant under a parked node went into the tree, not
+      -- into tenants: there may be nothing here now.
+      if #top == 0 then break end
       t, s = top[1], tonumber(top[2])
       if s >= PAUSED then break end
     end

@@ -124,10 +124,16 @@ end
 -- first_child is inner node p's child with the smallest tag (skip 1: the
 -- second): name, tag; nil if none.
 local function first_child(k, p, skip)
-  local c = redis.call('ZRANGEBYLEX', KEYS[k + 20], '[' .. p .. '\0', '(' .. p .. '\1', 'LIMIT', skip or 0, 1)
-  if #c == 0 then return nil end
-  local name = string.sub(c[1], string.find(c[1], '\0', #p + 2, true) + 1)
-  return name, tonumber(redis.call('HGET', KEYS[k + 3], 'n:' .. name) or '0')
+  while true do
+    local c = redis.call('ZRANGEBYLEX', KEYS[k + 20], '[' .. p .. '\0', '(' .. p .. '\1', 'LIMIT', skip or 0, 1)
+    if #c == 0 then return nil end
+    local name = string.sub(c[1], string.find(c[1], '\0', #p + 2, true) + 1)
+    local tag = redis.call('HGET', KEYS[k + 3], 'n:' .. name)
+    if tag then return name, tonumber(tag) end
+    -- A member whose node has no tag is stale (the node left): drop it,
+    -- never serve it as a node at tag 0.
+    redis.call('ZREM', KEYS[k + 20], c[1])
+  end
 end
 
 -- tree_activate makes node name active at max(its parent's virtual time,
@@ -135,6 +141,7 @@ end
 -- subtree starts "now", as a flat tenant does.
 local function tree_activate(k, name)
   while true do
+    if node_tag(k, name) then return end -- already active: its one place stays
     local p = parent_of(name)
     local vt = tonumber(redis.call('HGET', KEYS[k + 3], vt_field(p)) or '0')
     local f = tonumber(redis.call('HGET', KEYS[k + 3], 'f:' .. name) or '0')
@@ -155,7 +162,8 @@ local function node_drop(k, name, old, f)
     if old then redis.call('ZREM', KEYS[k + 20], p .. '\0' .. tag_key(old) .. '\0' .. name) end
     redis.call('HDEL', KEYS[k + 3], 'n:' .. name)
   end
-  redis.call('HSET', KEYS[k + 3], 'f:' .. name, f or old or 0)
+  -- A node that was not active keeps the last finish it had.
+  if f or old then redis.call('HSET', KEYS[k + 3], 'f:' .. name, f or old) end
 end
 
 -- tree_remove takes node name out of its parent, its last finish f (nil:
@@ -163,8 +171,11 @@ end
 local function tree_remove(k, name, f)
   while true do
     local p = parent_of(name)
-    node_drop(k, name, node_tag(k, name), f)
-    if p == '' or first_child(k, p) then return end
+    local old = node_tag(k, name)
+    node_drop(k, name, old, f)
+    -- A node that was not in the tree (parked, paused) leaves its parents
+    -- as they are.
+    if not old or p == '' or first_child(k, p) then return end
     name, f = p, nil
   end
 end
@@ -266,7 +277,9 @@ end
 local function release_nodes(k, t, c, held)
   for i in string.gmatch(t, '()/') do
     local p = string.sub(t, 1, i)
-    redis.call('HINCRBY', KEYS[k + 3], 'a:' .. p, -c)
+    -- Never below 0: a tenant with a '/' served as a flat one before the
+    -- tree (an earlier release's) was never counted in its nodes.
+    if redis.call('HINCRBY', KEYS[k + 3], 'a:' .. p, -c) < 0 then redis.call('HSET', KEYS[k + 3], 'a:' .. p, 0) end
     if held then unhold(k, p) end
   end
 end

@@ -19,12 +19,15 @@ if t == '' then
   end
   return 1
 end
+if string.sub(t, -1) == '/' then
+  return redis.error_reply('ERR pause: "' .. t .. '" is an inner node of the tenant tree: pause the tenants below it')
+end
 if op == 'pause' then
   redis.call('HSET', KEYS[3], 'p:' .. t, untl)
   local s = redis.call('ZSCORE', KEYS[2], t)
   if s and tonumber(s) < PAUSED then
     redis.call('ZADD', KEYS[2], tonumber(s) + PAUSED, t)
-  elseif is_path(t) and queued(0, t) then
+  elseif is_path(t) and redis.call('HEXISTS', KEYS[3], 'n:' .. t) == 1 then
     -- A path tenant leaves the tree and waits in tenants, as a flat one.
     tree_remove(0, t)
     redis.call('ZADD', KEYS[2], start_tag(0, t) + PAUSED, t)
