@@ -218,3 +218,30 @@ func TestTenantPathsChecked(t *testing.T) {
 		t.Errorf("pending %d, tree %+v; want 3 tasks, node a over 2 path tenants, a/b over 1", st.Pending, st.Tree)
 	}
 }
+
+// TestWeightsBounded: a weight outside MinWeight..MaxWeight (or NaN, or
+// infinite), at enqueue or in a limit, is refused: a tiny one would
+// overflow the tree's tags, an infinite one stop its tenant's clock.
+func TestWeightsBounded(t *testing.T) {
+	addr := testRedis(t)
+	c := newClient(t, addr)
+	in, err := NewInspector(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { in.Close() })
+	q := uniq(t, "q")
+	for _, bad := range []float64{-1, 1e-12, MinWeight / 2, MaxWeight * 2, math.Inf(1), math.NaN()} {
+		if _, err := c.Enqueue(t.Context(), NewTask("noop", nil, Queue(q), Tenant("a/b"), Weight(bad))); !errors.Is(err, ErrInvalidTask) {
+			t.Errorf("enqueue with weight %g: %v, want ErrInvalidTask", bad, err)
+		}
+		if err := in.SetLimit(t.Context(), q, "a", Limit{Weight: bad}); err == nil {
+			t.Errorf("limit with weight %g accepted", bad)
+		}
+	}
+	for _, good := range []float64{0, MinWeight, 1, MaxWeight} {
+		if _, err := c.Enqueue(t.Context(), NewTask("noop", nil, Queue(q), Tenant("a/b"), Weight(good))); err != nil {
+			t.Errorf("enqueue with weight %g: %v", good, err)
+		}
+	}
+}

@@ -174,8 +174,28 @@ func Queue(q string) Option { return func(o *options) { o.queue = q } }
 // Tenant sets the fairness key (default "default").
 func Tenant(t string) Option { return func(o *options) { o.tenant = t } }
 
-// Weight sets the tenant's weight in its queue (default 1; 0 leaves it as is).
+// Weight sets the tenant's weight in its queue (default 1; 0 leaves it as
+// is), MinWeight to MaxWeight.
 func Weight(w float64) Option { return func(o *options) { o.weight = w } }
+
+// MinWeight and MaxWeight bound a weight (an enqueue's or a limit's): a
+// tenant's virtual time advances by 1/weight a task, and the tree keeps it
+// in a fixed-width key that a weight of 1e-12 would overflow within days.
+const (
+	MinWeight = 0.001
+	MaxWeight = 1e6
+)
+
+// checkWeight checks a weight given to an enqueue or a limit (0: none).
+func checkWeight(w float64) error {
+	if w == 0 {
+		return nil
+	}
+	if !(w >= MinWeight && w <= MaxWeight) { // NaN fails both
+		return fmt.Errorf("%w: weight %g, want %g to %g (0: leave it as is)", ErrInvalidTask, w, MinWeight, MaxWeight)
+	}
+	return nil
+}
 
 // Priority orders the task before lower ones of the same tenant (0..255, default 0).
 func Priority(p int) Option { return func(o *options) { o.priority = p } }
