@@ -66,11 +66,7 @@ func TestPreviousReleaseTasks(t *testing.T) {
 		newIDs = append(newIDs, info.ID)
 	}
 
-	in, err := NewInspector(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(in.Close)
+	in := newInspector(t, addr)
 	d, err := in.Get(ctx, q, "old-2")
 	if err != nil || d.State != StatePending || d.Type != "rec" || d.Tenant != "acme" || d.MaxRetries != DefaultMaxRetries {
 		t.Fatalf("inspector Get old-2: %+v, %v", d, err)

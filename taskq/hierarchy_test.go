@@ -78,11 +78,7 @@ func TestHierarchicalFairShare(t *testing.T) {
 	srv := testutil.StartRedis(t)
 	addr := srv.Addr()
 	c := newClient(t, addr)
-	in, err := NewInspector(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { in.Close() })
+	in := newInspector(t, addr)
 	q := uniq(t, "q")
 	ctx := t.Context()
 	for node, w := range map[string]float64{"o1": 1, "o2": 1, "o3": 2, "o1/t1": 1, "o1/t2": 3} {
@@ -195,11 +191,7 @@ func checkTreeShares(t *testing.T, count map[string]float64, total int) {
 func TestTenantPathsChecked(t *testing.T) {
 	addr := testRedis(t)
 	c := newClient(t, addr)
-	in, err := NewInspector(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { in.Close() })
+	in := newInspector(t, addr)
 	q := uniq(t, "q")
 	for _, bad := range []string{"a//b", "/a", "a/", "a/b/c/d/e", "/"} {
 		if _, err := c.Enqueue(t.Context(), NewTask("noop", nil, Queue(q), Tenant(bad))); !errors.Is(err, ErrInvalidTask) {
@@ -225,11 +217,7 @@ func TestTenantPathsChecked(t *testing.T) {
 func TestWeightsBounded(t *testing.T) {
 	addr := testRedis(t)
 	c := newClient(t, addr)
-	in, err := NewInspector(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { in.Close() })
+	in := newInspector(t, addr)
 	q := uniq(t, "q")
 	for _, bad := range []float64{-1, 1e-12, MinWeight / 2, MaxWeight * 2, math.Inf(1), math.NaN()} {
 		if _, err := c.Enqueue(t.Context(), NewTask("noop", nil, Queue(q), Tenant("a/b"), Weight(bad))); !errors.Is(err, ErrInvalidTask) {

@@ -147,15 +147,10 @@ func Ensure(tb testing.TB, name, addr string) {
 // it) if it is not; it fails the test if it is still missing.
 func EnsureCommand(tb testing.TB, name, command string) {
 	tb.Helper()
-	if _, err := exec.LookPath(command); err == nil {
-		return
-	}
-	startMu.Lock()
-	defer startMu.Unlock()
-	out, err := exec.Command("bash", filepath.Join(RepoRoot(tb), "scripts", "services.sh"), name).CombinedOutput()
-	if _, lerr := exec.LookPath(command); lerr != nil {
-		tb.Fatalf("testutil: %s is not on PATH and scripts/services.sh %s could not install it: %v, %v\n%s", command, name, err, lerr, out)
-	}
+	ensure(tb, name, command+" is not on PATH", func() error {
+		_, err := exec.LookPath(command)
+		return err
+	})
 }
 
 // EnsureFile makes sure path exists, running scripts/services.sh name
@@ -163,14 +158,24 @@ func EnsureCommand(tb testing.TB, name, command string) {
 // test if it is still missing.
 func EnsureFile(tb testing.TB, name, path string) {
 	tb.Helper()
-	if _, err := os.Stat(path); err == nil {
+	ensure(tb, name, path+" is missing", func() error {
+		_, err := os.Stat(path)
+		return err
+	})
+}
+
+// ensure runs scripts/services.sh name unless present reports nil, and
+// fails the test, saying what is missing, if it still does not.
+func ensure(tb testing.TB, name, missing string, present func() error) {
+	tb.Helper()
+	if present() == nil {
 		return
 	}
 	startMu.Lock()
 	defer startMu.Unlock()
 	out, err := exec.Command("bash", filepath.Join(RepoRoot(tb), "scripts", "services.sh"), name).CombinedOutput()
-	if _, serr := os.Stat(path); serr != nil {
-		tb.Fatalf("testutil: %s is missing and scripts/services.sh %s could not install it: %v, %v\n%s", path, name, err, serr, out)
+	if perr := present(); perr != nil {
+		tb.Fatalf("testutil: %s and scripts/services.sh %s could not install it: %v, %v\n%s", missing, name, err, perr, out)
 	}
 }
 
