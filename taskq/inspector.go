@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -55,6 +56,13 @@ func NewInspector(redis string) (*Inspector, error) {
 
 // Close releases the connections.
 func (i *Inspector) Close() { i.r.Close() }
+
+// Queues lists the names of the queues Redis knows, in order.
+func (i *Inspector) Queues(ctx context.Context) ([]string, error) {
+	qs, err := i.r.Queues(ctx)
+	slices.Sort(qs)
+	return qs, err
+}
 
 // TaskDetail is one task as the inspector shows it.
 type TaskDetail struct {

@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"fmt"
-	"sort"
 	"strings"
 	"time"
 
@@ -146,24 +145,15 @@ func queueNames(ctx context.Context, addr string) ([]string, error) {
 		err error
 	}
 	done := make(chan result, 1)
-	go func() { // the client's connect has a timeout of its own, longer than a tab's
-		c, err := taskq.NewClient(taskq.ClientConfig{Redis: addr})
+	go func() { // the inspector's connect has a timeout of its own, longer than a tab's
+		in, err := taskq.NewInspector(addr)
 		if err != nil {
 			done <- result{err: err}
 			return
 		}
-		defer c.Close()
-		st, err := c.Stats(ctx)
-		if err != nil {
-			done <- result{err: err}
-			return
-		}
-		var qs []string
-		for q := range st.Queues {
-			qs = append(qs, q)
-		}
-		sort.Strings(qs)
-		done <- result{qs: qs}
+		defer in.Close()
+		qs, err := in.Queues(ctx)
+		done <- result{qs, err}
 	}()
 	select {
 	case r := <-done:

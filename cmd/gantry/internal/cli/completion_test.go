@@ -101,3 +101,17 @@ func TestCompletionShells(t *testing.T) {
 		t.Errorf("completion tcsh: exit %d, stderr %q; want a failure naming it", code, stderr)
 	}
 }
+
+// --queue completes with the queues the --redis given knows, in order.
+func TestQueueFlagCompletion(t *testing.T) {
+	redis := testutil.StartRedis(t)
+	for _, q := range []string{"mail", "billing"} {
+		if code, _, stderr := runRecordCmd(t, "queue", "enqueue", "--redis", redis.Addr(), "--queue", q, "--type", "noop"); code != 0 {
+			t.Fatalf("enqueue into %s: %s", q, stderr)
+		}
+	}
+	code, stdout, stderr := runRecordCmd(t, "__complete", "queue", "tasks", "list", "--redis", redis.Addr(), "--queue", "")
+	if code != 0 || !strings.HasPrefix(stdout, "billing\nmail\n:4\n") {
+		t.Fatalf("__complete --queue: exit %d, stdout %q, stderr %q; want billing, mail and no file completion", code, stdout, stderr)
+	}
+}
