@@ -148,12 +148,13 @@ func checkOptions(t *Task, o options) error {
 	switch {
 	case o.priority < 0 || o.priority > MaxPriority:
 		return fmt.Errorf("%w: priority %d, want 0..%d", ErrInvalidTask, o.priority, MaxPriority)
-	case checkWeight(o.weight) != nil:
-		return checkWeight(o.weight)
 	case o.maxRetries < 0:
 		return fmt.Errorf("%w: max retries %d, want >= 0", ErrInvalidTask, o.maxRetries)
 	case o.timeout < 0 || o.retention < 0:
 		return fmt.Errorf("%w: negative timeout or retention", ErrInvalidTask)
+	}
+	if err := checkWeight(o.weight); err != nil {
+		return err
 	}
 	return checkUnique(o)
 }

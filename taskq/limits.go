@@ -45,11 +45,13 @@ type LimitInfo struct {
 }
 
 func (l Limit) check(tenant string) error {
-	switch {
-	case l.Rate < 0 || math.IsNaN(l.Rate) || math.IsInf(l.Rate, 0) || l.Burst < 0 || l.MaxActive < 0 || l.Weight < 0 || math.IsNaN(l.Weight):
+	if l.Rate < 0 || math.IsNaN(l.Rate) || math.IsInf(l.Rate, 0) || l.Burst < 0 || l.MaxActive < 0 || l.Weight < 0 || math.IsNaN(l.Weight) {
 		return fmt.Errorf("taskq: limit %+v: no field may be negative", l)
-	case checkWeight(l.Weight) != nil:
-		return fmt.Errorf("taskq: limit: %w", checkWeight(l.Weight))
+	}
+	if err := checkWeight(l.Weight); err != nil {
+		return fmt.Errorf("taskq: limit: %w", err)
+	}
+	switch {
 	case l.Rate == 0 && l.Burst > 0:
 		return fmt.Errorf("taskq: limit: a burst needs a rate")
 	case l.Weight > 0 && tenant == "":
