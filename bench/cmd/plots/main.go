@@ -29,29 +29,36 @@ func main() {
 	results := flag.String("results", "../docs/results", "directory of the recorded results (*.csv)")
 	out := flag.String("out", "../docs/plots", "directory to write the charts into (*.svg)")
 	flag.Parse()
-	files, err := filepath.Glob(filepath.Join(*results, "*.csv"))
-	if err == nil && len(files) == 0 {
-		err = fmt.Errorf("no *.csv in %s", *results)
-	}
-	if err == nil {
-		err = os.MkdirAll(*out, 0o755)
-	}
-	for _, f := range files {
-		if err != nil {
-			break
-		}
-		var t *table
-		if t, err = readTable(f); err == nil {
-			dst := filepath.Join(*out, strings.TrimSuffix(filepath.Base(f), ".csv")+".svg")
-			if err = draw(t, dst); err == nil {
-				fmt.Println("plots: wrote", dst)
-			}
-		}
-	}
-	if err != nil {
+	if err := run(*results, *out); err != nil {
 		fmt.Fprintln(os.Stderr, "plots:", err)
 		os.Exit(1)
 	}
+}
+
+// run draws a chart in out for each results file in results.
+func run(results, out string) error {
+	files, err := filepath.Glob(filepath.Join(results, "*.csv"))
+	if err != nil {
+		return err
+	}
+	if len(files) == 0 {
+		return fmt.Errorf("no *.csv in %s", results)
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
+	}
+	for _, f := range files {
+		t, err := readTable(f)
+		if err != nil {
+			return err
+		}
+		dst := filepath.Join(out, strings.TrimSuffix(filepath.Base(f), ".csv")+".svg")
+		if err := draw(t, dst); err != nil {
+			return err
+		}
+		fmt.Println("plots: wrote", dst)
+	}
+	return nil
 }
 
 // table is one results file.
