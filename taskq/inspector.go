@@ -73,7 +73,7 @@ type TaskDetail struct {
 	State       string            `json:"state"`
 	Payload     json.RawMessage   `json:"payload,omitempty"`
 	Retried     int               `json:"retried"`
-	Starts      int               `json:"starts"`
+	Starts      int               `json:"starts"`            // failed attempts + runs lost or cancelled + the run now (active) or the last (dead)
 	Snoozes     int               `json:"snoozes,omitempty"` // times its handler snoozed it (no attempt counted)
 	MaxRetries  int               `json:"max_retries"`
 	LastError   string            `json:"last_error,omitempty"`
@@ -92,9 +92,12 @@ type TaskDetail struct {
 }
 
 func detail(raw rdb.Raw) TaskDetail {
-	d := TaskDetail{ID: raw.ID, Queue: raw.Queue, State: raw.State, Retried: raw.Retried, Starts: raw.Starts, Snoozes: raw.Snoozes,
+	d := TaskDetail{ID: raw.ID, Queue: raw.Queue, State: raw.State, Retried: raw.Retried, Starts: raw.Retried + raw.Lost, Snoozes: raw.Snoozes,
 		LastError: raw.LastError, DeadReason: raw.DeadReason, CancelledBy: raw.CancelledBy, Result: raw.Result,
 		Tenant: rdb.TenantOf(raw.Member)}
+	if raw.State == "active" || raw.State == "dead" {
+		d.Starts++ // the run now, or the one that failed last (not in Retried)
+	}
 	d.fromMessage(raw.Msg)
 	if raw.Progress != "" {
 		var p Progress

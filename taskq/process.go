@@ -29,7 +29,7 @@ type ackReq struct {
 // (on shutdown) requeue. handlerCtx ends when shutdown cancels handlers;
 // persist outlives it so the outcome still reaches Redis.
 func (w *Worker) process(handlerCtx, persist context.Context, d rdb.Dequeued) {
-	if d.Starts > d.Retried+1 {
+	if d.Redelivered {
 		w.m.duplicates.WithLabelValues(d.Queue).Inc()
 	}
 	m, t, h, ok := w.prepare(persist, d)
@@ -51,6 +51,7 @@ func (w *Worker) process(handlerCtx, persist context.Context, d rdb.Dequeued) {
 	it.lease.Store(d.LeaseUntil.UnixMilli())
 	t.run = &runInfo{workerID: w.cfg.ID, host: w.host, starts: d.Starts, lease: &it.lease,
 		progress: func(ctx context.Context, v string) error {
+			it.progressed.Store(true)
 			ok, err := w.r.Progress(ctx, d.Queue, d.ID, v)
 			if err == nil && !ok {
 				err = ErrNotRunning
@@ -68,7 +69,9 @@ func (w *Worker) process(handlerCtx, persist context.Context, d rdb.Dequeued) {
 	err, abandoned := w.runHandler(tctx, h, t)
 	cancel()
 	w.inflight.remove(key)
-	w.m.duration.WithLabelValues(d.Queue).Observe(time.Since(start).Seconds())
+	ran := time.Since(start)
+	w.runTimes.add(ran)
+	w.m.duration.WithLabelValues(d.Queue).Observe(ran.Seconds())
 
 	w.outcome(handlerCtx, persist, d, m, t, it, err, abandoned, start)
 }
@@ -96,7 +99,7 @@ func (w *Worker) outcome(handlerCtx, persist context.Context, d rdb.Dequeued, m 
 	case errors.As(err, new(*SnoozeError)):
 		w.snoozed(persist, d, err)
 	case err == nil:
-		w.succeeded(d, m, t)
+		w.succeeded(d, m, t, it)
 		if w.log.Enabled(persist, slog.LevelDebug) {
 			w.log.Debug("taskq: task completed", "queue", d.Queue, "id", d.ID, "type", m.Type, "tenant", m.Tenant, "ran", time.Since(start))
 		}
@@ -144,14 +147,14 @@ func (w *Worker) prepare(persist context.Context, d rdb.Dequeued) (m *message, t
 
 // succeeded queues the ack (batched by ackLoop) with the result and its
 // retention.
-func (w *Worker) succeeded(d rdb.Dequeued, m *message, t *Task) {
+func (w *Worker) succeeded(d rdb.Dequeued, m *message, t *Task, it *inflightTask) {
 	w.processed.Add(1)
 	w.m.processed.WithLabelValues(d.Queue, m.Tenant, "success").Inc()
 	var keep time.Time
 	if m.RetentionMS > 0 {
 		keep = w.clk.Now().Add(time.Duration(m.RetentionMS) * time.Millisecond)
 	}
-	w.ackCh <- ackReq{d.Queue, rdb.AckItem{ID: d.ID, KeepUntil: keep, Result: t.result}}
+	w.ackCh <- ackReq{d.Queue, rdb.AckItem{ID: d.ID, KeepUntil: keep, Result: t.result, Clean: d.Clean && !it.progressed.Load()}}
 	if w.cfg.OnSuccess != nil {
 		w.cfg.OnSuccess(t)
 	}

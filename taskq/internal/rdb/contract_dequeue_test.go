@@ -52,24 +52,27 @@ func flat(t *testing.T, res rueidis.RedisResult) []string {
 	return out
 }
 
-// TestDequeueReplyFormat: the reply is 6 values per task (queue index from
+// TestDequeueReplyFormat: the reply is 7 values per task (queue index from
 // 1, id, stored value (stored.go: the member's head, then the message) or
-// ” when missing, retried, starts, tenant from the
-// member), then the rate hint, then each queue's pending count in KEYS
+// ” when missing, retried, starts (retried + 1 + lost starts), tenant from
+// the member, flags: +1 clean (no field but the stored value), +2 a
+// re-delivery), then the rate hint, then each queue's pending count in KEYS
 // order; queues are served in KEYS order.
 func TestDequeueReplyFormat(t *testing.T) {
 	r := openTest(t)
 	q1, q2, q3 := newQueue(t, r, "1"), newQueue(t, r, "2"), newQueue(t, r, "3")
 	enqueue(t, r, q2, task("x", "a"), task("y", "b"))
-	enqueue(t, r, q3, task("z", "a"), task("w", "a"))
+	enqueue(t, r, q3, task("z", "a"), task("w", "a"), task("v", "a"), task("u", "a"))
 	raw(t, r, "HDEL", QueueKeys(q3)[KTasks], "z")
-	raw(t, r, "HSET", QueueKeys(q3)[KTasks], "z|r", "2", "z|n", "2")
+	raw(t, r, "HSET", QueueKeys(q3)[KTasks], "z|r", "2", "z|n", "-2", "w|s", "1", "v|n", "1")
 	keys := append(append(QueueKeys(q1), QueueKeys(q2)...), QueueKeys(q3)...)
-	res := dequeueScript.Exec(t.Context(), r.c, keys, []string{"3", ms(t0), ms(lease), "100"})
+	res := dequeueScript.Exec(t.Context(), r.c, keys, []string{"5", ms(t0), ms(lease), "100"})
 	want := []string{
-		"2", "x", stored(member("a", 0, 1, "x"), "m-x"), "0", "1", "a",
-		"2", "y", stored(member("b", 0, 2, "y"), "m-y"), "0", "1", "b",
-		"3", "z", "", "2", "3", "a",
+		"2", "x", stored(member("a", 0, 1, "x"), "m-x"), "0", "1", "a", "1",
+		"2", "y", stored(member("b", 0, 2, "y"), "m-y"), "0", "1", "b", "1",
+		"3", "z", "", "2", "5", "a", "2", // lost twice, now re-delivered; no message: not clean
+		"3", "w", stored(member("a", 0, 2, "w"), "m-w"), "0", "1", "a", "0", // snoozed once
+		"3", "v", stored(member("a", 0, 3, "v"), "m-v"), "0", "2", "a", "0", // lost once, counted before
 		"0", "0", "0", "1",
 	}
 	if d := cmp.Diff(want, flat(t, res)); d != "" {
@@ -78,8 +81,8 @@ func TestDequeueReplyFormat(t *testing.T) {
 }
 
 // TestDequeueContract: what one call leaves in the queue: every task it
-// returns is in active (id -> member) with a lease, its start counted
-// (id|n), a:<t> raised; the served tenant's tag moves on by take/w (out of
+// returns is in active (id -> member) with a lease (no field of the task
+// written), a:<t> raised; the served tenant's tag moves on by take/w (out of
 // tenants with f:<t> when it has no more), vt to the last task's start tag;
 // state.dup counts re-deliveries; a token is pushed when work is left and
 // none waits.
@@ -104,7 +107,6 @@ func TestDequeueContract(t *testing.T) {
 			s.Pending, s.Tenants = nil, nil
 			s.Active = map[string]string{"x": mx, "y": my, "z": mz}
 			s.Lease = zset(Z{"x", msf(lease)}, Z{"y", msf(lease)}, Z{"z", msf(lease)})
-			s.Tasks["x|n"], s.Tasks["y|n"], s.Tasks["z|n"] = "1", "1", "1"
 			s.State["a:a"], s.State["a:b"] = "2", "1"
 			s.State["vt"], s.State["f:a"], s.State["f:b"] = "1", "2", "1"
 		},
@@ -118,7 +120,6 @@ func TestDequeueContract(t *testing.T) {
 			s.Tenants = zset(Z{"a", 1}, Z{"b", 0})
 			s.Active = map[string]string{"x": mx}
 			s.Lease = []Z{{"x", msf(lease)}}
-			s.Tasks["x|n"] = "1"
 			s.State["a:a"], s.State["vt"] = "1", "0"
 			s.Wake = tokens(1)
 		},
@@ -134,27 +135,30 @@ func TestDequeueContract(t *testing.T) {
 			s.Tenants = zset(Z{"a", 1}, Z{"b", 0})
 			s.Active = map[string]string{"x": mx}
 			s.Lease = []Z{{"x", msf(lease)}}
-			s.Tasks["x|n"] = "1"
 			s.State["a:a"], s.State["vt"] = "1", "0"
 		},
 	}, {
-		name: "a start beyond retried+1 is a re-delivery: state.dup",
+		name: "a lost start (id|n negative) is a re-delivery: state.dup, once",
 		setup: func(t *testing.T, r *RDB, q string) {
 			enqueue(t, r, q, task("x", "a"), task("y", "a"))
 			clearWake(t, r, q)
-			raw(t, r, "HSET", QueueKeys(q)[KTasks], "x|n", "1", "y|n", "1", "y|r", "1")
+			raw(t, r, "HSET", QueueKeys(q)[KTasks], "x|n", "-1", "y|n", "-1", "y|r", "1")
 		},
 		call: func(t *testing.T, r *RDB, q string) any {
 			res := deq(t, r, []string{q}, 2, t0)
-			return []int{res.Tasks[0].Starts, res.Tasks[0].Retried, res.Tasks[1].Starts, res.Tasks[1].Retried}
+			var got []any
+			for _, d := range res.Tasks {
+				got = append(got, d.Starts, d.Retried, d.Redelivered, d.Clean)
+			}
+			return got
 		},
-		want: []int{2, 0, 2, 1},
+		want: []any{2, 0, true, false, 3, 1, true, false},
 		edit: func(s *Snap, q string) {
 			s.Pending, s.Tenants = nil, nil
 			s.Active = map[string]string{"x": mx, "y": my}
 			s.Lease = zset(Z{"x", msf(lease)}, Z{"y", msf(lease)})
-			s.Tasks["x|n"], s.Tasks["y|n"] = "2", "2"
-			s.State["a:a"], s.State["vt"], s.State["f:a"], s.State["dup"] = "2", "1", "2", "1"
+			s.Tasks["x|n"], s.Tasks["y|n"] = "1", "1" // counted: the next start is none
+			s.State["a:a"], s.State["vt"], s.State["f:a"], s.State["dup"] = "2", "1", "2", "2"
 		},
 	}, {
 		name: "a tenant left in tenants without pending tasks is dropped",
@@ -191,7 +195,6 @@ func TestDequeueContract(t *testing.T) {
 			delete(s.State, "pause")
 			s.Pending, s.Tenants = nil, nil
 			s.Active, s.Lease = map[string]string{"x": mx}, []Z{{"x", msf(lease)}}
-			s.Tasks["x|n"] = "1"
 			s.State["a:a"], s.State["vt"], s.State["f:a"] = "1", "0", "1"
 		},
 	}})
@@ -280,7 +283,9 @@ func TestDequeuePromoteLimit(t *testing.T) {
 		raw(t, r, "ZADD", k[KRetry], ms(at(-time.Second)), m)
 	}
 	got := flat(t, dequeueScript.Exec(t.Context(), r.c, k, []string{"10", ms(t0), ms(lease), "1"}))
-	want := []string{"1", "s1", stored(member("a", 0, 1, "s1"), "m"), "0", "1", "a", "1", "r1", "m", "0", "1", "a", "0", "0"}
+	want := []string{"1", "s1", stored(member("a", 0, 1, "s1"), "m"), "0", "1", "a", "1", // clean
+		"1", "r1", "m", "0", "1", "a", "0", // an earlier release's (id|m): not clean
+		"0", "0"}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("reply (-want +got):\n%s", d)
 	}

@@ -93,11 +93,31 @@ func TestAckContract(t *testing.T) {
 		want:  2,
 		edit: func(s *Snap, q string) {
 			completed(s, "x", "z")
-			for _, f := range []string{"x|n", "z|n"} { // the member stays in the message's head
-				delete(s.Tasks, f)
-			}
 			s.Completed = zset(Z{"x", msf(at(time.Hour))}, Z{"z", msf(at(time.Hour))})
 			s.Results = map[string]string{"x": "r"}
+		},
+	}, {
+		name: "clean: the message alone is deleted (the caller vouches there is nothing else)",
+		setup: func(t *testing.T, r *RDB, q string) {
+			running(t, r, q)
+			raw(t, r, "HSET", QueueKeys(q)[KTasks], "z|e", "stray")
+		},
+		call: ackCall(AckItem{ID: "z", Clean: true}),
+		want: 1,
+		edit: func(s *Snap, q string) {
+			completed(s, "z")
+			delete(s.Tasks, "z")
+			delete(s.Tasks, "z|m") // (Snap shows the value's head as id|m)
+		},
+	}, {
+		name:  "clean and retained: the record alone changes",
+		setup: running,
+		call:  ackCall(AckItem{ID: "z", KeepUntil: at(time.Hour), Result: []byte("r"), Clean: true}),
+		want:  1,
+		edit: func(s *Snap, q string) {
+			completed(s, "z")
+			s.Completed = []Z{{"z", msf(at(time.Hour))}}
+			s.Results = map[string]string{"z": "r"}
 		},
 	}, {
 		name:  "a lost lease: state.late, nothing else",
@@ -250,7 +270,6 @@ func TestFailContract(t *testing.T) {
 			delete(s.Tasks, "x|p")
 			s.State["snoozed"] = "1"
 			s.Tasks["x|s"] = "5"
-			s.Tasks["x|n"] = "0" // the next start is no re-delivery
 			s.Scheduled = []Z{{rx, msf(at(time.Minute))}}
 		},
 	}, {
@@ -279,8 +298,9 @@ func TestFailContract(t *testing.T) {
 }
 
 // TestRequeueContract: requeue.lua gives held tasks back to pending with
-// their member unchanged (their place in the tenant's order) and their
-// start uncounted (id|n down), a:<t> down, the tenant back in tenants at
+// their member unchanged (their place in the tenant's order), their start
+// uncounted (starts are attempts and lost leases) and their progress
+// dropped, a:<t> down, the tenant back in tenants at
 // max(vt, f:<t>), one token; ids no longer held are skipped.
 func TestRequeueContract(t *testing.T) {
 	call := func(ids ...string) func(t *testing.T, r *RDB, q string) any {
@@ -300,7 +320,7 @@ func TestRequeueContract(t *testing.T) {
 		edit: func(s *Snap, q string) {
 			finished(s, "x", rx)
 			finished(s, "y", ry)
-			s.Tasks["x|n"], s.Tasks["y|n"] = "0", "0"
+			delete(s.Tasks, "x|p") // the next start reports its own
 			s.Pending = zset(Z{rx, 0}, Z{ry, 0})
 			s.Tenants = []Z{{"a", 2}} // f:a 2 after two tasks, vt 1
 			s.Wake = tokens(1)

@@ -136,7 +136,7 @@ var (
 // active task out of every place a worker takes work from, records who
 // and when (id|c) and its member, adds it to cancelled (id -> now), counts
 // state.cancelled and returns the state it had; an active one loses its
-// lease (a:<t> down); dead, completed, cancelled and unknown tasks are
+// lease (a:<t> down) and its run counts in id|n; dead, completed, cancelled and unknown tasks are
 // left as they are.
 func TestCancelContract(t *testing.T) {
 	cancelled := func(s *Snap, id, m string) {
@@ -152,7 +152,11 @@ func TestCancelContract(t *testing.T) {
 		{name: "retry", call: cancelCall("rt"), want: "retry",
 			edit: func(s *Snap, q string) { s.Retry = del(s.Retry, mrt); cancelled(s, "rt", mrt) }},
 		{name: "active", call: cancelCall("x"), want: "active",
-			edit: func(s *Snap, q string) { finished(s, "x", rx); cancelled(s, "x", rx) }},
+			edit: func(s *Snap, q string) {
+				finished(s, "x", rx)
+				cancelled(s, "x", rx)
+				s.Tasks["x|n"] = "1" // its run, cut short, counts among the starts without an outcome
+			}},
 		{name: "dead", call: cancelCall("d"), want: "dead"},
 		{name: "completed", call: cancelCall("c"), want: "completed"},
 		{name: "cancelled", call: cancelCall("k"), want: "cancelled"},

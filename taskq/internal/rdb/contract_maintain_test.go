@@ -34,8 +34,8 @@ func dead(t *testing.T, r *RDB, q string, ids []string, times []time.Time) {
 }
 
 // TestMaintainContract: maintain.lua reaps the leases expired at or before
-// now (the task back in pending in its old place, its start still counted,
-// state.reaped), promotes due scheduled and retry tasks unless the queue
+// now (the task back in pending in its old place, its start counted as
+// lost: id|n -(lost+1), state.reaped), promotes due scheduled and retry tasks unless the queue
 // is paused, ends pauses that are over, trims expired completed records,
 // dead tasks past retention or beyond dead_max, cancelled tasks past
 // retention and unique keys whose hold ended; at most limit of each;
@@ -50,7 +50,8 @@ func TestMaintainContract(t *testing.T) {
 		edit: func(s *Snap, q string) {
 			s.Active, s.Lease = nil, nil
 			s.Pending = zset(Z{rx, 0}, Z{ry, 0}, Z{rz, 0})
-			s.Tenants = zset(Z{"a", 2}, Z{"b", 1}) // max(vt 1, f:a 2), max(vt 1, f:b 1)
+			s.Tasks["x|n"], s.Tasks["y|n"], s.Tasks["z|n"] = "-1", "-1", "-1" // a lost start each, not yet re-delivered
+			s.Tenants = zset(Z{"a", 2}, Z{"b", 1})                            // max(vt 1, f:a 2), max(vt 1, f:b 1)
 			s.State["a:a"], s.State["a:b"], s.State["reaped"] = "0", "0", "3"
 			s.Wake = tokens(1)
 		},
@@ -63,6 +64,7 @@ func TestMaintainContract(t *testing.T) {
 			s.Active = map[string]string{"z": rz}
 			s.Lease = []Z{{"z", msf(lease)}}
 			s.Pending = zset(Z{rx, 0}, Z{ry, 0})
+			s.Tasks["x|n"], s.Tasks["y|n"] = "-1", "-1"
 			s.Tenants = []Z{{"a", 2}}
 			s.State["a:a"], s.State["reaped"] = "0", "2"
 			s.Wake = tokens(1)
@@ -244,7 +246,8 @@ func TestDLQContract(t *testing.T) {
 }
 
 // TestMaintainReapedStartIsADuplicate: the header's at-least-once promise:
-// a reaped task runs again and its next start is counted as a duplicate.
+// a reaped task runs again and its next start is counted as a duplicate,
+// once: a later start after a failure is an attempt.
 func TestMaintainReapedStartIsADuplicate(t *testing.T) {
 	r := openTest(t)
 	q := newQueue(t, r, "q")
@@ -262,5 +265,17 @@ func TestMaintainReapedStartIsADuplicate(t *testing.T) {
 	}
 	if s := snap(t, r, q); s.State["dup"] != "3" {
 		t.Errorf("state.dup = %q, want 3", s.State["dup"])
+	}
+	// x fails and is retried: that start is an attempt, not a re-delivery;
+	// its starts count both (1 failed + 1 lost + this one).
+	if n, err := r.Fail(t.Context(), q, "x", lease, "boom", lease, ""); err != nil || n != FailRetried {
+		t.Fatalf("fail: %d, %v", n, err)
+	}
+	res = deq(t, r, []string{q}, 3, lease.Add(time.Second))
+	if len(res.Tasks) != 1 || res.Tasks[0].Starts != 3 || res.Tasks[0].Redelivered || res.Tasks[0].Retried != 1 {
+		t.Fatalf("the retry's dequeue: %+v; want x, starts 3, retried 1, no re-delivery", res.Tasks)
+	}
+	if s := snap(t, r, q); s.State["dup"] != "3" {
+		t.Errorf("state.dup = %q after a retry, want still 3", s.State["dup"])
 	}
 }

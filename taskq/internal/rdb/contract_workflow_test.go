@@ -73,7 +73,6 @@ func TestWorkflowContract(t *testing.T) {
 			delete(s.Tasks, "y|wp")
 			delete(s.Tasks, "z|wp")
 			delete(s.Tasks, "x|wc")
-			delete(s.Tasks, "x|n")
 			s.Scheduled = []Z{{mw, waitingScore}}
 			s.Pending = zset(Z{my, 0}, Z{mz, 0})
 			s.Tenants = []Z{{"a", 1}}

@@ -27,7 +27,8 @@ var States = []string{"pending", "scheduled", "active", "retry", "dead", "comple
 type Raw struct {
 	ID, Queue, State, Member     string
 	Msg                          []byte
-	Retried, Starts              int
+	Retried                      int
+	Lost                         int // starts that ended without an outcome: a lost lease, a cancel (id|n)
 	Snoozes                      int // times its handler snoozed it (Snooze: no attempt counted)
 	LastError, DeadReason        string
 	CancelledBy                  string
@@ -255,7 +256,8 @@ func (r *RDB) read(ctx context.Context, q string, ids []string) ([]Raw, error) {
 		m := storedMember(id, s[0], s[5])
 		raw := Raw{ID: id, Queue: q, Msg: []byte(msg), LastError: s[3], DeadReason: s[4], Member: m, MemberFromEnqueue: m != "", Progress: s[7]}
 		raw.Retried, _ = strconv.Atoi(s[1])
-		raw.Starts, _ = strconv.Atoi(s[2])
+		lost, _ := strconv.Atoi(s[2])
+		raw.Lost = max(lost, -lost)
 		raw.Snoozes, _ = strconv.Atoi(s[8])
 		if who, at, ok := strings.Cut(s[6], "\x00"); ok {
 			raw.CancelledBy = who

@@ -357,10 +357,17 @@ type Dequeued struct {
 	ID      string
 	Msg     []byte // empty when the task's message is missing
 	Retried int
-	Starts  int
+	Starts  int    // attempts (Retried+1) plus the starts lost with a lease
 	Tenant  string // from the task's member in Redis, its one source
 	// LeaseUntil is the lease the dequeue gave (heartbeats extend it).
 	LeaseUntil time.Time
+	// Clean says the task has no field in Redis but its message (never
+	// failed, snoozed or lost, not from an earlier release): its ack, when
+	// the run wrote none either (no progress), may say so (AckItem.Clean).
+	Clean bool
+	// Redelivered says this start follows a lost lease (at-least-once: the
+	// task may have run, in part or whole, before).
+	Redelivered bool
 }
 
 // DequeueResult is what one dequeue call gave.
@@ -410,7 +417,7 @@ func (r *RDB) dequeue(ctx context.Context, queues, keys, args []string, leaseUnt
 		return fmt.Errorf("rdb: dequeue: %w", err)
 	}
 	nq := len(queues)
-	if len(vals) < nq+1 || (len(vals)-nq-1)%6 != 0 {
+	if len(vals) < nq+1 || (len(vals)-nq-1)%7 != 0 {
 		return fmt.Errorf("rdb: dequeue: %d values returned for %d queues", len(vals), nq)
 	}
 	for i, v := range vals[len(vals)-nq:] {
@@ -422,7 +429,7 @@ func (r *RDB) dequeue(ctx context.Context, queues, keys, args []string, leaseUnt
 		}
 	}
 	vals = vals[:len(vals)-nq-1]
-	for i := 0; i+5 < len(vals); i += 6 {
+	for i := 0; i+6 < len(vals); i += 7 {
 		qi, _ := vals[i].AsInt64()
 		id, _ := vals[i+1].ToString()
 		v, _ := vals[i+2].ToString()
@@ -430,10 +437,12 @@ func (r *RDB) dequeue(ctx context.Context, queues, keys, args []string, leaseUnt
 		retried, _ := vals[i+3].AsInt64()
 		starts, _ := vals[i+4].AsInt64()
 		tenant, _ := vals[i+5].ToString()
+		flags, _ := vals[i+6].AsInt64()
 		if qi < 1 || int(qi) > nq {
 			return fmt.Errorf("rdb: dequeue: queue index %d out of range", qi)
 		}
-		res.Tasks = append(res.Tasks, Dequeued{Queue: queues[qi-1], ID: id, Msg: []byte(msg), Retried: int(retried), Starts: int(starts), Tenant: tenant, LeaseUntil: leaseUntil})
+		res.Tasks = append(res.Tasks, Dequeued{Queue: queues[qi-1], ID: id, Msg: []byte(msg), Retried: int(retried), Starts: int(starts), Tenant: tenant, LeaseUntil: leaseUntil,
+			Clean: flags&1 != 0, Redelivered: flags&2 != 0})
 	}
 	return nil
 }
@@ -443,18 +452,25 @@ type AckItem struct {
 	ID        string
 	KeepUntil time.Time // zero: delete the task at once
 	Result    []byte
+	// Clean: the dequeue said Clean and the run wrote no field (progress):
+	// the ack deletes the message alone, not a dozen fields that are not
+	// there.
+	Clean bool
 }
 
 // Ack records successful tasks of queue q; it returns how many were still held.
 func (r *RDB) Ack(ctx context.Context, q string, now time.Time, items []AckItem) (int, error) {
-	args := make([]string, 0, 1+3*len(items))
+	args := make([]string, 0, 1+4*len(items))
 	args = append(args, ms(now))
 	for _, it := range items {
-		keep := "0"
+		keep, clean := "0", "0"
 		if !it.KeepUntil.IsZero() {
 			keep = ms(it.KeepUntil)
 		}
-		args = append(args, it.ID, keep, string(it.Result))
+		if it.Clean {
+			clean = "1"
+		}
+		args = append(args, it.ID, keep, string(it.Result), clean)
 	}
 	n, err := ackScript.Exec(ctx, r.c, QueueKeys(q), args).AsInt64()
 	if err != nil {

@@ -1,6 +1,8 @@
 -- ack: record successful tasks of one queue (a batch).
 -- KEYS: the queue's 20 keys.
--- ARGV: now_ms, then per task 3 values: id, keep_until_ms (0 = delete at once), result ('' = none)
+-- ARGV: now_ms, then per task 4 values: id, keep_until_ms (0 = delete at once),
+--       result ('' = none), clean ('1': the task has no field but its message,
+--       as the dequeue said, and its run wrote none: only that is deleted)
 -- Returns the number of tasks this worker still held. A task whose lease was
 -- lost (reaped and possibly re-run elsewhere) is counted in state.late and
 -- left alone: the holder of the new lease completes it. An id given twice
@@ -13,11 +15,13 @@
 -- the queue) throttled at its in-flight cap may run again. A workflow
 -- node's children whose last parent it was become pending (one wake-up
 -- token), in this same call.
--- Cost: a few calls for the whole batch, plus one per retained task.
+-- Cost: a few calls for the whole batch, plus one per retained task; a
+-- clean task's delete is one field (a dozen otherwise).
 local now = tonumber(ARGV[1])
 local ids = {}
-for i = 2, #ARGV, 3 do ids[#ids + 1] = ARGV[i] end
+for i = 2, #ARGV, 4 do ids[#ids + 1] = ARGV[i] end
 if #ids == 0 then return 0 end
+local links = redis.call('HEXISTS', KEYS[3], 'links') == 1
 local members = chunked('HMGET', KEYS[5], ids)
 local held, gone, fields, per, seen, wcs = {}, {}, {}, {}, {}, {}
 for i, id in ipairs(ids) do
@@ -25,19 +29,28 @@ for i, id in ipairs(ids) do
   if m and not seen[id] then
     seen[id] = true
     held[#held + 1] = id
-    wcs[#wcs + 1] = id .. '|wc'
-    wcs[#wcs + 1] = id .. '|g'
+    if links then
+      wcs[#wcs + 1] = id .. '|wc'
+      wcs[#wcs + 1] = id .. '|g'
+      fields[#fields + 1] = id .. '|wc'
+      fields[#fields + 1] = id .. '|wk'
+    end
     local t = tenant_of(m)
     per[t] = (per[t] or 0) + 1
-    local a = 2 + 3 * (i - 1)
-    local keep, res = tonumber(ARGV[a + 1]), ARGV[a + 2]
+    local a = 2 + 4 * (i - 1)
+    local keep, res, clean = tonumber(ARGV[a + 1]), ARGV[a + 2], ARGV[a + 3] == '1'
     if keep > now then
-      for _, f in ipairs({id .. '|r', id .. '|n', id .. '|e', id .. '|m', id .. '|s', id .. '|wc', id .. '|wk'}) do fields[#fields + 1] = f end
+      if not clean then
+        for _, f in ipairs({id .. '|r', id .. '|n', id .. '|e', id .. '|m', id .. '|s'}) do fields[#fields + 1] = f end
+      end
       redis.call('ZADD', KEYS[10], keep, id)
       if res ~= '' then redis.call('HSET', KEYS[11], id, res) end
     else
-      gone[#gone + 1] = id
-      for _, f in ipairs({id, id .. '|r', id .. '|n', id .. '|e', id .. '|d', id .. '|m', id .. '|c', id .. '|p', id .. '|s', id .. '|wc', id .. '|wk'}) do fields[#fields + 1] = f end
+      fields[#fields + 1] = id
+      if not clean then
+        gone[#gone + 1] = id -- (only a kept task has a result)
+        for _, f in ipairs({id .. '|r', id .. '|n', id .. '|e', id .. '|d', id .. '|m', id .. '|c', id .. '|p', id .. '|s'}) do fields[#fields + 1] = f end
+      end
     end
   end
 end
@@ -49,7 +62,7 @@ if #held == 0 then return 0 end
 -- the id|g read.)
 -- A queue that never held either skips the lookup (state.links).
 local released = 0
-if redis.call('HEXISTS', KEYS[3], 'links') == 1 then
+if links then
   local links = chunked('HMGET', KEYS[4], wcs)
   for i = 1, #held do
     if links[2 * i - 1] then released = released + release_children(0, held[i]) end

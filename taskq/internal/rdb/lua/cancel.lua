@@ -39,6 +39,10 @@ redis.call('HINCRBY', KEYS[3], 'cancelled', 1)
 redis.call('HDEL', KEYS[4], id .. '|wp')
 cancel_descendants(0, id, now, 'parent ' .. id .. ' cancelled')
 if state == 'active' then
+  -- Its run, cut short, is a start without an outcome: counted with the
+  -- lost ones (id|n; lib.lua lost_start), but no re-delivery is due.
+  local n = tonumber(redis.call('HGET', KEYS[4], id .. '|n') or '0')
+  redis.call('HSET', KEYS[4], id .. '|n', math.abs(n) + 1)
   redis.call('PUBLISH', channel, queue .. '\0' .. id)
 end
 return state

@@ -2,9 +2,10 @@
 -- KEYS: 20 keys per queue, queues in the order to serve them (the caller
 --       orders them: strict priority, or a weighted shuffle, then steal targets).
 -- ARGV: n, now_ms, lease_until_ms, promote_limit
--- Returns a flat array, 6 values per task: queue index (1-based), id, msg
--- ('' if the message is missing), retried, starts, tenant (from the member:
--- the message does not carry it); then the earliest time (ms) a throttled
+-- Returns a flat array, 7 values per task: queue index (1-based), id, msg
+-- ('' if the message is missing), retried, starts (retried + 1 + the lost
+-- starts in id|n), tenant (from the member: the message does not carry it), clean (1:
+-- no field but the message, see ack.lua); then the earliest time (ms) a throttled
 -- tenant or queue may run again, 0 if none waits on a rate; then each
 -- queue's pending count after the call, in KEYS order (the caller weighs
 -- its next order by the backlog: a ZCARD per queue, no extra round trip).
@@ -15,8 +16,8 @@
 -- lease; a paused queue is skipped and a paused tenant's tasks stay (a
 -- pause that is over ends here or in maintain); when work is left in a queue
 -- it served and no wake-up token is queued, one token is pushed so another
--- idle worker joins. A task whose starts exceed retried+1 was re-delivered
--- after a lost lease and is counted in state.dup.
+-- idle worker joins. A task started again after a lost lease (its id|n
+-- negative, lib.lua lost_start) is a re-delivery, counted in state.dup.
 -- Limits (lib.lua, +16/+17): a tenant at its in-flight cap or out of rate
 -- tokens is parked in throttled and the next tenant is served; a queue at
 -- its own cap or rate is left for the next queue. An admin weight in the
@@ -174,31 +175,46 @@ local function serve(k, q, t, s, w, members, more, path)
     redis.call('ZREM', KEYS[k + 2], t)
     redis.call('HSET', KEYS[k + 3], 'f:' .. t, f)
   end
-  -- One read of every task's message, retries and starts, one write of the
-  -- new starts: two calls for the run, however long.
-  local fields, starts = {}, {}
+  -- One read of every task's message, retries, lost starts and snoozes for
+  -- the run, however long; nothing per task is written (a start is counted
+  -- only when it is lost: maintain's reaper adds it to id|n).
+  local fields = {}
   for _, id in ipairs(ids) do
     fields[#fields + 1] = id
     fields[#fields + 1] = id .. '|r'
     fields[#fields + 1] = id .. '|n'
+    fields[#fields + 1] = id .. '|s'
   end
   local v = chunked('HMGET', KEYS[k + 4], fields)
   local dups = 0
   for i, id in ipairs(ids) do
-    local b = 3 * (i - 1)
-    local retried = tonumber(v[b + 2] or '0')
-    local st = tonumber(v[b + 3] or '0') + 1
-    starts[#starts + 1] = id .. '|n'
-    starts[#starts + 1] = st
-    if st > retried + 1 then dups = dups + 1 end
+    local b = 4 * (i - 1)
+    local r, lost = v[b + 2], v[b + 3]
+    local retried = tonumber(r or '0')
+    local st, flags = retried + 1, 0
+    if lost then
+      -- A lost start (lib.lua lost_start): negative until this start, a
+      -- re-delivery, counts it.
+      local ln = tonumber(lost)
+      if ln < 0 then
+        dups = dups + 1
+        flags = 2
+        redis.call('HSET', KEYS[k + 4], id .. '|n', -ln)
+      end
+      st = st + math.abs(ln)
+    end
+    local msg = v[b + 1] or ''
     out[#out + 1] = q + 1
     out[#out + 1] = id
-    out[#out + 1] = v[b + 1] or ''
+    out[#out + 1] = msg
     out[#out + 1] = retried
     out[#out + 1] = st
     out[#out + 1] = t
+    -- clean: the task has no field but its value (an earlier release's task
+    -- has its member in id|m), so its ack deletes that alone (ack.lua).
+    if not (r or lost or v[b + 4]) and string.byte(msg, 1) == 1 then flags = flags + 1 end
+    out[#out + 1] = flags
   end
-  chunked('HSET', KEYS[k + 4], starts)
   if dups > 0 then redis.call('HINCRBY', KEYS[k + 3], 'dup', dups) end
   got = got + take
 end

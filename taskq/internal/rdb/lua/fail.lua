@@ -21,7 +21,6 @@ if ARGV[6] == '1' then
   redis.call('HINCRBY', KEYS[3], 'snoozed', 1)
   redis.call('HDEL', KEYS[4], id .. '|p')
   redis.call('HINCRBY', KEYS[4], id .. '|s', 1)
-  redis.call('HINCRBY', KEYS[4], id .. '|n', -1) -- its next start is no re-delivery
   redis.call('ZADD', KEYS[7], at, m)
   return 3
 end

@@ -10,9 +10,9 @@
 --                pause (queue paused until ms), p:<t> (tenant paused until ms); for the tenant
 --                tree (+20): vt:<node/>, n:<node>, f:<node/>, a:<node/> (inner nodes end in '/')
 --   +4 tasks     HASH id -> "\1" tenant \0 prio seq message (the member up to the seq, then the
---                message: member_of); id|r retried, id|n starts, id|e last error, id|d dead
---                reason, id|m member (only of a task stored by an earlier release: its value is
---                the bare message), id|c who cancelled it and when, id|p progress
+--                message: member_of); id|r retried, id|n lost starts (lost_start), id|e last
+--                error, id|d dead reason, id|m member (only of a task stored by an earlier
+--                release: its value is the bare message), id|c who cancelled it and when, id|p progress
 --                (JSON, from the handler), id|s snoozes; a workflow node's id|wp (parents not yet
 --                succeeded) and id|wc (its children)
 --   +5 active    HASH id -> member (tasks a worker holds)
@@ -301,6 +301,16 @@ local function release(k, id)
     unhold(k, QUEUE)
   end
   return m
+end
+
+-- lost_start counts a start of id whose lease was lost (the reaper took it
+-- back): id|n is the lost starts, negative until the next start counts
+-- itself as a re-delivery and turns it positive (dequeue.lua). A task's
+-- starts are its attempts (id|r + 1) plus its lost starts; a clean start
+-- writes nothing.
+local function lost_start(k, id)
+  local n = tonumber(redis.call('HGET', KEYS[k + 4], id .. '|n') or '0')
+  redis.call('HSET', KEYS[k + 4], id .. '|n', -(math.abs(n) + 1))
 end
 
 -- forget_batch drops the records of batch id's members: ids, its id|g

@@ -18,6 +18,7 @@ local expired = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now, 'LIMIT', 0, li
 for _, id in ipairs(expired) do
   local m = release(0, id)
   if m then
+    lost_start(0, id)
     activate(0, m)
     reaped = reaped + 1
   else
