@@ -29,9 +29,13 @@ type fetcherParams struct {
 	// requeue of tasks not handed over, still reach Redis.
 	persist context.Context
 	// tasks receives the leased tasks; slots holds a token per free place
-	// (a running or waiting task holds one).
+	// (a running or waiting task holds one); its capacity has room for
+	// the prefetcher's extra slots too.
 	tasks chan<- rdb.Dequeued
 	slots chan struct{}
+	// prefetch puts extra slots in circulation while tasks are short
+	// (prefetch.go).
+	prefetch *prefetcher
 }
 
 // fetcher takes tasks for free slots, one dequeue call per batch over all
@@ -47,7 +51,12 @@ type fetcher struct {
 	backlog map[string]int64
 }
 
-func newFetcher(p fetcherParams) *fetcher { return &fetcher{p: p, backlog: map[string]int64{}} }
+func newFetcher(p fetcherParams) *fetcher {
+	if p.prefetch == nil { // no extra slots: the slots given are all
+		p.prefetch = newPrefetcher(&runTimes{}, cap(p.slots), 0)
+	}
+	return &fetcher{p: p, backlog: map[string]int64{}}
+}
 
 func (f *fetcher) run(ctx context.Context) {
 	fails := 0
@@ -94,18 +103,44 @@ func (f *fetcher) run(ctx context.Context) {
 func (f *fetcher) start(ctx context.Context) { f.launch(ctx, f.run) }
 
 // takeSlots waits for one free slot, then takes the others free now, up
-// to the batch size. ok is false when ctx ended.
+// to the batch size. While leased tasks still wait for a handler (the
+// tasks buffer is not empty) it waits on for half a batch (or half the
+// slots): the handlers are not starved meanwhile, and a fuller batch costs
+// Redis less per task (a dequeue call's fixed work is most of a small
+// batch's). A slot the prefetcher retires is not counted. ok is false when
+// ctx ended.
 func (f *fetcher) takeSlots(ctx context.Context) (n int, ok bool) {
-	select {
-	case <-f.p.slots:
-	case <-ctx.Done():
-		return 0, false
-	}
-	for n = 1; n < f.p.batch; n++ {
+	for n == 0 {
 		select {
 		case <-f.p.slots:
+			if f.p.prefetch.keep() {
+				n = 1
+			}
+		case <-ctx.Done():
+			return 0, false
+		}
+	}
+	enough := min(f.p.batch, f.p.prefetch.circulating()) / 2
+	for n < f.p.batch {
+		select {
+		case <-f.p.slots:
+			if f.p.prefetch.keep() {
+				n++
+			}
+			continue
 		default:
+		}
+		if n >= enough || len(f.p.tasks) == 0 {
 			return n, true
+		}
+		select {
+		case <-f.p.slots:
+			if f.p.prefetch.keep() {
+				n++
+			}
+		case <-ctx.Done():
+			f.giveSlots(n)
+			return 0, false
 		}
 	}
 	return n, true
@@ -118,10 +153,15 @@ func (f *fetcher) takeSlots(ctx context.Context) (n int, ok bool) {
 func (f *fetcher) dequeue(order []string, n int) ([]rdb.Dequeued, time.Time, error) {
 	now := f.p.clock.Now()
 	dctx, cancel := context.WithTimeout(f.p.persist, 10*time.Second)
+	began := time.Now()
 	res, err := f.p.r.Dequeue(dctx, order, n, now, now.Add(f.p.lease))
 	cancel()
 	f.p.m.dequeues.Inc()
 	f.giveSlots(n - len(res.Tasks))
+	if err == nil && len(res.Tasks) > 0 {
+		f.p.prefetch.observe(time.Since(began))
+		f.giveSlots(f.p.prefetch.adjust())
+	}
 	for q, p := range res.Pending {
 		f.backlog[q] = p
 	}

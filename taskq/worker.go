@@ -46,10 +46,11 @@ type WorkerConfig struct {
 	Concurrency int
 	// Prefetch is how many tasks may wait, leased, for a free handler
 	// (default Concurrency): it lets one dequeue call take a larger batch.
-	// On shutdown, waiting tasks go back to their queues.
+	// While the handlers' mean run time is short against a dequeue call,
+	// up to ShortPrefetch more may wait (prefetch.go). On shutdown,
+	// waiting tasks go back to their queues.
 	Prefetch int
-	// BatchSize caps the tasks taken per dequeue call (default
-	// min(Concurrency+Prefetch, 64)).
+	// BatchSize caps the tasks taken per dequeue call (default 64).
 	BatchSize int
 	// DisableSteal stops the worker from taking tasks of queues it is not
 	// assigned to when its own are empty.
@@ -178,7 +179,7 @@ func (c *WorkerConfig) defaults() {
 		c.Prefetch = c.Concurrency
 	}
 	if c.BatchSize <= 0 {
-		c.BatchSize = min(c.Concurrency+c.Prefetch, 64)
+		c.BatchSize = 64
 	}
 	def(&c.StealInterval, time.Second)
 	def(&c.LeaseDuration, 30*time.Second)
@@ -279,6 +280,8 @@ type Worker struct {
 	// processed and failed count ended attempts; processors Add, the
 	// adaptive controller and the worker record Load (any goroutine).
 	processed, failed atomic.Int64
+	// runTimes sums the handlers' run times, for the prefetcher.
+	runTimes runTimes
 
 	// The background components, created by NewWorker; Run starts and
 	// stops them (stop is safe for one never started).
@@ -413,14 +416,16 @@ func (w *Worker) Run(ctx context.Context) error {
 	context.AfterFunc(lost, func() { cancelHandlers(); stopPersist() })
 
 	// A slot is a place for one leased task: running or waiting in tasks.
-	tasks := make(chan rdb.Dequeued, w.cfg.Prefetch)
-	slots := make(chan struct{}, w.cfg.Concurrency+w.cfg.Prefetch)
-	for range cap(slots) {
+	// ShortPrefetch more may circulate while tasks are short (prefetch.go).
+	tasks := make(chan rdb.Dequeued, w.cfg.Prefetch+ShortPrefetch)
+	slots := make(chan struct{}, w.cfg.Concurrency+w.cfg.Prefetch+ShortPrefetch)
+	for range w.cfg.Concurrency + w.cfg.Prefetch {
 		slots <- struct{}{}
 	}
 	f := newFetcher(fetcherParams{r: w.r, queues: w.cfg.Queues, strict: w.cfg.Strict, assigned: w.assigned,
 		batch: w.cfg.BatchSize, lease: w.cfg.LeaseDuration, adaptive: w.adaptive, stealer: w.stealer,
-		health: w.health, clock: w.clk, m: w.m, persist: persist, tasks: tasks, slots: slots})
+		health: w.health, clock: w.clk, m: w.m, persist: persist, tasks: tasks, slots: slots,
+		prefetch: newPrefetcher(&w.runTimes, w.cfg.Concurrency, w.cfg.Prefetch)})
 	f.start(ctx)
 	var procs sync.WaitGroup
 	for range w.cfg.Concurrency {
