@@ -1,15 +1,20 @@
 // Command queuebench runs taskq and asynq side by side on one private
-// redis-server (started on a free loopback port, no persistence), and River
+// redis-server (started on a free loopback port, no persistence unless
+// -aof), and River
 // (riverqueue/river on Postgres) in a private database it creates on the
 // -postgres server: the same no-op handler, the same concurrency, the same
 // number of tasks, in every run. It prints tasks/s of each and the ratios,
 // then the enqueue→start latency of a task enqueued into an idle worker
 // (p50/p99), and, with -clients, a rueidis vs go-redis comparison of the
-// dequeue-shaped script call.
+// dequeue-shaped script call. It prints redis-benchmark's figures on the
+// same server first: the ceiling the queues run under. With -gantry, taskq
+// runs as the CLI's `queue worker` process, timed from its start to the
+// queue drained.
 //
 //	go run ./cmd/queuebench -tasks 100000 -concurrency 10 -runs 3
 //	go run ./cmd/queuebench -river=false   # taskq and asynq only, no Postgres
 //	go run ./cmd/queuebench -memory       # Redis bytes per pending task, taskq vs asynq
+//	go run ./cmd/queuebench -river=false -aof -concurrency 16 -gantry /tmp/gantry  # the CLI worker, AOF on
 package main
 
 import (
@@ -25,6 +30,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -63,10 +69,13 @@ func main() {
 	riverCooldown := flag.Duration("river-fetch-cooldown", river.FetchCooldownMin, "River Config.FetchCooldown: River's default is 100ms, its own \"river bench\" sets 2ms, 1ms is the least River accepts")
 	memory := flag.Bool("memory", false, "only compare Redis memory: -tasks pending no-op tasks of taskq and of asynq (FLUSHALL before each), -runs times; no River, no throughput")
 	riverPoll := flag.Duration("river-fetch-poll-interval", 20*time.Millisecond, "River Config.FetchPollInterval: River's default is 1s, its own \"river bench\" sets 20ms")
+	aof := flag.Bool("aof", false, "run redis-server with AOF on (appendonly yes, appendfsync everysec), as production runs it")
+	gantryBin := flag.String("gantry", "", "time taskq as this gantry binary's `queue worker` process (start to drained) instead of a worker in this process")
+	gantryFlags := flag.String("gantry-flags", "", "more flags for -gantry's queue worker, space-separated (e.g. --cpuprofile /tmp/worker.prof)")
 	flag.Parse()
 	tuning := riverTuning{FetchCooldown: *riverCooldown, FetchPollInterval: *riverPoll}
 
-	srv := startRedis()
+	srv := startRedis(*aof)
 	cleanups = append(cleanups, srv.stop)
 	defer runCleanups()
 	go func() { // Ctrl-C: stop redis-server and drop River's database before exiting
@@ -77,7 +86,11 @@ func main() {
 		os.Exit(130)
 	}()
 	addr := srv.addr
-	fmt.Printf("redis-server on %s (private, no persistence); %d tasks, concurrency %d, %d runs\n", addr, *tasks, *conc, *runs)
+	persistence := "no persistence"
+	if *aof {
+		persistence = "AOF on, appendfsync everysec"
+	}
+	fmt.Printf("redis-server on %s (private, %s); %d tasks, concurrency %d, %d runs\n", addr, persistence, *tasks, *conc, *runs)
 
 	if *memory {
 		memoryBench(addr, *tasks, *runs)
@@ -102,6 +115,15 @@ func main() {
 	if *clients {
 		clientBench(addr)
 	}
+	fmt.Printf("CEILING redis-benchmark (50 clients, no pipelining): %s\n", ceiling(addr))
+	flush(addr)
+	runTaskq := func() float64 { return taskqThroughput(addr, *tasks, *conc) }
+	if *gantryBin != "" {
+		fmt.Printf("taskq: %s queue worker --concurrency %d (a process, timed from its start to the queue drained)\n", *gantryBin, *conc)
+		runTaskq = func() float64 {
+			return taskqCLIThroughput(addr, *gantryBin, strings.Fields(*gantryFlags), *tasks, *conc)
+		}
+	}
 	var tq, aq, rq, cq []float64
 	for i := range *runs {
 		if *chain > 0 {
@@ -110,7 +132,7 @@ func main() {
 		}
 		a := asynqThroughput(addr, *tasks, *conc)
 		flush(addr)
-		t := taskqThroughput(addr, *tasks, *conc)
+		t := runTaskq()
 		flush(addr)
 		tq, aq = append(tq, t), append(aq, a)
 		if rb == nil {
@@ -122,6 +144,7 @@ func main() {
 		fmt.Printf("run %d: taskq %8.0f tasks/s   asynq %8.0f tasks/s   river %8.0f tasks/s   ratio taskq/asynq %.2fx   taskq/river %.2fx\n", i+1, t, a, r, t/a, t/r)
 	}
 	mt, ma := median(tq), median(aq)
+	fmt.Printf("REDIS CPU per task while draining (median): taskq %.1f µs, asynq %.1f µs\n", median(drainCPU["taskq"]), median(drainCPU["asynq"]))
 	if len(cq) > 0 {
 		fmt.Printf("WORKFLOW median: taskq chains of %d: %.0f nodes/s, plain tasks %.0f tasks/s in the same runs (%.2fx); per run: %.0f\n",
 			*chain, median(cq), mt, median(cq)/mt, cq)
@@ -186,7 +209,7 @@ type redisProc struct {
 	dir  string
 }
 
-func startRedis() *redisProc {
+func startRedis(aof bool) *redisProc {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		log.Fatal(err)
@@ -194,7 +217,11 @@ func startRedis() *redisProc {
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
 	dir, _ := os.MkdirTemp("", "queuebench-")
-	cmd := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
+	args := []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir}
+	if aof {
+		args = append(args, "--appendonly", "yes", "--appendfsync", "everysec")
+	}
+	cmd := exec.Command("redis-server", args...)
 	cmd.Stdout, _ = os.Create(filepath.Join(dir, "redis.log"))
 	if err := cmd.Start(); err != nil {
 		log.Fatalf("start redis-server (apt-get install redis-server): %v", err)
@@ -234,16 +261,8 @@ func taskqThroughput(addr string, n, conc int) float64 {
 		log.Fatal(err)
 	}
 	defer c.Close()
-	batch := make([]*taskq.Task, 0, 1000)
-	for i := 0; i < n; i++ {
-		batch = append(batch, taskq.NewTask("noop", nil))
-		if len(batch) == cap(batch) || i == n-1 {
-			if _, err := c.EnqueueBatch(ctx, batch); err != nil {
-				log.Fatal(err)
-			}
-			batch = batch[:0]
-		}
-	}
+	enqueueNoops(ctx, c, n)
+	defer cpuMeter("taskq", addr, n)()
 	return taskqRun(ctx, addr, conc, int64(n))
 }
 
@@ -317,6 +336,7 @@ func asynqThroughput(addr string, n, conc int) float64 {
 		})
 	}
 	wg.Wait()
+	defer cpuMeter("asynq", addr, n)()
 	var done atomic.Int64
 	finished := make(chan struct{})
 	srv := asynq.NewServer(opt, asynq.Config{Concurrency: conc, LogLevel: asynq.FatalLevel})
