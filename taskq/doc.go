@@ -21,7 +21,8 @@
 //   - fetcher.go: one dequeue script call per batch across all eligible
 //     queues (assigned first, strict or weighted by weight × backlog share ×
 //     the adaptive factor, then steal targets), blocking on wake-up lists
-//     when idle;
+//     when idle; prefetch.go: the extra slots it puts in circulation while
+//     tasks are short (a deeper buffer, bigger batches);
 //   - stealer.go: the steal targets (other queues by backlog);
 //   - leasekeeper.go: heartbeats that extend running tasks' leases and
 //     cancel a task whose lease was lost;
