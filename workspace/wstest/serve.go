@@ -36,7 +36,7 @@ type Serve struct {
 	URL     string
 	Data    string
 	Cmd     *exec.Cmd
-	Log     *bytes.Buffer
+	Log     *testutil.Buffer // the server's output, written while the test reads it
 }
 
 // StartServe starts `gantry ws serve` on a free loopback address over db
@@ -81,7 +81,7 @@ func StopWorkspaceProcesses(t *testing.T, data string) {
 
 // Start starts the server process and waits for its port.
 func (s *Serve) Start() {
-	s.Log = new(bytes.Buffer)
+	s.Log = new(testutil.Buffer)
 	s.Cmd = exec.Command(s.Bin, s.Args...)
 	s.Cmd.Stdout, s.Cmd.Stderr = s.Log, s.Log
 	if err := s.Cmd.Start(); err != nil {
