@@ -45,27 +45,37 @@ service_minio() {
 	cache=$(minio_cache)
 	addr="${GANTRY_MINIO_ADDR:-127.0.0.1:9000}"
 	bin="$cache/bin/minio"
-	if curl -fsS -m 2 "http://$addr/minio/health/live" >/dev/null 2>&1; then
+	if minio_up "$addr"; then
 		return 0
 	fi
 	mkdir -p "$cache/bin" "$cache/minio-data"
 	[ -x "$bin" ] || echo "services.sh: minio is being built (go install, a few minutes)" >&2
 	build_minio || return 1
-	echo "services.sh: starting minio on $addr (data $cache/minio-data)" >&2
-	MINIO_ROOT_USER=gantry MINIO_ROOT_PASSWORD=gantry-secret \
-		MINIO_BROWSER=off MINIO_UPDATE=off \
-		setsid nohup "$bin" server --quiet --address "$addr" "$cache/minio-data" \
-		>"$cache/minio.log" 2>&1 </dev/null &
-	local i
-	for i in $(seq 1 60); do
-		if curl -fsS -m 2 "http://$addr/minio/health/live" >/dev/null 2>&1; then
-			return 0
-		fi
-		sleep 0.5
-	done
-	echo "services.sh: minio did not come up on $addr; see $cache/minio.log" >&2
-	return 1
+	# One start at a time: make test starts MinIO in the background after services.sh's own
+	# lock is gone, and a test may ask for it meanwhile (scripts/services.sh minio). Two
+	# servers on one data directory each format it, and the loser's drive is then
+	# "inconsistent" to the winner (500s on every request); the second caller waits here and
+	# finds the first one's server up.
+	(
+		flock 8
+		minio_up "$addr" && exit 0
+		echo "services.sh: starting minio on $addr (data $cache/minio-data)" >&2
+		MINIO_ROOT_USER=gantry MINIO_ROOT_PASSWORD=gantry-secret \
+			MINIO_BROWSER=off MINIO_UPDATE=off \
+			setsid nohup "$bin" server --quiet --address "$addr" "$cache/minio-data" \
+			>"$cache/minio.log" 2>&1 </dev/null 8>&- &
+		local i
+		for i in $(seq 1 60); do
+			minio_up "$addr" && exit 0
+			sleep 0.5
+		done
+		echo "services.sh: minio did not come up on $addr; see $cache/minio.log" >&2
+		exit 1
+	) 8>"$cache/minio.start.lock"
 }
+
+# minio_up ADDR: MinIO answers its liveness check there.
+minio_up() { curl -fsS -m 2 "http://$1/minio/health/live" >/dev/null 2>&1; }
 
 SERVICES+=(minio)
 
