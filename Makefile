@@ -5,6 +5,9 @@ BIN      ?= bin/gantry
 IMAGE    ?= gantry:dev
 # Tests get a generous timeout: the end-to-end sort tests start real processes.
 TESTFLAGS ?= -timeout 20m
+# Build flags of lint's compiles (vet, staticcheck). make test sets -race: lint then type-checks
+# against the tests' own -race build instead of compiling every package a second time.
+LINTFLAGS ?=
 
 .DEFAULT_GOAL := help
 
@@ -53,11 +56,13 @@ bench: ## Run the Go benchmarks (figures and the full-size commands are in docs/
 
 lint: ## gofmt check, go vet (every module, bench/ too), staticcheck, gocyclo <= 15 and codecheck (functions <= 80 lines, files <= 800 lines, package tours, test contexts and sleeps, the internal/ floor) on the module, generated code up to date
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt wants to rewrite:"; echo "$$out"; exit 1; fi
-	$(GO) vet $(PKGS)
+	$(GO) vet $(LINTFLAGS) $(PKGS)
 	@# The other modules (bench/: its own go.mod) build and vet too; -mod=readonly fails on a go.mod that lags.
-	@for m in $$(git ls-files '*/go.mod'); do d=$$(dirname $$m); echo "cd $$d && $(GO) vet -mod=readonly ./..."; \
-		(cd $$d && $(GO) vet -mod=readonly ./...) || { echo "lint: module $$d does not build or vet (go.mod stale? run go mod tidy in $$d)"; exit 1; }; done
-	$(GO) tool staticcheck $(PKGS)
+	@for m in $$(git ls-files '*/go.mod'); do d=$$(dirname $$m); echo "cd $$d && $(GO) vet $(LINTFLAGS) -mod=readonly ./..."; \
+		(cd $$d && $(GO) vet $(LINTFLAGS) -mod=readonly ./...) || { echo "lint: module $$d does not build or vet (go.mod stale? run go mod tidy in $$d)"; exit 1; }; done
+	@# staticcheck reads the packages' export data through go list: with GOFLAGS=$(LINTFLAGS) the same
+	@# compiles as vet's (the tool itself is built without them: go tool -n names it).
+	GOFLAGS='$(LINTFLAGS)' $$($(GO) tool -n staticcheck) $(PKGS)
 	@out=$$($(GO) tool gocyclo -over 15 -ignore '_test\.go$$|\.pb\.go$$' $$($(GO) list -f '{{.Dir}}' $(PKGS))); if [ -n "$$out" ]; then echo "gocyclo: over 15:"; echo "$$out"; exit 1; fi
 	$(GO) run ./internal/tools/codecheck
 	@if command -v protoc >/dev/null; then \

@@ -49,6 +49,17 @@ wait_port() {
 
 SERVICES=(protoc redis postgres)
 
+# packages_<name> (here and in services.d) prints the Debian packages service <name> would
+# install now (nothing when it has them): services.sh installs all of them in one apt-get call
+# before it starts anything (one package list read, one dpkg run), and the services' own
+# apt_install calls find them there.
+packages_protoc() { command -v protoc >/dev/null 2>&1 || echo protobuf-compiler; }
+packages_redis() { command -v redis-server >/dev/null 2>&1 || echo redis-server; }
+packages_postgres() {
+	ls -d /usr/lib/postgresql/*/bin >/dev/null 2>&1 || echo postgresql
+	command -v psql >/dev/null 2>&1 || echo postgresql-client
+}
+
 service_protoc() {
 	command -v protoc >/dev/null 2>&1 || apt_install protobuf-compiler
 }
@@ -135,6 +146,17 @@ for s in "${want[@]}"; do
 		lowered "prepare_${s//-/_}" >>"$state/$s.prepare.log" 2>&1 </dev/null &
 	fi
 done
+pkgs=()
+for s in "${want[@]}"; do
+	if declare -F "packages_${s//-/_}" >/dev/null; then
+		# shellcheck disable=SC2207 # package names have no spaces
+		pkgs+=($("packages_${s//-/_}"))
+	fi
+done
+if [ ${#pkgs[@]} -gt 0 ]; then
+	# shellcheck disable=SC2046
+	apt_install $(printf '%s\n' "${pkgs[@]}" | sort -u)
+fi
 for s in "${want[@]}"; do
 	fn="service_${s//-/_}"
 	if ! declare -F "$fn" >/dev/null; then

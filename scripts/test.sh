@@ -2,11 +2,12 @@
 # make test (what CI runs): install and start the services, lint, and run every test with -race,
 # printing how long each step took at the end, pass or fail.
 #
-# On a fresh machine most of the wait is compiling (twice: lint's plain build and the tests'
-# -race build, module downloads first) and installing packages, so the steps overlap where
-# they can: the -race build of every package starts at once, beside services.sh's package
-# installs (network and disk more than CPU) and lint's plain build; the tests start once it is
-# done (two go commands compiling the same package at once would each do the work). The
+# On a fresh machine most of the wait is compiling (module downloads first) and installing
+# packages, so the steps overlap where they can: the -race build of every package starts at
+# once, beside services.sh's package installs (network and disk more than CPU); lint and then
+# the tests start once it is done (two go commands compiling the same package at once would
+# each do the work), and lint reuses it (make lint LINTFLAGS=-race): every package is compiled
+# once, for lint and tests alike. The
 # services that build from source (MinIO, Kubernetes) build at a lower CPU priority, so they
 # fill the cores' idle time instead of slowing the steps everybody waits for; the tests that
 # need them wait for them.
@@ -57,7 +58,8 @@ warm >"$log/race-build.log" 2>&1 &
 warm_pid=$!
 
 timed "services (foreground part)" bash scripts/services.sh || exit 1
-timed "lint" make --no-print-directory lint || exit 1
 timed "-race build (rest of it)" wait $warm_pid || { cat "$log/race-build.log" >&2; exit 1; }
+# Lint type-checks against that same -race build (LINTFLAGS): no second compile of every package.
+timed "lint" make --no-print-directory lint LINTFLAGS=-race || exit 1
 # shellcheck disable=SC2086 # TESTFLAGS and PKGS are word lists
 timed "go test -race" $GO test -race $TESTFLAGS $PKGS

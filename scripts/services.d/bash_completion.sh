@@ -3,6 +3,8 @@
 # test of `gantry completion bash`, whose script calls its functions. Sourced by
 # scripts/services.sh.
 
+packages_bash_completion() { [ -e /usr/share/bash-completion/bash_completion ] || echo bash-completion; }
+
 service_bash_completion() {
 	[ -e /usr/share/bash-completion/bash_completion ] || apt_install bash-completion
 }

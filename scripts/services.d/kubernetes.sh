@@ -188,6 +188,11 @@ kube_apiserver_args() {
 	EOF
 }
 
+packages_kubernetes() {
+	command -v openssl >/dev/null 2>&1 || echo openssl
+	command -v curl >/dev/null 2>&1 || echo curl
+}
+
 service_kubernetes() {
 	local st
 	st=$(kube_state)

@@ -4,6 +4,12 @@
 # they run in the workspace (for sftp and modern scp), and rsync (both
 # ends: the workspace's is run by ssh). Sourced by scripts/services.sh.
 
+packages_openssh() {
+	command -v ssh >/dev/null 2>&1 && command -v scp >/dev/null 2>&1 && command -v sftp >/dev/null 2>&1 || echo openssh-client
+	[ -x /usr/lib/openssh/sftp-server ] || [ -x /usr/libexec/openssh/sftp-server ] || echo openssh-sftp-server
+	command -v rsync >/dev/null 2>&1 || echo rsync
+}
+
 service_openssh() {
 	command -v ssh >/dev/null 2>&1 && command -v scp >/dev/null 2>&1 && command -v sftp >/dev/null 2>&1 || apt_install openssh-client || return
 	[ -x /usr/lib/openssh/sftp-server ] || [ -x /usr/libexec/openssh/sftp-server ] || apt_install openssh-sftp-server || return

@@ -3,6 +3,8 @@
 # http.server) and a WebSocket echo inside their workspaces. Sourced by
 # scripts/services.sh.
 
+packages_python3() { command -v python3 >/dev/null 2>&1 || echo python3; }
+
 service_python3() {
 	command -v python3 >/dev/null 2>&1 || apt_install python3
 }

@@ -4,6 +4,11 @@
 # scratch space, like the shared single Redis. A no-op when the cluster already answers.
 SERVICES+=(redis_cluster)
 
+packages_redis_cluster() {
+	command -v redis-server >/dev/null 2>&1 || echo redis-server
+	command -v redis-cli >/dev/null 2>&1 || echo redis-tools
+}
+
 service_redis_cluster() {
 	local ports=(${GANTRY_REDIS_CLUSTER_PORTS:-7001 7002 7003})
 	if redis-cli -h 127.0.0.1 -p "${ports[0]}" cluster info 2>/dev/null | grep -q 'cluster_state:ok'; then
