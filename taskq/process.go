@@ -134,6 +134,15 @@ func (w *Worker) prepare(persist context.Context, d rdb.Dequeued) (m *message, t
 		w.m.wait.WithLabelValues(d.Queue).Observe(time.Since(time.UnixMilli(m.EnqueuedAt)).Seconds())
 	}
 	h = w.handler(m.Type)
+	if h == nil && !w.assigned[d.Queue] {
+		// Stolen from a queue whose tasks need handlers this worker lacks:
+		// not a bad task, the wrong worker. It goes back uncounted, and
+		// the queue is no steal target for a while.
+		w.log.Debug("taskq: a stolen task of a type without a handler here goes back", "queue", d.Queue, "id", d.ID, "type", m.Type)
+		w.stealer.refuse(d.Queue)
+		giveBack(persist, w.r, w.health, []rdb.Dequeued{d})
+		return nil, nil, nil, false
+	}
 	if h == nil {
 		w.m.invalid.WithLabelValues(d.Queue).Inc()
 		reason := fmt.Sprintf("unknown task type %q", m.Type)

@@ -43,7 +43,14 @@ type stealer struct {
 	targets    []string
 	lastStolen string
 	misses     int64 // dequeues that had targets but found nothing; reset by a steal
+	// refused holds the queues a stolen task of which had a type this
+	// worker has no handler for, until when they are no targets (refuse).
+	refused map[string]time.Time
 }
+
+// refuseFor is how long a queue whose stolen task this worker could not
+// run is no steal target: its own workers serve it meanwhile.
+const refuseFor = time.Minute
 
 func newStealer(p stealerParams) *stealer {
 	s := &stealer{p: p}
@@ -127,6 +134,39 @@ func (s *stealer) refresh(ctx context.Context) {
 		})
 	}
 	s.mu.Lock()
-	s.targets = targets
+	s.targets = s.withoutRefused(targets)
 	s.mu.Unlock()
+}
+
+// refuse takes q out of the targets for refuseFor: a task stolen from it
+// had a type this worker cannot run (the task went back, uncounted).
+func (s *stealer) refuse(q string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.refused == nil {
+		s.refused = map[string]time.Time{}
+	}
+	s.refused[q] = s.p.clock.Now().Add(refuseFor)
+	s.targets = s.withoutRefused(s.targets)
+}
+
+// withoutRefused is targets less the queues refused now (a new slice when
+// it drops any: current's callers may hold the old one); s.mu is held.
+func (s *stealer) withoutRefused(targets []string) []string {
+	now := s.p.clock.Now()
+	for q, until := range s.refused {
+		if !now.Before(until) {
+			delete(s.refused, q)
+		}
+	}
+	if len(s.refused) == 0 {
+		return targets
+	}
+	out := make([]string, 0, len(targets))
+	for _, q := range targets {
+		if _, ok := s.refused[q]; !ok {
+			out = append(out, q)
+		}
+	}
+	return out
 }

@@ -442,6 +442,52 @@ func TestWorkStealing(t *testing.T) {
 	_ = ctx
 }
 
+// TestStolenTaskWithoutHandlerGoesBack: an idle worker steals from a queue
+// whose task type it has no handler for: the task goes back to that queue
+// uncounted (not to the dead letters: it is the wrong worker, not a bad
+// task), the queue is no steal target for a while (one steal, not a
+// ping-pong), and the queue's own worker then runs every task.
+func TestStolenTaskWithoutHandlerGoesBack(t *testing.T) {
+	addr := testutil.StartRedis(t).Addr()
+	c := newClient(t, addr)
+	ctx := t.Context()
+	batch := make([]*Task, 30)
+	for i := range batch {
+		batch[i] = NewTask("resize", nil)
+	}
+	if _, err := c.EnqueueBatch(ctx, batch, Queue("images")); err != nil {
+		t.Fatal(err)
+	}
+	mail, err := NewWorker(WorkerConfig{Redis: addr, Queues: []QueueSpec{{Name: "mail"}}, Concurrency: 4,
+		StealInterval: 20 * time.Millisecond, MaintainInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mail.Handle("email", func(context.Context, *Task) error { return nil })
+	mail.stealer.refresh(ctx)
+	stopMail := runWorker(t, mail)
+	waitFor(t, 10*time.Second, "a steal from images", func() bool { return mail.stealer.steals.Load() > 0 })
+	waitFor(t, 10*time.Second, "the stolen tasks back", func() bool { return queueStats(t, c, "images").Pending == 30 })
+	time.Sleep(300 * time.Millisecond) // real time: 15 steal refreshes, in which the refused queue must stay refused
+	steals := mail.stealer.steals.Load()
+	if st := queueStats(t, c, "images"); st.Dead != 0 || st.Pending != 30 || st.FailedTotal != 0 {
+		t.Fatalf("images after the mail worker stole: %+v; want 30 pending, none dead or failed", st)
+	}
+	if steals > int64(mail.cfg.Concurrency+mail.cfg.Prefetch) {
+		t.Errorf("the mail worker stole %d tasks of images, want one dequeue's worth at most (the queue refused after)", steals)
+	}
+	stopMail()
+
+	images := newTestWorker(t, addr, WorkerConfig{Queues: []QueueSpec{{Name: "images"}}, DisableSteal: true})
+	var ran atomic.Int64
+	images.Handle("resize", func(context.Context, *Task) error { ran.Add(1); return nil })
+	runWorker(t, images)
+	waitFor(t, 10*time.Second, "images' own worker ran all 30", func() bool { return ran.Load() == 30 })
+	if st := queueStats(t, c, "images"); st.DuplicatesTotal != 0 {
+		t.Errorf("duplicates %d: a task given back must not count as a re-delivery", st.DuplicatesTotal)
+	}
+}
+
 // Steal targets: other queues with a backlog, most loaded first, the queue
 // stolen from last moved to the end; empty and assigned queues never.
 func TestStealTargetOrder(t *testing.T) {
