@@ -187,9 +187,6 @@ type inflightTask struct {
 	// lease is the lease's end (Unix ms) as last extended; the lease keeper
 	// Stores, the handler's Task.LeaseDeadline Loads.
 	lease atomic.Int64
-	// progressed is set once the handler reported progress: the task then
-	// has a field in Redis besides its message (its ack is not clean).
-	progressed atomic.Bool
 }
 
 // inflightSet is the tasks whose handlers run now; the processors add and

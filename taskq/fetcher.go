@@ -121,6 +121,12 @@ func (f *fetcher) takeSlots(ctx context.Context) (n int, ok bool) {
 		}
 	}
 	enough := min(f.p.batch, f.p.prefetch.circulating()) / 2
+	var waited *time.Timer
+	defer func() {
+		if waited != nil {
+			waited.Stop()
+		}
+	}()
 	for n < f.p.batch {
 		select {
 		case <-f.p.slots:
@@ -133,11 +139,20 @@ func (f *fetcher) takeSlots(ctx context.Context) (n int, ok bool) {
 		if n >= enough || len(f.p.tasks) == 0 {
 			return n, true
 		}
+		// The buffer is re-checked when a slot comes back, and at least
+		// every call time: a handler may have taken the last waiting task
+		// meanwhile and be idle now, with no slot to come for long.
+		if waited == nil {
+			waited = time.NewTimer(max(f.p.prefetch.call, 200*time.Microsecond))
+		} else {
+			waited.Reset(max(f.p.prefetch.call, 200*time.Microsecond))
+		}
 		select {
 		case <-f.p.slots:
 			if f.p.prefetch.keep() {
 				n++
 			}
+		case <-waited.C:
 		case <-ctx.Done():
 			f.giveSlots(n)
 			return 0, false

@@ -54,7 +54,7 @@ func (m *maintainer) run(ctx context.Context) {
 		if tick%60 == 0 {
 			m.pruneRecords(ctx)
 		}
-		m.maintain(ctx, tick%othersEvery == 0)
+		m.maintain(ctx)
 		tick++
 		return true
 	})
@@ -63,18 +63,10 @@ func (m *maintainer) run(ctx context.Context) {
 // start runs the maintainer until stop or until ctx ends.
 func (m *maintainer) start(ctx context.Context) { m.launch(ctx, m.run) }
 
-// othersEvery is how many ticks apart a stealing worker maintains every
-// known queue, not only its own (every 10 s by default): each known queue
-// costs a call, and every worker of a deployment with thousands of queues
-// would otherwise spend thousands of calls a second on them. A queue that
-// has workers of its own is theirs to keep each tick.
-const othersEvery = 10
-
-// maintain runs the maintenance script once per queue: the worker's own,
-// and with all every known queue (stealing is on).
-func (m *maintainer) maintain(ctx context.Context, all bool) {
+// maintain runs the maintenance script once per queue.
+func (m *maintainer) maintain(ctx context.Context) {
 	qs := m.p.queues
-	if m.p.allQueues && all {
+	if m.p.allQueues {
 		if all, err := m.p.r.Queues(ctx); err == nil {
 			qs = all
 		}

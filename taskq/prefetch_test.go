@@ -7,6 +7,8 @@ import (
 	"time"
 
 	ptestutil "github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/gantryhq/gantry/internal/testutil"
 )
 
 // run records n handler runs of d each.
@@ -133,5 +135,40 @@ func TestShortTasksGetDeeperPrefetch(t *testing.T) {
 	}
 	if most > 4 {
 		t.Errorf("30 ms tasks: up to %d held at once, want at most 4 (2 running + 2 waiting)", most)
+	}
+}
+
+// TestBufferedTaskWithLostLeaseIsNotRun: a task that waited in the buffer
+// behind a long one until its lease ran out and the reaper gave it back is
+// not run from the buffer (it may be running elsewhere): it runs once,
+// when dequeued again.
+func TestBufferedTaskWithLostLeaseIsNotRun(t *testing.T) {
+	addr := testutil.StartRedis(t).Addr()
+	c := newClient(t, addr)
+	ctx := t.Context()
+	q := "lapse"
+	for _, typ := range []string{"long", "short"} {
+		if _, err := c.Enqueue(ctx, NewTask(typ, nil), Queue(q)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := newTestWorker(t, addr, WorkerConfig{Queues: []QueueSpec{{Name: q}}, Concurrency: 1, Prefetch: 1, DisableSteal: true,
+		LeaseDuration: 600 * time.Millisecond, HeartbeatInterval: 150 * time.Millisecond, MaintainInterval: 50 * time.Millisecond})
+	var shorts atomic.Int64
+	w.Handle("long", func(ctx context.Context, _ *Task) error {
+		select {
+		case <-time.After(1500 * time.Millisecond): // real time: longer than the short task's lease
+		case <-ctx.Done():
+		}
+		return nil
+	})
+	w.Handle("short", func(context.Context, *Task) error { shorts.Add(1); return nil })
+	runWorker(t, w)
+	waitFor(t, 20*time.Second, "both completed", func() bool { return queueStats(t, c, q).Completed == 2 })
+	if n := shorts.Load(); n != 1 {
+		t.Errorf("the short task ran %d times, want once", n)
+	}
+	if st := queueStats(t, c, q); st.ReapedTotal != 1 {
+		t.Errorf("reaped %d, want 1: the short task's lease must have run out in the buffer for this test to say anything", st.ReapedTotal)
 	}
 }

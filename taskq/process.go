@@ -33,7 +33,7 @@ func (w *Worker) process(handlerCtx, persist context.Context, d rdb.Dequeued) {
 		w.m.duplicates.WithLabelValues(d.Queue).Inc()
 	}
 	m, t, h, ok := w.prepare(persist, d)
-	if !ok {
+	if !ok || !w.freshLease(persist, &d) {
 		return
 	}
 	timeout := w.cfg.DefaultTimeout
@@ -51,7 +51,6 @@ func (w *Worker) process(handlerCtx, persist context.Context, d rdb.Dequeued) {
 	it.lease.Store(d.LeaseUntil.UnixMilli())
 	t.run = &runInfo{workerID: w.cfg.ID, host: w.host, starts: d.Starts, lease: &it.lease,
 		progress: func(ctx context.Context, v string) error {
-			it.progressed.Store(true)
 			ok, err := w.r.Progress(ctx, d.Queue, d.ID, v)
 			if err == nil && !ok {
 				err = ErrNotRunning
@@ -74,6 +73,30 @@ func (w *Worker) process(handlerCtx, persist context.Context, d rdb.Dequeued) {
 	w.m.duration.WithLabelValues(d.Queue).Observe(ran.Seconds())
 
 	w.outcome(handlerCtx, persist, d, m, t, it, err, abandoned, start)
+}
+
+// freshLease extends d's lease before its run when it waited in the buffer
+// long enough to be near its end (the lease keeper extends running tasks
+// only); false when the lease was lost meanwhile: the reaper gave the task
+// back and another worker may run it, so this one does not.
+func (w *Worker) freshLease(persist context.Context, d *rdb.Dequeued) bool {
+	now := w.clk.Now()
+	if d.LeaseUntil.Sub(now) > w.cfg.HeartbeatInterval {
+		return true
+	}
+	until := now.Add(w.cfg.LeaseDuration)
+	c, cancel := context.WithTimeout(persist, 5*time.Second)
+	lost, err := w.r.Extend(c, d.Queue, until, []string{d.ID})
+	cancel()
+	switch {
+	case err != nil:
+		return true // Redis is out: run it; the lease keeper finds out soon
+	case len(lost) > 0:
+		w.log.Warn("taskq: a task's lease ran out while it waited for a handler; left to its new holder", "queue", d.Queue, "id", d.ID)
+		return false
+	}
+	d.LeaseUntil = until
+	return true
 }
 
 // outcome reports how the run that began at start ended: cancelled or
@@ -99,7 +122,7 @@ func (w *Worker) outcome(handlerCtx, persist context.Context, d rdb.Dequeued, m 
 	case errors.As(err, new(*SnoozeError)):
 		w.snoozed(persist, d, err)
 	case err == nil:
-		w.succeeded(d, m, t, it)
+		w.succeeded(d, m, t)
 		if w.log.Enabled(persist, slog.LevelDebug) {
 			w.log.Debug("taskq: task completed", "queue", d.Queue, "id", d.ID, "type", m.Type, "tenant", m.Tenant, "ran", time.Since(start))
 		}
@@ -156,14 +179,14 @@ func (w *Worker) prepare(persist context.Context, d rdb.Dequeued) (m *message, t
 
 // succeeded queues the ack (batched by ackLoop) with the result and its
 // retention.
-func (w *Worker) succeeded(d rdb.Dequeued, m *message, t *Task, it *inflightTask) {
+func (w *Worker) succeeded(d rdb.Dequeued, m *message, t *Task) {
 	w.processed.Add(1)
 	w.m.processed.WithLabelValues(d.Queue, m.Tenant, "success").Inc()
 	var keep time.Time
 	if m.RetentionMS > 0 {
 		keep = w.clk.Now().Add(time.Duration(m.RetentionMS) * time.Millisecond)
 	}
-	w.ackCh <- ackReq{d.Queue, rdb.AckItem{ID: d.ID, KeepUntil: keep, Result: t.result, Clean: d.Clean && !it.progressed.Load()}}
+	w.ackCh <- ackReq{d.Queue, rdb.AckItem{ID: d.ID, KeepUntil: keep, Result: t.result}}
 	if w.cfg.OnSuccess != nil {
 		w.cfg.OnSuccess(t)
 	}

@@ -55,8 +55,7 @@ func flat(t *testing.T, res rueidis.RedisResult) []string {
 // TestDequeueReplyFormat: the reply is 7 values per task (queue index from
 // 1, id, stored value (stored.go: the member's head, then the message) or
 // ” when missing, retried, starts (retried + 1 + lost starts), tenant from
-// the member, flags: +1 clean (no field but the stored value), +2 a
-// re-delivery), then the rate hint, then each queue's pending count in KEYS
+// the member, flags (2: a re-delivery, else 0)), then the rate hint, then each queue's pending count in KEYS
 // order; queues are served in KEYS order.
 func TestDequeueReplyFormat(t *testing.T) {
 	r := openTest(t)
@@ -68,10 +67,10 @@ func TestDequeueReplyFormat(t *testing.T) {
 	keys := append(append(QueueKeys(q1), QueueKeys(q2)...), QueueKeys(q3)...)
 	res := dequeueScript.Exec(t.Context(), r.c, keys, []string{"5", ms(t0), ms(lease), "100"})
 	want := []string{
-		"2", "x", stored(member("a", 0, 1, "x"), "m-x"), "0", "1", "a", "1",
-		"2", "y", stored(member("b", 0, 2, "y"), "m-y"), "0", "1", "b", "1",
-		"3", "z", "", "2", "5", "a", "2", // lost twice, now re-delivered; no message: not clean
-		"3", "w", stored(member("a", 0, 2, "w"), "m-w"), "0", "1", "a", "0", // snoozed once
+		"2", "x", stored(member("a", 0, 1, "x"), "m-x"), "0", "1", "a", "0",
+		"2", "y", stored(member("b", 0, 2, "y"), "m-y"), "0", "1", "b", "0",
+		"3", "z", "", "2", "5", "a", "2", // lost twice, now re-delivered
+		"3", "w", stored(member("a", 0, 2, "w"), "m-w"), "0", "1", "a", "0", // snoozed once: not a start
 		"3", "v", stored(member("a", 0, 3, "v"), "m-v"), "0", "2", "a", "0", // lost once, counted before
 		"0", "0", "0", "1",
 	}
@@ -148,11 +147,11 @@ func TestDequeueContract(t *testing.T) {
 			res := deq(t, r, []string{q}, 2, t0)
 			var got []any
 			for _, d := range res.Tasks {
-				got = append(got, d.Starts, d.Retried, d.Redelivered, d.Clean)
+				got = append(got, d.Starts, d.Retried, d.Redelivered)
 			}
 			return got
 		},
-		want: []any{2, 0, true, false, 3, 1, true, false},
+		want: []any{2, 0, true, 3, 1, true},
 		edit: func(s *Snap, q string) {
 			s.Pending, s.Tenants = nil, nil
 			s.Active = map[string]string{"x": mx, "y": my}
@@ -283,8 +282,8 @@ func TestDequeuePromoteLimit(t *testing.T) {
 		raw(t, r, "ZADD", k[KRetry], ms(at(-time.Second)), m)
 	}
 	got := flat(t, dequeueScript.Exec(t.Context(), r.c, k, []string{"10", ms(t0), ms(lease), "1"}))
-	want := []string{"1", "s1", stored(member("a", 0, 1, "s1"), "m"), "0", "1", "a", "1", // clean
-		"1", "r1", "m", "0", "1", "a", "0", // an earlier release's (id|m): not clean
+	want := []string{"1", "s1", stored(member("a", 0, 1, "s1"), "m"), "0", "1", "a", "0",
+		"1", "r1", "m", "0", "1", "a", "0", // an earlier release's (id|m)
 		"0", "0"}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("reply (-want +got):\n%s", d)

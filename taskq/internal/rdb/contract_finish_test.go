@@ -97,29 +97,6 @@ func TestAckContract(t *testing.T) {
 			s.Results = map[string]string{"x": "r"}
 		},
 	}, {
-		name: "clean: the message alone is deleted (the caller vouches there is nothing else)",
-		setup: func(t *testing.T, r *RDB, q string) {
-			running(t, r, q)
-			raw(t, r, "HSET", QueueKeys(q)[KTasks], "z|e", "stray")
-		},
-		call: ackCall(AckItem{ID: "z", Clean: true}),
-		want: 1,
-		edit: func(s *Snap, q string) {
-			completed(s, "z")
-			delete(s.Tasks, "z")
-			delete(s.Tasks, "z|m") // (Snap shows the value's head as id|m)
-		},
-	}, {
-		name:  "clean and retained: the record alone changes",
-		setup: running,
-		call:  ackCall(AckItem{ID: "z", KeepUntil: at(time.Hour), Result: []byte("r"), Clean: true}),
-		want:  1,
-		edit: func(s *Snap, q string) {
-			completed(s, "z")
-			s.Completed = []Z{{"z", msf(at(time.Hour))}}
-			s.Results = map[string]string{"z": "r"}
-		},
-	}, {
 		name:  "a lost lease: state.late, nothing else",
 		setup: running,
 		call:  ackCall(AckItem{ID: "gone"}),
@@ -415,4 +392,30 @@ func TestProgressContract(t *testing.T) {
 		call:  call("gone"),
 		want:  false,
 	}})
+}
+
+// TestStaleAckLeavesNoFields: a worker whose lease was lost acks while the
+// task is active again under another worker that reported progress: the
+// task is completed once and nothing of it is left behind (a lost start,
+// progress), however its fields came to be.
+func TestStaleAckLeavesNoFields(t *testing.T) {
+	r := openTest(t)
+	q := newQueue(t, r, "q")
+	enqueue(t, r, q, task("x", "a"))
+	dequeue(t, r, q, 1)
+	if _, err := r.Maintain(t.Context(), q, lease, 100, t0, 100); err != nil {
+		t.Fatal(err)
+	}
+	if res := deq(t, r, []string{q}, 1, lease); len(res.Tasks) != 1 || !res.Tasks[0].Redelivered {
+		t.Fatalf("re-dequeue after the reap: %+v, want x re-delivered", res.Tasks)
+	}
+	if ok, err := r.Progress(t.Context(), q, "x", `{"p":1}`); err != nil || !ok {
+		t.Fatalf("progress: %v %v", ok, err)
+	}
+	if n, err := r.Ack(t.Context(), q, lease, []AckItem{{ID: "x"}}); err != nil || n != 1 {
+		t.Fatalf("the stale holder's ack: %d, %v", n, err)
+	}
+	if left := snap(t, r, q).Tasks; len(left) != 0 {
+		t.Errorf("fields left after the ack: %v", left)
+	}
 }

@@ -17,10 +17,6 @@ type Dequeued struct {
 	Tenant  string // from the task's member in Redis, its one source
 	// LeaseUntil is the lease the dequeue gave (heartbeats extend it).
 	LeaseUntil time.Time
-	// Clean says the task has no field in Redis but its message (never
-	// failed, snoozed or lost, not from an earlier release): its ack, when
-	// the run wrote none either (no progress), may say so (AckItem.Clean).
-	Clean bool
 	// Redelivered says this start follows a lost lease (at-least-once: the
 	// task may have run, in part or whole, before).
 	Redelivered bool
@@ -98,7 +94,7 @@ func (r *RDB) dequeue(ctx context.Context, queues, keys, args []string, leaseUnt
 			return fmt.Errorf("rdb: dequeue: queue index %d out of range", qi)
 		}
 		res.Tasks = append(res.Tasks, Dequeued{Queue: queues[qi-1], ID: id, Msg: []byte(msg), Retried: int(retried), Starts: int(starts), Tenant: tenant, LeaseUntil: leaseUntil,
-			Clean: flags&1 != 0, Redelivered: flags&2 != 0})
+			Redelivered: flags&2 != 0})
 	}
 	return nil
 }
@@ -108,25 +104,18 @@ type AckItem struct {
 	ID        string
 	KeepUntil time.Time // zero: delete the task at once
 	Result    []byte
-	// Clean: the dequeue said Clean and the run wrote no field (progress):
-	// the ack deletes the message alone, not a dozen fields that are not
-	// there.
-	Clean bool
 }
 
 // Ack records successful tasks of queue q; it returns how many were still held.
 func (r *RDB) Ack(ctx context.Context, q string, now time.Time, items []AckItem) (int, error) {
-	args := make([]string, 0, 1+4*len(items))
+	args := make([]string, 0, 1+3*len(items))
 	args = append(args, ms(now))
 	for _, it := range items {
-		keep, clean := "0", "0"
+		keep := "0"
 		if !it.KeepUntil.IsZero() {
 			keep = ms(it.KeepUntil)
 		}
-		if it.Clean {
-			clean = "1"
-		}
-		args = append(args, it.ID, keep, string(it.Result), clean)
+		args = append(args, it.ID, keep, string(it.Result))
 	}
 	n, err := ackScript.Exec(ctx, r.c, QueueKeys(q), args).AsInt64()
 	if err != nil {

@@ -1,8 +1,6 @@
 -- ack: record successful tasks of one queue (a batch).
 -- KEYS: the queue's 20 keys.
--- ARGV: now_ms, then per task 4 values: id, keep_until_ms (0 = delete at once),
---       result ('' = none), clean ('1': the task has no field but its message,
---       as the dequeue said, and its run wrote none: only that is deleted)
+-- ARGV: now_ms, then per task 3 values: id, keep_until_ms (0 = delete at once), result ('' = none)
 -- Returns the number of tasks this worker still held. A task whose lease was
 -- lost (reaped and possibly re-run elsewhere) is counted in state.late and
 -- left alone: the holder of the new lease completes it. An id given twice
@@ -15,11 +13,13 @@
 -- the queue) throttled at its in-flight cap may run again. A workflow
 -- node's children whose last parent it was become pending (one wake-up
 -- token), in this same call.
--- Cost: a few calls for the whole batch, plus one per retained task; a
--- clean task's delete is one field (a dozen otherwise).
+-- Cost: a few calls for the whole batch, plus one per retained task. (Every
+-- field a task may have is deleted, there or not: an ack from a worker whose
+-- lease was lost while the task is active again under another's, or a
+-- progress report racing the ack, would otherwise leave fields behind.)
 local now = tonumber(ARGV[1])
 local ids = {}
-for i = 2, #ARGV, 4 do ids[#ids + 1] = ARGV[i] end
+for i = 2, #ARGV, 3 do ids[#ids + 1] = ARGV[i] end
 if #ids == 0 then return 0 end
 local links = redis.call('HEXISTS', KEYS[3], 'links') == 1
 local members = chunked('HMGET', KEYS[5], ids)
@@ -37,20 +37,15 @@ for i, id in ipairs(ids) do
     end
     local t = tenant_of(m)
     per[t] = (per[t] or 0) + 1
-    local a = 2 + 4 * (i - 1)
-    local keep, res, clean = tonumber(ARGV[a + 1]), ARGV[a + 2], ARGV[a + 3] == '1'
+    local a = 2 + 3 * (i - 1)
+    local keep, res = tonumber(ARGV[a + 1]), ARGV[a + 2]
     if keep > now then
-      if not clean then
-        for _, f in ipairs({id .. '|r', id .. '|n', id .. '|e', id .. '|m', id .. '|s'}) do fields[#fields + 1] = f end
-      end
+      for _, f in ipairs({id .. '|r', id .. '|n', id .. '|e', id .. '|m', id .. '|s'}) do fields[#fields + 1] = f end
       redis.call('ZADD', KEYS[10], keep, id)
       if res ~= '' then redis.call('HSET', KEYS[11], id, res) end
     else
-      fields[#fields + 1] = id
-      if not clean then
-        gone[#gone + 1] = id -- (only a kept task has a result)
-        for _, f in ipairs({id .. '|r', id .. '|n', id .. '|e', id .. '|d', id .. '|m', id .. '|c', id .. '|p', id .. '|s'}) do fields[#fields + 1] = f end
-      end
+      gone[#gone + 1] = id
+      for _, f in ipairs({id, id .. '|r', id .. '|n', id .. '|e', id .. '|d', id .. '|m', id .. '|c', id .. '|p', id .. '|s'}) do fields[#fields + 1] = f end
     end
   end
 end

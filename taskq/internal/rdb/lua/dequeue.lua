@@ -175,20 +175,19 @@ local function serve(k, q, t, s, w, members, more, path)
     redis.call('ZREM', KEYS[k + 2], t)
     redis.call('HSET', KEYS[k + 3], 'f:' .. t, f)
   end
-  -- One read of every task's message, retries, lost starts and snoozes for
-  -- the run, however long; nothing per task is written (a start is counted
+  -- One read of every task's message, retries and lost starts for the run,
+  -- however long; nothing per task is written (a start is counted
   -- only when it is lost: maintain's reaper adds it to id|n).
   local fields = {}
   for _, id in ipairs(ids) do
     fields[#fields + 1] = id
     fields[#fields + 1] = id .. '|r'
     fields[#fields + 1] = id .. '|n'
-    fields[#fields + 1] = id .. '|s'
   end
   local v = chunked('HMGET', KEYS[k + 4], fields)
   local dups = 0
   for i, id in ipairs(ids) do
-    local b = 4 * (i - 1)
+    local b = 3 * (i - 1)
     local r, lost = v[b + 2], v[b + 3]
     local retried = tonumber(r or '0')
     local st, flags = retried + 1, 0
@@ -210,9 +209,6 @@ local function serve(k, q, t, s, w, members, more, path)
     out[#out + 1] = retried
     out[#out + 1] = st
     out[#out + 1] = t
-    -- clean: the task has no field but its value (an earlier release's task
-    -- has its member in id|m), so its ack deletes that alone (ack.lua).
-    if not (r or lost or v[b + 4]) and string.byte(msg, 1) == 1 then flags = flags + 1 end
     out[#out + 1] = flags
   end
   if dups > 0 then redis.call('HINCRBY', KEYS[k + 3], 'dup', dups) end
