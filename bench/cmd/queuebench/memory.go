@@ -94,16 +94,7 @@ func enqueueTaskq(ctx context.Context, addr string, n int) {
 		log.Fatal(err)
 	}
 	defer c.Close()
-	batch := make([]*taskq.Task, 0, 1000)
-	for i := range n {
-		batch = append(batch, taskq.NewTask("noop", nil))
-		if len(batch) == cap(batch) || i == n-1 {
-			if _, err := c.EnqueueBatch(ctx, batch); err != nil {
-				log.Fatal(err)
-			}
-			batch = batch[:0]
-		}
-	}
+	enqueueNoops(ctx, c, n)
 }
 
 func enqueueAsynq(addr string, n int) {
