@@ -113,9 +113,7 @@ func (f *fetcher) takeSlots(ctx context.Context) (n int, ok bool) {
 	for n == 0 {
 		select {
 		case <-f.p.slots:
-			if f.p.prefetch.keep() {
-				n = 1
-			}
+			n += f.kept()
 		case <-ctx.Done():
 			return 0, false
 		}
@@ -130,9 +128,7 @@ func (f *fetcher) takeSlots(ctx context.Context) (n int, ok bool) {
 	for n < f.p.batch {
 		select {
 		case <-f.p.slots:
-			if f.p.prefetch.keep() {
-				n++
-			}
+			n += f.kept()
 			continue
 		default:
 		}
@@ -142,16 +138,15 @@ func (f *fetcher) takeSlots(ctx context.Context) (n int, ok bool) {
 		// The buffer is re-checked when a slot comes back, and at least
 		// every call time: a handler may have taken the last waiting task
 		// meanwhile and be idle now, with no slot to come for long.
+		wait := max(f.p.prefetch.call, 200*time.Microsecond)
 		if waited == nil {
-			waited = time.NewTimer(max(f.p.prefetch.call, 200*time.Microsecond))
+			waited = time.NewTimer(wait)
 		} else {
-			waited.Reset(max(f.p.prefetch.call, 200*time.Microsecond))
+			waited.Reset(wait)
 		}
 		select {
 		case <-f.p.slots:
-			if f.p.prefetch.keep() {
-				n++
-			}
+			n += f.kept()
 		case <-waited.C:
 		case <-ctx.Done():
 			f.giveSlots(n)
@@ -159,6 +154,15 @@ func (f *fetcher) takeSlots(ctx context.Context) (n int, ok bool) {
 		}
 	}
 	return n, true
+}
+
+// kept is 1 for a slot just taken that is for use, 0 for one the
+// prefetcher retired.
+func (f *fetcher) kept() int {
+	if f.p.prefetch.keep() {
+		return 1
+	}
+	return 0
 }
 
 // dequeue leases up to n tasks from the queues in order and gives back
