@@ -111,10 +111,7 @@ func (r *RDB) Ack(ctx context.Context, q string, now time.Time, items []AckItem)
 	args := make([]string, 0, 1+3*len(items))
 	args = append(args, ms(now))
 	for _, it := range items {
-		keep := "0"
-		if !it.KeepUntil.IsZero() {
-			keep = ms(it.KeepUntil)
-		}
+		keep := msOrZero(it.KeepUntil)
 		args = append(args, it.ID, keep, string(it.Result))
 	}
 	n, err := ackScript.Exec(ctx, r.c, QueueKeys(q), args).AsInt64()

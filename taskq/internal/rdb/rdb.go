@@ -175,6 +175,14 @@ func (r *RDB) Client() rueidis.Client { return r.c }
 
 func ms(t time.Time) string { return strconv.FormatInt(t.UnixMilli(), 10) }
 
+// msOrZero is ms(t), or "0" for the zero time (the scripts' "none").
+func msOrZero(t time.Time) string {
+	if t.IsZero() {
+		return "0"
+	}
+	return ms(t)
+}
+
 // Ping checks that Redis answers.
 func (r *RDB) Ping(ctx context.Context) error {
 	return r.c.Do(ctx, r.c.B().Ping().Build()).Error()
@@ -194,10 +202,7 @@ func (r *RDB) Enqueue(ctx context.Context, q string, now time.Time, msgs []EnqMs
 	args := make([]string, 0, 1+6*len(msgs))
 	args = append(args, ms(now))
 	for _, m := range msgs {
-		due := "0"
-		if !m.Due.IsZero() {
-			due = ms(m.Due)
-		}
+		due := msOrZero(m.Due)
 		args = append(args, m.ID, m.Msg, m.Tenant, strconv.FormatFloat(m.Weight, 'g', -1, 64),
 			fmt.Sprintf("%02x", 255-m.Priority), due)
 	}
@@ -227,10 +232,7 @@ func (r *RDB) EnqueueWorkflow(ctx context.Context, q string, now time.Time, id, 
 	args := make([]string, 0, 3+9*len(nodes))
 	args = append(args, ms(now), id, record)
 	for _, n := range nodes {
-		due := "0"
-		if !n.Due.IsZero() {
-			due = ms(n.Due)
-		}
+		due := msOrZero(n.Due)
 		args = append(args, n.ID, n.Msg, n.Tenant, strconv.FormatFloat(n.Weight, 'g', -1, 64),
 			fmt.Sprintf("%02x", 255-n.Priority), strconv.Itoa(n.Parents), strings.Join(n.Children, " "), due, boolArg(n.KeepGoing))
 	}
@@ -324,10 +326,7 @@ const (
 // returns whether m was added, the id of the task holding key, and the id
 // of the task m replaced ("" if none).
 func (r *RDB) EnqueueUnique(ctx context.Context, q string, now time.Time, mode, key string, holdUntil time.Time, m EnqMsg) (added bool, holder, replaced string, err error) {
-	due := "0"
-	if !m.Due.IsZero() {
-		due = ms(m.Due)
-	}
+	due := msOrZero(m.Due)
 	res, err := r.replicated(ctx, uniqueScript, QueueKeys(q), []string{ms(now), mode, key, ms(holdUntil),
 		m.ID, m.Msg, m.Tenant, strconv.FormatFloat(m.Weight, 'g', -1, 64), fmt.Sprintf("%02x", 255-m.Priority), due}).ToArray()
 	if err != nil {
@@ -363,10 +362,7 @@ const (
 // Fail records a failed attempt: retried at retryAt, or dead with reason
 // when retryAt is zero.
 func (r *RDB) Fail(ctx context.Context, q, id string, now time.Time, errMsg string, retryAt time.Time, reason string) (int, error) {
-	at := "0"
-	if !retryAt.IsZero() {
-		at = ms(retryAt)
-	}
+	at := msOrZero(retryAt)
 	n, err := failScript.Exec(ctx, r.c, QueueKeys(q), []string{ms(now), id, errMsg, at, reason, "0"}).AsInt64()
 	if err != nil {
 		return 0, fmt.Errorf("rdb: fail %s in %q: %w", id, q, err)
