@@ -20,10 +20,7 @@ import (
 // process then stopped with SIGTERM. flags go after the worker's own.
 func taskqCLIThroughput(addr, bin string, flags []string, n, conc int) float64 {
 	ctx := context.Background()
-	c, err := taskq.NewClient(taskq.ClientConfig{Redis: addr})
-	if err != nil {
-		log.Fatal(err)
-	}
+	c := newClient(addr)
 	defer c.Close()
 	enqueueNoops(ctx, c, n)
 	before := completed(ctx, c)
@@ -53,6 +50,15 @@ func taskqCLIThroughput(addr, bin string, flags []string, n, conc int) float64 {
 		log.Printf("%s queue worker: %v", bin, err)
 	}
 	return float64(n) / el.Seconds()
+}
+
+// newClient is a taskq client of the server at addr (it exits on error).
+func newClient(addr string) *taskq.Client {
+	c, err := taskq.NewClient(taskq.ClientConfig{Redis: addr})
+	if err != nil {
+		log.Fatal(err)
+	}
+	return c
 }
 
 // completed is the default queue's count of completed tasks, ever.

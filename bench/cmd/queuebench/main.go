@@ -256,10 +256,7 @@ func portOf(addr string) string { _, p, _ := net.SplitHostPort(addr); return p }
 
 func taskqThroughput(addr string, n, conc int) float64 {
 	ctx := context.Background()
-	c, err := taskq.NewClient(taskq.ClientConfig{Redis: addr})
-	if err != nil {
-		log.Fatal(err)
-	}
+	c := newClient(addr)
 	defer c.Close()
 	enqueueNoops(ctx, c, n)
 	defer cpuMeter("taskq", addr, n)()
@@ -298,10 +295,7 @@ func taskqRun(ctx context.Context, addr string, conc int, total int64) float64 {
 // the last end, each node released by its parent's ack.
 func taskqChainThroughput(addr string, n, conc, length int) float64 {
 	ctx := context.Background()
-	c, err := taskq.NewClient(taskq.ClientConfig{Redis: addr})
-	if err != nil {
-		log.Fatal(err)
-	}
+	c := newClient(addr)
 	defer c.Close()
 	chains := n / length
 	steps := make([]*taskq.Task, length)
@@ -362,10 +356,7 @@ func percentiles(d []time.Duration) (time.Duration, time.Duration) {
 
 func taskqLatency(addr string, samples int) (time.Duration, time.Duration) {
 	ctx := context.Background()
-	c, err := taskq.NewClient(taskq.ClientConfig{Redis: addr})
-	if err != nil {
-		log.Fatal(err)
-	}
+	c := newClient(addr)
 	defer c.Close()
 	w, err := taskq.NewWorker(taskq.WorkerConfig{Redis: addr, Concurrency: 10, DisableSteal: true})
 	if err != nil {

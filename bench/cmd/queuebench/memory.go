@@ -10,8 +10,6 @@ import (
 
 	"github.com/hibiken/asynq"
 	goredis "github.com/redis/go-redis/v9"
-
-	"github.com/gantryhq/gantry/taskq"
 )
 
 // memoryBench enqueues n no-op tasks (pending, nothing running) with each
@@ -89,10 +87,7 @@ func usedMemory(ctx context.Context, rc *goredis.Client) int64 {
 }
 
 func enqueueTaskq(ctx context.Context, addr string, n int) {
-	c, err := taskq.NewClient(taskq.ClientConfig{Redis: addr})
-	if err != nil {
-		log.Fatal(err)
-	}
+	c := newClient(addr)
 	defer c.Close()
 	enqueueNoops(ctx, c, n)
 }
