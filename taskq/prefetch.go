@@ -15,8 +15,9 @@ import (
 // to ShortPrefetch more slots circulate while the handlers' mean run time
 // says one dequeue call's worth of tasks (Concurrency × call time / run
 // time, twice over) exceeds the configured buffer; they are retired, one
-// at a time as they come back, when the tasks get longer, so long tasks are
-// never hoarded by one worker beyond Prefetch.
+// at a time as they come back, when the tasks get longer. Until then a
+// buffer filled during short tasks may hold long ones: a task whose lease
+// ran out while it waited is not run (process.go freshLease).
 const ShortPrefetch = 128
 
 // runTimes sums the handlers' run times; processors Add, the fetcher reads
