@@ -60,13 +60,13 @@ packages_postgres() {
 	command -v psql >/dev/null 2>&1 || echo postgresql-client
 }
 
-service_protoc() {
-	command -v protoc >/dev/null 2>&1 || apt_install protobuf-compiler
-}
+# shellcheck disable=SC2046 # package names have no spaces
+service_protoc() { apt_install $(packages_protoc); }
 
 service_redis() {
 	wait_port 127.0.0.1 6379 0 && return 0
-	command -v redis-server >/dev/null 2>&1 || apt_install redis-server
+	# shellcheck disable=SC2046 # package names have no spaces
+	apt_install $(packages_redis)
 	mkdir -p "$state/redis"
 	# No persistence: the shared test instance is scratch space. Tests that need AOF or a
 	# restart start their own private redis-server.

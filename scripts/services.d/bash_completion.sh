@@ -5,8 +5,7 @@
 
 packages_bash_completion() { [ -e /usr/share/bash-completion/bash_completion ] || echo bash-completion; }
 
-service_bash_completion() {
-	[ -e /usr/share/bash-completion/bash_completion ] || apt_install bash-completion
-}
+# shellcheck disable=SC2046 # package names have no spaces
+service_bash_completion() { apt_install $(packages_bash_completion); }
 
 SERVICES+=(bash_completion)

@@ -197,8 +197,8 @@ service_kubernetes() {
 	local st
 	st=$(kube_state)
 	kube_ready && kube_all_alive && return 0
-	command -v openssl >/dev/null 2>&1 || apt_install openssl
-	command -v curl >/dev/null 2>&1 || apt_install curl
+	# shellcheck disable=SC2046 # package names have no spaces
+	apt_install $(packages_kubernetes) || return 1
 	mkdir -p "$st"
 	build_kubernetes || return 1
 	# One start at a time: services.sh starts this in the background (make test) while a

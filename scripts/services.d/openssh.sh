@@ -10,10 +10,7 @@ packages_openssh() {
 	command -v rsync >/dev/null 2>&1 || echo rsync
 }
 
-service_openssh() {
-	command -v ssh >/dev/null 2>&1 && command -v scp >/dev/null 2>&1 && command -v sftp >/dev/null 2>&1 || apt_install openssh-client || return
-	[ -x /usr/lib/openssh/sftp-server ] || [ -x /usr/libexec/openssh/sftp-server ] || apt_install openssh-sftp-server || return
-	command -v rsync >/dev/null 2>&1 || apt_install rsync
-}
+# shellcheck disable=SC2046 # package names have no spaces
+service_openssh() { apt_install $(packages_openssh); }
 
 SERVICES+=(openssh)

@@ -5,8 +5,7 @@
 
 packages_python3() { command -v python3 >/dev/null 2>&1 || echo python3; }
 
-service_python3() {
-	command -v python3 >/dev/null 2>&1 || apt_install python3
-}
+# shellcheck disable=SC2046 # package names have no spaces
+service_python3() { apt_install $(packages_python3); }
 
 SERVICES+=(python3)

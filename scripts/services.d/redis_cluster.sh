@@ -14,8 +14,8 @@ service_redis_cluster() {
 	if redis-cli -h 127.0.0.1 -p "${ports[0]}" cluster info 2>/dev/null | grep -q 'cluster_state:ok'; then
 		return 0
 	fi
-	command -v redis-server >/dev/null 2>&1 || apt_install redis-server
-	command -v redis-cli >/dev/null 2>&1 || apt_install redis-tools
+	# shellcheck disable=SC2046 # package names have no spaces
+	apt_install $(packages_redis_cluster) || return
 	local p nodes=()
 	for p in "${ports[@]}"; do
 		local dir="$state/redis-cluster/$p"
