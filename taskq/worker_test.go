@@ -463,13 +463,19 @@ func TestStolenTaskWithoutHandlerGoesBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mail.Handle("email", func(context.Context, *Task) error { return nil })
+	var emails atomic.Int64
+	mail.Handle("email", func(context.Context, *Task) error { emails.Add(1); return nil })
 	mail.stealer.refresh(ctx)
 	stopMail := runWorker(t, mail)
 	waitFor(t, 10*time.Second, "a steal from images", func() bool { return mail.stealer.steals.Load() > 0 })
 	waitFor(t, 10*time.Second, "the stolen tasks back", func() bool { return queueStats(t, c, "images").Pending == 30 })
-	time.Sleep(300 * time.Millisecond) // real time: 15 steal refreshes, in which the refused queue must stay refused
-	steals := mail.stealer.steals.Load()
+	// Another queue gets work the mail worker can run: it steals that once a
+	// refresh has seen it, with images still refused.
+	if _, err := c.Enqueue(ctx, NewTask("email", nil), Queue("news")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the news task stolen and run", func() bool { return emails.Load() == 1 })
+	steals := int64(ptestutil.ToFloat64(mail.m.steals.WithLabelValues("images")))
 	if st := queueStats(t, c, "images"); st.Dead != 0 || st.Pending != 30 || st.FailedTotal != 0 {
 		t.Fatalf("images after the mail worker stole: %+v; want 30 pending, none dead or failed", st)
 	}
