@@ -187,6 +187,10 @@ type inflightTask struct {
 	// lease is the lease's end (Unix ms) as last extended; the lease keeper
 	// Stores, the handler's Task.LeaseDeadline Loads.
 	lease atomic.Int64
+	// held is the lease end Redis holds for this run as far as the worker
+	// knows, the fencing token extend.lua checks; 0 after an extend whose
+	// answer was lost (it may or may not have applied).
+	held atomic.Int64
 }
 
 // inflightSet is the tasks whose handlers run now; the processors add and
@@ -203,13 +207,13 @@ func (s *inflightSet) add(k inflightKey, t *inflightTask) { s.mu.Lock(); s.m[k] 
 func (s *inflightSet) remove(k inflightKey)               { s.mu.Lock(); delete(s.m, k); s.mu.Unlock() }
 func (s *inflightSet) len() int                           { s.mu.Lock(); defer s.mu.Unlock(); return len(s.m) }
 
-// byQueue lists the running task ids per queue.
-func (s *inflightSet) byQueue() map[string][]string {
+// byQueue lists the running tasks' leases per queue.
+func (s *inflightSet) byQueue() map[string][]rdb.Lease {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := map[string][]string{}
-	for k := range s.m {
-		out[k.queue] = append(out[k.queue], k.id)
+	out := map[string][]rdb.Lease{}
+	for k, t := range s.m {
+		out[k.queue] = append(out[k.queue], rdb.Lease{ID: k.id, Held: t.held.Load()})
 	}
 	return out
 }
@@ -228,13 +232,21 @@ func (s *inflightSet) cancelTask(k inflightKey) bool {
 	return true
 }
 
-// extended records a new lease end for the running tasks ids of queue q.
-func (s *inflightSet) extended(q string, ids []string, until time.Time) {
+// extended records the outcome of an extend of leases in queue q to
+// until: the new lease end when the answer came (ok), else that the end
+// Redis holds is unknown.
+func (s *inflightSet) extended(q string, leases []rdb.Lease, until time.Time, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, id := range ids {
-		if t := s.m[inflightKey{q, id}]; t != nil {
+	for _, l := range leases {
+		t := s.m[inflightKey{q, l.ID}]
+		switch {
+		case t == nil:
+		case ok:
 			t.lease.Store(until.UnixMilli())
+			t.held.Store(until.UnixMilli())
+		default:
+			t.held.Store(0)
 		}
 	}
 }

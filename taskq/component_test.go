@@ -68,23 +68,33 @@ func leaseOf(t *testing.T, r *rdb.RDB, q, id string) (time.Time, bool) {
 }
 
 // The lease keeper beats on its clock: one Advance of the interval extends
-// a held lease to now+lease and cancels a task whose lease is gone.
+// a held lease to now+lease and cancels a task whose lease is gone or was
+// given to a later dequeue (its end is not the one this worker set).
 func TestLeaseKeeperBeatsOnTheClock(t *testing.T) {
 	addr := testRedis(t)
 	c, r, q := newClient(t, addr), openRDB(t, addr), uniq(t, "q")
-	enqueueTenant(t, c, q, "x", 0, 1)
+	enqueueTenant(t, c, q, "x", 0, 2)
 	clk := fakeClock()
 	t0 := clk.Now()
-	deq, err := r.Dequeue(t.Context(), []string{q}, 1, t0, t0.Add(time.Minute))
+	deq, err := r.Dequeue(t.Context(), []string{q}, 2, t0, t0.Add(time.Minute))
 	ds := deq.Tasks
-	if err != nil || len(ds) != 1 {
+	if err != nil || len(ds) != 2 {
 		t.Fatalf("dequeue: %v %v", ds, err)
 	}
 	set := newInflightSet()
-	held := &inflightTask{cancel: func() {}}
-	var cancelled atomic.Bool
-	gone := &inflightTask{cancel: func() { cancelled.Store(true) }}
+	var cancelled [3]atomic.Bool
+	task := func(i int, held time.Time) *inflightTask {
+		it := &inflightTask{cancel: func() { cancelled[i].Store(true) }}
+		it.held.Store(held.UnixMilli())
+		return it
+	}
+	held := task(0, t0.Add(time.Minute))
+	// leased again: the reaper gave it back and a dequeue leased it anew
+	// (its end is no longer the one this worker holds)
+	stale := task(1, t0.Add(time.Minute-time.Millisecond))
+	gone := task(2, t0.Add(time.Minute))
 	set.add(inflightKey{q, ds[0].ID}, held)
+	set.add(inflightKey{q, ds[1].ID}, stale)
 	set.add(inflightKey{q, "reaped-elsewhere"}, gone)
 
 	k := newLeaseKeeper(leaseKeeperParams{r: r, inflight: set, lease: time.Minute, interval: 10 * time.Second, clock: clk})
@@ -100,8 +110,17 @@ func TestLeaseKeeperBeatsOnTheClock(t *testing.T) {
 		until, _ := leaseOf(t, r, q, ds[0].ID)
 		return until.Equal(want) && gone.lost.Load(), fmt.Sprintf("lease until %v (want %v), lost %v", until, want, gone.lost.Load())
 	})
-	if !cancelled.Load() || held.lost.Load() {
-		t.Errorf("lost task cancelled %v; held task marked lost %v", cancelled.Load(), held.lost.Load())
+	if !cancelled[2].Load() || cancelled[0].Load() || held.lost.Load() {
+		t.Errorf("gone task cancelled %v; held task cancelled %v, marked lost %v", cancelled[2].Load(), cancelled[0].Load(), held.lost.Load())
+	}
+	if !stale.lost.Load() || !cancelled[1].Load() {
+		t.Errorf("a task leased again since: lost %v, cancelled %v; want both", stale.lost.Load(), cancelled[1].Load())
+	}
+	if until, _ := leaseOf(t, r, q, ds[1].ID); !until.Equal(t0.Add(time.Minute)) {
+		t.Errorf("the later dequeue's lease was moved to %v, want it left at %v", until, t0.Add(time.Minute))
+	}
+	if got := held.held.Load(); got != want.UnixMilli() {
+		t.Errorf("held lease end after the beat %d, want %d", got, want.UnixMilli())
 	}
 }
 

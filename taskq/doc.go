@@ -101,5 +101,8 @@
 // Delivery is at least once: a task taken by a worker holds a lease that
 // heartbeats extend; if the worker dies, any worker's maintenance puts the
 // task back after the lease expires and its next start is counted as a
-// duplicate.
+// duplicate. The lease's end is its holder's fencing token: a worker
+// whose lease expired and was given to a later dequeue finds out at its
+// next heartbeat (extend.lua compares the end it set) and stops the run,
+// even when the later dequeue was its own.
 package taskq

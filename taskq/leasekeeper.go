@@ -40,12 +40,14 @@ func (k *leaseKeeper) start(ctx context.Context) { k.launch(ctx, k.run) }
 // beat extends every running task's lease once.
 func (k *leaseKeeper) beat(ctx context.Context) {
 	until := k.p.clock.Now().Add(k.p.lease)
-	for q, ids := range k.p.inflight.byQueue() {
-		lost, err := k.p.r.Extend(ctx, q, until, ids)
+	for q, leases := range k.p.inflight.byQueue() {
+		lost, err := k.p.r.Extend(ctx, q, until, leases)
+		// On an error the lease runs on; the next beat tries again, with
+		// the end it holds unknown (the extend may have applied).
+		k.p.inflight.extended(q, leases, until, err == nil)
 		if err != nil {
-			continue // the lease runs on; the next beat tries again
+			continue
 		}
-		k.p.inflight.extended(q, ids, until)
 		for _, id := range lost {
 			k.p.inflight.lose(inflightKey{q, id})
 		}

@@ -49,6 +49,7 @@ func (w *Worker) process(handlerCtx, persist context.Context, d rdb.Dequeued) {
 	key := inflightKey{d.Queue, d.ID}
 	it := &inflightTask{cancel: cancel}
 	it.lease.Store(d.LeaseUntil.UnixMilli())
+	it.held.Store(max(0, d.LeaseUntil.UnixMilli()))
 	t.run = &runInfo{workerID: w.cfg.ID, host: w.host, starts: d.Starts, lease: &it.lease,
 		progress: func(ctx context.Context, v string) error {
 			ok, err := w.r.Progress(ctx, d.Queue, d.ID, v)
@@ -78,7 +79,9 @@ func (w *Worker) process(handlerCtx, persist context.Context, d rdb.Dequeued) {
 // freshLease extends d's lease before its run when it waited in the buffer
 // long enough to be near its end (the lease keeper extends running tasks
 // only); false when the lease was lost meanwhile: the reaper gave the task
-// back and another worker may run it, so this one does not.
+// back and another worker, or this one (a copy dequeued since, while this
+// one waited), may run it, so this copy does not. The check is fenced on
+// the lease end the dequeue set (extend.lua), not on the id alone.
 func (w *Worker) freshLease(persist context.Context, d *rdb.Dequeued) bool {
 	now := w.clk.Now()
 	if d.LeaseUntil.Sub(now) > w.cfg.HeartbeatInterval {
@@ -86,11 +89,12 @@ func (w *Worker) freshLease(persist context.Context, d *rdb.Dequeued) bool {
 	}
 	until := now.Add(w.cfg.LeaseDuration)
 	c, cancel := context.WithTimeout(persist, 5*time.Second)
-	lost, err := w.r.Extend(c, d.Queue, until, []string{d.ID})
+	lost, err := w.r.Extend(c, d.Queue, until, []rdb.Lease{{ID: d.ID, Held: d.LeaseUntil.UnixMilli()}})
 	cancel()
 	switch {
 	case err != nil:
-		return true // Redis is out: run it; the lease keeper finds out soon
+		d.LeaseUntil = time.Time{} // the end Redis holds is unknown now
+		return true                // Redis is out: run it; the lease keeper finds out soon
 	case len(lost) > 0:
 		w.log.Warn("taskq: a task's lease ran out while it waited for a handler; left to its new holder", "queue", d.Queue, "id", d.ID)
 		return false

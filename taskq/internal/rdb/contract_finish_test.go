@@ -325,12 +325,15 @@ func TestRequeueContract(t *testing.T) {
 }
 
 // TestExtendContract: extend.lua sets the lease of each id still leased
-// to lease_until (ZADD XX: never creates one) and returns the ids whose
-// lease is gone; an unchanged lease is not lost.
+// to lease_until (ZADD XX: never creates one) when its end is the one the
+// caller holds (or the caller does not know it: 0), and returns the ids
+// whose lease is gone or held by a later dequeue; an unchanged lease is
+// not lost.
 func TestExtendContract(t *testing.T) {
-	call := func(until time.Time, ids ...string) func(t *testing.T, r *RDB, q string) any {
+	held := lease.UnixMilli()
+	call := func(until time.Time, leases ...Lease) func(t *testing.T, r *RDB, q string) any {
 		return func(t *testing.T, r *RDB, q string) any {
-			lost, err := r.Extend(t.Context(), q, until, ids)
+			lost, err := r.Extend(t.Context(), q, until, leases)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -340,7 +343,7 @@ func TestExtendContract(t *testing.T) {
 	runContracts(t, []contract{{
 		name:  "held and lost",
 		setup: running,
-		call:  call(at(time.Minute), "x", "gone", "z"),
+		call:  call(at(time.Minute), Lease{"x", held}, Lease{"gone", held}, Lease{"z", held}),
 		want:  []string{"gone"},
 		edit: func(s *Snap, q string) {
 			s.Lease = put(put(s.Lease, "x", msf(at(time.Minute))), "z", msf(at(time.Minute)))
@@ -348,14 +351,26 @@ func TestExtendContract(t *testing.T) {
 	}, {
 		name:  "the same lease again: not lost",
 		setup: running,
-		call:  call(lease, "x"),
+		call:  call(lease, Lease{"x", held}),
 		want:  []string{},
 	}, {
 		name:  "an earlier time is set too",
 		setup: running,
-		call:  call(at(time.Second), "x"),
+		call:  call(at(time.Second), Lease{"x", held}),
 		want:  []string{},
 		edit:  func(s *Snap, q string) { s.Lease = put(s.Lease, "x", msf(at(time.Second))) },
+	}, {
+		name:  "leased again since (another end): lost, left alone",
+		setup: running,
+		call:  call(at(time.Minute), Lease{"x", held - 1}, Lease{"y", held}),
+		want:  []string{"x"},
+		edit:  func(s *Snap, q string) { s.Lease = put(s.Lease, "y", msf(at(time.Minute))) },
+	}, {
+		name:  "end unknown (0): any lease on the id is extended",
+		setup: running,
+		call:  call(at(time.Minute), Lease{"x", 0}),
+		want:  []string{},
+		edit:  func(s *Snap, q string) { s.Lease = put(s.Lease, "x", msf(at(time.Minute))) },
 	}})
 }
 

@@ -223,7 +223,7 @@ wait:
 			t.Fatal("cancel published nothing for x in 5 s")
 		}
 	}
-	lost, err := r.Extend(ctx, q, at(time.Minute), []string{"x"})
+	lost, err := r.Extend(ctx, q, at(time.Minute), []Lease{{ID: "x"}})
 	if err != nil || len(lost) != 1 {
 		t.Errorf("heartbeat after cancel: lost %v, %v; want [x]", lost, err)
 	}

@@ -121,7 +121,7 @@ func TestScriptCallsStayInOneSlot(t *testing.T) {
 			return err
 		}},
 		{"dequeue", func() error { _, err := r.Dequeue(ctx, []string{qa, qb}, 10, t0, at(time.Minute)); return err }},
-		{"extend", func() error { _, err := r.Extend(ctx, qa, at(time.Hour), []string{"x"}); return err }},
+		{"extend", func() error { _, err := r.Extend(ctx, qa, at(time.Hour), []Lease{{ID: "x"}}); return err }},
 		{"progress", func() error { _, err := r.Progress(ctx, qa, "x", "{}"); return err }},
 		{"ack", func() error { _, err := r.Ack(ctx, qa, t0, []AckItem{{ID: "x"}}); return err }},
 		{"fail", func() error { _, err := r.Fail(ctx, qa, "y", t0, "boom", time.Time{}, "r"); return err }},

@@ -390,10 +390,24 @@ func (r *RDB) Requeue(ctx context.Context, q string, ids []string) (int, error) 
 	return int(n), nil
 }
 
-// Extend pushes the leases of ids out to until and returns the ids whose
-// lease was already lost.
-func (r *RDB) Extend(ctx context.Context, q string, until time.Time, ids []string) ([]string, error) {
-	lost, err := extendScript.Exec(ctx, r.c, QueueKeys(q), append([]string{ms(until)}, ids...)).AsStrSlice()
+// Lease names a task a worker holds and the lease end it last set.
+type Lease struct {
+	ID string
+	// Held is the lease's end (Unix ms) as the holder's dequeue or last
+	// answered extend set it; 0 when unknown (an extend's answer was lost),
+	// and then any lease on the id counts as this holder's.
+	Held int64
+}
+
+// Extend pushes the leases out to until and returns the ids whose lease
+// was lost: gone, or held by a later dequeue (extend.lua).
+func (r *RDB) Extend(ctx context.Context, q string, until time.Time, leases []Lease) ([]string, error) {
+	args := make([]string, 1, 1+2*len(leases))
+	args[0] = ms(until)
+	for _, l := range leases {
+		args = append(args, l.ID, strconv.FormatInt(l.Held, 10))
+	}
+	lost, err := extendScript.Exec(ctx, r.c, QueueKeys(q), args).AsStrSlice()
 	if err != nil {
 		return nil, fmt.Errorf("rdb: extend leases in %q: %w", q, err)
 	}
