@@ -210,6 +210,7 @@ type job struct {
 }
 
 type workerSpec struct {
+	extra  []string // more flags (TLS)
 	bind   string
 	inputs []string
 	out    string
@@ -275,6 +276,7 @@ func (j *job) startWorker(w int, env ...string) *proc {
 	ws := j.workers[w]
 	args := append([]string{"sort", "worker", j.addr, "-I"}, ws.inputs...)
 	args = append(args, "-O", ws.out, "--tmp", ws.tmp, "--memory", "32MiB", "--bind", ws.bind, "--master-timeout", "3s")
+	args = append(args, ws.extra...)
 	ws.proc = startProc(j.t, fmt.Sprintf("worker %d (%s)", w, ws.bind), env, args...)
 	return ws.proc
 }

@@ -24,7 +24,7 @@ import (
 // address until close.
 type fetcher struct {
 	asg     assignment // this worker: job, index, epoch, and the master for GetPeers
-	token   string
+	creds   creds
 	dir     *workDir // where pieces are staged and committed (recv/)
 	logger  *slog.Logger
 	metrics *metrics
@@ -34,8 +34,8 @@ type fetcher struct {
 	conns map[string]*grpc.ClientConn
 }
 
-func newFetcher(asg assignment, peers []peer, token string, dir *workDir, logger *slog.Logger, m *metrics) *fetcher {
-	return &fetcher{asg: asg, token: token, dir: dir, logger: logger, metrics: m,
+func newFetcher(asg assignment, peers []peer, c creds, dir *workDir, logger *slog.Logger, m *metrics) *fetcher {
+	return &fetcher{asg: asg, creds: c, dir: dir, logger: logger, metrics: m,
 		peers: peers, conns: map[string]*grpc.ClientConn{}}
 }
 
@@ -124,7 +124,7 @@ func (f *fetcher) client(addr string) (dsortpb.WorkerClient, error) {
 	cc := f.conns[addr]
 	if cc == nil {
 		var err error
-		if cc, err = dialPeer(addr, f.token, f.metrics); err != nil {
+		if cc, err = dialPeer(addr, f.creds, f.metrics); err != nil {
 			return nil, err
 		}
 		f.conns[addr] = cc

@@ -32,6 +32,10 @@ type MasterConfig struct {
 	Addr string
 	// Token, when set, must accompany every RPC (metadata gantry-token).
 	Token string
+	// TLS, when set, is the job's mutual TLS: the master serves and dials
+	// with this certificate and accepts only peers whose certificate the
+	// CA signed (tls.go). Default: plaintext.
+	TLS TLSFiles
 	// JobID names the job. Default: random.
 	JobID string
 	// HeartbeatInterval is how often workers report. Default 500ms.
@@ -203,6 +207,8 @@ type Master struct {
 	kick    chan struct{} // buffered(1): wake the control loop
 	metrics *metrics
 	sends   sync.WaitGroup // signal deliveries started by step; Run waits for them
+	sec     security       // the job's TLS (none: plaintext)
+	creds   creds          // how the master dials workers
 
 	mu sync.Mutex // protects the fields below
 	// members are in registration order. Invariant: len <= cfg.Workers.
@@ -225,7 +231,13 @@ func NewMaster(cfg MasterConfig) (*Master, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Master{cfg: cfg, clock: cfg.Clock, kick: make(chan struct{}, 1), ended: make(chan struct{}), metrics: newMetrics(cfg.Metrics, masterRole)}, nil
+	sec, err := loadTLS(cfg.TLS, cfg.Logger)
+	if err != nil {
+		return nil, err
+	}
+	warnPlaintext(cfg.Logger, cfg.TLS.Enabled(), cfg.Addr)
+	return &Master{cfg: cfg, clock: cfg.Clock, kick: make(chan struct{}, 1), ended: make(chan struct{}), metrics: newMetrics(cfg.Metrics, masterRole),
+		sec: sec, creds: creds{token: cfg.Token, tls: sec.client}}, nil
 }
 
 // JobID returns the job's ID.
@@ -253,7 +265,7 @@ func (m *Master) Run(ctx context.Context) error {
 		open: map[string]bool{
 			dsortpb.Master_RegisterWorker_FullMethodName: true,
 			dsortpb.Master_GetJobStatus_FullMethodName:   true,
-		}, logger: m.cfg.Logger}
+		}, logger: m.cfg.Logger, tls: m.sec.server}
 	srv := grpc.NewServer(g.serverOptions()...)
 	dsortpb.RegisterMasterServer(srv, &masterRPC{m: m})
 	stopServer := serve(srv, ln)

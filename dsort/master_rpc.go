@@ -60,7 +60,7 @@ func (m *Master) register(req *dsortpb.RegisterRequest) (*dsortpb.RegisterReply,
 	if host == "" || req.GetOutputDir() == "" || len(req.GetInputDirs()) == 0 {
 		return nil, errorf(ErrBadRequest, "dsort: register: address, input dirs and output dir are required")
 	}
-	conn, err := dialMetered(req.GetAddress(), m.cfg.Token, m.metrics)
+	conn, err := dialMetered(req.GetAddress(), m.creds, m.metrics)
 	if err != nil {
 		return nil, errorf(ErrBadRequest, "%v", err)
 	}

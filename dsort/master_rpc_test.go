@@ -28,7 +28,7 @@ func startMaster(t *testing.T, cfg MasterConfig) (dsortpb.MasterClient, func() e
 	done := make(chan error, 1)
 	go func() { done <- m.Run(ctx) }()
 	addr := <-addrCh
-	cc, err := dial(addr, "")
+	cc, err := dial(addr, creds{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -97,7 +97,7 @@ func (m *Master) restore() error {
 		mb := &member{index: ms.Index, identity: ms.Identity, addr: ms.Addr, host: ms.Host, machine: ms.Machine,
 			cores: ms.Cores, inputBytes: ms.InputBytes, epoch: ms.Epoch, state: ms.State, progress: ms.Progress,
 			sample: ms.Sample, records: ms.Records, sampled: ms.Sampled, lastSeen: now, message: "re-adopted"}
-		if mb.conn, err = dialMetered(mb.addr, m.cfg.Token, m.metrics); err != nil {
+		if mb.conn, err = dialMetered(mb.addr, m.creds, m.metrics); err != nil {
 			return fmt.Errorf("dsort: re-adopt worker %d: %w", mb.index, err)
 		}
 		mb.client = dsortpb.NewWorkerClient(mb.conn)

@@ -24,7 +24,7 @@ func TestMasterHeartbeatTimeouts(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- m.Run(t.Context()) }()
-	cc, err := dial(<-addrCh, "")
+	cc, err := dial(<-addrCh, creds{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -125,7 +125,7 @@ func TestFetchFromAVanishedPeerFails(t *testing.T) {
 	defer srv.Stop()
 	proxy := newFreezingProxy(t, ln.Addr().String())
 
-	cc, err := dialPeer(proxy.ln.Addr().String(), "", nil)
+	cc, err := dialPeer(proxy.ln.Addr().String(), creds{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -244,7 +244,7 @@ func (w *Worker) shufflePhase(ctx context.Context, asg assignment, job *sortedJo
 	if err := w.track.start(Shuffling, "signal received, starting shuffle", pieces); err != nil {
 		return nil, err
 	}
-	f := newFetcher(asg, peers, w.cfg.Token, w.dir, w.cfg.Logger, w.metrics)
+	f := newFetcher(asg, peers, w.creds, w.dir, w.cfg.Logger, w.metrics)
 	defer f.close()
 	early, err := w.shuffle(ctx, f, job.merger)
 	if err != nil {

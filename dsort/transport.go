@@ -13,7 +13,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	grpcpeer "google.golang.org/grpc/peer"
@@ -51,6 +51,8 @@ type guard struct {
 	// logger, when set, hears every refused call with its reason, so that
 	// a worker turned away is never silent on the master's side.
 	logger *slog.Logger
+	// tls, when set, is the server side of the job's mutual TLS.
+	tls credentials.TransportCredentials
 }
 
 // refusedCall logs a call the server answered with an error.
@@ -137,12 +139,16 @@ func (s *guardedStream) RecvMsg(m any) error {
 }
 
 func (g *guard) serverOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(g.unary), grpc.ChainStreamInterceptor(g.stream),
+	opts := []grpc.ServerOption{grpc.ChainUnaryInterceptor(g.unary), grpc.ChainStreamInterceptor(g.stream),
 		grpc.WriteBufferSize(ioBufferSize), grpc.ReadBufferSize(ioBufferSize),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: peerPingMin}),
 		// Stop waits for the handlers too: a worker frees the memory its
 		// ShuffleData handlers read only after stopping its server.
 		grpc.WaitForHandlers(true)}
+	if g.tls != nil {
+		opts = append(opts, grpc.Creds(g.tls))
+	}
+	return opts
 }
 
 // statusOf turns an error a handler returns into a gRPC status: dsort's
@@ -228,7 +234,7 @@ func plainDialError(msg string) string {
 // dial returns a client connection that sends token on every call. Flow
 // control windows are left to gRPC's BDP estimation: setting any static
 // window size would switch it off.
-func dial(addr, token string) (*grpc.ClientConn, error) { return dialMetered(addr, token, nil) }
+func dial(addr string, c creds) (*grpc.ClientConn, error) { return dialMetered(addr, c, nil) }
 
 // Shuffle data flows into a worker over its connections to its peers,
 // whose flow-control windows bound how much of it gRPC holds (in buffers
@@ -258,16 +264,16 @@ const (
 // dialPeer is dialMetered for a connection to a peer, which carries
 // shuffle data to this worker: with static flow-control windows and pings
 // while a fetch runs.
-func dialPeer(addr, token string, m *metrics) (*grpc.ClientConn, error) {
-	return dialMetered(addr, token, m,
+func dialPeer(addr string, c creds, m *metrics) (*grpc.ClientConn, error) {
+	return dialMetered(addr, c, m,
 		grpc.WithStaticStreamWindowSize(shuffleStreamWindow), grpc.WithStaticConnWindowSize(shuffleConnWindow),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: peerPingEvery, Timeout: peerPingTimeout}))
 }
 
 // dialMetered is dial that also counts failed calls in m; extra options
 // are added.
-func dialMetered(addr, token string, m *metrics, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
-	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+func dialMetered(addr string, c creds, m *metrics, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(c.transport()),
 		grpc.WithWriteBufferSize(ioBufferSize), grpc.WithReadBufferSize(ioBufferSize)}, extra...)
 	if m != nil {
 		opts = append(opts, grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, inv grpc.UnaryInvoker, o ...grpc.CallOption) error {
@@ -278,9 +284,9 @@ func dialMetered(addr, token string, m *metrics, extra ...grpc.DialOption) (*grp
 			return err
 		}))
 	}
-	if token != "" {
+	if c.token != "" {
 		withToken := func(ctx context.Context) context.Context {
-			return metadata.AppendToOutgoingContext(ctx, tokenKey, token)
+			return metadata.AppendToOutgoingContext(ctx, tokenKey, c.token)
 		}
 		opts = append(opts,
 			grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, inv grpc.UnaryInvoker, o ...grpc.CallOption) error {
@@ -298,10 +304,14 @@ func dialMetered(addr, token string, m *metrics, extra ...grpc.DialOption) (*grp
 }
 
 // JobStatus asks the master at addr for the job's status, sending token
-// when it is set. Errors carry the master's message without gRPC's
-// decoration.
-func JobStatus(ctx context.Context, addr, token string) (JobInfo, error) {
-	cc, err := dial(addr, token)
+// when it is set, over TLS when files name a certificate. Errors carry the
+// master's message without gRPC's decoration.
+func JobStatus(ctx context.Context, addr, token string, files TLSFiles) (JobInfo, error) {
+	sec, err := loadTLS(files, nil)
+	if err != nil {
+		return JobInfo{}, err
+	}
+	cc, err := dial(addr, creds{token: token, tls: sec.client})
 	if err != nil {
 		return JobInfo{}, err
 	}
@@ -311,6 +321,11 @@ func JobStatus(ctx context.Context, addr, token string) (JobInfo, error) {
 	case codes.OK:
 		return jobInfoFromPB(js), nil
 	case codes.Unavailable, codes.DeadlineExceeded:
+		if msg := statusMessage(err); handshakeRefused(msg) {
+			return JobInfo{}, fmt.Errorf("dsort: the TLS handshake with the master at %s failed: %s", addr, msg)
+		} else if !files.Enabled() && strings.Contains(msg, "error reading server preface") {
+			return JobInfo{}, fmt.Errorf("dsort: the master at %s closed a plaintext connection: it serves TLS (give --tls-cert, --tls-key and --tls-ca; gantry sort certs makes client.crt for this)", addr)
+		}
 		// Nothing listens there (a master exits once its job has ended),
 		// or nothing answers: gRPC's dial error says the same less
 		// plainly.

@@ -47,6 +47,8 @@ type WorkerConfig struct {
 	Port int
 	// Token, when set, accompanies every RPC and is required of callers.
 	Token string
+	// TLS, when set, is the job's mutual TLS (MasterConfig.TLS).
+	TLS TLSFiles
 	// SampleSize is how many keys the worker samples. Default 10000.
 	SampleSize int
 	// RegisterTimeout is how long to keep trying to reach the master at
@@ -167,6 +169,8 @@ type Worker struct {
 	cores   int // the cores this worker uses (shareCores)
 	machine int // GOMAXPROCS when the worker was made: the cores shareCores divides
 	metrics *metrics
+	sec     security // the job's TLS (none: plaintext)
+	creds   creds    // how the worker dials the master and its peers
 	dir     *workDir // locked from prepare to cleanup
 	out     output
 
@@ -208,8 +212,13 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	sec, err := loadTLS(cfg.TLS, cfg.Logger)
+	if err != nil {
+		return nil, err
+	}
 	w := &Worker{cfg: cfg, clock: cfg.Clock, cores: runtime.GOMAXPROCS(0), machine: runtime.GOMAXPROCS(0), metrics: newMetrics(cfg.Metrics, workerRole),
-		dir: newWorkDir(cfg.TempDir, cfg.Inputs, cfg.Output), kick: make(chan struct{}, 1), signals: newSignals()}
+		dir: newWorkDir(cfg.TempDir, cfg.Inputs, cfg.Output), kick: make(chan struct{}, 1), signals: newSignals(),
+		sec: sec, creds: creds{token: cfg.Token, tls: sec.client}}
 	w.out = output{dir: cfg.Output, logger: cfg.Logger, clock: cfg.Clock}
 	w.track = &phaseTracker{clock: cfg.Clock, metrics: w.metrics, logger: cfg.Logger}
 	w.pieces = newPieceServer(w.dir.path, w.fault)
@@ -284,7 +293,8 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 		return err
 	}
 	sd.server = stop
-	conn, err := dialMetered(w.cfg.Master, w.cfg.Token, w.metrics)
+	warnPlaintext(w.cfg.Logger, w.cfg.TLS.Enabled(), w.cfg.Master, addr)
+	conn, err := dialMetered(w.cfg.Master, w.creds, w.metrics)
 	if err != nil {
 		return err
 	}
@@ -402,7 +412,7 @@ func (w *Worker) start() (addr string, stop func(), err error) {
 	if err != nil {
 		return "", nil, fmt.Errorf("dsort: worker listen: %w", err)
 	}
-	g := &guard{token: w.cfg.Token, metrics: w.metrics, jobID: func() string { return w.assigned().jobID }}
+	g := &guard{token: w.cfg.Token, metrics: w.metrics, jobID: func() string { return w.assigned().jobID }, logger: w.cfg.Logger, tls: w.sec.server}
 	srv := grpc.NewServer(append(g.serverOptions(), sendChunks)...)
 	dsortpb.RegisterWorkerServer(srv, &workerRPC{w: w})
 	return ln.Addr().String(), serve(srv, ln), nil
@@ -460,6 +470,9 @@ func (w *Worker) register(ctx context.Context, master dsortpb.MasterClient, addr
 		if succeeded(last) {
 			return backoff.Permanent(errorf(ErrJobSucceeded, "dsort: master %s: %s", w.cfg.Master, statusMessage(last)))
 		}
+		if last != nil && handshakeRefused(statusMessage(last)) {
+			return backoff.Permanent(fmt.Errorf("dsort: the TLS handshake with master %s failed (is this worker's certificate signed by the job's CA, and the master's by this one's --tls-ca?): %s", w.cfg.Master, statusMessage(last)))
+		}
 		if last != nil && !retryable(last) {
 			return backoff.Permanent(fmt.Errorf("dsort: register with master %s: %s", w.cfg.Master, statusMessage(last)))
 		}
@@ -472,11 +485,15 @@ func (w *Worker) register(ctx context.Context, master dsortpb.MasterClient, addr
 	case err == nil:
 	case ctx.Err() != nil:
 		return nil, ctx.Err()
-	case backoff.IsPermanent(err) || !retryable(last):
+	case backoff.IsPermanent(err) || !retryable(last) || handshakeRefused(statusMessage(last)):
 		return nil, err
 	default:
-		return nil, fmt.Errorf("%w: cannot register with %s for %s: %s; the output directory %s was left as it was",
-			ErrMasterLost, w.cfg.Master, timeout, statusMessage(last), w.cfg.Output)
+		hint := ""
+		if !w.cfg.TLS.Enabled() && strings.Contains(statusMessage(last), "error reading server preface") {
+			hint = " (a master that serves TLS answers a plaintext worker so: give the job's --tls-cert, --tls-key and --tls-ca)"
+		}
+		return nil, fmt.Errorf("%w: cannot register with %s for %s: %s%s; the output directory %s was left as it was",
+			ErrMasterLost, w.cfg.Master, timeout, statusMessage(last), hint, w.cfg.Output)
 	}
 	asg := assignment{jobID: rep.GetJobId(), index: int(rep.GetIndex()), epoch: rep.GetEpoch(),
 		numWorkers: int(rep.GetNumWorkers()), master: master}

@@ -8,7 +8,9 @@
 #
 # dsort: the time from the master's start to the exit of the last process
 # (master and every worker), WORKERS workers on this machine, each on its own
-# loopback address (127.0.0.2, …), RECORDS/WORKERS binary records each.
+# loopback address (127.0.0.2, …), RECORDS/WORKERS binary records each; then
+# the same job with mutual TLS (certificates from `gantry sort certs`), to
+# quote what TLS costs.
 # Baseline: `LC_ALL=C sort --parallel=2 -S 4G` on the ASCII form (gensort -a)
 # of the same record numbers in one file: GNU sort is line-based, and every
 # ASCII record is one CRLF-terminated line.
@@ -53,9 +55,14 @@ sync
 
 : >"$work/results"
 
-# run_dsort ROUND: one job, master start to last exit.
+"$G" sort certs "$work/tls" --hosts "$(seq -s, -f '127.0.0.%g' 1 $((W + 1)))" >/dev/null
+# tls_flags HOST: the TLS flags of HOST's certificate.
+tls_flags() { echo --tls-cert "$work/tls/$1.crt" --tls-key "$work/tls/$1.key" --tls-ca "$work/tls/ca.crt"; }
+
+# run_dsort ROUND [tls]: one job, master start to last exit.
 run_dsort() {
-	local r=$1 l
+	local r=$1 mode=${2:-} l label="dsort-${W}w-e2e" mtls=() wtls=()
+	[ "$mode" = tls ] && label="dsort-${W}w-tls" && read -ra mtls <<<"$(tls_flags 127.0.0.1)"
 	l=$(load)
 	for i in $(seq 0 $((W - 1))); do rm -rf "$work/w$i/out"; mkdir -p "$work/w$i/out"; done
 	sync
@@ -65,13 +72,14 @@ run_dsort() {
 	local prof=() wprof=()
 	[ -n "${PROFILE:-}" ] && mkdir -p "$PROFILE" && prof=(--cpuprofile "$PROFILE/master.$r.prof")
 	: >"$work/master.out" # master_port must not read the previous round's port
-	"$G" sort master "$W" "${prof[@]}" >"$work/master.out" 2>"$work/master.err" &
+	"$G" sort master "$W" "${prof[@]}" "${mtls[@]}" >"$work/master.out" 2>"$work/master.err" &
 	pids+=($!)
 	local port
 	port=$(master_port)
 	for i in $(seq 0 $((W - 1))); do
 		[ -n "${PROFILE:-}" ] && wprof=(--cpuprofile "$PROFILE/w$i.$r.prof")
-		"$G" sort worker "127.0.0.1:$port" --bind "127.0.0.$((i + 2))" "${wprof[@]}" \
+		[ "$mode" = tls ] && read -ra wtls <<<"$(tls_flags "127.0.0.$((i + 2))")"
+		"$G" sort worker "127.0.0.1:$port" --bind "127.0.0.$((i + 2))" "${wprof[@]}" "${wtls[@]}" \
 			-I "$work/w$i/in" -O "$work/w$i/out" --tmp "$work/tmp" 2>"$work/w$i.err" &
 		pids+=($!)
 	done
@@ -83,7 +91,8 @@ run_dsort() {
 		tail -20 "$work/master.err" >&2
 		exit 1
 	fi
-	echo "dsort-${W}w-e2e $(awk -v s="$start" -v e="$end" 'BEGIN {printf "%.2f", e - s}') $l" >>"$work/results"
+	echo "$label $(awk -v s="$start" -v e="$end" 'BEGIN {printf "%.2f", e - s}') $l" >>"$work/results"
+	[ "$mode" = tls ] && return
 	# The master's own figure (registration of the last worker to success),
 	# to see what start-up and exit add to the end-to-end time.
 	echo "dsort-master-job $(sed -n 's/^job succeeded in \([0-9.]*\)\(m*s\):.*/\1 \2/p' "$work/master.err" |
@@ -108,6 +117,8 @@ measure() {
 for r in $(seq "$ROUNDS"); do
 	echo "round $r/$ROUNDS" >&2
 	run_dsort "$r"
+	check_output "$in_sum"
+	run_dsort "$r" tls
 	rm -f "$work/gnu.out"
 	measure gnu-sort-4G-2GB env LC_ALL=C sort --parallel=2 -S 4G -T "$work/tmp" -o "$work/gnu.out" "$work/asc/input"
 	rm -f "$work/gnu.out"
@@ -131,7 +142,7 @@ awk '{printf "  %-20s %8.2f s   load %s\n", $1, $2, $3}' "$work/results"
 echo
 echo "$N records ($((N / 10000)) MB) for dsort, $NL for sort local; $ROUNDS rounds; $(nproc) CPUs; $(date -u +'%F %H:%M UTC')"
 printf "%-20s %9s %8s\n" contender median_s MB/s
-for l in "dsort-${W}w-e2e" dsort-master-job gnu-sort-4G-2GB local-256MiB-1GB gnu-sort-256M-1GB; do
+for l in "dsort-${W}w-e2e" "dsort-${W}w-tls" dsort-master-job gnu-sort-4G-2GB local-256MiB-1GB gnu-sort-256M-1GB; do
 	s=$(median_of "$l")
 	b=$N
 	case $l in *1GB) b=$NL ;; esac
@@ -140,6 +151,8 @@ done
 echo
 printf "dsort end to end (%d workers, master start to last exit) vs GNU sort -S 4G: %.2fx, %.0f MB/s (goal 3x and 450 MB/s)\n" "$W" \
 	"$(div "$(median_of gnu-sort-4G-2GB)" "$(median_of "dsort-${W}w-e2e")")" "$(div "$N * 100" "1000000 * $(median_of "dsort-${W}w-e2e")")"
+printf "dsort with mutual TLS vs without:                                         %.2fx the time (goal within 1.15x)\n" \
+	"$(div "$(median_of "dsort-${W}w-tls")" "$(median_of "dsort-${W}w-e2e")")"
 printf "sort local --memory 256MiB vs GNU sort -S 256M:                          %.2fx (goal 4x)\n" \
 	"$(div "$(median_of gnu-sort-256M-1GB)" "$(median_of local-256MiB-1GB)")"
 echo "dsort output of the last round: $(tail -1 "$work/valsort.out"), checksum $out_sum = input's"

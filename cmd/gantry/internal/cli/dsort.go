@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/term"
 
 	"github.com/gantryhq/gantry/dsort"
@@ -53,9 +54,49 @@ func testHooks(stderr io.Writer, hook *func(context.Context, string)) (time.Dura
 // exitProcess is what the watchdog calls.
 var exitProcess = os.Exit
 
-// addDistributedSortCmds adds `sort master`, `sort worker` and `sort status`.
+// addDistributedSortCmds adds `sort master`, `sort worker`, `sort status`
+// and `sort certs`.
 func addDistributedSortCmds(parent *cobra.Command, env *Env) {
-	parent.AddCommand(newSortMasterCmd(env), newSortWorkerCmd(env), newSortStatusCmd(env))
+	parent.AddCommand(newSortMasterCmd(env), newSortWorkerCmd(env), newSortStatusCmd(env), newSortCertsCmd(env))
+}
+
+// addTLSFlags adds the job's mutual TLS flags (dsort.TLSFiles).
+func addTLSFlags(f *pflag.FlagSet, t *dsort.TLSFiles) {
+	f.StringVar(&t.Cert, "tls-cert", os.Getenv("GANTRY_TLS_CERT"), "this process's TLS certificate (PEM; with --tls-key and --tls-ca: mutual TLS; default $GANTRY_TLS_CERT)")
+	f.StringVar(&t.Key, "tls-key", os.Getenv("GANTRY_TLS_KEY"), "the certificate's private key (default $GANTRY_TLS_KEY)")
+	f.StringVar(&t.CA, "tls-ca", os.Getenv("GANTRY_TLS_CA"), "the job's CA: peers must show a certificate it signed (default $GANTRY_TLS_CA)")
+}
+
+func newSortCertsCmd(env *Env) *cobra.Command {
+	var hosts []string
+	var validity time.Duration
+	cmd := &cobra.Command{
+		Use:   "certs DIR --hosts HOST,...",
+		Short: "Make a CA and certificates for a distributed sort's mutual TLS",
+		Long: `certs writes a new CA (ca.crt, ca.key) into DIR and, for each host, HOST.crt and
+HOST.key: a certificate for serving at that IP address or DNS name and for
+dialing the job's other processes; plus client.crt and client.key for
+gantry sort status. Give every process --tls-ca DIR/ca.crt and its own
+certificate and key; a peer without a certificate the CA signed is refused
+at the handshake. Keys are ECDSA P-256, readable by the owner only. Files
+are never overwritten: if any exists, nothing is written.`,
+		Example: `  gantry sort certs tls --hosts 10.0.0.1,10.0.0.2,10.0.0.3
+  gantry sort master 2 --bind 10.0.0.1 --tls-cert tls/10.0.0.1.crt --tls-key tls/10.0.0.1.key --tls-ca tls/ca.crt`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			paths, err := dsort.MakeCerts(args[0], hosts, validity)
+			if err != nil {
+				return fmt.Errorf("sort certs: %w", err)
+			}
+			for _, p := range paths {
+				fmt.Fprintln(env.Stdout, p)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringSliceVar(&hosts, "hosts", nil, "the IP addresses or DNS names the master and workers listen on (comma-separated)")
+	cmd.Flags().DurationVar(&validity, "valid-for", 365*24*time.Hour, "how long the certificates are valid")
+	return cmd
 }
 
 func isTerminal(w io.Writer) bool {
@@ -122,6 +163,7 @@ aborts the job. The exit status is 0 only when the whole job succeeded.`,
 	f.DurationVar(&o.cfg.HeartbeatInterval, "heartbeat", 500*time.Millisecond, "how often workers report")
 	f.Var(sizeValue{&o.cfg.PartitionSize}, "partition-size", "target partition size (default 64MiB; at least one partition per core)")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9090; default: off)")
+	addTLSFlags(f, &o.cfg.TLS)
 	return cmd
 }
 
@@ -328,6 +370,7 @@ exits within 15 s whatever hangs.`,
 	f.BoolVar(&o.cfg.Rerun, "rerun", false, "join a job even when the output holds the completed result of these inputs (default: then exit 0 at once, nothing to do, unless a master listens at its address within 1s)")
 	f.DurationVar(&o.cfg.MasterTimeout, "master-timeout", 30*time.Second, "give up when the master stays unreachable this long")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9091; default: off)")
+	addTLSFlags(f, &o.cfg.TLS)
 	return cmd
 }
 
@@ -406,25 +449,27 @@ func faultHook(stderr io.Writer, points []string) func(context.Context, string) 
 
 func newSortStatusCmd(env *Env) *cobra.Command {
 	var token string
+	var tlsFiles dsort.TLSFiles
 	cmd := &cobra.Command{
 		Use:     "status MASTER_IP:PORT",
 		Short:   "Show each worker's state, phase, progress and phase durations",
 		Example: `  gantry sort status 10.0.0.1:30040`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runSortStatus(cmd.Context(), env, args[0], token)
+			return runSortStatus(cmd.Context(), env, args[0], token, tlsFiles)
 		},
 	}
 	cmd.Flags().StringVar(&token, "token", os.Getenv("GANTRY_TOKEN"), "shared secret (default $GANTRY_TOKEN)")
+	addTLSFlags(cmd.Flags(), &tlsFiles)
 	return cmd
 }
 
 // runSortStatus is `sort status MASTER`: the job's phase and a row per
 // worker, from the master's GetJobStatus.
-func runSortStatus(ctx context.Context, env *Env, master, token string) error {
+func runSortStatus(ctx context.Context, env *Env, master, token string, tlsFiles dsort.TLSFiles) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	js, err := dsort.JobStatus(ctx, master, token)
+	js, err := dsort.JobStatus(ctx, master, token, tlsFiles)
 	if err != nil {
 		return fmt.Errorf("sort status: %w", err)
 	}
