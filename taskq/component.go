@@ -2,6 +2,7 @@ package taskq
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -187,11 +188,18 @@ type inflightTask struct {
 	// lease is the lease's end (Unix ms) as last extended; the lease keeper
 	// Stores, the handler's Task.LeaseDeadline Loads.
 	lease atomic.Int64
-	// held is the lease end Redis holds for this run as far as the worker
-	// knows, the fencing token extend.lua checks; 0 after an extend whose
-	// answer was lost (it may or may not have applied).
-	held atomic.Int64
+	// held and maybe (under inflightSet.mu) are the lease ends this run
+	// may hold in Redis, the fencing token extend.lua checks: held as the
+	// dequeue or the last answered extend set it, maybe those of extends
+	// since whose answer was lost (each may or may not have applied).
+	held  int64
+	maybe []int64
 }
+
+// maxMaybe bounds a run's unanswered extends: a lease outlives only a few
+// heartbeats, so a run whose last maxMaybe extends went unanswered has
+// lost it (its next beat will say so).
+const maxMaybe = 16
 
 // inflightSet is the tasks whose handlers run now; the processors add and
 // remove, the lease keeper reads and marks lost. Any goroutine.
@@ -203,17 +211,43 @@ type inflightSet struct {
 
 func newInflightSet() *inflightSet { return &inflightSet{m: map[inflightKey]*inflightTask{}} }
 
-func (s *inflightSet) add(k inflightKey, t *inflightTask) { s.mu.Lock(); s.m[k] = t; s.mu.Unlock() }
-func (s *inflightSet) remove(k inflightKey)               { s.mu.Lock(); delete(s.m, k); s.mu.Unlock() }
-func (s *inflightSet) len() int                           { s.mu.Lock(); defer s.mu.Unlock(); return len(s.m) }
-
-// byQueue lists the running tasks' leases per queue.
-func (s *inflightSet) byQueue() map[string][]rdb.Lease {
+// add records a run; a run of the same task already there lost its
+// lease (a later dequeue leased the task again) and is stopped.
+func (s *inflightSet) add(k inflightKey, t *inflightTask) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := map[string][]rdb.Lease{}
+	if old := s.m[k]; old != nil && old != t {
+		old.lost.Store(true)
+		old.cancel()
+	}
+	s.m[k] = t
+}
+
+// remove drops run t of k (not a later run that replaced it).
+func (s *inflightSet) remove(k inflightKey, t *inflightTask) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m[k] == t {
+		delete(s.m, k)
+	}
+}
+
+func (s *inflightSet) len() int { s.mu.Lock(); defer s.mu.Unlock(); return len(s.m) }
+
+// heldRun is a running task and the lease ends it may hold, as the lease
+// keeper read them.
+type heldRun struct {
+	t     *inflightTask
+	lease rdb.Lease
+}
+
+// byQueue lists the runs and their leases per queue.
+func (s *inflightSet) byQueue() map[string][]heldRun {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string][]heldRun{}
 	for k, t := range s.m {
-		out[k.queue] = append(out[k.queue], rdb.Lease{ID: k.id, Held: t.held.Load()})
+		out[k.queue] = append(out[k.queue], heldRun{t, rdb.Lease{ID: k.id, Held: t.held, Maybe: slices.Clone(t.maybe)}})
 	}
 	return out
 }
@@ -232,33 +266,30 @@ func (s *inflightSet) cancelTask(k inflightKey) bool {
 	return true
 }
 
-// extended records the outcome of an extend of leases in queue q to
-// until: the new lease end when the answer came (ok), else that the end
-// Redis holds is unknown.
-func (s *inflightSet) extended(q string, leases []rdb.Lease, until time.Time, ok bool) {
+// extended records the outcome of an extend of runs to until: the new
+// lease end when the answer came, else one more end they may hold.
+func (s *inflightSet) extended(runs []heldRun, until time.Time, answered bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, l := range leases {
-		t := s.m[inflightKey{q, l.ID}]
+	ms := until.UnixMilli()
+	for _, r := range runs {
+		t := r.t
 		switch {
-		case t == nil:
-		case ok:
-			t.lease.Store(until.UnixMilli())
-			t.held.Store(until.UnixMilli())
-		default:
-			t.held.Store(0)
+		case answered:
+			t.lease.Store(ms)
+			t.held, t.maybe = ms, nil
+		case len(t.maybe) < maxMaybe:
+			t.maybe = append(t.maybe, ms)
 		}
 	}
 }
 
-// lose marks a running task's lease lost and cancels its handler.
-func (s *inflightSet) lose(k inflightKey) {
+// lose marks a run's lease lost and cancels its handler.
+func (s *inflightSet) lose(t *inflightTask) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if t := s.m[k]; t != nil {
-		t.lost.Store(true)
-		t.cancel()
-	}
+	t.lost.Store(true)
+	t.cancel()
 }
 
 // retryRedis runs fn until it succeeds or ctx ends, backing off (capped)

@@ -84,11 +84,12 @@ func TestLeaseKeeperBeatsOnTheClock(t *testing.T) {
 	set := newInflightSet()
 	var cancelled [3]atomic.Bool
 	task := func(i int, held time.Time) *inflightTask {
-		it := &inflightTask{cancel: func() { cancelled[i].Store(true) }}
-		it.held.Store(held.UnixMilli())
-		return it
+		return &inflightTask{cancel: func() { cancelled[i].Store(true) }, held: held.UnixMilli()}
 	}
-	held := task(0, t0.Add(time.Minute))
+	// held: its last extend went unanswered but did apply (its end is
+	// among the maybe ends)
+	held := task(0, t0.Add(time.Minute-time.Second))
+	held.maybe = []int64{t0.Add(time.Minute).UnixMilli()}
 	// leased again: the reaper gave it back and a dequeue leased it anew
 	// (its end is no longer the one this worker holds)
 	stale := task(1, t0.Add(time.Minute-time.Millisecond))
@@ -119,8 +120,45 @@ func TestLeaseKeeperBeatsOnTheClock(t *testing.T) {
 	if until, _ := leaseOf(t, r, q, ds[1].ID); !until.Equal(t0.Add(time.Minute)) {
 		t.Errorf("the later dequeue's lease was moved to %v, want it left at %v", until, t0.Add(time.Minute))
 	}
-	if got := held.held.Load(); got != want.UnixMilli() {
-		t.Errorf("held lease end after the beat %d, want %d", got, want.UnixMilli())
+	set.mu.Lock()
+	if held.held != want.UnixMilli() || len(held.maybe) != 0 {
+		t.Errorf("held lease end after the beat %d (maybe %v), want %d and none", held.held, held.maybe, want.UnixMilli())
+	}
+	set.mu.Unlock()
+}
+
+// A second run of the same task (a later dequeue leased it again while the
+// first ran on) stops the first; the first's end removes only itself; an
+// unanswered extend adds a maybe end, an answered one settles it.
+func TestInflightSetKeepsRunsApart(t *testing.T) {
+	set := newInflightSet()
+	k := inflightKey{"q", "x"}
+	var firstCancelled atomic.Bool
+	first := &inflightTask{cancel: func() { firstCancelled.Store(true) }, held: 1000}
+	second := &inflightTask{cancel: func() {}, held: 2000}
+	set.add(k, first)
+	set.add(k, second)
+	if !first.lost.Load() || !firstCancelled.Load() || second.lost.Load() {
+		t.Fatalf("after a second run: first lost %v cancelled %v, second lost %v; want true, true, false",
+			first.lost.Load(), firstCancelled.Load(), second.lost.Load())
+	}
+	set.remove(k, first)
+	runs := set.byQueue()["q"]
+	if len(runs) != 1 || runs[0].t != second || runs[0].lease.Held != 2000 {
+		t.Fatalf("after the first run ended: %+v, want the second run with end 2000", runs)
+	}
+	set.extended(runs, time.UnixMilli(3000), false)
+	set.extended(runs, time.UnixMilli(4000), false)
+	if r := set.byQueue()["q"][0].lease; r.Held != 2000 || fmt.Sprint(r.Maybe) != "[3000 4000]" {
+		t.Fatalf("after two unanswered extends: %+v, want held 2000, maybe [3000 4000]", r)
+	}
+	set.extended(runs, time.UnixMilli(5000), true)
+	if r := set.byQueue()["q"][0].lease; r.Held != 5000 || len(r.Maybe) != 0 || second.lease.Load() != 5000 {
+		t.Fatalf("after an answered extend: %+v (lease %d), want held 5000, no maybe", r, second.lease.Load())
+	}
+	set.remove(k, second)
+	if set.len() != 0 {
+		t.Fatal("the second run's end left it in the set")
 	}
 }
 

@@ -40,16 +40,24 @@ func (k *leaseKeeper) start(ctx context.Context) { k.launch(ctx, k.run) }
 // beat extends every running task's lease once.
 func (k *leaseKeeper) beat(ctx context.Context) {
 	until := k.p.clock.Now().Add(k.p.lease)
-	for q, leases := range k.p.inflight.byQueue() {
+	for q, runs := range k.p.inflight.byQueue() {
+		leases := make([]rdb.Lease, len(runs))
+		for i, r := range runs {
+			leases[i] = r.lease
+		}
 		lost, err := k.p.r.Extend(ctx, q, until, leases)
 		// On an error the lease runs on; the next beat tries again, with
-		// the end it holds unknown (the extend may have applied).
-		k.p.inflight.extended(q, leases, until, err == nil)
+		// this beat's end among those the run may hold.
+		k.p.inflight.extended(runs, until, err == nil)
 		if err != nil {
 			continue
 		}
 		for _, id := range lost {
-			k.p.inflight.lose(inflightKey{q, id})
+			for _, r := range runs {
+				if r.lease.ID == id {
+					k.p.inflight.lose(r.t)
+				}
+			}
 		}
 	}
 }

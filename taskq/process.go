@@ -33,7 +33,11 @@ func (w *Worker) process(handlerCtx, persist context.Context, d rdb.Dequeued) {
 		w.m.duplicates.WithLabelValues(d.Queue).Inc()
 	}
 	m, t, h, ok := w.prepare(persist, d)
-	if !ok || !w.freshLease(persist, &d) {
+	if !ok {
+		return
+	}
+	maybe, fresh := w.freshLease(persist, &d)
+	if !fresh {
 		return
 	}
 	timeout := w.cfg.DefaultTimeout
@@ -49,7 +53,7 @@ func (w *Worker) process(handlerCtx, persist context.Context, d rdb.Dequeued) {
 	key := inflightKey{d.Queue, d.ID}
 	it := &inflightTask{cancel: cancel}
 	it.lease.Store(d.LeaseUntil.UnixMilli())
-	it.held.Store(max(0, d.LeaseUntil.UnixMilli()))
+	it.held, it.maybe = d.LeaseUntil.UnixMilli(), maybe
 	t.run = &runInfo{workerID: w.cfg.ID, host: w.host, starts: d.Starts, lease: &it.lease,
 		progress: func(ctx context.Context, v string) error {
 			ok, err := w.r.Progress(ctx, d.Queue, d.ID, v)
@@ -64,11 +68,11 @@ func (w *Worker) process(handlerCtx, persist context.Context, d rdb.Dequeued) {
 	if m.EnqueuedAt > 0 {
 		t.run.enqueuedAt = time.UnixMilli(m.EnqueuedAt)
 	}
-	w.inflight.add(key, it)
+	w.inflight.add(key, it) // before the handler: the lease keeper and canceller see it
 	start := time.Now()
 	err, abandoned := w.runHandler(tctx, h, t)
 	cancel()
-	w.inflight.remove(key)
+	w.inflight.remove(key, it)
 	ran := time.Since(start)
 	w.runTimes.add(ran)
 	w.m.duration.WithLabelValues(d.Queue).Observe(ran.Seconds())
@@ -81,11 +85,12 @@ func (w *Worker) process(handlerCtx, persist context.Context, d rdb.Dequeued) {
 // only); false when the lease was lost meanwhile: the reaper gave the task
 // back and another worker, or this one (a copy dequeued since, while this
 // one waited), may run it, so this copy does not. The check is fenced on
-// the lease end the dequeue set (extend.lua), not on the id alone.
-func (w *Worker) freshLease(persist context.Context, d *rdb.Dequeued) bool {
+// the lease end the dequeue set (extend.lua), not on the id alone. maybe
+// is the end of an extend whose answer was lost (it may have applied).
+func (w *Worker) freshLease(persist context.Context, d *rdb.Dequeued) (maybe []int64, ok bool) {
 	now := w.clk.Now()
 	if d.LeaseUntil.Sub(now) > w.cfg.HeartbeatInterval {
-		return true
+		return nil, true
 	}
 	until := now.Add(w.cfg.LeaseDuration)
 	c, cancel := context.WithTimeout(persist, 5*time.Second)
@@ -93,14 +98,13 @@ func (w *Worker) freshLease(persist context.Context, d *rdb.Dequeued) bool {
 	cancel()
 	switch {
 	case err != nil:
-		d.LeaseUntil = time.Time{} // the end Redis holds is unknown now
-		return true                // Redis is out: run it; the lease keeper finds out soon
+		return []int64{until.UnixMilli()}, true // Redis is out: run it; the lease keeper finds out soon
 	case len(lost) > 0:
 		w.log.Warn("taskq: a task's lease ran out while it waited for a handler; left to its new holder", "queue", d.Queue, "id", d.ID)
-		return false
+		return nil, false
 	}
 	d.LeaseUntil = until
-	return true
+	return nil, true
 }
 
 // outcome reports how the run that began at start ended: cancelled or

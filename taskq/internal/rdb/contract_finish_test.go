@@ -325,10 +325,9 @@ func TestRequeueContract(t *testing.T) {
 }
 
 // TestExtendContract: extend.lua sets the lease of each id still leased
-// to lease_until (ZADD XX: never creates one) when its end is the one the
-// caller holds (or the caller does not know it: 0), and returns the ids
-// whose lease is gone or held by a later dequeue; an unchanged lease is
-// not lost.
+// to lease_until (ZADD XX: never creates one) when its end is one the
+// caller may have set, and returns the ids whose lease is gone or held by
+// a later dequeue; an unchanged lease is not lost.
 func TestExtendContract(t *testing.T) {
 	held := lease.UnixMilli()
 	call := func(until time.Time, leases ...Lease) func(t *testing.T, r *RDB, q string) any {
@@ -343,7 +342,7 @@ func TestExtendContract(t *testing.T) {
 	runContracts(t, []contract{{
 		name:  "held and lost",
 		setup: running,
-		call:  call(at(time.Minute), Lease{"x", held}, Lease{"gone", held}, Lease{"z", held}),
+		call:  call(at(time.Minute), Lease{ID: "x", Held: held}, Lease{ID: "gone", Held: held}, Lease{ID: "z", Held: held}),
 		want:  []string{"gone"},
 		edit: func(s *Snap, q string) {
 			s.Lease = put(put(s.Lease, "x", msf(at(time.Minute))), "z", msf(at(time.Minute)))
@@ -351,24 +350,24 @@ func TestExtendContract(t *testing.T) {
 	}, {
 		name:  "the same lease again: not lost",
 		setup: running,
-		call:  call(lease, Lease{"x", held}),
+		call:  call(lease, Lease{ID: "x", Held: held}),
 		want:  []string{},
 	}, {
 		name:  "an earlier time is set too",
 		setup: running,
-		call:  call(at(time.Second), Lease{"x", held}),
+		call:  call(at(time.Second), Lease{ID: "x", Held: held}),
 		want:  []string{},
 		edit:  func(s *Snap, q string) { s.Lease = put(s.Lease, "x", msf(at(time.Second))) },
 	}, {
 		name:  "leased again since (another end): lost, left alone",
 		setup: running,
-		call:  call(at(time.Minute), Lease{"x", held - 1}, Lease{"y", held}),
+		call:  call(at(time.Minute), Lease{ID: "x", Held: held - 1}, Lease{ID: "y", Held: held}),
 		want:  []string{"x"},
 		edit:  func(s *Snap, q string) { s.Lease = put(s.Lease, "y", msf(at(time.Minute))) },
 	}, {
-		name:  "end unknown (0): any lease on the id is extended",
+		name:  "the end of an unanswered extend: held",
 		setup: running,
-		call:  call(at(time.Minute), Lease{"x", 0}),
+		call:  call(at(time.Minute), Lease{ID: "x", Held: held - 5000, Maybe: []int64{held - 1, held}}),
 		want:  []string{},
 		edit:  func(s *Snap, q string) { s.Lease = put(s.Lease, "x", msf(at(time.Minute))) },
 	}})

@@ -390,13 +390,13 @@ func (r *RDB) Requeue(ctx context.Context, q string, ids []string) (int, error) 
 	return int(n), nil
 }
 
-// Lease names a task a worker holds and the lease end it last set.
+// Lease names a task a worker holds and the lease ends it may have set:
+// Held, by its dequeue or last answered extend, and Maybe, by extends
+// since whose answer was lost (each may or may not have applied).
 type Lease struct {
-	ID string
-	// Held is the lease's end (Unix ms) as the holder's dequeue or last
-	// answered extend set it; 0 when unknown (an extend's answer was lost),
-	// and then any lease on the id counts as this holder's.
-	Held int64
+	ID    string
+	Held  int64 // Unix ms
+	Maybe []int64
 }
 
 // Extend pushes the leases out to until and returns the ids whose lease
@@ -405,7 +405,11 @@ func (r *RDB) Extend(ctx context.Context, q string, until time.Time, leases []Le
 	args := make([]string, 1, 1+2*len(leases))
 	args[0] = ms(until)
 	for _, l := range leases {
-		args = append(args, l.ID, strconv.FormatInt(l.Held, 10))
+		ends := strconv.AppendInt(nil, l.Held, 10)
+		for _, m := range l.Maybe {
+			ends = strconv.AppendInt(append(ends, ','), m, 10)
+		}
+		args = append(args, l.ID, string(ends))
 	}
 	lost, err := extendScript.Exec(ctx, r.c, QueueKeys(q), args).AsStrSlice()
 	if err != nil {
