@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -33,6 +34,9 @@ func MakeCerts(dir string, hosts []string, validity time.Duration) ([]string, er
 	for _, h := range hosts {
 		if h == "" || strings.ContainsAny(h, `/\`) || h == "ca" || h == "client" {
 			return nil, errorf(ErrConfig, "%q is not a host name or IP address", h)
+		}
+		if slices.Contains(names, h) {
+			return nil, errorf(ErrConfig, "host %q is named twice", h)
 		}
 		names = append(names, h)
 	}

@@ -3,11 +3,14 @@ package dsort
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"os"
 	"strings"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -93,12 +96,27 @@ func loadTLS(f TLSFiles, logger *slog.Logger) (security, error) {
 type loggedCreds struct {
 	credentials.TransportCredentials
 	logger *slog.Logger
+
+	limit   sync.Mutex // protects last and skipped
+	last    time.Time  // when the last refusal was logged
+	skipped int        // refusals not logged since
 }
 
+// ServerHandshake logs a refusal, at most one a second (an outsider
+// cannot flood the log; the next line counts those left out); a
+// connection closed before it said anything (a port probe) is not one.
 func (c *loggedCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
 	conn, info, err := c.TransportCredentials.ServerHandshake(raw)
-	if err != nil && c.logger != nil {
-		c.logger.Warn("refused a TLS handshake", "from", raw.RemoteAddr().String(), "err", err)
+	if err != nil && c.logger != nil && !errors.Is(err, io.EOF) {
+		c.limit.Lock()
+		now := time.Now()
+		if now.Sub(c.last) >= time.Second {
+			c.logger.Warn("refused a TLS handshake", "from", raw.RemoteAddr().String(), "err", err, "not_logged_since_last", c.skipped)
+			c.last, c.skipped = now, 0
+		} else {
+			c.skipped++
+		}
+		c.limit.Unlock()
 	}
 	return conn, info, err
 }
@@ -126,11 +144,16 @@ func warnPlaintext(logger *slog.Logger, tlsOn bool, addrs ...string) {
 	}
 }
 
-// handshakeRefused reports whether a call failed in the TLS handshake, as
-// the dialing side sees it: gRPC folds the handshake's error (ours, or the
-// other side's alert) into an Unavailable status's text. Retrying cannot
-// help: the certificates have to change.
+// handshakeRefused reports whether a call failed because a certificate
+// was refused, as the dialing side sees it: gRPC folds the handshake's
+// error (ours, or the other side's alert) into an Unavailable status's
+// text. Retrying cannot help: the certificates have to change. A handshake
+// cut short (EOF, a reset: a master restarting) is not one of these.
 func handshakeRefused(msg string) bool {
-	return strings.Contains(msg, "authentication handshake failed") || strings.Contains(msg, "remote error: tls:") ||
-		strings.Contains(msg, "first record does not look like a TLS handshake")
+	for _, m := range []string{"x509:", "tls: failed to verify", "remote error: tls:", "does not look like a TLS handshake"} {
+		if strings.Contains(msg, m) {
+			return true
+		}
+	}
+	return false
 }

@@ -1,6 +1,7 @@
 package dsort
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"os"
@@ -28,7 +29,7 @@ func TestMakeCertsNeverOverwrites(t *testing.T) {
 	if b, _ := os.ReadFile(keep); string(b) != "mine" {
 		t.Fatalf("the existing file now holds %q", b)
 	}
-	for _, bad := range [][]string{nil, {"a/b"}, {"ca"}, {""}} {
+	for _, bad := range [][]string{nil, {"a/b"}, {"ca"}, {""}, {"10.0.0.1", "10.0.0.1"}} {
 		if _, err := MakeCerts(t.TempDir(), bad, time.Hour); !errors.Is(err, ErrConfig) {
 			t.Errorf("MakeCerts(%q): %v, want ErrConfig", bad, err)
 		}
@@ -100,5 +101,53 @@ func TestPlaintextWarnsOnce(t *testing.T) {
 	warnPlaintext(logger, false, "10.0.0.2:9000")
 	if n := strings.Count(buf.String(), "plaintext gRPC"); n != 1 || !strings.Contains(buf.String(), "addr=10.0.0.1:9000") {
 		t.Fatalf("warned %d times, want once naming 10.0.0.1:9000:\n%s", n, buf.String())
+	}
+}
+
+// The dialing side checks the master too: a client refuses a master whose
+// certificate another CA signed, or one made for another address, and
+// says it was the TLS handshake; with the job's CA and the master's own
+// certificate it gets the job's status.
+func TestClientsCheckTheMastersCertificate(t *testing.T) {
+	job, other := t.TempDir(), t.TempDir()
+	if _, err := MakeCerts(job, []string{"127.0.0.1", "127.0.0.2"}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := MakeCerts(other, []string{"127.0.0.1"}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	files := func(dir, host string) TLSFiles {
+		return TLSFiles{Cert: filepath.Join(dir, host+".crt"), Key: filepath.Join(dir, host+".key"), CA: filepath.Join(dir, "ca.crt")}
+	}
+	client := files(job, "client")
+	for _, tc := range []struct {
+		name   string
+		master TLSFiles
+		want   string // "" = answers
+	}{
+		{"the job's certificate", files(job, "127.0.0.1"), ""},
+		{"another CA's", files(other, "127.0.0.1"), "certificate signed by unknown authority"},
+		{"made for 127.0.0.2", files(job, "127.0.0.2"), "not 127.0.0.1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			addrCh := make(chan string, 1)
+			m, err := NewMaster(MasterConfig{Workers: 1, Addr: "127.0.0.1:0", TLS: tc.master, ShutdownGrace: time.Millisecond,
+				OnListen: func(a string) { addrCh <- a }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(t.Context())
+			done := make(chan error, 1)
+			go func() { done <- m.Run(ctx) }()
+			defer func() { cancel(); <-done }()
+			addr := <-addrCh
+			info, err := JobStatus(t.Context(), addr, "", client)
+			switch {
+			case tc.want == "" && (err != nil || info.JobID != m.JobID()):
+				t.Fatalf("JobStatus: %+v, %v; want job %s", info, err, m.JobID())
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), "TLS handshake") || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("JobStatus: %v; want a TLS handshake failure saying %q", err, tc.want)
+			}
+		})
 	}
 }
