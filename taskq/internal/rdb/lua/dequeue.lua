@@ -4,8 +4,8 @@
 -- ARGV: n, now_ms, lease_until_ms, promote_limit
 -- Returns a flat array, 7 values per task: queue index (1-based), id, msg
 -- ('' if the message is missing), retried, starts (retried + 1 + the lost
--- starts in id|n), tenant (from the member: the message does not carry it), clean (1:
--- no field but the message, see ack.lua); then the earliest time (ms) a throttled
+-- starts in id|n), tenant (from the member: the message does not carry it), flags
+-- (2: a re-delivery after a lost lease); then the earliest time (ms) a throttled
 -- tenant or queue may run again, 0 if none waits on a rate; then each
 -- queue's pending count after the call, in KEYS order (the caller weighs
 -- its next order by the backlog: a ZCARD per queue, no extra round trip).
