@@ -70,14 +70,14 @@ run_dsort() {
 	local start end status=0
 	start=$(date +%s.%N)
 	local prof=() wprof=()
-	[ -n "${PROFILE:-}" ] && mkdir -p "$PROFILE" && prof=(--cpuprofile "$PROFILE/master.$r.prof")
+	[ -n "${PROFILE:-}" ] && mkdir -p "$PROFILE" && prof=(--cpuprofile "$PROFILE/master.$r$mode.prof")
 	: >"$work/master.out" # master_port must not read the previous round's port
 	"$G" sort master "$W" "${prof[@]}" "${mtls[@]}" >"$work/master.out" 2>"$work/master.err" &
 	pids+=($!)
 	local port
 	port=$(master_port)
 	for i in $(seq 0 $((W - 1))); do
-		[ -n "${PROFILE:-}" ] && wprof=(--cpuprofile "$PROFILE/w$i.$r.prof")
+		[ -n "${PROFILE:-}" ] && wprof=(--cpuprofile "$PROFILE/w$i.$r$mode.prof")
 		[ "$mode" = tls ] && read -ra wtls <<<"$(tls_flags "127.0.0.$((i + 2))")"
 		"$G" sort worker "127.0.0.1:$port" --bind "127.0.0.$((i + 2))" "${wprof[@]}" "${wtls[@]}" \
 			-I "$work/w$i/in" -O "$work/w$i/out" --tmp "$work/tmp" 2>"$work/w$i.err" &
@@ -116,9 +116,13 @@ measure() {
 
 for r in $(seq "$ROUNDS"); do
 	echo "round $r/$ROUNDS" >&2
-	run_dsort "$r"
-	check_output "$in_sum"
-	run_dsort "$r" tls
+	# plain and TLS alternate which goes first: neither always inherits the
+	# other's writeback and freed blocks
+	if [ $((r % 2)) = 1 ]; then modes=("" tls); else modes=(tls ""); fi
+	for m in "${modes[@]}"; do
+		run_dsort "$r" "$m"
+		check_output "$in_sum"
+	done
 	rm -f "$work/gnu.out"
 	measure gnu-sort-4G-2GB env LC_ALL=C sort --parallel=2 -S 4G -T "$work/tmp" -o "$work/gnu.out" "$work/asc/input"
 	rm -f "$work/gnu.out"
