@@ -45,8 +45,9 @@
 // state.go holds the worker's states and their transition table,
 // errors.go the sentinels, transport.go dialing, the token and job-ID
 // interceptors and the error ↔ status code mapping, tls.go the job's
-// mutual TLS (loading and checking the files, logging refused
-// handshakes, the plaintext warning) and certs.go the CA and certificates
+// mutual TLS (loading and checking the files, the plaintext warning),
+// tlsconn.go its gRPC credentials (one write for a flush's records,
+// refused handshakes logged) and certs.go the CA and certificates
 // `gantry sort certs` makes, pbconv.go the
 // conversions to and from dsortpb, codec.go the shuffle's chunk decoder,
 // metrics.go the Prometheus metrics, done.go (with done_linux.go and

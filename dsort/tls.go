@@ -3,14 +3,11 @@ package dsort
 import (
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
-	"io"
 	"log/slog"
 	"net"
 	"os"
 	"strings"
 	"sync"
-	"time"
 
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -89,44 +86,7 @@ func loadTLS(f TLSFiles, logger *slog.Logger) (security, error) {
 		DynamicRecordSizingDisabled: true}
 	server := &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{pair}, ClientCAs: pool,
 		ClientAuth: tls.RequireAndVerifyClientCert, DynamicRecordSizingDisabled: true}
-	return security{
-		client: credentials.NewTLS(client),
-		server: &loggedCreds{TransportCredentials: credentials.NewTLS(server), logger: logger},
-	}, nil
-}
-
-// loggedCreds logs every refused handshake on the serving side: a peer
-// with a certificate from another CA, with none, or speaking plaintext.
-type loggedCreds struct {
-	credentials.TransportCredentials
-	logger *slog.Logger
-
-	limit   sync.Mutex // protects last and skipped
-	last    time.Time  // when the last refusal was logged
-	skipped int        // refusals not logged since
-}
-
-// ServerHandshake logs a refusal, at most one a second (an outsider
-// cannot flood the log; the next line counts those left out); a
-// connection closed before it said anything (a port probe) is not one.
-func (c *loggedCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	conn, info, err := c.TransportCredentials.ServerHandshake(raw)
-	if err != nil && c.logger != nil && !errors.Is(err, io.EOF) {
-		c.limit.Lock()
-		now := time.Now()
-		if now.Sub(c.last) >= time.Second {
-			c.logger.Warn("refused a TLS handshake", "from", raw.RemoteAddr().String(), "err", err, "not_logged_since_last", c.skipped)
-			c.last, c.skipped = now, 0
-		} else {
-			c.skipped++
-		}
-		c.limit.Unlock()
-	}
-	return conn, info, err
-}
-
-func (c *loggedCreds) Clone() credentials.TransportCredentials {
-	return &loggedCreds{TransportCredentials: c.TransportCredentials.Clone(), logger: c.logger}
+	return security{client: newTLSCreds(client, false, nil), server: newTLSCreds(server, true, logger)}, nil
 }
 
 // plaintextWarning warns once per process that a job's traffic (records

@@ -1,0 +1,189 @@
+package dsort
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"io"
+	"math/rand/v2"
+	"net"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/credentials"
+)
+
+// Both ends of a TLS connection write 8 MiB at once, each reading the
+// other's in its own goroutine, in writes of every size: no deadlock (a
+// read never waits for a blocked write), and every byte arrives in order.
+func TestTLSConnFullDuplex(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := MakeCerts(dir, []string{"127.0.0.1"}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	sec, err := loadTLS(TLSFiles{Cert: filepath.Join(dir, "127.0.0.1.crt"), Key: filepath.Join(dir, "127.0.0.1.key"), CA: filepath.Join(dir, "ca.crt")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	srvConn := make(chan net.Conn, 1)
+	go func() {
+		raw, err := ln.Accept()
+		if err != nil {
+			srvConn <- nil
+			return
+		}
+		c, _, err := sec.server.ServerHandshake(raw)
+		if err != nil {
+			t.Error(err)
+		}
+		srvConn <- c
+	}()
+	raw, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	cli, info, err := sec.client.ClientHandshake(ctx, ln.Addr().String(), raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.(credentials.TLSInfo).State.NegotiatedProtocol != "h2" {
+		t.Errorf("ALPN %q, want h2", info.(credentials.TLSInfo).State.NegotiatedProtocol)
+	}
+	srv := <-srvConn
+	if srv == nil {
+		t.Fatal("no server connection")
+	}
+	defer cli.Close()
+	defer srv.Close()
+
+	const size = 8 << 20
+	data := func(seed uint64) []byte {
+		b := make([]byte, size)
+		r := rand.New(rand.NewPCG(seed, 1))
+		for i := range b {
+			b[i] = byte(r.Uint32())
+		}
+		return b
+	}
+	send := func(c net.Conn, b []byte, errs chan<- error) {
+		r := rand.New(rand.NewPCG(uint64(len(b)), 2))
+		for len(b) > 0 {
+			n := min(len(b), 1+r.IntN(1<<20))
+			if _, err := c.Write(b[:n]); err != nil {
+				errs <- err
+				return
+			}
+			b = b[n:]
+		}
+		errs <- nil
+	}
+	recv := func(c net.Conn, sums chan<- [32]byte) {
+		h := sha256.New()
+		io.CopyN(h, c, size)
+		var s [32]byte
+		copy(s[:], h.Sum(nil))
+		sums <- s
+	}
+	a, b := data(1), data(2)
+	errs, sums := make(chan error, 2), make(chan [32]byte, 2)
+	go send(cli, a, errs)
+	go send(srv, b, errs)
+	go recv(srv, sums)
+	go recv(cli, sums)
+	deadline := time.After(30 * time.Second)
+	got := map[[32]byte]bool{}
+	for range 2 {
+		select {
+		case err := <-errs:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-deadline:
+			t.Fatal("deadlocked: both ends writing, neither's data arrived in 30 s")
+		}
+	}
+	for range 2 {
+		select {
+		case s := <-sums:
+			got[s] = true
+		case <-deadline:
+			t.Fatal("deadlocked: the data did not all arrive in 30 s")
+		}
+	}
+	if !got[sha256.Sum256(a)] || !got[sha256.Sum256(b)] || bytes.Equal(a, b) {
+		t.Fatal("the bytes that arrived are not the bytes sent")
+	}
+}
+
+// A Close while a write is blocked on a full socket (the peer reads
+// nothing) returns at once, without the 5 s crypto/tls would give its
+// close_notify alert, and breaks the write.
+func TestTLSConnCloseBreaksABlockedWrite(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := MakeCerts(dir, []string{"127.0.0.1"}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	sec, err := loadTLS(TLSFiles{Cert: filepath.Join(dir, "127.0.0.1.crt"), Key: filepath.Join(dir, "127.0.0.1.key"), CA: filepath.Join(dir, "ca.crt")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		raw, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		if c, _, err := sec.server.ServerHandshake(raw); err == nil {
+			<-t.Context().Done() // never reads
+			c.Close()
+		}
+	}()
+	raw, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, _, err := sec.client.ClientHandshake(t.Context(), ln.Addr().String(), raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrote := make(chan error, 1)
+	go func() {
+		buf := make([]byte, 1<<20)
+		for {
+			if _, err := cli.Write(buf); err != nil {
+				wrote <- err
+				return
+			}
+		}
+	}()
+	// Wait until the write is stuck: nothing returns for a while.
+	select {
+	case err := <-wrote:
+		t.Fatalf("a write to a peer that never reads failed early: %v", err)
+	case <-time.After(500 * time.Millisecond): // real time: the socket buffers fill in well under that
+	}
+	closed := make(chan struct{})
+	go func() { cli.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(3 * time.Second): // crypto/tls alone would wait 5 s to send its alert
+		t.Fatal("Close waited for the blocked write")
+	}
+	select {
+	case <-wrote:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the blocked write did not end after Close")
+	}
+}
