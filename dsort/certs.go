@@ -27,30 +27,9 @@ import (
 // is written, so a second run cannot replace the CA a running job trusts.
 // It returns the paths it wrote.
 func MakeCerts(dir string, hosts []string, validity time.Duration) ([]string, error) {
-	if len(hosts) == 0 {
-		return nil, errorf(ErrConfig, "name at least one host (--hosts 10.0.0.1,10.0.0.2)")
-	}
-	names := []string{"ca", "client"}
-	for _, h := range hosts {
-		if h == "" || strings.ContainsAny(h, `/\`) || h == "ca" || h == "client" {
-			return nil, errorf(ErrConfig, "%q is not a host name or IP address", h)
-		}
-		if slices.Contains(names, h) {
-			return nil, errorf(ErrConfig, "host %q is named twice", h)
-		}
-		names = append(names, h)
-	}
-	var paths []string
-	for _, n := range names {
-		for _, ext := range []string{".crt", ".key"} {
-			p := filepath.Join(dir, n+ext)
-			if _, err := os.Lstat(p); err == nil {
-				return nil, errorf(ErrConfig, "%s exists; nothing was written (use an empty directory: the CA a job trusts is never replaced)", p)
-			} else if !errors.Is(err, fs.ErrNotExist) {
-				return nil, err
-			}
-			paths = append(paths, p)
-		}
+	names, paths, err := certTargets(dir, hosts)
+	if err != nil {
+		return nil, err
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
@@ -74,30 +53,68 @@ func MakeCerts(dir string, hosts []string, validity time.Duration) ([]string, er
 		return nil, err
 	}
 	for _, n := range names[1:] {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			return nil, err
-		}
-		tmpl := &x509.Certificate{SerialNumber: serial(), Subject: pkix.Name{CommonName: n},
-			NotBefore: now.Add(-time.Hour), NotAfter: now.Add(validity), KeyUsage: x509.KeyUsageDigitalSignature,
-			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
-		if n != "client" {
-			tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageServerAuth)
-			if ip := net.ParseIP(n); ip != nil {
-				tmpl.IPAddresses = []net.IP{ip}
-			} else {
-				tmpl.DNSNames = []string{n}
-			}
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-		if err != nil {
-			return nil, err
-		}
-		if err := writePair(dir, n, der, key); err != nil {
+		if err := makeLeaf(dir, n, ca, caKey, now, validity); err != nil {
 			return nil, err
 		}
 	}
 	return paths, nil
+}
+
+// certTargets checks the hosts and that none of the files MakeCerts would
+// write exists; it returns the pairs' names (ca, client, the hosts) and the
+// files' paths.
+func certTargets(dir string, hosts []string) (names, paths []string, err error) {
+	if len(hosts) == 0 {
+		return nil, nil, errorf(ErrConfig, "name at least one host (--hosts 10.0.0.1,10.0.0.2)")
+	}
+	names = []string{"ca", "client"}
+	for _, h := range hosts {
+		if h == "" || strings.ContainsAny(h, `/\`) || h == "ca" || h == "client" {
+			return nil, nil, errorf(ErrConfig, "%q is not a host name or IP address", h)
+		}
+		if slices.Contains(names, h) {
+			return nil, nil, errorf(ErrConfig, "host %q is named twice", h)
+		}
+		names = append(names, h)
+	}
+	for _, n := range names {
+		for _, ext := range []string{".crt", ".key"} {
+			p := filepath.Join(dir, n+ext)
+			if _, err := os.Lstat(p); err == nil {
+				return nil, nil, errorf(ErrConfig, "%s exists; nothing was written (use an empty directory: the CA a job trusts is never replaced)", p)
+			} else if !errors.Is(err, fs.ErrNotExist) {
+				return nil, nil, err
+			}
+			paths = append(paths, p)
+		}
+	}
+	return names, paths, nil
+}
+
+// makeLeaf writes NAME.crt and NAME.key, signed by ca: a client
+// certificate, and for a host (any name but "client") a server one too,
+// for its IP address or DNS name.
+func makeLeaf(dir, name string, ca *x509.Certificate, caKey *ecdsa.PrivateKey, now time.Time, validity time.Duration) error {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	tmpl := &x509.Certificate{SerialNumber: serial(), Subject: pkix.Name{CommonName: name},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(validity), KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	if name != "client" {
+		tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageServerAuth)
+		if ip := net.ParseIP(name); ip != nil {
+			tmpl.IPAddresses = []net.IP{ip}
+		} else {
+			tmpl.DNSNames = []string{name}
+		}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		return err
+	}
+	return writePair(dir, name, der, key)
 }
 
 // writePair writes NAME.crt and NAME.key (0600) into dir, failing if

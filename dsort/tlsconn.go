@@ -73,7 +73,7 @@ func tlsInfo(conn *tls.Conn) credentials.TLSInfo {
 }
 
 func (c *tlsCreds) Info() credentials.ProtocolInfo {
-	return credentials.ProtocolInfo{SecurityProtocol: "tls", SecurityVersion: "1.3"}
+	return credentials.ProtocolInfo{SecurityProtocol: "tls"}
 }
 
 func (c *tlsCreds) Clone() credentials.TransportCredentials {
