@@ -2,6 +2,7 @@ package taskq
 
 import (
 	"context"
+	"math"
 	"math/rand/v2"
 	"time"
 
@@ -49,6 +50,10 @@ type fetcher struct {
 	// counted it (seed §2.1: selection considers queue lengths); the
 	// fetcher's goroutine alone reads and writes it.
 	backlog map[string]int64
+	// retry is when the last dequeue call said a rate-throttled tenant or
+	// queue gets its next token (zero: none waits); the fetcher's
+	// goroutine alone uses it.
+	retry time.Time
 }
 
 func newFetcher(p fetcherParams) *fetcher {
@@ -74,6 +79,7 @@ func (f *fetcher) run(ctx context.Context) {
 			return
 		}
 		ds, retry, err := f.dequeue(order, n)
+		f.retry = retry
 		if err != nil {
 			if ctx.Err() != nil || f.p.health.failed(ctx, &fails, "dequeue", err) != nil {
 				return
@@ -132,13 +138,20 @@ func (f *fetcher) takeSlots(ctx context.Context) (n int, ok bool) {
 			continue
 		default:
 		}
-		if n >= enough || len(f.p.tasks) == 0 {
+		// A throttled tenant's token that is due is taken now, with the
+		// slots at hand: waiting for half a batch behind a busy tenant's
+		// deep buffer would leave the token unspent and the rate short.
+		untilToken := time.Duration(math.MaxInt64)
+		if !f.retry.IsZero() {
+			untilToken = f.retry.Sub(f.p.clock.Now())
+		}
+		if n >= enough || len(f.p.tasks) == 0 || untilToken <= 0 {
 			return n, true
 		}
 		// The buffer is re-checked when a slot comes back, and at least
 		// every call time: a handler may have taken the last waiting task
 		// meanwhile and be idle now, with no slot to come for long.
-		wait := max(f.p.prefetch.call, 200*time.Microsecond)
+		wait := min(max(f.p.prefetch.call, 200*time.Microsecond), untilToken)
 		if waited == nil {
 			waited = time.NewTimer(wait)
 		} else {
