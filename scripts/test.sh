@@ -66,9 +66,32 @@ bin=$(mktemp -d "${TMPDIR:-/tmp}/gantry-test-bin-XXXXXX")
 $GO build -o "$bin/gantry" ./cmd/gantry >"$log/test-binary.log" 2>&1 &
 bin_pid=$!
 # Lint type-checks against that same -race build (LINTFLAGS): no second compile of every package.
-timed "lint" make --no-print-directory lint LINTFLAGS=-race || exit 1
+# It runs beside the tests (they start once the binary is built): its compile work is done by the
+# race build, and the tests leave a core idle much of the time (waiting on containers and
+# processes). Its output is printed when it ends; a lint failure stops the tests.
+(
+	t=$SECONDS
+	make --no-print-directory lint LINTFLAGS=-race >"$log/lint.log" 2>&1
+	echo "$? $((SECONDS - t))" >"$log/lint.status"
+) &
+lint_pid=$!
 timed "test binary (rest of it)" wait $bin_pid || { cat "$log/test-binary.log" >&2; exit 1; }
-# go test's own vet pass is off: lint has just run go vet (every analyzer) on every package.
-# shellcheck disable=SC2086 # TESTFLAGS and PKGS are word lists
+# go test's own vet pass is off: lint runs go vet (every analyzer) on every package.
 export GANTRY_TEST_BINARY="$bin/gantry"
-timed "go test -race" $GO test -race -vet=off $TESTFLAGS $PKGS
+test_start=$SECONDS
+# shellcheck disable=SC2086 # TESTFLAGS and PKGS are word lists
+$GO test -race -vet=off $TESTFLAGS $PKGS &
+test_pid=$!
+wait $lint_pid
+read -r lint_rc lint_s <"$log/lint.status"
+cat "$log/lint.log" >&2
+summary+=("$(printf '  %-34s %5ds  %s' "lint (beside the tests)" "$lint_s" "$([ "$lint_rc" = 0 ] && echo ok || echo "FAILED ($lint_rc)")")")
+if [ "$lint_rc" != 0 ]; then
+	kill -INT $test_pid 2>/dev/null
+	wait $test_pid
+	exit 1
+fi
+rc=0
+wait $test_pid || rc=$?
+summary+=("$(printf '  %-34s %5ds  %s' "go test -race" $((SECONDS - test_start)) "$([ $rc = 0 ] && echo ok || echo "FAILED ($rc)")")")
+exit $rc
