@@ -4,10 +4,11 @@
 #
 # On a fresh machine most of the wait is compiling (module downloads first) and installing
 # packages, so the steps overlap where they can: the -race build of every package starts at
-# once, beside services.sh's package installs (network and disk more than CPU); lint and then
-# the tests start once it is done (two go commands compiling the same package at once would
-# each do the work), and lint reuses it (make lint LINTFLAGS=-race): every package is compiled
-# once, for lint and tests alike. The
+# once, beside services.sh's package installs (network and disk more than CPU); lint and the
+# tests start once it is done (two go commands compiling the same package at once would each
+# do the work), side by side: lint reuses it (make lint LINTFLAGS=-race), so every package is
+# compiled once, for lint and tests alike, and the tests, often waiting on containers and
+# processes, leave it room. The process-level tests share one gantry binary. The
 # services that build from source (MinIO, Kubernetes) build at a lower CPU priority, so they
 # fill the cores' idle time instead of slowing the steps everybody waits for; the tests that
 # need them wait for them.
