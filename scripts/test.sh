@@ -58,14 +58,15 @@ warm() {
 }
 warm >"$log/race-build.log" 2>&1 &
 warm_pid=$!
+# The gantry binary the process-level tests run, built once for every package, from the start
+# (not -race: its packages are not in the race build; each test process would otherwise link
+# its own: ~13 CPU-seconds each).
+bin=$(mktemp -d "${TMPDIR:-/tmp}/gantry-test-bin-XXXXXX")
+($GO mod download && $GO build -o "$bin/gantry" ./cmd/gantry) >"$log/test-binary.log" 2>&1 &
+bin_pid=$!
 
 timed "services (foreground part)" bash scripts/services.sh || exit 1
 timed "-race build (rest of it)" wait $warm_pid || { cat "$log/race-build.log" >&2; exit 1; }
-# The gantry binary the process-level tests run, built once for every package beside lint
-# (each test process would otherwise link its own: ~13 CPU-seconds each).
-bin=$(mktemp -d "${TMPDIR:-/tmp}/gantry-test-bin-XXXXXX")
-$GO build -o "$bin/gantry" ./cmd/gantry >"$log/test-binary.log" 2>&1 &
-bin_pid=$!
 # Lint type-checks against that same -race build (LINTFLAGS): no second compile of every package.
 # It runs beside the tests (they start once the binary is built): its compile work is done by the
 # race build, and the tests leave a core idle much of the time (waiting on containers and
