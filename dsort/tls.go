@@ -86,7 +86,7 @@ func loadTLS(f TLSFiles, logger *slog.Logger) (security, error) {
 		DynamicRecordSizingDisabled: true}
 	server := &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{pair}, ClientCAs: pool,
 		ClientAuth: tls.RequireAndVerifyClientCert, DynamicRecordSizingDisabled: true}
-	return security{client: newTLSCreds(client, false, nil), server: newTLSCreds(server, true, logger)}, nil
+	return security{client: newTLSCreds(client, nil), server: newTLSCreds(server, logger)}, nil
 }
 
 // plaintextWarning warns once per process that a job's traffic (records

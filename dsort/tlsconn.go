@@ -22,15 +22,16 @@ import (
 // side logs refused handshakes (at most one a second).
 type tlsCreds struct {
 	cfg     *tls.Config // NextProtos h2; the client's ServerName comes from the target
-	server  bool
-	refused *refusals // nil on the dialing side
+	refused *refusals   // nil: refusals are not logged (the dialing side)
 }
 
-func newTLSCreds(cfg *tls.Config, server bool, logger *slog.Logger) *tlsCreds {
+// newTLSCreds makes credentials of cfg; the serving side gives the logger
+// that hears refused handshakes, the dialing side nil.
+func newTLSCreds(cfg *tls.Config, logger *slog.Logger) *tlsCreds {
 	cfg = cfg.Clone()
 	cfg.NextProtos = []string{"h2"}
-	c := &tlsCreds{cfg: cfg, server: server}
-	if server && logger != nil {
+	c := &tlsCreds{cfg: cfg}
+	if logger != nil {
 		c.refused = &refusals{logger: logger}
 	}
 	return c
@@ -77,7 +78,7 @@ func (c *tlsCreds) Info() credentials.ProtocolInfo {
 }
 
 func (c *tlsCreds) Clone() credentials.TransportCredentials {
-	return &tlsCreds{cfg: c.cfg.Clone(), server: c.server, refused: c.refused}
+	return &tlsCreds{cfg: c.cfg.Clone(), refused: c.refused}
 }
 
 // OverrideServerName is gRPC's deprecated hook; the target names the server.
