@@ -17,6 +17,21 @@ import (
 // function that returns Run's error.
 func startMaster(t *testing.T, cfg MasterConfig) (dsortpb.MasterClient, func() error) {
 	t.Helper()
+	addr, _, stop := runMaster(t, cfg)
+	cc, err := dial(addr, creds{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dsortpb.NewMasterClient(cc), func() error {
+		cc.Close()
+		return stop()
+	}
+}
+
+// runMaster runs a master of cfg on 127.0.0.1 and returns its address, the
+// master and a stop function that returns Run's error.
+func runMaster(t *testing.T, cfg MasterConfig) (string, *Master, func() error) {
+	t.Helper()
 	addrCh := make(chan string, 1)
 	cfg.Addr, cfg.OnListen = "127.0.0.1:0", func(a string) { addrCh <- a }
 	cfg.ShutdownGrace = time.Millisecond
@@ -27,14 +42,8 @@ func startMaster(t *testing.T, cfg MasterConfig) (dsortpb.MasterClient, func() e
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- m.Run(ctx) }()
-	addr := <-addrCh
-	cc, err := dial(addr, creds{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dsortpb.NewMasterClient(cc), func() error {
+	return <-addrCh, m, func() error {
 		cancel()
-		cc.Close()
 		select {
 		case err := <-done:
 			return err

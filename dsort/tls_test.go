@@ -1,7 +1,6 @@
 package dsort
 
 import (
-	"context"
 	"errors"
 	"log/slog"
 	"os"
@@ -10,6 +9,12 @@ import (
 	"testing"
 	"time"
 )
+
+// certFiles are the TLS files of host's certificate made by MakeCerts in
+// dir, with its CA.
+func certFiles(dir, host string) TLSFiles {
+	return TLSFiles{Cert: filepath.Join(dir, host+".crt"), Key: filepath.Join(dir, host+".key"), CA: filepath.Join(dir, "ca.crt")}
+}
 
 // MakeCerts never overwrites: one existing file fails the call before
 // anything is written; a fresh directory gets the CA, each host's pair and
@@ -49,7 +54,7 @@ func TestMakeCertsNeverOverwrites(t *testing.T) {
 		}
 	}
 	for _, h := range []string{"10.0.0.1", "node-b.example", "client"} {
-		if _, err := loadTLS(TLSFiles{Cert: filepath.Join(fresh, h+".crt"), Key: filepath.Join(fresh, h+".key"), CA: filepath.Join(fresh, "ca.crt")}, nil); err != nil {
+		if _, err := loadTLS(certFiles(fresh, h), nil); err != nil {
 			t.Errorf("loading %s's certificate: %v", h, err)
 		}
 	}
@@ -65,7 +70,8 @@ func TestLoadTLSRefusesBadFiles(t *testing.T) {
 	if _, err := MakeCerts(b, []string{"127.0.0.1"}, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	cert, key, ca := filepath.Join(a, "127.0.0.1.crt"), filepath.Join(a, "127.0.0.1.key"), filepath.Join(a, "ca.crt")
+	f := certFiles(a, "127.0.0.1")
+	cert, key, ca := f.Cert, f.Key, f.CA
 	notPEM := filepath.Join(t.TempDir(), "ca.crt")
 	os.WriteFile(notPEM, []byte("not a certificate"), 0o644)
 	for _, tc := range []struct {
@@ -116,31 +122,19 @@ func TestClientsCheckTheMastersCertificate(t *testing.T) {
 	if _, err := MakeCerts(other, []string{"127.0.0.1"}, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	files := func(dir, host string) TLSFiles {
-		return TLSFiles{Cert: filepath.Join(dir, host+".crt"), Key: filepath.Join(dir, host+".key"), CA: filepath.Join(dir, "ca.crt")}
-	}
-	client := files(job, "client")
+	client := certFiles(job, "client")
 	for _, tc := range []struct {
 		name   string
 		master TLSFiles
 		want   string // "" = answers
 	}{
-		{"the job's certificate", files(job, "127.0.0.1"), ""},
-		{"another CA's", files(other, "127.0.0.1"), "certificate signed by unknown authority"},
-		{"made for 127.0.0.2", files(job, "127.0.0.2"), "not 127.0.0.1"},
+		{"the job's certificate", certFiles(job, "127.0.0.1"), ""},
+		{"another CA's", certFiles(other, "127.0.0.1"), "certificate signed by unknown authority"},
+		{"made for 127.0.0.2", certFiles(job, "127.0.0.2"), "not 127.0.0.1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			addrCh := make(chan string, 1)
-			m, err := NewMaster(MasterConfig{Workers: 1, Addr: "127.0.0.1:0", TLS: tc.master, ShutdownGrace: time.Millisecond,
-				OnListen: func(a string) { addrCh <- a }})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(t.Context())
-			done := make(chan error, 1)
-			go func() { done <- m.Run(ctx) }()
-			defer func() { cancel(); <-done }()
-			addr := <-addrCh
+			addr, m, stop := runMaster(t, MasterConfig{Workers: 1, TLS: tc.master})
+			defer stop()
 			info, err := JobStatus(t.Context(), addr, "", client)
 			switch {
 			case tc.want == "" && (err != nil || info.JobID != m.JobID()):

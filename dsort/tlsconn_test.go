@@ -7,62 +7,18 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
-	"path/filepath"
 	"testing"
 	"time"
-
-	"google.golang.org/grpc/credentials"
 )
 
 // Both ends of a TLS connection write 8 MiB at once, each reading the
 // other's in its own goroutine, in writes of every size: no deadlock (a
 // read never waits for a blocked write), and every byte arrives in order.
 func TestTLSConnFullDuplex(t *testing.T) {
-	dir := t.TempDir()
-	if _, err := MakeCerts(dir, []string{"127.0.0.1"}, time.Hour); err != nil {
-		t.Fatal(err)
+	cli, srv := tlsPair(t)
+	if p := cli.(*tlsConn).ConnectionState().NegotiatedProtocol; p != "h2" {
+		t.Errorf("ALPN %q, want h2", p)
 	}
-	sec, err := loadTLS(TLSFiles{Cert: filepath.Join(dir, "127.0.0.1.crt"), Key: filepath.Join(dir, "127.0.0.1.key"), CA: filepath.Join(dir, "ca.crt")}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	srvConn := make(chan net.Conn, 1)
-	go func() {
-		raw, err := ln.Accept()
-		if err != nil {
-			srvConn <- nil
-			return
-		}
-		c, _, err := sec.server.ServerHandshake(raw)
-		if err != nil {
-			t.Error(err)
-		}
-		srvConn <- c
-	}()
-	raw, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	cli, info, err := sec.client.ClientHandshake(ctx, ln.Addr().String(), raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.(credentials.TLSInfo).State.NegotiatedProtocol != "h2" {
-		t.Errorf("ALPN %q, want h2", info.(credentials.TLSInfo).State.NegotiatedProtocol)
-	}
-	srv := <-srvConn
-	if srv == nil {
-		t.Fatal("no server connection")
-	}
-	defer cli.Close()
-	defer srv.Close()
 
 	const size = 8 << 20
 	data := func(seed uint64) []byte {
@@ -127,37 +83,7 @@ func TestTLSConnFullDuplex(t *testing.T) {
 // nothing) returns at once, without the 5 s crypto/tls would give its
 // close_notify alert, and breaks the write.
 func TestTLSConnCloseBreaksABlockedWrite(t *testing.T) {
-	dir := t.TempDir()
-	if _, err := MakeCerts(dir, []string{"127.0.0.1"}, time.Hour); err != nil {
-		t.Fatal(err)
-	}
-	sec, err := loadTLS(TLSFiles{Cert: filepath.Join(dir, "127.0.0.1.crt"), Key: filepath.Join(dir, "127.0.0.1.key"), CA: filepath.Join(dir, "ca.crt")}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		raw, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		if c, _, err := sec.server.ServerHandshake(raw); err == nil {
-			<-t.Context().Done() // never reads
-			c.Close()
-		}
-	}()
-	raw, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cli, _, err := sec.client.ClientHandshake(t.Context(), ln.Addr().String(), raw)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cli, _ := tlsPair(t) // the server side never reads
 	wrote := make(chan error, 1)
 	go func() {
 		buf := make([]byte, 1<<20)
@@ -186,4 +112,56 @@ func TestTLSConnCloseBreaksABlockedWrite(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the blocked write did not end after Close")
 	}
+}
+
+// tlsPair is both ends of a TLS connection over loopback with the job's
+// credentials (a certificate for 127.0.0.1 from MakeCerts), closed when
+// the test ends.
+func tlsPair(t *testing.T) (cli, srv net.Conn) {
+	t.Helper()
+	dir := t.TempDir()
+	if _, err := MakeCerts(dir, []string{"127.0.0.1"}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	sec, err := loadTLS(certFiles(dir, "127.0.0.1"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		defer close(accepted)
+		raw, err := ln.Accept()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		c, _, err := sec.server.ServerHandshake(raw)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		accepted <- c
+	}()
+	raw, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	cli, _, err = sec.client.ClientHandshake(ctx, ln.Addr().String(), raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	srv, ok := <-accepted
+	if !ok {
+		t.Fatal("the server side's handshake failed")
+	}
+	t.Cleanup(func() { srv.Close() })
+	return cli, srv
 }
