@@ -37,7 +37,15 @@ type Input struct {
 // a multiple of recSize, one that cannot be opened for reading, a dangling
 // link, a link to a directory, anything but a regular file, and a directory
 // given twice (its records would be sorted twice).
-func ScanInputs(dirs []string) ([]Input, int64, error) {
+func ScanInputs(dirs []string) ([]Input, int64, error) { return scanInputs(dirs, recSize) }
+
+// ScanFiles is ScanInputs for inputs of any size (lines, not records):
+// the same checks but the size one.
+func ScanFiles(dirs []string) ([]Input, int64, error) { return scanInputs(dirs, 1) }
+
+// scanInputs lists the files under dirs; each one's size must be a
+// multiple of unit.
+func scanInputs(dirs []string, unit int64) ([]Input, int64, error) {
 	var inputs []Input
 	var total int64
 	seen := map[string]string{}
@@ -46,7 +54,7 @@ func ScanInputs(dirs []string) ([]Input, int64, error) {
 		if err != nil {
 			return nil, 0, err
 		}
-		files, err := scanInputDir(dir, real)
+		files, err := scanInputDir(dir, real, unit)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -86,7 +94,7 @@ func resolveInputDir(dir string, seen map[string]string) (string, error) {
 // scanInputDir lists the input files under real, the resolved form of dir.
 // It walks the resolved directory so that a symlinked -I works, but reports
 // paths under the name the user gave.
-func scanInputDir(dir, real string) ([]Input, error) {
+func scanInputDir(dir, real string, unit int64) ([]Input, error) {
 	var files []Input
 	err := filepath.WalkDir(real, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -95,7 +103,7 @@ func scanInputDir(dir, real string) ([]Input, error) {
 		if d.IsDir() {
 			return nil
 		}
-		in, err := checkInputFile(path, filepath.Join(dir, strings.TrimPrefix(path, real)), d)
+		in, err := checkInputFile(path, filepath.Join(dir, strings.TrimPrefix(path, real)), d, unit)
 		if err != nil {
 			return err
 		}
@@ -114,8 +122,9 @@ func scanInputDir(dir, real string) ([]Input, error) {
 
 // checkInputFile checks that the walked entry d at path (shown to the user
 // as shown) is a readable regular file of whole records, following a
-// symbolic link, and returns it as an Input without its Root.
-func checkInputFile(path, shown string, d fs.DirEntry) (Input, error) {
+// symbolic link, and returns it as an Input without its Root. Its size must
+// be a multiple of unit (recSize for records, 1 for lines).
+func checkInputFile(path, shown string, d fs.DirEntry, unit int64) (Input, error) {
 	info, err := os.Stat(path) // follows a symlink to its target
 	switch {
 	case err != nil && d.Type()&fs.ModeSymlink != 0:
@@ -127,7 +136,7 @@ func checkInputFile(path, shown string, d fs.DirEntry) (Input, error) {
 	case !info.Mode().IsRegular():
 		return Input{}, fmt.Errorf("%w: %s is not a regular file (%s)", ErrBadInput, shown, info.Mode().Type())
 	}
-	if info.Size()%recSize != 0 {
+	if info.Size()%unit != 0 {
 		return Input{}, fmt.Errorf("%w: %s: size %d bytes is not a multiple of the %d-byte record (%d whole records and %d extra bytes)",
 			ErrBadInput, shown, info.Size(), recSize, info.Size()/recSize, info.Size()%recSize)
 	}

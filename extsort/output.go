@@ -2,6 +2,7 @@ package extsort
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -112,6 +113,49 @@ func prepareOutputDir(dir string) error {
 	}
 	return nil
 }
+
+// Staged is an output directory a sort of this process is writing: the
+// new partitions go into Path, a staging directory inside it, and replace
+// the directory's old partitions at Commit. Close (always) removes what
+// was not committed. extsort's Sort and linesort's use it alike.
+type Staged struct {
+	dir   string
+	stage *fsutil.OwnedDir
+}
+
+// StageOutput checks that the inputs (as ScanInputs or ScanFiles found
+// them), outDir and tempDir are separate (CheckSeparate), prepares outDir
+// (created if needed; it may hold partition files of an earlier sort,
+// nothing else), sweeps the temp dirs of dead sorts (spill dirs under
+// tempDir, whose prefix is spill) and makes the staging directory.
+func StageOutput(inputs []Input, outDir, tempDir, spill string, logger *slog.Logger) (*Staged, error) {
+	if err := checkSeparate(inputs, outDir, tempDir); err != nil {
+		return nil, err
+	}
+	if err := prepareOutputDir(outDir); err != nil {
+		return nil, err
+	}
+	if swept, err := fsutil.SweepStale(tempDir, spill); err != nil {
+		return nil, fmt.Errorf("extsort: temp directory: %w", err)
+	} else if len(swept) > 0 && logger != nil {
+		logger.Info("removed the temp dirs of dead sorts", "dirs", swept)
+	}
+	stage, err := fsutil.CreateOwnedDir(outDir, stagingPrefix)
+	if err != nil {
+		return nil, fmt.Errorf("extsort: output directory: %w", err)
+	}
+	return &Staged{dir: outDir, stage: stage}, nil
+}
+
+// Path is the staging directory the new partition files go into.
+func (s *Staged) Path() string { return s.stage.Path }
+
+// Commit replaces the output directory's partition files by the staged
+// ones and returns how many there are.
+func (s *Staged) Commit() (int, error) { return commitOutput(s.dir, s.stage.Path) }
+
+// Close removes the staging directory and what is left in it.
+func (s *Staged) Close() error { return s.stage.Close() }
 
 // Prefixes of the directories a sort owns: the staging directory in the
 // output directory (the new partitions, renamed into place at commit) and

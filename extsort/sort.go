@@ -45,27 +45,16 @@ func Sort(ctx context.Context, cfg Config, inputs []Input, outDir string) (Stats
 		st.Bytes += in.Size
 	}
 	st.Records = st.Bytes / recSize
-	if err := checkSeparate(inputs, outDir, cfg.TempDir); err != nil {
-		return Stats{}, err
-	}
-	if err := prepareOutputDir(outDir); err != nil {
-		return Stats{}, err
-	}
-	if swept, err := fsutil.SweepStale(cfg.TempDir, spillPrefix); err != nil {
-		return Stats{}, fmt.Errorf("extsort: temp directory: %w", err)
-	} else if len(swept) > 0 {
-		cfg.Logger.Info("removed the temp dirs of dead sorts", "dirs", swept)
-	}
-	stage, err := fsutil.CreateOwnedDir(outDir, stagingPrefix)
+	stage, err := StageOutput(inputs, outDir, cfg.TempDir, spillPrefix, cfg.Logger)
 	if err != nil {
-		return Stats{}, fmt.Errorf("extsort: output directory: %w", err)
+		return Stats{}, err
 	}
 	defer stage.Close()
-	staging := stage.Path
+	staging := stage.Path()
 	if st.Bytes == 0 {
 		// No records, so no partitions: committing the empty staging dir
 		// removes the partition files of an earlier sort.
-		_, err := commitOutput(outDir, staging)
+		_, err := stage.Commit()
 		return st, err
 	}
 
@@ -82,7 +71,7 @@ func Sort(ctx context.Context, cfg Config, inputs []Input, outDir string) (Stats
 	if err := out.Close(); err != nil {
 		return Stats{}, err
 	}
-	if _, err := commitOutput(outDir, staging); err != nil {
+	if _, err := stage.Commit(); err != nil {
 		return Stats{}, err
 	}
 	return st, nil

@@ -12,12 +12,13 @@ import (
 
 	"github.com/gantryhq/gantry/extsort"
 	"github.com/gantryhq/gantry/internal/progress"
+	"github.com/gantryhq/gantry/linesort"
 )
 
 func newSortCmd(env *Env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "sort",
-		Short: "Sort gensort records: on one machine (local) or over many (master/worker)",
+		Short: "Sort gensort records or text lines: on one machine (local) or over many (master/worker)",
 	}
 	cmd.AddCommand(newSortLocalCmd(env))
 	addDistributedSortCmds(cmd, env)
@@ -32,23 +33,47 @@ type sortLocalOptions struct {
 	cfg     extsort.Config
 	quiet   bool
 	workers int
+	format  string
+	lines   linesort.Options
 }
 
 func newSortLocalCmd(env *Env) *cobra.Command {
 	var o sortLocalOptions
 	cmd := &cobra.Command{
 		Use:   "local -I DIR... -O DIR",
-		Short: "Sort all records of the input directories on this machine, within a memory budget",
-		Long: `Sort reads every file under the input directories (100-byte gensort records,
-ASCII or binary, no option needed), sorts them by their 10-byte key and writes
-partition.<n> files of --partition-size bytes into the output directory, which
-holds nothing else when done. Runs that do not fit --memory are spilled to
---tmp and merged; temporary files are removed on success, failure and Ctrl-C.`,
+		Short: "Sort all records or lines of the input directories on this machine, within a memory budget",
+		Long: `Sort reads every file under the input directories, sorts it and writes
+partition.<n> files into the output directory, which holds nothing else when
+done. Runs that do not fit --memory are spilled to --tmp and merged; temporary
+files are removed on success, failure and Ctrl-C.
+
+--format gensort (the default): 100-byte gensort records, ASCII or binary,
+ordered by their 10-byte key, in partition files of exactly --partition-size
+bytes (the last one shorter).
+
+--format lines: newline-terminated lines of any length, ordered as
+LC_ALL=C sort orders them with the same options: -k KEYDEF (F1[.C1][OPTS]
+[,F2[.C2][OPTS]], OPTS from b d f i n r; several keys compare in turn), -t SEP,
+-b -d -f -i -n -r (for the whole line, and for each key with no option of its
+own) and -s. cat'ing the partition files in order gives sort's output byte for
+byte; each file ends at the first line end past --partition-size bytes.`,
 		Example: `  gantry sort local -I data/in1 data/in2 -O data/out --memory 256MiB
-  gantry valsort data/out`,
+  gantry valsort data/out
+  gantry sort local --format lines -t , -k 3,3nr -k 1,1 -I logs -O sorted && cat sorted/partition.*`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runSortLocal(cmd.Context(), env, cmd.ErrOrStderr(), o)
+			switch o.format {
+			case "gensort":
+				for _, name := range lineFlags {
+					if cmd.Flags().Changed(name) {
+						return fmt.Errorf("sort local: --%s orders lines; add --format lines", name)
+					}
+				}
+				return runSortLocal(cmd.Context(), env, cmd.ErrOrStderr(), o)
+			case "lines":
+				return runSortLines(cmd.Context(), env, cmd.ErrOrStderr(), o)
+			}
+			return fmt.Errorf("sort local: --format %q: want gensort or lines", o.format)
 		},
 	}
 	f := cmd.Flags()
@@ -59,8 +84,23 @@ holds nothing else when done. Runs that do not fit --memory are spilled to
 	f.Var(sizeValue{&o.cfg.PartitionSize}, "partition-size", "size of each output partition file (default 128MiB)")
 	f.IntVar(&o.workers, "workers", 0, "goroutines for sorting and merging (default: GOMAXPROCS)")
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "no progress output")
+	f.StringVar(&o.format, "format", "gensort", "what the inputs hold: gensort (100-byte records) or lines (text, ordered like LC_ALL=C sort)")
+	l := &o.lines
+	f.StringArrayVarP(&l.Keys, "key", "k", nil, "lines: sort by a key, F1[.C1][OPTS][,F2[.C2][OPTS]] as GNU sort's -k (repeat for more keys)")
+	f.StringVarP(&l.Separator, "field-separator", "t", "", "lines: the byte that separates fields (default: blanks start a field)")
+	f.BoolVarP(&l.Numeric, "numeric-sort", "n", false, "lines: compare by numeric value (-?digits[.digits])")
+	f.BoolVarP(&l.Reverse, "reverse", "r", false, "lines: reverse the order")
+	f.BoolVarP(&l.Stable, "stable", "s", false, "lines: keep the input order of lines with equal keys (no last-resort comparison)")
+	f.BoolVarP(&l.IgnoreBlanks, "ignore-leading-blanks", "b", false, "lines: ignore leading blanks of keys")
+	f.BoolVarP(&l.Fold, "ignore-case", "f", false, "lines: compare a-z as A-Z")
+	f.BoolVarP(&l.Dictionary, "dictionary-order", "d", false, "lines: compare only blanks and letters and digits")
+	f.BoolVarP(&l.Printable, "ignore-nonprinting", "i", false, "lines: compare only printable ASCII")
 	return cmd
 }
+
+// lineFlags are the flags that only --format lines reads.
+var lineFlags = []string{"key", "field-separator", "numeric-sort", "reverse", "stable",
+	"ignore-leading-blanks", "ignore-case", "dictionary-order", "ignore-nonprinting"}
 
 // runSortLocal is `gantry sort local`: sort every record under o.inputs
 // into o.output, with a progress bar and a summary on stderr.
@@ -101,6 +141,53 @@ func runSortLocal(ctx context.Context, env *Env, stderr io.Writer, o sortLocalOp
 		return err
 	}
 	printSortStats(stderr, st, len(in), time.Since(start), o.output)
+	return nil
+}
+
+// runSortLines is `gantry sort local --format lines`.
+func runSortLines(ctx context.Context, env *Env, stderr io.Writer, o sortLocalOptions) error {
+	if len(o.inputs) == 0 {
+		return errors.New("sort local: give at least one input directory with -I")
+	}
+	if o.output == "" {
+		return errors.New("sort local: give the output directory with -O")
+	}
+	ord, err := linesort.NewOrder(o.lines)
+	if err != nil {
+		return fmt.Errorf("sort local: %w", err)
+	}
+	in, total, err := extsort.ScanFiles(o.inputs)
+	if err != nil {
+		return err
+	}
+	cfg := linesort.Config{Memory: o.cfg.Memory, TempDir: o.cfg.TempDir, Workers: o.workers,
+		PartitionSize: o.cfg.PartitionSize, Logger: env.Logger}
+	var pw = stderr
+	if o.quiet {
+		pw = nil
+	}
+	bar := progress.Start(pw, "sort", total, progress.Bytes)
+	cfg.Progress = inputProgress(bar)
+	start := time.Now()
+	st, err := linesort.Sort(ctx, cfg, ord, in, o.output)
+	bar.Abort()
+	if err != nil && ctx.Err() != nil {
+		return fmt.Errorf("sort local: interrupted; no new partitions in %s (earlier ones are as they were), temporary files removed", o.output)
+	}
+	if err != nil {
+		return err
+	}
+	el := time.Since(start)
+	mode := "in memory"
+	if !st.InMemory {
+		mode = fmt.Sprintf("external, %d runs", st.Runs)
+	}
+	fmt.Fprintf(stderr, "sorted %d lines (%s) from %d files in %s: %.0f MB/s (%s)\n",
+		st.Lines, progress.FormatBytes(st.Bytes), len(in), el.Round(time.Millisecond),
+		float64(st.Bytes)/1e6/el.Seconds(), mode)
+	fmt.Fprintf(stderr, "  read+sort %s, spill %s, merge+write %s; %d partition file(s) in %s\n",
+		st.ReadSort.Round(time.Millisecond), st.Spill.Round(time.Millisecond),
+		st.Merge.Round(time.Millisecond), st.Partitions, o.output)
 	return nil
 }
 

@@ -395,3 +395,59 @@ func TestSortLocalProgressCountsTheInput(t *testing.T) {
 		t.Fatalf("no progress line in:\n%s", output)
 	}
 }
+
+// TestSortLocalLinesIsGNUSort runs `gantry sort local --format lines` with
+// GNU-style short options and checks the partitions, read in order, against
+// `LC_ALL=C sort` with the same options; options of lines without
+// --format lines, a bad key and an unknown format are refused.
+func TestSortLocalLinesIsGNUSort(t *testing.T) {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in")
+	os.MkdirAll(in, 0o755)
+	var b strings.Builder
+	for i := range 3000 {
+		fmt.Fprintf(&b, "user%d,%d.%d,%s\n", i%37, (i*7919)%2000-1000, i%10, []string{"b", "A", "a", ""}[i%4])
+	}
+	b.WriteString("last,-0,no newline")
+	os.WriteFile(filepath.Join(in, "csv"), []byte(b.String()), 0o644)
+	args := []string{"-t", ",", "-k", "2,2nr", "-k", "1,1", "-s"}
+	out := filepath.Join(dir, "out")
+	code, msg := sortTestRun(t, append([]string{"sort", "local", "--format", "lines", "-q", "-I", in, "-O", out, "--partition-size", "10000"}, args...)...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, msg)
+	}
+	parts, _ := filepath.Glob(filepath.Join(out, "partition.*"))
+	if len(parts) < 5 {
+		t.Fatalf("%d partitions of a 60 KB output at --partition-size 10000", len(parts))
+	}
+	var got []byte
+	for n := range parts {
+		p, err := os.ReadFile(filepath.Join(out, fmt.Sprintf("partition.%d", n)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, p...)
+	}
+	cmd := exec.Command("sort", append(args, filepath.Join(in, "csv"))...)
+	cmd.Env = append(os.Environ(), "LC_ALL=C")
+	want, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("the partitions differ from GNU sort's output (%d bytes against %d)", len(got), len(want))
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-k", "2"}, "--key orders lines; add --format lines"},
+		{[]string{"--format", "lines", "-k", "2x"}, `-k "2x": stray character`},
+		{[]string{"--format", "csv"}, `--format "csv": want gensort or lines`},
+	} {
+		code, msg := sortTestRun(t, append([]string{"sort", "local", "-I", in, "-O", filepath.Join(dir, "o2")}, tc.args...)...)
+		if code == 0 || !strings.Contains(msg, tc.want) {
+			t.Errorf("%v: exit %d, %q; want a failure saying %q", tc.args, code, msg, tc.want)
+		}
+	}
+}
