@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"sync"
@@ -26,8 +27,10 @@ import (
 // its default.
 type Config struct {
 	// Memory is the budget in bytes: two fifths hold the lines of a chunk,
-	// two fifths its entries and keys. Zero means extsort.DefaultMemory().
-	// A line longer than the chunk (Memory*2/5) is an error.
+	// a fifth their entries, a fifth the bucket sort's second array of
+	// them, a fifth their keys; the merge of spilled runs reads them
+	// through buffers of half of it. Zero means extsort.DefaultMemory(). A
+	// line longer than the chunk (Memory*2/5) is an error.
 	Memory int64
 	// TempDir is where runs are spilled; empty means os.TempDir().
 	TempDir string
@@ -170,7 +173,7 @@ func (s *sorter) cleanup() {
 func (s *sorter) run(ctx context.Context, inputs []extsort.Input) error {
 	rd := &lineReader{inputs: inputs, progress: s.cfg.Progress}
 	defer rd.close()
-	c := &chunk{ord: s.ord, buf: make([]byte, s.cfg.chunkBytes()), budget: s.cfg.chunkBytes()}
+	c := newChunk(s.ord, s.cfg, inputs)
 	for {
 		t := time.Now()
 		more, err := c.fill(ctx, rd)
@@ -199,6 +202,9 @@ func (s *sorter) run(ctx context.Context, inputs []extsort.Input) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	// The chunk's memory goes back before the merge's buffers are taken.
+	*c = chunk{}
+	debug.FreeOSMemory()
 	t := time.Now()
 	defer func() { s.st.Merge += time.Since(t) }()
 	return s.mergeRuns(ctx)
@@ -324,10 +330,48 @@ type chunk struct {
 	ord     *Order
 	buf     []byte
 	n, used int
-	ents    []entry
+	ents    []entry // at most cap(ents): never grown
 	scratch []entry // the bucket sort's second array
-	keys    []byte
-	budget  int // for ents and keys
+	keys    []byte  // grown only for a chunk's first line
+}
+
+// newChunk allocates a chunk's memory for cfg's budget, or for all of the
+// inputs' lines if they take less. The arrays are allocated once, never
+// grown, so a sort's heap stays what it allocated here.
+func newChunk(ord *Order, cfg Config, inputs []extsort.Input) *chunk {
+	total := int64(len(inputs)) // a newline a file may lack
+	for _, in := range inputs {
+		total += in.Size
+	}
+	size := int(min(int64(cfg.chunkBytes()), total))
+	fifth := int(min(cfg.Memory/5, 1<<30))
+	// A line takes at least 1 byte: more entries than that never fill.
+	n := min(fifth/entrySize, size)
+	c := &chunk{ord: ord, buf: make([]byte, size), ents: make([]entry, 0, n)}
+	if cfg.Workers > 1 {
+		c.scratch = make([]entry, 0, n)
+	}
+	if !ord.raw {
+		c.keys = make([]byte, 0, min(fifth, size*(2*len(ord.keys)+6)))
+	}
+	return c
+}
+
+// entrySize is an entry's size in bytes.
+const entrySize = 24
+
+// keyRoom is the most bytes a line of n bytes adds to the keys: each key
+// at most escapes every byte and adds its terminator, or, as a number,
+// adds its class, digit count and terminator.
+func (c *chunk) keyRoom(n int) int { return len(c.ord.keys) * (2*n + 6) }
+
+// fits reports whether a line of n bytes still fits the chunk's entries
+// and keys (the first line always does: keys grow for it if they must).
+func (c *chunk) fits(n int) bool {
+	if len(c.ents) == 0 {
+		return true
+	}
+	return len(c.ents) < cap(c.ents) && len(c.keys)+c.keyRoom(n) <= cap(c.keys)
 }
 
 func (c *chunk) line(e *entry) []byte { return c.buf[e.loff : e.loff+e.llen] }
@@ -354,10 +398,9 @@ func (c *chunk) fill(ctx context.Context, rd *lineReader) (more bool, err error)
 		return false, err
 	}
 	c.n += m
-	const entrySize = 24
-	for c.used < c.n && len(c.ents)*entrySize+len(c.keys) < c.budget {
+	for c.used < c.n {
 		nl := bytes.IndexByte(c.buf[c.used:c.n], '\n')
-		if nl < 0 {
+		if nl < 0 || !c.fits(nl) {
 			break
 		}
 		c.add(c.used, nl)
@@ -397,7 +440,7 @@ func (c *chunk) sort(workers int) [][]entry {
 	for i := range c.ents {
 		counts[bucketOf(split, c.ents[i].pre)]++
 	}
-	c.scratch = slices.Grow(c.scratch[:0], len(c.ents))[:len(c.ents)]
+	c.scratch = c.scratch[:len(c.ents)]
 	starts := make([]int, len(counts))
 	for b := 1; b < len(counts); b++ {
 		starts[b] = starts[b-1] + counts[b-1]
