@@ -14,3 +14,7 @@ func WriteLoops(s *Store) int { return s.batch.loops }
 func Exec(ctx context.Context, s *Store, q string, args ...any) (int64, error) {
 	return s.exec(ctx, q, args...)
 }
+
+// SetAfterSetDesired makes s's SetDesiredOf call f between its write and
+// its read back.
+func SetAfterSetDesired(s *Store, f func(id string)) { s.afterSetDesired.Store(&f) }

@@ -4,11 +4,13 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -51,6 +53,9 @@ type Store struct {
 	// (turn.go); nil on Postgres.
 	turn      chan struct{}
 	closeOnce sync.Once
+	// afterSetDesired, if set (tests), runs between SetDesiredOf's write
+	// and its read back: where a reconciler's delete can land.
+	afterSetDesired atomic.Pointer[func(id string)]
 }
 
 // Options are what Open takes besides the DSN. The zero value is the
@@ -426,7 +431,18 @@ func (s *Store) SetDesiredOf(ctx context.Context, w workspace.Workspace, desired
 	if n == 0 {
 		return w, fmt.Errorf("%w: workspace %s is being deleted", workspace.ErrConflict, w.ID)
 	}
-	return s.Get(ctx, w.ID)
+	if f := s.afterSetDesired.Load(); f != nil {
+		(*f)(w.ID)
+	}
+	got, err := s.Get(ctx, w.ID)
+	if errors.Is(err, workspace.ErrNotFound) && desired == workspace.Deleted {
+		// The reconciler finished the delete between the write and this
+		// read (a workspace with nothing to tear down goes at once): the
+		// delete asked for is done, not "not found".
+		w.DesiredState = desired
+		return w, nil
+	}
+	return got, err
 }
 
 // Claim is the seed's CAS: it sets the operation only if none is in flight

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gantryhq/gantry/workspace"
+	"github.com/gantryhq/gantry/workspace/store"
 	"github.com/gantryhq/gantry/workspace/store/storetest"
 )
 
@@ -337,6 +338,33 @@ func TestStatesLeaveTheSpecOut(t *testing.T) {
 			}
 			if _, err := st.Get(ctx, all[0].ID); err != nil {
 				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestDeleteFinishedBeforeTheReadBack: a workspace the reconciler deletes
+// between SetDesired(DELETED)'s write and its read back (one with nothing
+// to tear down goes at once) was deleted as asked: no "not found". Any
+// other desired state of a row gone meanwhile is still not found.
+func TestDeleteFinishedBeforeTheReadBack(t *testing.T) {
+	for _, b := range storetest.Backends {
+		t.Run(b.Name, func(t *testing.T) {
+			ctx := t.Context()
+			st := storetest.Open(t, b.DSN(t))
+			now := time.UnixMilli(1_700_000_000_000)
+			ws := createN(t, st, 2, now)
+			store.SetAfterSetDesired(st, func(id string) {
+				if _, err := store.Exec(ctx, st, `DELETE FROM workspaces WHERE id = ?`, id); err != nil {
+					t.Error(err)
+				}
+			})
+			got, err := st.SetDesired(ctx, ws[0].ID, workspace.Deleted, now)
+			if err != nil || got.ID != ws[0].ID || got.DesiredState != workspace.Deleted {
+				t.Fatalf("SetDesired(DELETED) of a row the reconciler deleted at once = %s, %v; want it deleted, no error", describe(got), err)
+			}
+			if _, err := st.SetDesired(ctx, ws[1].ID, workspace.Standby, now); !errors.Is(err, workspace.ErrNotFound) {
+				t.Fatalf("SetDesired(STANDBY) of a row deleted meanwhile = %v, want not found", err)
 			}
 		})
 	}
