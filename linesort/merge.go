@@ -76,18 +76,19 @@ type merger struct {
 	cur  []cursor
 	ln   [][]byte // each cursor's current line and key
 	key  [][]byte
+	pre  []uint64 // and its key's first 8 bytes (entry.pre)
 }
 
 // newMerger starts a merge of cur (each not yet advanced).
 func newMerger(ord *Order, cur []cursor) (*merger, error) {
-	m := &merger{ord: ord, cur: cur, ln: make([][]byte, len(cur)), key: make([][]byte, len(cur))}
+	m := &merger{ord: ord, cur: cur, ln: make([][]byte, len(cur)), key: make([][]byte, len(cur)), pre: make([]uint64, len(cur))}
 	for i, c := range cur {
 		ok, err := c.next()
 		if err != nil {
 			return nil, err
 		}
 		if ok {
-			m.ln[i], m.key[i] = c.current()
+			m.load(i)
 			m.heap = append(m.heap, i)
 		}
 	}
@@ -97,7 +98,16 @@ func newMerger(ord *Order, cur []cursor) (*merger, error) {
 	return m, nil
 }
 
+// load takes cursor i's current line.
+func (m *merger) load(i int) {
+	m.ln[i], m.key[i] = m.cur[i].current()
+	m.pre[i] = prefixOf(m.ord, m.key[i], 0)
+}
+
 func (m *merger) less(a, b int) bool {
+	if m.pre[a] != m.pre[b] {
+		return m.pre[a] < m.pre[b]
+	}
 	if c := m.ord.Compare(m.key[a], m.ln[a], m.key[b], m.ln[b]); c != 0 {
 		return c < 0
 	}
@@ -135,7 +145,7 @@ func (m *merger) each(fn func(line []byte) error) error {
 			return err
 		}
 		if ok {
-			m.ln[top], m.key[top] = m.cur[top].current()
+			m.load(top)
 		} else {
 			last := len(m.heap) - 1
 			m.heap[0] = m.heap[last]

@@ -537,16 +537,19 @@ func (c *chunk) refine(run []entry, depth int) {
 	c.sortFrom(run, depth)
 }
 
-// prefix is the 8 bytes of key from at, zero padded, as a big-endian
+// prefix is prefixOf for the chunk's order.
+func (c *chunk) prefix(key []byte, at int) uint64 { return prefixOf(c.ord, key, at) }
+
+// prefixOf is the 8 bytes of key from at, zero padded, as a big-endian
 // number (complemented for a Raw order reversed, so that it sorts the way
-// Compare does).
-func (c *chunk) prefix(key []byte, at int) uint64 {
+// Compare does): a smaller prefix is a smaller key.
+func prefixOf(ord *Order, key []byte, at int) uint64 {
 	var p [8]byte
 	if at < len(key) {
 		copy(p[:], key[at:])
 	}
 	v := binary.BigEndian.Uint64(p[:])
-	if c.ord.raw && c.ord.reverse {
+	if ord.raw && ord.reverse {
 		v = ^v
 	}
 	return v
