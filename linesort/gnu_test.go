@@ -24,6 +24,9 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // gnuCases are the orderings compared with GNU sort, as its arguments.
 var gnuCases = [][]string{
+	{"-n", "-f"},                   // f with n: accepted, no effect
+	{"-d", "-i", "-k2,2id"},        // d wins over i
+	{"-n", "-d", "-k1,1r", "-k2b"}, // keys with options of their own take neither n nor d
 	{},
 	{"-r"},
 	{"-n"},
@@ -293,8 +296,10 @@ func TestNewOrderRefusesBadKeys(t *testing.T) {
 		{Options{Keys: []string{"1."}}, "invalid number after '.'"},
 		{Options{Keys: []string{"1nq"}}, "stray character"},
 		{Options{Keys: []string{"1g"}}, "not supported"},
-		{Options{Keys: []string{"1nd"}}, "incompatible"},
-		{Options{Numeric: true, Fold: true}, "incompatible"},
+		{Options{Keys: []string{"1nd"}}, "n and d are incompatible"},
+		{Options{Keys: []string{"1,2in"}}, "n and i are incompatible"},
+		{Options{Numeric: true, Dictionary: true}, "n and d are incompatible"},
+		{Options{Numeric: true, Printable: true, Keys: []string{"2"}}, "n and i are incompatible"}, // the key takes both
 		{Options{Separator: "::"}, "more than one byte"},
 	} {
 		_, err := NewOrder(tc.o)
@@ -355,5 +360,126 @@ func TestCancelledSortLeavesNothing(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(tmp); len(ents) != 0 {
 		t.Errorf("the temp dir holds %v", ents)
+	}
+}
+
+// TestRandomOptionsMatchGNUSort draws option sets (globals, -t, up to
+// two -k with options at either end) and short lines over an alphabet of
+// blanks, separators, signs, digits, both cases, NUL and 0xff, in up to
+// three files (some empty, some without a final newline): NewOrder
+// refuses exactly what GNU sort refuses, and the output, in memory and
+// spilled into runs of a few lines merged two or three at a time, is GNU
+// sort's.
+func TestRandomOptionsMatchGNUSort(t *testing.T) {
+	gnu, err := exec.LookPath("sort")
+	if err != nil {
+		t.Fatalf("GNU sort (coreutils) is needed to compare with: %v", err)
+	}
+	r := rand.New(rand.NewPCG(11, 12))
+	for it := range 150 {
+		args := randomArgs(r)
+		dir := t.TempDir()
+		var paths []string
+		for f := range 1 + r.IntN(3) {
+			p := filepath.Join(dir, fmt.Sprintf("in-%d", f))
+			os.WriteFile(p, randomLines(r), 0o644)
+			paths = append(paths, p)
+		}
+		cmd := exec.Command(gnu, append(slices.Clone(args), paths...)...)
+		cmd.Env = append(os.Environ(), "LC_ALL=C")
+		want, gerr := cmd.Output()
+		ord, err := NewOrder(optionsOf(t, args))
+		if (gerr != nil) != (err != nil) {
+			t.Fatalf("%d: %q: GNU sort's error %v, NewOrder's %v", it, args, gerr, err)
+		}
+		if err != nil {
+			continue
+		}
+		for _, sh := range [][2]int{{0, 0}, {20 + r.IntN(40), 2}, {60 + r.IntN(100), 3}} {
+			testChunk, testFanIn = sh[0], sh[1]
+			got, _ := sortFiles(t, ord, dir, int64(1+r.IntN(50)))
+			if !bytes.Equal(got, want) {
+				t.Fatalf("%d: %q, chunks of %d bytes: output differs from GNU sort's: %s", it, args, sh[0], firstDiff(got, want))
+			}
+		}
+		testChunk, testFanIn = 0, 0
+	}
+}
+
+// randomArgs draws GNU sort arguments of the options linesort has.
+func randomArgs(r *rand.Rand) []string {
+	var a []string
+	for _, g := range []string{"-b", "-d", "-f", "-i", "-n", "-r", "-s"} {
+		if r.IntN(5) == 0 {
+			a = append(a, g)
+		}
+	}
+	if r.IntN(2) == 0 {
+		a = append(a, "-t"+[]string{" ", "\t", ",", "-", ".", "0", "a", `\0`, "\xff"}[r.IntN(9)])
+	}
+	opts := func() string {
+		var s []byte
+		for range r.IntN(3) {
+			s = append(s, "bdfinr"[r.IntN(6)])
+		}
+		return string(s)
+	}
+	for range r.IntN(3) {
+		k := fmt.Sprint(1 + r.IntN(4))
+		if r.IntN(2) == 0 {
+			k += fmt.Sprint(".", 1+r.IntN(4))
+		}
+		k += opts()
+		if r.IntN(3) > 0 {
+			k += fmt.Sprint(",", 1+r.IntN(4))
+			if r.IntN(2) == 0 {
+				k += fmt.Sprint(".", r.IntN(5))
+			}
+			k += opts()
+		}
+		a = append(a, "-k"+k)
+	}
+	r.Shuffle(len(a), func(i, j int) { a[i], a[j] = a[j], a[i] })
+	return a
+}
+
+// randomLines is up to 30 lines of up to 8 bytes, the last newline
+// dropped one time in three.
+func randomLines(r *rand.Rand) []byte {
+	const alphabet = " \t,-.0123456789aA\x00\xff"
+	var b []byte
+	for range r.IntN(30) {
+		for range r.IntN(9) {
+			b = append(b, alphabet[r.IntN(len(alphabet))])
+		}
+		b = append(b, '\n')
+	}
+	if len(b) > 0 && r.IntN(3) == 0 {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+// TestNoInputFiles: no input files (an empty -I) sort to no partition,
+// at once.
+func TestNoInputFiles(t *testing.T) {
+	ord, _ := NewOrder(Options{Keys: []string{"2n"}})
+	out := t.TempDir()
+	st, err := Sort(t.Context(), Config{Memory: MinMemory, TempDir: t.TempDir()}, ord, nil, out)
+	if err != nil || st.Lines != 0 || st.Partitions != 0 {
+		t.Fatalf("Sort of nothing = %+v, %v", st, err)
+	}
+}
+
+// TestLongLinesMergeWithinBudget: runs of multi-megabyte lines are merged
+// a few at a time, so the cursors' gathered lines stay within the budget.
+func TestLongLinesMergeWithinBudget(t *testing.T) {
+	ord, _ := NewOrder(Options{Keys: []string{"1"}})
+	cfg, _ := Config{Memory: 64 << 20}.withDefaults()
+	if n := cfg.fanIn(ord, 4<<20); n*(2*(4<<20)+keyRoom(ord, 4<<20)) > int(cfg.Memory) {
+		t.Errorf("a merge of runs of 4 MiB lines opens %d at a budget of 64 MiB", n)
+	}
+	if n := cfg.fanIn(ord, 100); n != int(cfg.Memory/2/int64(cfg.ioBuf())) {
+		t.Errorf("a merge of short lines opens %d runs, want half the budget in read buffers", n)
 	}
 }

@@ -81,8 +81,8 @@ func NewOrder(o Options) (*Order, error) {
 	}
 	global := key{eword: -1, skipStart: o.IgnoreBlanks, skipEnd: o.IgnoreBlanks, dictionary: o.Dictionary,
 		fold: o.Fold, printable: o.Printable, numeric: o.Numeric, reverse: o.Reverse}
-	if err := checkCombination(global, "the global options"); err != nil {
-		return nil, err
+	if global.dictionary {
+		global.printable = false // d wins over i, as in GNU sort
 	}
 	for _, spec := range o.Keys {
 		k, err := parseKey(spec)
@@ -99,6 +99,9 @@ func NewOrder(o Options) (*Order, error) {
 	}
 	if len(ord.keys) == 0 {
 		if global.hasOrdering() {
+			if err := checkCombination(global, "the global options"); err != nil {
+				return nil, err
+			}
 			ord.keys = []key{global}
 		} else {
 			ord.raw = true // -r alone reverses the last resort only
@@ -107,12 +110,18 @@ func NewOrder(o Options) (*Order, error) {
 	return ord, nil
 }
 
-// checkCombination refuses the option pairs GNU sort refuses.
+// checkCombination refuses what GNU sort refuses: a key (after it took
+// the global options, if it did) that is both numeric and d or i. The
+// global options alone are checked only where they order the whole line.
 func checkCombination(k key, what string) error {
-	if k.numeric && (k.dictionary || k.printable || k.fold) || k.dictionary && k.printable {
-		return fmt.Errorf("%w: %s: these options are incompatible (n with d, f or i; d with i)", ErrKey, what)
+	if !k.numeric || !k.dictionary && !k.printable {
+		return nil
 	}
-	return nil
+	other := "i"
+	if k.dictionary {
+		other = "d"
+	}
+	return fmt.Errorf("%w: %s: options n and %s are incompatible", ErrKey, what, other)
 }
 
 // parseKey parses one -k specification.
@@ -169,9 +178,12 @@ func parseKey(spec string) (key, error) {
 	return k, nil
 }
 
-// fieldCount reads the decimal number s starts with (a huge one saturates,
-// as GNU's does: a field past every line's end).
+// fieldCount reads the decimal number s starts with, after blanks and a
+// '+' (as GNU's strtoumax takes them); a huge one saturates: a field or
+// character past every line's end.
 func fieldCount(s string) (int, string, error) {
+	s = strings.TrimLeft(s, " \t")
+	s = strings.TrimPrefix(s, "+")
 	n := 0
 	for n < len(s) && s[n] >= '0' && s[n] <= '9' {
 		n++
@@ -179,9 +191,9 @@ func fieldCount(s string) (int, string, error) {
 	if n == 0 {
 		return 0, s, errors.New("no number")
 	}
-	v, err := strconv.ParseInt(s[:n], 10, 32)
-	if err != nil {
-		v = 1 << 30
+	v, err := strconv.ParseInt(s[:n], 10, 64)
+	if err != nil || v > 1<<40 {
+		v = 1 << 40 // longer than any line (a chunk is at most 2 GiB), and no overflow when added to
 	}
 	return int(v), s[n:], nil
 }
@@ -198,11 +210,11 @@ func (k *key) options(s string, start bool) (string, error) {
 				k.skipEnd = true
 			}
 		case 'd':
-			k.dictionary = true
+			k.dictionary, k.printable = true, false // d wins over i
 		case 'f':
 			k.fold = true
 		case 'i':
-			k.printable = true
+			k.printable = !k.dictionary
 		case 'n':
 			k.numeric = true
 		case 'r':

@@ -83,13 +83,18 @@ func (c Config) chunkBytes() int {
 	return int(min(c.Memory*2/5, 2<<30))
 }
 
-// fanIn is how many runs one merge opens: as many read buffers as half
-// the budget holds.
-func (c Config) fanIn() int {
+// fanIn is how many runs one merge opens: as many cursors as half the
+// budget holds, each its read buffer plus, when lines are long, the
+// longest line (gathered, twice over at worst) and its key.
+func (c Config) fanIn(ord *Order, longest int) int {
 	if testFanIn > 0 {
 		return testFanIn
 	}
-	return int(max(2, c.Memory/2/runBuf))
+	cursor := int64(c.ioBuf())
+	if longest > c.ioBuf() {
+		cursor += int64(2*longest + keyRoom(ord, longest))
+	}
+	return int(max(2, c.Memory/2/cursor))
 }
 
 // ioBuf is the buffer of each run or output file: runBuf, or less for a
@@ -154,12 +159,13 @@ func Sort(ctx context.Context, cfg Config, ord *Order, inputs []extsort.Input, o
 
 // sorter is one Sort's state.
 type sorter struct {
-	cfg   Config
-	ord   *Order
-	out   *partWriter
-	st    Stats
-	spill *fsutil.OwnedDir
-	runs  []string
+	cfg     Config
+	ord     *Order
+	out     *partWriter
+	st      Stats
+	spill   *fsutil.OwnedDir
+	runs    []string
+	longest int // the longest line read, for the merge's fan-in
 }
 
 func (s *sorter) cleanup() {
@@ -182,6 +188,7 @@ func (s *sorter) run(ctx context.Context, inputs []extsort.Input) error {
 		}
 		parts := c.sort(s.cfg.Workers)
 		s.st.ReadSort += time.Since(t)
+		s.longest = max(s.longest, c.longest)
 		s.st.Lines += int64(len(c.ents))
 		if !more && s.runs == nil {
 			s.st.InMemory = true
@@ -265,7 +272,7 @@ func writeFile(path string, buf int, fill func(*lineWriter) error) error {
 // of consecutive runs (which keeps ties in input order) while there are
 // more than one merge can open at once.
 func (s *sorter) mergeRuns(ctx context.Context) error {
-	fanIn := s.cfg.fanIn()
+	fanIn := s.cfg.fanIn(s.ord, s.longest)
 	for pass := 0; len(s.runs) > fanIn; pass++ {
 		var next []string
 		for i := 0; i < len(s.runs); i += fanIn {
@@ -332,7 +339,9 @@ type chunk struct {
 	n, used int
 	ents    []entry // at most cap(ents): never grown
 	scratch []entry // the bucket sort's second array
-	keys    []byte  // grown only for a chunk's first line
+	keys    []byte  // at most keyCap bytes
+	keyCap  int
+	longest int // the longest line added
 }
 
 // newChunk allocates a chunk's memory for cfg's budget, or for all of the
@@ -343,7 +352,9 @@ func newChunk(ord *Order, cfg Config, inputs []extsort.Input) *chunk {
 	for _, in := range inputs {
 		total += in.Size
 	}
-	size := int(min(int64(cfg.chunkBytes()), total))
+	// Room for files grown since they were listed; at least 1 byte, so
+	// that reading no input ends.
+	size := int(min(int64(cfg.chunkBytes()), total+1<<20))
 	fifth := int(min(cfg.Memory/5, 1<<30))
 	// A line takes at least 1 byte: more entries than that never fill.
 	n := min(fifth/entrySize, size)
@@ -353,6 +364,7 @@ func newChunk(ord *Order, cfg Config, inputs []extsort.Input) *chunk {
 	}
 	if !ord.raw {
 		c.keys = make([]byte, 0, min(fifth, size*(2*len(ord.keys)+6)))
+		c.keyCap = cap(c.keys)
 	}
 	return c
 }
@@ -363,7 +375,7 @@ const entrySize = 24
 // keyRoom is the most bytes a line of n bytes adds to the keys: each key
 // at most escapes every byte and adds its terminator, or, as a number,
 // adds its class, digit count and terminator.
-func (c *chunk) keyRoom(n int) int { return len(c.ord.keys) * (2*n + 6) }
+func keyRoom(ord *Order, n int) int { return len(ord.keys) * (2*n + 6) }
 
 // fits reports whether a line of n bytes still fits the chunk's entries
 // and keys (the first line always does: keys grow for it if they must).
@@ -371,7 +383,7 @@ func (c *chunk) fits(n int) bool {
 	if len(c.ents) == 0 {
 		return true
 	}
-	return len(c.ents) < cap(c.ents) && len(c.keys)+c.keyRoom(n) <= cap(c.keys)
+	return len(c.ents) < cap(c.ents) && len(c.keys)+keyRoom(c.ord, n) <= c.keyCap
 }
 
 func (c *chunk) line(e *entry) []byte { return c.buf[e.loff : e.loff+e.llen] }
@@ -403,7 +415,9 @@ func (c *chunk) fill(ctx context.Context, rd *lineReader) (more bool, err error)
 		if nl < 0 || !c.fits(nl) {
 			break
 		}
-		c.add(c.used, nl)
+		if err := c.add(c.used, nl); err != nil {
+			return false, err
+		}
 		c.used += nl + 1
 	}
 	if c.used == 0 && c.n > 0 {
@@ -412,18 +426,26 @@ func (c *chunk) fill(ctx context.Context, rd *lineReader) (more bool, err error)
 	return !rd.done || c.used < c.n, nil
 }
 
-// add adds the line at buf[off:off+n] (its newline after it).
-func (c *chunk) add(off, n int) {
+// add adds the line at buf[off:off+n] (its newline after it). Its key
+// may not take more than the keys' budget (a chunk's first line is
+// added whatever its key room, then checked).
+func (c *chunk) add(off, n int) error {
 	e := entry{loff: uint32(off), llen: uint32(n)}
 	k := c.buf[off : off+n]
 	if !c.ord.raw {
 		from := len(c.keys)
 		c.keys = c.ord.AppendKey(c.keys, k)
+		if len(c.keys) > c.keyCap {
+			return fmt.Errorf("%w: the keys of a line of %d bytes take %d bytes, more than a fifth of the memory budget (raise --memory)",
+				extsort.ErrBadInput, n, len(c.keys)-from)
+		}
 		e.koff, e.klen = uint32(from), uint32(len(c.keys)-from)
 		k = c.keys[from:]
 	}
 	e.pre = c.prefix(k, 0)
 	c.ents = append(c.ents, e)
+	c.longest = max(c.longest, n)
+	return nil
 }
 
 // sort sorts the chunk's entries: it cuts them into one bucket per worker

@@ -71,6 +71,9 @@ byte; each file ends at the first line end past --partition-size bytes.`,
 				}
 				return runSortLocal(cmd.Context(), env, cmd.ErrOrStderr(), o)
 			case "lines":
+				if cmd.Flags().Changed("field-separator") && o.lines.Separator == "" {
+					return errors.New("sort local: -t: the field separator is empty")
+				}
 				return runSortLines(cmd.Context(), env, cmd.ErrOrStderr(), o)
 			}
 			return fmt.Errorf("sort local: --format %q: want gensort or lines", o.format)
@@ -159,6 +162,9 @@ func runSortLines(ctx context.Context, env *Env, stderr io.Writer, o sortLocalOp
 	in, total, err := extsort.ScanFiles(o.inputs)
 	if err != nil {
 		return err
+	}
+	if total == 0 {
+		fmt.Fprintf(stderr, "sort local: no lines in %d input file(s); no partition written\n", len(in))
 	}
 	cfg := linesort.Config{Memory: o.cfg.Memory, TempDir: o.cfg.TempDir, Workers: o.workers,
 		PartitionSize: o.cfg.PartitionSize, Logger: env.Logger}

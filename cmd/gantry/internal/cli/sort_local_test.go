@@ -444,6 +444,8 @@ func TestSortLocalLinesIsGNUSort(t *testing.T) {
 		{[]string{"-k", "2"}, "--key orders lines; add --format lines"},
 		{[]string{"--format", "lines", "-k", "2x"}, `-k "2x": stray character`},
 		{[]string{"--format", "csv"}, `--format "csv": want gensort or lines`},
+		{[]string{"--format", "lines", "-t", ""}, "the field separator is empty"},
+		{[]string{"--format", "lines", "-n", "-d"}, "options n and d are incompatible"},
 	} {
 		code, msg := sortTestRun(t, append([]string{"sort", "local", "-I", in, "-O", filepath.Join(dir, "o2")}, tc.args...)...)
 		if code == 0 || !strings.Contains(msg, tc.want) {
