@@ -87,6 +87,7 @@ func optionsOf(t *testing.T, args []string) Options {
 // case of gnuCases, in memory and spilled (tiny chunks, merges in several
 // passes), and checks that the output is byte for byte GNU sort's.
 func TestSortMatchesGNUSort(t *testing.T) {
+	t.Parallel()
 	gnu, err := exec.LookPath("sort")
 	if err != nil {
 		t.Fatalf("GNU sort (coreutils) is needed to compare with: %v", err)
@@ -114,10 +115,11 @@ func TestSortMatchesGNUSort(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
+					chunk, fanIn := 0, 0
 					if spilled {
-						shrink(t, 3200, 3)
+						chunk, fanIn = 3200, 3
 					}
-					got, st := sortFiles(t, ord, dir, 5000)
+					got, st := sortFiles(t, ord, dir, 5000, chunk, fanIn)
 					if !bytes.Equal(got, want) {
 						t.Fatalf("output differs from GNU sort %q: %s", args, firstDiff(got, want))
 					}
@@ -128,12 +130,6 @@ func TestSortMatchesGNUSort(t *testing.T) {
 			}
 		}
 	}
-}
-
-// shrink makes chunks of n bytes and merges of fanIn runs for one test.
-func shrink(t *testing.T, n, fanIn int) {
-	testChunk, testFanIn = n, fanIn
-	t.Cleanup(func() { testChunk, testFanIn = 0, 0 })
 }
 
 // gnuSort is `LC_ALL=C sort args paths…`'s output.
@@ -151,15 +147,17 @@ func gnuSort(t *testing.T, gnu string, args, paths []string) []byte {
 }
 
 // sortFiles sorts the files of dir (in name order) with ord into
-// partitions of about partSize bytes and returns them concatenated.
-func sortFiles(t *testing.T, ord *Order, dir string, partSize int64) ([]byte, Stats) {
+// partitions of about partSize bytes, in chunks of chunk bytes merged
+// fanIn at a time (0: the defaults), and returns them concatenated.
+func sortFiles(t *testing.T, ord *Order, dir string, partSize int64, chunk, fanIn int) ([]byte, Stats) {
 	t.Helper()
 	in, _, err := extsort.ScanFiles([]string{dir})
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := t.TempDir()
-	st, err := Sort(t.Context(), Config{Memory: MinMemory, TempDir: t.TempDir(), PartitionSize: partSize, Workers: 3}, ord, in, out)
+	cfg := Config{Memory: MinMemory, TempDir: t.TempDir(), PartitionSize: partSize, Workers: 3, testChunk: chunk, testFanIn: fanIn}
+	st, err := Sort(t.Context(), cfg, ord, in, out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,7 +311,7 @@ func TestNewOrderRefusesBadKeys(t *testing.T) {
 // error that says so and how to fix it, and leaves no output and no temp
 // files.
 func TestLongerLineThanChunkIsRefused(t *testing.T) {
-	shrink(t, 1000, 0)
+	t.Parallel()
 	in, out, tmp := t.TempDir(), t.TempDir(), t.TempDir()
 	os.WriteFile(filepath.Join(in, "a"), append(bytes.Repeat([]byte("x\n"), 2000), bytes.Repeat([]byte("y"), 1500)...), 0o644)
 	files, _, err := extsort.ScanFiles([]string{in})
@@ -321,7 +319,7 @@ func TestLongerLineThanChunkIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	ord, _ := NewOrder(Options{})
-	_, err = Sort(t.Context(), Config{Memory: MinMemory, TempDir: tmp}, ord, files, out)
+	_, err = Sort(t.Context(), Config{Memory: MinMemory, TempDir: tmp, testChunk: 1000}, ord, files, out)
 	if err == nil || !strings.Contains(err.Error(), "a line of more than 1000 bytes") {
 		t.Fatalf("Sort = %v, want the long line refused", err)
 	}
@@ -336,7 +334,7 @@ func TestLongerLineThanChunkIsRefused(t *testing.T) {
 // the output directory's earlier partitions as they were and no temp
 // files.
 func TestCancelledSortLeavesNothing(t *testing.T) {
-	shrink(t, 2000, 2)
+	t.Parallel()
 	in, out, tmp := t.TempDir(), t.TempDir(), t.TempDir()
 	os.WriteFile(filepath.Join(in, "a"), genLines(5, 2000), 0o644)
 	os.WriteFile(filepath.Join(out, "partition.0"), []byte("earlier\n"), 0o644)
@@ -344,7 +342,7 @@ func TestCancelledSortLeavesNothing(t *testing.T) {
 	ord, _ := NewOrder(Options{Keys: []string{"2,2n"}})
 	ctx, cancel := context.WithCancel(t.Context())
 	reads := 0
-	cfg := Config{Memory: MinMemory, TempDir: tmp, Progress: func(p extsort.Phase, _ int64) {
+	cfg := Config{Memory: MinMemory, TempDir: tmp, testChunk: 2000, testFanIn: 2, Progress: func(p extsort.Phase, _ int64) {
 		if reads++; reads == 10 {
 			cancel()
 		}
@@ -371,6 +369,7 @@ func TestCancelledSortLeavesNothing(t *testing.T) {
 // spilled into runs of a few lines merged two or three at a time, is GNU
 // sort's.
 func TestRandomOptionsMatchGNUSort(t *testing.T) {
+	t.Parallel()
 	gnu, err := exec.LookPath("sort")
 	if err != nil {
 		t.Fatalf("GNU sort (coreutils) is needed to compare with: %v", err)
@@ -396,13 +395,11 @@ func TestRandomOptionsMatchGNUSort(t *testing.T) {
 			continue
 		}
 		for _, sh := range [][2]int{{0, 0}, {20 + r.IntN(40), 2}, {60 + r.IntN(100), 3}} {
-			testChunk, testFanIn = sh[0], sh[1]
-			got, _ := sortFiles(t, ord, dir, int64(1+r.IntN(50)))
+			got, _ := sortFiles(t, ord, dir, int64(1+r.IntN(50)), sh[0], sh[1])
 			if !bytes.Equal(got, want) {
 				t.Fatalf("%d: %q, chunks of %d bytes: output differs from GNU sort's: %s", it, args, sh[0], firstDiff(got, want))
 			}
 		}
-		testChunk, testFanIn = 0, 0
 	}
 }
 

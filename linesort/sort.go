@@ -43,6 +43,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Progress, if set, is called with each phase's increments of bytes.
 	Progress func(phase extsort.Phase, bytes int64)
+
+	// Tests shrink chunks and fan-in to make small inputs spill and merge
+	// in several passes.
+	testChunk, testFanIn int
 }
 
 // MinMemory is the smallest budget accepted.
@@ -77,8 +81,8 @@ func (c Config) withDefaults() (Config, error) {
 // again holds their entries and keys); at most 2 GiB, so that offsets fit
 // an entry's 32 bits.
 func (c Config) chunkBytes() int {
-	if testChunk > 0 {
-		return testChunk
+	if c.testChunk > 0 {
+		return c.testChunk
 	}
 	return int(min(c.Memory*2/5, 2<<30))
 }
@@ -87,8 +91,8 @@ func (c Config) chunkBytes() int {
 // budget holds, each its read buffer plus, when lines are long, the
 // longest line (gathered, twice over at worst) and its key.
 func (c Config) fanIn(ord *Order, longest int) int {
-	if testFanIn > 0 {
-		return testFanIn
+	if c.testFanIn > 0 {
+		return c.testFanIn
 	}
 	cursor := int64(c.ioBuf())
 	if longest > c.ioBuf() {
@@ -101,9 +105,7 @@ func (c Config) fanIn(ord *Order, longest int) int {
 // chunk so small that runs are tiny.
 func (c Config) ioBuf() int { return max(4096, min(runBuf, c.chunkBytes()/4)) }
 
-// Tests shrink chunks and fan-in to make small inputs spill and merge in
-// several passes.
-var testChunk, testFanIn int
+
 
 // Stats describes a finished sort.
 type Stats struct {
