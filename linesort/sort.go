@@ -105,8 +105,6 @@ func (c Config) fanIn(ord *Order, longest int) int {
 // chunk so small that runs are tiny.
 func (c Config) ioBuf() int { return max(4096, min(runBuf, c.chunkBytes()/4)) }
 
-
-
 // Stats describes a finished sort.
 type Stats struct {
 	Lines      int64
