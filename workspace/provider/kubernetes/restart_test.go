@@ -95,8 +95,8 @@ func (a *apiServer) kill() {
 }
 
 // TestAPIServerRestart kills the API server gantry talks to in the middle of bringing a
-// workspace up, and starts it again a few seconds later: the provider's calls fail as
-// Unreachable and are retried, its watch resumes (a Pod deleted behind gantry's back
+// workspace up, asks for another during the outage, and starts it again a few seconds
+// later: the provider's calls fail as Unreachable and are retried, its watch resumes (a Pod deleted behind gantry's back
 // afterwards is noticed and replaced), every workspace converges, and no workspace ever
 // has two Pods.
 func TestAPIServerRestart(t *testing.T) {
@@ -134,13 +134,21 @@ func TestAPIServerRestart(t *testing.T) {
 	}
 	api.kill()
 	down := time.Now()
-	time.Sleep(3 * time.Second) // real time: the outage
+	// And one asked for during the outage: its provisioning cannot reach the API server.
+	// (The one above may be past its calls already, its Start waiting on the watch, which
+	// fails nothing: under load the outage then hit no call at all.)
+	third, err := s.Create(ctx, workspace.NewWorkspace{Name: "outage", Desired: workspace.Running})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 30*time.Second, "a provider call to fail as Unreachable during the outage", func() (bool, string) {
+		return rec.unreachable.Load() > 0, "none yet"
+	})
+	time.Sleep(time.Until(down.Add(3 * time.Second))) // real time: the outage, at least 3 s
 	api.start()
 	t.Logf("API server down for %v", time.Since(down).Round(time.Millisecond))
 	s.waitState(t, second.ID, workspace.Running, 2*time.Minute)
-	if n := rec.unreachable.Load(); n == 0 {
-		t.Fatal("no provider call failed as Unreachable: the outage hit no operation")
-	}
+	s.waitState(t, third.ID, workspace.Running, 2*time.Minute)
 
 	// The watch resumed: a Pod removed behind gantry's back (through the other API
 	// server) is seen gone and started again.
@@ -160,7 +168,7 @@ func TestAPIServerRestart(t *testing.T) {
 	})
 	s.waitState(t, first.ID, workspace.Running, time.Minute)
 
-	for _, id := range []string{first.ID, second.ID} {
+	for _, id := range []string{first.ID, second.ID, third.ID} {
 		if pods := c.pods(map[string]string{LabelWorkspaceID: id}); len(pods) != 1 {
 			t.Errorf("workspace %s: %s; want exactly one pod", id, podSummary(pods))
 		}
