@@ -32,18 +32,7 @@ gnumem=${MEM%iB}   # 256MiB → 256M
 # The key sets, as GNU sort's arguments (gantry takes the same).
 specs=("" "-t , -k 3,3n" "-t , -k 2,2 -k 3,3nr")
 
-# measure LABEL CMD...: run once, append "LABEL seconds maxrss_kb" to results.
-measure() {
-	local label=$1
-	shift
-	sync
-	if ! /usr/bin/time -f "%e %M" -o "$work/time" "$@" >/dev/null 2>"$work/err"; then
-		echo "$label failed:" >&2
-		cat "$work/err" >&2
-		exit 1
-	fi
-	echo "$label $(cat "$work/time")" >>"$work/results"
-}
+. scripts/lib/bench.sh
 
 for r in $(seq "$ROUNDS"); do
 	for i in "${!specs[@]}"; do
@@ -62,10 +51,6 @@ for i in "${!specs[@]}"; do
 	cmp <(cat $(ls -v "$work/out$i"/partition.*)) "$work/gnu$i.out" >/dev/null ||
 		{ echo "gantry and GNU sort outputs differ for keys [${specs[$i]}]" >&2; exit 1; }
 done
-
-median() { grep "^$1 " "$work/results" | awk '{print $'"$2"'}' | sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
-div() { awk "BEGIN { d = $2; print (d > 0 ? $1 / d : 0) }"; }
-all() { grep "^$1 " "$work/results" | awk '{printf "%s ", $2}'; }
 
 echo
 echo "$N lines ($bytes bytes), memory $MEM, $ROUNDS rounds, $(nproc) CPUs, load before: $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%F)"

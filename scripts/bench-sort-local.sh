@@ -25,18 +25,7 @@ mkdir -p "$work/asc" "$work/bin" "$work/tmp"
 "$G" gensort -q "$N" "$work/bin/input"
 bytes=$(stat -c %s "$work/asc/input")
 
-# measure LABEL CMD...: run once, append "LABEL seconds maxrss_kb" to results.
-measure() {
-	local label=$1
-	shift
-	sync
-	if ! /usr/bin/time -f "%e %M" -o "$work/time" "$@" >/dev/null 2>"$work/err"; then
-		echo "$label failed:" >&2
-		cat "$work/err" >&2
-		exit 1
-	fi
-	echo "$label $(cat "$work/time")" >>"$work/results"
-}
+. scripts/lib/bench.sh
 
 for r in $(seq "$ROUNDS"); do
 	echo "round $r/$ROUNDS" >&2
@@ -59,10 +48,6 @@ done
 # The outputs must agree: gantry's partitions, concatenated, are GNU sort's output.
 cmp <(cat $(ls -v "$work"/out/partition.*)) "$work/gnu.out" >/dev/null || { echo "gantry and GNU sort outputs differ" >&2; exit 1; }
 "$G" valsort -q "$work/outb" >/dev/null || { echo "binary output fails valsort" >&2; exit 1; }
-
-median() { grep "^$1 " "$work/results" | awk '{print $'"$2"'}' | sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
-div() { awk "BEGIN { d = $2; print (d > 0 ? $1 / d : 0) }"; }
-all() { grep "^$1 " "$work/results" | awk '{printf "%s ", $2}'; }
 
 echo
 echo "$N records ($bytes bytes), $ROUNDS rounds, $(nproc) CPUs, $(date -u +%F)"
