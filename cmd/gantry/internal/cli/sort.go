@@ -108,11 +108,8 @@ var lineFlags = []string{"key", "field-separator", "numeric-sort", "reverse", "s
 // runSortLocal is `gantry sort local`: sort every record under o.inputs
 // into o.output, with a progress bar and a summary on stderr.
 func runSortLocal(ctx context.Context, env *Env, stderr io.Writer, o sortLocalOptions) error {
-	if len(o.inputs) == 0 {
-		return errors.New("sort local: give at least one input directory with -I")
-	}
-	if o.output == "" {
-		return errors.New("sort local: give the output directory with -O")
+	if err := o.check(); err != nil {
+		return err
 	}
 	cfg := o.cfg
 	cfg.Workers = o.workers
@@ -126,34 +123,17 @@ func runSortLocal(ctx context.Context, env *Env, stderr io.Writer, o sortLocalOp
 		_, err := extsort.Sort(ctx, cfg, in, o.output) // still checks the output dir
 		return err
 	}
-	var pw = stderr
-	if o.quiet {
-		pw = nil
-	}
-	bar := progress.Start(pw, "sort", total, progress.Bytes)
-	cfg.Progress = inputProgress(bar)
-	start := time.Now()
-	st, err := extsort.Sort(ctx, cfg, in, o.output)
-	bar.Abort()
-	if err != nil && ctx.Err() != nil {
-		// Ctrl-C: extsort's error names the step it stopped in; what the
-		// user needs is what is left (as gensort says it).
-		return fmt.Errorf("sort local: interrupted; no new partitions in %s (earlier ones are as they were), temporary files removed", o.output)
-	}
-	if err != nil {
-		return err
-	}
-	printSortStats(stderr, st, len(in), time.Since(start), o.output)
-	return nil
+	return o.sortWithProgress(ctx, stderr, total, len(in), func(progress func(extsort.Phase, int64)) (sortSummary, error) {
+		cfg.Progress = progress
+		st, err := extsort.Sort(ctx, cfg, in, o.output)
+		return sortSummary{st, "records"}, err
+	})
 }
 
 // runSortLines is `gantry sort local --format lines`.
 func runSortLines(ctx context.Context, env *Env, stderr io.Writer, o sortLocalOptions) error {
-	if len(o.inputs) == 0 {
-		return errors.New("sort local: give at least one input directory with -I")
-	}
-	if o.output == "" {
-		return errors.New("sort local: give the output directory with -O")
+	if err := o.check(); err != nil {
+		return err
 	}
 	ord, err := linesort.NewOrder(o.lines)
 	if err != nil {
@@ -168,32 +148,54 @@ func runSortLines(ctx context.Context, env *Env, stderr io.Writer, o sortLocalOp
 	}
 	cfg := linesort.Config{Memory: o.cfg.Memory, TempDir: o.cfg.TempDir, Workers: o.workers,
 		PartitionSize: o.cfg.PartitionSize, Logger: env.Logger}
+	return o.sortWithProgress(ctx, stderr, total, len(in), func(progress func(extsort.Phase, int64)) (sortSummary, error) {
+		cfg.Progress = progress
+		st, err := linesort.Sort(ctx, cfg, ord, in, o.output)
+		return sortSummary{extsort.Stats{Records: st.Lines, Bytes: st.Bytes, InMemory: st.InMemory, Runs: st.Runs,
+			Partitions: st.Partitions, ReadSort: st.ReadSort, Spill: st.Spill, Merge: st.Merge}, "lines"}, err
+	})
+}
+
+// check refuses a sort local without inputs or output.
+func (o sortLocalOptions) check() error {
+	if len(o.inputs) == 0 {
+		return errors.New("sort local: give at least one input directory with -I")
+	}
+	if o.output == "" {
+		return errors.New("sort local: give the output directory with -O")
+	}
+	return nil
+}
+
+// sortSummary is what a finished sort of either format reports: its
+// figures (Records counts the units) and the name of its units.
+type sortSummary struct {
+	extsort.Stats
+	units string
+}
+
+// sortWithProgress runs run with a progress bar over total input bytes
+// (none with --quiet), names what is left after a Ctrl-C, and prints the
+// summary of files input files.
+func (o sortLocalOptions) sortWithProgress(ctx context.Context, stderr io.Writer, total int64, files int,
+	run func(progress func(extsort.Phase, int64)) (sortSummary, error)) error {
 	var pw = stderr
 	if o.quiet {
 		pw = nil
 	}
 	bar := progress.Start(pw, "sort", total, progress.Bytes)
-	cfg.Progress = inputProgress(bar)
 	start := time.Now()
-	st, err := linesort.Sort(ctx, cfg, ord, in, o.output)
+	sum, err := run(inputProgress(bar))
 	bar.Abort()
 	if err != nil && ctx.Err() != nil {
+		// Ctrl-C: the sort's error names the step it stopped in; what the
+		// user needs is what is left (as gensort says it).
 		return fmt.Errorf("sort local: interrupted; no new partitions in %s (earlier ones are as they were), temporary files removed", o.output)
 	}
 	if err != nil {
 		return err
 	}
-	el := time.Since(start)
-	mode := "in memory"
-	if !st.InMemory {
-		mode = fmt.Sprintf("external, %d runs", st.Runs)
-	}
-	fmt.Fprintf(stderr, "sorted %d lines (%s) from %d files in %s: %.0f MB/s (%s)\n",
-		st.Lines, progress.FormatBytes(st.Bytes), len(in), el.Round(time.Millisecond),
-		float64(st.Bytes)/1e6/el.Seconds(), mode)
-	fmt.Fprintf(stderr, "  read+sort %s, spill %s, merge+write %s; %d partition file(s) in %s\n",
-		st.ReadSort.Round(time.Millisecond), st.Spill.Round(time.Millisecond),
-		st.Merge.Round(time.Millisecond), st.Partitions, o.output)
+	printSortStats(stderr, sum, files, time.Since(start), o.output)
 	return nil
 }
 
@@ -214,13 +216,13 @@ func inputProgress(bar *progress.Reporter) func(extsort.Phase, int64) {
 }
 
 // printSortStats prints the two summary lines of a sort that took el.
-func printSortStats(w io.Writer, st extsort.Stats, files int, el time.Duration, output string) {
+func printSortStats(w io.Writer, st sortSummary, files int, el time.Duration, output string) {
 	mode := "in memory"
 	if !st.InMemory {
 		mode = fmt.Sprintf("external, %d runs", st.Runs)
 	}
-	fmt.Fprintf(w, "sorted %d records (%s) from %d files in %s: %.0f MB/s (%s)\n",
-		st.Records, progress.FormatBytes(st.Bytes), files, el.Round(time.Millisecond),
+	fmt.Fprintf(w, "sorted %d %s (%s) from %d files in %s: %.0f MB/s (%s)\n",
+		st.Records, st.units, progress.FormatBytes(st.Bytes), files, el.Round(time.Millisecond),
 		float64(st.Bytes)/1e6/el.Seconds(), mode)
 	fmt.Fprintf(w, "  read+sort %s, spill %s, merge+write %s; %d partition file(s) in %s\n",
 		st.ReadSort.Round(time.Millisecond), st.Spill.Round(time.Millisecond),
