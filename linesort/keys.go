@@ -130,15 +130,14 @@ func parseKey(spec string) (key, error) {
 	bad := func(why string) (key, error) {
 		return key{}, fmt.Errorf("%w: -k %q: %s", ErrKey, spec, why)
 	}
-	s := spec
-	f, rest, err := fieldCount(s)
-	if err != nil || f == 0 {
-		if err == nil {
-			return bad("field number is zero")
-		}
+	f, s, err := fieldCount(spec)
+	if err != nil {
 		return bad("invalid number at field start")
 	}
-	k.sword, s = f-1, rest
+	if f == 0 {
+		return bad("field number is zero")
+	}
+	k.sword = f - 1
 	if strings.HasPrefix(s, ".") {
 		c, rest, err := fieldCount(s[1:])
 		if err != nil {

@@ -186,19 +186,19 @@ func (s *sorter) run(ctx context.Context, inputs []extsort.Input) error {
 		if err != nil {
 			return err
 		}
-		parts := c.sort(s.cfg.Workers)
+		c.sort(s.cfg.Workers)
 		s.st.ReadSort += time.Since(t)
 		s.longest = max(s.longest, c.longest)
 		s.st.Lines += int64(len(c.ents))
 		if !more && s.runs == nil {
 			s.st.InMemory = true
 			t = time.Now()
-			err := s.writeParts(c, parts, s.out.put)
+			err := c.write(s.out.put)
 			s.st.Merge += time.Since(t)
 			return err
 		}
 		t = time.Now()
-		if err := s.spillRun(c, parts); err != nil {
+		if err := s.spillRun(c); err != nil {
 			return err
 		}
 		s.st.Spill += time.Since(t)
@@ -217,20 +217,18 @@ func (s *sorter) run(ctx context.Context, inputs []extsort.Input) error {
 	return s.mergeRuns(ctx)
 }
 
-// writeParts writes a sorted chunk's buckets, in order, into put.
-func (s *sorter) writeParts(c *chunk, parts [][]entry, put func([]byte) error) error {
-	for _, p := range parts {
-		for i := range p {
-			if err := put(c.line(&p[i])); err != nil {
-				return err
-			}
+// write writes a sorted chunk's lines, in order, into put.
+func (c *chunk) write(put func([]byte) error) error {
+	for i := range c.ents {
+		if err := put(c.line(&c.ents[i])); err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
 // spillRun writes a sorted chunk as the next run file.
-func (s *sorter) spillRun(c *chunk, parts [][]entry) error {
+func (s *sorter) spillRun(c *chunk) error {
 	if s.spill == nil {
 		d, err := fsutil.CreateOwnedDir(s.cfg.TempDir, spillPrefix)
 		if err != nil {
@@ -239,7 +237,7 @@ func (s *sorter) spillRun(c *chunk, parts [][]entry) error {
 		s.spill = d
 	}
 	path := filepath.Join(s.spill.Path, fmt.Sprintf("run-%06d", len(s.runs)))
-	err := writeFile(path, s.cfg.ioBuf(), func(lw *lineWriter) error { return s.writeParts(c, parts, lw.put) })
+	err := writeFile(path, s.cfg.ioBuf(), func(lw *lineWriter) error { return c.write(lw.put) })
 	if err != nil {
 		return err
 	}
@@ -442,7 +440,7 @@ func (c *chunk) add(off, n int) error {
 		e.koff, e.klen = uint32(from), uint32(len(c.keys)-from)
 		k = c.keys[from:]
 	}
-	e.pre = c.prefix(k, 0)
+	e.pre = prefixOf(c.ord, k, 0)
 	c.ents = append(c.ents, e)
 	c.longest = max(c.longest, n)
 	return nil
@@ -450,12 +448,12 @@ func (c *chunk) add(off, n int) error {
 
 // sort sorts the chunk's entries: it cuts them into one bucket per worker
 // by ranges of pre (splitters from a sample; equal pre, one bucket),
-// keeping input order within each, and sorts the buckets in parallel.
-// The buckets in order are the sorted chunk.
-func (c *chunk) sort(workers int) [][]entry {
+// keeping input order within each, and sorts the buckets in parallel:
+// the buckets lie in c.ents in order, so c.ents is then sorted.
+func (c *chunk) sort(workers int) {
 	if workers <= 1 || len(c.ents) < 1024 {
 		c.sortFrom(c.ents, 0)
-		return [][]entry{c.ents}
+		return
 	}
 	split := c.splitters(workers)
 	counts := make([]int, len(split)+1)
@@ -474,14 +472,11 @@ func (c *chunk) sort(workers int) [][]entry {
 		next[b]++
 	}
 	c.ents, c.scratch = c.scratch, c.ents
-	buckets := make([][]entry, len(counts))
 	var wg sync.WaitGroup
-	for b := range buckets {
-		buckets[b] = c.ents[starts[b] : starts[b]+counts[b]]
-		wg.Go(func() { c.sortFrom(buckets[b], 0) })
+	for b := range counts {
+		wg.Go(func() { c.sortFrom(c.ents[starts[b]:starts[b]+counts[b]], 0) })
 	}
 	wg.Wait()
-	return buckets
 }
 
 // splitters picks up to workers-1 distinct pre values that cut a sample
@@ -554,13 +549,10 @@ func (c *chunk) refine(run []entry, depth int) {
 		return
 	}
 	for k := range run {
-		run[k].pre = c.prefix(c.key(&run[k]), depth)
+		run[k].pre = prefixOf(c.ord, c.key(&run[k]), depth)
 	}
 	c.sortFrom(run, depth)
 }
-
-// prefix is prefixOf for the chunk's order.
-func (c *chunk) prefix(key []byte, at int) uint64 { return prefixOf(c.ord, key, at) }
 
 // prefixOf is the 8 bytes of key from at, zero padded, as a big-endian
 // number (complemented for a Raw order reversed, so that it sorts the way
