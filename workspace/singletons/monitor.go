@@ -79,6 +79,50 @@ type HealthMonitor struct {
 	// hintedAt maps a workspace id to when its last observation on a hint
 	// began: a pass skips the rows observed since it listed them (observedSince).
 	hintedAt sync.Map
+	// inFlight holds the workspaces being observed, one observation each at
+	// a time (observeSerial).
+	inFlight serial
+}
+
+// serial lets one observation of a workspace run at a time. Two at once
+// could write out of order: one that began while a command still ran saw
+// RUNNING; one begun after the command ended saw the STANDBY the row
+// already held and wrote nothing; the first then wrote RUNNING, last, and
+// the row said RUNNING of an ended command until the next pass, 30 s on.
+// An observation asked for while one runs is not dropped: the running one
+// observes again, from the row read anew, when it ends.
+type serial struct {
+	mu    sync.Mutex
+	again map[string]bool // id → observe again when the running one ends
+}
+
+// enter reports whether the caller may observe id now; if not, the
+// observation running marks id to observe again.
+func (s *serial) enter(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.again == nil {
+		s.again = map[string]bool{}
+	}
+	if _, running := s.again[id]; running {
+		s.again[id] = true
+		return false
+	}
+	s.again[id] = false
+	return true
+}
+
+// leave ends the caller's observation of id unless another was asked for
+// meanwhile: then it reports true and the caller observes again.
+func (s *serial) leave(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.again[id] {
+		s.again[id] = false
+		return true
+	}
+	delete(s.again, id)
+	return false
 }
 
 // NewHealthMonitor checks cfg and returns a monitor.
@@ -283,7 +327,7 @@ func (m *HealthMonitor) Pass(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			m.observeOne(ctx, w, false)
+			m.observeSerial(ctx, w.ID, func() { m.observeOne(ctx, w, false) })
 		}()
 	}
 	wg.Wait()
@@ -379,6 +423,25 @@ func (m *HealthMonitor) forgetHinted(t time.Time) {
 // (package handoff), unless urgent or that is not enough, else from the
 // row read.
 func (m *HealthMonitor) observeID(ctx context.Context, id string) {
+	m.observeSerial(ctx, id, func() { m.observeHintedRow(ctx, id) })
+}
+
+// observeSerial runs observe, the observation of id, unless one is running
+// (serial): then that one observes id again, read anew, once it ends.
+func (m *HealthMonitor) observeSerial(ctx context.Context, id string, observe func()) {
+	if !m.inFlight.enter(id) {
+		return
+	}
+	observe()
+	for m.inFlight.leave(id) {
+		if w, err := m.store.Get(ctx, id); err == nil {
+			m.observeOne(ctx, w, false)
+		}
+	}
+}
+
+// observeHintedRow is observeID's observation.
+func (m *HealthMonitor) observeHintedRow(ctx context.Context, id string) {
 	m.hintedAt.Store(id, m.cfg.Clock.Now())
 	if m.handed != nil {
 		if urgency.Is(ctx) {
