@@ -22,7 +22,8 @@ type cursor interface {
 type runCursor struct {
 	ord  *Order
 	r    *bufio.Reader
-	f    *os.File
+	f    *os.File // nil when reading a Reader's segment
+	name string   // for errors
 	long []byte // a line longer than r's buffer, gathered here
 	ln   []byte
 	key  []byte
@@ -33,7 +34,7 @@ func openRun(ord *Order, path string, bufSize int) (*runCursor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("linesort: run: %w", err)
 	}
-	return &runCursor{ord: ord, f: f, r: bufio.NewReaderSize(f, bufSize)}, nil
+	return &runCursor{ord: ord, f: f, name: path, r: bufio.NewReaderSize(f, bufSize)}, nil
 }
 
 func (c *runCursor) next() (bool, error) {
@@ -50,7 +51,7 @@ func (c *runCursor) next() (bool, error) {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("linesort: run %s: %w", c.f.Name(), err)
+		return false, fmt.Errorf("linesort: run %s: %w", c.name, err)
 	}
 	c.ln = ln[:len(ln)-1]
 	if !c.ord.raw {
@@ -66,7 +67,12 @@ func (c *runCursor) current() (line, key []byte) {
 	return c.ln, c.key
 }
 
-func (c *runCursor) Close() error { return c.f.Close() }
+func (c *runCursor) Close() error {
+	if c.f == nil {
+		return nil
+	}
+	return c.f.Close()
+}
 
 // merger is a binary heap of cursors ordered by their current lines; ties
 // go to the earlier cursor (earlier input), which keeps a merge stable.

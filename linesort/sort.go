@@ -164,6 +164,7 @@ type sorter struct {
 	out     *partWriter
 	st      Stats
 	spill   *fsutil.OwnedDir
+	runDir  string // SortRuns: where runs go, and every chunk is one
 	runs    []string
 	longest int // the longest line read, for the merge's fan-in
 }
@@ -177,6 +178,20 @@ func (s *sorter) cleanup() {
 // the only one straight to the output or spills every one as a run and
 // merges the runs.
 func (s *sorter) run(ctx context.Context, inputs []extsort.Input) error {
+	if err := s.generate(ctx, inputs); err != nil || s.st.InMemory {
+		return err
+	}
+	// The chunk's memory went back before the merge's buffers are taken.
+	debug.FreeOSMemory()
+	t := time.Now()
+	defer func() { s.st.Merge += time.Since(t) }()
+	return s.mergeRuns(ctx)
+}
+
+// generate reads the inputs a chunk at a time and sorts each: the only
+// one is written straight to the output (Stats.InMemory) unless s.runDir
+// asks for runs; otherwise every one is spilled as a run (s.runs).
+func (s *sorter) generate(ctx context.Context, inputs []extsort.Input) error {
 	rd := &lineReader{inputs: inputs, progress: s.cfg.Progress}
 	defer rd.close()
 	c := newChunk(s.ord, s.cfg, inputs)
@@ -190,7 +205,7 @@ func (s *sorter) run(ctx context.Context, inputs []extsort.Input) error {
 		s.st.ReadSort += time.Since(t)
 		s.longest = max(s.longest, c.longest)
 		s.st.Lines += int64(len(c.ents))
-		if !more && s.runs == nil {
+		if !more && s.runs == nil && s.runDir == "" {
 			s.st.InMemory = true
 			t = time.Now()
 			err := c.write(s.out.put)
@@ -203,18 +218,9 @@ func (s *sorter) run(ctx context.Context, inputs []extsort.Input) error {
 		}
 		s.st.Spill += time.Since(t)
 		if !more {
-			break
+			return ctx.Err()
 		}
 	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	// The chunk's memory goes back before the merge's buffers are taken.
-	*c = chunk{}
-	debug.FreeOSMemory()
-	t := time.Now()
-	defer func() { s.st.Merge += time.Since(t) }()
-	return s.mergeRuns(ctx)
 }
 
 // write writes a sorted chunk's lines, in order, into put.
@@ -227,16 +233,21 @@ func (c *chunk) write(put func([]byte) error) error {
 	return nil
 }
 
-// spillRun writes a sorted chunk as the next run file.
+// spillRun writes a sorted chunk as the next run file, in s.runDir if
+// set, else in a temp directory of its own.
 func (s *sorter) spillRun(c *chunk) error {
-	if s.spill == nil {
+	dir := s.runDir
+	if dir == "" && s.spill == nil {
 		d, err := fsutil.CreateOwnedDir(s.cfg.TempDir, spillPrefix)
 		if err != nil {
 			return fmt.Errorf("linesort: temp directory: %w", err)
 		}
 		s.spill = d
 	}
-	path := filepath.Join(s.spill.Path, fmt.Sprintf("run-%06d", len(s.runs)))
+	if dir == "" {
+		dir = s.spill.Path
+	}
+	path := filepath.Join(dir, fmt.Sprintf("run-%06d", len(s.runs)))
 	err := writeFile(path, s.cfg.ioBuf(), func(lw *lineWriter) error { return c.write(lw.put) })
 	if err != nil {
 		return err
