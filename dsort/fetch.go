@@ -15,7 +15,6 @@ import (
 
 	"github.com/gantryhq/gantry/dsort/dsortpb"
 	"github.com/gantryhq/gantry/internal/backoff"
-	"github.com/gantryhq/gantry/record"
 )
 
 // fetcher pulls this worker's pieces from its peers during the shuffle:
@@ -24,6 +23,7 @@ import (
 // address until close.
 type fetcher struct {
 	asg     assignment // this worker: job, index, epoch, and the master for GetPeers
+	format  recordFormat
 	creds   creds
 	dir     *workDir // where pieces are staged and committed (recv/)
 	logger  *slog.Logger
@@ -34,8 +34,8 @@ type fetcher struct {
 	conns map[string]*grpc.ClientConn
 }
 
-func newFetcher(asg assignment, peers []peer, c creds, dir *workDir, logger *slog.Logger, m *metrics) *fetcher {
-	return &fetcher{asg: asg, creds: c, dir: dir, logger: logger, metrics: m,
+func newFetcher(asg assignment, format recordFormat, peers []peer, c creds, dir *workDir, logger *slog.Logger, m *metrics) *fetcher {
+	return &fetcher{asg: asg, format: format, creds: c, dir: dir, logger: logger, metrics: m,
 		peers: peers, conns: map[string]*grpc.ClientConn{}}
 }
 
@@ -144,7 +144,7 @@ func (f *fetcher) tryFetch(ctx context.Context, addr string, s, p int) (err erro
 	if err != nil {
 		return err
 	}
-	rc := &pieceReceiver{dir: f.dir.recv(), addr: addr, sender: s, partition: p}
+	rc := &pieceReceiver{format: f.format, dir: f.dir.recv(), addr: addr, sender: s, partition: p}
 	// One message for the whole stream: chunkCodec decodes each chunk into
 	// it, reusing its data buffer (rc.chunk keeps nothing of it); the next
 	// stream reuses it in turn.
@@ -174,6 +174,7 @@ func (f *fetcher) tryFetch(ctx context.Context, addr string, s, p int) (err erro
 // pieceReceiver stores one incoming piece in a staging file named after
 // (partition, sender, sender epoch), checking every chunk.
 type pieceReceiver struct {
+	format recordFormat
 	dir       string
 	addr      string // the sender's, for messages
 	sender    int
@@ -222,8 +223,8 @@ func (rc *pieceReceiver) chunk(ch *dsortpb.ShuffleDataChunk) error {
 		return fmt.Errorf("dsort: unexpected chunk from %s: sender %d epoch %d partition %d offset %d, want sender %d epoch %d partition %d offset %d",
 			rc.addr, ch.GetSender(), ch.GetSenderEpoch(), ch.GetPartition(), ch.GetOffset(), s, rc.epoch, p, rc.off)
 	}
-	if len(ch.GetData())%record.Size != 0 {
-		return fmt.Errorf("dsort: chunk of %d bytes from sender %d is not whole records", len(ch.GetData()), s)
+	if err := rc.format.checkChunk(ch.GetData()); err != nil {
+		return fmt.Errorf("dsort: chunk from sender %d: %v", s, err)
 	}
 	if _, err := rc.f.Write(ch.GetData()); err != nil {
 		return &pieceError{err}

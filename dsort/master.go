@@ -20,7 +20,7 @@ import (
 	"github.com/gantryhq/gantry/dsort/dsortpb"
 	"github.com/gantryhq/gantry/internal/clock"
 	"github.com/gantryhq/gantry/lifecycle"
-	"github.com/gantryhq/gantry/record"
+	"github.com/gantryhq/gantry/linesort"
 )
 
 // MasterConfig configures a Master. Zero values are the documented defaults.
@@ -38,6 +38,11 @@ type MasterConfig struct {
 	TLS TLSFiles
 	// JobID names the job. Default: random.
 	JobID string
+	// Lines, when set, makes the job sort text lines ordered by these
+	// options (--format lines) instead of gensort records; every worker
+	// must sort lines by the same options (WorkerConfig.Lines), or its
+	// registration is refused. Default: gensort records.
+	Lines *linesort.Options
 	// HeartbeatInterval is how often workers report. Default 500ms.
 	HeartbeatInterval time.Duration
 	// LostAfter is the silence after which a worker is reported lost (it
@@ -94,6 +99,9 @@ func (c *MasterConfig) validate() error {
 	}
 	if c.Addr == "" {
 		c.Addr = "127.0.0.1:0"
+	}
+	if _, err := newFormat(c.Lines); err != nil {
+		return err
 	}
 	if c.JobID == "" {
 		var b [8]byte
@@ -429,7 +437,7 @@ func (m *Master) InputBytes() int64 {
 	defer m.mu.Unlock()
 	var n int64
 	for _, mb := range m.members {
-		n += mb.records * record.Size
+		n += mb.inputBytes
 	}
 	return n
 }

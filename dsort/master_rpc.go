@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/gantryhq/gantry/dsort/dsortpb"
-	"github.com/gantryhq/gantry/record"
 )
 
 // masterRPC is the gRPC face of a Master: it converts messages (pbconv.go),
@@ -59,6 +58,10 @@ func (m *Master) register(req *dsortpb.RegisterRequest) (*dsortpb.RegisterReply,
 	host := hostOf(req.GetAddress())
 	if host == "" || req.GetOutputDir() == "" || len(req.GetInputDirs()) == 0 {
 		return nil, errorf(ErrBadRequest, "dsort: register: address, input dirs and output dir are required")
+	}
+	if job := formatSpec(m.cfg.Lines); req.GetFormat() != job {
+		return nil, errorf(ErrBadRequest, "dsort: this job sorts %s; the worker sorts %s: give the worker the master's --format and ordering options",
+			describeFormat(job), describeFormat(req.GetFormat()))
 	}
 	conn, err := dialMetered(req.GetAddress(), m.creds, m.metrics)
 	if err != nil {
@@ -143,8 +146,8 @@ func (m *Master) memberForLocked(index int, epoch int64) (*member, error) {
 // submitSample stores a worker's sample (once: sampling is deterministic,
 // so a restarted worker's sample would be the same).
 func (m *Master) submitSample(index int, epoch int64, keys []byte, records int64) error {
-	if len(keys)%record.KeySize != 0 {
-		return errorf(ErrBadRequest, "dsort: sample of %d bytes is not whole %d-byte keys", len(keys), record.KeySize)
+	if _, err := splitSample(m.cfg.Lines != nil, keys); err != nil {
+		return errorf(ErrBadRequest, "dsort: %v", err)
 	}
 	m.mu.Lock()
 	defer m.wake()

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/gantryhq/gantry/dsort/dsortpb"
-	"github.com/gantryhq/gantry/record"
 )
 
 // step is one pass of the control loop: detect failures, advance the job's
@@ -178,19 +177,20 @@ func (m *Master) deliver(ctx context.Context, s signalSend) {
 }
 
 func (m *Master) computeBoundsLocked() {
-	keys := make([][]byte, len(m.members))
+	keys := make([][][]byte, len(m.members))
 	recs := make([]int64, len(m.members))
 	cores := 1
 	var total int64
 	for i, mb := range m.members {
-		keys[i], recs[i] = mb.sample, mb.records
+		keys[i], _ = splitSample(m.cfg.Lines != nil, mb.sample) // checked as it came in
+		recs[i] = mb.records
 		cores = max(cores, mb.cores)
-		total += mb.records * record.Size
+		total += mb.inputBytes
 	}
 	n := int64(m.cfg.Workers)
 	ppw := int(max(int64(cores), (total+n*m.cfg.PartitionSize-1)/(n*m.cfg.PartitionSize)))
 	m.ppw = ppw
-	m.bounds = computeBoundaries(keys, recs, ppw*m.cfg.Workers)
+	m.bounds = computeBoundaries(keys, recs, ppw*m.cfg.Workers, m.cfg.Lines != nil)
 	m.cfg.Logger.Info("partition boundaries computed", "partitions", ppw*m.cfg.Workers,
 		"per_worker", ppw, "input_bytes", total)
 }

@@ -119,7 +119,16 @@ func wholeMiB(n int64) int64 { return n &^ (1<<20 - 1) }
 // WorkerConfig.LimitGoMemory it sets the Go runtime's soft memory limit
 // from the plan (limitGoMemory).
 func (w *Worker) planMemory(onMachine, ppw int) memoryPlan {
-	mem := newMemoryPlan(w.cfg.Memory, w.cfg.sharedMemory, onMachine, w.cores, w.cfg.FetchParallel, max(ppw, 1), w.inputBytes/record.Size)
+	records := w.inputBytes / record.Size
+	if w.format.lines() {
+		records = 0 // nothing kept in memory: lines are always spilled as runs
+	}
+	mem := newMemoryPlan(w.cfg.Memory, w.cfg.sharedMemory, onMachine, w.cores, w.cfg.FetchParallel, max(ppw, 1), records)
+	if w.format.lines() {
+		// linesort's chunk and read buffers are on the Go heap, not
+		// mapped outside it as extsort's are: the heap may use the budget.
+		mem.goLimit = mem.budget - binaryResident
+	}
 	if w.cfg.sharedMemory && onMachine > 1 {
 		w.cfg.Logger.Info("memory budget shared with the job's other workers on this machine",
 			"workers_on_machine", onMachine, "budget_bytes", mem.budget)

@@ -19,6 +19,7 @@ import (
 // runs' slices (own), in run order, and the others are the committed pieces
 // under dir. Each is written to its staged name in out, atomically.
 type merger struct {
+	format recordFormat
 	layout jobLayout
 	own    *sortedInput
 	dir    *workDir // received pieces; extsort's scratch space
@@ -63,7 +64,7 @@ func (m *merger) partition(ctx context.Context, p int, progress func(int64)) err
 		if len(segs) == 0 {
 			return nil
 		}
-		return extsort.Merge(ctx, extsort.Config{Memory: m.memory, TempDir: m.dir.path, Workers: 1}, segs, f, progress)
+		return m.format.merge(ctx, extsort.Config{Memory: m.memory, TempDir: m.dir.path, Workers: 1}, segs, f, progress)
 	})
 	if err != nil {
 		return fmt.Errorf("dsort: merge partition %d: %w", p, err)

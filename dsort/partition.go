@@ -30,7 +30,7 @@ import (
 // input was cut into runs, and a restarted worker cuts its data exactly as
 // its predecessor did.
 type Boundary struct {
-	Key    [record.KeySize]byte
+	Key    []byte // a record's key, or a line's full key (linesort.Order.AppendFullKey)
 	Worker int
 	Count  int64
 }
@@ -55,54 +55,52 @@ func isPartitionName(name string) bool {
 	return ok && n != "" && strings.TrimLeft(n, "0123456789") == ""
 }
 
-// infiniteBoundary lies after every record of a job with n workers.
+// infiniteBoundary lies after every gensort record of a job with n
+// workers.
 func infiniteBoundary(n int) Boundary {
-	var b Boundary
-	for i := range b.Key {
-		b.Key[i] = 0xFF
-	}
-	b.Worker = n
-	return b
+	return Boundary{Key: bytes.Repeat([]byte{0xFF}, record.KeySize), Worker: n}
 }
 
 // compareBoundaries orders boundaries (composite order).
 func compareBoundaries(a, b Boundary) int {
-	return cmp.Or(bytes.Compare(a.Key[:], b.Key[:]), cmp.Compare(a.Worker, b.Worker), cmp.Compare(a.Count, b.Count))
+	return cmp.Or(bytes.Compare(a.Key, b.Key), cmp.Compare(a.Worker, b.Worker), cmp.Compare(a.Count, b.Count))
 }
 
 // sampleKey is one sampled key with its origin.
 type sampleKey struct {
-	key    [record.KeySize]byte
+	key    string
 	worker int
 	seq    int // position in the worker's sample, i.e. input order
 }
 
 // computeBoundaries picks numPartitions-1 boundaries from the workers'
 // samples so that every partition receives about the same number of
-// records. keys[w] is worker w's sample (concatenated keys, taken evenly
-// over its input in input order) and records[w] the number of records it
+// records. keys[w] is worker w's sample (keys taken evenly over its input
+// in input order: splitSample) and records[w] the number of records it
 // holds: every sampled key of w stands for records[w]/len(sample) records.
-func computeBoundaries(keys [][]byte, records []int64, numPartitions int) []Boundary {
+// Without samples enough, the last boundaries are infinite for gensort
+// and, for lines (whose keys have no greatest value), the last one found
+// again (or one before every line): a partition past them is empty, the
+// last one takes the lines after them.
+func computeBoundaries(keys [][][]byte, records []int64, numPartitions int, lines bool) []Boundary {
 	n := len(keys)
 	var all []sampleKey
 	weight := make([]float64, n)
 	var total float64
 	for w, ks := range keys {
-		cnt := len(ks) / record.KeySize
+		cnt := len(ks)
 		if cnt == 0 || records[w] == 0 {
 			continue
 		}
 		weight[w] = float64(records[w]) / float64(cnt)
 		total += float64(records[w])
 		for i := range cnt {
-			var s sampleKey
-			copy(s.key[:], ks[i*record.KeySize:])
-			s.worker, s.seq = w, i
+			s := sampleKey{key: string(ks[i]), worker: w, seq: i}
 			all = append(all, s)
 		}
 	}
 	slices.SortFunc(all, func(a, b sampleKey) int {
-		return cmp.Or(bytes.Compare(a.key[:], b.key[:]), cmp.Compare(a.worker, b.worker), cmp.Compare(a.seq, b.seq))
+		return cmp.Or(strings.Compare(a.key, b.key), cmp.Compare(a.worker, b.worker), cmp.Compare(a.seq, b.seq))
 	})
 	out := make([]Boundary, 0, max(numPartitions-1, 0))
 	var cum float64 // weight of the samples before all[i]
@@ -115,7 +113,7 @@ func computeBoundaries(keys [][]byte, records []int64, numPartitions int) []Boun
 			clear(sameKey)
 		}
 		for next < numPartitions && cum >= float64(next)*total/float64(numPartitions) {
-			out = append(out, Boundary{Key: s.key, Worker: s.worker,
+			out = append(out, Boundary{Key: []byte(s.key), Worker: s.worker,
 				Count: int64(math.Round(float64(sameKey[s.worker]) * weight[s.worker]))})
 			next++
 		}
@@ -123,7 +121,14 @@ func computeBoundaries(keys [][]byte, records []int64, numPartitions int) []Boun
 		sameKey[s.worker]++
 	}
 	for len(out) < numPartitions-1 {
-		out = append(out, infiniteBoundary(n))
+		switch {
+		case !lines:
+			out = append(out, infiniteBoundary(n))
+		case len(out) > 0:
+			out = append(out, out[len(out)-1])
+		default:
+			out = append(out, Boundary{Worker: n})
+		}
 	}
 	return out
 }
@@ -162,7 +167,7 @@ func (k *keyReader) search(n int64, key []byte, strict bool) int64 {
 }
 
 // runSplits returns, for every run of worker `self` (runs in input order,
-// each sorted stably), the record indexes that cut it into partitions:
+// each sorted stably), the byte offsets that cut it into partitions:
 // splits[r] has len(bounds)+2 entries, splits[r][p]..splits[r][p+1] being
 // partition p's records in run r.
 func runSplits(runs []extsort.Run, bounds []Boundary, self int) ([][]int64, error) {
@@ -184,8 +189,8 @@ func runSplits(runs []extsort.Run, bounds []Boundary, self int) ([][]int64, erro
 		s := make([]int64, 0, len(bounds)+2)
 		s = append(s, 0)
 		for b, bd := range bounds {
-			lower := kr.search(run.Records, bd.Key[:], false)
-			upper := kr.search(run.Records, bd.Key[:], true)
+			lower := kr.search(run.Records, bd.Key, false)
+			upper := kr.search(run.Records, bd.Key, true)
 			var cut int64
 			switch {
 			case self < bd.Worker:
@@ -204,6 +209,9 @@ func runSplits(runs []extsort.Run, bounds []Boundary, self int) ([][]int64, erro
 		s = append(s, run.Records)
 		if kr.err != nil {
 			return nil, fmt.Errorf("dsort: read run %s: %w", run.Path, kr.err)
+		}
+		for i := range s {
+			s[i] *= record.Size
 		}
 		splits[r] = s
 	}

@@ -47,7 +47,7 @@ func TestBoundariesSplitEqualKeys(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	hot := []byte("0123456789")
 	dir := t.TempDir()
-	var keys [][]byte
+	var keys [][][]byte
 	var recs []int64
 	data := make([][]byte, workers)
 	for w := range workers {
@@ -60,9 +60,13 @@ func TestBoundariesSplitEqualKeys(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		keys, recs = append(keys, k), append(recs, n)
+		ks, err := splitSample(false, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys, recs = append(keys, ks), append(recs, n)
 	}
-	bounds := computeBoundaries(keys, recs, workers*ppw)
+	bounds := computeBoundaries(keys, recs, workers*ppw, false)
 	if len(bounds) != workers*ppw-1 {
 		t.Fatalf("%d boundaries, want %d", len(bounds), workers*ppw-1)
 	}
@@ -87,12 +91,12 @@ func TestBoundariesSplitEqualKeys(t *testing.T) {
 			counts := make([]int64, workers*ppw)
 			for r, s := range splits {
 				for p := range counts {
-					counts[p] += s[p+1] - s[p]
+					counts[p] += (s[p+1] - s[p]) / record.Size
 					if runRecords != perWorker || s[p+1] == s[p] {
 						continue
 					}
 					f, _ := os.ReadFile(runs[r].Path)
-					lo, hi := f[s[p]*record.Size:][:record.KeySize], f[(s[p+1]-1)*record.Size:][:record.KeySize]
+					lo, hi := f[s[p]:][:record.KeySize], f[s[p+1]-record.Size:][:record.KeySize]
 					if minKey[p] == nil || bytes.Compare(lo, minKey[p]) < 0 {
 						minKey[p] = lo
 					}

@@ -1,6 +1,7 @@
 package dsort
 
 import (
+	"bytes"
 	"time"
 
 	"github.com/gantryhq/gantry/dsort/dsortpb"
@@ -90,7 +91,7 @@ func jobInfoFromPB(js *dsortpb.JobStatus) JobInfo {
 func boundariesToPB(bs []Boundary) []*dsortpb.Boundary {
 	out := make([]*dsortpb.Boundary, 0, len(bs))
 	for _, b := range bs {
-		out = append(out, &dsortpb.Boundary{Key: b.Key[:], Worker: int32(b.Worker), Count: b.Count})
+		out = append(out, &dsortpb.Boundary{Key: b.Key, Worker: int32(b.Worker), Count: b.Count})
 	}
 	return out
 }
@@ -118,8 +119,8 @@ func partitionConfigToPB(jobID string, epoch int64, pc partitionConfig) *dsortpb
 }
 
 // partitionConfigFromPB checks a received config against a job of
-// numWorkers workers and converts it; errors are ErrBadRequest.
-func partitionConfigFromPB(pc *dsortpb.PartitionConfig, numWorkers int) (partitionConfig, error) {
+// numWorkers workers sorting f and converts it; errors are ErrBadRequest.
+func partitionConfigFromPB(pc *dsortpb.PartitionConfig, numWorkers int, f recordFormat) (partitionConfig, error) {
 	n, ppw := int(pc.GetNumPartitions()), int(pc.GetPartitionsPerWorker())
 	if ppw < 1 || n != ppw*numWorkers || len(pc.GetBoundaries()) != n-1 {
 		return partitionConfig{}, errorf(ErrBadRequest, "dsort: inconsistent partition config: %d partitions, %d per worker, %d boundaries",
@@ -127,10 +128,10 @@ func partitionConfigFromPB(pc *dsortpb.PartitionConfig, numWorkers int) (partiti
 	}
 	bounds := make([]Boundary, n-1)
 	for i, b := range pc.GetBoundaries() {
-		if len(b.GetKey()) != record.KeySize {
+		if !f.lines() && len(b.GetKey()) != record.KeySize {
 			return partitionConfig{}, errorf(ErrBadRequest, "dsort: boundary %d has a %d-byte key", i, len(b.GetKey()))
 		}
-		copy(bounds[i].Key[:], b.GetKey())
+		bounds[i].Key = bytes.Clone(b.GetKey())
 		bounds[i].Worker, bounds[i].Count = int(b.GetWorker()), b.GetCount()
 		if i > 0 && compareBoundaries(bounds[i-1], bounds[i]) > 0 {
 			return partitionConfig{}, errorf(ErrBadRequest, "dsort: boundaries %d and %d are out of order", i-1, i)

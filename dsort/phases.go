@@ -166,7 +166,7 @@ func (w *Worker) samplePhase(ctx context.Context, asg assignment, needSample boo
 
 // sample reads the sample and submits it to the master (a few quick tries).
 func (w *Worker) sample(ctx context.Context, asg assignment) error {
-	keys, records, err := sampleInputs(w.inputs, w.cfg.SampleSize)
+	keys, records, err := w.format.sample(w.inputs, w.cfg.SampleSize)
 	if err != nil {
 		return err
 	}
@@ -213,7 +213,7 @@ func (w *Worker) sortPhase(ctx context.Context, asg assignment) (*sortedJob, err
 		pc.perWorker*pc.workers, pc.perWorker), w.inputBytes); err != nil {
 		return nil, err
 	}
-	s := &sorter{inputs: w.inputs, plan: plan, tempDir: w.dir.path, runDir: w.dir.runs(), logger: w.cfg.Logger,
+	s := &sorter{format: w.format, inputs: w.inputs, plan: plan, tempDir: w.dir.path, runDir: w.dir.runs(), logger: w.cfg.Logger,
 		progress: func(n int64) { w.track.done.Add(n); w.metrics.read(n) }}
 	runs, kept, err := s.sort(ctx)
 	if err != nil {
@@ -221,16 +221,16 @@ func (w *Worker) sortPhase(ctx context.Context, asg assignment) (*sortedJob, err
 	}
 	w.metrics.sorted(w.inputBytes)
 	w.fault(ctx, "Sorting")
-	sorted, err := cutRuns(runs, kept, layout)
+	sorted, err := cutRuns(w.format, runs, kept, layout)
 	if err != nil {
 		if kept != nil {
 			kept.Free() // nothing serves it yet
 		}
 		return nil, err
 	}
-	w.pieces.ready(&pieceSource{sorted: sorted, layout: layout, epoch: asg.epoch, memory: plan.serve}, w.cores)
+	w.pieces.ready(&pieceSource{format: w.format, sorted: sorted, layout: layout, epoch: asg.epoch, memory: plan.serve}, w.cores)
 	job := &sortedJob{layout: layout, plan: plan, sorted: sorted,
-		merger: &merger{layout: layout, own: sorted, dir: w.dir, out: w.out, job: asg.jobID, memory: plan.merge, mapPieces: plan.keep}}
+		merger: &merger{format: w.format, layout: layout, own: sorted, dir: w.dir, out: w.out, job: asg.jobID, memory: plan.merge, mapPieces: plan.keep}}
 	return job, w.track.start(WaitingForShuffleSignal, "sorting complete, waiting for signal", 0)
 }
 
@@ -244,7 +244,7 @@ func (w *Worker) shufflePhase(ctx context.Context, asg assignment, job *sortedJo
 	if err := w.track.start(Shuffling, "signal received, starting shuffle", pieces); err != nil {
 		return nil, err
 	}
-	f := newFetcher(asg, peers, w.creds, w.dir, w.cfg.Logger, w.metrics)
+	f := newFetcher(asg, w.format, peers, w.creds, w.dir, w.cfg.Logger, w.metrics)
 	defer f.close()
 	early, err := w.shuffle(ctx, f, job.merger)
 	if err != nil {

@@ -29,6 +29,7 @@ type pieceServer struct {
 // pieceSource is what the piece server serves from: the sort phase's
 // output.
 type pieceSource struct {
+	format recordFormat
 	sorted *sortedInput
 	layout jobLayout
 	epoch  int64         // this worker's, stamped on every chunk
@@ -86,7 +87,7 @@ func (s *pieceServer) serve(ctx context.Context, receiver, p int, send func(*dso
 	cw := &chunkWriter{send: send, sender: self, epoch: src.epoch, partition: int32(p), buf: *sendBuffers.Get(chunkBytes)}
 	defer func() { sendBuffers.Put(&cw.buf) }()
 	if segs := src.sorted.segments(p); len(segs) > 0 {
-		if err := extsort.Merge(ctx, extsort.Config{Memory: src.memory, TempDir: s.tempDir, Workers: 1}, segs, cw, nil); err != nil {
+		if err := src.format.merge(ctx, extsort.Config{Memory: src.memory, TempDir: s.tempDir, Workers: 1}, segs, cw, nil); err != nil {
 			return err
 		}
 	}

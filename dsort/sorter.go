@@ -5,7 +5,6 @@ import (
 	"log/slog"
 
 	"github.com/gantryhq/gantry/extsort"
-	"github.com/gantryhq/gantry/record"
 )
 
 // jobLayout is the job's partitioning as one worker sees it, fixed once the
@@ -27,6 +26,7 @@ func (l jobLayout) own() (lo, hi int) { return l.self * l.ppw, (l.self + 1) * l.
 // memory plan allows (no spill at all), else runs spilled to runDir.
 // Input: the input files and the plan; output: the runs (sort).
 type sorter struct {
+	format   recordFormat
 	inputs   []extsort.Input
 	plan     memoryPlan
 	tempDir  string // extsort's scratch space
@@ -38,6 +38,11 @@ type sorter struct {
 // sort returns the runs in input order, and the sorted input when it is
 // kept in memory (then the only run reads from it).
 func (s *sorter) sort(ctx context.Context) ([]extsort.Run, *extsort.Sorted, error) {
+	return s.format.sort(ctx, s)
+}
+
+// sortRecords is sort for gensort records.
+func (s *sorter) sortRecords(ctx context.Context) ([]extsort.Run, *extsort.Sorted, error) {
 	cfg := extsort.Config{Memory: s.plan.sort, TempDir: s.tempDir, Logger: s.logger}
 	if s.plan.keep {
 		kept, err := extsort.SortInMemory(ctx, cfg, s.inputs, s.progress)
@@ -54,8 +59,8 @@ func (s *sorter) sort(ctx context.Context) ([]extsort.Run, *extsort.Sorted, erro
 // merge: the runs and where the boundaries cut each of them. Immutable.
 type sortedInput struct {
 	runs []extsort.Run
-	// splits[i][p] is the first record of partition p in runs[i].
-	// Invariant: len(splits) == len(runs).
+	// splits[i][p] is the byte offset of partition p's first record in
+	// runs[i]. Invariant: len(splits) == len(runs).
 	splits [][]int64
 	// kept is the input sorted in memory when the plan keeps it (then runs
 	// is its one run); free releases it once nothing reads it.
@@ -63,8 +68,8 @@ type sortedInput struct {
 }
 
 // cutRuns cuts every run at the layout's boundaries.
-func cutRuns(runs []extsort.Run, kept *extsort.Sorted, l jobLayout) (*sortedInput, error) {
-	splits, err := runSplits(runs, l.bounds, l.self)
+func cutRuns(f recordFormat, runs []extsort.Run, kept *extsort.Sorted, l jobLayout) (*sortedInput, error) {
+	splits, err := f.splits(runs, l.bounds, l.self)
 	if err != nil {
 		return nil, err
 	}
@@ -78,7 +83,7 @@ func (s *sortedInput) segments(p int) []extsort.Segment {
 	for i, run := range s.runs {
 		lo, hi := s.splits[i][p], s.splits[i][p+1]
 		if hi > lo {
-			segs = append(segs, extsort.Segment{Path: run.Path, Offset: lo * record.Size, Length: (hi - lo) * record.Size, Reader: run.Reader})
+			segs = append(segs, extsort.Segment{Path: run.Path, Offset: lo, Length: hi - lo, Reader: run.Reader})
 		}
 	}
 	return segs

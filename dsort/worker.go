@@ -22,6 +22,7 @@ import (
 	"github.com/gantryhq/gantry/internal/backoff"
 	"github.com/gantryhq/gantry/internal/clock"
 	"github.com/gantryhq/gantry/lifecycle"
+	"github.com/gantryhq/gantry/linesort"
 )
 
 // WorkerConfig configures a Worker. Zero values are the documented defaults.
@@ -49,6 +50,10 @@ type WorkerConfig struct {
 	Token string
 	// TLS, when set, is the job's mutual TLS (MasterConfig.TLS).
 	TLS TLSFiles
+	// Lines, when set, makes the worker sort text lines ordered by these
+	// options (--format lines), which must be the master's
+	// (MasterConfig.Lines). Default: gensort records.
+	Lines *linesort.Options
 	// SampleSize is how many keys the worker samples. Default 10000.
 	SampleSize int
 	// RegisterTimeout is how long to keep trying to reach the master at
@@ -174,6 +179,8 @@ type Worker struct {
 	dir     *workDir // locked from prepare to cleanup
 	out     output
 
+	format recordFormat // WorkerConfig.Lines, parsed
+
 	// inputs and inputBytes are read by prepare, then fixed.
 	inputs     []extsort.Input
 	inputBytes int64
@@ -212,11 +219,15 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	format, err := newFormat(cfg.Lines)
+	if err != nil {
+		return nil, err
+	}
 	sec, err := loadTLS(cfg.TLS, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
-	w := &Worker{cfg: cfg, clock: cfg.Clock, cores: runtime.GOMAXPROCS(0), machine: runtime.GOMAXPROCS(0), metrics: newMetrics(cfg.Metrics, workerRole),
+	w := &Worker{cfg: cfg, format: format, clock: cfg.Clock, cores: runtime.GOMAXPROCS(0), machine: runtime.GOMAXPROCS(0), metrics: newMetrics(cfg.Metrics, workerRole),
 		dir: newWorkDir(cfg.TempDir, cfg.Inputs, cfg.Output), kick: make(chan struct{}, 1), signals: newSignals(),
 		sec: sec, creds: creds{token: cfg.Token, tls: sec.client}}
 	w.out = output{dir: cfg.Output, logger: cfg.Logger, clock: cfg.Clock}
@@ -320,7 +331,7 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 // readInputs reads the inputs' sizes and their print (done.go). It never
 // touches the output.
 func (w *Worker) readInputs() error {
-	inputs, total, err := extsort.ScanInputs(w.cfg.Inputs)
+	inputs, total, err := w.format.scan(w.cfg.Inputs)
 	if err != nil {
 		return err
 	}
@@ -458,7 +469,7 @@ func (w *Worker) fault(ctx context.Context, point string) {
 // RegisterTimeout), and records what the master assigned.
 func (w *Worker) register(ctx context.Context, master dsortpb.MasterClient, addr string, timeout time.Duration) (*dsortpb.RegisterReply, error) {
 	req := &dsortpb.RegisterRequest{Address: addr, InputDirs: w.cfg.Inputs, OutputDir: w.cfg.Output,
-		InputBytes: w.inputBytes, Cores: int32(w.cores), MachineId: machineID()}
+		InputBytes: w.inputBytes, Cores: int32(w.cores), MachineId: machineID(), Format: w.format.spec}
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var rep *dsortpb.RegisterReply

@@ -92,7 +92,7 @@ func (w *Worker) acceptConfig(msg *dsortpb.PartitionConfig) error {
 	if msg.GetEpoch() != asg.epoch {
 		return errorf(ErrStaleEpoch, "dsort: config for epoch %d, this worker is epoch %d", msg.GetEpoch(), asg.epoch)
 	}
-	pc, err := partitionConfigFromPB(msg, asg.numWorkers)
+	pc, err := partitionConfigFromPB(msg, asg.numWorkers, w.format)
 	if err != nil {
 		return err
 	}

@@ -54,7 +54,7 @@ func TestSetPartitionBoundariesOnlyWhenWaiting(t *testing.T) {
 		if got.perWorker != 1 || got.workers != 2 {
 			t.Fatal("a different config was delivered")
 		}
-		if d := cmp.Diff([]Boundary{{Worker: 1}}, got.bounds); d != "" {
+		if d := cmp.Diff([]Boundary{{Key: make([]byte, record.KeySize), Worker: 1}}, got.bounds); d != "" {
 			t.Fatal(d)
 		}
 	default:

@@ -43,7 +43,7 @@ func TestRunsCutAndMergedAsOneSort(t *testing.T) {
 			t.Fatal(err)
 		}
 		runDir := t.TempDir()
-		runs, err := SortRuns(t.Context(), Config{Memory: MinMemory, testChunk: 9000 + r.IntN(200)}, ord, inputs, runDir)
+		runs, err := SortRuns(t.Context(), Config{Memory: MinMemory, ChunkBytes: 9000 + r.IntN(200)}, ord, inputs, runDir)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/gantryhq/gantry/extsort"
+	"github.com/gantryhq/gantry/linesort/linetest"
 	"github.com/gantryhq/gantry/record"
 )
 
@@ -22,69 +23,17 @@ import (
 // still running when they end.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// gnuCases are the orderings compared with GNU sort, as its arguments.
-var gnuCases = [][]string{
-	{"-n", "-f"},                   // f with n: accepted, no effect
-	{"-d", "-i", "-k2,2id"},        // d wins over i
-	{"-n", "-d", "-k1,1r", "-k2b"}, // keys with options of their own take neither n nor d
-	{},
-	{"-r"},
-	{"-n"},
-	{"-n", "-r", "-s"},
-	{"-k2,2"},
-	{"-k2"},
-	{"-k2,2n", "-k1,1"},
-	{"-t,", "-k3,3nr", "-k1,1"},
-	{"-k1.3,1.5"},
-	{"-k2b,2", "-k3.2b,3.4"},
-	{"-t:", "-k2,2", "-s"},
-	{"-f", "-k1,1"},
-	{"-k3,3d", "-k2,2i"},
-	{"-t,", "-k2.2,3.1r"},
-	{"-k5,5n"},
-	{"-b", "-k2,3"},
-	{"-k2,2fr", "-k1,1n"},
-	{"-t\t", "-k2,2n", "-k4"},
-	{"-s", "-k1,1"},
-	{"-d", "-f"},
-	{"-k1,1", "-r"},
-	{"-t,", "-k4.3n"},
-	{"-k2.3b,2.2b"}, // a key that ends before it starts
-	{"-i", "-r", "-k3"},
-}
-
 // optionsOf turns GNU sort arguments into Options.
 func optionsOf(t *testing.T, args []string) Options {
-	var o Options
-	for _, a := range args {
-		switch {
-		case strings.HasPrefix(a, "-k"):
-			o.Keys = append(o.Keys, a[2:])
-		case strings.HasPrefix(a, "-t"):
-			o.Separator = a[2:]
-		case a == "-b":
-			o.IgnoreBlanks = true
-		case a == "-d":
-			o.Dictionary = true
-		case a == "-f":
-			o.Fold = true
-		case a == "-i":
-			o.Printable = true
-		case a == "-n":
-			o.Numeric = true
-		case a == "-r":
-			o.Reverse = true
-		case a == "-s":
-			o.Stable = true
-		default:
-			t.Fatalf("no option for %q", a)
-		}
+	o, err := ParseArgs(args)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return o
 }
 
 // TestSortMatchesGNUSort sorts generated and adversarial inputs with every
-// case of gnuCases, in memory and spilled (tiny chunks, merges in several
+// case of linetest.Cases, in memory and spilled (tiny chunks, merges in several
 // passes), and checks that the output is byte for byte GNU sort's.
 func TestSortMatchesGNUSort(t *testing.T) {
 	t.Parallel()
@@ -93,9 +42,9 @@ func TestSortMatchesGNUSort(t *testing.T) {
 		t.Fatalf("GNU sort (coreutils) is needed to compare with: %v", err)
 	}
 	inputs := map[string][][]byte{
-		"generated":   {genLines(1, 3000), genLines(2, 2000)},
-		"adversarial": adversarial(),
-		"duplicates":  {dupLines(3, 4000)},
+		"generated":   {linetest.Generated(1, 3000), linetest.Generated(2, 2000)},
+		"adversarial": linetest.Adversarial(),
+		"duplicates":  {linetest.Duplicates(3, 4000)},
 	}
 	for name, files := range inputs {
 		dir := t.TempDir()
@@ -107,8 +56,8 @@ func TestSortMatchesGNUSort(t *testing.T) {
 			}
 			paths = append(paths, p)
 		}
-		for _, args := range gnuCases {
-			want := gnuSort(t, gnu, args, paths)
+		for _, args := range linetest.Cases {
+			want := linetest.GNUSort(t, gnu, args, paths)
 			for _, spilled := range []bool{false, true} {
 				t.Run(fmt.Sprintf("%s/%q/spilled=%v", name, args, spilled), func(t *testing.T) {
 					ord, err := NewOrder(optionsOf(t, args))
@@ -132,20 +81,6 @@ func TestSortMatchesGNUSort(t *testing.T) {
 	}
 }
 
-// gnuSort is `LC_ALL=C sort args paths…`'s output.
-func gnuSort(t *testing.T, gnu string, args, paths []string) []byte {
-	t.Helper()
-	cmd := exec.Command(gnu, append(slices.Clone(args), paths...)...)
-	cmd.Env = append(os.Environ(), "LC_ALL=C")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("sort %q: %v: %s", args, err, stderr.String())
-	}
-	return out
-}
-
 // sortFiles sorts the files of dir (in name order) with ord into
 // partitions of about partSize bytes, in chunks of chunk bytes merged
 // fanIn at a time (0: the defaults), and returns them concatenated.
@@ -156,7 +91,7 @@ func sortFiles(t *testing.T, ord *Order, dir string, partSize int64, chunk, fanI
 		t.Fatal(err)
 	}
 	out := t.TempDir()
-	cfg := Config{Memory: MinMemory, TempDir: t.TempDir(), PartitionSize: partSize, Workers: 3, testChunk: chunk, testFanIn: fanIn}
+	cfg := Config{Memory: MinMemory, TempDir: t.TempDir(), PartitionSize: partSize, Workers: 3, ChunkBytes: chunk, testFanIn: fanIn}
 	st, err := Sort(t.Context(), cfg, ord, in, out)
 	if err != nil {
 		t.Fatal(err)
@@ -202,83 +137,6 @@ func trunc(b []byte) []byte {
 	return b
 }
 
-// genLines makes n lines of a few blank-, comma-, colon- or
-// tab-separated fields: numbers of every shape, words of both cases,
-// punctuation, runs of blanks, empty fields.
-func genLines(seed uint64, n int) []byte {
-	r := rand.New(rand.NewPCG(seed, seed*7+1))
-	var b bytes.Buffer
-	for range n {
-		fields := 1 + r.IntN(6)
-		for f := range fields {
-			if f > 0 {
-				b.WriteString([]string{" ", "  ", "\t", ",", ":", " , ", "\t\t"}[r.IntN(7)])
-			}
-			b.WriteString(genField(r))
-		}
-		b.WriteByte('\n')
-	}
-	return b.Bytes()
-}
-
-func genField(r *rand.Rand) string {
-	switch r.IntN(9) {
-	case 0:
-		return fmt.Sprint(r.IntN(2000) - 1000)
-	case 1:
-		return fmt.Sprintf("%.*f", r.IntN(4), (r.Float64()-0.5)*1e4)
-	case 2:
-		return fmt.Sprintf("%0*d", 1+r.IntN(6), r.IntN(500))
-	case 3:
-		return []string{"-0", "0", "0.000", "-", ".", "-.5", ".5", "+3", "1e3", "  42", "-0.0", "007.10", "1,234"}[r.IntN(13)]
-	case 4:
-		return ""
-	case 5:
-		return strings.Repeat("z", r.IntN(3)) + []string{"Apple", "apple", "APPLE", "banana", "Banana", "bAnana", "_x", "a-b", "a.b", "Ab!c"}[r.IntN(10)]
-	default:
-		w := make([]byte, 1+r.IntN(8))
-		for i := range w {
-			w[i] = "abcXYZ019 .-_!~"[r.IntN(15)]
-		}
-		return string(w)
-	}
-}
-
-// dupLines makes n lines drawn from a few dozen, so most keys repeat and
-// equal keys are ordered by -s or the last resort.
-func dupLines(seed uint64, n int) []byte {
-	r := rand.New(rand.NewPCG(seed, seed))
-	pool := bytes.Split(genLines(seed+100, 40), []byte("\n"))
-	pool = pool[:len(pool)-1]
-	var b bytes.Buffer
-	for i := range n {
-		b.Write(pool[r.IntN(len(pool))])
-		if r.IntN(3) == 0 {
-			fmt.Fprintf(&b, " #%d", i%7)
-		}
-		b.WriteByte('\n')
-	}
-	return b.Bytes()
-}
-
-// adversarial is files with what trips line sorters: empty lines and an
-// empty file, no final newline (twice, so two last lines meet), a line
-// nearly as long as the test's smallest chunk, CRLF, NUL and high bytes,
-// lines of blanks, lines with fewer fields than the keys ask for, lines
-// that differ only in case or leading zeros, many times over.
-func adversarial() [][]byte {
-	long := bytes.Repeat([]byte("long line 9 "), 250) // 3,000 bytes
-	return [][]byte{
-		[]byte("b 2\n\n\na 1\n \n\t\nc,3,x\r\nc,3,x\nc,3\r\n"),
-		{},
-		[]byte("no final newline 5"),
-		[]byte("z\x00y 1\n\x00\nz\xffy -1\n\xe9t\xe9 3\n\xc3\xa9 2\n"),
-		append(append([]byte("x 10\n"), long...), []byte("\n-5 -5\n  -5 a\n0 0\n,,,\n::\n1.5\n1.50\n01.5\nend without newline")...),
-		[]byte("a:b:c:d:e\n:::\na\nA\n1\n-1\n1e2\n +1\n"),
-		bytes.Repeat([]byte("dup 1\ndup 01\nDup 1\ndup 1\t\n"), 100),
-	}
-}
-
 // TestNewOrderRefusesBadKeys checks that a bad -k or option combination
 // is an error naming it, as GNU sort refuses them.
 func TestNewOrderRefusesBadKeys(t *testing.T) {
@@ -319,7 +177,7 @@ func TestLongerLineThanChunkIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	ord, _ := NewOrder(Options{})
-	_, err = Sort(t.Context(), Config{Memory: MinMemory, TempDir: tmp, testChunk: 1000}, ord, files, out)
+	_, err = Sort(t.Context(), Config{Memory: MinMemory, TempDir: tmp, ChunkBytes: 1000}, ord, files, out)
 	if err == nil || !strings.Contains(err.Error(), "a line of more than 1000 bytes") {
 		t.Fatalf("Sort = %v, want the long line refused", err)
 	}
@@ -336,13 +194,13 @@ func TestLongerLineThanChunkIsRefused(t *testing.T) {
 func TestCancelledSortLeavesNothing(t *testing.T) {
 	t.Parallel()
 	in, out, tmp := t.TempDir(), t.TempDir(), t.TempDir()
-	os.WriteFile(filepath.Join(in, "a"), genLines(5, 2000), 0o644)
+	os.WriteFile(filepath.Join(in, "a"), linetest.Generated(5, 2000), 0o644)
 	os.WriteFile(filepath.Join(out, "partition.0"), []byte("earlier\n"), 0o644)
 	files, _, _ := extsort.ScanFiles([]string{in})
 	ord, _ := NewOrder(Options{Keys: []string{"2,2n"}})
 	ctx, cancel := context.WithCancel(t.Context())
 	reads := 0
-	cfg := Config{Memory: MinMemory, TempDir: tmp, testChunk: 2000, testFanIn: 2, Progress: func(p extsort.Phase, _ int64) {
+	cfg := Config{Memory: MinMemory, TempDir: tmp, ChunkBytes: 2000, testFanIn: 2, Progress: func(p extsort.Phase, _ int64) {
 		if reads++; reads == 10 {
 			cancel()
 		}

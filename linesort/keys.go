@@ -29,6 +29,50 @@ type Options struct {
 	Stable bool
 }
 
+// ParseArgs reads GNU sort's ordering arguments, each flag with its value
+// in one element (-k2,2n, -t, -b -d -f -i -n -r -s),
+// into Options; it does not check the keys (NewOrder does).
+func ParseArgs(args []string) (Options, error) {
+	var o Options
+	flags := map[string]*bool{"-b": &o.IgnoreBlanks, "-d": &o.Dictionary, "-f": &o.Fold, "-i": &o.Printable,
+		"-n": &o.Numeric, "-r": &o.Reverse, "-s": &o.Stable}
+	for _, a := range args {
+		switch {
+		case strings.HasPrefix(a, "-k"):
+			o.Keys = append(o.Keys, a[2:])
+		case strings.HasPrefix(a, "-t"):
+			o.Separator = a[2:]
+		case flags[a] != nil:
+			*flags[a] = true
+		default:
+			return o, fmt.Errorf("%w: %q is not an ordering option linesort has", ErrKey, a)
+		}
+	}
+	return o, nil
+}
+
+// String spells o as GNU sort's arguments (the separator quoted as Go
+// quotes it), global options first: two Options order lines alike when
+// their strings are equal.
+func (o Options) String() string {
+	var a []string
+	for _, g := range []struct {
+		on   bool
+		flag string
+	}{{o.IgnoreBlanks, "-b"}, {o.Dictionary, "-d"}, {o.Fold, "-f"}, {o.Printable, "-i"}, {o.Numeric, "-n"}, {o.Reverse, "-r"}, {o.Stable, "-s"}} {
+		if g.on {
+			a = append(a, g.flag)
+		}
+	}
+	if o.Separator != "" {
+		a = append(a, "-t", strconv.Quote(o.Separator))
+	}
+	for _, k := range o.Keys {
+		a = append(a, "-k", k)
+	}
+	return strings.Join(a, " ")
+}
+
 // key is one parsed -k: fields and characters counted from 0; eword -1
 // means "to the end of the line" (no F2), echar 0 "to the end of field
 // eword".

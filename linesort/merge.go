@@ -24,7 +24,7 @@ type runCursor struct {
 	r    *bufio.Reader
 	f    *os.File // nil when reading a Reader's segment
 	name string   // for errors
-	long []byte // a line longer than r's buffer, gathered here
+	long []byte   // a line longer than r's buffer, gathered here
 	ln   []byte
 	key  []byte
 }

@@ -43,10 +43,13 @@ type Config struct {
 	Logger *slog.Logger
 	// Progress, if set, is called with each phase's increments of bytes.
 	Progress func(phase extsort.Phase, bytes int64)
+	// ChunkBytes is how many bytes of lines a chunk holds; zero means two
+	// fifths of Memory. Smaller chunks make more, smaller runs: tests use
+	// it to spill small inputs.
+	ChunkBytes int
 
-	// Tests shrink chunks and fan-in to make small inputs spill and merge
-	// in several passes.
-	testChunk, testFanIn int
+	// Tests shrink the fan-in to merge in several passes.
+	testFanIn int
 }
 
 // MinMemory is the smallest budget accepted.
@@ -81,8 +84,8 @@ func (c Config) withDefaults() (Config, error) {
 // again holds their entries and keys); at most 2 GiB, so that offsets fit
 // an entry's 32 bits.
 func (c Config) chunkBytes() int {
-	if c.testChunk > 0 {
-		return c.testChunk
+	if c.ChunkBytes > 0 {
+		return min(c.ChunkBytes, int(min(c.Memory*2/5, 2<<30)))
 	}
 	return int(min(c.Memory*2/5, 2<<30))
 }

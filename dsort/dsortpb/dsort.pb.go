@@ -208,7 +208,11 @@ type RegisterRequest struct {
 	Cores      int32                  `protobuf:"varint,6,opt,name=cores,proto3" json:"cores,omitempty"`
 	// machine_id names the machine (/etc/machine-id, else the hostname):
 	// workers on one machine share its memory.
-	MachineId     string `protobuf:"bytes,7,opt,name=machine_id,json=machineId,proto3" json:"machine_id,omitempty"`
+	MachineId string `protobuf:"bytes,7,opt,name=machine_id,json=machineId,proto3" json:"machine_id,omitempty"`
+	// format is what the worker sorts, which must be the job's: empty for
+	// gensort records, else "lines" and the ordering options as GNU sort
+	// spells them (e.g. "lines -t , -k 3,3n").
+	Format        string `protobuf:"bytes,8,opt,name=format,proto3" json:"format,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -288,6 +292,13 @@ func (x *RegisterRequest) GetCores() int32 {
 func (x *RegisterRequest) GetMachineId() string {
 	if x != nil {
 		return x.MachineId
+	}
+	return ""
+}
+
+func (x *RegisterRequest) GetFormat() string {
+	if x != nil {
+		return x.Format
 	}
 	return ""
 }
@@ -381,8 +392,8 @@ type SampleRequest struct {
 	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
 	Index         int32                  `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
 	Epoch         int64                  `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	Keys          []byte                 `protobuf:"bytes,4,opt,name=keys,proto3" json:"keys,omitempty"`        // concatenated 10-byte keys, in input order
-	Records       int64                  `protobuf:"varint,5,opt,name=records,proto3" json:"records,omitempty"` // records in the worker's whole input
+	Keys          []byte                 `protobuf:"bytes,4,opt,name=keys,proto3" json:"keys,omitempty"`        // concatenated 10-byte keys (lines: each a uvarint length and the line's full key), in input order
+	Records       int64                  `protobuf:"varint,5,opt,name=records,proto3" json:"records,omitempty"` // records in the worker's whole input (lines: estimated)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1516,7 +1527,7 @@ var File_dsort_proto protoreflect.FileDescriptor
 const file_dsort_proto_rawDesc = "" +
 	"\n" +
 	"\vdsort.proto\x12\x0fgantry.dsort.v1\"\x05\n" +
-	"\x03Ack\"\xd6\x01\n" +
+	"\x03Ack\"\xee\x01\n" +
 	"\x0fRegisterRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x1d\n" +
@@ -1528,7 +1539,8 @@ const file_dsort_proto_rawDesc = "" +
 	"inputBytes\x12\x14\n" +
 	"\x05cores\x18\x06 \x01(\x05R\x05cores\x12\x1d\n" +
 	"\n" +
-	"machine_id\x18\a \x01(\tR\tmachineId\"\xc8\x01\n" +
+	"machine_id\x18\a \x01(\tR\tmachineId\x12\x16\n" +
+	"\x06format\x18\b \x01(\tR\x06format\"\xc8\x01\n" +
 	"\rRegisterReply\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\x05R\x05index\x12\x14\n" +

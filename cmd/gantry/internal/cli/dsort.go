@@ -130,6 +130,7 @@ func armWatchdog(stderr io.Writer, what string, deadline time.Duration) func(suc
 
 // sortMasterOptions are `sort master`'s flags.
 type sortMasterOptions struct {
+	format      formatFlags
 	port        int
 	bind        string
 	metricsAddr string
@@ -151,7 +152,14 @@ aborts the job. The exit status is 0 only when the whole job succeeded.`,
 		Example: `  gantry sort master 3 --bind 10.0.0.1 --port 30040
   GANTRY_TOKEN=s3cret gantry sort master 4 --rejoin-timeout 2m`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error { return runSortMaster(cmd, env, o, args[0]) },
+		RunE: func(cmd *cobra.Command, args []string) error {
+			lines, err := o.format.options(cmd, "sort master")
+			if err != nil {
+				return err
+			}
+			o.cfg.Lines = lines
+			return runSortMaster(cmd, env, o, args[0])
+		},
 	}
 	f := cmd.Flags()
 	f.IntVar(&o.port, "port", 0, "TCP port to listen on (0: any free port)")
@@ -164,6 +172,7 @@ aborts the job. The exit status is 0 only when the whole job succeeded.`,
 	f.Var(sizeValue{&o.cfg.PartitionSize}, "partition-size", "target partition size (default 64MiB; at least one partition per core)")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9090; default: off)")
 	addTLSFlags(f, &o.cfg.TLS)
+	o.format.addFlags(f)
 	return cmd
 }
 
@@ -331,6 +340,7 @@ func writePhaseTable(w io.Writer, workers []dsort.WorkerInfo) {
 
 // sortWorkerOptions are `sort worker`'s flags.
 type sortWorkerOptions struct {
+	format      formatFlags
 	cfg         dsort.WorkerConfig
 	metricsAddr string
 }
@@ -356,7 +366,14 @@ exits within 15 s whatever hangs.`,
 		Example: `  gantry sort worker 10.0.0.1:30040 -I /data/in1 /data/in2 -O /data/out
   gantry sort worker 127.0.0.1:30040 -I in -O out --bind 127.0.0.2 --memory 512MiB`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error { return runSortWorker(cmd.Context(), env, o, args[0]) },
+		RunE: func(cmd *cobra.Command, args []string) error {
+			lines, err := o.format.options(cmd, "sort worker")
+			if err != nil {
+				return err
+			}
+			o.cfg.Lines = lines
+			return runSortWorker(cmd.Context(), env, o, args[0])
+		},
 	}
 	f := cmd.Flags()
 	f.StringArrayVarP(&o.cfg.Inputs, "input", "I", nil, "input directories (several may follow one -I)")
@@ -371,6 +388,7 @@ exits within 15 s whatever hangs.`,
 	f.DurationVar(&o.cfg.MasterTimeout, "master-timeout", 30*time.Second, "give up when the master stays unreachable this long")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9091; default: off)")
 	addTLSFlags(f, &o.cfg.TLS)
+	o.format.addFlags(f)
 	return cmd
 }
 

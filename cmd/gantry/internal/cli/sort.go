@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/gantryhq/gantry/extsort"
 	"github.com/gantryhq/gantry/internal/progress"
@@ -33,8 +34,7 @@ type sortLocalOptions struct {
 	cfg     extsort.Config
 	quiet   bool
 	workers int
-	format  string
-	lines   linesort.Options
+	format  formatFlags
 }
 
 func newSortLocalCmd(env *Env) *cobra.Command {
@@ -62,21 +62,14 @@ byte; each file ends at the first line end past --partition-size bytes.`,
   gantry sort local --format lines -t , -k 3,3nr -k 1,1 -I logs -O sorted && cat sorted/partition.*`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			switch o.format {
-			case "gensort":
-				for _, name := range lineFlags {
-					if cmd.Flags().Changed(name) {
-						return fmt.Errorf("sort local: --%s orders lines; add --format lines", name)
-					}
-				}
-				return runSortLocal(cmd.Context(), env, cmd.ErrOrStderr(), o)
-			case "lines":
-				if cmd.Flags().Changed("field-separator") && o.lines.Separator == "" {
-					return errors.New("sort local: -t: the field separator is empty")
-				}
-				return runSortLines(cmd.Context(), env, cmd.ErrOrStderr(), o)
+			lines, err := o.format.options(cmd, "sort local")
+			if err != nil {
+				return err
 			}
-			return fmt.Errorf("sort local: --format %q: want gensort or lines", o.format)
+			if lines == nil {
+				return runSortLocal(cmd.Context(), env, cmd.ErrOrStderr(), o)
+			}
+			return runSortLines(cmd.Context(), env, cmd.ErrOrStderr(), o)
 		},
 	}
 	f := cmd.Flags()
@@ -87,8 +80,21 @@ byte; each file ends at the first line end past --partition-size bytes.`,
 	f.Var(sizeValue{&o.cfg.PartitionSize}, "partition-size", "size of each output partition file (default 128MiB)")
 	f.IntVar(&o.workers, "workers", 0, "goroutines for sorting and merging (default: GOMAXPROCS)")
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "no progress output")
-	f.StringVar(&o.format, "format", "gensort", "what the inputs hold: gensort (100-byte records) or lines (text, ordered like LC_ALL=C sort)")
-	l := &o.lines
+	o.format.addFlags(f)
+	return cmd
+}
+
+// formatFlags are --format and GNU sort's ordering flags, which sort local,
+// sort master and sort worker share.
+type formatFlags struct {
+	format string
+	lines  linesort.Options
+}
+
+// addFlags declares the flags.
+func (ff *formatFlags) addFlags(f *pflag.FlagSet) {
+	f.StringVar(&ff.format, "format", "gensort", "what the inputs hold: gensort (100-byte records) or lines (text, ordered like LC_ALL=C sort)")
+	l := &ff.lines
 	f.StringArrayVarP(&l.Keys, "key", "k", nil, "lines: sort by a key, F1[.C1][OPTS][,F2[.C2][OPTS]] as GNU sort's -k (repeat for more keys)")
 	f.StringVarP(&l.Separator, "field-separator", "t", "", "lines: the byte that separates fields (default: blanks start a field)")
 	f.BoolVarP(&l.Numeric, "numeric-sort", "n", false, "lines: compare by numeric value (-?digits[.digits])")
@@ -98,7 +104,30 @@ byte; each file ends at the first line end past --partition-size bytes.`,
 	f.BoolVarP(&l.Fold, "ignore-case", "f", false, "lines: compare a-z as A-Z")
 	f.BoolVarP(&l.Dictionary, "dictionary-order", "d", false, "lines: compare only blanks and letters and digits")
 	f.BoolVarP(&l.Printable, "ignore-nonprinting", "i", false, "lines: compare only printable ASCII")
-	return cmd
+}
+
+// options checks the flags as what (the command) was given them: nil for
+// gensort records, else the lines' ordering options.
+func (ff *formatFlags) options(cmd *cobra.Command, what string) (*linesort.Options, error) {
+	switch ff.format {
+	case "gensort":
+		for _, name := range lineFlags {
+			if cmd.Flags().Changed(name) {
+				return nil, fmt.Errorf("%s: --%s orders lines; add --format lines", what, name)
+			}
+		}
+		return nil, nil
+	case "lines":
+		if cmd.Flags().Changed("field-separator") && ff.lines.Separator == "" {
+			return nil, fmt.Errorf("%s: -t: the field separator is empty", what)
+		}
+		if _, err := linesort.NewOrder(ff.lines); err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		l := ff.lines
+		return &l, nil
+	}
+	return nil, fmt.Errorf("%s: --format %q: want gensort or lines", what, ff.format)
 }
 
 // lineFlags are the flags that only --format lines reads.
@@ -135,7 +164,7 @@ func runSortLines(ctx context.Context, env *Env, stderr io.Writer, o sortLocalOp
 	if err := o.check(); err != nil {
 		return err
 	}
-	ord, err := linesort.NewOrder(o.lines)
+	ord, err := linesort.NewOrder(o.format.lines)
 	if err != nil {
 		return fmt.Errorf("sort local: %w", err)
 	}
