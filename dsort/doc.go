@@ -1,6 +1,7 @@
-// Package dsort sorts gensort records spread over several machines: one
+// Package dsort sorts gensort records, or text lines ordered as GNU sort
+// orders them (format.go: recordFormat), spread over several machines: one
 // master and N workers talking gRPC (protocol in dsort/dsortpb), each worker
-// sorting its share with extsort. See README.md for the vocabulary, a
+// sorting its share with extsort (linesort for lines). See README.md for the vocabulary, a
 // diagram, the skew scheme and the recovery protocol.
 //
 // # Master

@@ -174,7 +174,7 @@ func (f *fetcher) tryFetch(ctx context.Context, addr string, s, p int) (err erro
 // pieceReceiver stores one incoming piece in a staging file named after
 // (partition, sender, sender epoch), checking every chunk.
 type pieceReceiver struct {
-	format recordFormat
+	format    recordFormat
 	dir       string
 	addr      string // the sender's, for messages
 	sender    int

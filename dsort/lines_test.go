@@ -3,10 +3,14 @@ package dsort
 import (
 	"bytes"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -157,4 +161,95 @@ func TestWorkerOfAnotherFormatIsRefused(t *testing.T) {
 			t.Error("the refused worker created its output directory")
 		}
 	}
+}
+
+// TestLinesJobSurvivesAKilledWorker: a job of three worker processes
+// sorting lines, whose worker 1 is killed (SIGKILL) mid-shuffle — after its
+// first piece, its streams to peers stopped before their last chunk — or
+// after its first merged partition, and restarted with its temp dir wiped,
+// still writes exactly GNU sort's output.
+func TestLinesJobSurvivesAKilledWorker(t *testing.T) {
+	t.Parallel() // waits on killed and restarted workers (main_test.go)
+	keys := []string{"--format", "lines", "-t", ",", "-k", "2,2", "-k", "3,3nr"}
+	for _, c := range []struct{ phase, points, want string }{
+		{"shuffling", "shuffle-piece,serve-last-chunk", "Shuffling"},
+		{"merging", "merge-partition", "Merging"},
+	} {
+		t.Run(c.phase, func(t *testing.T) {
+			needBinary(t)
+			j := &job{t: t, root: t.TempDir()}
+			var files [][]string // worker w's input files
+			for w := range 3 {
+				in := filepath.Join(j.root, fmt.Sprint("w", w), "in")
+				os.MkdirAll(in, 0o755)
+				var fs []string
+				for i, b := range [][]byte{csvLines(uint64(w), 20000), linetest.Duplicates(uint64(w), 3000)} {
+					p := filepath.Join(in, fmt.Sprintf("f%d", i))
+					if err := os.WriteFile(p, b, 0o644); err != nil {
+						t.Fatal(err)
+					}
+					fs = append(fs, p)
+				}
+				files = append(files, fs)
+				j.workers = append(j.workers, &workerSpec{bind: fmt.Sprintf("127.0.0.%d", w+2), inputs: []string{in},
+					out: filepath.Join(j.root, fmt.Sprint("w", w), "out"), tmp: filepath.Join(j.root, fmt.Sprint("w", w), "tmp"), extra: keys})
+			}
+			j.master = startProc(t, "master", nil, append([]string{"sort", "master", "3", "--heartbeat", "200ms", "--partition-size", "64KiB"}, keys...)...)
+			j.addr = j.master.waitLine(true, regexp.MustCompile(`^\S+:\d+$`), 30*time.Second).text
+			const victim = 1
+			for w := range j.workers {
+				if w == victim {
+					j.startWorker(w, "GANTRY_DSORT_FAULT="+c.points)
+				} else {
+					j.startWorker(w)
+				}
+			}
+			v := j.workers[victim].proc
+			for p := range strings.SplitSeq(c.points, ",") {
+				v.waitLine(false, regexp.MustCompile(`fault point `+p+` reached`), time.Minute)
+			}
+			v.waitLine(false, regexp.MustCompile(`-> `+c.want+`:`), time.Second)
+			if err := v.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			v.wait(10 * time.Second)
+			if err := os.RemoveAll(j.workers[victim].tmp); err != nil {
+				t.Fatal(err)
+			}
+			j.startWorker(victim)
+			order := j.workerOrder()
+			if code := j.master.wait(2 * time.Minute); code != 0 {
+				t.Fatalf("master exited %d", code)
+			}
+			var outs, all []string
+			for _, ws := range order {
+				outs = append(outs, ws.out)
+				all = append(all, files[slices.Index(j.workers, ws)]...)
+			}
+			for i, w := range j.workers {
+				if code := w.proc.wait(30 * time.Second); code != 0 {
+					t.Fatalf("worker %d exited %d", i, code)
+				}
+			}
+			gnu, err := exec.LookPath("sort")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, want := readPartitions(t, outs), linetest.GNUSort(t, gnu, []string{"-t,", "-k2,2", "-k3,3nr"}, all)
+			if !bytes.Equal(got, want) {
+				t.Fatalf("after a worker was killed while %s: the job's output differs from GNU sort's: %s", c.phase, firstLineDiff(got, want))
+			}
+		})
+	}
+}
+
+// csvLines is n lines of three comma-separated fields: a word from a few
+// dozen (so keys repeat), a number, an id.
+func csvLines(seed uint64, n int) []byte {
+	r := rand.New(rand.NewPCG(seed, 99))
+	var b bytes.Buffer
+	for i := range n {
+		fmt.Fprintf(&b, "%d,w%02d,%d,%d\n", seed, r.IntN(40), r.IntN(1000)-500, i)
+	}
+	return b.Bytes()
 }
