@@ -253,3 +253,40 @@ func csvLines(seed uint64, n int) []byte {
 	}
 	return b.Bytes()
 }
+
+// TestLineLongerThanTheBudgetFailsTheJob: a line longer than a worker's
+// chunk (two fifths of its sort share) fails that worker, saying so and
+// what to raise, and the job with it; no partition is written.
+func TestLineLongerThanTheBudgetFailsTheJob(t *testing.T) {
+	root := t.TempDir()
+	o := linesort.Options{Keys: []string{"1,1"}}
+	var wcfgs []WorkerConfig
+	for w := range 2 {
+		in := filepath.Join(root, fmt.Sprint("in", w))
+		os.MkdirAll(in, 0o755)
+		data := []byte("a\nb\n")
+		if w == 1 {
+			data = append(data, bytes.Repeat([]byte("x"), 8<<20)...) // 8 MiB: over 2/5 of the 16 MiB sort share
+		}
+		if err := os.WriteFile(filepath.Join(in, "f"), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		wcfgs = append(wcfgs, WorkerConfig{Inputs: []string{in}, Output: filepath.Join(root, fmt.Sprint("out", w)),
+			TempDir: filepath.Join(root, fmt.Sprint("tmp", w)), Memory: 32 << 20, Lines: &o})
+	}
+	c := startCluster(t, t.Context(), MasterConfig{Workers: 2, Lines: &o, HeartbeatInterval: 100 * time.Millisecond}, wcfgs)
+	werrs, merr := c.wait(t)
+	if merr == nil {
+		t.Fatal("the job succeeded")
+	}
+	var said bool
+	for _, err := range werrs {
+		said = said || err != nil && strings.Contains(err.Error(), "a line of more than") && strings.Contains(err.Error(), "raise --memory")
+	}
+	if !said {
+		t.Fatalf("no worker said the line is too long: workers %v, master %v", werrs, merr)
+	}
+	if got := readPartitions(t, []string{filepath.Join(root, "out0"), filepath.Join(root, "out1")}); len(got) != 0 {
+		t.Errorf("a failed job left %d bytes of partitions", len(got))
+	}
+}
