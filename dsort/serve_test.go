@@ -63,7 +63,7 @@ func TestPieceServer(t *testing.T) {
 	if err := s.serve(t.Context(), 1, 1, send); !errors.Is(err, ErrNotReady) {
 		t.Fatalf("before the sort: err = %v, want ErrNotReady", err)
 	}
-	sorted := &sortedInput{runs: []extsort.Run{{Path: run, Records: 10}}, splits: [][]int64{{0, 4, 10}}}
+	sorted := &sortedInput{runs: []extsort.Run{{Path: run, Records: 10}}, splits: [][]int64{{0, 4 * record.Size, 10 * record.Size}}}
 	s.ready(&pieceSource{sorted: sorted, layout: jobLayout{self: 0, workers: 2, ppw: 1}, epoch: 3, memory: minMergeMemory}, 1)
 	if err := s.serve(t.Context(), 1, 2, send); !errors.Is(err, ErrBadRequest) {
 		t.Fatalf("partition 2 of 2: err = %v, want ErrBadRequest", err)
