@@ -28,4 +28,11 @@
 //     run, so equal lines keep their input order, -s included).
 //   - The output goes through extsort's staging directory: partition.<n>
 //     files ending at line ends, renamed into place when all are written.
+//   - dist.go serves a distributed sort (package dsort, --format lines):
+//     [SortRuns] writes the runs to a directory of the caller's,
+//     [Order.AppendFullKey] gives the key that orders a line among all
+//     others (last resort included), [Searcher] cuts a sorted run at full
+//     keys without an index, and [MergeSegments] merges byte ranges of runs.
+//   - linetest (a package of its own) makes generated and adversarial
+//     lines for tests and runs GNU sort, the reference.
 package linesort
