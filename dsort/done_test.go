@@ -35,7 +35,7 @@ func TestCompletedJobNeedsTheSameInputsAndOutput(t *testing.T) {
 	}
 	fp := printOf()
 	o := output{dir: outDir, logger: slog.New(slog.DiscardHandler), clock: clock.Or(nil), inputs: fp}
-	if err := o.prepare(); err != nil {
+	if err := o.prepare("", false); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range []int{4, 5} {

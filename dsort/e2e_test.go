@@ -408,6 +408,7 @@ func TestFaultInjection(t *testing.T) {
 		points  string // where the victim stops before it is killed
 		want    string // the state it must be in
 		keepTmp bool   // restart without wiping the temp dir
+		reuse   string // what the restarted process must say it reuses
 	}{
 		{phase: "sampling", points: "Sampling", want: "Sampling"},
 		{phase: "sorting", points: "Sorting", want: "Sorting"},
@@ -416,8 +417,13 @@ func TestFaultInjection(t *testing.T) {
 		{phase: "shuffling", points: "shuffle-piece,serve-last-chunk", want: "Shuffling"},
 		{phase: "merging", points: "merge-partition", want: "Merging"},
 		// With its temp dir kept, the new process finds the persisted
-		// state, says where its predecessor stopped and starts clean.
-		{phase: "merging-tmp-kept", points: "merge-partition", want: "Merging", keepTmp: true},
+		// state, says where its predecessor stopped, and redoes only what
+		// is unfinished: it fetches no piece it had received and merges
+		// no partition it had staged.
+		{phase: "merging-tmp-kept", points: "merge-partition", want: "Merging", keepTmp: true,
+			reuse: `partitions_merged=[1-9]\d* pieces_received=\d+ pieces_to_fetch=0`},
+		{phase: "shuffling-tmp-kept", points: "shuffle-piece", want: "Shuffling", keepTmp: true,
+			reuse: `partitions_merged=\d+ pieces_received=[1-9]\d* pieces_to_fetch=\d+`},
 	}
 	for _, c := range cases {
 		t.Run(c.phase, func(t *testing.T) {
@@ -452,7 +458,14 @@ func TestFaultInjection(t *testing.T) {
 			others := []*proc{j.workers[0].proc, j.workers[2].proc}
 			j.startWorker(victim)
 			if c.keepTmp {
-				j.workers[victim].proc.waitLine(false, regexp.MustCompile(`a previous run of this worker stopped here.*previous_state=Merging`), time.Minute)
+				nv := j.workers[victim].proc
+				nv.waitLine(false, regexp.MustCompile(`a previous run of this worker stopped here.*previous_state=`+c.want), time.Minute)
+				nv.waitLine(false, regexp.MustCompile(`reusing what the previous process of this worker did in this job.* `+c.reuse), time.Minute)
+				// What it fetched is what it had not received.
+				m := nv.waitLine(false, regexp.MustCompile(`shuffle complete" pieces_fetched=(\d+) pieces_reused=(\d+)`), time.Minute)
+				if got := regexp.MustCompile(`pieces_to_fetch=(\d+)`).FindStringSubmatch(nv.tail(1000)); got == nil || !strings.Contains(m.text, "pieces_fetched="+got[1]+" ") {
+					t.Errorf("the restarted worker said it would fetch %v pieces, then: %s", got, m.text)
+				}
 			}
 			order := j.workerOrder()
 			if code := j.master.wait(2 * time.Minute); code != 0 {

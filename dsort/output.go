@@ -57,12 +57,51 @@ func (o output) stagedPath(job string, p int) string {
 }
 
 // prepare creates the output dir and removes staged files of earlier
-// attempts (never partition.<n> files: those stay until commit).
-func (o output) prepare() error {
+// attempts (never partition.<n> files: those stay until commit), except,
+// with keep, job's complete staged partitions: a predecessor in the same
+// job merged them from the same pieces (workDir.adopt), and they need not
+// be merged again (staged).
+func (o output) prepare(job string, keep bool) error {
 	if err := os.MkdirAll(o.dir, 0o755); err != nil {
 		return fmt.Errorf("dsort: output dir: %w", err)
 	}
-	return removeStaged(o.dir, ".gantry-dsort-")
+	if !keep {
+		return removeStaged(o.dir, ".gantry-dsort-")
+	}
+	mine := o.staged(job)
+	ents, err := os.ReadDir(o.dir)
+	if err != nil {
+		return fmt.Errorf("dsort: output dir: %w", err)
+	}
+	for _, e := range ents {
+		name := strings.TrimPrefix(e.Name(), fsutil.TempPrefix)
+		if n, ok := strings.CutPrefix(e.Name(), stagedPrefix(job)); ok && isPartitionName(n) {
+			continue // complete: written atomically
+		}
+		if strings.HasPrefix(name, ".gantry-dsort-") && strings.Contains(name, "."+record.PartitionPrefix) {
+			if err := os.Remove(filepath.Join(o.dir, e.Name())); err != nil {
+				return fmt.Errorf("dsort: clean output dir: %w", err)
+			}
+		}
+	}
+	if len(mine) > 0 {
+		o.logger.Info("kept the partitions the previous process of this worker merged in this job", "partitions", len(mine))
+	}
+	return nil
+}
+
+// staged returns the partitions of job staged in the output dir.
+func (o output) staged(job string) map[int]bool {
+	ents, _ := os.ReadDir(o.dir)
+	out := map[int]bool{}
+	for _, e := range ents {
+		if n, ok := strings.CutPrefix(e.Name(), stagedPrefix(job)); ok && isPartitionName(n) {
+			if p, ok := record.PartitionNumber(n); ok {
+				out[int(p)] = true
+			}
+		}
+	}
+	return out
 }
 
 // discard removes job's staged partitions: a job that did not commit

@@ -20,6 +20,10 @@ import (
 // (earlyMerges, through m) while the others arrive, and its output goes to
 // disk while the shuffle still runs. shuffle returns those merges, for the
 // merge phase to wait for; on error they are already stopped.
+//
+// What a predecessor of this process left in the same job is not done
+// again (workDir.adopt, output.prepare): a partition it staged is neither
+// fetched nor merged, a piece it committed is not fetched.
 func (w *Worker) shuffle(ctx context.Context, f *fetcher, m *merger) (*earlyMerges, error) {
 	l := m.layout
 	self, nw, ppw := l.self, l.workers, l.ppw
@@ -28,13 +32,44 @@ func (w *Worker) shuffle(ctx context.Context, f *fetcher, m *merger) (*earlyMerg
 	// starting after ourselves, so the workers do not all pull from one.
 	w.track.done.Add(int64(ppw))
 	em := newEarlyMerges(ctx, min(w.cores, ppw))
+	staged := m.out.staged(m.job)
 	left := make([]atomic.Int32, ppw) // pieces still to come, per own partition
-	for i := range left {
-		left[i].Store(int32(nw - 1))
+	var todo [][2]int                 // (partition, sender) to fetch
+	reused := 0
+	for i := range ppw {
+		p := self*ppw + i
+		if staged[p] {
+			em.merged(p)
+			continue
+		}
+		for k := range nw - 1 {
+			s := (self + 1 + k) % nw
+			if m.dir.hasPiece(p, s) {
+				reused++
+				w.track.done.Add(1)
+				continue
+			}
+			left[i].Add(1)
+			todo = append(todo, [2]int{p, s})
+		}
+	}
+	if reused+len(staged) > 0 {
+		w.cfg.Logger.Info("reusing what the previous process of this worker did in this job",
+			"partitions_merged", len(staged), "pieces_received", reused, "pieces_to_fetch", len(todo))
+	}
+	mergeEarly := func(p int) {
+		em.start(p, func(ctx context.Context) error {
+			return m.partition(ctx, p, func(n int64) { em.bytes.Add(n); w.metrics.written(n) })
+		})
+	}
+	for i := range ppw {
+		if p := self*ppw + i; !staged[p] && left[i].Load() == 0 {
+			mergeEarly(p) // every piece was kept
+		}
 	}
 	var fetched atomic.Int64
-	err := par.Do(ctx, (nw-1)*ppw, w.cfg.FetchParallel, func(ctx context.Context, i int) error {
-		p, s := self*ppw+i/(nw-1), (self+1+i%(nw-1))%nw
+	err := par.Do(ctx, len(todo), w.cfg.FetchParallel, func(ctx context.Context, i int) error {
+		p, s := todo[i][0], todo[i][1]
 		if err := f.fetch(ctx, s, p); err != nil {
 			return err
 		}
@@ -43,16 +78,16 @@ func (w *Worker) shuffle(ctx context.Context, f *fetcher, m *merger) (*earlyMerg
 			w.fault(ctx, "shuffle-piece")
 		}
 		if left[p-self*ppw].Add(-1) == 0 {
-			em.start(p, func(ctx context.Context) error {
-				return m.partition(ctx, p, func(n int64) { em.bytes.Add(n); w.metrics.written(n) })
-			})
+			mergeEarly(p)
 		}
 		return nil
 	})
 	if err != nil {
 		em.stop()
+		return em, err
 	}
-	return em, err
+	w.cfg.Logger.Info("shuffle complete", "pieces_fetched", fetched.Load(), "pieces_reused", reused)
+	return em, nil
 }
 
 // earlyMerges runs the merges of partitions completed during the shuffle,
@@ -93,6 +128,13 @@ func (e *earlyMerges) start(p int, merge func(context.Context) error) {
 			e.err = err
 		}
 	})
+}
+
+// merged records partition p as merged already (by a predecessor).
+func (e *earlyMerges) merged(p int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.done[p] = true
 }
 
 // wait waits for the merges started and returns the partitions merged and

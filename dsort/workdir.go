@@ -3,11 +3,13 @@ package dsort
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -21,8 +23,14 @@ const workDirPrefix = "gantry-dsort-"
 
 // workDir is a worker's own temp dir, cfg.TempDir/gantry-dsort-<id>, where
 // <id> hashes the worker's -I and -O: the state file, runs/ (spilled runs)
-// and recv/ (committed shuffle pieces). The process holds its lock from
-// prepare to close.
+// and recv/ (committed shuffle pieces, and recv/.job naming the job and
+// inputs they belong to). The process holds its lock from prepare to close.
+//
+// A process that finds the pieces a predecessor received keeps them until it
+// knows its job (adopt): a worker killed mid-job and restarted with its temp
+// dir rejoins the same job, whose pieces are the same whichever process of
+// a sender sent them (the job's boundaries are fixed and every sort is
+// deterministic), so it fetches only the pieces still missing.
 type workDir struct {
 	path  string
 	owned *fsutil.OwnedDir // the lock on path; nil until prepare
@@ -63,7 +71,49 @@ func (d *workDir) prepare(tempDir string, logger *slog.Logger) error {
 	if snap, err := lifecycle.LoadSnapshot(filepath.Join(d.path, StateFileName)); err == nil {
 		logPrevious(logger, snap)
 	}
-	return d.clear()
+	return d.clear(true)
+}
+
+// recvJob is recv/.job: the job and inputs the pieces in recv/ belong to.
+type recvJob struct {
+	Job    string      `json:"job"`
+	Inputs []inputFile `json:"inputs"`
+}
+
+const recvJobFile = ".job"
+
+// adopt keeps the pieces in recv/ if they belong to job and to inputs as
+// they are now (a restart of this worker in the same job), else removes
+// them; then recv/ is job's. It reports whether it kept them.
+func (d *workDir) adopt(job string, inputs *inputPrint) (bool, error) {
+	mine := recvJob{Job: job}
+	if inputs != nil {
+		mine.Inputs = inputs.Files
+	}
+	path := filepath.Join(d.recv(), recvJobFile)
+	var prev recvJob
+	if data, err := os.ReadFile(path); err == nil && json.Unmarshal(data, &prev) == nil &&
+		prev.Job == mine.Job && slices.Equal(prev.Inputs, mine.Inputs) {
+		return true, nil
+	}
+	if err := os.RemoveAll(d.recv()); err != nil {
+		return false, fmt.Errorf("dsort: clean temp dir: %w", err)
+	}
+	if err := os.MkdirAll(d.recv(), 0o755); err != nil {
+		return false, fmt.Errorf("dsort: %w", err)
+	}
+	data, _ := json.Marshal(mine)
+	if err := fsutil.WriteFileAtomic(path, data, 0o644); err != nil {
+		return false, fmt.Errorf("dsort: %w", err)
+	}
+	return false, nil
+}
+
+// hasPiece reports whether the piece of partition p from sender s is
+// committed.
+func (d *workDir) hasPiece(p, s int) bool {
+	_, err := os.Stat(d.piecePath(p, s))
+	return err == nil
 }
 
 // logPrevious says where the previous process of this worker stopped, from
@@ -83,20 +133,30 @@ func logPrevious(logger *slog.Logger, snap lifecycle.Snapshot) {
 			"reason", reason, "at", at)
 		return
 	}
-	logger.Warn("a previous run of this worker stopped here; cleaning up and starting again",
+	logger.Warn("a previous run of this worker stopped here; cleaning up and starting again (the pieces it received are kept if it rejoins the same job)",
 		"previous_state", snap.State, "at", at)
 }
 
-// clear removes everything in the dir but its lock, then creates runs/
-// and recv/.
-func (d *workDir) clear() error {
+// clear removes everything in the dir but its lock and, with keepRecv, the
+// committed pieces in recv/ (for adopt; pieces being received are
+// removed), then creates runs/ and recv/.
+func (d *workDir) clear(keepRecv bool) error {
 	ents, err := os.ReadDir(d.path)
 	if err != nil {
 		return fmt.Errorf("dsort: temp dir: %w", err)
 	}
 	for _, e := range ents {
-		if e.Name() != fsutil.OwnerFile {
-			if err := os.RemoveAll(filepath.Join(d.path, e.Name())); err != nil {
+		if e.Name() == fsutil.OwnerFile || keepRecv && e.Name() == filepath.Base(d.recv()) {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(d.path, e.Name())); err != nil {
+			return fmt.Errorf("dsort: clean temp dir: %w", err)
+		}
+	}
+	if keepRecv {
+		parts, _ := filepath.Glob(filepath.Join(d.recv(), "*.part"))
+		for _, p := range parts {
+			if err := os.Remove(p); err != nil {
 				return fmt.Errorf("dsort: clean temp dir: %w", err)
 			}
 		}
@@ -117,6 +177,9 @@ func (d *workDir) receivedBytes() (int64, error) {
 	}
 	var n int64
 	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), ".") {
+			continue // recv/.job
+		}
 		if info, err := e.Info(); err == nil {
 			n += info.Size()
 		}

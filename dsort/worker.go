@@ -322,7 +322,12 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 		return err
 	}
 	// Only now, accepted into a live job, may the worker touch its output.
-	if err := w.out.prepare(); err != nil {
+	job := w.assigned().jobID
+	kept, err := w.dir.adopt(job, w.out.inputs)
+	if err != nil {
+		return err
+	}
+	if err := w.out.prepare(job, kept); err != nil {
 		return err
 	}
 	return w.supervise(ctx, w.assigned(), time.Duration(reg.GetHeartbeatIntervalMs())*time.Millisecond, reg.GetNeedSample(), sd)
