@@ -167,6 +167,7 @@ func (f *fetcher) tryFetch(ctx context.Context, addr string, s, p int) (err erro
 	if err := rc.commit(f.dir.piecePath(p, s)); err != nil {
 		return err
 	}
+	f.logger.Debug("piece received", "sender", s, "partition", p, "bytes", rc.off)
 	f.metrics.shuffled(rc.off)
 	return nil
 }
