@@ -26,6 +26,9 @@ bench-sort: ## Benchmark sort local against GNU sort on 1 GB (figures in docs/BE
 bench-sort-lines: ## Benchmark sort local --format lines against GNU sort with the same keys on 1 GB of text
 	bash scripts/bench-sort-lines.sh
 
+bench-dsort-limited: ## Larger than memory: 4 GB on 4 workers in 256 MiB containers (page cache included) against GNU sort under the job's limit, beside the disk's throughput (needs docker)
+	bash scripts/bench-dsort-limited.sh
+
 bench-dsort-crash: ## What a crash costs the distributed sort: a worker, then the master, killed in each phase against clean runs (2 GB, 4 workers)
 	bash scripts/bench-dsort-crash.sh
 
@@ -97,4 +100,4 @@ generate: ## Regenerate protobuf/gRPC code (needs protoc: apt-get install protob
 clean: ## Remove build output
 	rm -rf bin
 
-.PHONY: help build image man plots demo bench-sort bench-sort-lines bench-dsort-lines bench-dsort-crash bench-queue bench-apps bench-ws-start bench-dsort services test test-short test-race bench lint generate clean
+.PHONY: help build image man plots demo bench-sort bench-sort-lines bench-dsort-lines bench-dsort-crash bench-dsort-limited bench-queue bench-apps bench-ws-start bench-dsort services test test-short test-race bench lint generate clean
