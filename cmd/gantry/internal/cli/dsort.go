@@ -148,9 +148,16 @@ heartbeats. Its stdout is exactly two lines: IP:PORT as soon as it listens,
 then the workers' IPs in worker order once all N have registered. Progress
 and logs go to stderr. A worker that crashes may be restarted with the same
 arguments and rejoins; one that stays away longer than --rejoin-timeout
-aborts the job. The exit status is 0 only when the whole job succeeded.`,
+aborts the job. The exit status is 0 only when the whole job succeeded.
+
+With --format lines and GNU sort's keys (-k, -t, -b -d -f -i -n -r -s, as
+sort local takes them) the job sorts text lines: the partitions in worker
+order are LC_ALL=C sort's output for all the workers' files, worker 0's
+first. Every worker must be given the same --format and keys; one with
+others is refused when it registers.`,
 		Example: `  gantry sort master 3 --bind 10.0.0.1 --port 30040
-  GANTRY_TOKEN=s3cret gantry sort master 4 --rejoin-timeout 2m`,
+  GANTRY_TOKEN=s3cret gantry sort master 4 --rejoin-timeout 2m
+  gantry sort master 4 --format lines -t , -k 2,2 -k 3,3nr`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			lines, err := o.format.options(cmd, "sort master")
@@ -352,7 +359,7 @@ func newSortWorkerCmd(env *Env) *cobra.Command {
 		Short: "Sort this machine's share of a distributed sort",
 		Long: `worker registers with the master, samples and sorts the records under the input
 directories (read-only; any number of files of any size, ASCII or binary
-gensort records), exchanges partitions with the other workers and writes
+gensort records, or text lines with the master's --format lines and keys), exchanges partitions with the other workers and writes
 partition.<n> files into the output directory, which holds nothing else
 when the job is done but a .gantry-sort-done marker naming the job. It
 touches the output only once the master accepted it, and replaces earlier
@@ -364,7 +371,8 @@ it says "already completed" and exits 0 at once (--rerun joins a job
 anyway). On the master's shutdown signal it stops in bounded steps and
 exits within 15 s whatever hangs.`,
 		Example: `  gantry sort worker 10.0.0.1:30040 -I /data/in1 /data/in2 -O /data/out
-  gantry sort worker 127.0.0.1:30040 -I in -O out --bind 127.0.0.2 --memory 512MiB`,
+  gantry sort worker 127.0.0.1:30040 -I in -O out --bind 127.0.0.2 --memory 512MiB
+  gantry sort worker 10.0.0.1:30040 --format lines -t , -k 2,2 -k 3,3nr -I /data/logs -O /data/sorted`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			lines, err := o.format.options(cmd, "sort worker")
