@@ -92,7 +92,8 @@ func (o output) hasMarker() bool {
 }
 
 // completedJob returns the job whose committed output dir holds the result
-// of inputs printed as fp: the marker's print equals fp and the dir's
+// of inputs printed as fp, sorted as this worker sorts: the marker's print
+// equals fp, its format is the worker's, and the dir's
 // partition.<n> files are exactly the marker's, with their sizes. It
 // returns "" otherwise (no marker, an older one, any difference).
 func (o output) completedJob(fp *inputPrint) string {
@@ -101,7 +102,7 @@ func (o output) completedJob(fp *inputPrint) string {
 		return ""
 	}
 	var mk doneMarker
-	if json.Unmarshal(data, &mk) != nil || !mk.Inputs.equal(fp) || len(mk.Bytes) != len(mk.Partitions) {
+	if json.Unmarshal(data, &mk) != nil || !mk.Inputs.equal(fp) || mk.Format != o.format || len(mk.Bytes) != len(mk.Partitions) {
 		return ""
 	}
 	ents, err := os.ReadDir(o.dir)

@@ -154,10 +154,19 @@ func splitSample(lines bool, keys []byte) ([][]byte, error) {
 	return out, nil
 }
 
-// sampleLines reads the full keys of up to n lines at evenly spaced
-// offsets over all of inputs (the line that starts at or after each), in
-// input order, each as a uvarint length and the key, and estimates the
-// inputs' lines from the sampled lines' mean length.
+// maxSampleKey bounds a sampled line's full key: 10,000 of them must fit
+// gRPC's 4 MiB message (SubmitSample) and the boundaries made of them the
+// partition config. A key cut short is still a valid split point: full
+// keys are prefix-free, so no line's full key equals a cut one, and every
+// line orders before or after it by key alone (its rank plays no part).
+const maxSampleKey = 256
+
+// sampleLines reads the full keys of up to n lines, the line that holds
+// each of n evenly spaced offsets over all of inputs (a long line is drawn
+// as often as its length says), in input order, each as a uvarint length
+// and the key (cut to maxSampleKey bytes), and estimates the inputs' lines:
+// a line of L bytes is drawn with probability about L·n/total, so
+// total/n · Σ 1/L over the draws counts each line once on average.
 func sampleLines(ord *linesort.Order, inputs []extsort.Input, n int) ([]byte, int64, error) {
 	var total int64
 	for _, in := range inputs {
@@ -168,7 +177,7 @@ func sampleLines(ord *linesort.Order, inputs []extsort.Input, n int) ([]byte, in
 	}
 	n = int(min(int64(n), total))
 	var out, key []byte
-	var sampled, lineBytes int64
+	var inverse float64 // Σ 1/L over the draws
 	fi, base := 0, int64(0) // inputs[fi] starts at byte base
 	r := &lineAt{}
 	defer r.close()
@@ -178,37 +187,35 @@ func sampleLines(ord *linesort.Order, inputs []extsort.Input, n int) ([]byte, in
 			base += inputs[fi].Size
 			fi++
 		}
-		line, ok, err := r.read(inputs[fi], off-base)
+		line, again, err := r.read(inputs[fi], off-base)
 		if err != nil {
 			return nil, 0, fmt.Errorf("dsort: sample %s: %w", inputs[fi].Path, err)
 		}
-		if !ok {
-			continue // in the file's last line: the next sample will do
+		if !again { // the same line as the last draw has the same key
+			key = ord.AppendFullKey(key[:0], line)
+			key = key[:min(len(key), maxSampleKey)]
 		}
-		key = ord.AppendFullKey(key[:0], line)
 		out = binary.AppendUvarint(out, uint64(len(key)))
 		out = append(out, key...)
-		sampled++
-		lineBytes += int64(len(line)) + 1
+		inverse += 1 / float64(len(line)+1)
 	}
-	lines := int64(0)
-	if sampled > 0 {
-		lines = max(1, int64(math.Round(float64(total)*float64(sampled)/float64(lineBytes))))
-	}
-	return out, lines, nil
+	return out, max(1, int64(math.Round(float64(total)/float64(n)*inverse))), nil
 }
 
-// lineAt reads lines of input files at offsets, a file open at a time.
+// lineAt reads the lines of input files that hold given offsets, a file
+// open at a time. Offsets come in increasing order: the last line found is
+// kept, so every draw in one long line costs one read of it.
 type lineAt struct {
-	path string
-	f    *os.File
-	buf  []byte
-	line []byte
+	path       string
+	f          *os.File
+	buf        []byte
+	start, end int64  // the last line found: [start, end), end at its newline or the file's end
+	line       []byte // its bytes
 }
 
-// read returns the first line of in that starts at or after off (a line
-// starts at 0 and after every newline), without its newline; false when
-// none does. It is valid until the next read.
+// read returns the line of in that holds byte off (without its newline;
+// off < in.Size), and whether it is the line the last read returned. It is
+// valid until the next read.
 func (r *lineAt) read(in extsort.Input, off int64) ([]byte, bool, error) {
 	if r.path != in.Path {
 		r.close()
@@ -216,51 +223,58 @@ func (r *lineAt) read(in extsort.Input, off int64) ([]byte, bool, error) {
 		if err != nil {
 			return nil, false, err
 		}
-		r.f, r.path = f, in.Path
+		r.f, r.path, r.start, r.end = f, in.Path, -1, -1
 	}
 	if r.buf == nil {
 		r.buf = make([]byte, 64<<10)
 	}
-	start := off
-	if off > 0 {
-		nl, err := r.scan(off-1, in.Size, nil)
-		if err != nil || nl < 0 {
-			return nil, false, err
-		}
-		start = nl + 1
+	if off >= r.start && off <= r.end && r.start >= 0 {
+		return r.line, true, nil // the same line, or its newline
 	}
-	if start >= in.Size {
-		return nil, false, nil
-	}
-	r.line = r.line[:0]
-	if _, err := r.scan(start, in.Size, &r.line); err != nil {
+	start, err := r.lineStart(off)
+	if err != nil {
 		return nil, false, err
 	}
-	return r.line, true, nil
+	r.line = r.line[:0]
+	end := start
+	for end < in.Size {
+		k := int(min(int64(len(r.buf)), in.Size-end))
+		if _, err := r.f.ReadAt(r.buf[:k], end); err != nil {
+			return nil, false, err
+		}
+		i := bytes.IndexByte(r.buf[:k], '\n')
+		if i >= 0 {
+			r.line = append(r.line, r.buf[:i]...)
+			end += int64(i)
+			break
+		}
+		r.line = append(r.line, r.buf[:k]...)
+		end += int64(k)
+	}
+	r.start, r.end = start, end
+	return r.line, false, nil
 }
 
-// scan returns the offset of the first newline at or after off before
-// size (-1 if none), appending the bytes before it to *into if set.
-func (r *lineAt) scan(off, size int64, into *[]byte) (int64, error) {
-	for off < size {
-		n := int(min(int64(len(r.buf)), size-off))
-		if _, err := r.f.ReadAt(r.buf[:n], off); err != nil {
+// lineStart returns the offset of the line holding off: just past the
+// last newline before it, or 0. Past the last line found it need not read
+// further back than that line's end.
+func (r *lineAt) lineStart(off int64) (int64, error) {
+	floor := int64(0)
+	if r.end >= 0 && off > r.end {
+		floor = r.end + 1
+	}
+	for hi := off; hi > floor; {
+		lo := max(floor, hi-int64(len(r.buf)))
+		b := r.buf[:hi-lo]
+		if _, err := r.f.ReadAt(b, lo); err != nil {
 			return 0, err
 		}
-		i := bytes.IndexByte(r.buf[:n], '\n')
-		if into != nil {
-			end := n
-			if i >= 0 {
-				end = i
-			}
-			*into = append(*into, r.buf[:end]...)
+		if i := bytes.LastIndexByte(b, '\n'); i >= 0 {
+			return lo + int64(i) + 1, nil
 		}
-		if i >= 0 {
-			return off + int64(i), nil
-		}
-		off += int64(n)
+		hi = lo
 	}
-	return -1, nil
+	return floor, nil
 }
 
 func (r *lineAt) close() {
@@ -286,7 +300,10 @@ func lineSplits(ord *linesort.Order, runs []extsort.Run, bounds []Boundary, self
 	return splits, nil
 }
 
-// lineCuts cuts one run of sorted lines at bounds (lineSplits).
+// lineCuts cuts one run of sorted lines at bounds (lineSplits). Boundaries
+// that share a key (a dominant key cut into many partitions) share its
+// range [lower, upper) and its line count, and each rank cut goes on from
+// the one before instead of counting from lower again.
 func lineCuts(ord *linesort.Order, path string, bounds []Boundary, self int, seen []int64) ([]int64, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -298,35 +315,72 @@ func lineCuts(ord *linesort.Order, path string, bounds []Boundary, self int, see
 		return nil, err
 	}
 	size := fi.Size()
-	srch := linesort.NewSearcher(ord, f, size)
+	c := &keyRange{srch: linesort.NewSearcher(ord, f, size)}
 	s := make([]int64, 0, len(bounds)+2)
 	s = append(s, 0)
 	for b, bd := range bounds {
-		lower, err := srch.Search(0, bd.Key, false)
+		cut, err := c.cut(bd, self, seen, b)
 		if err != nil {
 			return nil, err
-		}
-		cut := lower
-		if self <= bd.Worker {
-			upper, err := srch.Search(lower, bd.Key, true)
-			if err != nil {
-				return nil, err
-			}
-			cut = upper
-			if self == bd.Worker {
-				// The lines of the boundary's key up to its rank, counting
-				// those in earlier runs; then all of this run's are seen.
-				if cut, _, err = srch.Skip(lower, upper, max(bd.Count-seen[b], 0)); err != nil {
-					return nil, err
-				}
-				_, n, err := srch.Skip(lower, upper, math.MaxInt64)
-				if err != nil {
-					return nil, err
-				}
-				seen[b] += n
-			}
 		}
 		s = append(s, max(cut, s[len(s)-1]))
 	}
 	return append(s, size), nil
+}
+
+// keyRange is the range of one key's lines in a run, as found for the last
+// boundary, for the next one if it has the same key.
+type keyRange struct {
+	srch         *linesort.Searcher
+	key          []byte
+	lower, upper int64 // upper -1: not searched yet
+	count        int64 // lines in [lower, upper); -1: not counted yet
+	skipped      int64 // the last rank cut: lines from lower to rankCut; -1: none
+	rankCut      int64
+}
+
+// cut is where boundary b, bd, cuts the run (runSplits' rule), adding the
+// run's lines of bd's key to seen[b] when the rank decides.
+func (c *keyRange) cut(bd Boundary, self int, seen []int64, b int) (int64, error) {
+	if c.key == nil || !bytes.Equal(c.key, bd.Key) {
+		lower, err := c.srch.Search(0, bd.Key, false)
+		if err != nil {
+			return 0, err
+		}
+		*c = keyRange{srch: c.srch, key: append(c.key[:0], bd.Key...), lower: lower, upper: -1, count: -1, skipped: -1}
+	}
+	if self > bd.Worker {
+		return c.lower, nil
+	}
+	if c.upper < 0 {
+		upper, err := c.srch.Search(c.lower, bd.Key, true)
+		if err != nil {
+			return 0, err
+		}
+		c.upper = upper
+	}
+	if self < bd.Worker {
+		return c.upper, nil
+	}
+	if c.count < 0 {
+		_, n, err := c.srch.Skip(c.lower, c.upper, math.MaxInt64)
+		if err != nil {
+			return 0, err
+		}
+		c.count = n
+	}
+	// The lines of the key up to its rank, counting those in earlier runs;
+	// then all of this run's are seen.
+	want := max(bd.Count-seen[b], 0)
+	from, already := c.lower, int64(0)
+	if c.skipped >= 0 && c.skipped <= want {
+		from, already = c.rankCut, c.skipped
+	}
+	cut, n, err := c.srch.Skip(from, c.upper, want-already)
+	if err != nil {
+		return 0, err
+	}
+	c.rankCut, c.skipped = cut, already+n
+	seen[b] += c.count
+	return cut, nil
 }

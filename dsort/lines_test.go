@@ -14,16 +14,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantryhq/gantry/extsort"
 	"github.com/gantryhq/gantry/linesort"
 	"github.com/gantryhq/gantry/linesort/linetest"
 	"github.com/gantryhq/gantry/record"
 )
 
 // linesJob runs a job of len(inputs) in-process workers sorting lines by
-// args, worker w's input dir holding the files inputs[w] (named in order),
+// args, each sampling sample lines (0: the default), worker w's input dir
+// holding the files inputs[w] (named in order),
 // and returns the partitions read in order and GNU sort's output for every
 // file, worker 0's first, with the same arguments.
-func linesJob(t *testing.T, args []string, inputs [][][]byte, mcfg MasterConfig) (got, want []byte) {
+func linesJob(t *testing.T, args []string, inputs [][][]byte, mcfg MasterConfig, sample int) (got, want []byte) {
 	t.Helper()
 	o, err := linesort.ParseArgs(args)
 	if err != nil {
@@ -45,7 +47,7 @@ func linesJob(t *testing.T, args []string, inputs [][][]byte, mcfg MasterConfig)
 		}
 		out := filepath.Join(root, fmt.Sprint("w", w), "out")
 		outs = append(outs, out)
-		wcfgs = append(wcfgs, WorkerConfig{Inputs: []string{in}, Output: out, Memory: 32 << 20, Lines: &o,
+		wcfgs = append(wcfgs, WorkerConfig{Inputs: []string{in}, Output: out, Memory: 32 << 20, Lines: &o, SampleSize: sample,
 			TempDir: filepath.Join(root, fmt.Sprint("w", w), "tmp")})
 	}
 	mcfg.Workers, mcfg.Lines = len(inputs), &o
@@ -110,7 +112,7 @@ func TestLinesJobIsGNUSort(t *testing.T) {
 				testLineChunk = 4096
 				defer func() { testLineChunk = 0 }()
 			}
-			got, want := linesJob(t, args, inputs, MasterConfig{PartitionSize: 16 << 10})
+			got, want := linesJob(t, args, inputs, MasterConfig{PartitionSize: 16 << 10}, 0)
 			if !bytes.Equal(got, want) {
 				t.Fatalf("%q: the job's output (%d bytes) differs from GNU sort's (%d bytes): %s", args, len(got), len(want), firstLineDiff(got, want))
 			}
@@ -288,5 +290,198 @@ func TestLineLongerThanTheBudgetFailsTheJob(t *testing.T) {
 	}
 	if got := readPartitions(t, []string{filepath.Join(root, "out0"), filepath.Join(root, "out1")}); len(got) != 0 {
 		t.Errorf("a failed job left %d bytes of partitions", len(got))
+	}
+}
+
+// TestLinesJobOnFewSamplesAndOddFiles: fewer samples than partitions (so
+// boundaries repeat or are missing), a worker whose input is one 20 KB line
+// with no newline, empty files, files of newlines only, long duplicate
+// lines and a worker of nothing: still GNU sort's output.
+func TestLinesJobOnFewSamplesAndOddFiles(t *testing.T) {
+	dups := bytes.Repeat([]byte("k 1\nk 1\nk 2\n"), 3000)
+	longDups := bytes.Repeat(append(bytes.Repeat([]byte("L"), 5000), '\n'), 40)
+	inputs := [][][]byte{
+		{bytes.Repeat([]byte("h"), 20000)},
+		{{}, []byte("\n"), []byte("\n\n\n"), dups},
+		{longDups, dups, []byte("k")},
+		{{}},
+	}
+	for _, sample := range []int{1, 7} {
+		for _, args := range [][]string{{}, {"-s", "-k1,1"}, {"-r", "-k2,2n"}} {
+			t.Run(fmt.Sprint(sample, " ", strings.Join(args, " ")), func(t *testing.T) {
+				if sample == 7 {
+					testLineChunk = 32 << 10
+					defer func() { testLineChunk = 0 }()
+				}
+				got, want := linesJob(t, args, inputs, MasterConfig{PartitionSize: 8 << 10}, sample)
+				if !bytes.Equal(got, want) {
+					t.Fatalf("%q: differs from GNU sort (%d vs %d bytes): %s", args, len(got), len(want), firstLineDiff(got, want))
+				}
+			})
+		}
+	}
+}
+
+// TestLinesSampleFitsAMessage: 10,000 sampled lines of 450 bytes (4.5 MB of
+// full keys) once overflowed gRPC's 4 MiB message and failed the job at
+// sampling; keys are cut to maxSampleKey bytes, a valid split point still.
+func TestLinesSampleFitsAMessage(t *testing.T) {
+	var b bytes.Buffer
+	for i := range 20000 {
+		fmt.Fprintf(&b, "%08d %s\n", (i*7919)%20000, strings.Repeat("x", 440))
+	}
+	got, want := linesJob(t, nil, [][][]byte{{b.Bytes()}, {b.Bytes()}}, MasterConfig{}, 0)
+	if !bytes.Equal(got, want) {
+		t.Fatalf("differs from GNU sort: %s", firstLineDiff(got, want))
+	}
+}
+
+// TestSampleLinesOfAHugeLine: draws falling in one 8 MiB line read it once,
+// not once per draw (this took 5 s and more with the line's square), take
+// that line as often as its length says, and the estimate of the lines
+// stays near the truth (it said 4 million for 3).
+func TestSampleLinesOfAHugeLine(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "f")
+	data := append(bytes.Repeat([]byte("h"), 8<<20), "\na\nb\n"...)
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ord, _ := linesort.NewOrder(linesort.Options{})
+	keys, lines, err := sampleLines(ord, []extsort.Input{{Path: p, Size: int64(len(data))}}, 10000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ks, err := splitSample(true, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	huge := ord.AppendFullKey(nil, data[:8<<20])[:maxSampleKey]
+	n := 0
+	for _, k := range ks {
+		if bytes.Equal(k, huge) {
+			n++
+		}
+	}
+	if len(ks) != 10000 || n < 9990 {
+		t.Errorf("%d keys, %d of them the huge line's; want 10000, nearly all", len(ks), n)
+	}
+	if lines < 1 || lines > 10 {
+		t.Errorf("estimated %d lines, want about 3", lines)
+	}
+}
+
+// TestLineCutsOfOneKeyGoOn: boundaries that share a key cut a run of that
+// key's lines at their ranks, less the lines of earlier runs, each going on
+// from the last (a dominant key once had every boundary count its lines
+// from the start again: 50 boundaries over a 64 MiB run took 4 s); the
+// other workers' boundaries take all of them or none.
+func TestLineCutsOfOneKeyGoOn(t *testing.T) {
+	ord, _ := linesort.NewOrder(linesort.Options{})
+	line := []byte("GET /index.html\n") // 16 bytes
+	dir := t.TempDir()
+	var runs []extsort.Run
+	for r, n := range []int{1000, 200000} {
+		p := filepath.Join(dir, fmt.Sprint("run", r))
+		data := slices.Concat([]byte("A\n"), bytes.Repeat(line, n), []byte("Z\n"))
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		runs = append(runs, extsort.Run{Path: p})
+	}
+	key := ord.AppendFullKey(nil, line[:len(line)-1])
+	counts := []int64{0, 500, 999, 1000, 1001, 5000, 5000, 150000, 201000, 300000}
+	var bounds []Boundary
+	for _, c := range counts {
+		bounds = append(bounds, Boundary{Key: key, Worker: 1, Count: c})
+	}
+	bounds = append(bounds, Boundary{Key: key, Worker: 2}) // worker 1 < 2: all its lines of the key before
+	splits, err := lineSplits(ord, runs, bounds, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r, n := range []int64{1000, 200000} {
+		before := int64(0) // lines of the key in earlier runs
+		if r == 1 {
+			before = 1000
+		}
+		for b, c := range counts {
+			in := min(max(c-before, 0), n) // this run's lines of the key before the cut
+			if want := 2 + 16*in; splits[r][b+1] != want {
+				t.Errorf("run %d, boundary at rank %d: cut at %d, want %d", r, c, splits[r][b+1], want)
+			}
+		}
+		if want := 2 + 16*n; splits[r][len(counts)+1] != want {
+			t.Errorf("run %d, worker 2's boundary: cut at %d, want %d", r, splits[r][len(counts)+1], want)
+		}
+	}
+	// Worker 0 and worker 3 see worker 1's boundaries as all or nothing.
+	for self, want := range map[int]int64{0: 2 + 16*1000, 3: 2} {
+		s, err := lineSplits(ord, runs[:1], bounds[:1], self)
+		if err != nil || s[0][1] != want {
+			t.Errorf("worker %d: cut at %v (%v), want %d", self, s, err, want)
+		}
+	}
+}
+
+// TestCompletedOutputOfOtherOptionsIsNotDone: a worker re-run over the
+// committed output of its inputs with no master listening says "already
+// completed" only if it sorts as that job did: with other keys, or
+// gensort, it has something to do (it once exited 0 leaving the old
+// order).
+func TestCompletedOutputOfOtherOptionsIsNotDone(t *testing.T) {
+	root := t.TempDir()
+	in, out := filepath.Join(root, "in"), filepath.Join(root, "out")
+	os.MkdirAll(in, 0o755)
+	var b bytes.Buffer
+	for i := range 3000 { // 10 bytes a line: whole gensort records too
+		fmt.Fprintf(&b, "%04d %04d\n", i, 3000-i)
+	}
+	if err := os.WriteFile(filepath.Join(in, "f"), b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	k1 := linesort.Options{Keys: []string{"1,1"}}
+	wc := WorkerConfig{Inputs: []string{in}, Output: out, Memory: 32 << 20, Lines: &k1, TempDir: filepath.Join(root, "tmp")}
+	c := startCluster(t, t.Context(), MasterConfig{Workers: 1, Lines: &k1, HeartbeatInterval: 100 * time.Millisecond}, []WorkerConfig{wc})
+	c.mustSucceed(t)
+	for _, tc := range []struct {
+		lines *linesort.Options
+		done  bool
+	}{{&k1, true}, {&linesort.Options{Keys: []string{"2,2"}}, false}, {nil, false}} {
+		wc.Lines, wc.Master, wc.RegisterTimeout = tc.lines, "127.0.0.1:1", time.Second // nobody listens
+		w, err := NewWorker(wc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = w.Run(t.Context())
+		if done := w.AlreadyCompleted() != ""; done != tc.done || done != (err == nil) {
+			t.Errorf("a worker sorting %s over the output of -k1,1: already completed %v (err %v), want %v",
+				describeFormat(formatSpec(tc.lines)), done, err, tc.done)
+		}
+	}
+}
+
+// TestMasterResumesOnlyItsOwnFormat: a master restarted with --state and
+// other ordering options (or none) than the saved job's refuses to resume
+// it, naming both; the boundaries it holds cut lines of the saved order.
+func TestMasterResumesOnlyItsOwnFormat(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "state")
+	k1 := linesort.Options{Keys: []string{"1,1"}}
+	if err := os.WriteFile(state, []byte(`{"job_id":"j1","workers":1,"format":"`+formatSpec(&k1)+`","phase":1,"members":[]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		lines *linesort.Options
+		want  string
+	}{
+		{nil, "sorts --format lines -k 1,1, not gensort records"},
+		{&linesort.Options{Keys: []string{"2,2"}}, "sorts --format lines -k 1,1, not --format lines -k 2,2"},
+	} {
+		m, err := NewMaster(MasterConfig{Workers: 1, StateFile: state, Lines: tc.lines})
+		if err == nil {
+			err = m.Run(t.Context())
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("master of %s on the state of -k 1,1: err = %v, want it to say %q", describeFormat(formatSpec(tc.lines)), err, tc.want)
+		}
 	}
 }

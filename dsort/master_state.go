@@ -18,6 +18,7 @@ import (
 type masterSnapshot struct {
 	JobID       string           `json:"job_id"`
 	Workers     int              `json:"workers"`
+	Format      string           `json:"format,omitempty"` // formatSpec of the job's records
 	Phase       JobPhase         `json:"phase"`
 	PhaseName   string           `json:"phase_name"` // for people reading the file
 	Bounds      []Boundary       `json:"bounds,omitempty"`
@@ -50,7 +51,7 @@ func (m *Master) persistLocked() {
 	if m.cfg.StateFile == "" {
 		return
 	}
-	s := masterSnapshot{JobID: m.cfg.JobID, Workers: m.cfg.Workers, Phase: m.phase, PhaseName: m.phase.String(),
+	s := masterSnapshot{JobID: m.cfg.JobID, Workers: m.cfg.Workers, Format: formatSpec(m.cfg.Lines), Phase: m.phase, PhaseName: m.phase.String(),
 		Bounds: m.bounds, PPW: m.ppw, AbortReason: m.abortReason, Saved: m.clock.Now().UTC()}
 	for _, mb := range m.members {
 		s.Members = append(s.Members, memberSnapshot{Index: mb.index, Identity: mb.identity, Addr: mb.addr,
@@ -88,6 +89,10 @@ func (m *Master) restore() error {
 	if s.Workers != m.cfg.Workers || s.JobID == "" || len(s.Members) > s.Workers {
 		return fmt.Errorf("%w: state file %s is for a job of %d workers (job %q), not %d", ErrConfig,
 			m.cfg.StateFile, s.Workers, s.JobID, m.cfg.Workers)
+	}
+	if job := formatSpec(m.cfg.Lines); s.Format != job {
+		return fmt.Errorf("%w: state file %s is for a job that sorts %s, not %s: give the master the options it had",
+			ErrConfig, m.cfg.StateFile, describeFormat(s.Format), describeFormat(job))
 	}
 	now := m.clock.Now()
 	m.mu.Lock()

@@ -32,8 +32,20 @@ type merger struct {
 	// so only the in-memory plan (memoryPlan.keep) does so.
 	mapPieces bool
 
+	// inherited are the partitions a predecessor of this process staged
+	// in this job (set by the shuffle, before any merge): not merged again.
+	inherited map[int]bool
+
 	mu      sync.Mutex // protects removed and the removal of pieces
 	removed int64      // bytes of the pieces removed once merged
+}
+
+// removeLeftPieces removes the pieces of partition p that a predecessor
+// staged but died before it removed them.
+func (m *merger) removeLeftPieces(p int) {
+	for s := range m.layout.workers {
+		os.Remove(m.dir.piecePath(p, s))
+	}
 }
 
 // partition merges partition p's pieces into its staged partition file,
@@ -102,6 +114,9 @@ func (m *merger) ownBytes() int64 {
 	var n int64
 	lo, hi := m.layout.own()
 	for p := lo; p < hi; p++ {
+		if m.inherited[p] {
+			continue // not merged again
+		}
 		for _, sg := range m.own.segments(p) {
 			n += sg.Length
 		}

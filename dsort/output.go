@@ -40,6 +40,9 @@ type doneMarker struct {
 	// process cannot vouch for it (it finished a predecessor's commit):
 	// then no re-run claims completion.
 	Inputs *inputPrint `json:"inputs,omitempty"`
+	// Format is what the job sorted (formatSpec: "" for gensort records):
+	// a re-run with other options has something to do.
+	Format string `json:"format,omitempty"`
 }
 
 // output is the worker's output directory: where merge stages the job's
@@ -49,6 +52,7 @@ type output struct {
 	logger *slog.Logger
 	clock  clock.Clock // dates the marker
 	inputs *inputPrint // what the worker's inputs were at its start
+	format string      // formatSpec of what the worker sorts
 }
 
 // stagedPath is where merge writes job's partition p until the job commits.
@@ -144,7 +148,7 @@ func (o output) commit(job string, index int, inputs *inputPrint) error {
 	if err := os.Remove(filepath.Join(dir, record.DoneMarker)); err != nil && !os.IsNotExist(err) {
 		return fmt.Errorf("dsort: commit output: %w", err)
 	}
-	mk := doneMarker{Job: job, Worker: index, Committed: o.clock.Now().UTC(), Inputs: inputs}
+	mk := doneMarker{Job: job, Worker: index, Committed: o.clock.Now().UTC(), Inputs: inputs, Format: o.format}
 	for p := range staged {
 		mk.Partitions = append(mk.Partitions, p)
 	}

@@ -33,6 +33,7 @@ func (w *Worker) shuffle(ctx context.Context, f *fetcher, m *merger) (*earlyMerg
 	w.track.done.Add(int64(ppw))
 	em := newEarlyMerges(ctx, min(w.cores, ppw))
 	staged := m.out.staged(m.job)
+	m.inherited = staged
 	left := make([]atomic.Int32, ppw) // pieces still to come, per own partition
 	var todo [][2]int                 // (partition, sender) to fetch
 	reused := 0
@@ -40,6 +41,8 @@ func (w *Worker) shuffle(ctx context.Context, f *fetcher, m *merger) (*earlyMerg
 		p := self*ppw + i
 		if staged[p] {
 			em.merged(p)
+			w.track.done.Add(int64(nw - 1))
+			m.removeLeftPieces(p) // its predecessor may have died before removing them
 			continue
 		}
 		for k := range nw - 1 {

@@ -74,26 +74,39 @@ func (d *workDir) prepare(tempDir string, logger *slog.Logger) error {
 	return d.clear(true)
 }
 
-// recvJob is recv/.job: the job and inputs the pieces in recv/ belong to.
+// recvJob is recv/.job: the job, format and inputs the pieces in recv/
+// belong to, and the boot they were written in: a piece is renamed into
+// place without an fsync, which a process's death does not undo but the
+// machine's may.
 type recvJob struct {
 	Job    string      `json:"job"`
+	Format string      `json:"format,omitempty"`
 	Inputs []inputFile `json:"inputs"`
+	Boot   string      `json:"boot,omitempty"`
+}
+
+// bootID names this boot of the machine (Linux); "" elsewhere, where
+// pieces are then kept across restarts of the machine too.
+func bootID() string {
+	b, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	return strings.TrimSpace(string(b))
 }
 
 const recvJobFile = ".job"
 
-// adopt keeps the pieces in recv/ if they belong to job and to inputs as
-// they are now (a restart of this worker in the same job), else removes
-// them; then recv/ is job's. It reports whether it kept them.
-func (d *workDir) adopt(job string, inputs *inputPrint) (bool, error) {
-	mine := recvJob{Job: job}
+// adopt keeps the pieces in recv/ if they belong to job, sorted as format
+// says, to inputs as they are now and to this boot (a restart of this
+// worker in the same job), else removes them; then recv/ is job's. It
+// reports whether it kept them.
+func (d *workDir) adopt(job, format string, inputs *inputPrint) (bool, error) {
+	mine := recvJob{Job: job, Format: format, Boot: bootID()}
 	if inputs != nil {
 		mine.Inputs = inputs.Files
 	}
 	path := filepath.Join(d.recv(), recvJobFile)
 	var prev recvJob
 	if data, err := os.ReadFile(path); err == nil && json.Unmarshal(data, &prev) == nil &&
-		prev.Job == mine.Job && slices.Equal(prev.Inputs, mine.Inputs) {
+		prev.Job == mine.Job && prev.Format == mine.Format && prev.Boot == mine.Boot && slices.Equal(prev.Inputs, mine.Inputs) {
 		return true, nil
 	}
 	if err := os.RemoveAll(d.recv()); err != nil {

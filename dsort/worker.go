@@ -230,7 +230,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	w := &Worker{cfg: cfg, format: format, clock: cfg.Clock, cores: runtime.GOMAXPROCS(0), machine: runtime.GOMAXPROCS(0), metrics: newMetrics(cfg.Metrics, workerRole),
 		dir: newWorkDir(cfg.TempDir, cfg.Inputs, cfg.Output), kick: make(chan struct{}, 1), signals: newSignals(),
 		sec: sec, creds: creds{token: cfg.Token, tls: sec.client}}
-	w.out = output{dir: cfg.Output, logger: cfg.Logger, clock: cfg.Clock}
+	w.out = output{dir: cfg.Output, logger: cfg.Logger, clock: cfg.Clock, format: format.spec}
 	w.track = &phaseTracker{clock: cfg.Clock, metrics: w.metrics, logger: cfg.Logger}
 	w.pieces = newPieceServer(w.dir.path, w.fault)
 	return w, nil
@@ -323,7 +323,7 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 	}
 	// Only now, accepted into a live job, may the worker touch its output.
 	job := w.assigned().jobID
-	kept, err := w.dir.adopt(job, w.out.inputs)
+	kept, err := w.dir.adopt(job, w.format.spec, w.out.inputs)
 	if err != nil {
 		return err
 	}

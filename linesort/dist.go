@@ -56,19 +56,33 @@ func (o *Order) AppendFullKey(dst, line []byte) []byte {
 
 // Searcher finds lines by full key (AppendFullKey) in a file of sorted
 // lines, each ended by a newline, without an index: a probe at a byte
-// offset reads on to the next line start and compares that line.
+// offset reads on to the next line start and compares that line. It keeps
+// the last line it read, with its key, and the last stretch it scanned for
+// a newline, so the probes of a search that land in one long line read it
+// once.
 type Searcher struct {
 	ord  *Order
 	r    io.ReaderAt
 	size int64
 	buf  []byte
-	line []byte
-	key  []byte
+	// Two lines read: the latest, and the longer of those before it (a
+	// search's probes alternate between a long line and its neighbours).
+	seen [2]seenLine
+	// [nlFrom, nlAt) holds no newline and nlAt does (nlFrom > nlAt: none).
+	nlFrom, nlAt int64
+}
+
+// seenLine is a line read: it starts at start (-1: none) and its newline
+// is at end; key is its full key.
+type seenLine struct {
+	start, end int64
+	line, key  []byte
 }
 
 // NewSearcher searches the size bytes of r, sorted lines by ord.
 func NewSearcher(ord *Order, r io.ReaderAt, size int64) *Searcher {
-	return &Searcher{ord: ord, r: r, size: size, buf: make([]byte, 4096)}
+	return &Searcher{ord: ord, r: r, size: size, buf: make([]byte, 4096),
+		seen: [2]seenLine{{start: -1}, {start: -1}}, nlFrom: 1, nlAt: 0}
 }
 
 // Search returns the offset of the first line at or after from whose full
@@ -86,21 +100,18 @@ func (s *Searcher) Search(from int64, key []byte, strict bool) (int64, error) {
 		if err != nil {
 			return 0, err
 		}
-		if start < s.size {
-			s.key = s.ord.AppendFullKey(s.key[:0], s.line)
-		}
-		if start < s.size && (bytes.Compare(s.key, key) < 0 || strict && bytes.Equal(s.key, key)) {
+		k := s.seen[0].key
+		if start < s.size && (bytes.Compare(k, key) < 0 || strict && bytes.Equal(k, key)) {
 			lo = mid + 1
 		} else {
 			hi = mid
 		}
 	}
-	start, err := s.lineAt(lo)
-	return start, err
+	return s.lineAt(lo)
 }
 
-// lineAt finds the first line starting at or after pos and reads it into
-// s.line (without its newline); it returns its offset, or the size.
+// lineAt finds the first line starting at or after pos and makes it the
+// latest line read (s.seen[0]); it returns its offset, or the size.
 func (s *Searcher) lineAt(pos int64) (int64, error) {
 	start := pos
 	if pos > 0 {
@@ -111,35 +122,65 @@ func (s *Searcher) lineAt(pos int64) (int64, error) {
 		}
 		start = nl + 1
 	}
-	if start >= s.size {
+	switch {
+	case start >= s.size:
 		return s.size, nil
+	case start == s.seen[0].start:
+		return start, nil
+	case start == s.seen[1].start:
+		s.seen[0], s.seen[1] = s.seen[1], s.seen[0]
+		return start, nil
 	}
 	end, err := s.next(start)
 	if err != nil {
 		return 0, err
 	}
-	s.line = s.line[:0]
+	// The new line takes the place (and buffers) of the shorter of the two
+	// kept: reading a line again costs its length.
+	if s.seen[0].end-s.seen[0].start > s.seen[1].end-s.seen[1].start {
+		s.seen[0], s.seen[1] = s.seen[1], s.seen[0]
+	}
+	l := &s.seen[0]
+	l.line = l.line[:0]
 	for off := start; off < end; {
 		n := int(min(int64(len(s.buf)), end-off))
 		if _, err := s.r.ReadAt(s.buf[:n], off); err != nil {
 			return 0, err
 		}
-		s.line = append(s.line, s.buf[:n]...)
+		l.line = append(l.line, s.buf[:n]...)
 		off += int64(n)
 	}
+	l.start, l.end = start, end
+	l.key = s.ord.AppendFullKey(l.key[:0], l.line)
 	return start, nil
 }
 
 // next returns the offset of the first newline at or after pos; a file
 // whose last line lacks one is corrupt.
 func (s *Searcher) next(pos int64) (int64, error) {
+	for _, l := range s.seen {
+		if l.start >= 0 && pos >= l.start && pos <= l.end {
+			return l.end, nil
+		}
+	}
+	if pos >= s.nlFrom && pos <= s.nlAt {
+		return s.nlAt, nil
+	}
 	for off := pos; off < s.size; {
+		if off == s.nlFrom && s.nlFrom <= s.nlAt { // the rest of the stretch is known
+			s.nlFrom = pos
+			return s.nlAt, nil
+		}
 		n := int(min(int64(len(s.buf)), s.size-off))
+		if s.nlFrom > off && s.nlFrom <= s.nlAt {
+			n = int(min(int64(n), s.nlFrom-off))
+		}
 		if _, err := s.r.ReadAt(s.buf[:n], off); err != nil {
 			return 0, err
 		}
 		if i := bytes.IndexByte(s.buf[:n], '\n'); i >= 0 {
-			return off + int64(i), nil
+			s.nlFrom, s.nlAt = pos, off+int64(i)
+			return s.nlAt, nil
 		}
 		off += int64(n)
 	}

@@ -2,6 +2,7 @@ package linesort
 
 import (
 	"bytes"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -120,4 +121,39 @@ func cutRun(t *testing.T, ord *Order, path string, cuts [][]byte) []int64 {
 		offs = append(offs, got)
 	}
 	return append(offs, int64(len(data)))
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.ReaderAt
+	n int64
+}
+
+func (c *countingReader) ReadAt(p []byte, off int64) (int, error) {
+	c.n += int64(len(p))
+	return c.r.ReadAt(p, off)
+}
+
+// TestSearchReadsALongLineOnce: 200 searches of a run holding an 8 MiB
+// line (every probe of which once read the line again: 55 ms a search)
+// read the run a few times in all, not once a search, and find what a
+// scan finds.
+func TestSearchReadsALongLineOnce(t *testing.T) {
+	ord, _ := NewOrder(Options{})
+	long := bytes.Repeat([]byte("m"), 8<<20)
+	data := slices.Concat([]byte("a\nb\n"), long, []byte("\nz\n"))
+	cr := &countingReader{r: bytes.NewReader(data)}
+	s := NewSearcher(ord, cr, int64(len(data)))
+	want := map[string]int64{"a": 0, "b": 2, "c": 4, "m": 4, "n": int64(5 + len(long)), "z": int64(5 + len(long)), "zz": int64(len(data))}
+	for range 200 / len(want) {
+		for k, off := range want {
+			got, err := s.Search(0, ord.AppendFullKey(nil, []byte(k)), false)
+			if err != nil || got != off {
+				t.Fatalf("Search(%q) = %d, %v; want %d", k, got, err, off)
+			}
+		}
+	}
+	if cr.n > 4*int64(len(data)) {
+		t.Errorf("200 searches read %d bytes of a %d-byte run", cr.n, len(data))
+	}
 }
