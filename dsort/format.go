@@ -177,7 +177,7 @@ func sampleLines(ord *linesort.Order, inputs []extsort.Input, n int) ([]byte, in
 	}
 	n = int(min(int64(n), total))
 	var out, key []byte
-	var inverse float64 // Σ 1/L over the draws
+	var inverse float64     // Σ 1/L over the draws
 	fi, base := 0, int64(0) // inputs[fi] starts at byte base
 	r := &lineAt{}
 	defer r.close()
