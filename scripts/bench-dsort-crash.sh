@@ -9,10 +9,11 @@
 #
 # A run's time is master start to the exit of the last process; its shuffle bytes are the
 # pieces every worker process received (committed, from `--log-level debug`'s "piece
-# received" lines, and discarded half-sent ones). The table: per phase and victim, the
-# median added seconds and re-sent bytes over the clean runs' medians (which worker gets
-# which index, and so which pieces stay local, varies from run to run: the bytes shuffled
-# by clean runs differ by about 0.1 MB in 300). The worker victim
+# received" lines, and discarded half-sent ones). Every round runs the clean job and then
+# each crash, so the table gives, per phase and victim, the median over rounds of the
+# added seconds and re-sent bytes against that round's clean run (which worker gets which
+# index, and so which pieces stay local, varies from run to run: the bytes shuffled by
+# clean runs differ by about 0.5 MB in 1,500). The worker victim
 # (worker 1) stops at a fault point (GANTRY_DSORT_FAULT: Sampling = sample taken,
 # Sorting = runs spilled, shuffle-piece = its first piece received, merge-partition = its
 # first partition staged) and is killed there; the master is killed once the first
@@ -109,12 +110,12 @@ run() {
 	check_output "$in_sum"
 	bytes=$(cat "$work"/w*.err | awk '/piece received|discarded an incomplete shuffle piece/ {
 		for (i = 1; i <= NF; i++) if ($i ~ /^bytes=/) { sub(/^bytes=/, "", $i); s += $i } } END {print s + 0}')
-	echo "$label $(awk -v s="$start" -v e="$end" 'BEGIN {printf "%.2f", e - s}') $bytes" >>"$work/results"
+	echo "$label $(awk -v s="$start" -v e="$end" 'BEGIN {printf "%.2f", e - s}') $bytes $round" >>"$work/results"
 }
 
 phases=(Sampling:Sampling Sorting:Sorting Shuffling:shuffle-piece Merging:merge-partition)
-for r in $(seq "$ROUNDS"); do
-	echo "round $r/$ROUNDS" >&2
+for round in $(seq "$ROUNDS"); do
+	echo "round $round/$ROUNDS" >&2
 	run clean
 	for ph in "${phases[@]}"; do
 		run "worker-${ph%%:*}" worker "${ph%%:*}" "${ph##*:}"
@@ -123,6 +124,12 @@ for r in $(seq "$ROUNDS"); do
 done
 
 med() { grep "^$1 " "$work/results" | awk -v f="$2" '{print $f}' | median; }
+# delta LABEL FIELD: the median over rounds of LABEL's field minus the clean run's of the
+# same round (the machine's speed drifts from round to round more than a crash costs).
+delta() {
+	awk -v l="$1" -v f="$2" '$1 == "clean" {c[$4] = $f} $1 == l {v[$4] = $f} END {for (r in v) print v[r] - c[r]}' \
+		"$work/results" | median
+}
 ct=$(med clean 2)
 cb=$(med clean 3)
 echo
@@ -132,7 +139,7 @@ printf "%-10s %-7s %9s %12s   %s\n" phase killed "added s" "re-sent MB" "runs (s
 for ph in "${phases[@]}"; do
 	for v in worker master; do
 		l="$v-${ph%%:*}"
-		printf "%-10s %-7s %9.2f %12.1f   %s\n" "${ph%%:*}" "$v" "$(awk -v a="$(med "$l" 2)" -v b="$ct" 'BEGIN {print a - b}')" \
-			"$(awk -v a="$(med "$l" 3)" -v b="$cb" 'BEGIN {print (a - b) / 1e6}')" "$(grep "^$l " "$work/results" | awk '{printf "%s ", $2}')"
+		printf "%-10s %-7s %9.2f %12.1f   %s\n" "${ph%%:*}" "$v" "$(delta "$l" 2)" \
+			"$(awk -v d="$(delta "$l" 3)" 'BEGIN {print d / 1e6}')" "$(grep "^$l " "$work/results" | awk '{printf "%s ", $2}')"
 	done
 done
