@@ -166,7 +166,11 @@ func TestSelectionWeighsBacklogAndAdaptiveFactors(t *testing.T) {
 			if math.Abs(float64(got)-want) > 4.5*sd {
 				t.Errorf("%d of %d dequeues from a, want %.1f ± %.1f", got, n, want, 4.5*sd)
 			}
-			if s := float64(got) / n; math.Abs(s-tt.roughShare) > tt.slop {
+			// The rough share only tells the order from the old weights-only
+			// one (0.5 and 0.75 for the first two cases): it is never held
+			// tighter than the check above (545 of 1,000 against 609.7 ±
+			// 15.4, 4.2σ, passed that one and failed a slop of 0.06 in a CI run).
+			if s := float64(got) / n; math.Abs(s-tt.roughShare) > max(tt.slop, 4.5*sd/n) {
 				t.Errorf("a's share %.3f, want about %.3f", s, tt.roughShare)
 			}
 		})
