@@ -485,3 +485,47 @@ func TestMasterResumesOnlyItsOwnFormat(t *testing.T) {
 		}
 	}
 }
+
+// TestRandomOptionsJobIsGNUSort: 24 jobs of 3 workers, each with random
+// GNU sort options (linetest.RandomArgs: separators, keys with characters
+// and options of their own, every global option) over random lines of an
+// adversarial alphabet (blanks, NUL, 0xff, signs and digits; a final
+// newline now and then missing), a few dozen partitions of a few lines,
+// every other job spilled as tiny runs: each writes GNU sort's output.
+func TestRandomOptionsJobIsGNUSort(t *testing.T) {
+	r := rand.New(rand.NewPCG(47, 2))
+	for it := 0; it < 24; {
+		args := linetest.RandomArgs(r)
+		o, err := linesort.ParseArgs(args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := linesort.NewOrder(o); err != nil {
+			continue // GNU sort refuses it too (TestRandomOptionsMatchGNUSort)
+		}
+		inputs := make([][][]byte, 3)
+		for w := range inputs {
+			for range 1 + r.IntN(3) {
+				var b []byte
+				for range 1 + r.IntN(8) {
+					b = append(b, linetest.RandomLines(r)...)
+					if len(b) > 0 && b[len(b)-1] != '\n' {
+						b = append(b, '\n')
+					}
+				}
+				inputs[w] = append(inputs[w], b)
+			}
+		}
+		t.Run(fmt.Sprint(it, " ", strings.Join(args, " ")), func(t *testing.T) {
+			if it%2 == 1 {
+				testLineChunk = 256
+				defer func() { testLineChunk = 0 }()
+			}
+			got, want := linesJob(t, args, inputs, MasterConfig{PartitionSize: 64}, 50)
+			if !bytes.Equal(got, want) {
+				t.Fatalf("%q: the job's output differs from GNU sort's: %s", args, firstLineDiff(got, want))
+			}
+		})
+		it++
+	}
+}

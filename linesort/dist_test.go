@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/gantryhq/gantry/extsort"
+	"github.com/gantryhq/gantry/linesort/linetest"
 )
 
 // TestRunsCutAndMergedAsOneSort: the distributed pieces agree with one
@@ -22,7 +23,7 @@ import (
 func TestRunsCutAndMergedAsOneSort(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 11))
 	for it := range 40 {
-		args := randomArgs(r)
+		args := linetest.RandomArgs(r)
 		ord, err := NewOrder(optionsOf(t, args))
 		if err != nil {
 			continue
@@ -30,7 +31,7 @@ func TestRunsCutAndMergedAsOneSort(t *testing.T) {
 		dir := t.TempDir()
 		var data []byte
 		for f := range 3 {
-			b := randomLines(r)
+			b := linetest.RandomLines(r)
 			if f == 1 {
 				b = append(b, strings.Repeat("x,9 ", 2000)+"\n"...) // 8,000 bytes: longer than a probe's read
 			}

@@ -234,12 +234,12 @@ func TestRandomOptionsMatchGNUSort(t *testing.T) {
 	}
 	r := rand.New(rand.NewPCG(11, 12))
 	for it := range 150 {
-		args := randomArgs(r)
+		args := linetest.RandomArgs(r)
 		dir := t.TempDir()
 		var paths []string
 		for f := range 1 + r.IntN(3) {
 			p := filepath.Join(dir, fmt.Sprintf("in-%d", f))
-			os.WriteFile(p, randomLines(r), 0o644)
+			os.WriteFile(p, linetest.RandomLines(r), 0o644)
 			paths = append(paths, p)
 		}
 		cmd := exec.Command(gnu, append(slices.Clone(args), paths...)...)
@@ -259,60 +259,6 @@ func TestRandomOptionsMatchGNUSort(t *testing.T) {
 			}
 		}
 	}
-}
-
-// randomArgs draws GNU sort arguments of the options linesort has.
-func randomArgs(r *rand.Rand) []string {
-	var a []string
-	for _, g := range []string{"-b", "-d", "-f", "-i", "-n", "-r", "-s"} {
-		if r.IntN(5) == 0 {
-			a = append(a, g)
-		}
-	}
-	if r.IntN(2) == 0 {
-		a = append(a, "-t"+[]string{" ", "\t", ",", "-", ".", "0", "a", `\0`, "\xff"}[r.IntN(9)])
-	}
-	opts := func() string {
-		var s []byte
-		for range r.IntN(3) {
-			s = append(s, "bdfinr"[r.IntN(6)])
-		}
-		return string(s)
-	}
-	for range r.IntN(3) {
-		k := fmt.Sprint(1 + r.IntN(4))
-		if r.IntN(2) == 0 {
-			k += fmt.Sprint(".", 1+r.IntN(4))
-		}
-		k += opts()
-		if r.IntN(3) > 0 {
-			k += fmt.Sprint(",", 1+r.IntN(4))
-			if r.IntN(2) == 0 {
-				k += fmt.Sprint(".", r.IntN(5))
-			}
-			k += opts()
-		}
-		a = append(a, "-k"+k)
-	}
-	r.Shuffle(len(a), func(i, j int) { a[i], a[j] = a[j], a[i] })
-	return a
-}
-
-// randomLines is up to 30 lines of up to 8 bytes, the last newline
-// dropped one time in three.
-func randomLines(r *rand.Rand) []byte {
-	const alphabet = " \t,-.0123456789aA\x00\xff"
-	var b []byte
-	for range r.IntN(30) {
-		for range r.IntN(9) {
-			b = append(b, alphabet[r.IntN(len(alphabet))])
-		}
-		b = append(b, '\n')
-	}
-	if len(b) > 0 && r.IntN(3) == 0 {
-		b = b[:len(b)-1]
-	}
-	return b
 }
 
 // TestNoInputFiles: no input files (an empty -I) sort to no partition,
