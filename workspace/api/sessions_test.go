@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -83,15 +84,54 @@ type streamEnv struct {
 	id       string
 	execDone chan struct{}
 	upClosed chan struct{}
+	// ended receives the workspace id of every stream that has stopped
+	// noting activity (the API's debug line "workspace: stream ended").
+	ended chan string
+}
+
+// endedHandler is a slog.Handler that passes on the ids of the streams
+// the API says have ended.
+type endedHandler struct{ ch chan<- string }
+
+func (h endedHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h endedHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == "workspace: stream ended" {
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "id" {
+				h.ch <- a.Value.String()
+			}
+			return true
+		})
+	}
+	return nil
+}
+func (h endedHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h endedHandler) WithGroup(string) slog.Handler      { return h }
+
+// waitEnded waits for the API to say that id's stream has ended.
+func (e *streamEnv) waitEnded(t *testing.T, id string) {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case got := <-e.ended:
+			if got == id {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("the stream into %s did not end", id)
+		}
+	}
 }
 
 func newStreamEnv(t *testing.T, recheck time.Duration, ttl bool) *streamEnv {
 	st := wstest.OpenStore(t, storetest.SQLiteDSN(t))
-	e := &streamEnv{st: st, clk: clock.NewFake(wstest.T0), execDone: make(chan struct{}, 16), upClosed: make(chan struct{}, 16)}
+	e := &streamEnv{st: st, clk: clock.NewFake(wstest.T0), execDone: make(chan struct{}, 16), upClosed: make(chan struct{}, 16),
+		ended: make(chan string, 1024)}
 	up := upgradeEcho(t, e.upClosed)
 	fake := streamFake{addr: strings.TrimPrefix(up.URL, "http://"), execDone: e.execDone}
 	e.APIEnv = wstest.NewAPIEnv(t, st, api.APIConfig{Clock: e.clk, Container: fake, RecheckEvery: recheck,
-		Limiter: auth.NewLimiter(auth.LimiterConfig{Burst: 10_000})})
+		Limiter: auth.NewLimiter(auth.LimiterConfig{Burst: 10_000}), Logger: slog.New(endedHandler{e.ended})})
 	if !ttl {
 		e.id = e.workspace(t, "w", "alice")
 	}
@@ -347,8 +387,11 @@ func TestOpenStreamsAreActivityForTheTTL(t *testing.T) {
 	}
 	conn.Close()
 	stdin.Close()
-	<-execEnded  // the exec's handler returned (its stream stopped noting activity)
-	<-e.upClosed // the proxied connection is closed
+	<-execEnded // the exec's handler returned (its stream stopped noting activity)
+	// The proxied connection's stream ended: a tick of its activity between
+	// the connection's close and its handler's return, once the clock had
+	// moved on, noted activity 29 min late and failed a CI run.
+	e.waitEnded(t, sock)
 	e.clk.Advance(29 * time.Minute)
 	if _, err := ttl.Pass(t.Context()); err != nil {
 		t.Fatal(err)

@@ -20,7 +20,8 @@ import (
 
 // stream returns r in its stream's context (see above); id is the
 // workspace whose activity it is ("" = none). Call stop when the stream
-// ends.
+// ends: from its return on, the stream notes no activity, which the debug
+// line "workspace: stream ended" says.
 func (a *API) stream(r *http.Request, id string) (_ *http.Request, stop context.CancelFunc) {
 	var each func()
 	if id != "" {
@@ -28,8 +29,13 @@ func (a *API) stream(r *http.Request, id string) (_ *http.Request, stop context.
 		each = func() { a.noteActivity(ctx, id) }
 		each()
 	}
-	ctx, stop := auth.Watch(r.Context(), a.cfg.RecheckEvery, each)
-	return r.WithContext(ctx), stop
+	ctx, cancel := auth.Watch(r.Context(), a.cfg.RecheckEvery, each)
+	return r.WithContext(ctx), func() {
+		cancel()
+		if id != "" {
+			a.log.Debug("workspace: stream ended", "id", id)
+		}
+	}
 }
 
 // noteActivity touches workspace id for the TTL manager, at most once per
