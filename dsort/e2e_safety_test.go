@@ -327,7 +327,8 @@ func withoutTmp(after, before map[string]string) map[string]string {
 // TestMasterAbortsWhenWorkerNeverRegisters runs a 2-worker job where only
 // one worker starts: the master aborts after --register-timeout naming the
 // missing worker, the worker exits non-zero, and its earlier output stays;
-// the worker swept a dead worker's temp dir at start and removed its own.
+// the worker swept the temp dir of a worker dead for over an hour at start
+// and removed its own.
 func TestMasterAbortsWhenWorkerNeverRegisters(t *testing.T) {
 	t.Parallel() // waits on a 3 s register timeout (main_test.go)
 	j := newJob(t, 2, 2000, "--register-timeout", "3s")
@@ -340,6 +341,11 @@ func TestMasterAbortsWhenWorkerNeverRegisters(t *testing.T) {
 	}
 	writeFile(t, filepath.Join(stale.Path, "runs", "run-0"), "spilled run\n")
 	stale.Release()
+	// Dead for over keepDeadWorkDir: no restart of it will come for it.
+	past := time.Now().Add(-2 * keepDeadWorkDir)
+	if err := os.Chtimes(stale.Path, past, past); err != nil {
+		t.Fatal(err)
+	}
 	w := j.startWorker(0)
 	w.waitLine(false, regexp.MustCompile(`removed temp dirs of workers that are gone`), time.Minute)
 	if code := j.master.wait(time.Minute); code == 0 {

@@ -49,10 +49,15 @@ func (d *workDir) piecePath(p, s int) string {
 	return filepath.Join(d.recv(), "p"+strconv.Itoa(p)+".s"+strconv.Itoa(s))
 }
 
+// keepDeadWorkDir is how long the temp dir of a worker that died stays
+// for its restart (another worker's start sweeps it after): two workers of
+// one machine killed together each find their pieces when restarted.
+const keepDeadWorkDir = time.Hour
+
 // prepare takes ownership of the dir (a second process with the same
 // arguments stops here, having touched nothing shared), sweeps the temp
-// dirs of dead workers under tempDir and clears what a crashed predecessor
-// left in its own.
+// dirs of workers dead for keepDeadWorkDir under tempDir and clears what a
+// crashed predecessor left in its own (but the pieces it received: adopt).
 func (d *workDir) prepare(tempDir string, logger *slog.Logger) error {
 	owned, err := fsutil.LockDir(d.path)
 	if errors.Is(err, fsutil.ErrBusy) {
@@ -63,7 +68,7 @@ func (d *workDir) prepare(tempDir string, logger *slog.Logger) error {
 		return fmt.Errorf("dsort: temp dir: %w", err)
 	}
 	d.owned = owned
-	if swept, err := fsutil.SweepStale(tempDir, workDirPrefix); err != nil {
+	if swept, err := fsutil.SweepStaleIdle(tempDir, workDirPrefix, keepDeadWorkDir); err != nil {
 		logger.Warn("sweeping stale temp dirs", "dir", tempDir, "err", err)
 	} else if len(swept) > 0 {
 		logger.Info("removed temp dirs of workers that are gone", "dirs", swept)

@@ -179,6 +179,36 @@ func TestSweepStaleRemovesDeadOwners(t *testing.T) {
 	}
 }
 
+// TestSweepStaleIdleKeepsRecentlyDeadOwners: a dead owner's directory that
+// changed within the idle time stays (its process may be restarted and
+// take it over, files and all); once idle longer, it is swept.
+func TestSweepStaleIdleKeepsRecentlyDeadOwners(t *testing.T) {
+	parent := t.TempDir()
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), "FSUTIL_HELPER_PARENT="+parent)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("helper: %v", err)
+	}
+	dead := strings.TrimSpace(string(out))
+	if removed, err := SweepStaleIdle(parent, "job-", time.Hour); err != nil || len(removed) != 0 {
+		t.Fatalf("a dead owner's directory changed just now: removed %v (%v), want nothing", removed, err)
+	}
+	again, err := LockDir(dead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(again.Path, "spill")); err != nil {
+		t.Fatalf("the taken-over directory lost its files: %v", err)
+	}
+	again.Release()
+	past := time.Now().Add(-2 * time.Hour)
+	os.Chtimes(dead, past, past)
+	if removed, err := SweepStaleIdle(parent, "job-", time.Hour); err != nil || len(removed) != 1 || removed[0] != dead {
+		t.Fatalf("a dead owner's directory idle for 2 h: removed %v (%v), want %s", removed, err, dead)
+	}
+}
+
 // TestMain doubles as the child process of TestSweepStaleRemovesDeadOwners: with
 // FSUTIL_HELPER_PARENT set it creates an owned dir, prints it and exits without releasing it.
 func TestMain(m *testing.M) {

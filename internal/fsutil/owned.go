@@ -174,7 +174,13 @@ func (d *OwnedDir) Release() error {
 // whose owner is gone (its lock is free), or that have no owner file and are older than
 // StaleGrace. It returns the removed paths. A missing parent is not an error. Entries that
 // are not directories, and directories owned by live processes, are left alone.
-func SweepStale(parent, prefix string) ([]string, error) {
+func SweepStale(parent, prefix string) ([]string, error) { return SweepStaleIdle(parent, prefix, 0) }
+
+// SweepStaleIdle is SweepStale that leaves a dead owner's directory alone
+// until nothing in it has changed for idle (its modification time): a
+// process that died recently may be restarted and take its directory over
+// (LockDir), files and all.
+func SweepStaleIdle(parent, prefix string, idle time.Duration) ([]string, error) {
 	entries, err := os.ReadDir(parent)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -189,6 +195,9 @@ func SweepStale(parent, prefix string) ([]string, error) {
 			continue
 		}
 		path := filepath.Join(parent, e.Name())
+		if st, err := os.Stat(path); idle > 0 && (err != nil || time.Since(st.ModTime()) < idle) {
+			continue
+		}
 		gone, err := sweepOne(path)
 		if err != nil {
 			errs = append(errs, err)
