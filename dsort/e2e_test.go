@@ -429,18 +429,7 @@ func TestFaultInjection(t *testing.T) {
 		t.Run(c.phase, func(t *testing.T) {
 			j := newJob(t, 3, 12000)
 			victim := 1
-			for w := range j.workers {
-				if w == victim {
-					j.startWorker(w, "GANTRY_DSORT_FAULT="+c.points)
-				} else {
-					j.startWorker(w)
-				}
-			}
-			v := j.workers[victim].proc
-			for p := range strings.SplitSeq(c.points, ",") {
-				v.waitLine(false, regexp.MustCompile(`fault point `+p+` reached`), time.Minute)
-			}
-			v.waitLine(false, regexp.MustCompile(`-> `+c.want+`:`), time.Second)
+			v := j.startStopping(victim, c.points, c.want)
 			if c.phase == "shuffling" {
 				// Kill it only once a peer has staged part of its data.
 				vi := slices.Index(j.workerOrder(), j.workers[victim])
@@ -497,6 +486,26 @@ func TestFaultInjection(t *testing.T) {
 			j.validate(order)
 		})
 	}
+}
+
+// startStopping starts the job's workers, victim with the fault points
+// (GANTRY_DSORT_FAULT), and returns victim's process once it has reached
+// each of them in state want.
+func (j *job) startStopping(victim int, points, want string) *proc {
+	j.t.Helper()
+	for w := range j.workers {
+		if w == victim {
+			j.startWorker(w, "GANTRY_DSORT_FAULT="+points)
+		} else {
+			j.startWorker(w)
+		}
+	}
+	v := j.workers[victim].proc
+	for p := range strings.SplitSeq(points, ",") {
+		v.waitLine(false, regexp.MustCompile(`fault point `+p+` reached`), time.Minute)
+	}
+	v.waitLine(false, regexp.MustCompile(`-> `+want+`:`), time.Second)
+	return v
 }
 
 // waitStaged waits until one of the temp dirs holds a non-empty staged

@@ -199,18 +199,7 @@ func TestLinesJobSurvivesAKilledWorker(t *testing.T) {
 			j.master = startProc(t, "master", nil, append([]string{"sort", "master", "3", "--heartbeat", "200ms", "--partition-size", "64KiB"}, keys...)...)
 			j.addr = j.master.waitLine(true, regexp.MustCompile(`^\S+:\d+$`), 30*time.Second).text
 			const victim = 1
-			for w := range j.workers {
-				if w == victim {
-					j.startWorker(w, "GANTRY_DSORT_FAULT="+c.points)
-				} else {
-					j.startWorker(w)
-				}
-			}
-			v := j.workers[victim].proc
-			for p := range strings.SplitSeq(c.points, ",") {
-				v.waitLine(false, regexp.MustCompile(`fault point `+p+` reached`), time.Minute)
-			}
-			v.waitLine(false, regexp.MustCompile(`-> `+c.want+`:`), time.Second)
+			v := j.startStopping(victim, c.points, c.want)
 			if err := v.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
