@@ -102,6 +102,9 @@ func ReadMeta(ctx context.Context, bs provider.BlobStore, key string) (Meta, err
 	}
 	defer rc.Close()
 	b, err := io.ReadAll(io.LimitReader(rc, 4096))
+	if errors.Is(err, provider.ErrNotFound) { // deleted after Get found it
+		return Meta{}, provider.Permanent("MetaNotFound", fmt.Errorf("%w: %s", provider.ErrMetaNotFound, key))
+	}
 	if err != nil {
 		return Meta{}, err
 	}

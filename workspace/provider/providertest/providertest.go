@@ -41,7 +41,32 @@ func BlobStore(t *testing.T, bs provider.BlobStore) {
 	if _, ok, _ := bs.Stat(ctx, key); ok {
 		t.Fatal("blob still there after Delete")
 	}
+	blobDeletedWhileOpen(t, bs)
 	blobList(t, bs)
+}
+
+// blobDeletedWhileOpen checks that a blob deleted between Get and the
+// first Read reads either whole or as ErrNotFound (a listing racing a
+// retention delete must tell "gone" from a failure).
+func blobDeletedWhileOpen(t *testing.T, bs provider.BlobStore) {
+	t.Helper()
+	ctx := t.Context()
+	key := "archives/ws1/op2/home.tar.zst.meta"
+	if err := bs.Put(ctx, key, strings.NewReader("meta")); err != nil {
+		t.Fatal(err)
+	}
+	rc, err := bs.Get(ctx, key)
+	if err != nil {
+		t.Fatalf("Get: %v", err)
+	}
+	defer rc.Close()
+	if err := bs.Delete(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(rc)
+	if err != nil && !errors.Is(err, provider.ErrNotFound) || err == nil && string(got) != "meta" {
+		t.Fatalf("reading a blob deleted after Get: %q, %v; want it whole or ErrNotFound", got, err)
+	}
 }
 
 // blobList checks that List finds exactly the blobs under a prefix, with

@@ -364,7 +364,24 @@ func (b *BlobStore) Get(ctx context.Context, key string) (io.ReadCloser, error) 
 		}
 		return nil, b.wrap("get", key, err)
 	}
-	return o, nil
+	return &objectReader{Object: o, missing: fmt.Errorf("%w: %s", provider.ErrNotFound, b.url(key))}, nil
+}
+
+// objectReader reports a key deleted after Get's Stat (the first Read is
+// a second request) as provider.ErrNotFound, as Get itself would have:
+// a listing racing a retention delete then skips the key instead of
+// failing.
+type objectReader struct {
+	*minio.Object
+	missing error
+}
+
+func (r *objectReader) Read(p []byte) (int, error) {
+	n, err := r.Object.Read(p)
+	if err != nil && err != io.EOF && isNotFound(err) {
+		err = r.missing
+	}
+	return n, err
 }
 
 // Stat reports the blob's size and whether it exists.
