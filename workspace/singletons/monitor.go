@@ -2,6 +2,8 @@ package singletons
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -37,6 +39,13 @@ type MonitorConfig struct {
 	// handoff): the monitor takes the row a reconciler's hint announces
 	// instead of reading it, and leaves the row it wrote; nil = none.
 	Handoff *handoff.Mailbox
+	// ObserveTimeout bounds one observation's provider calls; 0 = 30 s.
+	// Observations of a workspace run one at a time (serial), so a call
+	// that hangs (a Docker daemon or API server that accepted the request
+	// and never answers) would otherwise hold every later observation of
+	// that workspace: past the bound it is an ObserveFailed like any
+	// other provider error, and the next observation tries again.
+	ObserveTimeout time.Duration
 }
 
 // MonitorStore is what the HealthMonitor reads and writes: it is the only
@@ -134,6 +143,9 @@ func NewHealthMonitor(cfg MonitorConfig, st MonitorStore, c provider.Container, 
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 256
 	}
+	if cfg.ObserveTimeout <= 0 {
+		cfg.ObserveTimeout = 30 * time.Second
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -177,7 +189,12 @@ func (m *HealthMonitor) observeOne(ctx context.Context, w workspace.Workspace, h
 	// observed_at is when the observation began: a takeover trusts only
 	// observations begun after the dead owner's lease lapsed.
 	at := m.cfg.Clock.Now()
-	st, err := m.Observe(ctx, w)
+	octx, cancel := context.WithTimeout(ctx, m.cfg.ObserveTimeout)
+	st, err := m.Observe(octx, w)
+	cancel()
+	if err != nil && ctx.Err() == nil && errors.Is(octx.Err(), context.DeadlineExceeded) {
+		err = fmt.Errorf("the providers did not answer within %s: %w", m.cfg.ObserveTimeout, err)
+	}
 	if err != nil {
 		if hinted {
 			return false

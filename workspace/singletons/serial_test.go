@@ -2,6 +2,7 @@ package singletons
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -86,6 +87,71 @@ func TestObservationsOfOneWorkspaceDoNotOvertake(t *testing.T) {
 			}
 			if len(m.inFlight.again) != 0 {
 				t.Errorf("observations still marked in flight: %v", m.inFlight.again)
+			}
+		})
+	}
+}
+
+// hungObserve is a fake provider whose Observe, once armed, never answers
+// on its own: it returns only when its context ends.
+type hungObserve struct {
+	*fake.Provider
+	mu   sync.Mutex
+	hung bool
+}
+
+func (h *hungObserve) Observe(ctx context.Context, id string) (provider.ContainerState, error) {
+	h.mu.Lock()
+	hung := h.hung
+	h.mu.Unlock()
+	if hung {
+		<-ctx.Done()
+		return provider.Missing, ctx.Err()
+	}
+	return h.Provider.Observe(ctx, id)
+}
+
+// TestAHungObservationFailsAndFreesTheWorkspace: a provider call that never
+// answers must not hold the workspace's observations (they run one at a
+// time) for ever: past ObserveTimeout it shows as ObserveFailed, and the
+// next observation, the provider answering again, clears it.
+func TestAHungObservationFailsAndFreesTheWorkspace(t *testing.T) {
+	for _, be := range wstest.Backends {
+		t.Run(be.Name, func(t *testing.T) {
+			ctx := t.Context()
+			st := wstest.OpenStore(t, be.DSN(t))
+			id := wstest.CreateMany(t, st, 1, workspace.Running)[0]
+			fk := &hungObserve{Provider: fake.New(0), hung: true}
+			if err := fk.Provision(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+			m := NewHealthMonitor(MonitorConfig{Clock: clock.NewFake(time.Now()), ObserveTimeout: 50 * time.Millisecond}, st, fk, fk, hints.NewLocal())
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				m.observeID(ctx, id)
+			}()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("an observation whose provider hangs did not end")
+			}
+			w, err := st.Get(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if w.ErrorInfo == nil || w.ErrorInfo.Reason != workspace.ReasonObserveFailed || !strings.Contains(w.ErrorInfo.LastError, "did not answer within 50ms") {
+				t.Fatalf("after a hung observation: %s, want ObserveFailed naming the timeout", wstest.Describe(w))
+			}
+			fk.mu.Lock()
+			fk.hung = false
+			fk.mu.Unlock()
+			m.observeID(ctx, id)
+			if w, err = st.Get(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+			if w.ErrorInfo != nil || w.ObservedStatus != workspace.Standby {
+				t.Fatalf("after the provider answered again: %s, want observed STANDBY and no error", wstest.Describe(w))
 			}
 		})
 	}
