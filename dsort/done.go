@@ -87,6 +87,12 @@ func (p *inputPrint) equal(q *inputPrint) bool {
 
 // hasMarker reports whether the output dir holds a done marker.
 func (o output) hasMarker() bool {
+	if o.remote != nil {
+		ctx, cancel := s3ctx()
+		defer cancel()
+		_, ok, err := o.remote.bs.Stat(ctx, record.DoneMarker)
+		return err == nil && ok
+	}
 	_, err := os.Stat(filepath.Join(o.dir, record.DoneMarker))
 	return err == nil
 }
@@ -97,6 +103,15 @@ func (o output) hasMarker() bool {
 // partition.<n> files are exactly the marker's, with their sizes. It
 // returns "" otherwise (no marker, an older one, any difference).
 func (o output) completedJob(fp *inputPrint) string {
+	if o.remote != nil {
+		ctx, cancel := s3ctx()
+		defer cancel()
+		mk, err := o.remote.marker(ctx)
+		if err != nil || !mk.Inputs.equal(fp) || mk.Format != o.format || len(mk.Bytes) != len(mk.Partitions) || !o.remote.completed(ctx, mk) {
+			return ""
+		}
+		return mk.Job
+	}
 	data, err := os.ReadFile(filepath.Join(o.dir, record.DoneMarker))
 	if err != nil {
 		return ""

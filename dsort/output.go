@@ -1,6 +1,7 @@
 package dsort
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -53,6 +54,20 @@ type output struct {
 	clock  clock.Clock // dates the marker
 	inputs *inputPrint // what the worker's inputs were at its start
 	format string      // formatSpec of what the worker sorts
+	remote *s3Output   // -O s3://…: dir is the local staging dir (s3out.go)
+}
+
+// where names the output for the log: the dir, or the S3 prefix.
+func (o output) where() string {
+	if o.remote != nil {
+		return o.remote.url
+	}
+	return o.dir
+}
+
+// s3ctx bounds the S3 requests of an output step.
+func s3ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), s3Timeout)
 }
 
 // stagedPath is where merge writes job's partition p until the job commits.
@@ -68,6 +83,13 @@ func (o output) stagedPath(job string, p int) string {
 func (o output) prepare(job string, keep bool) error {
 	if err := os.MkdirAll(o.dir, 0o755); err != nil {
 		return fmt.Errorf("dsort: output dir: %w", err)
+	}
+	if o.remote != nil {
+		ctx, cancel := s3ctx()
+		defer cancel()
+		if err := o.remote.prepare(ctx, job); err != nil {
+			return err
+		}
 	}
 	if !keep {
 		return removeStaged(o.dir, ".gantry-dsort-")
@@ -110,7 +132,16 @@ func (o output) staged(job string) map[int]bool {
 
 // discard removes job's staged partitions: a job that did not commit
 // leaves no complete-looking output, and the previous output stays.
-func (o output) discard(job string) { removeStaged(o.dir, stagedPrefix(job)) }
+func (o output) discard(job string) {
+	removeStaged(o.dir, stagedPrefix(job))
+	if o.remote != nil {
+		ctx, cancel := s3ctx()
+		defer cancel()
+		if err := o.remote.removeStaged(ctx, stagedPrefix(job)); err != nil {
+			o.logger.Warn("removing the aborted job's staged partitions", "output", o.remote.url, "err", err)
+		}
+	}
+}
 
 // removeStaged removes the files in dir whose names start with prefix and
 // end in a partition name, and interrupted atomic writes of them.
@@ -145,9 +176,6 @@ func (o output) commit(job string, index int, inputs *inputPrint) error {
 	if len(staged) == 0 {
 		return nil // committed already
 	}
-	if err := os.Remove(filepath.Join(dir, record.DoneMarker)); err != nil && !os.IsNotExist(err) {
-		return fmt.Errorf("dsort: commit output: %w", err)
-	}
 	mk := doneMarker{Job: job, Worker: index, Committed: o.clock.Now().UTC(), Inputs: inputs, Format: o.format}
 	for p := range staged {
 		mk.Partitions = append(mk.Partitions, p)
@@ -159,6 +187,18 @@ func (o output) commit(job string, index int, inputs *inputPrint) error {
 			return fmt.Errorf("dsort: commit output: %w", err)
 		}
 		mk.Bytes = append(mk.Bytes, fi.Size())
+	}
+	if o.remote != nil { // the local staged copies go with the temp dir
+		ctx, cancel := s3ctx()
+		defer cancel()
+		if err := o.remote.commit(ctx, mk, dir); err != nil {
+			return err
+		}
+		o.logger.Info("output committed", "output", o.remote.url, "job", job, "partitions", len(mk.Partitions))
+		return nil
+	}
+	if err := os.Remove(filepath.Join(dir, record.DoneMarker)); err != nil && !os.IsNotExist(err) {
+		return fmt.Errorf("dsort: commit output: %w", err)
 	}
 	for _, name := range old {
 		if n, _ := record.PartitionNumber(name); staged[int(n)] == "" {

@@ -271,5 +271,25 @@ func (w *Worker) mergePhase(ctx context.Context, job *sortedJob, early *earlyMer
 		return err
 	}
 	w.track.done.Add(early.bytes.Load())
-	return w.merge(ctx, job.merger, merged)
+	if err := w.merge(ctx, job.merger, merged); err != nil {
+		return err
+	}
+	return w.upload(ctx)
+}
+
+// upload puts the staged partitions up to an S3 output before the worker
+// reports Completed (s3out.go): the job succeeds only once every output is
+// whole where its reader will find it.
+func (w *Worker) upload(ctx context.Context) error {
+	if w.out.remote == nil {
+		return nil
+	}
+	start := time.Now()
+	job := w.assigned().jobID
+	sent, err := w.out.remote.upload(ctx, w.out.dir, job, w.out.staged(job), func() { w.fault(ctx, "upload-partition") })
+	if err != nil {
+		return err
+	}
+	w.cfg.Logger.Info("partitions uploaded", "output", w.out.remote.url, "bytes", sent, "took", time.Since(start).Round(time.Millisecond))
+	return nil
 }

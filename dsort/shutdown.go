@@ -194,5 +194,11 @@ func (w *Worker) cleanupFiles(err error, succeeded bool) {
 	if job := w.assigned().jobID; err != nil && !succeeded && job != "" {
 		w.out.discard(job)
 	}
+	if w.s3in != nil {
+		w.s3in.closeStores()
+	}
+	if w.out.remote != nil {
+		w.out.remote.bs.Close()
+	}
 	w.dir.close()
 }

@@ -42,6 +42,11 @@ func newWorkDir(tempDir string, inputs []string, output string) *workDir {
 }
 
 func (d *workDir) runs() string { return filepath.Join(d.path, "runs") }
+
+// s3in holds the staged S3 inputs and s3out the partitions of an S3
+// output until they go up; a restarted process keeps both (s3in.go, s3out.go).
+func (d *workDir) s3in() string  { return filepath.Join(d.path, "s3in") }
+func (d *workDir) s3out() string { return filepath.Join(d.path, "s3out") }
 func (d *workDir) recv() string { return filepath.Join(d.path, "recv") }
 
 // piecePath is where the committed piece of partition p from sender s lives.
@@ -164,6 +169,10 @@ func (d *workDir) clear(keepRecv bool) error {
 		return fmt.Errorf("dsort: temp dir: %w", err)
 	}
 	for _, e := range ents {
+		switch e.Name() {
+		case filepath.Base(d.s3in()), filepath.Base(d.s3out()):
+			continue // checked by their users: the manifest, output.prepare
+		}
 		if e.Name() == fsutil.OwnerFile || keepRecv && e.Name() == filepath.Base(d.recv()) {
 			continue
 		}

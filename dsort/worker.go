@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,16 +25,25 @@ import (
 	"github.com/gantryhq/gantry/internal/clock"
 	"github.com/gantryhq/gantry/lifecycle"
 	"github.com/gantryhq/gantry/linesort"
+	"github.com/gantryhq/gantry/workspace/provider/s3"
 )
 
 // WorkerConfig configures a Worker. Zero values are the documented defaults.
 type WorkerConfig struct {
 	// Master is the master's IP:PORT. Required.
 	Master string
-	// Inputs are the input directories, read-only. Required (>= 1).
+	// Inputs are the input directories, read-only. Required (>= 1). An
+	// s3://bucket/prefix?endpoint=… input stands for the objects under the
+	// prefix (s3in.go); credentials come from AWS_ACCESS_KEY_ID and
+	// AWS_SECRET_ACCESS_KEY.
 	Inputs []string
+	// Share, when set, makes the worker sort only its share of its S3
+	// inputs: N workers given the same -I and the shares 0/N … N-1/N
+	// divide the objects between them by bytes.
+	Share Share
 	// Output is the output directory; when the job is done it holds only
-	// partition.<n> files. Required.
+	// partition.<n> files. Required. An s3://bucket/prefix?endpoint=…
+	// output is a prefix of this worker's own (s3out.go).
 	Output string
 	// TempDir is where the worker keeps runs, received pieces and its state
 	// file (in its own subdirectory). Default os.TempDir().
@@ -112,6 +123,37 @@ type WorkerConfig struct {
 	sharedMemory bool // Memory was defaulted: divide it among the machine's workers
 }
 
+// checkS3 checks the S3 inputs' and output's URLs (their stores are
+// checked at start) and that a Share has S3 inputs to divide.
+func (c *WorkerConfig) checkS3() error {
+	hasS3 := false
+	for _, p := range append(slices.Clone(c.Inputs), c.Output) {
+		if !isS3(p) {
+			continue
+		}
+		hasS3 = hasS3 || p != c.Output
+		if _, err := s3.ParseURL(p); err != nil {
+			return fmt.Errorf("%w: %v", ErrConfig, err)
+		}
+	}
+	if !c.Share.whole() && !hasS3 {
+		return fmt.Errorf("%w: --share %s divides S3 inputs, and no -I is an s3:// URL", ErrConfig, c.Share)
+	}
+	if c.Share.Count > 0 && (c.Share.Index < 0 || c.Share.Index >= c.Share.Count) {
+		return fmt.Errorf("%w: share %d/%d: want 0 <= K < N", ErrConfig, c.Share.Index, c.Share.Count)
+	}
+	return nil
+}
+
+// identity is the worker's inputs as the master and its temp dir's name
+// know them: -I, and its share of the S3 inputs.
+func (c *WorkerConfig) identity() []string {
+	if c.Share.whole() {
+		return c.Inputs
+	}
+	return append(slices.Clone(c.Inputs), "share="+c.Share.String())
+}
+
 func (c *WorkerConfig) validate() error {
 	switch {
 	case c.Master == "":
@@ -129,9 +171,17 @@ func (c *WorkerConfig) validate() error {
 	if c.TempDir == "" {
 		c.TempDir = os.TempDir()
 	}
+	if err := c.checkS3(); err != nil {
+		return err
+	}
 	// Before anything is touched: an output or temp dir inside an input
 	// (or the reverse) would have this worker delete or read its own files.
-	if err := extsort.CheckSeparate(c.Inputs, c.Output, c.TempDir); err != nil {
+	local := slices.DeleteFunc(slices.Clone(c.Inputs), isS3)
+	out := c.Output
+	if isS3(out) {
+		out = filepath.Join(c.TempDir, workDirPrefix+"s3out") // the local staging dir's place
+	}
+	if err := extsort.CheckSeparate(local, out, c.TempDir); err != nil {
 		return fmt.Errorf("%w: %s", ErrConfig, strings.TrimPrefix(err.Error(), extsort.ErrConfig.Error()+": "))
 	}
 	if c.Memory == 0 {
@@ -178,6 +228,7 @@ type Worker struct {
 	creds   creds    // how the worker dials the master and its peers
 	dir     *workDir // locked from prepare to cleanup
 	out     output
+	s3in    *s3Inputs // the S3 inputs, staged at start; nil: none
 
 	format recordFormat // WorkerConfig.Lines, parsed
 
@@ -228,9 +279,12 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		return nil, err
 	}
 	w := &Worker{cfg: cfg, format: format, clock: cfg.Clock, cores: runtime.GOMAXPROCS(0), machine: runtime.GOMAXPROCS(0), metrics: newMetrics(cfg.Metrics, workerRole),
-		dir: newWorkDir(cfg.TempDir, cfg.Inputs, cfg.Output), kick: make(chan struct{}, 1), signals: newSignals(),
+		dir: newWorkDir(cfg.TempDir, cfg.identity(), cfg.Output), kick: make(chan struct{}, 1), signals: newSignals(),
 		sec: sec, creds: creds{token: cfg.Token, tls: sec.client}}
 	w.out = output{dir: cfg.Output, logger: cfg.Logger, clock: cfg.Clock, format: format.spec}
+	if isS3(cfg.Output) {
+		w.out.dir = w.dir.s3out()
+	}
 	w.track = &phaseTracker{clock: cfg.Clock, metrics: w.metrics, logger: cfg.Logger}
 	w.pieces = newPieceServer(w.dir.path, w.fault)
 	return w, nil
@@ -296,6 +350,9 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 	if err := w.startStateMachine(); err != nil {
 		return err
 	}
+	if err := w.openS3(ctx); err != nil {
+		return err
+	}
 	if err := w.readInputs(); err != nil {
 		return err
 	}
@@ -336,7 +393,11 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 // readInputs reads the inputs' sizes and their print (done.go). It never
 // touches the output.
 func (w *Worker) readInputs() error {
-	inputs, total, err := w.format.scan(w.cfg.Inputs)
+	dirs := w.cfg.Inputs
+	if w.s3in != nil {
+		dirs = w.s3in.local()
+	}
+	inputs, total, err := w.format.scan(dirs)
 	if err != nil {
 		return err
 	}
@@ -473,7 +534,7 @@ func (w *Worker) fault(ctx context.Context, point string) {
 // register joins the job, retrying while the master is unreachable (up to
 // RegisterTimeout), and records what the master assigned.
 func (w *Worker) register(ctx context.Context, master dsortpb.MasterClient, addr string, timeout time.Duration) (*dsortpb.RegisterReply, error) {
-	req := &dsortpb.RegisterRequest{Address: addr, InputDirs: w.cfg.Inputs, OutputDir: w.cfg.Output,
+	req := &dsortpb.RegisterRequest{Address: addr, InputDirs: w.cfg.identity(), OutputDir: w.cfg.Output,
 		InputBytes: w.inputBytes, Cores: int32(w.cores), MachineId: machineID(), Format: w.format.spec}
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

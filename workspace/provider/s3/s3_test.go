@@ -7,9 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -18,56 +16,14 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/minio/minio-go/v7"
 
+	"github.com/gantryhq/gantry/internal/testutil"
 	"github.com/gantryhq/gantry/workspace/provider"
 	"github.com/gantryhq/gantry/workspace/provider/archive"
 	"github.com/gantryhq/gantry/workspace/provider/fs"
 	"github.com/gantryhq/gantry/workspace/provider/providertest"
 )
 
-// testEndpoint returns the S3 endpoint (host:port) the tests use: from
-// GANTRY_TEST_S3, default 127.0.0.1:9000, started with
-// scripts/services.d/minio.sh when it does not answer. Fails if still down.
-func testEndpoint(t *testing.T) string {
-	t.Helper()
-	ep := os.Getenv("GANTRY_TEST_S3")
-	if ep == "" {
-		ep = "127.0.0.1:9000"
-	}
-	live := func() bool {
-		// No keep-alive: a pooled connection would outlive the tests (goleak).
-		c := http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-		resp, err := c.Get("http://" + ep + "/minio/health/live")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == 200
-	}
-	if live() {
-		return ep
-	}
-	root := repoRoot(t)
-	cmd := exec.Command("bash", filepath.Join(root, "scripts/services.d/minio.sh"))
-	cmd.Env = append(os.Environ(), "GANTRY_MINIO_ADDR="+ep)
-	if out, err := cmd.CombinedOutput(); err != nil || !live() {
-		t.Fatalf("S3 server at %s is down and scripts/services.d/minio.sh could not start it: %v\n%s", ep, err, out)
-	}
-	return ep
-}
-
-func repoRoot(t *testing.T) string {
-	dir, _ := os.Getwd()
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no go.mod above the test directory")
-		}
-		dir = parent
-	}
-}
+func testEndpoint(t *testing.T) string { return testutil.S3Endpoint(t) }
 
 // newTestStore makes a fresh bucket on the test server and removes exactly
 // it (and its objects) when the test ends.
@@ -75,7 +31,7 @@ func newTestStore(t *testing.T, cfg Config) *BlobStore {
 	t.Helper()
 	cfg.Endpoint = testEndpoint(t)
 	if cfg.AccessKey == "" {
-		cfg.AccessKey, cfg.SecretKey = "gantry", "gantry-secret"
+		cfg.AccessKey, cfg.SecretKey = testutil.S3AccessKey, testutil.S3SecretKey
 	}
 	b := make([]byte, 5)
 	rand.Read(b)

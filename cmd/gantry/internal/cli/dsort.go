@@ -369,10 +369,21 @@ temp dir wiped) it rejoins the job; restarted after the job succeeded it
 leaves the output as it is: with the same inputs and no master listening,
 it says "already completed" and exits 0 at once (--rerun joins a job
 anyway). On the master's shutdown signal it stops in bounded steps and
-exits within 15 s whatever hangs.`,
+exits within 15 s whatever hangs.
+
+S3: an -I s3://bucket/prefix?endpoint=http://host:port stands for every
+object under the prefix, downloaded into the temp dir before sampling; with
+--share K/N, N workers given the same -I divide its objects by bytes (a
+large object between several). An -O s3://… prefix (one per worker) gets
+the partitions as multipart uploads under hidden names, made
+partition.<n> by server-side copies and the marker written last when the
+job succeeds: no partial partition is ever visible, and a failed job leaves
+the previous output whole. Credentials come from AWS_ACCESS_KEY_ID and
+AWS_SECRET_ACCESS_KEY; a wrong one or a missing bucket fails at start.`,
 		Example: `  gantry sort worker 10.0.0.1:30040 -I /data/in1 /data/in2 -O /data/out
   gantry sort worker 127.0.0.1:30040 -I in -O out --bind 127.0.0.2 --memory 512MiB
-  gantry sort worker 10.0.0.1:30040 --format lines -t , -k 2,2 -k 3,3nr -I /data/logs -O /data/sorted`,
+  gantry sort worker 10.0.0.1:30040 --format lines -t , -k 2,2 -k 3,3nr -I /data/logs -O /data/sorted
+  gantry sort worker 10.0.0.1:30040 --share 1/4 -I 's3://data/in?endpoint=http://10.0.0.9:9000' -O 's3://data/out/w1?endpoint=http://10.0.0.9:9000'`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			lines, err := o.format.options(cmd, "sort worker")
@@ -384,8 +395,9 @@ exits within 15 s whatever hangs.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringArrayVarP(&o.cfg.Inputs, "input", "I", nil, "input directories (several may follow one -I)")
-	f.StringVarP(&o.cfg.Output, "output", "O", "", "output directory")
+	f.StringArrayVarP(&o.cfg.Inputs, "input", "I", nil, "input directories or s3://bucket/prefix?endpoint=URL prefixes (several may follow one -I)")
+	f.StringVarP(&o.cfg.Output, "output", "O", "", "output directory, or an s3://bucket/prefix?endpoint=URL prefix of this worker's own")
+	f.Var(shareValue{&o.cfg.Share}, "share", "K/N: sort only the K-th of N equal byte ranges of the S3 inputs (give N workers the same -I and 0/N … N-1/N)")
 	f.StringVar(&o.cfg.TempDir, "tmp", "", "directory for temporary files (default $TMPDIR or /tmp)")
 	f.Var(sizeValue{&o.cfg.Memory}, "memory", "memory budget for sorting and merging (default: a quarter of RAM, shared by the job's workers on this machine)")
 	f.StringVar(&o.cfg.Bind, "bind", "", "IP to listen on and advertise (default: the interface that reaches the master)")
@@ -508,3 +520,24 @@ func runSortStatus(ctx context.Context, env *Env, master, token string, tlsFiles
 	writePhaseTable(out, js.Members)
 	return nil
 }
+
+// shareValue is --share K/N.
+type shareValue struct{ s *dsort.Share }
+
+func (v shareValue) String() string {
+	if v.s == nil {
+		return ""
+	}
+	return v.s.String()
+}
+
+func (v shareValue) Set(s string) error {
+	sh, err := dsort.ParseShare(s)
+	if err != nil {
+		return err
+	}
+	*v.s = sh
+	return nil
+}
+
+func (shareValue) Type() string { return "K/N" }

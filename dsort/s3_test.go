@@ -1,0 +1,233 @@
+package dsort
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	mrand "math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/testutil"
+	"github.com/gantryhq/gantry/linesort"
+	"github.com/gantryhq/gantry/linesort/linetest"
+	"github.com/gantryhq/gantry/record"
+	"github.com/gantryhq/gantry/record/recordtest"
+	"github.com/gantryhq/gantry/workspace/provider/s3"
+)
+
+// testBucket is a fresh bucket on the test MinIO, removed with its objects
+// when the test ends; the credentials are set in the environment, where
+// the sort reads them.
+type testBucket struct {
+	t        *testing.T
+	endpoint string
+	name     string
+	bs       *s3.BlobStore
+}
+
+func newTestBucket(t *testing.T) *testBucket {
+	t.Helper()
+	ep := testutil.S3Endpoint(t)
+	t.Setenv("AWS_ACCESS_KEY_ID", testutil.S3AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", testutil.S3SecretKey)
+	b := make([]byte, 5)
+	rand.Read(b)
+	name := "dsort-test-" + hex.EncodeToString(b)
+	bs, err := s3.New(t.Context(), s3.Config{Endpoint: ep, Bucket: name, CreateBucket: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb := &testBucket{t: t, endpoint: ep, name: name, bs: bs}
+	t.Cleanup(func() {
+		ctx := context.WithoutCancel(t.Context())
+		blobs, _ := bs.List(ctx, "")
+		for _, o := range blobs {
+			bs.Delete(ctx, o.Key)
+		}
+		bs.RemoveBucket(ctx)
+		bs.Close()
+	})
+	return tb
+}
+
+// url is the s3:// URL of prefix in the bucket.
+func (b *testBucket) url(prefix string) string {
+	return "s3://" + b.name + "/" + prefix + "?endpoint=http://" + b.endpoint
+}
+
+func (b *testBucket) put(key string, data []byte) {
+	b.t.Helper()
+	if err := b.bs.Put(b.t.Context(), key, bytes.NewReader(data)); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+func (b *testBucket) get(key string) []byte {
+	b.t.Helper()
+	rc, err := b.bs.Get(b.t.Context(), key)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer rc.Close()
+	data, err := io.ReadAll(rc)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return data
+}
+
+// keys lists the keys under prefix (relative to it).
+func (b *testBucket) keys(prefix string) []string {
+	b.t.Helper()
+	blobs, err := b.bs.List(b.t.Context(), prefix)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	var out []string
+	for _, o := range blobs {
+		out = append(out, strings.TrimPrefix(o.Key, prefix))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// download copies each worker's S3 output prefix into a local dir (the
+// done marker too) for checkOutput, after checking that the prefix holds
+// only partitions and the marker: no staged object is left.
+func (b *testBucket) download(prefixes []string) []string {
+	b.t.Helper()
+	var dirs []string
+	for _, prefix := range prefixes {
+		dir := b.t.TempDir()
+		hasMarker := false
+		for _, k := range b.keys(prefix) {
+			if k == record.DoneMarker {
+				hasMarker = true
+			} else if !isPartitionName(k) {
+				b.t.Fatalf("output %s holds %q, want only partition.<n> and the marker", prefix, k)
+			}
+			if err := os.WriteFile(filepath.Join(dir, k), b.get(prefix+k), 0o644); err != nil {
+				b.t.Fatal(err)
+			}
+		}
+		if !hasMarker {
+			b.t.Fatalf("output %s has no done marker", prefix)
+		}
+		dirs = append(dirs, dir)
+	}
+	return dirs
+}
+
+// TestS3JobDividesObjectsByShare: three workers given the same S3 input
+// and the shares 0/3, 1/3, 2/3 sort every record of its objects exactly
+// once — objects of many sizes, an empty one, one large enough to be cut
+// between all three — into S3 output prefixes that hold only partition.<n>
+// objects and the marker; a worker's temp dir is gone after the job.
+func TestS3JobDividesObjectsByShare(t *testing.T) {
+	b := newTestBucket(t)
+	rng := mrand.New(mrand.NewPCG(7, 8))
+	var sum dataSum
+	for i, n := range []int{500, 0, 20000, 1, 3000, 777, 12000} {
+		data := recordtest.Random(rng, n, recordtest.Options{ASCII: i%2 == 0})
+		for off := 0; off < len(data); off += record.Size {
+			sum.add(data[off : off+record.Size])
+		}
+		b.put(fmt.Sprintf("in/obj%02d", i), data)
+	}
+	b.put("other/not-mine", recordtest.Random(rng, 10, recordtest.Options{})) // beside the prefix: not input
+	root := t.TempDir()
+	var wcfgs []WorkerConfig
+	var outs []string
+	for w := range 3 {
+		outs = append(outs, fmt.Sprintf("out/w%d/", w))
+		wcfgs = append(wcfgs, WorkerConfig{Inputs: []string{b.url("in")}, Share: Share{w, 3}, Output: b.url(fmt.Sprintf("out/w%d", w)),
+			Memory: 32 << 20, TempDir: filepath.Join(root, fmt.Sprint("tmp", w))})
+	}
+	c := startCluster(t, t.Context(), MasterConfig{Workers: 3, HeartbeatInterval: 100 * time.Millisecond}, wcfgs)
+	c.mustSucceed(t)
+	checkOutput(t, b.download(outs), sum)
+	for w := range 3 {
+		if ents, _ := os.ReadDir(filepath.Join(root, fmt.Sprint("tmp", w))); len(ents) != 0 {
+			t.Errorf("worker %d left %d entries in its temp dir", w, len(ents))
+		}
+	}
+}
+
+// TestS3LinesShareCutsAtLineStarts: lines objects cut between workers by
+// bytes are cut at line starts — every line sorted once, whole: the
+// partitions in order are GNU sort's output for the objects.
+func TestS3LinesShareCutsAtLineStarts(t *testing.T) {
+	b := newTestBucket(t)
+	args := []string{"-t,", "-k2,2", "-k3,3n"}
+	o, err := linesort.ParseArgs(args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := t.TempDir()
+	var files []string
+	for i, data := range [][]byte{csvLines(1, 30000), linetest.Duplicates(2, 4000), []byte("no final newline,x,1"), {}, csvLines(3, 100)} {
+		b.put(fmt.Sprintf("in/f%d", i), data)
+		p := filepath.Join(local, fmt.Sprint("f", i))
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, p)
+	}
+	root := t.TempDir()
+	var wcfgs []WorkerConfig
+	for w := range 4 {
+		wcfgs = append(wcfgs, WorkerConfig{Inputs: []string{b.url("in")}, Share: Share{w, 4}, Output: filepath.Join(root, fmt.Sprint("out", w)),
+			Memory: 32 << 20, Lines: &o, TempDir: filepath.Join(root, fmt.Sprint("tmp", w))})
+	}
+	c := startCluster(t, t.Context(), MasterConfig{Workers: 4, Lines: &o, HeartbeatInterval: 100 * time.Millisecond}, wcfgs)
+	c.mustSucceed(t)
+	var outs []string
+	for w := range 4 {
+		outs = append(outs, filepath.Join(root, fmt.Sprint("out", w)))
+	}
+	gnu, err := exec.LookPath("sort")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, want := readPartitions(t, outs), linetest.GNUSort(t, gnu, args, files)
+	if !bytes.Equal(got, want) {
+		t.Fatalf("the job's output differs from GNU sort's: %s", firstLineDiff(got, want))
+	}
+}
+
+// TestS3BadStoreFailsAtStart: a wrong secret, a missing bucket or a bad URL
+// fail the worker before it registers, with a message naming the cause.
+func TestS3BadStoreFailsAtStart(t *testing.T) {
+	b := newTestBucket(t)
+	for _, c := range []struct {
+		name, input, want string
+		env             map[string]string
+	}{
+		{"secret", b.url("in"), "refused the credentials", map[string]string{"AWS_SECRET_ACCESS_KEY": "wrong"}},
+		{"bucket", strings.Replace(b.url("in"), b.name, b.name+"-missing", 1), "does not exist", nil},
+		{"url", "s3://" + b.name + "/in", "endpoint= is required", nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for k, v := range c.env {
+				t.Setenv(k, v)
+			}
+			w, err := NewWorker(WorkerConfig{Master: "127.0.0.1:1", Inputs: []string{c.input}, Output: t.TempDir(), Memory: 32 << 20,
+				TempDir: t.TempDir(), RegisterTimeout: time.Second})
+			if err == nil {
+				err = w.Run(t.Context())
+			}
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("worker with %s: %v, want an error saying %q", c.name, err, c.want)
+			}
+		})
+	}
+}
