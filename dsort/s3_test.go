@@ -210,7 +210,7 @@ func TestS3BadStoreFailsAtStart(t *testing.T) {
 	b := newTestBucket(t)
 	for _, c := range []struct {
 		name, input, want string
-		env             map[string]string
+		env               map[string]string
 	}{
 		{"secret", b.url("in"), "refused the credentials", map[string]string{"AWS_SECRET_ACCESS_KEY": "wrong"}},
 		{"bucket", strings.Replace(b.url("in"), b.name, b.name+"-missing", 1), "does not exist", nil},

@@ -47,7 +47,7 @@ func (d *workDir) runs() string { return filepath.Join(d.path, "runs") }
 // output until they go up; a restarted process keeps both (s3in.go, s3out.go).
 func (d *workDir) s3in() string  { return filepath.Join(d.path, "s3in") }
 func (d *workDir) s3out() string { return filepath.Join(d.path, "s3out") }
-func (d *workDir) recv() string { return filepath.Join(d.path, "recv") }
+func (d *workDir) recv() string  { return filepath.Join(d.path, "recv") }
 
 // piecePath is where the committed piece of partition p from sender s lives.
 func (d *workDir) piecePath(p, s int) string {

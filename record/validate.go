@@ -77,13 +77,7 @@ func Validate(ctx context.Context, paths []string, opt ValidateOptions) (Summary
 	if err != nil {
 		return Summary{}, err
 	}
-	if opt.Workers <= 0 {
-		opt.Workers = runtime.GOMAXPROCS(0)
-	}
-	if opt.BlockSize <= 0 {
-		opt.BlockSize = defaultBlockSize
-	}
-	opt.BlockSize = max(Size, opt.BlockSize/Size*Size)
+	opt = opt.withDefaults()
 
 	segs := make([]segment, 0, len(files))
 	var total int64
@@ -110,6 +104,19 @@ func Validate(ctx context.Context, paths []string, opt ValidateOptions) (Summary
 		return validateStream(ctx, files, opt)
 	}
 	return validateChunks(ctx, segs, total/Size, opt)
+}
+
+// withDefaults fills in opt's zero values: GOMAXPROCS workers, the default
+// block size, and a block size that is a whole number of records.
+func (opt ValidateOptions) withDefaults() ValidateOptions {
+	if opt.Workers <= 0 {
+		opt.Workers = runtime.GOMAXPROCS(0)
+	}
+	if opt.BlockSize <= 0 {
+		opt.BlockSize = defaultBlockSize
+	}
+	opt.BlockSize = max(Size, opt.BlockSize/Size*Size)
+	return opt
 }
 
 // segment is one file's place in the sequence, in records.
@@ -264,6 +271,50 @@ func scanFileRange(ctx context.Context, sc *scanner, path string, from, to int64
 	return nil
 }
 
+// ValidateReader reads r to its end as one sequence of records and
+// summarizes it as Validate does, in a single pass (opt.Workers is not
+// used): the form for a stream, such as an object read from a store, whose
+// summaries the caller combines in order with Combine. name is r's name in
+// errors. A stream whose length is not a multiple of Size gives a
+// *PartialRecordError naming it; a read error is returned wrapped, with the
+// name.
+func ValidateReader(ctx context.Context, name string, r io.Reader, opt ValidateOptions) (Summary, error) {
+	opt = opt.withDefaults()
+	sc := newScanner(opt.ChecksumOnly)
+	if err := scanStream(ctx, sc, name, r, make([]byte, opt.BlockSize), opt.Progress); err != nil {
+		return Summary{}, err
+	}
+	return sc.sum, nil
+}
+
+// scanStream feeds sc the records read from r until its end; name is r's
+// name in errors.
+func scanStream(ctx context.Context, sc *scanner, name string, r io.Reader, buf []byte, progress func(int64)) error {
+	var size int64
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		n, rerr := io.ReadFull(r, buf)
+		size += int64(n)
+		whole := n / Size * Size
+		sc.feed(buf[:whole])
+		if progress != nil && n > 0 {
+			progress(int64(n))
+		}
+		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
+			break
+		}
+		if rerr != nil {
+			return fmt.Errorf("record: read %s: %w", name, rerr)
+		}
+	}
+	if size%Size != 0 {
+		return &PartialRecordError{Path: name, Size: size}
+	}
+	return nil
+}
+
 // validateStream validates the files one after another in a single pass; it
 // serves inputs that are not regular files, and is the reference the tests
 // compare the chunked path with.
@@ -275,30 +326,10 @@ func validateStream(ctx context.Context, files []string, opt ValidateOptions) (S
 		if err != nil {
 			return Summary{}, err
 		}
-		var size int64
-		for {
-			if err := ctx.Err(); err != nil {
-				f.Close()
-				return Summary{}, err
-			}
-			n, rerr := io.ReadFull(f, buf)
-			size += int64(n)
-			whole := n / Size * Size
-			sc.feed(buf[:whole])
-			if opt.Progress != nil && n > 0 {
-				opt.Progress(int64(n))
-			}
-			if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
-				break
-			}
-			if rerr != nil {
-				f.Close()
-				return Summary{}, fmt.Errorf("record: read %s: %w", p, rerr)
-			}
-		}
+		err = scanStream(ctx, sc, p, f, buf, opt.Progress)
 		f.Close()
-		if size%Size != 0 {
-			return Summary{}, &PartialRecordError{Path: p, Size: size}
+		if err != nil {
+			return Summary{}, err
 		}
 	}
 	return sc.sum, nil

@@ -6,12 +6,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"testing/iotest"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -197,6 +199,22 @@ func TestValidateCases(t *testing.T) {
 			if d := cmp.Diff(want, got); d != "" {
 				t.Errorf("stream (-want +got):\n%s", d)
 			}
+			// So does each file read as a stream on its own, the summaries
+			// combined in order (how valsort reads objects of a store).
+			var parts []Summary
+			for i, f := range tc.files {
+				s, err := ValidateReader(t.Context(), paths[i], iotest.HalfReader(bytes.NewReader(f)), ValidateOptions{BlockSize: 3 * Size})
+				if err != nil {
+					t.Fatal(err)
+				}
+				parts = append(parts, s)
+			}
+			if got, err = Combine(parts); err != nil {
+				t.Fatal(err)
+			}
+			if d := cmp.Diff(want, got); d != "" {
+				t.Errorf("ValidateReader + Combine (-want +got):\n%s", d)
+			}
 		})
 	}
 }
@@ -240,6 +258,18 @@ func TestValidatePartialRecord(t *testing.T) {
 		if !errors.As(err, &pe) || pe.Size != 950 {
 			t.Errorf("stream: err = %v", err)
 		}
+	}
+	data, _ := os.ReadFile(bad)
+	_, err := ValidateReader(t.Context(), "s3://b/bad", bytes.NewReader(data), ValidateOptions{})
+	var pe *PartialRecordError
+	if !errors.As(err, &pe) || pe.Path != "s3://b/bad" || pe.Size != 950 {
+		t.Errorf("ValidateReader: err = %v, want a PartialRecordError for s3://b/bad of 950 bytes", err)
+	}
+	// A read error is returned with the stream's name.
+	boom := errors.New("connection reset")
+	_, err = ValidateReader(t.Context(), "s3://b/x", io.MultiReader(bytes.NewReader(data[:500]), iotest.ErrReader(boom)), ValidateOptions{})
+	if !errors.Is(err, boom) || !strings.Contains(err.Error(), "s3://b/x") {
+		t.Errorf("ValidateReader on a failing reader: err = %v", err)
 	}
 	// One whole record, in the singular.
 	for size, want := range map[int64]string{150: "150 bytes is 1 whole 100-byte record and 50 bytes over",

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -28,7 +29,7 @@ type valsortOptions struct {
 func newValsortCmd(env *Env) *cobra.Command {
 	var o valsortOptions
 	cmd := &cobra.Command{
-		Use:   "valsort [-q] [-o SUMMARY] [-s] [--checksum-only] FILE|DIR...",
+		Use:   "valsort [-q] [-o SUMMARY] [-s] [--checksum-only] FILE|DIR|S3URL...",
 		Short: "Validate sorted records as valsort does, over many files at once",
 		Long: `Check that the records in the given files, read as ONE sequence in the
 order given, are sorted by their 10-byte keys, and print valsort's report:
@@ -36,6 +37,16 @@ the first unordered record, the record count, the checksum (128-bit sum of each
 record's crc32, order-independent) and the duplicate keys. A directory stands
 for its partition.<n> files in numeric order; anything else in it is an error
 (with --checksum-only, for every file in it, whatever the names).
+
+An argument s3://bucket/prefix?endpoint=http://host:port is a prefix in an
+S3-compatible store (MinIO, AWS S3) and stands for its objects as a directory
+does: the partition.<n> objects directly under it in numeric order (with
+--checksum-only, every object under it in key order); names that start with
+"." (a sort's done marker and staged uploads) are skipped. A URL with nothing
+under it that names one object stands for that object. Credentials come from
+AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY. Objects are read in parallel
+(--threads at once), local files and objects may be mixed in one sequence, and
+the report names an object by its s3:// URL.
 
 Exit status 1 on an unordered record, a file that ends in a partial record,
 unreadable input, or no records at all (unless --allow-empty).
@@ -54,6 +65,8 @@ is a terminal, or anywhere with -v.`,
   gantry valsort out/                        # out/partition.0, partition.1, … as one sequence
   gantry valsort w1/out w2/out w3/out        # a whole multi-worker output
   gantry valsort --checksum-only in/         # input checksum, to compare with the output's
+  gantry valsort 's3://sorted/out?endpoint=http://127.0.0.1:9000'               # partition.<n> objects
+  gantry valsort --checksum-only 's3://data/in?endpoint=http://127.0.0.1:9000'  # every object under in/
   gantry valsort -o w1.sum w1/out            # on each machine …
   gantry valsort -s w1.sum w2.sum w3.sum     # … then check the summaries in order`,
 		Args: cobra.MinimumNArgs(1),
@@ -92,13 +105,7 @@ func runValsort(ctx context.Context, env *Env, o valsortOptions, args []string) 
 	if o.summaries && o.checksumOnly {
 		return errors.New("-s and --checksum-only do not go together: a summary records whether order was checked")
 	}
-	var res valsortResult
-	var err error
-	if o.summaries {
-		res, err = combineSummaryFiles(args)
-	} else {
-		res, err = validateRecordFiles(ctx, env, o, args)
-	}
+	res, err := validateArgs(ctx, env, o, args)
 	if err != nil {
 		return err
 	}
@@ -119,6 +126,21 @@ func runValsort(ctx context.Context, env *Env, o valsortOptions, args []string) 
 		return withCode(1, errors.New(""))
 	}
 	return nil
+}
+
+// validateArgs validates the summary files (-s), the local record files, or
+// the local files and s3:// objects that args name.
+func validateArgs(ctx context.Context, env *Env, o valsortOptions, args []string) (valsortResult, error) {
+	s3Arg := slices.IndexFunc(args, isS3URL)
+	switch {
+	case o.summaries && s3Arg >= 0:
+		return valsortResult{}, fmt.Errorf("-s reads local summary files, not %s", args[s3Arg])
+	case o.summaries:
+		return combineSummaryFiles(args)
+	case s3Arg >= 0:
+		return validateWithS3(ctx, env, o, args)
+	}
+	return validateRecordFiles(ctx, env, o, args)
 }
 
 // combineSummaryFiles is valsort -s: the summaries in the files, combined
@@ -153,14 +175,7 @@ func validateRecordFiles(ctx context.Context, env *Env, o valsortOptions, args [
 		return res, err
 	}
 	var total int64
-	for _, n := range res.names {
-		var size int64
-		if st, err := os.Stat(n); err == nil && st.Mode().IsRegular() {
-			size = st.Size()
-		}
-		res.counts = append(res.counts, uint64(size/record.Size))
-		total += size
-	}
+	res.counts, total = localRecordCounts(res.names)
 	p := progress.Start(speedOut(env, o.verbose, o.quiet), "valsort", total, progress.Bytes)
 	res.sum, err = record.Validate(ctx, res.names, record.ValidateOptions{
 		Workers: o.workers, ChecksumOnly: o.checksumOnly, Progress: p.Add,
@@ -171,6 +186,22 @@ func validateRecordFiles(ctx context.Context, env *Env, o valsortOptions, args [
 		p.Finish()
 	}
 	return res, err
+}
+
+// localRecordCounts returns the whole records in each of the files (0 for
+// one that is not a regular file: its size is not known before reading it)
+// and their bytes in all.
+func localRecordCounts(files []string) (counts []uint64, total int64) {
+	counts = make([]uint64, 0, len(files))
+	for _, n := range files {
+		var size int64
+		if st, err := os.Stat(n); err == nil && st.Mode().IsRegular() {
+			size = st.Size()
+		}
+		counts = append(counts, uint64(size/record.Size))
+		total += size
+	}
+	return counts, total
 }
 
 // reportOut is where the report goes: stderr, as valsort 1.5 prints it, for
