@@ -11,8 +11,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -230,4 +232,66 @@ func TestS3BadStoreFailsAtStart(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestS3KilledMidUploadLeavesNoPartialPartition: a worker process killed
+// while its partitions go up to S3 leaves its output prefix with no
+// partition.<n> and no marker — only whole staged objects under hidden
+// names — and, restarted, finishes the job: the outputs hold exactly the
+// input's records, sorted, and nothing staged.
+func TestS3KilledMidUploadLeavesNoPartialPartition(t *testing.T) {
+	b := newTestBucket(t)
+	rng := mrand.New(mrand.NewPCG(3, 4))
+	j := &job{t: t, root: t.TempDir()}
+	for i := range 6 {
+		data := recordtest.Random(rng, 4000+i*1000, recordtest.Options{ASCII: i%2 == 1})
+		for off := 0; off < len(data); off += record.Size {
+			j.sum.add(data[off : off+record.Size])
+		}
+		b.put(fmt.Sprintf("in/part-%d", i), data)
+	}
+	for w := range 3 {
+		j.workers = append(j.workers, &workerSpec{bind: fmt.Sprintf("127.0.0.%d", w+2), inputs: []string{b.url("in")},
+			out: b.url(fmt.Sprintf("out/w%d", w)), tmp: filepath.Join(j.root, fmt.Sprint("tmp", w)), extra: []string{"--share", fmt.Sprintf("%d/3", w)}})
+	}
+	j.master = startProc(t, "master", nil, "sort", "master", "3", "--heartbeat", "200ms", "--partition-size", "64KiB")
+	j.addr = j.master.waitLine(true, regexp.MustCompile(`^\S+:\d+$`), 30*time.Second).text
+	const victim = 1
+	v := j.startStopping(victim, "upload-partition", "Merging")
+	if err := v.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	v.wait(10 * time.Second)
+	prefix := fmt.Sprintf("out/w%d/", victim)
+	staged := 0
+	for _, k := range b.keys(prefix) {
+		if isPartitionName(k) || k == record.DoneMarker {
+			t.Fatalf("killed mid-upload, the output shows %s", k)
+		}
+		local, _ := filepath.Glob(filepath.Join(j.workers[victim].tmp, "*", "s3out", k))
+		if len(local) != 1 {
+			t.Fatalf("staged object %s has no local partition it came from", k)
+		}
+		fi, err := os.Stat(local[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := int64(len(b.get(prefix + k))); got != fi.Size() {
+			t.Fatalf("staged object %s is %d bytes, its partition %d: a partial object is visible", k, got, fi.Size())
+		}
+		staged++
+	}
+	if staged == 0 {
+		t.Fatal("no staged object up when the upload's fault point was reached")
+	}
+	j.startWorker(victim)
+	if code := j.master.wait(2 * time.Minute); code != 0 {
+		t.Fatalf("master exited %d", code)
+	}
+	for i, w := range j.workers {
+		if code := w.proc.wait(30 * time.Second); code != 0 {
+			t.Fatalf("worker %d exited %d", i, code)
+		}
+	}
+	checkOutput(t, b.download([]string{"out/w0/", "out/w1/", "out/w2/"}), j.sum)
 }
