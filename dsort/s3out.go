@@ -86,7 +86,7 @@ func (r *s3Output) commit(ctx context.Context, mk doneMarker, localDir string) e
 	err := par.Do(ctx, len(mk.Partitions), s3Parallel, func(ctx context.Context, i int) error {
 		p := mk.Partitions[i]
 		staged := stagedPrefix(mk.Job) + partitionName(p)
-		err := r.bs.Copy(ctx, staged, partitionName(p))
+		err := r.bs.Copy(ctx, staged, partitionName(p), mk.Bytes[i])
 		if errors.Is(err, provider.ErrNotFound) { // never went up (a predecessor's commit): from the local copy
 			err = r.bs.PutFile(ctx, partitionName(p), filepath.Join(localDir, staged))
 		}

@@ -499,9 +499,10 @@ func (b *BlobStore) PutFile(ctx context.Context, key, path string) error {
 	return nil
 }
 
-// Copy copies the blob under src to dst within the bucket, on the server
-// (a multipart copy past 5 GiB); dst appears only when complete.
-func (b *BlobStore) Copy(ctx context.Context, src, dst string) error {
+// Copy copies the blob under src, of size bytes, to dst within the
+// bucket, on the server (one request up to 5 GiB, a multipart copy past
+// it); dst appears only when complete.
+func (b *BlobStore) Copy(ctx context.Context, src, dst string, size int64) error {
 	so, err := b.object(src)
 	if err != nil {
 		return err
@@ -510,8 +511,12 @@ func (b *BlobStore) Copy(ctx context.Context, src, dst string) error {
 	if err != nil {
 		return err
 	}
-	_, err = b.cli.ComposeObject(ctx, minio.CopyDestOptions{Bucket: b.cfg.Bucket, Object: do},
-		minio.CopySrcOptions{Bucket: b.cfg.Bucket, Object: so})
+	dest, from := minio.CopyDestOptions{Bucket: b.cfg.Bucket, Object: do}, minio.CopySrcOptions{Bucket: b.cfg.Bucket, Object: so}
+	if size <= 5<<30 {
+		_, err = b.cli.CopyObject(ctx, dest, from)
+	} else {
+		_, err = b.cli.ComposeObject(ctx, dest, from)
+	}
 	if err != nil {
 		if isNotFound(err) {
 			return fmt.Errorf("%w: %s", provider.ErrNotFound, b.url(src))

@@ -261,3 +261,65 @@ func TestBadKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestRangesAndCopies: GetRange reads the bytes asked for (fewer at the
+// end), Copy copies whole objects, empty ones too, and a missing source is
+// ErrNotFound; Check tells a missing bucket and refused credentials apart.
+func TestRangesAndCopies(t *testing.T) {
+	ctx := t.Context()
+	bs := newTestStore(t, Config{Prefix: "p"})
+	data := bytes.Repeat([]byte("0123456789"), 700000) // 7 MB: past one part
+	if err := bs.Put(ctx, "a", bytes.NewReader(data)); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range [][2]int64{{0, 10}, {5, 3}, {6999990, 100}, {123456, 1 << 20}} {
+		rc, err := bs.GetRange(ctx, "a", r[0], r[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(rc)
+		rc.Close()
+		want := data[r[0]:min(int64(len(data)), r[0]+r[1])]
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("GetRange(%d, %d): %d bytes, %v; want %d", r[0], r[1], len(got), err, len(want))
+		}
+	}
+	if err := bs.Put(ctx, "empty", bytes.NewReader(nil)); err != nil {
+		t.Fatal(err)
+	}
+	for src, size := range map[string]int64{"a": int64(len(data)), "empty": 0} {
+		if err := bs.Copy(ctx, src, src+".copy", size); err != nil {
+			t.Fatalf("Copy %s: %v", src, err)
+		}
+		if n, ok, err := bs.Stat(ctx, src+".copy"); err != nil || !ok || n != size {
+			t.Fatalf("the copy of %s: %d bytes, %v, %v; want %d", src, n, ok, err, size)
+		}
+	}
+	if err := bs.Copy(ctx, "missing", "x", 1); !errors.Is(err, provider.ErrNotFound) {
+		t.Fatalf("Copy of a missing object: %v, want ErrNotFound", err)
+	}
+	if err := bs.Check(ctx); err != nil {
+		t.Fatalf("Check: %v", err)
+	}
+	cfg := bs.cfg
+	cfg.Bucket += "-missing"
+	cfg.CreateBucket = false
+	other, err := New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if err := other.Check(ctx); err == nil || !strings.Contains(err.Error(), "does not exist") {
+		t.Fatalf("Check of a missing bucket: %v", err)
+	}
+	cfg = bs.cfg
+	cfg.SecretKey, cfg.CreateBucket = "wrong", false
+	other2, err := New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other2.Close()
+	if err := other2.Check(ctx); err == nil || !strings.Contains(err.Error(), "refused the credentials") {
+		t.Fatalf("Check with a wrong secret: %v", err)
+	}
+}

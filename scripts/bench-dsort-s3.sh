@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# End-to-end benchmark of the distributed sort reading and writing S3 (MinIO on loopback),
+# against the same job on local files, in one run, the two alternating round by round.
+#
+#   scripts/bench-dsort-s3.sh [RECORDS] [ROUNDS] [OBJECTS] [WORKERS]
+#        (default 20000000 records = 2 GB as 64 objects, 3 rounds, 4 workers)
+#
+# The input: RECORDS gensort records written by `gantry gensort` as OBJECTS objects under
+# s3://<bucket>/in/ (a bucket of its own, removed at the end), and the same objects as
+# local files, OBJECTS/WORKERS per worker. S3 job: every worker gets -I s3://…/in and
+# --share i/WORKERS (the workers divide the objects by bytes) and -O s3://…/out/w<i>;
+# master start to the exit of the last process, which is after every partition is in S3
+# and committed. Each round's output is checked with `gantry valsort` reading S3, in the
+# master's worker order, against the input's checksum (`valsort --checksum-only` of the
+# input objects). Local job: the same records from local files into local dirs.
+# MinIO: $GANTRY_TEST_S3 (default 127.0.0.1:9000; started by scripts/services.sh),
+# credentials $AWS_ACCESS_KEY_ID/$AWS_SECRET_ACCESS_KEY (default the test MinIO's).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+N=${1:-20000000}
+ROUNDS=${2:-3}
+OBJ=${3:-64}
+W=${4:-4}
+EP=${GANTRY_TEST_S3:-127.0.0.1:9000}
+export AWS_ACCESS_KEY_ID=${AWS_ACCESS_KEY_ID:-gantry} AWS_SECRET_ACCESS_KEY=${AWS_SECRET_ACCESS_KEY:-gantry-secret}
+curl -fsS -m 2 "http://$EP/minio/health/live" >/dev/null || { echo "no S3 server at $EP: run scripts/services.sh" >&2; exit 1; }
+
+. scripts/lib/dsort.sh
+workdir bench-dsort-s3
+(cd bench && go build -o "$work/s3bucket" ./cmd/s3bucket)
+BUCKET=gantry-bench-$(od -An -N4 -tx1 /dev/urandom | tr -d ' \n')
+url() { echo "s3://$BUCKET/$1?endpoint=http://$EP"; }
+"$work/s3bucket" make "$(url '')"
+trap '"$work/s3bucket" remove "$(url "")" || true; _workdir_cleanup' EXIT
+
+echo "generating $N records as $OBJ objects…" >&2
+per=$((N / OBJ))
+for o in $(seq 0 $((OBJ - 1))); do
+	n=$per
+	[ "$o" -eq $((OBJ - 1)) ] && n=$((N - per * (OBJ - 1)))
+	w=$((o * W / OBJ))
+	mkdir -p "$work/w$w/in"
+	f="$work/w$w/in/obj$(printf %03d "$o")"
+	"$G" gensort -b$((o * per)) "$n" "$f" >/dev/null
+	"$G" gensort -b$((o * per)) "$n" "$(url "in/obj$(printf %03d "$o")")" >/dev/null &
+	[ $((o % 2)) -eq 1 ] && wait
+done
+wait
+in_sum=$("$G" valsort --checksum-only "$(url in)" 2>&1 | awk '/^Checksum/ {print $2}')
+local_sum=$("$G" valsort --checksum-only "$work"/w*/in 2>&1 | awk '/^Checksum/ {print $2}')
+[ -n "$in_sum" ] && [ "$in_sum" = "$local_sum" ] || { echo "input checksums differ: S3 $in_sum, local $local_sum" >&2; exit 1; }
+mkdir -p "$work/tmp"
+sync
+: >"$work/results"
+
+# run_job ROUND KIND: one job (KIND s3 or local), master start to last exit.
+run_job() {
+	local r=$1 kind=$2 l start end status=0 port i in out
+	l=$(load)
+	for i in $(seq 0 $((W - 1))); do rm -rf "$work/w$i/out"; done
+	sync
+	pids=()
+	start=$(date +%s.%N)
+	: >"$work/master.out"
+	"$G" sort master "$W" >"$work/master.out" 2>"$work/master.err" &
+	pids+=($!)
+	port=$(master_port)
+	for i in $(seq 0 $((W - 1))); do
+		if [ "$kind" = s3 ]; then
+			in=(-I "$(url in)" --share "$i/$W") out=$(url "out/w$i")
+		else
+			in=(-I "$work/w$i/in") out=$work/w$i/out
+		fi
+		"$G" sort worker "127.0.0.1:$port" --bind "127.0.0.$((i + 2))" "${in[@]}" -O "$out" --tmp "$work/tmp" 2>"$work/w$i.$kind.err" &
+		pids+=($!)
+	done
+	for p in "${pids[@]}"; do wait "$p" || status=$?; done
+	end=$(date +%s.%N)
+	pids=()
+	if [ "$status" -ne 0 ]; then
+		echo "$kind round $r failed (exit $status):" >&2
+		tail -20 "$work/master.err" >&2
+		exit 1
+	fi
+	echo "$kind $(awk -v s="$start" -v e="$end" 'BEGIN {printf "%.2f", e - s}') $l" >>"$work/results"
+	check "$kind"
+}
+
+# check KIND: valsort of the job's outputs in the master's worker order.
+check() {
+	local outs=() ip
+	for ip in $(sed -n 2p "$work/master.out" | tr -d ' ' | tr ',' ' '); do
+		if [ "$1" = s3 ]; then outs+=("$(url "out/w$((${ip##*.} - 2))")"); else outs+=("$work/w$((${ip##*.} - 2))/out"); fi
+	done
+	"$G" valsort "${outs[@]}" >"$work/valsort.out" 2>&1 || { cat "$work/valsort.out" >&2; exit 1; }
+	out_sum=$(awk '/^Checksum/ {print $2}' "$work/valsort.out")
+	[ "$in_sum" = "$out_sum" ] || { echo "$1: checksum mismatch: input $in_sum, output $out_sum" >&2; exit 1; }
+}
+
+for r in $(seq "$ROUNDS"); do
+	echo "round $r/$ROUNDS" >&2
+	if [ $((r % 2)) -eq 1 ]; then run_job "$r" s3; run_job "$r" local; else run_job "$r" local; run_job "$r" s3; fi
+done
+
+s=$(grep '^s3 ' "$work/results" | awk '{print $2}' | median)
+l=$(grep '^local ' "$work/results" | awk '{print $2}' | median)
+echo
+echo "$N records ($((N / 10000000)).$((N / 1000000 % 10)) GB) as $OBJ objects on $W workers, $ROUNDS rounds, $(nproc) CPUs, $(date -u +%F); every output valsorted with the input's checksum $in_sum"
+printf "%-22s %9s   %s\n" "" median "all runs (seconds, load before)"
+printf "%-22s %9.2f   %s\n" "S3 in, S3 out" "$s" "$(grep '^s3 ' "$work/results" | awk '{printf "%s (%s) ", $2, $3}')"
+printf "%-22s %9.2f   %s\n" "local files" "$l" "$(grep '^local ' "$work/results" | awk '{printf "%s (%s) ", $2, $3}')"
+echo "S3 costs $(awk -v a="$s" -v b="$l" 'BEGIN {printf "%.2f", a / b}')x the local job"
