@@ -20,12 +20,14 @@
 // A Worker (worker.go: WorkerConfig, Run, registration) is a phase runner
 // over small parts, each with explicit inputs and outputs:
 //
-//	workDir      workdir.go   the locked temp dir: runs/, recv/, the state file
+//	workDir      workdir.go   the locked temp dir: runs/, recv/, s3in/, s3out/, the state file
+//	s3Inputs     s3in.go      -I s3://… (and --share K/N) → local copies in s3in/, before sampling
 //	sorter       sorter.go    inputs + memoryPlan → runs, cut at the boundaries (sortedInput)
 //	pieceServer  serve.go     sortedInput → ShuffleData streams for the partitions' owners
 //	fetcher      fetch.go     peer table → this worker's pieces, committed under recv/
 //	merger       merge.go     own runs + received pieces → staged partition files
 //	output       output.go    staged partitions → partition.<n> and the done marker
+//	s3Output     s3out.go     -O s3://…: staged partitions uploaded, committed by server-side copies
 //	heartbeater  supervise.go state and progress → the master; the job's end or a lost master
 //
 // runPhases (phases.go) chains the seed's phases, waiting between them for

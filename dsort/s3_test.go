@@ -146,6 +146,7 @@ func TestS3JobDividesObjectsByShare(t *testing.T) {
 		b.put(fmt.Sprintf("in/obj%02d", i), data)
 	}
 	b.put("other/not-mine", recordtest.Random(rng, 10, recordtest.Options{})) // beside the prefix: not input
+	b.put("in/.hidden", []byte("not input either"))
 	root := t.TempDir()
 	var wcfgs []WorkerConfig
 	var outs []string

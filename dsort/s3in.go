@@ -24,7 +24,8 @@ import (
 )
 
 // S3 inputs. An -I s3://bucket/prefix?endpoint=… stands for every object
-// under the prefix, in key order, as a directory stands for its files. The
+// under the prefix, in key order, as a directory stands for its files (but
+// hidden names: hiddenKey). The
 // objects are downloaded ("staged") into the worker's temp dir before it
 // samples, and the sort runs on the local copies exactly as on local input:
 //
@@ -181,8 +182,8 @@ func (s *s3Inputs) list(ctx context.Context) ([]s3Object, error) {
 		}
 		slices.SortFunc(blobs, func(a, b provider.BlobInfo) int { return strings.Compare(a.Key, b.Key) })
 		for _, b := range blobs {
-			if strings.HasSuffix(b.Key, "/") {
-				continue // a "folder" marker
+			if hiddenKey(b.Key) {
+				continue // a "folder" marker, a done marker, a sort's staged upload
 			}
 			if !s.format.lines() && b.Size%record.Size != 0 {
 				return nil, fmt.Errorf("%w: %s is %d bytes, not a whole number of %d-byte records",
@@ -192,6 +193,20 @@ func (s *s3Inputs) list(ctx context.Context) ([]s3Object, error) {
 		}
 	}
 	return out, nil
+}
+
+// hiddenKey reports whether an object is not input: a "folder" marker, or
+// a name with a part that starts with "." (as `gantry valsort` skips them).
+func hiddenKey(key string) bool {
+	if strings.HasSuffix(key, "/") {
+		return true
+	}
+	for part := range strings.SplitSeq(key, "/") {
+		if strings.HasPrefix(part, ".") {
+			return true
+		}
+	}
+	return false
 }
 
 // cut returns the pieces of objs that make up the worker's share.

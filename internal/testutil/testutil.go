@@ -12,8 +12,8 @@
 // records.go (WriteRecords, test data written to a file; record/recordtest makes random
 // records, above internal/ since it needs record), redis.go
 // (RedisServer, a redis-server of one test's own to stop, kill or restart loading, and
-// RedisCommand, one command spoken in RESP) and sentinel.go (StartSentinel, a Redis
-// Sentinel of one test's own).
+// RedisCommand, one command spoken in RESP), sentinel.go (StartSentinel, a Redis
+// Sentinel of one test's own) and s3.go (S3Endpoint, the test MinIO, started if down).
 package testutil
 
 import (

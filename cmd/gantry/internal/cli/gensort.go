@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 
 	"github.com/spf13/cobra"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/gantryhq/gantry/internal/progress"
 	"github.com/gantryhq/gantry/record"
+	"github.com/gantryhq/gantry/workspace/provider/s3"
 )
 
 // gensortOptions are the flags of `gantry gensort`.
@@ -30,7 +32,7 @@ type gensortOptions struct {
 func newGensortCmd(env *Env) *cobra.Command {
 	var o gensortOptions
 	cmd := &cobra.Command{
-		Use:   "gensort [-a] [-s] [-c] [-b N] [--parts K] NUM_RECORDS FILE",
+		Use:   "gensort [-a] [-s] [-c] [-b N] [--parts K] NUM_RECORDS FILE|S3URL",
 		Short: "Generate sort benchmark records, byte-identical to gensort 1.5",
 		Long: `Generate NUM_RECORDS 100-byte records into FILE, byte for byte what
 gensort 1.5 writes for the same flags: binary records by default, printable
@@ -43,13 +45,21 @@ consecutive ranges (as if each were made with its own -b), a ready input for a
 multi-file sort. -c prints the checksum of all records to stderr, in gensort's
 form.
 
+FILE may be an object in an S3-compatible store (MinIO, AWS S3):
+s3://bucket/[prefix/]name?endpoint=http://host:port (add &create=true to make
+a missing bucket). Each file is generated in $TMPDIR, uploaded and removed, so
+the object appears only when complete; --parts K writes the objects name.0000,
+name.0001, … beside it. Credentials come from AWS_ACCESS_KEY_ID and
+AWS_SECRET_ACCESS_KEY.
+
 Output is gensort 1.5's, byte for byte: nothing on stdout, and on stderr only
 the -c checksum. A progress bar and a speed line are added when stderr is a
 terminal, or anywhere with -v.`,
 		Example: `  gantry gensort 10000000 input.bin          # 1 GB of binary records 0..9999999
   gantry gensort -a 1000000 input.txt        # ASCII records (for GNU sort, or any line tool)
   gantry gensort -b2000 -c 1000 part2        # records 2000..2999, checksum on stderr
-  gantry gensort -s --parts 8 1000000 in/f   # skewed keys in in/f.0000 … in/f.0007`,
+  gantry gensort -s --parts 8 1000000 in/f   # skewed keys in in/f.0000 … in/f.0007
+  gantry gensort --parts 64 20000000 's3://data/in/f?endpoint=http://127.0.0.1:9000'  # objects in/f.0000 … in/f.0063`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.partsSet = cmd.Flags().Changed("parts")
@@ -105,16 +115,33 @@ func (o gensortOptions) plan(countArg, file string) (gensortPlan, error) {
 	return pl, nil
 }
 
-// runGensort is `gantry gensort`: countArg records into file (or its parts).
+// runGensort is `gantry gensort`: countArg records into file (or its
+// parts), or into S3 objects when file is an s3:// URL.
 func runGensort(ctx context.Context, env *Env, o gensortOptions, countArg, file string) error {
 	pl, err := o.plan(countArg, file)
 	if err != nil {
 		return err
 	}
+	write := func(ctx context.Context, i int, progress func(int64)) (record.Checksum, error) {
+		return record.GenerateFile(ctx, pl.paths[i], pl.firsts[i], pl.counts[i], o.gen, o.workers, progress)
+	}
+	if isS3URL(file) {
+		bs, keys, err := openGensortObjects(ctx, file, o)
+		if err != nil {
+			return err
+		}
+		defer bs.Close()
+		for i, k := range keys {
+			pl.paths[i] = bs.URL(k)
+		}
+		write = func(ctx context.Context, i int, progress func(int64)) (record.Checksum, error) {
+			return generateObject(ctx, bs, keys[i], pl.firsts[i], pl.counts[i], o, progress)
+		}
+	}
 	p := progress.Start(speedOut(env, o.verbose, o.quiet), "gensort", int64(pl.total)*record.Size, progress.Bytes)
 	var total record.Checksum
 	for i, path := range pl.paths {
-		s, err := record.GenerateFile(ctx, path, pl.firsts[i], pl.counts[i], o.gen, o.workers, p.Add)
+		s, err := write(ctx, i, p.Add)
 		if err != nil {
 			p.Abort()
 			if ctx.Err() != nil {
@@ -129,6 +156,46 @@ func runGensort(ctx context.Context, env *Env, o gensortOptions, countArg, file 
 		fmt.Fprintln(env.Stderr, total)
 	}
 	return nil
+}
+
+// openGensortObjects opens the store of gensort's s3:// output URL, which
+// names an object (s3://bucket/[prefix/]name?endpoint=…), and returns the
+// keys to write in it: name, or with --parts name.0000, name.0001, ….
+func openGensortObjects(ctx context.Context, url string, o gensortOptions) (*s3.BlobStore, []string, error) {
+	bs, name, err := openS3Parent(ctx, url)
+	if err != nil {
+		return nil, nil, err
+	}
+	if name == "" {
+		bs.Close()
+		return nil, nil, fmt.Errorf("%s names no object: want s3://bucket/[prefix/]name?endpoint=http://host:port", url)
+	}
+	keys := []string{name}
+	if o.partsSet {
+		keys = record.PartPaths(name, o.parts)
+	}
+	return bs, keys, nil
+}
+
+// generateObject writes count records from record first to the object key of
+// bs: into a temporary file (in $TMPDIR) as gensort writes a file, which is
+// then uploaded (in parallel parts; the object appears only when complete)
+// and removed.
+func generateObject(ctx context.Context, bs *s3.BlobStore, key string, first, count uint64, o gensortOptions, progress func(int64)) (record.Checksum, error) {
+	dir, err := os.MkdirTemp("", "gantry-gensort-")
+	if err != nil {
+		return record.Checksum{}, err
+	}
+	defer os.RemoveAll(dir)
+	tmp := filepath.Join(dir, filepath.Base(key))
+	sum, err := record.GenerateFile(ctx, tmp, first, count, o.gen, o.workers, progress)
+	if err != nil {
+		return record.Checksum{}, err
+	}
+	if err := bs.PutFile(ctx, key, tmp); err != nil {
+		return record.Checksum{}, err
+	}
+	return sum, nil
 }
 
 // speedOut is where gensort and valsort print progress and their speed line:

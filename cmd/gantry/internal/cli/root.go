@@ -9,6 +9,7 @@
 //	root.go         Execute, the root command (--log-level, --cpuprofile), gantry version
 //	gensort.go      gantry gensort                      (record: generate gensort 1.5 records)
 //	valsort.go      gantry valsort                      (record: validate records or summaries)
+//	valsort_s3.go   s3:// arguments of gantry valsort and gensort: objects in a store
 //	sort.go         gantry sort, gantry sort local      (extsort: sort on one machine)
 //	dsort.go        gantry sort master|worker|status    (dsort: sort over many machines)
 //	sched.go        gantry sched bench                  (sched: the scheduler's benchmark table)

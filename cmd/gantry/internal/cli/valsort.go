@@ -81,7 +81,7 @@ is a terminal, or anywhere with -v.`,
 	f.BoolVarP(&o.summaries, "summaries", "s", false, "arguments are summary files from -o, validated in order")
 	f.BoolVar(&o.checksumOnly, "checksum-only", false, "count records and sum checksums without checking order")
 	f.BoolVar(&o.allowEmpty, "allow-empty", false, "accept input with no records (valsort refuses it)")
-	f.IntVarP(&o.workers, "threads", "t", 0, "`N` validator goroutines (0 = one per core)")
+	f.IntVarP(&o.workers, "threads", "t", 0, "`N` validator goroutines, and S3 objects read at once (0 = one per core)")
 	f.BoolVarP(&o.verbose, "verbose", "v", false, "progress and a speed line on stderr even when it is not a terminal")
 	return cmd
 }
