@@ -36,6 +36,10 @@ type merger struct {
 	// in this job (set by the shuffle, before any merge): not merged again.
 	inherited map[int]bool
 
+	// staged, when set, is called with each partition once it is staged
+	// (an S3 output starts its upload).
+	staged func(p int)
+
 	mu      sync.Mutex // protects removed and the removal of pieces
 	removed int64      // bytes of the pieces removed once merged
 }
@@ -82,6 +86,9 @@ func (m *merger) partition(ctx context.Context, p int, progress func(int64)) err
 		return fmt.Errorf("dsort: merge partition %d: %w", p, err)
 	}
 	m.removePieces(pieces)
+	if m.staged != nil {
+		m.staged(p)
+	}
 	return nil
 }
 

@@ -85,11 +85,7 @@ func (o output) prepare(job string, keep bool) error {
 		return fmt.Errorf("dsort: output dir: %w", err)
 	}
 	if o.remote != nil {
-		ctx, cancel := s3ctx()
-		defer cancel()
-		if err := o.remote.prepare(ctx, job); err != nil {
-			return err
-		}
+		o.remote.prepare(job)
 	}
 	if !keep {
 		return removeStaged(o.dir, ".gantry-dsort-")
@@ -137,8 +133,8 @@ func (o output) discard(job string) {
 	if o.remote != nil {
 		ctx, cancel := s3ctx()
 		defer cancel()
-		if err := o.remote.removeStaged(ctx, stagedPrefix(job)); err != nil {
-			o.logger.Warn("removing the aborted job's staged partitions", "output", o.remote.url, "err", err)
+		if err := o.remote.discard(ctx, job); err != nil {
+			o.logger.Warn("aborting the failed job's uploads", "output", o.remote.url, "err", err)
 		}
 	}
 }

@@ -231,6 +231,10 @@ func (w *Worker) sortPhase(ctx context.Context, asg assignment) (*sortedJob, err
 	w.pieces.ready(&pieceSource{format: w.format, sorted: sorted, layout: layout, epoch: asg.epoch, memory: plan.serve}, w.cores)
 	job := &sortedJob{layout: layout, plan: plan, sorted: sorted,
 		merger: &merger{format: w.format, layout: layout, own: sorted, dir: w.dir, out: w.out, job: asg.jobID, memory: plan.merge, mapPieces: plan.keep}}
+	if r := w.out.remote; r != nil { // each partition goes up as soon as it is merged
+		sem := make(chan struct{}, s3Parallel)
+		job.merger.staged = func(p int) { r.staged(ctx, sem, p) }
+	}
 	return job, w.track.start(WaitingForShuffleSignal, "sorting complete, waiting for signal", 0)
 }
 
@@ -277,16 +281,19 @@ func (w *Worker) mergePhase(ctx context.Context, job *sortedJob, early *earlyMer
 	return w.upload(ctx)
 }
 
-// upload puts the staged partitions up to an S3 output before the worker
-// reports Completed (s3out.go): the job succeeds only once every output is
-// whole where its reader will find it.
+// upload waits until every staged partition is up, pending, in an S3
+// output before the worker reports Completed (s3out.go): the commit then
+// only completes the uploads. Most went up as they were merged.
 func (w *Worker) upload(ctx context.Context) error {
 	if w.out.remote == nil {
 		return nil
 	}
 	start := time.Now()
 	job := w.assigned().jobID
-	sent, err := w.out.remote.upload(ctx, w.out.dir, job, w.out.staged(job), func() { w.fault(ctx, "upload-partition") })
+	sent, err := w.out.remote.finish(ctx, w.out.staged(job), func() { w.fault(ctx, "upload-partition") })
+	if err == nil {
+		err = ctx.Err() // interrupted at the fault point: not Completed
+	}
 	if err != nil {
 		return err
 	}

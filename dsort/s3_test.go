@@ -87,6 +87,20 @@ func (b *testBucket) get(key string) []byte {
 	return data
 }
 
+// pending counts the multipart uploads not completed of the keys.
+func (b *testBucket) pending(keys ...string) int {
+	b.t.Helper()
+	n := 0
+	for _, k := range keys {
+		ids, err := b.bs.PendingUploadsOf(b.t.Context(), k)
+		if err != nil {
+			b.t.Fatal(err)
+		}
+		n += len(ids)
+	}
+	return n
+}
+
 // keys lists the keys under prefix (relative to it).
 func (b *testBucket) keys(prefix string) []string {
 	b.t.Helper()
@@ -236,10 +250,10 @@ func TestS3BadStoreFailsAtStart(t *testing.T) {
 }
 
 // TestS3KilledMidUploadLeavesNoPartialPartition: a worker process killed
-// while its partitions go up to S3 leaves its output prefix with no
-// partition.<n> and no marker — only whole staged objects under hidden
-// names — and, restarted, finishes the job: the outputs hold exactly the
-// input's records, sorted, and nothing staged.
+// while its partitions go up to S3 leaves nothing visible in its output
+// prefix — its uploads are pending, not completed — and, restarted,
+// finishes the job: the outputs hold exactly the input's records, sorted,
+// and no upload is left pending.
 func TestS3KilledMidUploadLeavesNoPartialPartition(t *testing.T) {
 	b := newTestBucket(t)
 	rng := mrand.New(mrand.NewPCG(3, 4))
@@ -264,26 +278,16 @@ func TestS3KilledMidUploadLeavesNoPartialPartition(t *testing.T) {
 	}
 	v.wait(10 * time.Second)
 	prefix := fmt.Sprintf("out/w%d/", victim)
-	staged := 0
-	for _, k := range b.keys(prefix) {
-		if isPartitionName(k) || k == record.DoneMarker {
-			t.Fatalf("killed mid-upload, the output shows %s", k)
-		}
-		local, _ := filepath.Glob(filepath.Join(j.workers[victim].tmp, "*", "s3out", k))
-		if len(local) != 1 {
-			t.Fatalf("staged object %s has no local partition it came from", k)
-		}
-		fi, err := os.Stat(local[0])
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := int64(len(b.get(prefix + k))); got != fi.Size() {
-			t.Fatalf("staged object %s is %d bytes, its partition %d: a partial object is visible", k, got, fi.Size())
-		}
-		staged++
+	if keys := b.keys(prefix); len(keys) != 0 {
+		t.Fatalf("killed mid-upload, the output shows %q; want nothing before the commit", keys)
 	}
-	if staged == 0 {
-		t.Fatal("no staged object up when the upload's fault point was reached")
+	var keys []string // the victim's partitions
+	staged, _ := filepath.Glob(filepath.Join(j.workers[victim].tmp, "*", "s3out", ".gantry-dsort-*"+record.PartitionPrefix+"*"))
+	for _, f := range staged {
+		keys = append(keys, prefix+record.PartitionPrefix+f[strings.LastIndex(f, ".")+1:])
+	}
+	if b.pending(keys...) == 0 {
+		t.Fatalf("no pending upload of %q when the upload's fault point was reached", keys)
 	}
 	j.startWorker(victim)
 	if code := j.master.wait(2 * time.Minute); code != 0 {
@@ -295,4 +299,87 @@ func TestS3KilledMidUploadLeavesNoPartialPartition(t *testing.T) {
 		}
 	}
 	checkOutput(t, b.download([]string{"out/w0/", "out/w1/", "out/w2/"}), j.sum)
+	for w := range 3 {
+		for _, k := range b.keys(fmt.Sprintf("out/w%d/", w)) {
+			if n := b.pending(fmt.Sprintf("out/w%d/%s", w, k)); n != 0 {
+				t.Fatalf("%d uploads of out/w%d/%s left pending after the job", n, w, k)
+			}
+		}
+	}
+	if n := b.pending(keys...); n != 0 {
+		t.Fatalf("%d uploads of the victim's partitions left pending after the job", n)
+	}
+}
+
+// TestS3FailedJobLeavesThePreviousOutput: a job that fails after its
+// partitions went up (pending) leaves the S3 outputs of the job before it
+// as they were — its marker and partitions — and no upload pending.
+func TestS3FailedJobLeavesThePreviousOutput(t *testing.T) {
+	b := newTestBucket(t)
+	rng := mrand.New(mrand.NewPCG(5, 6))
+	put := func(prefix string, n int) dataSum {
+		var sum dataSum
+		for i := range 2 {
+			data := recordtest.Random(rng, n, recordtest.Options{})
+			for off := 0; off < len(data); off += record.Size {
+				sum.add(data[off : off+record.Size])
+			}
+			b.put(fmt.Sprintf("%s/obj%d", prefix, i), data)
+		}
+		return sum
+	}
+	first, _ := put("in1", 3000), put("in2", 5000)
+	root := t.TempDir()
+	cfgs := func(in string) []WorkerConfig {
+		var out []WorkerConfig
+		for w := range 2 {
+			out = append(out, WorkerConfig{Inputs: []string{b.url(in)}, Share: Share{w, 2}, Output: b.url(fmt.Sprintf("out/w%d", w)),
+				Memory: 32 << 20, TempDir: filepath.Join(root, fmt.Sprint("tmp", w))})
+		}
+		return out
+	}
+	c := startCluster(t, t.Context(), MasterConfig{Workers: 2, HeartbeatInterval: 100 * time.Millisecond}, cfgs("in1"))
+	c.mustSucceed(t)
+	outs := []string{"out/w0/", "out/w1/"}
+	before := map[string][]byte{}
+	for _, o := range outs {
+		for _, k := range b.keys(o) {
+			before[o+k] = b.get(o + k)
+		}
+	}
+	// The second job: worker 0 is interrupted once its partitions are up.
+	second := cfgs("in2")
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	second[0].FaultHook = func(fctx context.Context, point string) {
+		if point == "upload-partition" {
+			cancel()
+			<-fctx.Done()
+		}
+	}
+	c = startCluster(t, t.Context(), MasterConfig{Workers: 2, HeartbeatInterval: 100 * time.Millisecond}, nil)
+	c.startWorker(t, ctx, second[0])
+	c.startWorker(t, t.Context(), second[1])
+	werrs, merr := c.wait(t)
+	if merr == nil || werrs[0] == nil {
+		t.Fatalf("the second job succeeded (master %v, workers %v); want it failed", merr, werrs)
+	}
+	after := map[string][]byte{}
+	for _, o := range outs {
+		for _, k := range b.keys(o) {
+			after[o+k] = b.get(o + k)
+			if n := b.pending(o + k); n != 0 {
+				t.Errorf("%d uploads of %s left pending by the failed job", n, o+k)
+			}
+		}
+	}
+	if len(after) != len(before) {
+		t.Fatalf("after the failed job the outputs hold %d objects, before it %d", len(after), len(before))
+	}
+	for k, v := range before {
+		if !bytes.Equal(after[k], v) {
+			t.Fatalf("the failed job changed %s", k)
+		}
+	}
+	checkOutput(t, b.download(outs), first)
 }

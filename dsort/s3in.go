@@ -415,7 +415,7 @@ func (w *Worker) openS3(ctx context.Context) error {
 			in.closeStores()
 			return err
 		}
-		w.out.remote = &s3Output{url: w.cfg.Output, bs: bs}
+		w.out.remote = &s3Output{url: w.cfg.Output, bs: bs, dir: w.out.dir}
 	}
 	if len(in.stores) == 0 {
 		return nil

@@ -10,85 +10,204 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/gantryhq/gantry/internal/fsutil"
 	"github.com/gantryhq/gantry/internal/par"
 	"github.com/gantryhq/gantry/record"
-	"github.com/gantryhq/gantry/workspace/provider"
 	"github.com/gantryhq/gantry/workspace/provider/s3"
 )
 
 // S3 output. An -O s3://bucket/prefix?endpoint=… is this worker's output
 // "directory" in a bucket, as a local -O is: give each worker its own
 // prefix. The merge writes the partitions into <workDir>/s3out as it does
-// into a local output dir; then the partitions go up under the same staged
-// names a local dir would hold them under, and the commit makes them the
-// output with the local commit's steps:
+// into a local output dir; each one, as soon as it is merged, goes up as
+// the parts of a multipart upload of partition.<p> that is left pending —
+// nothing is visible until it is completed — and the commit completes them
+// (no data is copied):
 //
 //	merge   → <workDir>/s3out/.gantry-dsort-<job>.partition.<p>   (local, hidden)
-//	upload  → <prefix>/.gantry-dsort-<job>.partition.<p>          (before Completed;
-//	          multipart: visible only when whole)
-//	commit  → old marker deleted; each staged object copied on the server to
-//	          partition.<p> (an object appears only when whole); old partitions
-//	          not in the new set deleted; marker written last; staged objects deleted
-//	abort   → staged objects deleted; the previous output stays as it was
+//	upload  → pending multipart upload of <prefix>/partition.<p>, recorded in
+//	          <workDir>/s3out/.uploads-<job>.json (all up before Completed)
+//	commit  → old marker deleted; each upload completed (the object appears
+//	          whole); old partitions not in the new set deleted; marker last
+//	abort   → the uploads aborted; the previous output stays as it was
 //
 // So no reader ever sees part of a partition, a prefix whose marker is
 // there holds exactly the partitions the marker names, and a job that
-// fails leaves the previous output whole.
+// fails leaves the previous output whole. A restarted process of the
+// worker in the same job reuses the uploads its predecessor recorded and
+// aborts any other pending upload of a partition it puts up (a killed
+// one's). Uploads of an abandoned prefix stay pending until the bucket's
+// lifecycle rule (AbortIncompleteMultipartUpload) drops them.
 
 // s3Output is the remote side of an output.
 type s3Output struct {
 	url string
 	bs  *s3.BlobStore
+	dir string // the local staging dir: the journal lives there
+
+	mu      sync.Mutex
+	job     string
+	pending map[int]s3.PendingUpload // the job's uploads, by partition (the journal)
+	running sync.WaitGroup           // uploads started as partitions were merged
+	failed  error                    // the first of them that failed
+	sent    atomic.Int64
 }
 
-// s3Parallel is how many partitions go up (or are copied) at once.
+// s3Parallel is how many partitions go up (or are completed) at once.
 const s3Parallel = 4
 
-// upload puts job's staged partitions in dir up under their staged names,
-// skipping those a predecessor of this worker already put up whole.
-// After the first one, it calls fault (the fault point "upload-partition").
-func (r *s3Output) upload(ctx context.Context, dir, job string, staged map[int]bool, fault func()) (int64, error) {
-	parts := sortedKeys(staged)
-	var sent atomic.Int64
-	err := par.Do(ctx, len(parts), s3Parallel, func(ctx context.Context, i int) error {
-		name := stagedPrefix(job) + partitionName(parts[i])
-		fi, err := os.Stat(filepath.Join(dir, name))
-		if err != nil {
-			return fmt.Errorf("dsort: upload: %w", err)
-		}
-		if size, ok, err := r.bs.Stat(ctx, name); err == nil && ok && size == fi.Size() {
-			return nil // up already: an object is visible only whole
-		}
-		if err := r.bs.PutFile(ctx, name, filepath.Join(dir, name)); err != nil {
-			return fmt.Errorf("dsort: upload: %w", err)
-		}
-		if sent.Add(fi.Size()) == fi.Size() {
-			fault()
-		}
-		return nil
-	})
-	return sent.Load(), err
+func (r *s3Output) journal(job string) string { return filepath.Join(r.dir, ".uploads-"+job+".json") }
+
+// load reads job's journal (none: no uploads).
+func (r *s3Output) load(job string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.job, r.pending = job, map[int]s3.PendingUpload{}
+	if data, err := os.ReadFile(r.journal(job)); err == nil {
+		json.Unmarshal(data, &r.pending)
+	}
 }
 
-// commit makes job's staged objects the output. bytes are the partitions'
-// sizes. Run again after a crash, it finishes what the crash left: the
-// marker is written only once every partition is in place.
+// record adds partition p's upload to the journal.
+func (r *s3Output) record(p int, u s3.PendingUpload) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.pending[p] = u
+	data, _ := json.Marshal(r.pending)
+	if err := fsutil.WriteFileAtomic(r.journal(r.job), data, 0o644); err != nil {
+		return fmt.Errorf("dsort: upload journal: %w", err)
+	}
+	return nil
+}
+
+// prepare makes job's journal the worker's (earlier jobs' are dropped;
+// their uploads, if not aborted, are aborted as their keys are written).
+func (r *s3Output) prepare(job string) {
+	r.load(job)
+	olds, _ := filepath.Glob(filepath.Join(r.dir, ".uploads-*.json"))
+	for _, j := range olds {
+		if j != r.journal(job) {
+			os.Remove(j)
+		}
+	}
+}
+
+// abortOrphans aborts the pending uploads of key other than keep: a killed
+// process's, an earlier job's.
+func (r *s3Output) abortOrphans(ctx context.Context, key, keep string) error {
+	ids, err := r.bs.PendingUploadsOf(ctx, key)
+	if err != nil {
+		return fmt.Errorf("dsort: upload: %w", err)
+	}
+	for _, id := range ids {
+		if id != keep {
+			if err := r.bs.AbortUpload(ctx, key, id); err != nil {
+				return fmt.Errorf("dsort: upload: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// uploadOne puts partition p's staged file up as a pending upload, unless
+// the journal has it up already.
+func (r *s3Output) uploadOne(ctx context.Context, p int) error {
+	path := filepath.Join(r.dir, stagedPrefix(r.job)+partitionName(p))
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("dsort: upload: %w", err)
+	}
+	r.mu.Lock()
+	u, ok := r.pending[p]
+	r.mu.Unlock()
+	if ok && u.Size == fi.Size() {
+		return nil
+	}
+	if err := r.abortOrphans(ctx, partitionName(p), ""); err != nil {
+		return err
+	}
+	if u, err = r.bs.StartUpload(ctx, partitionName(p), path); err != nil {
+		return fmt.Errorf("dsort: upload: %w", err)
+	}
+	r.sent.Add(fi.Size())
+	return r.record(p, u)
+}
+
+// staged starts partition p's upload in the background (s3Parallel at a
+// time): the merge calls it as each partition is written.
+func (r *s3Output) staged(ctx context.Context, sem chan struct{}, p int) {
+	r.running.Go(func() {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		defer func() { <-sem }()
+		if err := r.uploadOne(ctx, p); err != nil {
+			r.mu.Lock()
+			if r.failed == nil {
+				r.failed = err
+			}
+			r.mu.Unlock()
+		}
+	})
+}
+
+// finish waits for the uploads started as partitions were merged and puts
+// up the staged partitions still missing (a predecessor's, a failed one);
+// after the first it calls fault ("upload-partition"). It returns the
+// bytes sent.
+func (r *s3Output) finish(ctx context.Context, staged map[int]bool, fault func()) (int64, error) {
+	r.running.Wait()
+	r.mu.Lock()
+	failed := r.failed
+	r.mu.Unlock()
+	if failed != nil && ctx.Err() == nil {
+		return r.sent.Load(), failed
+	}
+	parts := sortedKeys(staged)
+	err := par.Do(ctx, len(parts), s3Parallel, func(ctx context.Context, i int) error {
+		return r.uploadOne(ctx, parts[i])
+	})
+	if err == nil && len(parts) > 0 {
+		fault()
+	}
+	return r.sent.Load(), err
+}
+
+// commit completes the uploads as the output mk describes. Run again after
+// a crash, it finishes what the crash left: a partition whose upload is
+// gone goes up again, whole, from the local copy in localDir; the marker
+// is written only once every partition is in place.
 func (r *s3Output) commit(ctx context.Context, mk doneMarker, localDir string) error {
 	if prev, err := r.marker(ctx); err == nil && prev.Job == mk.Job && slices.Equal(prev.Partitions, mk.Partitions) {
-		return r.removeStaged(ctx, stagedPrefix(mk.Job)) // committed: only the staged objects were left
+		os.Remove(r.journal(mk.Job))
+		return nil // committed
+	}
+	if r.job != mk.Job {
+		r.load(mk.Job) // a predecessor's uploads (alreadySucceeded)
 	}
 	if err := r.bs.Delete(ctx, record.DoneMarker); err != nil {
 		return fmt.Errorf("dsort: commit output: %w", err)
 	}
 	err := par.Do(ctx, len(mk.Partitions), s3Parallel, func(ctx context.Context, i int) error {
 		p := mk.Partitions[i]
-		staged := stagedPrefix(mk.Job) + partitionName(p)
-		err := r.bs.Copy(ctx, staged, partitionName(p), mk.Bytes[i])
-		if errors.Is(err, provider.ErrNotFound) { // never went up (a predecessor's commit): from the local copy
-			err = r.bs.PutFile(ctx, partitionName(p), filepath.Join(localDir, staged))
+		r.mu.Lock()
+		u, ok := r.pending[p]
+		r.mu.Unlock()
+		err := errors.New("no upload recorded")
+		if ok && u.Size == mk.Bytes[i] {
+			err = r.bs.CompleteUpload(ctx, u)
+		}
+		if err != nil && !errors.Is(err, s3.ErrUploadGone) && ok {
+			return err
+		}
+		if err != nil { // gone (completed by a predecessor's commit, or aborted) or never recorded
+			err = r.bs.PutFile(ctx, partitionName(p), filepath.Join(localDir, stagedPrefix(mk.Job)+partitionName(p)))
 		}
 		return err
 	})
@@ -102,7 +221,8 @@ func (r *s3Output) commit(ctx context.Context, mk doneMarker, localDir string) e
 	if err := r.bs.Put(ctx, record.DoneMarker, strings.NewReader(string(data)+"\n")); err != nil {
 		return fmt.Errorf("dsort: commit output: %w", err)
 	}
-	return r.removeStaged(ctx, stagedPrefix(mk.Job))
+	os.Remove(r.journal(mk.Job))
+	return nil
 }
 
 // removeOld deletes the partition objects that are not in keep.
@@ -121,36 +241,21 @@ func (r *s3Output) removeOld(ctx context.Context, keep []int) error {
 	return nil
 }
 
-// removeStaged deletes the staged objects whose names start with prefix.
-func (r *s3Output) removeStaged(ctx context.Context, prefix string) error {
-	blobs, err := r.bs.List(ctx, "")
-	if err != nil {
-		return fmt.Errorf("dsort: clean output: %w", err)
+// discard aborts job's uploads: the previous output stays as it was.
+func (r *s3Output) discard(ctx context.Context, job string) error {
+	r.running.Wait()
+	if r.job != job {
+		r.load(job)
 	}
-	for _, b := range blobs {
-		if strings.HasPrefix(b.Key, prefix) && strings.Contains(b.Key, "."+record.PartitionPrefix) {
-			if err := r.bs.Delete(ctx, b.Key); err != nil {
-				return fmt.Errorf("dsort: clean output: %w", err)
-			}
+	r.mu.Lock()
+	pending := r.pending
+	r.mu.Unlock()
+	for _, u := range pending {
+		if err := r.bs.AbortUpload(ctx, u.Key, u.UploadID); err != nil {
+			return err
 		}
 	}
-	return nil
-}
-
-// prepare deletes the staged objects of other jobs (earlier attempts).
-func (r *s3Output) prepare(ctx context.Context, job string) error {
-	blobs, err := r.bs.List(ctx, "")
-	if err != nil {
-		return fmt.Errorf("dsort: output: %w", err)
-	}
-	for _, b := range blobs {
-		if strings.HasPrefix(b.Key, ".gantry-dsort-") && !strings.HasPrefix(b.Key, stagedPrefix(job)) &&
-			strings.Contains(b.Key, "."+record.PartitionPrefix) {
-			if err := r.bs.Delete(ctx, b.Key); err != nil {
-				return fmt.Errorf("dsort: clean output: %w", err)
-			}
-		}
-	}
+	os.Remove(r.journal(job))
 	return nil
 }
 

@@ -41,6 +41,7 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
+	"github.com/gantryhq/gantry/internal/par"
 	"github.com/gantryhq/gantry/workspace/provider"
 )
 
@@ -532,4 +533,115 @@ func (b *BlobStore) RemoveBucket(ctx context.Context) error {
 		return b.wrap("remove bucket", "", err)
 	}
 	return nil
+}
+
+// PendingUpload is a multipart upload whose parts are all up but which is
+// not completed: nothing is visible under Key until CompleteUpload, and
+// AbortUpload drops it. A sort stages its partitions so and completes them
+// at commit, with no copy.
+type PendingUpload struct {
+	Key      string               `json:"key"`
+	UploadID string               `json:"upload_id,omitempty"` // "" for an empty file: one PUT at completion
+	Parts    []minio.CompletePart `json:"parts,omitempty"`
+	Size     int64                `json:"size"`
+}
+
+// StartUpload sends the file at path up as the parts of a new multipart
+// upload of key (PartSize each, 4 at once) and leaves it pending.
+func (b *BlobStore) StartUpload(ctx context.Context, key, path string) (PendingUpload, error) {
+	obj, err := b.object(key)
+	if err != nil {
+		return PendingUpload{}, err
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return PendingUpload{}, fmt.Errorf("s3: upload %s: %w", b.url(key), err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return PendingUpload{}, fmt.Errorf("s3: upload %s: %w", b.url(key), err)
+	}
+	u := PendingUpload{Key: key, Size: fi.Size()}
+	if u.Size == 0 {
+		return u, nil
+	}
+	core := minio.Core{Client: b.cli}
+	if u.UploadID, err = core.NewMultipartUpload(ctx, b.cfg.Bucket, obj, minio.PutObjectOptions{ContentType: "application/octet-stream"}); err != nil {
+		return u, b.wrap("start upload", key, err)
+	}
+	n := int((u.Size + int64(b.cfg.PartSize) - 1) / int64(b.cfg.PartSize))
+	u.Parts = make([]minio.CompletePart, n)
+	err = par.Do(ctx, n, 4, func(ctx context.Context, i int) error {
+		off := int64(i) * int64(b.cfg.PartSize)
+		size := min(int64(b.cfg.PartSize), u.Size-off)
+		p, err := core.PutObjectPart(ctx, b.cfg.Bucket, obj, u.UploadID, i+1, io.NewSectionReader(f, off, size), size, minio.PutObjectPartOptions{})
+		if err != nil {
+			return b.wrap(fmt.Sprintf("upload part %d of", i+1), key, err)
+		}
+		u.Parts[i] = minio.CompletePart{PartNumber: i + 1, ETag: p.ETag}
+		return nil
+	})
+	if err != nil {
+		core.AbortMultipartUpload(context.WithoutCancel(ctx), b.cfg.Bucket, obj, u.UploadID)
+		return PendingUpload{}, err
+	}
+	return u, nil
+}
+
+// ErrUploadGone: a pending upload is no longer on the server (completed or
+// aborted already).
+var ErrUploadGone = errors.New("s3: the pending upload is gone")
+
+// CompleteUpload makes the pending upload the blob under its key, whole.
+// An upload the server no longer has is ErrUploadGone.
+func (b *BlobStore) CompleteUpload(ctx context.Context, u PendingUpload) error {
+	obj, err := b.object(u.Key)
+	if err != nil {
+		return err
+	}
+	if u.UploadID == "" {
+		return b.Put(ctx, u.Key, strings.NewReader(""))
+	}
+	_, err = minio.Core{Client: b.cli}.CompleteMultipartUpload(ctx, b.cfg.Bucket, obj, u.UploadID, u.Parts, minio.PutObjectOptions{})
+	if minio.ToErrorResponse(err).Code == "NoSuchUpload" {
+		return fmt.Errorf("%w: %s (upload %s)", ErrUploadGone, b.url(u.Key), u.UploadID)
+	}
+	if err != nil {
+		return b.wrap("complete upload", u.Key, err)
+	}
+	return nil
+}
+
+// AbortUpload drops a pending upload; one already gone is not an error.
+func (b *BlobStore) AbortUpload(ctx context.Context, key, uploadID string) error {
+	obj, err := b.object(key)
+	if err != nil || uploadID == "" {
+		return err
+	}
+	err = minio.Core{Client: b.cli}.AbortMultipartUpload(ctx, b.cfg.Bucket, obj, uploadID)
+	if err != nil && minio.ToErrorResponse(err).Code != "NoSuchUpload" {
+		return b.wrap("abort upload", key, err)
+	}
+	return nil
+}
+
+// PendingUploadsOf lists the IDs of the multipart uploads of key not
+// completed. (The exact key: MinIO lists uploads by object name only, not
+// by prefix as AWS does.)
+func (b *BlobStore) PendingUploadsOf(ctx context.Context, key string) ([]string, error) {
+	obj, err := b.object(key)
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for u := range b.cli.ListIncompleteUploads(ctx, b.cfg.Bucket, obj, false) {
+		if u.Err != nil {
+			return nil, b.wrap("list uploads", key, u.Err)
+		}
+		if u.Key == obj {
+			ids = append(ids, u.UploadID)
+		}
+	}
+	return ids, nil
 }
