@@ -76,7 +76,11 @@ func (m *merger) partition(ctx context.Context, p int, progress func(int64)) err
 	// master has committed the job (output.commit).
 	// The output is written past the page cache (WriteAtomicDirect): it
 	// is not read again by this job, and must reach the disk anyway.
-	err := fsutil.WriteAtomicDirect(m.out.stagedPath(m.job, p), 0o644, func(f io.Writer) error {
+	write := fsutil.WriteAtomicDirect
+	if m.out.remote != nil {
+		write = fsutil.WriteAtomic // read again at once, by the upload: through the page cache
+	}
+	err := write(m.out.stagedPath(m.job, p), 0o644, func(f io.Writer) error {
 		if len(segs) == 0 {
 			return nil
 		}

@@ -18,7 +18,10 @@
 # MinIO writing every object synchronously to this machine's one disk would measure that
 # disk; its CPU is still this machine's, and the CPU seconds it used are printed. With
 # GANTRY_BENCH_S3=host:port, an existing server instead (credentials $AWS_ACCESS_KEY_ID/
-# $AWS_SECRET_ACCESS_KEY, default the test MinIO's).
+# $AWS_SECRET_ACCESS_KEY, default the test MinIO's). SPLIT=1 also runs, each round, S3 in
+# with local out and local in with S3 out; PROFILE=1 writes each worker's CPU profile
+# (KEEP=1 keeps them). Each result line in $work/results: kind, seconds, load before,
+# MinIO's CPU seconds, the workers' CPU seconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-20000000}
@@ -96,12 +99,10 @@ run_job() {
 	pids+=($!)
 	port=$(master_port)
 	for i in $(seq 0 $((W - 1))); do
-		if [ "$kind" = s3 ]; then
-			in=(-I "$(url in)" --share "$i/$W") out=$(url "out/w$i")
-		else
-			in=(-I "$work/w$i/in") out=$work/w$i/out
-		fi
-		"$G" sort worker "127.0.0.1:$port" --bind "127.0.0.$((i + 2))" "${in[@]}" -O "$out" --tmp "$work/tmp" 2>"$work/w$i.$kind.err" &
+		in=(-I "$work/w$i/in") out=$work/w$i/out
+		case $kind in s3 | s3in) in=(-I "$(url in)" --share "$i/$W") ;; esac
+		case $kind in s3 | s3out) out=$(url "out/w$i") ;; esac
+		/usr/bin/time -f "%U %S %F %R" -o "$work/w$i.$kind.cpu" "$G" sort worker "127.0.0.1:$port" --bind "127.0.0.$((i + 2))" "${in[@]}" -O "$out" --tmp "$work/tmp" ${PROFILE:+--cpuprofile "$work/w$i.$kind.prof"} 2>"$work/w$i.$kind.err" &
 		pids+=($!)
 	done
 	for p in "${pids[@]}"; do wait "$p" || status=$?; done
@@ -112,7 +113,7 @@ run_job() {
 		tail -20 "$work/master.err" >&2
 		exit 1
 	fi
-	echo "$kind $(awk -v s="$start" -v e="$end" 'BEGIN {printf "%.2f", e - s}') $l $(awk -v a="$c0" -v b="$(minio_cpu)" 'BEGIN {printf "%.1f", b - a}')" >>"$work/results"
+	echo "$kind $(awk -v s="$start" -v e="$end" 'BEGIN {printf "%.2f", e - s}') $l $(awk -v a="$c0" -v b="$(minio_cpu)" 'BEGIN {printf "%.1f", b - a}') $(cat "$work"/w*."$kind".cpu | awk '{s += $1 + $2} END {printf "%.1f", s}')" >>"$work/results"
 	check "$kind"
 }
 
@@ -120,7 +121,7 @@ run_job() {
 check() {
 	local outs=() ip
 	for ip in $(sed -n 2p "$work/master.out" | tr -d ' ' | tr ',' ' '); do
-		if [ "$1" = s3 ]; then outs+=("$(url "out/w$((${ip##*.} - 2))")"); else outs+=("$work/w$((${ip##*.} - 2))/out"); fi
+		if [ "$1" = s3 ] || [ "$1" = s3out ]; then outs+=("$(url "out/w$((${ip##*.} - 2))")"); else outs+=("$work/w$((${ip##*.} - 2))/out"); fi
 	done
 	"$G" valsort "${outs[@]}" >"$work/valsort.out" 2>&1 || { cat "$work/valsort.out" >&2; exit 1; }
 	out_sum=$(awk '/^Checksum/ {print $2}' "$work/valsort.out")
@@ -130,6 +131,7 @@ check() {
 for r in $(seq "$ROUNDS"); do
 	echo "round $r/$ROUNDS" >&2
 	if [ $((r % 2)) -eq 1 ]; then run_job "$r" s3; run_job "$r" local; else run_job "$r" local; run_job "$r" s3; fi
+	if [ -n "${SPLIT:-}" ]; then run_job "$r" s3in; run_job "$r" s3out; fi
 done
 
 s=$(grep '^s3 ' "$work/results" | awk '{print $2}' | median)

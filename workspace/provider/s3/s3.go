@@ -575,7 +575,7 @@ func (b *BlobStore) StartUpload(ctx context.Context, key, path string) (PendingU
 	err = par.Do(ctx, n, 4, func(ctx context.Context, i int) error {
 		off := int64(i) * int64(b.cfg.PartSize)
 		size := min(int64(b.cfg.PartSize), u.Size-off)
-		p, err := core.PutObjectPart(ctx, b.cfg.Bucket, obj, u.UploadID, i+1, io.NewSectionReader(f, off, size), size, minio.PutObjectPartOptions{})
+		p, err := core.PutObjectPart(ctx, b.cfg.Bucket, obj, u.UploadID, i+1, io.NewSectionReader(f, off, size), size, minio.PutObjectPartOptions{DisableContentSha256: b.cfg.Secure})
 		if err != nil {
 			return b.wrap(fmt.Sprintf("upload part %d of", i+1), key, err)
 		}
