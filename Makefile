@@ -29,6 +29,9 @@ bench-sort-lines: ## Benchmark sort local --format lines against GNU sort with t
 bench-dsort-limited: ## Larger than memory: 4 GB on 4 workers in 256 MiB containers (page cache included) against GNU sort under the job's limit, beside the disk's throughput (needs docker)
 	bash scripts/bench-dsort-limited.sh
 
+bench-dsort-s3: ## The distributed sort reading and writing S3: 2 GB as 64 objects on 4 workers, S3 to S3 against the same job on local files (a MinIO of its own on tmpfs)
+	SPLIT=1 bash scripts/bench-dsort-s3.sh
+
 bench-dsort-crash: ## What a crash costs the distributed sort: a worker, then the master, killed in each phase against clean runs (2 GB, 4 workers)
 	bash scripts/bench-dsort-crash.sh
 
@@ -100,4 +103,4 @@ generate: ## Regenerate protobuf/gRPC code (needs protoc: apt-get install protob
 clean: ## Remove build output
 	rm -rf bin
 
-.PHONY: help build image man plots demo bench-sort bench-sort-lines bench-dsort-lines bench-dsort-crash bench-dsort-limited bench-queue bench-apps bench-ws-start bench-dsort services test test-short test-race bench lint generate clean
+.PHONY: help build image man plots demo bench-sort bench-sort-lines bench-dsort-lines bench-dsort-s3 bench-dsort-crash bench-dsort-limited bench-queue bench-apps bench-ws-start bench-dsort services test test-short test-race bench lint generate clean

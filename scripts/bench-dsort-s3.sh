@@ -141,4 +141,10 @@ echo "$N records ($((N / 10000000)).$((N / 1000000 % 10)) GB) as $OBJ objects on
 printf "%-22s %9s   %s\n" "" median "all runs (seconds, load before)"
 printf "%-22s %9.2f   %s\n" "S3 in, S3 out" "$s" "$(grep '^s3 ' "$work/results" | awk '{printf "%s (%s) ", $2, $3}')"
 printf "%-22s %9.2f   %s\n" "local files" "$l" "$(grep '^local ' "$work/results" | awk '{printf "%s (%s) ", $2, $3}')"
+for k in s3in:"S3 in, local out" s3out:"local in, S3 out"; do
+	grep -q "^${k%%:*} " "$work/results" || continue
+	printf "%-22s %9.2f   %s\n" "${k#*:}" "$(grep "^${k%%:*} " "$work/results" | awk '{print $2}' | median)" \
+		"$(grep "^${k%%:*} " "$work/results" | awk '{printf "%s (%s) ", $2, $3}')"
+done
+echo "workers' CPU seconds per job (median): $(for k in s3 local s3in s3out; do grep -q "^$k " "$work/results" && printf "%s %s  " "$k" "$(grep "^$k " "$work/results" | awk '{print $5}' | median)"; done)"
 echo "S3 costs $(awk -v a="$s" -v b="$l" 'BEGIN {printf "%.2f", a / b}')x the local job; MinIO, on the same $(nproc) CPUs, used $(grep '^s3 ' "$work/results" | awk '{print $4}' | median) CPU seconds per S3 job (median)"
