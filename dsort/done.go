@@ -97,6 +97,24 @@ func (o output) hasMarker() bool {
 	return err == nil
 }
 
+// remoteCompletedJob is completedJob for an S3 output: its marker and its
+// partition objects.
+func (o output) remoteCompletedJob(fp *inputPrint) string {
+	ctx, cancel := s3ctx()
+	defer cancel()
+	mk, err := o.remote.marker(ctx)
+	if err != nil || !o.describes(mk, fp) || !o.remote.completed(ctx, mk) {
+		return ""
+	}
+	return mk.Job
+}
+
+// describes reports whether the marker mk is of inputs printed as fp,
+// sorted as this worker sorts, with a size for each partition.
+func (o output) describes(mk doneMarker, fp *inputPrint) bool {
+	return mk.Inputs.equal(fp) && mk.Format == o.format && len(mk.Bytes) == len(mk.Partitions)
+}
+
 // completedJob returns the job whose committed output dir holds the result
 // of inputs printed as fp, sorted as this worker sorts: the marker's print
 // equals fp, its format is the worker's, and the dir's
@@ -104,20 +122,14 @@ func (o output) hasMarker() bool {
 // returns "" otherwise (no marker, an older one, any difference).
 func (o output) completedJob(fp *inputPrint) string {
 	if o.remote != nil {
-		ctx, cancel := s3ctx()
-		defer cancel()
-		mk, err := o.remote.marker(ctx)
-		if err != nil || !mk.Inputs.equal(fp) || mk.Format != o.format || len(mk.Bytes) != len(mk.Partitions) || !o.remote.completed(ctx, mk) {
-			return ""
-		}
-		return mk.Job
+		return o.remoteCompletedJob(fp)
 	}
 	data, err := os.ReadFile(filepath.Join(o.dir, record.DoneMarker))
 	if err != nil {
 		return ""
 	}
 	var mk doneMarker
-	if json.Unmarshal(data, &mk) != nil || !mk.Inputs.equal(fp) || mk.Format != o.format || len(mk.Bytes) != len(mk.Partitions) {
+	if json.Unmarshal(data, &mk) != nil || !o.describes(mk, fp) {
 		return ""
 	}
 	ents, err := os.ReadDir(o.dir)

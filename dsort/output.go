@@ -57,14 +57,6 @@ type output struct {
 	remote *s3Output   // -O s3://…: dir is the local staging dir (s3out.go)
 }
 
-// where names the output for the log: the dir, or the S3 prefix.
-func (o output) where() string {
-	if o.remote != nil {
-		return o.remote.url
-	}
-	return o.dir
-}
-
 // s3ctx bounds the S3 requests of an output step.
 func s3ctx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), s3Timeout)
@@ -173,16 +165,8 @@ func (o output) commit(job string, index int, inputs *inputPrint) error {
 		return nil // committed already
 	}
 	mk := doneMarker{Job: job, Worker: index, Committed: o.clock.Now().UTC(), Inputs: inputs, Format: o.format}
-	for p := range staged {
-		mk.Partitions = append(mk.Partitions, p)
-	}
-	slices.Sort(mk.Partitions)
-	for _, p := range mk.Partitions {
-		fi, err := os.Stat(filepath.Join(dir, staged[p]))
-		if err != nil {
-			return fmt.Errorf("dsort: commit output: %w", err)
-		}
-		mk.Bytes = append(mk.Bytes, fi.Size())
+	if err := mk.describe(dir, staged); err != nil {
+		return err
 	}
 	if o.remote != nil { // the local staged copies go with the temp dir
 		ctx, cancel := s3ctx()
@@ -213,6 +197,22 @@ func (o output) commit(job string, index int, inputs *inputPrint) error {
 		return fmt.Errorf("dsort: commit output: %w", err)
 	}
 	o.logger.Info("output committed", "dir", dir, "job", job, "partitions", len(mk.Partitions))
+	return nil
+}
+
+// describe fills in the partitions staged in dir (by number) and their sizes.
+func (mk *doneMarker) describe(dir string, staged map[int]string) error {
+	for p := range staged {
+		mk.Partitions = append(mk.Partitions, p)
+	}
+	slices.Sort(mk.Partitions)
+	for _, p := range mk.Partitions {
+		fi, err := os.Stat(filepath.Join(dir, staged[p]))
+		if err != nil {
+			return fmt.Errorf("dsort: commit output: %w", err)
+		}
+		mk.Bytes = append(mk.Bytes, fi.Size())
+	}
 	return nil
 }
 

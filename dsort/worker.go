@@ -145,6 +145,24 @@ func (c *WorkerConfig) checkS3() error {
 	return nil
 }
 
+// checkPaths checks the S3 URLs and, before anything is touched, that no
+// output or temp dir is inside an input (or the reverse): this worker
+// would delete or read its own files.
+func (c *WorkerConfig) checkPaths() error {
+	if err := c.checkS3(); err != nil {
+		return err
+	}
+	local := slices.DeleteFunc(slices.Clone(c.Inputs), isS3)
+	out := c.Output
+	if isS3(out) {
+		out = filepath.Join(c.TempDir, workDirPrefix+"s3out") // the local staging dir's place
+	}
+	if err := extsort.CheckSeparate(local, out, c.TempDir); err != nil {
+		return fmt.Errorf("%w: %s", ErrConfig, strings.TrimPrefix(err.Error(), extsort.ErrConfig.Error()+": "))
+	}
+	return nil
+}
+
 // identity is the worker's inputs as the master and its temp dir's name
 // know them: -I, and its share of the S3 inputs.
 func (c *WorkerConfig) identity() []string {
@@ -171,18 +189,8 @@ func (c *WorkerConfig) validate() error {
 	if c.TempDir == "" {
 		c.TempDir = os.TempDir()
 	}
-	if err := c.checkS3(); err != nil {
+	if err := c.checkPaths(); err != nil {
 		return err
-	}
-	// Before anything is touched: an output or temp dir inside an input
-	// (or the reverse) would have this worker delete or read its own files.
-	local := slices.DeleteFunc(slices.Clone(c.Inputs), isS3)
-	out := c.Output
-	if isS3(out) {
-		out = filepath.Join(c.TempDir, workDirPrefix+"s3out") // the local staging dir's place
-	}
-	if err := extsort.CheckSeparate(local, out, c.TempDir); err != nil {
-		return fmt.Errorf("%w: %s", ErrConfig, strings.TrimPrefix(err.Error(), extsort.ErrConfig.Error()+": "))
 	}
 	if c.Memory == 0 {
 		c.sharedMemory = true

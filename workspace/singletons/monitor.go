@@ -180,6 +180,17 @@ func (m *HealthMonitor) Observe(ctx context.Context, w workspace.Workspace) (wor
 	return workspace.Pending, nil
 }
 
+// observeBounded is Observe within ObserveTimeout; past it the error says so.
+func (m *HealthMonitor) observeBounded(ctx context.Context, w workspace.Workspace) (workspace.Status, error) {
+	octx, cancel := context.WithTimeout(ctx, m.cfg.ObserveTimeout)
+	defer cancel()
+	st, err := m.Observe(octx, w)
+	if err != nil && ctx.Err() == nil && errors.Is(octx.Err(), context.DeadlineExceeded) {
+		err = fmt.Errorf("the providers did not answer within %s: %w", m.cfg.ObserveTimeout, err)
+	}
+	return st, err
+}
+
 // observeOne observes and writes one workspace. hinted marks w possibly
 // stale (a row the reconciler handed, package handoff): then observeOne
 // writes only a changed status, whose compare-and-set checks the row's
@@ -189,12 +200,7 @@ func (m *HealthMonitor) observeOne(ctx context.Context, w workspace.Workspace, h
 	// observed_at is when the observation began: a takeover trusts only
 	// observations begun after the dead owner's lease lapsed.
 	at := m.cfg.Clock.Now()
-	octx, cancel := context.WithTimeout(ctx, m.cfg.ObserveTimeout)
-	st, err := m.Observe(octx, w)
-	cancel()
-	if err != nil && ctx.Err() == nil && errors.Is(octx.Err(), context.DeadlineExceeded) {
-		err = fmt.Errorf("the providers did not answer within %s: %w", m.cfg.ObserveTimeout, err)
-	}
+	st, err := m.observeBounded(ctx, w)
 	if err != nil {
 		if hinted {
 			return false
