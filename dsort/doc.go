@@ -27,7 +27,7 @@
 //	fetcher      fetch.go     peer table → this worker's pieces, committed under recv/
 //	merger       merge.go     own runs + received pieces → staged partition files
 //	output       output.go    staged partitions → partition.<n> and the done marker
-//	s3Output     s3out.go     -O s3://…: staged partitions uploaded, committed by server-side copies
+//	s3Output     s3out.go     -O s3://…: partitions up as pending multipart uploads, completed at commit
 //	heartbeater  supervise.go state and progress → the master; the job's end or a lost master
 //
 // runPhases (phases.go) chains the seed's phases, waiting between them for

@@ -77,7 +77,9 @@ func (o output) prepare(job string, keep bool) error {
 		return fmt.Errorf("dsort: output dir: %w", err)
 	}
 	if o.remote != nil {
-		o.remote.prepare(job)
+		ctx, cancel := s3ctx()
+		defer cancel()
+		o.remote.prepare(ctx, job)
 	}
 	if !keep {
 		return removeStaged(o.dir, ".gantry-dsort-")
@@ -158,6 +160,9 @@ func removeStaged(dir, prefix string) error {
 func (o output) commit(job string, index int, inputs *inputPrint) error {
 	dir := o.dir
 	staged, old, err := scanOutput(dir, job)
+	if o.remote != nil && os.IsNotExist(err) {
+		return nil // nothing staged here: this process did not merge (committed by the one that did)
+	}
 	if err != nil {
 		return fmt.Errorf("dsort: commit output: %w", err)
 	}
@@ -169,13 +174,7 @@ func (o output) commit(job string, index int, inputs *inputPrint) error {
 		return err
 	}
 	if o.remote != nil { // the local staged copies go with the temp dir
-		ctx, cancel := s3ctx()
-		defer cancel()
-		if err := o.remote.commit(ctx, mk, dir); err != nil {
-			return err
-		}
-		o.logger.Info("output committed", "output", o.remote.url, "job", job, "partitions", len(mk.Partitions))
-		return nil
+		return o.commitRemote(mk)
 	}
 	if err := os.Remove(filepath.Join(dir, record.DoneMarker)); err != nil && !os.IsNotExist(err) {
 		return fmt.Errorf("dsort: commit output: %w", err)
@@ -198,6 +197,49 @@ func (o output) commit(job string, index int, inputs *inputPrint) error {
 	}
 	o.logger.Info("output committed", "dir", dir, "job", job, "partitions", len(mk.Partitions))
 	return nil
+}
+
+// commitRemote commits an S3 output as mk describes it. Its intent is
+// written first: a process of this worker that finds it (finishCommit)
+// finishes the commit, with or without a master.
+func (o output) commitRemote(mk doneMarker) error {
+	intent := filepath.Join(o.dir, commitIntent)
+	data, _ := json.Marshal(mk)
+	if err := fsutil.WriteFileAtomic(intent, data, 0o644); err != nil {
+		return fmt.Errorf("dsort: commit output: %w", err)
+	}
+	ctx, cancel := s3ctx()
+	defer cancel()
+	if err := o.remote.commit(ctx, mk, o.dir); err != nil {
+		return err
+	}
+	os.Remove(intent)
+	o.logger.Info("output committed", "output", o.remote.url, "job", mk.Job, "partitions", len(mk.Partitions))
+	return nil
+}
+
+// commitIntent is the file, in an S3 output's staging dir, that holds the
+// marker of a commit begun and not finished.
+const commitIntent = ".commit.json"
+
+// finishCommit finishes an S3 output's commit a previous process of this
+// worker began and did not finish (killed, or an S3 error), before anything
+// else: the job succeeded, and its master may be gone.
+// It returns the job it committed ("" when there was none).
+func (o output) finishCommit() (string, error) {
+	if o.remote == nil {
+		return "", nil
+	}
+	data, err := os.ReadFile(filepath.Join(o.dir, commitIntent))
+	if err != nil {
+		return "", nil
+	}
+	var mk doneMarker
+	if err := json.Unmarshal(data, &mk); err != nil {
+		return "", fmt.Errorf("dsort: %s: %w", commitIntent, err)
+	}
+	o.logger.Info("finishing the commit of the S3 output a previous process of this worker began", "job", mk.Job, "output", o.remote.url)
+	return mk.Job, o.commitRemote(mk)
 }
 
 // describe fills in the partitions staged in dir (by number) and their sizes.

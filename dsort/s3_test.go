@@ -5,8 +5,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	mrand "math/rand/v2"
 	"os"
 	"os/exec"
@@ -221,8 +223,9 @@ func TestS3LinesShareCutsAtLineStarts(t *testing.T) {
 	}
 }
 
-// TestS3BadStoreFailsAtStart: a wrong secret, a missing bucket or a bad URL
-// fail the worker before it registers, with a message naming the cause.
+// TestS3BadStoreFailsAtStart: a wrong secret, a missing bucket, a bad URL,
+// a prefix with no objects or S3 inputs that overlap fail the worker before
+// it registers, with a message naming the cause.
 func TestS3BadStoreFailsAtStart(t *testing.T) {
 	b := newTestBucket(t)
 	for _, c := range []struct {
@@ -232,12 +235,14 @@ func TestS3BadStoreFailsAtStart(t *testing.T) {
 		{"secret", b.url("in"), "refused the credentials", map[string]string{"AWS_SECRET_ACCESS_KEY": "wrong"}},
 		{"bucket", strings.Replace(b.url("in"), b.name, b.name+"-missing", 1), "does not exist", nil},
 		{"url", "s3://" + b.name + "/in", "endpoint= is required", nil},
+		{"empty", b.url("nothing-here"), "no objects under", nil},
+		{"overlap", b.url("in") + " " + b.url("in/sub"), "overlaps another S3 input", nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			for k, v := range c.env {
 				t.Setenv(k, v)
 			}
-			w, err := NewWorker(WorkerConfig{Master: "127.0.0.1:1", Inputs: []string{c.input}, Output: t.TempDir(), Memory: 32 << 20,
+			w, err := NewWorker(WorkerConfig{Master: "127.0.0.1:1", Inputs: strings.Fields(c.input), Output: t.TempDir(), Memory: 32 << 20,
 				TempDir: t.TempDir(), RegisterTimeout: time.Second})
 			if err == nil {
 				err = w.Run(t.Context())
@@ -382,4 +387,63 @@ func TestS3FailedJobLeavesThePreviousOutput(t *testing.T) {
 		}
 	}
 	checkOutput(t, b.download(outs), first)
+}
+
+// TestS3CommitCutShortIsFinished: a commit cut short (one upload completed,
+// the other still pending, no marker) is finished by the next process of
+// the worker from its intent and journal alone, with no master: both
+// partitions whole, the marker last, nothing left pending.
+func TestS3CommitCutShortIsFinished(t *testing.T) {
+	b := newTestBucket(t)
+	ctx := t.Context()
+	bs, err := s3.New(ctx, s3.Config{Endpoint: b.endpoint, Bucket: b.name, Prefix: "out/w0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bs.Close()
+	dir, job := t.TempDir(), "0123456789abcdef"
+	rng := mrand.New(mrand.NewPCG(9, 9))
+	mk := doneMarker{Job: job, Partitions: []int{4, 5}}
+	data := map[int][]byte{}
+	for _, p := range mk.Partitions {
+		data[p] = recordtest.Random(rng, 1000+p, recordtest.Options{})
+		if err := os.WriteFile(filepath.Join(dir, stagedPrefix(job)+partitionName(p)), data[p], 0o644); err != nil {
+			t.Fatal(err)
+		}
+		mk.Bytes = append(mk.Bytes, int64(len(data[p])))
+	}
+	r := &s3Output{url: b.url("out/w0"), bs: bs, dir: dir}
+	r.load(job)
+	for _, p := range mk.Partitions {
+		if err := r.uploadOne(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := bs.CompleteUpload(ctx, r.pending[4]); err != nil { // the cut-short commit got this far
+		t.Fatal(err)
+	}
+	intent, _ := json.Marshal(mk)
+	if err := os.WriteFile(filepath.Join(dir, commitIntent), intent, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o := output{dir: dir, logger: slog.New(slog.DiscardHandler), remote: &s3Output{url: b.url("out/w0"), bs: bs, dir: dir}}
+	got, err := o.finishCommit()
+	if err != nil || got != job {
+		t.Fatalf("finishCommit = %q, %v; want %q, nil", got, err, job)
+	}
+	for _, p := range mk.Partitions {
+		if !bytes.Equal(b.get("out/w0/"+partitionName(p)), data[p]) {
+			t.Fatalf("%s differs from the staged partition", partitionName(p))
+		}
+		if n := b.pending("out/w0/" + partitionName(p)); n != 0 {
+			t.Fatalf("%d uploads of %s left pending", n, partitionName(p))
+		}
+	}
+	var marker doneMarker
+	if err := json.Unmarshal(b.get("out/w0/"+record.DoneMarker), &marker); err != nil || marker.Job != job {
+		t.Fatalf("marker %+v, %v; want job %s", marker, err, job)
+	}
+	if _, err := os.Stat(filepath.Join(dir, commitIntent)); !os.IsNotExist(err) {
+		t.Fatalf("the commit's intent is still there: %v", err)
+	}
 }

@@ -181,6 +181,11 @@ func (s *s3Inputs) list(ctx context.Context) ([]s3Object, error) {
 			return nil, fmt.Errorf("dsort: list %s: %w", s.args[i], err)
 		}
 		slices.SortFunc(blobs, func(a, b provider.BlobInfo) int { return strings.Compare(a.Key, b.Key) })
+		if !slices.ContainsFunc(blobs, func(b provider.BlobInfo) bool { return !hiddenKey(b.Key) }) {
+			// As a missing input dir is refused: a typo must not commit an
+			// empty output over the previous one.
+			return nil, fmt.Errorf("%w: no objects under %s", extsort.ErrBadInput, bs.URL(""))
+		}
 		for _, b := range blobs {
 			if hiddenKey(b.Key) {
 				continue // a "folder" marker, a done marker, a sort's staged upload
@@ -459,6 +464,18 @@ func (w *Worker) openS3(ctx context.Context) error {
 			return err
 		}
 		w.out.remote = &s3Output{url: w.cfg.Output, bs: bs, dir: w.out.dir}
+		job, err := w.out.finishCommit()
+		if err != nil {
+			in.closeStores()
+			return err
+		}
+		if job != "" { // that job is over and committed now: nothing else to do
+			in.closeStores()
+			w.mu.Lock()
+			w.completed = job
+			w.mu.Unlock()
+			return errNothingToDo
+		}
 	}
 	if len(in.stores) == 0 {
 		return nil

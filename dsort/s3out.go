@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -84,16 +85,20 @@ func (r *s3Output) record(p int, u s3.PendingUpload) error {
 	return nil
 }
 
-// prepare makes job's journal the worker's (earlier jobs' are dropped;
-// their uploads, if not aborted, are aborted as their keys are written).
-func (r *s3Output) prepare(job string) {
-	r.load(job)
+// prepare aborts the uploads of earlier jobs' journals and makes job's
+// journal the worker's.
+func (r *s3Output) prepare(ctx context.Context, job string) {
 	olds, _ := filepath.Glob(filepath.Join(r.dir, ".uploads-*.json"))
 	for _, j := range olds {
-		if j != r.journal(job) {
+		if j == r.journal(job) {
+			continue
+		}
+		old := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(j), ".uploads-"), ".json")
+		if r.discard(ctx, old) == nil { // an earlier job's uploads: never to be completed
 			os.Remove(j)
 		}
 	}
+	r.load(job)
 }
 
 // abortOrphans aborts the pending uploads of key other than keep: a killed
@@ -199,17 +204,19 @@ func (r *s3Output) commit(ctx context.Context, mk doneMarker, localDir string) e
 		r.mu.Lock()
 		u, ok := r.pending[p]
 		r.mu.Unlock()
-		err := errors.New("no upload recorded")
 		if ok && u.Size == mk.Bytes[i] {
-			err = r.bs.CompleteUpload(ctx, u)
+			err := r.bs.CompleteUpload(ctx, u)
+			if !errors.Is(err, s3.ErrUploadGone) {
+				return err
+			}
+		} else if ok { // of another size: not this partition's
+			if err := r.bs.AbortUpload(ctx, u.Key, u.UploadID); err != nil {
+				return err
+			}
 		}
-		if err != nil && !errors.Is(err, s3.ErrUploadGone) && ok {
-			return err
-		}
-		if err != nil { // gone (completed by a predecessor's commit, or aborted) or never recorded
-			err = r.bs.PutFile(ctx, partitionName(p), filepath.Join(localDir, stagedPrefix(mk.Job)+partitionName(p)))
-		}
-		return err
+		// Gone (completed by a predecessor's commit, or aborted) or never
+		// recorded: up again, whole, from the local copy.
+		return r.bs.PutFile(ctx, partitionName(p), filepath.Join(localDir, stagedPrefix(mk.Job)+partitionName(p)))
 	})
 	if err != nil {
 		return fmt.Errorf("dsort: commit output: %w", err)
@@ -241,19 +248,30 @@ func (r *s3Output) removeOld(ctx context.Context, keep []int) error {
 	return nil
 }
 
-// discard aborts job's uploads: the previous output stays as it was.
+// discard aborts job's uploads (s3Parallel at once, on past a failure):
+// the previous output stays as it was. The journal goes only when every
+// abort succeeded.
 func (r *s3Output) discard(ctx context.Context, job string) error {
 	r.running.Wait()
-	if r.job != job {
-		r.load(job)
+	pending := map[int]s3.PendingUpload{}
+	if data, err := os.ReadFile(r.journal(job)); err == nil {
+		json.Unmarshal(data, &pending)
 	}
-	r.mu.Lock()
-	pending := r.pending
-	r.mu.Unlock()
-	for _, u := range pending {
-		if err := r.bs.AbortUpload(ctx, u.Key, u.UploadID); err != nil {
-			return err
+	if r.job == job {
+		r.mu.Lock()
+		maps.Copy(pending, r.pending)
+		r.mu.Unlock()
+	}
+	ups := slices.Collect(maps.Values(pending))
+	var failed atomic.Pointer[error]
+	par.Do(ctx, len(ups), s3Parallel, func(ctx context.Context, i int) error {
+		if err := r.bs.AbortUpload(ctx, ups[i].Key, ups[i].UploadID); err != nil {
+			failed.CompareAndSwap(nil, &err)
 		}
+		return nil
+	})
+	if e := failed.Load(); e != nil {
+		return *e
 	}
 	os.Remove(r.journal(job))
 	return nil

@@ -153,6 +153,19 @@ func (s *supervisor) waitPhases() {
 func (s *supervisor) end(rep *dsortpb.HeartbeatReply) error {
 	ok := rep.GetJobSucceeded() && s.w.sm.Is(Completed)
 	s.w.track.logger.Info("Received shutdown signal from Master", "succeeded", ok, "reason", rep.GetReason())
+	if ok {
+		// Committed before the shutdown (and its watchdog) starts: an S3
+		// output's commit completes an upload per partition, which may take
+		// longer than the exit's bound.
+		s.waitPhases() // returned already: Completed is its last step
+		s.sd.succeeded = true
+		err := s.w.out.commit(s.asg.jobID, s.asg.index, s.w.out.inputs.withSample(s.w.inputs))
+		s.shuttingDown(ok)
+		s.cancelJob()
+		s.sd.heartbeat = s.stopHB
+		s.sd.phases = s.waitPhases
+		return err
+	}
 	s.shuttingDown(ok)
 	s.cancelJob()
 	abort := &AbortError{Reason: rep.GetReason()}
@@ -161,11 +174,6 @@ func (s *supervisor) end(rep *dsortpb.HeartbeatReply) error {
 	}
 	s.sd.heartbeat = s.stopHB
 	s.sd.phases = s.waitPhases
-	if ok {
-		s.waitPhases() // returned already: Completed is its last step
-		s.sd.succeeded = true
-		return s.w.out.commit(s.asg.jobID, s.asg.index, s.w.out.inputs.withSample(s.w.inputs))
-	}
 	return abort
 }
 
@@ -199,6 +207,14 @@ func (w *Worker) cleanupFiles(err error, succeeded bool) {
 	}
 	if w.out.remote != nil {
 		w.out.remote.bs.Close()
+		if err != nil && succeeded {
+			// The commit failed: its intent and the staged partitions stay
+			// for the next process of this worker to finish it
+			// (output.finishCommit).
+			w.cfg.Logger.Error("the S3 output's commit did not finish; run the worker again with the same arguments to finish it", "err", err, "temp_dir", w.dir.path)
+			w.dir.release()
+			return
+		}
 	}
 	w.dir.close()
 }

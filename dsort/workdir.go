@@ -214,6 +214,14 @@ func (d *workDir) receivedBytes() (int64, error) {
 	return n, nil
 }
 
+// release releases the dir's lock and keeps what is in it, for the next
+// process of this worker.
+func (d *workDir) release() {
+	if d.owned != nil {
+		d.owned.Release()
+	}
+}
+
 // close removes the dir and releases its lock (a no-op before prepare).
 func (d *workDir) close() {
 	if d.owned != nil {

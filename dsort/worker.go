@@ -127,14 +127,23 @@ type WorkerConfig struct {
 // checked at start) and that a Share has S3 inputs to divide.
 func (c *WorkerConfig) checkS3() error {
 	hasS3 := false
-	for _, p := range append(slices.Clone(c.Inputs), c.Output) {
+	var seen []string // endpoint/bucket/prefix/ of each S3 -I and -O
+	for i, p := range append(slices.Clone(c.Inputs), c.Output) {
 		if !isS3(p) {
 			continue
 		}
-		hasS3 = hasS3 || p != c.Output
-		if _, err := s3.ParseURL(p); err != nil {
+		hasS3 = hasS3 || i < len(c.Inputs)
+		cfg, err := s3.ParseURL(p)
+		if err != nil {
 			return fmt.Errorf("%w: %v", ErrConfig, err)
 		}
+		where := cfg.Endpoint + "/" + cfg.Bucket + "/" + strings.Trim(cfg.Prefix, "/") + "/"
+		for _, o := range seen { // given twice, or one inside the other: records read twice, or the output read as input
+			if strings.HasPrefix(where, o) || strings.HasPrefix(o, where) {
+				return fmt.Errorf("%w: %s overlaps another S3 input or the output (the same prefix, or one inside the other)", ErrConfig, p)
+			}
+		}
+		seen = append(seen, where)
 	}
 	if !c.Share.whole() && !hasS3 {
 		return fmt.Errorf("%w: --share %s divides S3 inputs, and no -I is an s3:// URL", ErrConfig, c.Share)
@@ -358,7 +367,9 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 	if err := w.startStateMachine(); err != nil {
 		return err
 	}
-	if err := w.openS3(ctx); err != nil {
+	if err := w.openS3(ctx); errors.Is(err, errNothingToDo) {
+		return nil // it finished a predecessor's commit
+	} else if err != nil {
 		return err
 	}
 	if err := w.readInputs(); err != nil {

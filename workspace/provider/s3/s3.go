@@ -37,6 +37,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
@@ -446,9 +447,12 @@ func (b *BlobStore) Check(ctx context.Context) error {
 	if err != nil {
 		r := minio.ToErrorResponse(err)
 		switch r.Code {
-		case "InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "InvalidToken", "ExpiredToken":
+		case "InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken", "ExpiredToken":
 			return fmt.Errorf("s3: %s at %s refused the credentials (%s: %s); set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
 				b.url(""), b.cfg.Endpoint, r.Code, r.Message)
+		case "AccessDenied":
+			return fmt.Errorf("s3: %s at %s denied access (%s); the credentials lack a permission on the bucket",
+				b.url(""), b.cfg.Endpoint, r.Message)
 		}
 		return b.wrap("check bucket", "", err)
 	}
@@ -500,33 +504,6 @@ func (b *BlobStore) PutFile(ctx context.Context, key, path string) error {
 	return nil
 }
 
-// Copy copies the blob under src, of size bytes, to dst within the
-// bucket, on the server (one request up to 5 GiB, a multipart copy past
-// it); dst appears only when complete.
-func (b *BlobStore) Copy(ctx context.Context, src, dst string, size int64) error {
-	so, err := b.object(src)
-	if err != nil {
-		return err
-	}
-	do, err := b.object(dst)
-	if err != nil {
-		return err
-	}
-	dest, from := minio.CopyDestOptions{Bucket: b.cfg.Bucket, Object: do}, minio.CopySrcOptions{Bucket: b.cfg.Bucket, Object: so}
-	if size <= 5<<30 {
-		_, err = b.cli.CopyObject(ctx, dest, from)
-	} else {
-		_, err = b.cli.ComposeObject(ctx, dest, from)
-	}
-	if err != nil {
-		if isNotFound(err) {
-			return fmt.Errorf("%w: %s", provider.ErrNotFound, b.url(src))
-		}
-		return b.wrap("copy "+b.url(src)+" to", dst, err)
-	}
-	return nil
-}
-
 // RemoveBucket removes the (empty) bucket: for tests that made their own.
 func (b *BlobStore) RemoveBucket(ctx context.Context) error {
 	if err := b.cli.RemoveBucket(ctx, b.cfg.Bucket); err != nil {
@@ -570,11 +547,13 @@ func (b *BlobStore) StartUpload(ctx context.Context, key, path string) (PendingU
 	if u.UploadID, err = core.NewMultipartUpload(ctx, b.cfg.Bucket, obj, minio.PutObjectOptions{ContentType: "application/octet-stream"}); err != nil {
 		return u, b.wrap("start upload", key, err)
 	}
-	n := int((u.Size + int64(b.cfg.PartSize) - 1) / int64(b.cfg.PartSize))
+	// S3 takes at most 10,000 parts: a larger file gets larger parts.
+	part := max(int64(b.cfg.PartSize), ((u.Size+9999)/10000+1<<20-1)&^(1<<20-1))
+	n := int((u.Size + part - 1) / part)
 	u.Parts = make([]minio.CompletePart, n)
 	err = par.Do(ctx, n, 4, func(ctx context.Context, i int) error {
-		off := int64(i) * int64(b.cfg.PartSize)
-		size := min(int64(b.cfg.PartSize), u.Size-off)
+		off := int64(i) * part
+		size := min(part, u.Size-off)
 		p, err := core.PutObjectPart(ctx, b.cfg.Bucket, obj, u.UploadID, i+1, io.NewSectionReader(f, off, size), size, minio.PutObjectPartOptions{DisableContentSha256: b.cfg.Secure})
 		if err != nil {
 			return b.wrap(fmt.Sprintf("upload part %d of", i+1), key, err)
@@ -583,7 +562,9 @@ func (b *BlobStore) StartUpload(ctx context.Context, key, path string) (PendingU
 		return nil
 	})
 	if err != nil {
-		core.AbortMultipartUpload(context.WithoutCancel(ctx), b.cfg.Bucket, obj, u.UploadID)
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		core.AbortMultipartUpload(actx, b.cfg.Bucket, obj, u.UploadID)
+		cancel()
 		return PendingUpload{}, err
 	}
 	return u, nil

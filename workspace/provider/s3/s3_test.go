@@ -262,10 +262,9 @@ func TestBadKeys(t *testing.T) {
 	}
 }
 
-// TestRangesAndCopies: GetRange reads the bytes asked for (fewer at the
-// end), Copy copies whole objects, empty ones too, and a missing source is
-// ErrNotFound; Check tells a missing bucket and refused credentials apart.
-func TestRangesAndCopies(t *testing.T) {
+// TestRangesAndCheck: GetRange reads the bytes asked for (fewer at the
+// end); Check tells a missing bucket and refused credentials apart.
+func TestRangesAndCheck(t *testing.T) {
 	ctx := t.Context()
 	bs := newTestStore(t, Config{Prefix: "p"})
 	data := bytes.Repeat([]byte("0123456789"), 700000) // 7 MB: past one part
@@ -283,20 +282,6 @@ func TestRangesAndCopies(t *testing.T) {
 		if err != nil || !bytes.Equal(got, want) {
 			t.Fatalf("GetRange(%d, %d): %d bytes, %v; want %d", r[0], r[1], len(got), err, len(want))
 		}
-	}
-	if err := bs.Put(ctx, "empty", bytes.NewReader(nil)); err != nil {
-		t.Fatal(err)
-	}
-	for src, size := range map[string]int64{"a": int64(len(data)), "empty": 0} {
-		if err := bs.Copy(ctx, src, src+".copy", size); err != nil {
-			t.Fatalf("Copy %s: %v", src, err)
-		}
-		if n, ok, err := bs.Stat(ctx, src+".copy"); err != nil || !ok || n != size {
-			t.Fatalf("the copy of %s: %d bytes, %v, %v; want %d", src, n, ok, err, size)
-		}
-	}
-	if err := bs.Copy(ctx, "missing", "x", 1); !errors.Is(err, provider.ErrNotFound) {
-		t.Fatalf("Copy of a missing object: %v, want ErrNotFound", err)
 	}
 	if err := bs.Check(ctx); err != nil {
 		t.Fatalf("Check: %v", err)

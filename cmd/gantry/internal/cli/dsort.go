@@ -375,10 +375,11 @@ S3: an -I s3://bucket/prefix?endpoint=http://host:port stands for every
 object under the prefix, downloaded into the temp dir before sampling; with
 --share K/N, N workers given the same -I divide its objects by bytes (a
 large object between several). An -O s3://… prefix (one per worker) gets
-the partitions as multipart uploads under hidden names, made
-partition.<n> by server-side copies and the marker written last when the
-job succeeds: no partial partition is ever visible, and a failed job leaves
-the previous output whole. Credentials come from AWS_ACCESS_KEY_ID and
+each partition as a multipart upload of partition.<n> left pending as soon
+as it is merged; when the job succeeds the uploads are completed and the
+marker written last: no partial partition is ever visible, and a failed job
+aborts them and leaves the previous output whole. A commit cut short is
+finished by running the worker again with the same arguments. Credentials come from AWS_ACCESS_KEY_ID and
 AWS_SECRET_ACCESS_KEY; a wrong one or a missing bucket fails at start.`,
 		Example: `  gantry sort worker 10.0.0.1:30040 -I /data/in1 /data/in2 -O /data/out
   gantry sort worker 127.0.0.1:30040 -I in -O out --bind 127.0.0.2 --memory 512MiB
