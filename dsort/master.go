@@ -176,6 +176,7 @@ const (
 type member struct {
 	index      int
 	identity   string
+	inputs     []string // as registered: -I, and a share of S3 inputs with its listing (checkShareLocked)
 	addr       string
 	host       string
 	machine    string // machine_id, or host when the worker sent none

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -124,10 +125,56 @@ func (m *Master) slotLocked(req *dsortpb.RegisterRequest, host string) (*member,
 		return nil, errorf(ErrJobFull, "dsort: the job already has its %d workers and %s (inputs %v, output %s) is not one of them",
 			m.cfg.Workers, req.GetAddress(), req.GetInputDirs(), req.GetOutputDir())
 	}
-	mb := &member{index: len(m.members), identity: id, host: host, epoch: 1}
+	if err := m.checkShareLocked(req.GetInputDirs()); err != nil {
+		return nil, err
+	}
+	mb := &member{index: len(m.members), identity: id, host: host, epoch: 1, inputs: req.GetInputDirs()}
 	m.members = append(m.members, mb)
 	m.cfg.Logger.Info("worker registered", "worker", mb.index, "addr", req.GetAddress())
 	return mb, nil
+}
+
+// checkShareLocked refuses a worker whose --share does not fit the job's
+// other workers on the same S3 inputs: N must be the job's worker count, K
+// not taken, and the inputs' listing the same (an object added or changed
+// between two workers' starts would have records read twice or never).
+func (m *Master) checkShareLocked(in []string) error {
+	share, listing, inputs := splitShare(in)
+	if share == "" {
+		return nil
+	}
+	if _, n, _ := strings.Cut(share, "/"); n != strconv.Itoa(m.cfg.Workers) {
+		return errorf(ErrBadRequest, "dsort: --share %s: this job has %d workers; give them the shares 0/%d … %d/%d",
+			share, m.cfg.Workers, m.cfg.Workers, m.cfg.Workers-1, m.cfg.Workers)
+	}
+	for _, mb := range m.members {
+		s, l, ins := splitShare(mb.inputs)
+		if !slices.Equal(ins, inputs) {
+			continue
+		}
+		if s == share {
+			return errorf(ErrBadRequest, "dsort: --share %s is worker %d's already; each worker takes another share", share, mb.index)
+		}
+		if l != listing {
+			return errorf(ErrBadRequest, "dsort: the S3 inputs %v list other objects than worker %d saw (changed between their starts?); start the job again", inputs, mb.index)
+		}
+	}
+	return nil
+}
+
+// splitShare parses a registration's inputs: the share ("K/N"), the S3
+// listing's digest, and the -I list.
+func splitShare(in []string) (share, listing string, inputs []string) {
+	for _, s := range in {
+		if v, ok := strings.CutPrefix(s, "share="); ok {
+			share = v
+		} else if v, ok := strings.CutPrefix(s, "s3-listing="); ok {
+			listing = v
+		} else {
+			inputs = append(inputs, s)
+		}
+	}
+	return share, listing, inputs
 }
 
 // memberForLocked returns the member for (index, epoch): ErrUnknownWorker

@@ -447,3 +447,36 @@ func TestS3CommitCutShortIsFinished(t *testing.T) {
 		t.Fatalf("the commit's intent is still there: %v", err)
 	}
 }
+
+// TestS3SharesAreChecked: the master refuses a worker whose --share another
+// worker of the job on the same S3 inputs has, or whose N is not the job's
+// worker count (half the input would be sorted and the job succeed).
+func TestS3SharesAreChecked(t *testing.T) {
+	b := newTestBucket(t)
+	b.put("in/a", recordtest.Random(mrand.New(mrand.NewPCG(1, 1)), 100, recordtest.Options{}))
+	root := t.TempDir()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	cfg := func(w int, share Share) WorkerConfig {
+		return WorkerConfig{Inputs: []string{b.url("in")}, Share: share, Output: filepath.Join(root, fmt.Sprint("out", w)),
+			Memory: 32 << 20, TempDir: filepath.Join(root, fmt.Sprint("tmp", w)), RegisterTimeout: 5 * time.Second}
+	}
+	c := startCluster(t, ctx, MasterConfig{Workers: 2, HeartbeatInterval: 100 * time.Millisecond}, []WorkerConfig{cfg(0, Share{0, 2})})
+	testutil.WaitFor(t, 30*time.Second, "worker 0 to register", func() (bool, string) {
+		c.master.mu.Lock()
+		defer c.master.mu.Unlock()
+		return len(c.master.members) == 1, "not yet"
+	})
+	for _, x := range []struct {
+		share Share
+		want  string
+	}{{Share{0, 2}, "is worker 0's already"}, {Share{1, 3}, "this job has 2 workers"}} {
+		_, errc := c.startWorker(t, ctx, cfg(1, x.share))
+		if err := <-errc; err == nil || !strings.Contains(err.Error(), x.want) {
+			t.Fatalf("a worker with --share %s: %v; want an error saying %q", x.share, err, x.want)
+		}
+		c.workers, c.workerErr = c.workers[:1], c.workerErr[:1] // not the job's
+	}
+	c.startWorker(t, ctx, cfg(1, Share{1, 2}))
+	c.mustSucceed(t)
+}

@@ -3,6 +3,8 @@ package dsort
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -121,6 +123,8 @@ type s3Inputs struct {
 	share  Share
 	format recordFormat
 	stores map[int]*s3.BlobStore // by -I index
+
+	listing string // digest of the objects listed (stage): the master checks workers sharing them saw the same
 }
 
 const manifestName = ".manifest.json"
@@ -141,6 +145,9 @@ func (s *s3Inputs) stage(ctx context.Context) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
+	sum, _ := json.Marshal(objs)
+	digest := sha256.Sum256(sum)
+	s.listing = hex.EncodeToString(digest[:8])
 	pieces, err := s.cut(ctx, objs)
 	if err != nil {
 		return 0, err

@@ -553,7 +553,11 @@ func (w *Worker) fault(ctx context.Context, point string) {
 // register joins the job, retrying while the master is unreachable (up to
 // RegisterTimeout), and records what the master assigned.
 func (w *Worker) register(ctx context.Context, master dsortpb.MasterClient, addr string, timeout time.Duration) (*dsortpb.RegisterReply, error) {
-	req := &dsortpb.RegisterRequest{Address: addr, InputDirs: w.cfg.identity(), OutputDir: w.cfg.Output,
+	ins := w.cfg.identity()
+	if w.s3in != nil {
+		ins = append(slices.Clone(ins), "s3-listing="+w.s3in.listing)
+	}
+	req := &dsortpb.RegisterRequest{Address: addr, InputDirs: ins, OutputDir: w.cfg.Output,
 		InputBytes: w.inputBytes, Cores: int32(w.cores), MachineId: machineID(), Format: w.format.spec}
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
