@@ -27,7 +27,7 @@ import (
 
 // S3 inputs. An -I s3://bucket/prefix?endpoint=… stands for every object
 // under the prefix, in key order, as a directory stands for its files (but
-// hidden names: hiddenKey). The
+// hidden names: record.HiddenObject). The
 // objects are downloaded ("staged") into the worker's temp dir before it
 // samples, and the sort runs on the local copies exactly as on local input:
 //
@@ -188,13 +188,13 @@ func (s *s3Inputs) list(ctx context.Context) ([]s3Object, error) {
 			return nil, fmt.Errorf("dsort: list %s: %w", s.args[i], err)
 		}
 		slices.SortFunc(blobs, func(a, b provider.BlobInfo) int { return strings.Compare(a.Key, b.Key) })
-		if !slices.ContainsFunc(blobs, func(b provider.BlobInfo) bool { return !hiddenKey(b.Key) }) {
+		if !slices.ContainsFunc(blobs, func(b provider.BlobInfo) bool { return !record.HiddenObject(b.Key) }) {
 			// As a missing input dir is refused: a typo must not commit an
 			// empty output over the previous one.
 			return nil, fmt.Errorf("%w: no objects under %s", extsort.ErrBadInput, bs.URL(""))
 		}
 		for _, b := range blobs {
-			if hiddenKey(b.Key) {
+			if record.HiddenObject(b.Key) {
 				continue // a "folder" marker, a done marker, a sort's staged upload
 			}
 			if !s.format.lines() && b.Size%record.Size != 0 {
@@ -205,20 +205,6 @@ func (s *s3Inputs) list(ctx context.Context) ([]s3Object, error) {
 		}
 	}
 	return out, nil
-}
-
-// hiddenKey reports whether an object is not input: a "folder" marker, or
-// a name with a part that starts with "." (as `gantry valsort` skips them).
-func hiddenKey(key string) bool {
-	if strings.HasSuffix(key, "/") {
-		return true
-	}
-	for part := range strings.SplitSeq(key, "/") {
-		if strings.HasPrefix(part, ".") {
-			return true
-		}
-	}
-	return false
 }
 
 // cut returns the pieces of objs that make up the worker's share.

@@ -174,7 +174,7 @@ func (r *s3Output) finish(ctx context.Context, staged map[int]bool, fault func()
 	if failed != nil && ctx.Err() == nil {
 		return r.sent.Load(), failed
 	}
-	parts := sortedKeys(staged)
+	parts := slices.Sorted(maps.Keys(staged))
 	err := par.Do(ctx, len(parts), s3Parallel, func(ctx context.Context, i int) error {
 		return r.uploadOne(ctx, parts[i])
 	})
@@ -318,12 +318,3 @@ func (r *s3Output) completed(ctx context.Context, mk doneMarker) bool {
 
 // s3Timeout bounds the S3 requests of a commit or a check at start.
 const s3Timeout = 10 * time.Minute
-
-func sortedKeys(m map[int]bool) []int {
-	out := make([]int, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
-}

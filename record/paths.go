@@ -18,6 +18,23 @@ const PartitionPrefix = "partition."
 // commits, naming the job that wrote the partitions. ExpandPaths skips it.
 const DoneMarker = ".gantry-sort-done"
 
+// HiddenObject reports whether an object name in an S3 listing (relative
+// to the prefix given) is not data, for the sort's S3 inputs and valsort's
+// S3 prefixes alike: empty, a "directory" placeholder (trailing "/"), or a
+// name with a part that starts with "." (the done marker, a sort's staged
+// files).
+func HiddenObject(name string) bool {
+	if name == "" || strings.HasSuffix(name, "/") {
+		return true
+	}
+	for part := range strings.SplitSeq(name, "/") {
+		if strings.HasPrefix(part, ".") {
+			return true
+		}
+	}
+	return false
+}
+
 // PartitionNumber returns n for a file named partition.<n> (n decimal, no
 // sign, no leading zeros unless n is 0).
 func PartitionNumber(name string) (uint64, bool) {

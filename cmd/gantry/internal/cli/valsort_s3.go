@@ -168,7 +168,7 @@ func s3PrefixObjects(ctx context.Context, bs *s3.BlobStore, base string, checksu
 	}
 	visible := list[:0]
 	for _, o := range list {
-		if !hiddenObject(strings.TrimPrefix(o.Key, sub)) {
+		if !record.HiddenObject(strings.TrimPrefix(o.Key, sub)) {
 			visible = append(visible, o)
 		}
 	}
@@ -177,21 +177,6 @@ func s3PrefixObjects(ctx context.Context, bs *s3.BlobStore, base string, checksu
 		return visible, nil
 	}
 	return partitionObjects(bs, visible, sub)
-}
-
-// hiddenObject reports whether the object name (relative to the prefix
-// given) is not data: a name with a part that starts with "." (the done
-// marker, a sort's staged uploads) or a "directory" placeholder.
-func hiddenObject(name string) bool {
-	if name == "" || strings.HasSuffix(name, "/") {
-		return true
-	}
-	for part := range strings.SplitSeq(name, "/") {
-		if strings.HasPrefix(part, ".") {
-			return true
-		}
-	}
-	return name == record.DoneMarker
 }
 
 // partitionObjects returns objs (under sub in bs) in partition-number order;
