@@ -55,17 +55,43 @@ func (c *tlsCreds) ClientHandshake(ctx context.Context, authority string, raw ne
 	return &tlsConn{Conn: conn, b: b}, tlsInfo(conn), nil
 }
 
-// ServerHandshake logs a refusal (refusals.note); gRPC has set the raw
-// connection's deadline for it.
+// ServerHandshake logs a refusal (refusals.note) and closes so that the
+// client hears it (lingerClose); gRPC has set the raw connection's deadline
+// for the handshake.
 func (c *tlsCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
 	b := newBatchConn(raw)
 	conn := tls.Server(b, c.cfg)
 	if err := b.handshakeDone(conn.Handshake()); err != nil {
-		conn.Close()
 		c.refused.note(raw.RemoteAddr(), err)
+		if _, plaintext := errors.AsType[tls.RecordHeaderError](err); plaintext || errors.Is(err, io.EOF) {
+			conn.Close()
+		} else {
+			lingerClose(b)
+		}
 		return nil, nil, err
 	}
 	return &tlsConn{Conn: conn, b: b}, tlsInfo(conn), nil
+}
+
+// lingerTimeout bounds how long a refused connection is read after its
+// alert was sent.
+const lingerTimeout = 2 * time.Second
+
+// lingerClose closes a connection whose handshake this side refused so that
+// the peer reads the alert: with TLS 1.3 the client's handshake is over
+// before the server checks its certificate, and the client writes at once;
+// a close with that write unread resets the connection, and the client's
+// next write fails with "connection reset by peer" before it reads the
+// alert. So: send the alert, close the writing side, read what the client
+// sends until it closes (or lingerTimeout), then close.
+func lingerClose(b *batchConn) {
+	b.flush()
+	if hc, ok := b.Conn.(interface{ CloseWrite() error }); ok {
+		hc.CloseWrite()
+		b.Conn.SetReadDeadline(time.Now().Add(lingerTimeout))
+		io.Copy(io.Discard, io.LimitReader(b.Conn, 1<<20))
+	}
+	b.Conn.Close()
 }
 
 func tlsInfo(conn *tls.Conn) credentials.TLSInfo {

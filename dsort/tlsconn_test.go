@@ -5,8 +5,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -165,3 +168,104 @@ func tlsPair(t *testing.T) (cli, srv net.Conn) {
 	t.Cleanup(func() { srv.Close() })
 	return cli, srv
 }
+
+// A client the master refuses hears why: with TLS 1.3 the client's
+// handshake is over before the master checks its certificate, and the
+// client writes at once (gRPC's preface). A master that closed on the
+// refusal with that write unread reset the connection, and the client's
+// next write or read failed with "connection reset by peer" (or "broken
+// pipe") instead of the master's alert: gRPC's client reported the failed
+// write of its preface, and a rogue worker retried for its whole
+// --register-timeout instead of exiting at once (seen in CI under load). The master now
+// sends the alert, closes its side and reads the rest before it closes.
+func TestARefusedClientHearsWhy(t *testing.T) {
+	job, other := t.TempDir(), t.TempDir()
+	if _, err := MakeCerts(job, []string{"127.0.0.1"}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := MakeCerts(other, []string{"127.0.0.9"}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	refused := make(chan struct{}, 1)
+	logger := slog.New(&signalHandler{msg: "refused a TLS handshake", ch: refused})
+	master, err := loadTLS(certFiles(job, "127.0.0.1"), logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The rogue trusts both CAs: its own check of the master passes.
+	both := filepath.Join(t.TempDir(), "both.crt")
+	a, _ := os.ReadFile(filepath.Join(job, "ca.crt"))
+	b, _ := os.ReadFile(filepath.Join(other, "ca.crt"))
+	if err := os.WriteFile(both, append(a, b...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rogueFiles := certFiles(other, "127.0.0.9")
+	rogueFiles.CA = both
+	rogue, err := loadTLS(rogueFiles, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	refusals := master.server.(*tlsCreds).refused
+	for i := range 20 {
+		refusals.mu.Lock()
+		refusals.last = time.Time{} // log each refusal: the test waits for it
+		refusals.mu.Unlock()
+		served := make(chan error, 1)
+		go func() {
+			raw, err := ln.Accept()
+			if err != nil {
+				served <- err
+				return
+			}
+			_, _, err = master.server.ServerHandshake(raw)
+			raw.Close() // as gRPC does after a failed handshake
+			served <- err
+		}()
+		raw, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		cli, _, err := rogue.client.ClientHandshake(ctx, ln.Addr().String(), raw)
+		cancel()
+		if err != nil {
+			t.Fatalf("connection %d: the rogue's handshake: %v (TLS 1.3: it ends before the master checks)", i, err)
+		}
+		preface := bytes.Repeat([]byte("p"), 4096)
+		if _, err := cli.Write(preface); err != nil {
+			t.Fatalf("connection %d: first write: %v", i, err)
+		}
+		<-refused
+		_, werr := cli.Write(preface)
+		_, rerr := cli.Read(make([]byte, 1))
+		if werr != nil || rerr == nil || !handshakeRefused(rerr.Error()) {
+			t.Fatalf("connection %d: after the refusal the rogue's write said %v and its read %v; want the master's alert", i, werr, rerr)
+		}
+		cli.Close()
+		if err := <-served; err == nil {
+			t.Fatalf("connection %d: the master accepted the rogue", i)
+		}
+	}
+}
+
+// signalHandler is a slog handler that sends on ch each record whose
+// message is msg.
+type signalHandler struct {
+	msg string
+	ch  chan struct{}
+}
+
+func (h *signalHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *signalHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		h.ch <- struct{}{}
+	}
+	return nil
+}
+func (h *signalHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *signalHandler) WithGroup(string) slog.Handler      { return h }
