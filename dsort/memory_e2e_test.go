@@ -28,7 +28,7 @@ func TestWorkerPeakMemoryWithinBudget(t *testing.T) {
 		budget  = 128 << 20
 		slack   = 32 << 20
 	)
-	if newMemoryPlan(budget, false, workers, runtime.GOMAXPROCS(0), 4, 1, records).keep {
+	if newMemoryPlan(budget, false, workers, runtime.GOMAXPROCS(0), 4, 1, records, 0).keep {
 		t.Fatal("the input would be kept in memory: the test must spill")
 	}
 	j := newJob(t, workers, records)

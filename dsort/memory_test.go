@@ -126,7 +126,7 @@ func TestMemoryPlan(t *testing.T) {
 			memoryPlan{budget: 256 * mib, sort: 216 * mib, serve: 12 * mib, merge: 25 * mib, goLimit: goShare(4, 2), keep: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := newMemoryPlan(tc.budget, tc.shared, tc.onMachine, tc.cores, 4, tc.ppw, tc.records)
+			got := newMemoryPlan(tc.budget, tc.shared, tc.onMachine, tc.cores, 4, tc.ppw, tc.records, 0)
 			if d := cmp.Diff(tc.want, got, cmp.AllowUnexported(memoryPlan{})); d != "" {
 				t.Fatal(d)
 			}

@@ -153,8 +153,13 @@ const batchMax = ioBufferSize + 64<<10
 // Safe for one reader and one writer at once, as net.Conn must be.
 type batchConn struct {
 	net.Conn
-	mu  sync.Mutex // protects buf and the writes to Conn
-	buf []byte
+	mu sync.Mutex // protects buf, pooled and the writes to Conn
+	// buf gathers the records; between writes the connection holds no
+	// buffer (pooled: nil): the buffers (batchMax each) are shared by all
+	// connections through batchBufs, so the heap holds one per connection
+	// writing at the moment, not one per connection.
+	buf    []byte
+	pooled *[]byte // what buf came from
 	// handshaking is read without mu: a read must never wait for mu, which
 	// a writer blocked on a full socket holds.
 	handshaking atomic.Bool
@@ -190,9 +195,19 @@ func (b *batchConn) Write(p []byte) (int, error) {
 	if len(p) > batchMax {
 		return b.Conn.Write(p)
 	}
+	if b.pooled == nil {
+		b.pooled = batchBufs.Get().(*[]byte)
+		b.buf = (*b.pooled)[:0]
+	}
 	b.buf = append(b.buf, p...)
 	return len(p), nil
 }
+
+// batchBufs holds the batchConns' buffers while they are not writing.
+var batchBufs = sync.Pool{New: func() any {
+	b := make([]byte, 0, batchMax)
+	return &b
+}}
 
 func (b *batchConn) flush() error {
 	b.mu.Lock()
@@ -201,11 +216,16 @@ func (b *batchConn) flush() error {
 }
 
 func (b *batchConn) flushLocked() error {
-	if len(b.buf) == 0 {
+	if b.pooled == nil {
 		return nil
 	}
-	_, err := b.Conn.Write(b.buf)
-	b.buf = b.buf[:0]
+	var err error
+	if len(b.buf) > 0 {
+		_, err = b.Conn.Write(b.buf)
+	}
+	*b.pooled = b.buf[:0]
+	batchBufs.Put(b.pooled)
+	b.buf, b.pooled = nil, nil
 	return err
 }
 
