@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/bits"
 	"os"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/gantryhq/gantry/extsort"
+	"github.com/gantryhq/gantry/internal/backoff"
 	"github.com/gantryhq/gantry/internal/fsutil"
 	"github.com/gantryhq/gantry/internal/par"
 	"github.com/gantryhq/gantry/record"
@@ -123,6 +125,7 @@ type s3Inputs struct {
 	share  Share
 	format recordFormat
 	stores map[int]*s3.BlobStore // by -I index
+	logger *slog.Logger
 
 	listing string // digest of the objects listed (stage): the master checks workers sharing them saw the same
 }
@@ -375,32 +378,64 @@ func (s *s3Inputs) download(ctx context.Context, pieces []s3Object) (int64, erro
 	})
 }
 
+// s3ReadRetry asks again for what is left of a range whose read failed
+// with a transient error (s3.Transient): a connection reset half-way
+// through a 32 MiB body, a store that answered 503. minio-go retries a
+// request that fails, not a body that stops.
+var s3ReadRetry = backoff.Policy{Initial: 200 * time.Millisecond, Max: 5 * time.Second, MaxAttempts: 8}
+
+// errStage marks a failure to write the staged copy: not the store's, and
+// not retried.
+var errStage = errors.New("dsort: stage input")
+
 // fetch copies n bytes of piece p from its offset off into the file at
-// path, at off.
+// path, at off; a read cut short resumes where it stopped (s3ReadRetry).
 func (s *s3Inputs) fetch(ctx context.Context, p s3Object, path string, off, n int64) error {
 	bs := s.stores[p.Input]
-	rc, err := bs.GetRange(ctx, p.Key, p.From+off, n)
-	if err != nil {
-		return fmt.Errorf("dsort: read %s: %w", bs.URL(p.Key), err)
-	}
-	defer rc.Close()
 	f, err := os.OpenFile(path, os.O_WRONLY, 0)
 	if err != nil {
-		return fmt.Errorf("dsort: stage input: %w", err)
+		return fmt.Errorf("%w: %w", errStage, err)
 	}
 	defer f.Close()
-	got, err := copyLarge(f, off, rc, n)
-	if err == nil && got != n {
-		err = fmt.Errorf("got %d bytes of %d; did the object change?", got, n)
-	}
+	var done int64
+	err = s3ReadRetry.Retry(ctx, func(ctx context.Context) error {
+		got, err := fetchRange(ctx, bs, p.Key, f, p.From+off+done, off+done, n-done)
+		done += got
+		switch {
+		case err == nil && done == n:
+			return nil
+		case err == nil:
+			// The body ended early without an error: asked again, a
+			// shrunk object answers with a bad range (not retried).
+			err = fmt.Errorf("got %d bytes of %d; did the object change?", done, n)
+		case !s3.Transient(err):
+			return backoff.Permanent(err)
+		}
+		s.logger.Info("an S3 read was cut short; asking for the rest", "url", bs.URL(p.Key), "got", done, "of", n, "err", err)
+		return err
+	})
 	if errors.Is(err, provider.ErrNotFound) {
 		err = fmt.Errorf("it was deleted while the worker read it: %w", err)
+	}
+	if errors.Is(err, errStage) {
+		return err
 	}
 	if err != nil {
 		return fmt.Errorf("dsort: read %s: %w", bs.URL(p.Key), err)
 	}
 	fsutil.StartWriteback(f, off, n)
 	return f.Close()
+}
+
+// fetchRange copies n bytes of key from its offset from into f at off and
+// returns how many it wrote.
+func fetchRange(ctx context.Context, bs *s3.BlobStore, key string, f *os.File, from, off, n int64) (int64, error) {
+	rc, err := bs.GetRange(ctx, key, from, n)
+	if err != nil {
+		return 0, err
+	}
+	defer rc.Close()
+	return copyLarge(f, off, rc, n)
 }
 
 // copyLarge copies up to n bytes of r into f at off in writes of 4 MiB: a
@@ -414,11 +449,11 @@ func copyLarge(f *os.File, off int64, r io.Reader, n int64) (int64, error) {
 		k, err := io.ReadFull(r, buf[:min(int64(len(buf)), n-done)])
 		if k > 0 {
 			if _, werr := f.WriteAt(buf[:k], off+done); werr != nil {
-				return done, werr
+				return done, fmt.Errorf("%w: %w", errStage, werr)
 			}
 			done += int64(k)
 		}
-		if err == io.EOF || err == io.ErrUnexpectedEOF {
+		if err == io.EOF {
 			return done, nil
 		}
 		if err != nil {
@@ -438,7 +473,7 @@ func (s *s3Inputs) closeStores() {
 // openS3 opens the S3 inputs and output (a bad URL, credential or bucket
 // fails here, before the worker registers) and stages the inputs.
 func (w *Worker) openS3(ctx context.Context) error {
-	in := &s3Inputs{dir: w.dir.s3in(), args: w.cfg.Inputs, share: w.cfg.Share, format: w.format, stores: map[int]*s3.BlobStore{}}
+	in := &s3Inputs{dir: w.dir.s3in(), args: w.cfg.Inputs, share: w.cfg.Share, format: w.format, stores: map[int]*s3.BlobStore{}, logger: w.cfg.Logger}
 	for i, p := range w.cfg.Inputs {
 		if !isS3(p) {
 			continue

@@ -35,8 +35,10 @@ import (
 	"net/url"
 	"os"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/minio/minio-go/v7"
@@ -303,6 +305,32 @@ func (b *BlobStore) wrap(op, key string, err error) error {
 		return fmt.Errorf("s3: %s %s: %s: %s: %w", op, where, r.Code, r.Message, err)
 	}
 	return fmt.Errorf("s3: %s %s: %w", op, where, err)
+}
+
+// Transient reports whether err, from a call of a BlobStore or a read of a
+// body it returned, may pass if the call is made again: the store was
+// unreachable or cut the connection (a body cut short too), or answered
+// that it is busy or failed (5xx, 408, 429, SlowDown). A missing key or
+// bucket, a refused credential, a bad range and a cancelled context are
+// not. minio-go retries a request that fails; a body that stops half-way
+// is the caller's to ask for again.
+func Transient(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, provider.ErrNotFound) {
+		return false
+	}
+	var r minio.ErrorResponse
+	if errors.As(err, &r) && (r.StatusCode != 0 || r.Code != "") {
+		return transientAnswer(r)
+	}
+	var ne net.Error
+	return errors.Is(err, ErrUnreachable) || errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &ne) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+// transientAnswer reports whether the store's answer r says to try again.
+func transientAnswer(r minio.ErrorResponse) bool {
+	return r.StatusCode >= 500 || r.StatusCode == http.StatusRequestTimeout || r.StatusCode == http.StatusTooManyRequests ||
+		slices.Contains([]string{"SlowDown", "RequestTimeout", "InternalError", "ServiceUnavailable"}, r.Code)
 }
 
 // Put uploads r under key. Unknown length goes up in PartSize parts as one

@@ -6,10 +6,13 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -306,5 +309,35 @@ func TestRangesAndCheck(t *testing.T) {
 	defer other2.Close()
 	if err := other2.Check(ctx); err == nil || !strings.Contains(err.Error(), "refused the credentials") {
 		t.Fatalf("Check with a wrong secret: %v", err)
+	}
+}
+
+// Transient says yes to what a second try may pass (a cut body, a reset
+// connection, a busy or failing store) and no to what it cannot (a missing
+// key, a refused credential, a bad range, a cancelled call), wrapped or
+// not.
+func TestTransient(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"nil", nil, false},
+		{"a body cut short", fmt.Errorf("read: %w", io.ErrUnexpectedEOF), true},
+		{"a reset connection", &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}, true},
+		{"unreachable", fmt.Errorf("%w: get", ErrUnreachable), true},
+		{"503", minio.ErrorResponse{StatusCode: 503, Code: "ServiceUnavailable"}, true},
+		{"SlowDown", fmt.Errorf("get: %w", minio.ErrorResponse{StatusCode: 503, Code: "SlowDown"}), true},
+		{"429", minio.ErrorResponse{StatusCode: 429}, true},
+		{"AccessDenied", minio.ErrorResponse{StatusCode: 403, Code: "AccessDenied"}, false},
+		{"InvalidRange", minio.ErrorResponse{StatusCode: 416, Code: "InvalidRange"}, false},
+		{"NoSuchBucket", minio.ErrorResponse{StatusCode: 404, Code: "NoSuchBucket"}, false},
+		{"not found", fmt.Errorf("%w: s3://b/k", provider.ErrNotFound), false},
+		{"cancelled", fmt.Errorf("get: %w", context.Canceled), false},
+		{"deadline", context.DeadlineExceeded, false},
+	} {
+		if got := Transient(tc.err); got != tc.want {
+			t.Errorf("%s: Transient(%v) = %v, want %v", tc.name, tc.err, got, tc.want)
+		}
 	}
 }
