@@ -177,6 +177,7 @@ type member struct {
 	index      int
 	identity   string
 	inputs     []string // as registered: -I, and a share of S3 inputs with its listing (checkShareLocked)
+	output     string   // as registered: -O (checkOutputLocked)
 	addr       string
 	host       string
 	machine    string // machine_id, or host when the worker sent none

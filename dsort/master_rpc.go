@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -99,6 +100,32 @@ func (m *Master) register(req *dsortpb.RegisterRequest) (*dsortpb.RegisterReply,
 	return reply, nil
 }
 
+// checkOutputLocked refuses a new worker whose output another worker of
+// the job writes: the same directory on the same machine, or S3 prefixes
+// that are the same or one inside the other. Each commit deletes the
+// partitions of its output that are not its own: the two would delete each
+// other's.
+func (m *Master) checkOutputLocked(machine, out string) error {
+	for _, mb := range m.members {
+		if mb.output != "" && sameOutput(mb.machine, mb.output, machine, out) {
+			return errorf(ErrBadRequest, "dsort: worker %d (%s) already writes its partitions to %s: give each worker an output of its own (one's commit would delete the other's partitions)",
+				mb.index, mb.addr, out)
+		}
+	}
+	return nil
+}
+
+// sameOutput reports whether output a on machine ma and output b on
+// machine mb are one place.
+func sameOutput(ma, a, mb, b string) bool {
+	if isS3(a) || isS3(b) {
+		pa, erra := s3Place(a)
+		pb, errb := s3Place(b)
+		return erra == nil && errb == nil && (strings.HasPrefix(pa, pb) || strings.HasPrefix(pb, pa))
+	}
+	return ma == mb && filepath.Clean(a) == filepath.Clean(b)
+}
+
 // slotLocked returns the member slot for a registration: the known one
 // with its epoch bumped (a restarted worker), or a new one.
 func (m *Master) slotLocked(req *dsortpb.RegisterRequest, host string) (*member, error) {
@@ -128,7 +155,12 @@ func (m *Master) slotLocked(req *dsortpb.RegisterRequest, host string) (*member,
 	if err := m.checkShareLocked(req.GetInputDirs()); err != nil {
 		return nil, err
 	}
-	mb := &member{index: len(m.members), identity: id, host: host, epoch: 1, inputs: req.GetInputDirs()}
+	machine := cmp.Or(req.GetMachineId(), host)
+	if err := m.checkOutputLocked(machine, req.GetOutputDir()); err != nil {
+		return nil, err
+	}
+	mb := &member{index: len(m.members), identity: id, host: host, machine: machine, epoch: 1,
+		inputs: req.GetInputDirs(), output: req.GetOutputDir()}
 	m.members = append(m.members, mb)
 	m.cfg.Logger.Info("worker registered", "worker", mb.index, "addr", req.GetAddress())
 	return mb, nil

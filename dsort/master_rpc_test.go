@@ -3,6 +3,8 @@ package dsort
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -208,4 +210,52 @@ func TestLateReportDoesNotUndoATerminalState(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Two workers of a job never write one output: each commit deletes the
+// partitions of its output that are not its own, so the second would
+// delete the first's. The master refuses a new worker whose output is
+// another's — the same directory on the same machine (however spelled),
+// or S3 prefixes that are the same or one inside the other (a bucket's
+// root holds them all) — and takes the same path on another machine, a
+// sibling prefix, and a restart of the same worker.
+func TestTwoWorkersNeverShareAnOutput(t *testing.T) {
+	const s3 = "s3://bucket/%s?endpoint=http://127.0.0.1:9000"
+	for _, tc := range []struct {
+		name         string
+		first, again *dsortpb.RegisterRequest
+		refused      bool
+	}{
+		{"the same dir", reg("127.0.0.2", "m1", "/in1", "/out"), reg("127.0.0.3", "m1", "/in2", "/out/"), true},
+		{"the same dir on another machine", reg("127.0.0.2", "m1", "/in1", "/out"), reg("127.0.0.3", "m2", "/in2", "/out"), false},
+		{"a dir inside the other", reg("127.0.0.2", "m1", "/in1", "/out"), reg("127.0.0.3", "m1", "/in2", "/out/w1"), false},
+		{"the same prefix", reg("127.0.0.2", "m1", "/in1", fmt.Sprintf(s3, "out")), reg("127.0.0.3", "m2", "/in2", fmt.Sprintf(s3, "out/")), true},
+		{"a prefix inside the other", reg("127.0.0.2", "m1", "/in1", fmt.Sprintf(s3, "out")), reg("127.0.0.3", "m2", "/in2", fmt.Sprintf(s3, "out/w1")), true},
+		{"the bucket's root", reg("127.0.0.2", "m1", "/in1", fmt.Sprintf(s3, "out/w0")), reg("127.0.0.3", "m2", "/in2", fmt.Sprintf(s3, "")), true},
+		{"sibling prefixes", reg("127.0.0.2", "m1", "/in1", fmt.Sprintf(s3, "out/w0")), reg("127.0.0.3", "m2", "/in2", fmt.Sprintf(s3, "out/w1")), false},
+		{"another store", reg("127.0.0.2", "m1", "/in1", fmt.Sprintf(s3, "out")), reg("127.0.0.3", "m2", "/in2", "s3://bucket/out?endpoint=http://127.0.0.9:9000"), false},
+		{"a restart of the same worker", reg("127.0.0.2", "m1", "/in1", "/out"), reg("127.0.0.2", "m1", "/in1", "/out"), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := NewMaster(MasterConfig{Workers: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.closeConns()
+			if _, err := m.register(tc.first); err != nil {
+				t.Fatal(err)
+			}
+			_, err = m.register(tc.again)
+			switch {
+			case tc.refused && (!errors.Is(err, ErrBadRequest) || !strings.Contains(err.Error(), "already writes its partitions")):
+				t.Fatalf("second worker: %v, want it refused for writing worker 0's output", err)
+			case !tc.refused && err != nil:
+				t.Fatalf("second worker: %v, want it taken", err)
+			}
+		})
+	}
+}
+
+func reg(host, machine, in, out string) *dsortpb.RegisterRequest {
+	return &dsortpb.RegisterRequest{Address: host + ":1000", MachineId: machine, InputDirs: []string{in}, OutputDir: out}
 }

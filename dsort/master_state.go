@@ -35,6 +35,7 @@ type memberSnapshot struct {
 	Addr       string  `json:"addr"`
 	Host       string  `json:"host"`
 	Machine    string  `json:"machine"`
+	Output     string  `json:"output,omitempty"`
 	Cores      int     `json:"cores"`
 	InputBytes int64   `json:"input_bytes"`
 	Epoch      int64   `json:"epoch"`
@@ -55,7 +56,7 @@ func (m *Master) persistLocked() {
 		Bounds: m.bounds, PPW: m.ppw, AbortReason: m.abortReason, Saved: m.clock.Now().UTC()}
 	for _, mb := range m.members {
 		s.Members = append(s.Members, memberSnapshot{Index: mb.index, Identity: mb.identity, Addr: mb.addr,
-			Host: mb.host, Machine: mb.machine, Cores: mb.cores, InputBytes: mb.inputBytes, Epoch: mb.epoch,
+			Host: mb.host, Machine: mb.machine, Output: mb.output, Cores: mb.cores, InputBytes: mb.inputBytes, Epoch: mb.epoch,
 			State: mb.state, Progress: mb.progress, Sample: mb.sample, Records: mb.records, Sampled: mb.sampled})
 	}
 	data, err := json.Marshal(s)
@@ -99,7 +100,7 @@ func (m *Master) restore() error {
 	defer m.mu.Unlock()
 	m.cfg.JobID, m.phase, m.bounds, m.ppw, m.abortReason = s.JobID, s.Phase, s.Bounds, s.PPW, s.AbortReason
 	for _, ms := range s.Members {
-		mb := &member{index: ms.Index, identity: ms.Identity, addr: ms.Addr, host: ms.Host, machine: ms.Machine,
+		mb := &member{index: ms.Index, identity: ms.Identity, addr: ms.Addr, host: ms.Host, machine: ms.Machine, output: ms.Output,
 			cores: ms.Cores, inputBytes: ms.InputBytes, epoch: ms.Epoch, state: ms.State, progress: ms.Progress,
 			sample: ms.Sample, records: ms.Records, sampled: ms.Sampled, lastSeen: now, message: "re-adopted"}
 		if mb.conn, err = dialMetered(mb.addr, m.creds, m.metrics); err != nil {

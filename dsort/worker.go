@@ -133,11 +133,10 @@ func (c *WorkerConfig) checkS3() error {
 			continue
 		}
 		hasS3 = hasS3 || i < len(c.Inputs)
-		cfg, err := s3.ParseURL(p)
+		where, err := s3Place(p)
 		if err != nil {
 			return fmt.Errorf("%w: %v", ErrConfig, err)
 		}
-		where := cfg.Endpoint + "/" + cfg.Bucket + "/" + strings.Trim(cfg.Prefix, "/") + "/"
 		for _, o := range seen { // given twice, or one inside the other: records read twice, or the output read as input
 			if strings.HasPrefix(where, o) || strings.HasPrefix(o, where) {
 				return fmt.Errorf("%w: %s overlaps another S3 input or the output (the same prefix, or one inside the other)", ErrConfig, p)
@@ -152,6 +151,21 @@ func (c *WorkerConfig) checkS3() error {
 		return fmt.Errorf("%w: share %d/%d: want 0 <= K < N", ErrConfig, c.Share.Index, c.Share.Count)
 	}
 	return nil
+}
+
+// s3Place is where an s3:// URL points, as endpoint/bucket/prefix/: two
+// URLs overlap when one's place starts with the other's (a bucket's root
+// holds every prefix of it).
+func s3Place(p string) (string, error) {
+	cfg, err := s3.ParseURL(p)
+	if err != nil {
+		return "", err
+	}
+	where := cfg.Endpoint + "/" + cfg.Bucket + "/"
+	if prefix := strings.Trim(cfg.Prefix, "/"); prefix != "" {
+		where += prefix + "/"
+	}
+	return where, nil
 }
 
 // checkPaths checks the S3 URLs and, before anything is touched, that no
