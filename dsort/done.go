@@ -42,6 +42,9 @@ type inputFile struct {
 type inputPrint struct {
 	Files  []inputFile `json:"files"`
 	Sample string      `json:"sample_sha256"`
+	// remote: the print of S3 inputs (s3Print), whose Sample digests
+	// the listing and is never replaced by one of the staged copies.
+	remote bool
 }
 
 // printInputs takes the stat part of inputs' print (as ScanInputs listed
@@ -69,8 +72,8 @@ func printInputs(inputs []extsort.Input) (*inputPrint, error) {
 // withSample returns a copy of p (taken at start) with the digest of
 // inputs' sampled keys now; nil if p is nil or the inputs cannot be read.
 func (p *inputPrint) withSample(inputs []extsort.Input) *inputPrint {
-	if p == nil {
-		return nil
+	if p == nil || p.remote {
+		return p
 	}
 	keys, _, err := sampleInputs(inputs, sampleKeys)
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -100,30 +99,31 @@ func (m *Master) register(req *dsortpb.RegisterRequest) (*dsortpb.RegisterReply,
 	return reply, nil
 }
 
-// checkOutputLocked refuses a new worker whose output another worker of
-// the job writes: the same directory on the same machine, or S3 prefixes
-// that are the same or one inside the other. Each commit deletes the
-// partitions of its output that are not its own: the two would delete each
-// other's.
-func (m *Master) checkOutputLocked(machine, out string) error {
+// checkOutputLocked refuses a new worker whose S3 output prefix another
+// worker of the job writes, or one inside the other's (a bucket's root
+// holds them all): each commit deletes the partitions of its output that
+// are not its own, so the two would delete each other's. A URL names one
+// place wherever the worker runs; a local path does not (containers mount
+// their own dirs at one path, and one machine-id can stand for many), so a
+// local dir is guarded by the worker's lock on it (output.prepare).
+func (m *Master) checkOutputLocked(out string) error {
+	if !isS3(out) {
+		return nil
+	}
+	place, err := s3Place(out)
+	if err != nil {
+		return errorf(ErrBadRequest, "dsort: register: %v", err)
+	}
 	for _, mb := range m.members {
-		if mb.output != "" && sameOutput(mb.machine, mb.output, machine, out) {
-			return errorf(ErrBadRequest, "dsort: worker %d (%s) already writes its partitions to %s: give each worker an output of its own (one's commit would delete the other's partitions)",
-				mb.index, mb.addr, out)
+		if !isS3(mb.output) {
+			continue
+		}
+		if other, err := s3Place(mb.output); err == nil && (strings.HasPrefix(place, other) || strings.HasPrefix(other, place)) {
+			return errorf(ErrBadRequest, "dsort: worker %d (%s) already writes its partitions to %s, the same prefix as %s or one inside the other: give each worker an output of its own (one's commit would delete the other's partitions)",
+				mb.index, mb.addr, mb.output, out)
 		}
 	}
 	return nil
-}
-
-// sameOutput reports whether output a on machine ma and output b on
-// machine mb are one place.
-func sameOutput(ma, a, mb, b string) bool {
-	if isS3(a) || isS3(b) {
-		pa, erra := s3Place(a)
-		pb, errb := s3Place(b)
-		return erra == nil && errb == nil && (strings.HasPrefix(pa, pb) || strings.HasPrefix(pb, pa))
-	}
-	return ma == mb && filepath.Clean(a) == filepath.Clean(b)
 }
 
 // slotLocked returns the member slot for a registration: the known one
@@ -155,11 +155,10 @@ func (m *Master) slotLocked(req *dsortpb.RegisterRequest, host string) (*member,
 	if err := m.checkShareLocked(req.GetInputDirs()); err != nil {
 		return nil, err
 	}
-	machine := cmp.Or(req.GetMachineId(), host)
-	if err := m.checkOutputLocked(machine, req.GetOutputDir()); err != nil {
+	if err := m.checkOutputLocked(req.GetOutputDir()); err != nil {
 		return nil, err
 	}
-	mb := &member{index: len(m.members), identity: id, host: host, machine: machine, epoch: 1,
+	mb := &member{index: len(m.members), identity: id, host: host, epoch: 1,
 		inputs: req.GetInputDirs(), output: req.GetOutputDir()}
 	m.members = append(m.members, mb)
 	m.cfg.Logger.Info("worker registered", "worker", mb.index, "addr", req.GetAddress())

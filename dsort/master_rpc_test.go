@@ -212,29 +212,27 @@ func TestLateReportDoesNotUndoATerminalState(t *testing.T) {
 	}
 }
 
-// Two workers of a job never write one output: each commit deletes the
+// Two workers of a job never write one S3 output: each commit deletes the
 // partitions of its output that are not its own, so the second would
-// delete the first's. The master refuses a new worker whose output is
-// another's — the same directory on the same machine (however spelled),
-// or S3 prefixes that are the same or one inside the other (a bucket's
-// root holds them all) — and takes the same path on another machine, a
-// sibling prefix, and a restart of the same worker.
-func TestTwoWorkersNeverShareAnOutput(t *testing.T) {
+// delete the first's. The master refuses a new worker whose S3 prefix is
+// another's, or one inside the other (a bucket's root holds them all), and
+// takes sibling prefixes, another store, a restart of the same worker and
+// local paths (a path names no one place: each worker locks its dir,
+// TestTwoWorkersGivenOneOutputDirFail).
+func TestTwoWorkersNeverShareAnS3Output(t *testing.T) {
 	const s3 = "s3://bucket/%s?endpoint=http://127.0.0.1:9000"
 	for _, tc := range []struct {
 		name         string
 		first, again *dsortpb.RegisterRequest
 		refused      bool
 	}{
-		{"the same dir", reg("127.0.0.2", "m1", "/in1", "/out"), reg("127.0.0.3", "m1", "/in2", "/out/"), true},
-		{"the same dir on another machine", reg("127.0.0.2", "m1", "/in1", "/out"), reg("127.0.0.3", "m2", "/in2", "/out"), false},
-		{"a dir inside the other", reg("127.0.0.2", "m1", "/in1", "/out"), reg("127.0.0.3", "m1", "/in2", "/out/w1"), false},
-		{"the same prefix", reg("127.0.0.2", "m1", "/in1", fmt.Sprintf(s3, "out")), reg("127.0.0.3", "m2", "/in2", fmt.Sprintf(s3, "out/")), true},
-		{"a prefix inside the other", reg("127.0.0.2", "m1", "/in1", fmt.Sprintf(s3, "out")), reg("127.0.0.3", "m2", "/in2", fmt.Sprintf(s3, "out/w1")), true},
-		{"the bucket's root", reg("127.0.0.2", "m1", "/in1", fmt.Sprintf(s3, "out/w0")), reg("127.0.0.3", "m2", "/in2", fmt.Sprintf(s3, "")), true},
-		{"sibling prefixes", reg("127.0.0.2", "m1", "/in1", fmt.Sprintf(s3, "out/w0")), reg("127.0.0.3", "m2", "/in2", fmt.Sprintf(s3, "out/w1")), false},
-		{"another store", reg("127.0.0.2", "m1", "/in1", fmt.Sprintf(s3, "out")), reg("127.0.0.3", "m2", "/in2", "s3://bucket/out?endpoint=http://127.0.0.9:9000"), false},
-		{"a restart of the same worker", reg("127.0.0.2", "m1", "/in1", "/out"), reg("127.0.0.2", "m1", "/in1", "/out"), false},
+		{"the same prefix", reg("127.0.0.2", "/in1", fmt.Sprintf(s3, "out")), reg("127.0.0.3", "/in2", fmt.Sprintf(s3, "out/")), true},
+		{"a prefix inside the other", reg("127.0.0.2", "/in1", fmt.Sprintf(s3, "out")), reg("127.0.0.3", "/in2", fmt.Sprintf(s3, "out/w1")), true},
+		{"the bucket's root", reg("127.0.0.2", "/in1", fmt.Sprintf(s3, "out/w0")), reg("127.0.0.3", "/in2", fmt.Sprintf(s3, "")), true},
+		{"sibling prefixes", reg("127.0.0.2", "/in1", fmt.Sprintf(s3, "out/w0")), reg("127.0.0.3", "/in2", fmt.Sprintf(s3, "out/w1")), false},
+		{"another store", reg("127.0.0.2", "/in1", fmt.Sprintf(s3, "out")), reg("127.0.0.3", "/in2", "s3://bucket/out?endpoint=http://127.0.0.9:9000"), false},
+		{"a restart of the same worker", reg("127.0.0.2", "/in1", fmt.Sprintf(s3, "out")), reg("127.0.0.2", "/in1", fmt.Sprintf(s3, "out")), false},
+		{"one local path", reg("127.0.0.2", "/in1", "/out"), reg("127.0.0.3", "/in2", "/out"), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m, err := NewMaster(MasterConfig{Workers: 2})
@@ -256,6 +254,6 @@ func TestTwoWorkersNeverShareAnOutput(t *testing.T) {
 	}
 }
 
-func reg(host, machine, in, out string) *dsortpb.RegisterRequest {
-	return &dsortpb.RegisterRequest{Address: host + ":1000", MachineId: machine, InputDirs: []string{in}, OutputDir: out}
+func reg(host, in, out string) *dsortpb.RegisterRequest {
+	return &dsortpb.RegisterRequest{Address: host + ":1000", InputDirs: []string{in}, OutputDir: out}
 }

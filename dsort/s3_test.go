@@ -524,11 +524,13 @@ func TestS3ReadCutShortIsResumed(t *testing.T) {
 
 // cuttingProxy is a reverse proxy on loopback to the test MinIO that cuts
 // the body of the first ranged GETs (206) after 64 KiB: the connection is
-// dropped half-way, as a reset would. cut counts the bodies it cut.
+// dropped half-way, as a reset would. cut counts the bodies it cut, gets
+// the ranged GETs.
 type cuttingProxy struct {
 	addr string
 	left atomic.Int32 // bodies still to cut
 	cut  atomic.Int32
+	gets atomic.Int32 // ranged GETs answered (206)
 }
 
 func newCuttingProxy(t *testing.T, endpoint string, cuts int) *cuttingProxy {
@@ -542,6 +544,9 @@ func newCuttingProxy(t *testing.T, endpoint string, cuts int) *cuttingProxy {
 	rp := httputil.NewSingleHostReverseProxy(target) // keeps the Host header the client signed
 	rp.ErrorLog = log.New(io.Discard, "", 0)
 	rp.ModifyResponse = func(r *http.Response) error {
+		if r.StatusCode == http.StatusPartialContent {
+			p.gets.Add(1)
+		}
 		if r.StatusCode == http.StatusPartialContent && p.left.Add(-1) >= 0 {
 			p.cut.Add(1)
 			r.Body = &cutBody{ReadCloser: r.Body, left: 64 << 10}
@@ -567,4 +572,59 @@ func (b *cutBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p[:min(len(p), b.left)])
 	b.left -= n
 	return n, err
+}
+
+// TestS3RerunOfACompletedJobDownloadsNothing: seed 000's "already
+// completed, nothing to do" holds for S3 inputs too. Their print is the
+// listing (keys, sizes, times, ETags, the share), not the staged copies,
+// which are new files at every download: re-run with no master, each
+// worker of a finished job exits at once without a single GET of an
+// object (through a proxy that counts them); with an object rewritten, or
+// another share, it has work to do.
+func TestS3RerunOfACompletedJobDownloadsNothing(t *testing.T) {
+	b := newTestBucket(t)
+	rng := mrand.New(mrand.NewPCG(11, 12))
+	for i := range 4 {
+		b.put(fmt.Sprintf("in/obj%02d", i), recordtest.Random(rng, 2000, recordtest.Options{}))
+	}
+	proxy := newCuttingProxy(t, b.endpoint, 0)
+	in := "s3://" + b.name + "/in?endpoint=http://" + proxy.addr
+	root := t.TempDir()
+	var wcfgs []WorkerConfig
+	for w := range 2 {
+		wcfgs = append(wcfgs, WorkerConfig{Inputs: []string{in}, Share: Share{w, 2}, Output: filepath.Join(root, fmt.Sprint("out", w)),
+			Memory: 32 << 20, TempDir: filepath.Join(root, fmt.Sprint("tmp", w))})
+	}
+	c := startCluster(t, t.Context(), MasterConfig{Workers: 2, HeartbeatInterval: 100 * time.Millisecond}, wcfgs)
+	c.mustSucceed(t)
+	if proxy.gets.Load() == 0 {
+		t.Fatal("the job read no object through the proxy")
+	}
+	rerun := func(wc WorkerConfig) (string, error) {
+		wc.Master, wc.RegisterTimeout = "127.0.0.1:1", time.Second // nobody listens
+		w, err := NewWorker(wc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = w.Run(t.Context())
+		return w.AlreadyCompleted(), err
+	}
+	proxy.gets.Store(0)
+	for i, wc := range wcfgs {
+		if job, err := rerun(wc); job == "" || err != nil {
+			t.Fatalf("worker %d re-run: already completed %q, %v; want the job's", i, job, err)
+		}
+	}
+	if n := proxy.gets.Load(); n != 0 {
+		t.Fatalf("the re-runs read %d object ranges, want none", n)
+	}
+	other := wcfgs[0]
+	other.Share = Share{1, 2} // worker 1's share into worker 0's output: not what it holds
+	if job, err := rerun(other); job != "" || err == nil {
+		t.Fatalf("another share: already completed %q, %v; want work to do (and no master)", job, err)
+	}
+	b.put("in/obj01", recordtest.Random(rng, 2000, recordtest.Options{}))
+	if job, err := rerun(wcfgs[0]); job != "" || err == nil {
+		t.Fatalf("an object rewritten: already completed %q, %v; want work to do (and no master)", job, err)
+	}
 }

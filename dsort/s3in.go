@@ -103,6 +103,7 @@ type s3Object struct {
 	Key      string    `json:"key"`
 	Size     int64     `json:"size"`
 	Modified time.Time `json:"modified"`
+	ETag     string    `json:"etag,omitempty"`
 	From     int64     `json:"from,omitempty"`
 	To       int64     `json:"to,omitempty"`
 }
@@ -127,7 +128,8 @@ type s3Inputs struct {
 	stores map[int]*s3.BlobStore // by -I index
 	logger *slog.Logger
 
-	listing string // digest of the objects listed (stage): the master checks workers sharing them saw the same
+	listing string      // digest of the objects listed (listObjects): the master checks workers sharing them saw the same
+	print   *inputPrint // of the S3 inputs as listed (s3Print); nil when -I also names local dirs
 }
 
 const manifestName = ".manifest.json"
@@ -141,16 +143,45 @@ func (s *s3Inputs) local() []string {
 	return out
 }
 
-// stage makes the local copies of the worker's share and reports what it
-// did: the bytes downloaded (0 when a predecessor's copies were reused).
-func (s *s3Inputs) stage(ctx context.Context) (int64, error) {
+// listObjects lists the S3 inputs' objects (list) and keeps their digest
+// (listing) and the print of the worker's S3 inputs (print).
+func (s *s3Inputs) listObjects(ctx context.Context) ([]s3Object, error) {
 	objs, err := s.list(ctx)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	sum, _ := json.Marshal(objs)
 	digest := sha256.Sum256(sum)
 	s.listing = hex.EncodeToString(digest[:8])
+	s.print = s3Print(s.args, s.stores, s.share, s.format, objs)
+	return objs, nil
+}
+
+// s3Print is the print (done.go) of S3 inputs listed as objs: each object
+// as its URL, size and modification time, and for the sample the digest of
+// the whole listing with the objects' ETags, the share and the format.
+// It stands for the staged copies, which are new files at every download:
+// with it a re-run whose objects have not changed finds its committed
+// output before it downloads anything.
+func s3Print(args []string, stores map[int]*s3.BlobStore, share Share, format recordFormat, objs []s3Object) *inputPrint {
+	p := &inputPrint{remote: true}
+	for _, o := range objs {
+		p.Files = append(p.Files, inputFile{Path: stores[o.Input].URL(o.Key), Size: o.Size, MTime: o.Modified.UnixNano()})
+	}
+	data, _ := json.Marshal(struct {
+		Inputs  []string
+		Share   string
+		Format  string
+		Objects []s3Object
+	}{args, share.String(), format.spec, objs})
+	sum := sha256.Sum256(data)
+	p.Sample = "s3:" + hex.EncodeToString(sum[:])
+	return p
+}
+
+// stage makes the local copies of the worker's share and reports what it
+// did: the bytes downloaded (0 when a predecessor's copies were reused).
+func (s *s3Inputs) stage(ctx context.Context, objs []s3Object) (int64, error) {
 	pieces, err := s.cut(ctx, objs)
 	if err != nil {
 		return 0, err
@@ -204,7 +235,7 @@ func (s *s3Inputs) list(ctx context.Context) ([]s3Object, error) {
 				return nil, fmt.Errorf("%w: %s is %d bytes, not a whole number of %d-byte records",
 					extsort.ErrBadInput, bs.URL(b.Key), b.Size, record.Size)
 			}
-			out = append(out, s3Object{Input: i, Key: b.Key, Size: b.Size, Modified: b.Modified.UTC()})
+			out = append(out, s3Object{Input: i, Key: b.Key, Size: b.Size, Modified: b.Modified.UTC(), ETag: b.ETag})
 		}
 	}
 	return out, nil
@@ -408,7 +439,7 @@ func (s *s3Inputs) fetch(ctx context.Context, p s3Object, path string, off, n in
 			// The body ended early without an error: asked again, a
 			// shrunk object answers with a bad range (not retried).
 			err = fmt.Errorf("got %d bytes of %d; did the object change?", done, n)
-		case !s3.Transient(err):
+		case errors.Is(err, errStage) || !s3.Transient(err):
 			return backoff.Permanent(err)
 		}
 		s.logger.Info("an S3 read was cut short; asking for the rest", "url", bs.URL(p.Key), "got", done, "of", n, "err", err)
@@ -509,8 +540,19 @@ func (w *Worker) openS3(ctx context.Context) error {
 		return nil
 	}
 	w.s3in = in
+	objs, err := in.listObjects(ctx)
+	if err != nil {
+		return err
+	}
+	if len(in.stores) < len(w.cfg.Inputs) {
+		in.print = nil // local dirs too: printed as files once staged (readInputs)
+	}
+	if in.print != nil && w.alreadyCompleted(in.print) {
+		in.closeStores()
+		return errNothingToDo
+	}
 	start := time.Now()
-	n, err := in.stage(ctx)
+	n, err := in.stage(ctx, objs)
 	if err != nil {
 		return err
 	}

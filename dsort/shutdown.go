@@ -87,6 +87,7 @@ func (sd *shutdown) run(errp *error) {
 		"files": func() {
 			if phasesDone.Load() {
 				w.cleanupFiles(*errp, sd.succeeded)
+				w.unlockOutput()
 			}
 		},
 		"memory": func() {

@@ -23,6 +23,7 @@ import (
 	"github.com/gantryhq/gantry/extsort"
 	"github.com/gantryhq/gantry/internal/backoff"
 	"github.com/gantryhq/gantry/internal/clock"
+	"github.com/gantryhq/gantry/internal/fsutil"
 	"github.com/gantryhq/gantry/lifecycle"
 	"github.com/gantryhq/gantry/linesort"
 	"github.com/gantryhq/gantry/workspace/provider/s3"
@@ -256,6 +257,7 @@ type Worker struct {
 	machine int // GOMAXPROCS when the worker was made: the cores shareCores divides
 	metrics *metrics
 	sec     security // the job's TLS (none: plaintext)
+	outLock *os.File // a local output dir's lock (lockOutput)
 	creds   creds    // how the worker dials the master and its peers
 	dir     *workDir // locked from prepare to cleanup
 	out     output
@@ -417,10 +419,55 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	if err := w.out.prepare(job, kept); err != nil {
+	if err := w.takeOutput(job, kept); err != nil {
 		return err
 	}
 	return w.supervise(ctx, w.assigned(), time.Duration(reg.GetHeartbeatIntervalMs())*time.Millisecond, reg.GetNeedSample(), sd)
+}
+
+// lockOutput locks a local output dir (fsutil.LockInPlace) until the
+// shutdown's files step: two workers given one -O (of this job or another,
+// or containers that mount one dir at other paths) would each remove the
+// other's staged partitions at start and its partitions at commit. An S3
+// output's staging dir is in the worker's own temp dir, and the master
+// refuses overlapping S3 prefixes (checkOutputLocked).
+func (w *Worker) lockOutput() error {
+	if w.out.remote != nil {
+		return nil
+	}
+	f, err := fsutil.LockInPlace(w.cfg.Output)
+	if errors.Is(err, fsutil.ErrBusy) {
+		return errorf(ErrConfig, "dsort: another process is writing partitions to the output dir %s (another worker given the same -O?): give each worker a dir of its own", w.cfg.Output)
+	}
+	if err != nil {
+		return fmt.Errorf("dsort: output dir: %w", err)
+	}
+	w.outLock = f
+	return nil
+}
+
+// takeOutput locks and prepares the output dir once the worker is in job;
+// a failure is reported to the master at once, which ends the job with it
+// (it would otherwise wait for the worker's heartbeats until it gave the
+// worker up as lost).
+func (w *Worker) takeOutput(job string, kept bool) error {
+	err := w.lockOutput()
+	if err == nil {
+		err = w.out.prepare(job, kept)
+	}
+	if err != nil {
+		w.sm.Transition(Failed, err.Error())
+		w.reportState(context.Background(), w.assigned(), Failed, shutdownBounds["heartbeat"]*3/4, err.Error())
+	}
+	return err
+}
+
+// unlockOutput lets go of lockOutput's lock.
+func (w *Worker) unlockOutput() {
+	if w.outLock != nil {
+		w.outLock.Close()
+		w.outLock = nil
+	}
 }
 
 // readInputs reads the inputs' sizes and their print (done.go). It never
@@ -435,6 +482,10 @@ func (w *Worker) readInputs() error {
 		return err
 	}
 	w.inputs, w.inputBytes = inputs, total
+	if w.s3in != nil && w.s3in.print != nil {
+		w.out.inputs = w.s3in.print
+		return nil
+	}
 	if w.out.inputs, err = printInputs(inputs); err != nil {
 		return fmt.Errorf("dsort: read inputs: %w", err)
 	}
@@ -469,18 +520,28 @@ var errNothingToDo = errors.New("dsort: already completed")
 // (errNothingToDo; AlreadyCompleted names the job). A master that is there
 // runs a job as always: the other workers' inputs may have changed.
 func (w *Worker) join(ctx context.Context, master dsortpb.MasterClient, addr string) (*dsortpb.RegisterReply, error) {
-	job := ""
-	if !w.cfg.Rerun && w.out.hasMarker() {
-		job = w.out.completedJob(w.out.inputs.withSample(w.inputs))
-	}
-	if job != "" && !listening(w.cfg.Master, completedProbe) {
-		w.mu.Lock()
-		w.completed = job
-		w.mu.Unlock()
-		w.cfg.Logger.Info("Worker already completed. Nothing to do.", "job", job, "output", w.cfg.Output)
+	if w.alreadyCompleted(w.out.inputs.withSample(w.inputs)) {
 		return nil, errNothingToDo
 	}
 	return w.register(ctx, master, addr, w.cfg.RegisterTimeout)
+}
+
+// alreadyCompleted reports whether the output holds the committed result
+// of inputs printed as fp and no master listens (see join); it records the
+// job and says so.
+func (w *Worker) alreadyCompleted(fp *inputPrint) bool {
+	if w.cfg.Rerun || !w.out.hasMarker() {
+		return false
+	}
+	job := w.out.completedJob(fp)
+	if job == "" || listening(w.cfg.Master, completedProbe) {
+		return false
+	}
+	w.mu.Lock()
+	w.completed = job
+	w.mu.Unlock()
+	w.cfg.Logger.Info("Worker already completed. Nothing to do.", "job", job, "output", w.cfg.Output)
+	return true
 }
 
 // listening reports whether anything accepts a TCP connection at addr

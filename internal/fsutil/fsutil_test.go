@@ -348,3 +348,30 @@ func TestLockDirBesideASlowSweep(t *testing.T) {
 		t.Errorf("a sweep beside the new owner removed %v (%v)", removed, err)
 	}
 }
+
+// LockInPlace holds a directory against a second lock, from this process
+// or a child, writes nothing into it, and lets go on Close.
+func TestLockInPlace(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "out")
+	f, err := LockInPlace(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LockInPlace(dir); !errors.Is(err, ErrBusy) {
+		t.Fatalf("a second lock: %v, want ErrBusy", err)
+	}
+	// Another process (flock(1) exits 7 on a conflict with -n -E 7).
+	out, err := exec.Command("flock", "-n", "-E", "7", dir, "true").CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 7 {
+		t.Fatalf("flock(1) on the locked dir: %v %s, want its conflict exit code 7", err, out)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Fatalf("the lock wrote %d entries into the dir", len(ents))
+	}
+	f.Close()
+	g, err := LockInPlace(dir)
+	if err != nil {
+		t.Fatalf("after Close: %v", err)
+	}
+	g.Close()
+}

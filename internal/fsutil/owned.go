@@ -260,3 +260,27 @@ func sweepOne(path string) (bool, error) {
 // sweepHeld, when set (by tests), runs while a sweep holds the lock of the
 // directory it has moved away from path, before it removes it.
 var sweepHeld func(path string)
+
+// LockInPlace takes an exclusive lock on the directory path itself (created if missing),
+// writing nothing into it: for a directory that holds a user's files, such as an output,
+// where an owner file would be one more file of theirs. It fails with ErrBusy (wrapped) while
+// another open of path holds the lock, in this process or another, through any mount of the
+// same directory. Closing the returned file releases the lock, and so does the process's end.
+func LockInPlace(path string) (*os.File, error) {
+	if err := os.MkdirAll(path, 0o755); err != nil {
+		return nil, fmt.Errorf("fsutil: %w", err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("fsutil: lock %s: %w", path, err)
+	}
+	ok, err := tryLock(f)
+	if err != nil || !ok {
+		f.Close()
+		if err == nil {
+			err = fmt.Errorf("%w: %s is locked", ErrBusy, path)
+		}
+		return nil, err
+	}
+	return f, nil
+}

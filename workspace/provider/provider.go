@@ -170,6 +170,7 @@ type BlobInfo struct {
 	Key      string
 	Size     int64
 	Modified time.Time // when its Put completed
+	ETag     string    // the store's tag of the content ("" where the store keeps none)
 }
 
 // Storage owns a workspace's volume and archives (the seed's Storage

@@ -322,9 +322,13 @@ func Transient(err error) bool {
 	if errors.As(err, &r) && (r.StatusCode != 0 || r.Code != "") {
 		return transientAnswer(r)
 	}
+	// A network operation that failed, or timed out; not any net.Error:
+	// every syscall.Errno is one (ENOSPC of a local write too), and so is
+	// a *url.Error that a certificate failed.
+	var oe *net.OpError
 	var ne net.Error
-	return errors.Is(err, ErrUnreachable) || errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &ne) ||
-		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+	return errors.Is(err, ErrUnreachable) || errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &oe) ||
+		errors.As(err, &ne) && ne.Timeout() || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // transientAnswer reports whether the store's answer r says to try again.
@@ -457,7 +461,7 @@ func (b *BlobStore) List(ctx context.Context, prefix string) ([]provider.BlobInf
 		if b.cfg.Prefix != "" {
 			key = strings.TrimPrefix(key, b.cfg.Prefix+"/")
 		}
-		out = append(out, provider.BlobInfo{Key: key, Size: o.Size, Modified: o.LastModified})
+		out = append(out, provider.BlobInfo{Key: key, Size: o.Size, Modified: o.LastModified, ETag: strings.Trim(o.ETag, `"`)})
 	}
 	return out, nil
 }

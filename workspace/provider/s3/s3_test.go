@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -335,6 +336,8 @@ func TestTransient(t *testing.T) {
 		{"not found", fmt.Errorf("%w: s3://b/k", provider.ErrNotFound), false},
 		{"cancelled", fmt.Errorf("get: %w", context.Canceled), false},
 		{"deadline", context.DeadlineExceeded, false},
+		{"a full local disk", fmt.Errorf("stage: %w", &os.PathError{Op: "write", Path: "/tmp/x", Err: syscall.ENOSPC}), false},
+		{"a bad certificate", &url.Error{Op: "Get", URL: "https://s3", Err: errors.New("x509: certificate signed by unknown authority")}, false},
 	} {
 		if got := Transient(tc.err); got != tc.want {
 			t.Errorf("%s: Transient(%v) = %v, want %v", tc.name, tc.err, got, tc.want)
