@@ -63,7 +63,9 @@ func (c *tlsCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo
 	conn := tls.Server(b, c.cfg)
 	if err := b.handshakeDone(conn.Handshake()); err != nil {
 		c.refused.note(raw.RemoteAddr(), err)
-		if _, plaintext := errors.AsType[tls.RecordHeaderError](err); plaintext || errors.Is(err, io.EOF) {
+		_, plaintext := errors.AsType[tls.RecordHeaderError](err)
+		ne, isNet := errors.AsType[net.Error](err)
+		if plaintext || errors.Is(err, io.EOF) || isNet && ne.Timeout() { // nothing to hear, or nobody listening
 			conn.Close()
 		} else {
 			lingerClose(b)
