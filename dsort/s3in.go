@@ -304,7 +304,7 @@ func (s *s3Inputs) nextNewline(ctx context.Context, o s3Object, off int64) (int6
 	bs := s.stores[o.Input]
 	const step = 64 << 10
 	for off < o.Size {
-		rc, err := bs.GetRange(ctx, o.Key, off, min(step, o.Size-off))
+		rc, err := bs.GetRangeOf(ctx, o.Key, o.ETag, off, min(step, o.Size-off))
 		if err != nil {
 			return 0, fmt.Errorf("dsort: read %s: %w", bs.URL(o.Key), err)
 		}
@@ -430,7 +430,7 @@ func (s *s3Inputs) fetch(ctx context.Context, p s3Object, path string, off, n in
 	defer f.Close()
 	var done int64
 	err = s3ReadRetry.Retry(ctx, func(ctx context.Context) error {
-		got, err := fetchRange(ctx, bs, p.Key, f, p.From+off+done, off+done, n-done)
+		got, err := fetchRange(ctx, bs, p, f, p.From+off+done, off+done, n-done)
 		done += got
 		switch {
 		case err == nil && done == n:
@@ -448,6 +448,9 @@ func (s *s3Inputs) fetch(ctx context.Context, p s3Object, path string, off, n in
 	if errors.Is(err, provider.ErrNotFound) {
 		err = fmt.Errorf("it was deleted while the worker read it: %w", err)
 	}
+	if errors.Is(err, s3.ErrChanged) {
+		err = fmt.Errorf("it was written again since the worker listed it (run the job again to sort the new version): %w", err)
+	}
 	if errors.Is(err, errStage) {
 		return err
 	}
@@ -458,10 +461,10 @@ func (s *s3Inputs) fetch(ctx context.Context, p s3Object, path string, off, n in
 	return f.Close()
 }
 
-// fetchRange copies n bytes of key from its offset from into f at off and
-// returns how many it wrote.
-func fetchRange(ctx context.Context, bs *s3.BlobStore, key string, f *os.File, from, off, n int64) (int64, error) {
-	rc, err := bs.GetRange(ctx, key, from, n)
+// fetchRange copies n bytes of object o (the version listed: its ETag)
+// from its offset from into f at off and returns how many it wrote.
+func fetchRange(ctx context.Context, bs *s3.BlobStore, o s3Object, f *os.File, from, off, n int64) (int64, error) {
+	rc, err := bs.GetRangeOf(ctx, o.Key, o.ETag, from, n)
 	if err != nil {
 		return 0, err
 	}

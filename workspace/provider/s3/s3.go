@@ -408,15 +408,24 @@ func (b *BlobStore) Get(ctx context.Context, key string) (io.ReadCloser, error) 
 type objectReader struct {
 	*minio.Object
 	missing error
+	changed error // for a read pinned to an ETag (GetRangeOf)
 }
 
 func (r *objectReader) Read(p []byte) (int, error) {
 	n, err := r.Object.Read(p)
-	if err != nil && err != io.EOF && isNotFound(err) {
+	switch {
+	case err == nil || err == io.EOF:
+	case isNotFound(err):
 		err = r.missing
+	case r.changed != nil && minio.ToErrorResponse(err).StatusCode == http.StatusPreconditionFailed:
+		err = r.changed
 	}
 	return n, err
 }
+
+// ErrChanged: the object is no longer the version a read was pinned to
+// (GetRangeOf): it was written again since it was listed.
+var ErrChanged = errors.New("s3: the object changed")
 
 // Stat reports the blob's size and whether it exists.
 func (b *BlobStore) Stat(ctx context.Context, key string) (int64, bool, error) {
@@ -499,6 +508,14 @@ func (b *BlobStore) URL(key string) string { return b.url(key) }
 
 // GetRange returns n bytes of the blob from offset off (fewer at its end).
 func (b *BlobStore) GetRange(ctx context.Context, key string, off, n int64) (io.ReadCloser, error) {
+	return b.GetRangeOf(ctx, key, "", off, n)
+}
+
+// GetRangeOf is GetRange of the version of key whose ETag is etag (as List
+// reported it): once the object was written again its reads fail with
+// ErrChanged, so ranges read at different times are of one version.
+// An empty etag reads whatever version is there.
+func (b *BlobStore) GetRangeOf(ctx context.Context, key, etag string, off, n int64) (io.ReadCloser, error) {
 	obj, err := b.object(key)
 	if err != nil {
 		return nil, err
@@ -510,11 +527,19 @@ func (b *BlobStore) GetRange(ctx context.Context, key string, off, n int64) (io.
 	if err := opts.SetRange(off, off+n-1); err != nil {
 		return nil, fmt.Errorf("s3: get %s: %w", b.url(key), err)
 	}
+	r := &objectReader{missing: fmt.Errorf("%w: %s", provider.ErrNotFound, b.url(key))}
+	if etag != "" {
+		if err := opts.SetMatchETag(etag); err != nil {
+			return nil, fmt.Errorf("s3: get %s: %w", b.url(key), err)
+		}
+		r.changed = fmt.Errorf("%w: %s is no longer the version listed (ETag %s)", ErrChanged, b.url(key), etag)
+	}
 	o, err := b.cli.GetObject(ctx, b.cfg.Bucket, obj, opts)
 	if err != nil {
 		return nil, b.wrap("get", key, err)
 	}
-	return &objectReader{Object: o, missing: fmt.Errorf("%w: %s", provider.ErrNotFound, b.url(key))}, nil
+	r.Object = o
+	return r, nil
 }
 
 // PutFile uploads the file at path under key: one PUT when it is small,

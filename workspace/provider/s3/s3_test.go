@@ -344,3 +344,37 @@ func TestTransient(t *testing.T) {
 		}
 	}
 }
+
+// GetRangeOf reads the version List reported: with its ETag it reads as
+// GetRange; once the key was written again, it fails with ErrChanged (not
+// Transient: a second try cannot pass), so a read resumed later is never
+// stitched from two versions.
+func TestGetRangeOfPinsTheVersion(t *testing.T) {
+	ctx := t.Context()
+	bs := newTestStore(t, Config{})
+	if err := bs.Put(ctx, "k", strings.NewReader("version one")); err != nil {
+		t.Fatal(err)
+	}
+	blobs, err := bs.List(ctx, "")
+	if err != nil || len(blobs) != 1 || blobs[0].ETag == "" {
+		t.Fatalf("List: %+v, %v; want k with its ETag", blobs, err)
+	}
+	read := func() (string, error) {
+		rc, err := bs.GetRangeOf(ctx, "k", blobs[0].ETag, 8, 3)
+		if err != nil {
+			return "", err
+		}
+		defer rc.Close()
+		b, err := io.ReadAll(rc)
+		return string(b), err
+	}
+	if got, err := read(); got != "one" || err != nil {
+		t.Fatalf("GetRangeOf the listed version: %q, %v; want \"one\"", got, err)
+	}
+	if err := bs.Put(ctx, "k", strings.NewReader("version two")); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := read(); !errors.Is(err, ErrChanged) || Transient(err) {
+		t.Fatalf("GetRangeOf after a rewrite: %q, %v; want ErrChanged, not transient", got, err)
+	}
+}
