@@ -628,3 +628,33 @@ func TestS3RerunOfACompletedJobDownloadsNothing(t *testing.T) {
 		t.Fatalf("an object rewritten: already completed %q, %v; want work to do (and no master)", job, err)
 	}
 }
+
+// TestS3FlakyRangeKeepsGoingWhileItProgresses: the tries of a range are
+// counted while they read nothing; one that read part of it starts the
+// count again. One 2 MB object read as one range through a proxy that
+// cuts twelve bodies in a row after 64 KiB each (more cuts than
+// s3ReadRetry's tries) is still read whole, and sorted.
+func TestS3FlakyRangeKeepsGoingWhileItProgresses(t *testing.T) {
+	b := newTestBucket(t)
+	data := recordtest.Random(mrand.New(mrand.NewPCG(15, 16)), 20000, recordtest.Options{})
+	var sum dataSum
+	for off := 0; off < len(data); off += record.Size {
+		sum.add(data[off : off+record.Size])
+	}
+	b.put("in/big", data)
+	const cuts = 12
+	if cuts <= s3ReadRetry.MaxAttempts {
+		t.Fatalf("cut %d bodies: no more than the %d tries would not test the renewal", cuts, s3ReadRetry.MaxAttempts)
+	}
+	proxy := newCuttingProxy(t, b.endpoint, cuts)
+	root := t.TempDir()
+	out := filepath.Join(root, "out")
+	wc := WorkerConfig{Inputs: []string{"s3://" + b.name + "/in?endpoint=http://" + proxy.addr}, Output: out,
+		Memory: 32 << 20, TempDir: filepath.Join(root, "tmp")}
+	c := startCluster(t, t.Context(), MasterConfig{Workers: 1, HeartbeatInterval: 100 * time.Millisecond}, []WorkerConfig{wc})
+	c.mustSucceed(t)
+	if got := proxy.cut.Load(); got != cuts {
+		t.Fatalf("the proxy cut %d bodies, want %d", got, cuts)
+	}
+	checkOutput(t, []string{out}, sum)
+}

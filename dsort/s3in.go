@@ -412,7 +412,9 @@ func (s *s3Inputs) download(ctx context.Context, pieces []s3Object) (int64, erro
 // s3ReadRetry asks again for what is left of a range whose read failed
 // with a transient error (s3.Transient): a connection reset half-way
 // through a 32 MiB body, a store that answered 503. minio-go retries a
-// request that fails, not a body that stops.
+// request that fails, not a body that stops. MaxAttempts counts the tries
+// in a row that read nothing: one that made progress starts the count and
+// the delays again (a long range over a flaky link keeps going).
 var s3ReadRetry = backoff.Policy{Initial: 200 * time.Millisecond, Max: 5 * time.Second, MaxAttempts: 8}
 
 // errStage marks a failure to write the staged copy: not the store's, and
@@ -428,23 +430,7 @@ func (s *s3Inputs) fetch(ctx context.Context, p s3Object, path string, off, n in
 		return fmt.Errorf("%w: %w", errStage, err)
 	}
 	defer f.Close()
-	var done int64
-	err = s3ReadRetry.Retry(ctx, func(ctx context.Context) error {
-		got, err := fetchRange(ctx, bs, p, f, p.From+off+done, off+done, n-done)
-		done += got
-		switch {
-		case err == nil && done == n:
-			return nil
-		case err == nil:
-			// The body ended early without an error: asked again, a
-			// shrunk object answers with a bad range (not retried).
-			err = fmt.Errorf("got %d bytes of %d; did the object change?", done, n)
-		case errors.Is(err, errStage) || !s3.Transient(err):
-			return backoff.Permanent(err)
-		}
-		s.logger.Info("an S3 read was cut short; asking for the rest", "url", bs.URL(p.Key), "got", done, "of", n, "err", err)
-		return err
-	})
+	err = s.readResuming(ctx, bs, p, f, off, n)
 	if errors.Is(err, provider.ErrNotFound) {
 		err = fmt.Errorf("it was deleted while the worker read it: %w", err)
 	}
@@ -459,6 +445,41 @@ func (s *s3Inputs) fetch(ctx context.Context, p s3Object, path string, off, n in
 	}
 	fsutil.StartWriteback(f, off, n)
 	return f.Close()
+}
+
+// readResuming copies n bytes of piece p from its offset off into f at
+// off, asking again for what is left after a transient failure
+// (s3ReadRetry).
+func (s *s3Inputs) readResuming(ctx context.Context, bs *s3.BlobStore, p s3Object, f *os.File, off, n int64) error {
+	var err error
+	var done int64
+	for idle := 0; ; {
+		var got int64
+		got, err = fetchRange(ctx, bs, p, f, p.From+off+done, off+done, n-done)
+		done += got
+		if err == nil && done == n {
+			break
+		}
+		if err == nil {
+			// The body ended early without an error: asked again, a
+			// shrunk object answers with a bad range (not retried).
+			err = fmt.Errorf("got %d bytes of %d; did the object change?", done, n)
+		} else if errors.Is(err, errStage) || !s3.Transient(err) {
+			break
+		}
+		if got > 0 {
+			idle = 0
+		}
+		if idle++; idle >= s3ReadRetry.MaxAttempts {
+			break
+		}
+		s.logger.Info("an S3 read was cut short; asking for the rest", "url", bs.URL(p.Key), "got", done, "of", n, "err", err)
+		if serr := backoff.Sleep(ctx, s3ReadRetry.Delay(idle-1)); serr != nil {
+			err = errors.Join(err, serr)
+			break
+		}
+	}
+	return err
 }
 
 // fetchRange copies n bytes of object o (the version listed: its ETag)
