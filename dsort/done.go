@@ -42,7 +42,7 @@ type inputFile struct {
 type inputPrint struct {
 	Files  []inputFile `json:"files"`
 	Sample string      `json:"sample_sha256"`
-	// remote: the print of S3 inputs (s3Print), whose Sample digests
+	// remote: the print of S3 inputs (s3Inputs.printOf), whose Sample digests
 	// the listing and is never replaced by one of the staged copies.
 	remote bool
 }

@@ -105,7 +105,7 @@ func (m *Master) register(req *dsortpb.RegisterRequest) (*dsortpb.RegisterReply,
 // are not its own, so the two would delete each other's. A URL names one
 // place wherever the worker runs; a local path does not (containers mount
 // their own dirs at one path, and one machine-id can stand for many), so a
-// local dir is guarded by the worker's lock on it (output.prepare).
+// local dir is guarded by the worker's lock on it (Worker.lockOutput).
 func (m *Master) checkOutputLocked(out string) error {
 	if !isS3(out) {
 		return nil
@@ -118,7 +118,7 @@ func (m *Master) checkOutputLocked(out string) error {
 		if !isS3(mb.output) {
 			continue
 		}
-		if other, err := s3Place(mb.output); err == nil && (strings.HasPrefix(place, other) || strings.HasPrefix(other, place)) {
+		if other, err := s3Place(mb.output); err == nil && s3Overlap(place, other) {
 			return errorf(ErrBadRequest, "dsort: worker %d (%s) already writes its partitions to %s, the same prefix as %s or one inside the other: give each worker an output of its own (one's commit would delete the other's partitions)",
 				mb.index, mb.addr, mb.output, out)
 		}

@@ -122,7 +122,8 @@ const tlsConnState = 48 << 10
 // between connections), and tlsConnState for each connection: to the
 // master, to every peer and from every peer. Without it in the Go limit
 // (goLimit) the heap ran at the limit and collected over and over: TLS
-// cost 1.47x the plaintext job's time, and 1.09x with the limit lifted.
+// cost 1.47x the plaintext job's time, and 1.09x-1.15x with the limit
+// lifted.
 func tlsMemory(cores, fetches, workers int) int64 {
 	return int64(cores+fetches)*batchMax + int64(2*workers+1)*tlsConnState
 }

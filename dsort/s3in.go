@@ -129,7 +129,7 @@ type s3Inputs struct {
 	logger *slog.Logger
 
 	listing string      // digest of the objects listed (listObjects): the master checks workers sharing them saw the same
-	print   *inputPrint // of the S3 inputs as listed (s3Print); nil when -I also names local dirs
+	print   *inputPrint // of the S3 inputs as listed (printOf); nil when -I also names local dirs
 }
 
 const manifestName = ".manifest.json"
@@ -150,30 +150,31 @@ func (s *s3Inputs) listObjects(ctx context.Context) ([]s3Object, error) {
 	if err != nil {
 		return nil, err
 	}
-	sum, _ := json.Marshal(objs)
-	digest := sha256.Sum256(sum)
+	data, _ := json.Marshal(objs) // with their ETags
+	digest := sha256.Sum256(data)
 	s.listing = hex.EncodeToString(digest[:8])
-	s.print = s3Print(s.args, s.stores, s.share, s.format, objs)
+	s.print = s.printOf(objs, digest)
 	return objs, nil
 }
 
-// s3Print is the print (done.go) of S3 inputs listed as objs: each object
-// as its URL, size and modification time, and for the sample the digest of
-// the whole listing with the objects' ETags, the share and the format.
-// It stands for the staged copies, which are new files at every download:
-// with it a re-run whose objects have not changed finds its committed
-// output before it downloads anything.
-func s3Print(args []string, stores map[int]*s3.BlobStore, share Share, format recordFormat, objs []s3Object) *inputPrint {
+// printOf is the print (done.go) of the S3 inputs listed as objs, whose
+// JSON's SHA-256 is listing: each object as its URL, size and modification
+// time, and for the sample the digest of the listing (the objects' ETags
+// with it), the -I list, the share and the format. It stands for the
+// staged copies, which are new files at every download: with it a re-run
+// whose objects have not changed finds its committed output before it
+// downloads anything.
+func (s *s3Inputs) printOf(objs []s3Object, listing [sha256.Size]byte) *inputPrint {
 	p := &inputPrint{remote: true}
 	for _, o := range objs {
-		p.Files = append(p.Files, inputFile{Path: stores[o.Input].URL(o.Key), Size: o.Size, MTime: o.Modified.UnixNano()})
+		p.Files = append(p.Files, inputFile{Path: s.stores[o.Input].URL(o.Key), Size: o.Size, MTime: o.Modified.UnixNano()})
 	}
 	data, _ := json.Marshal(struct {
 		Inputs  []string
 		Share   string
 		Format  string
-		Objects []s3Object
-	}{args, share.String(), format.spec, objs})
+		Listing []byte
+	}{s.args, s.share.String(), s.format.spec, listing[:]})
 	sum := sha256.Sum256(data)
 	p.Sample = "s3:" + hex.EncodeToString(sum[:])
 	return p

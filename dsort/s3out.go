@@ -65,12 +65,20 @@ func (r *s3Output) journal(job string) string { return filepath.Join(r.dir, ".up
 
 // load reads job's journal (none: no uploads).
 func (r *s3Output) load(job string) {
+	pending := r.readJournal(job)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.job, r.pending = job, map[int]s3.PendingUpload{}
+	r.job, r.pending = job, pending
+}
+
+// readJournal returns the uploads job's journal records (none if it has
+// no journal).
+func (r *s3Output) readJournal(job string) map[int]s3.PendingUpload {
+	pending := map[int]s3.PendingUpload{}
 	if data, err := os.ReadFile(r.journal(job)); err == nil {
-		json.Unmarshal(data, &r.pending)
+		json.Unmarshal(data, &pending)
 	}
+	return pending
 }
 
 // record adds partition p's upload to the journal.
@@ -253,10 +261,7 @@ func (r *s3Output) removeOld(ctx context.Context, keep []int) error {
 // abort succeeded.
 func (r *s3Output) discard(ctx context.Context, job string) error {
 	r.running.Wait()
-	pending := map[int]s3.PendingUpload{}
-	if data, err := os.ReadFile(r.journal(job)); err == nil {
-		json.Unmarshal(data, &pending)
-	}
+	pending := r.readJournal(job)
 	if r.job == job {
 		r.mu.Lock()
 		maps.Copy(pending, r.pending)

@@ -273,8 +273,7 @@ func dialPeer(addr string, c creds, m *metrics) (*grpc.ClientConn, error) {
 // readBufferSize is the gRPC read buffer of a connection: ioBufferSize in
 // plaintext, none over TLS, where crypto/tls holds the decrypted record and
 // reads from the socket itself: a buffer would only copy each record once
-// more (a tenth of the TLS job's extra CPU) and hold 512 KiB of heap per
-// connection.
+// more and hold 512 KiB of heap per connection.
 func readBufferSize(tls bool) int {
 	if tls {
 		return 0

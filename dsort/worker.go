@@ -139,7 +139,7 @@ func (c *WorkerConfig) checkS3() error {
 			return fmt.Errorf("%w: %v", ErrConfig, err)
 		}
 		for _, o := range seen { // given twice, or one inside the other: records read twice, or the output read as input
-			if strings.HasPrefix(where, o) || strings.HasPrefix(o, where) {
+			if s3Overlap(where, o) {
 				return fmt.Errorf("%w: %s overlaps another S3 input or the output (the same prefix, or one inside the other)", ErrConfig, p)
 			}
 		}
@@ -167,6 +167,12 @@ func s3Place(p string) (string, error) {
 		where += prefix + "/"
 	}
 	return where, nil
+}
+
+// s3Overlap reports whether two s3Places are one, or one is inside the
+// other.
+func s3Overlap(a, b string) bool {
+	return strings.HasPrefix(a, b) || strings.HasPrefix(b, a)
 }
 
 // checkPaths checks the S3 URLs and, before anything is touched, that no
