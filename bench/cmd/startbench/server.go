@@ -114,6 +114,9 @@ func (b *bench) startServer(ctx context.Context, p, label string) (*server, erro
 		return nil, err
 	}
 	if b.cfg.cpuprofile != "" {
+		if err := os.MkdirAll(b.cfg.cpuprofile, 0o755); err != nil {
+			return nil, err
+		}
 		args = append(args, "--cpuprofile", filepath.Join(b.cfg.cpuprofile, label+".pprof"))
 	}
 	if strings.HasSuffix(label, "-converge") {
