@@ -36,9 +36,14 @@ type maintainer struct {
 	// sizes is the pending count per assigned queue of the last gauge
 	// refresh; refreshGauges Stores a fresh map, backlog Loads.
 	sizes atomic.Pointer[map[string]int64]
+	// tracked holds the queues whose set of tasks with extra fields is
+	// known complete (rdb.TrackExtras); run's goroutine only.
+	tracked map[string]bool
 }
 
-func newMaintainer(p maintainerParams) *maintainer { return &maintainer{p: p} }
+func newMaintainer(p maintainerParams) *maintainer {
+	return &maintainer{p: p, tracked: map[string]bool{}}
+}
 
 // recordTTL is how long a worker record outlives its last heartbeat (a
 // stopped worker, or one that crashed) before any worker deletes it.
@@ -63,7 +68,8 @@ func (m *maintainer) run(ctx context.Context) {
 // start runs the maintainer until stop or until ctx ends.
 func (m *maintainer) start(ctx context.Context) { m.launch(ctx, m.run) }
 
-// maintain runs the maintenance script once per queue.
+// maintain runs the maintenance script once per queue, after making a
+// queue an earlier release wrote track its tasks' extra fields (once).
 func (m *maintainer) maintain(ctx context.Context) {
 	qs := m.p.queues
 	if m.p.allQueues {
@@ -73,6 +79,9 @@ func (m *maintainer) maintain(ctx context.Context) {
 	}
 	now := m.p.clock.Now()
 	for _, q := range qs {
+		if !m.tracked[q] && m.p.r.TrackExtras(ctx, q) == nil {
+			m.tracked[q] = true
+		}
 		res, err := m.p.r.Maintain(ctx, q, now, 1000, now.Add(-m.p.deadRetention), m.p.deadMax)
 		if err != nil {
 			return

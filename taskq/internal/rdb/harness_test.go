@@ -2,7 +2,7 @@ package rdb
 
 // The contract tests of the Lua scripts (contract_*_test.go) run each
 // script against the real Redis on loopback (internal/testutil.Redis) on a
-// queue of their own, and compare what the 20 keys of that queue hold
+// queue of their own, and compare what the 21 keys of that queue hold
 // afterwards with what the script's header promises: the whole queue,
 // snapshot before and after, so that a key the script should not touch is
 // seen to be untouched.
@@ -124,7 +124,8 @@ func tokens(n int) []string {
 	return w
 }
 
-// snap reads all 20 keys of q.
+// snap reads all 21 keys of q (extras and state's xt as checkExtras
+// checks them, not as part of the snapshot).
 func snap(t *testing.T, r *RDB, q string) Snap {
 	t.Helper()
 	ctx := t.Context()
@@ -149,6 +150,8 @@ func snap(t *testing.T, r *RDB, q string) Snap {
 		}
 		*p = h
 	}
+	checkExtras(t, r, q, s.State, s.Tasks)
+	delete(s.State, "xt")
 	s.Tasks = logicalTasks(s.Tasks)
 	w, err := r.c.Do(ctx, r.c.B().Lrange().Key(k[KWake]).Start(0).Stop(-1).Build()).AsStrSlice()
 	if err != nil {
@@ -156,6 +159,31 @@ func snap(t *testing.T, r *RDB, q string) Snap {
 	}
 	s.Wake = w
 	return s
+}
+
+// checkExtras fails the test if q's state says its extras set is complete
+// (xt) while a task with a field beside its value (tasks' id|…) is not in
+// it: dequeue would then miss its retries, and ack leave its fields behind
+// (lib.lua extras). A group's own fields (g:<key>|t) belong to no task.
+func checkExtras(t *testing.T, r *RDB, q string, state, tasks map[string]string) {
+	t.Helper()
+	if _, ok := state["xt"]; !ok {
+		return
+	}
+	ids, err := r.c.Do(t.Context(), r.c.B().Smembers().Key(QueueKeys(q)[KExtras]).Build()).AsStrSlice()
+	if err != nil {
+		t.Fatalf("snapshot extras: %v", err)
+	}
+	in := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		in[id] = true
+	}
+	for f := range tasks {
+		id, _, ok := strings.Cut(f, "|")
+		if ok && !in[id] && !strings.HasPrefix(f, "g:") {
+			t.Errorf("queue %s: task %s has field %q but is not in its extras set", q, id, f)
+		}
+	}
 }
 
 // logicalTasks is the tasks hash h as the contracts state it: the value of
@@ -289,6 +317,26 @@ func raw(t *testing.T, r *RDB, name, key string, args ...string) {
 	t.Helper()
 	if err := r.c.Do(t.Context(), r.c.B().Arbitrary(name).Keys(key).Args(args...).Build()).Error(); err != nil {
 		t.Fatalf("%s %s %v: %v", name, key, args, err)
+	}
+	markExtras(t, r, name, key, args)
+}
+
+// markExtras does for a raw write what the scripts' writers do (lib.lua
+// extra): a task given a field beside its value (HSET or HINCRBY of
+// tasks' id|…) joins its queue's extras set, so that a case's setup
+// leaves the state the scripts would have left.
+func markExtras(t *testing.T, r *RDB, name, key string, args []string) {
+	t.Helper()
+	tasks, ok := strings.CutSuffix(key, ":tasks")
+	if !ok || (name != "HSET" && name != "HINCRBY") {
+		return
+	}
+	for i := 0; i < len(args); i += 2 {
+		if id, _, ok := strings.Cut(args[i], "|"); ok && !strings.HasPrefix(args[i], "g:") {
+			if err := r.c.Do(t.Context(), r.c.B().Sadd().Key(tasks+":extras").Member(id).Build()).Error(); err != nil {
+				t.Fatalf("SADD extras %s: %v", id, err)
+			}
+		}
 	}
 }
 

@@ -34,7 +34,7 @@ import (
 var luaFS embed.FS
 
 // NKeys is the number of keys of one queue passed to every script.
-const NKeys = 20
+const NKeys = 21
 
 // QueuesKey is the set of known queue names (outside any queue's slot; it is
 // only touched by plain commands, never inside a script).
@@ -50,7 +50,7 @@ func QueueKeys(q string) []string {
 		p + "pending", p + "tenants", p + "state", p + "tasks", p + "active", p + "lease",
 		p + "scheduled", p + "retry", p + "dead", p + "completed", p + "results", p + "wake", p + "cancelled",
 		p + "uniq", p + "uniqexp", p + "limits", p + "throttled", p + "groups",
-		p + "workflows", p + "tree",
+		p + "workflows", p + "tree", p + "extras",
 	}
 }
 
@@ -76,6 +76,7 @@ const (
 	KGroups
 	KWorkflows
 	KTree
+	KExtras
 )
 
 func script(name string) *rueidis.Lua {
@@ -114,6 +115,7 @@ var (
 	progressScript = script("progress")
 	workflowScript = script("workflow")
 	groupScript    = script("group")
+	trackScript    = script("track")
 )
 
 // RDB wraps a Redis client (single node, cluster or Sentinel).
@@ -429,6 +431,24 @@ func (r *RDB) Maintain(ctx context.Context, q string, now time.Time, limit int, 
 		return MaintainResult{}, fmt.Errorf("rdb: maintain %q: %w", q, err)
 	}
 	return MaintainResult{v[0], v[1], v[2]}, nil
+}
+
+// TrackExtras makes q's set of tasks with extra fields complete, scanning
+// its tasks hash if an earlier release wrote it (lua/track.lua: 1,000
+// fields a call); a queue already tracked costs one call. Until it is,
+// acks and dequeues of q treat every task as having extra fields.
+func (r *RDB) TrackExtras(ctx context.Context, q string) error {
+	keys, cursor := QueueKeys(q), "0"
+	for {
+		next, err := trackScript.Exec(ctx, r.c, keys, []string{cursor}).ToString()
+		if err != nil {
+			return fmt.Errorf("rdb: track extras of %q: %w", q, err)
+		}
+		if next == "0" {
+			return nil
+		}
+		cursor = next
+	}
 }
 
 // DLQ requeues ("requeue") or deletes ("delete") dead tasks; no ids = all.

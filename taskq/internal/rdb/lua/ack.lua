@@ -1,5 +1,5 @@
 -- ack: record successful tasks of one queue (a batch).
--- KEYS: the queue's 20 keys.
+-- KEYS: the queue's 21 keys.
 -- ARGV: now_ms, then per task 3 values: id, keep_until_ms (0 = delete at once), result ('' = none)
 -- Returns the number of tasks this worker still held. A task whose lease was
 -- lost (reaped and possibly re-run elsewhere) is counted in state.late and
@@ -23,7 +23,10 @@ for i = 2, #ARGV, 3 do ids[#ids + 1] = ARGV[i] end
 if #ids == 0 then return 0 end
 local links = redis.call('HEXISTS', KEYS[3], 'links') == 1
 local members = chunked('HMGET', KEYS[5], ids)
-local held, gone, fields, per, seen, wcs = {}, {}, {}, {}, {}, {}
+-- dirty[i]: ids[i] may have fields beside its value (lib.lua extras).
+local dirty = {}
+if extras_tracked(0) then dirty = chunked('SMISMEMBER', KEYS[21], ids) end
+local held, gone, fields, per, seen, wcs, cleaned = {}, {}, {}, {}, {}, {}, {}
 for i, id in ipairs(ids) do
   local m = members[i]
   if m and not seen[id] then
@@ -43,8 +46,12 @@ for i, id in ipairs(ids) do
       for _, f in ipairs({id .. '|r', id .. '|n', id .. '|e', id .. '|m', id .. '|s'}) do fields[#fields + 1] = f end
       redis.call('ZADD', KEYS[10], keep, id)
       if res ~= '' then redis.call('HSET', KEYS[11], id, res) end
+    elseif dirty[i] == 0 then
+      gone[#gone + 1] = id
+      fields[#fields + 1] = id
     else
       gone[#gone + 1] = id
+      cleaned[#cleaned + 1] = id
       for _, f in ipairs({id, id .. '|r', id .. '|n', id .. '|e', id .. '|d', id .. '|m', id .. '|c', id .. '|p', id .. '|s'}) do fields[#fields + 1] = f end
     end
   end
@@ -68,7 +75,8 @@ if released > 0 then wake(0) end
 chunked('HDEL', KEYS[5], held)
 chunked('ZREM', KEYS[6], held)
 chunked('HDEL', KEYS[4], fields)
-chunked('HDEL', KEYS[11], gone)
+if #cleaned > 0 then chunked('SREM', KEYS[21], cleaned) end
+if redis.call('EXISTS', KEYS[11]) == 1 then chunked('HDEL', KEYS[11], gone) end
 local throttled = redis.call('ZCARD', KEYS[17]) > 0
 for t, c in pairs(per) do
   redis.call('HINCRBY', KEYS[3], 'a:' .. t, -c)

@@ -1,5 +1,5 @@
 -- cancel: cancel one task of a queue, whatever it is doing.
--- KEYS: the queue's 20 keys.
+-- KEYS: the queue's 21 keys.
 -- ARGV: now_ms, who, id, member ('' = the one enqueue recorded), channel, queue
 -- Returns the task's state before: 'pending' | 'scheduled' | 'retry' |
 -- 'active' (then cancelled here) or 'dead' | 'completed' | 'cancelled' |
@@ -33,6 +33,7 @@ if not m then
   end
 end
 redis.call('HSET', KEYS[4], id .. '|c', who .. '\0' .. now)
+extra(0, id)
 if member_of(0, id) ~= m then redis.call('HSET', KEYS[4], id .. '|m', m) end
 redis.call('ZADD', KEYS[13], now, id)
 redis.call('HINCRBY', KEYS[3], 'cancelled', 1)

@@ -1,5 +1,5 @@
 -- dequeue: take up to n tasks from several queues in ONE call.
--- KEYS: 20 keys per queue, queues in the order to serve them (the caller
+-- KEYS: 21 keys per queue, queues in the order to serve them (the caller
 --       orders them: strict priority, or a weighted shuffle, then steal targets).
 -- ARGV: n, now_ms, lease_until_ms, promote_limit
 -- Returns a flat array, 7 values per task: queue index (1-based), id, msg
@@ -178,17 +178,25 @@ local function serve(k, q, t, s, w, members, more, path)
   -- One read of every task's message, retries and lost starts for the run,
   -- however long; nothing per task is written (a start is counted
   -- only when it is lost: maintain's reaper adds it to id|n).
-  local fields = {}
-  for _, id in ipairs(ids) do
+  -- Each task's value, and its retries and lost starts if it may have
+  -- fields beside its value (lib.lua extras): read in one HMGET.
+  local dirty = {}
+  if extras_tracked(k) then dirty = chunked('SMISMEMBER', KEYS[k + 21], ids) end
+  local fields, at = {}, {}
+  for i, id in ipairs(ids) do
+    at[i] = #fields + 1
     fields[#fields + 1] = id
-    fields[#fields + 1] = id .. '|r'
-    fields[#fields + 1] = id .. '|n'
+    if dirty[i] ~= 0 then
+      fields[#fields + 1] = id .. '|r'
+      fields[#fields + 1] = id .. '|n'
+    end
   end
   local v = chunked('HMGET', KEYS[k + 4], fields)
   local dups = 0
   for i, id in ipairs(ids) do
-    local b = 3 * (i - 1)
-    local r, lost = v[b + 2], v[b + 3]
+    local b = at[i] - 1
+    local r, lost = nil, nil
+    if dirty[i] ~= 0 then r, lost = v[b + 2], v[b + 3] end
     local retried = tonumber(r or '0')
     local st, flags = retried + 1, 0
     if lost then

@@ -1,5 +1,5 @@
 -- dlq: requeue or delete dead tasks of one queue.
--- KEYS: the queue's 20 keys. ARGV: op ('requeue' | 'delete'), ids... (none = all)
+-- KEYS: the queue's 21 keys. ARGV: op ('requeue' | 'delete'), ids... (none = all)
 -- Returns the number of tasks affected; an unknown op is an error (nothing
 -- changed).
 -- Guarantees: atomic; a requeued task starts over (retried, starts, last

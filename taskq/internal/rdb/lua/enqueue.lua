@@ -1,5 +1,5 @@
 -- enqueue: add one task (or a batch) to one queue.
--- KEYS: the queue's 20 keys (see lib.lua).
+-- KEYS: the queue's 21 keys (see lib.lua).
 -- ARGV: now_ms, then per task 6 values: id, msg, tenant, weight, prio(2 hex), due_ms
 -- Returns the number of tasks added; an id that already exists is skipped.
 -- Guarantees: atomic per call; the task is pending (or scheduled if due_ms >
@@ -7,6 +7,9 @@
 -- task pending (none for a call that only scheduled or skipped), for idle
 -- workers; the wake list is trimmed to 64 tokens.
 local now = tonumber(ARGV[1])
+-- A queue with no tasks hash has no task with extra fields: track them
+-- from its first task on (lib.lua extras).
+if redis.call('EXISTS', KEYS[4]) == 0 then redis.call('HSET', KEYS[3], 'xt', 1) end
 local added = 0
 local woke = false
 for i = 2, #ARGV, 6 do

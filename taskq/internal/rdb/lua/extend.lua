@@ -1,5 +1,5 @@
 -- extend: heartbeat, push the lease of tasks still held out to lease_until.
--- KEYS: the queue's 20 keys. ARGV: lease_until_ms, then id, ends pairs:
+-- KEYS: the queue's 21 keys. ARGV: lease_until_ms, then id, ends pairs:
 -- ends is the lease ends the caller may have set for id, comma-separated:
 -- the one its dequeue or last answered extend set, then those of extends
 -- whose answer it did not get (each may or may not have applied).

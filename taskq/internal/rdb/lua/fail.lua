@@ -1,5 +1,5 @@
 -- fail: record one failed attempt of a task of one queue.
--- KEYS: the queue's 20 keys.
+-- KEYS: the queue's 21 keys.
 -- ARGV: now_ms, id, error, retry_at_ms (0 = no retry: dead), reason (for dead),
 --       snooze ('1': the handler snoozed it until retry_at_ms: no failure, no
 --       attempt counted, error ignored)
@@ -17,6 +17,7 @@ if not m then
   redis.call('HINCRBY', KEYS[3], 'late', 1)
   return 0
 end
+extra(0, id) -- every outcome below writes a field of it
 if ARGV[6] == '1' then
   redis.call('HINCRBY', KEYS[3], 'snoozed', 1)
   redis.call('HDEL', KEYS[4], id .. '|p')

@@ -1,5 +1,5 @@
 -- group: add one task to an aggregation group of one queue.
--- KEYS: the queue's 20 keys.
+-- KEYS: the queue's 21 keys.
 -- ARGV: now_ms, id, msg, tenant, weight, prio(2 hex), group key, max_size,
 --       grace_ms, max_delay_ms (the group's policy: the first member's)
 -- Returns 0 if the id exists (nothing added), 1 if the task joined its

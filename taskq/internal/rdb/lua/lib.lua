@@ -1,6 +1,6 @@
 -- lib.lua is prepended to every operation script (it is not an operation).
 --
--- Every queue's keys share the hash tag {queue} and arrive as 20 consecutive
+-- Every queue's keys share the hash tag {queue} and arrive as 21 consecutive
 -- KEYS, in the order of rdb.queueKeys:
 --   +1 pending   ZSET, all scores 0, member = tenant \0 prio(2 hex, inverted) seq(8 digits) \0 id
 --                (lexicographic order = FIFO per tenant, higher priority first)
@@ -36,9 +36,16 @@
 --                 ids) and g:<key>|t ("first count max_size grace_ms delay_ms")
 --   +19 workflows ZSET workflow id -> when it was enqueued (ms); its record (JSON: node name -> task
 --                 id) is tasks' wf:<id>, both kept for the dead retention (maintain.lua)
+--   +20 tree      ZSET the tenant tree's inner nodes' children by tag (see tree_*)
+--   +21 extras    SET ids of the tasks that may have fields beside their stored value in tasks
+--                 (id|r, id|p, …; every script writing one adds the id: extra). A task not in it has
+--                 none, so ack deletes its one field and dequeue reads only its value, unread and
+--                 unbuilt names of eight fields each (a quarter of Redis's CPU a task). Trusted
+--                 once state has xt: set by enqueue on a queue with no tasks hash, or by the
+--                 maintainer's scan (track.lua) of a queue an earlier release wrote.
 -- A throttled tenant leaves tenants (so it never blocks the others) and
 -- keeps its tag in f:<tenant>; the dequeue takes it back once due.
-local NKEYS = 20
+local NKEYS = 21
 
 -- A paused tenant stays in tenants with its tag raised above PAUSED, so the
 -- dequeue, which takes the smallest tag, reaches it only when every
@@ -303,6 +310,19 @@ local function release(k, id)
   return m
 end
 
+-- extra records that task id may now have fields beside its stored value
+-- (+21 extras); every script that writes one calls it.
+local function extra(k, id)
+  redis.call('SADD', KEYS[k + 21], id)
+end
+
+-- extras_tracked reports whether +21 extras holds every task with extra
+-- fields (state's xt): a queue written by an earlier release is scanned
+-- first (track.lua), and until then every task is taken to have some.
+local function extras_tracked(k)
+  return redis.call('HEXISTS', KEYS[k + 3], 'xt') == 1
+end
+
 -- lost_start counts a start of id whose lease was lost (the reaper took it
 -- back): id|n is the lost starts, negative until the next start counts
 -- itself as a re-delivery and turns it positive (dequeue.lua). A task's
@@ -311,6 +331,7 @@ end
 local function lost_start(k, id)
   local n = tonumber(redis.call('HGET', KEYS[k + 4], id .. '|n') or '0')
   redis.call('HSET', KEYS[k + 4], id .. '|n', -(math.abs(n) + 1))
+  extra(k, id)
 end
 
 -- forget_batch drops the records of batch id's members: ids, its id|g
@@ -320,6 +341,7 @@ local function forget_batch(k, id, ids)
   if not ids then return end
   for m in string.gmatch(ids, '%S+') do
     redis.call('HDEL', KEYS[k + 4], m, m .. '|r', m .. '|n', m .. '|e', m .. '|d', m .. '|m', m .. '|c', m .. '|p', m .. '|s')
+    redis.call('SREM', KEYS[k + 21], m)
   end
   redis.call('HDEL', KEYS[k + 4], id .. '|g')
 end
@@ -327,6 +349,7 @@ end
 local function forget(k, id)
   forget_batch(k, id)
   redis.call('HDEL', KEYS[k + 4], id, id .. '|r', id .. '|n', id .. '|e', id .. '|d', id .. '|m', id .. '|c', id .. '|p', id .. '|s', id .. '|wc', id .. '|wp', id .. '|wk')
+  redis.call('SREM', KEYS[k + 21], id)
   redis.call('HDEL', KEYS[k + 11], id)
 end
 
@@ -547,6 +570,7 @@ local function cancel_descendants(k, id, now, why, failed)
         if redis.call('HEXISTS', KEYS[k + 4], c .. '|wp') == 1 and m and redis.call('ZREM', KEYS[k + 7], m) == 1 then
           redis.call('HDEL', KEYS[k + 4], c .. '|wp')
           redis.call('HSET', KEYS[k + 4], c .. '|c', 'workflow\0' .. now, c .. '|e', why)
+          extra(k, c)
           redis.call('ZADD', KEYS[k + 13], now, c)
           redis.call('HINCRBY', KEYS[k + 3], 'cancelled', 1)
           n = n + 1
@@ -614,6 +638,7 @@ local function flush_group(k, key, now)
   local prio = string.sub(first, #tenant_of(first) + 2, #tenant_of(first) + 3)
   add_task(k, now, bid, msg, tenant_of(first), 0, prio, 0)
   redis.call('HSET', KEYS[k + 4], bid .. '|g', table.concat(list, ' '))
+  extra(k, bid)
   redis.call('HSET', KEYS[k + 3], 'links', 1) -- acks look for batches from now on
   return bid
 end

@@ -1,5 +1,5 @@
 -- limit: set or clear the limit of a queue, or of one tenant of it.
--- KEYS: the queue's 20 keys.
+-- KEYS: the queue's 21 keys.
 -- ARGV: op ('set' | 'clear' | 'clearall'), tenant ('' = the whole queue),
 --       value (set: "rate burst max weight", see lib.lua)
 -- Returns 1 if it set a limit (even to the value it had) or removed one, 0

@@ -1,5 +1,5 @@
 -- maintain: periodic housekeeping of one queue, run by every worker.
--- KEYS: the queue's 20 keys.
+-- KEYS: the queue's 21 keys.
 -- ARGV: now_ms, limit, dead_before_ms (dead tasks older are deleted), dead_max
 -- Returns {reaped, promoted, trimmed}.
 -- Guarantees: tasks whose lease expired at or before now (their worker died or

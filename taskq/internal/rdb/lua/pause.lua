@@ -1,5 +1,5 @@
 -- pause: pause or resume a queue, or one tenant of it.
--- KEYS: the queue's 20 keys.
+-- KEYS: the queue's 21 keys.
 -- ARGV: op ('pause' | 'resume'), tenant ('' = the whole queue), until_ms (pause only)
 -- Returns 1; an unknown op is an error (nothing changed).
 -- Guarantees: atomic; from the reply on, no dequeue takes a task of a paused

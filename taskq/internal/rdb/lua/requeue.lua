@@ -1,5 +1,5 @@
 -- requeue: give tasks back to their queue without counting a failure
--- (graceful shutdown). KEYS: the queue's 20 keys. ARGV: ids...
+-- (graceful shutdown). KEYS: the queue's 21 keys. ARGV: ids...
 -- Returns the number requeued. Guarantees: atomic; the task keeps its place
 -- in its tenant's order (its member is unchanged) and its start is uncounted
 -- (starts count attempts and lost leases), so the next run is not reported

@@ -1,5 +1,5 @@
 -- taskop: delete one task, or run one waiting task now.
--- KEYS: the queue's 20 keys.
+-- KEYS: the queue's 21 keys.
 -- ARGV: op ('delete' | 'run'), id, member ('' = the one enqueue recorded), now_ms
 -- Returns the task's state before ('pending', 'scheduled', 'retry', 'active',
 -- 'dead', 'completed', 'cancelled', 'unknown') and whether it acted (1/0);

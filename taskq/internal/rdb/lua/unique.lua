@@ -1,5 +1,5 @@
 -- unique: add one task that holds a unique key, or debounce.
--- KEYS: the queue's 20 keys (see lib.lua).
+-- KEYS: the queue's 21 keys (see lib.lua).
 -- ARGV: now_ms, mode ('unique' | 'debounce'), key, hold_until_ms, then the
 --       task's 6 enqueue values: id, msg, tenant, weight, prio(2 hex), due_ms
 -- Returns {added (0|1), id, replaced id or ''}:

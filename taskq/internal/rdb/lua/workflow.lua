@@ -1,5 +1,5 @@
 -- workflow: add a workflow's nodes (a DAG) to one queue, in one call.
--- KEYS: the queue's 20 keys.
+-- KEYS: the queue's 21 keys.
 -- ARGV: now_ms, workflow id, its record (JSON), then per node 9 values:
 --       id, msg, tenant, weight, prio(2 hex), parents (how many), children
 --       (space-separated ids), due_ms (a root's: 0 = now), keep_going ('1':
@@ -27,6 +27,7 @@ for i = 4, #ARGV, 9 do
   local due = tonumber(ARGV[i + 7])
   if parents > 0 then due = WAITING end
   add_task(0, now, id, ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3]), ARGV[i + 4], due)
+  if parents > 0 or kids ~= '' then extra(0, id) end
   if parents > 0 then
     redis.call('HSET', KEYS[4], id .. '|wp', parents)
   elseif due <= now then
