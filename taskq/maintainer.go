@@ -36,13 +36,14 @@ type maintainer struct {
 	// sizes is the pending count per assigned queue of the last gauge
 	// refresh; refreshGauges Stores a fresh map, backlog Loads.
 	sizes atomic.Pointer[map[string]int64]
-	// tracked holds the queues whose set of tasks with extra fields is
-	// known complete (rdb.TrackExtras); run's goroutine only.
-	tracked map[string]bool
+	// tracking is, per queue, where the scan that makes its set of tasks
+	// with extra fields complete (rdb.TrackExtras) goes on from: absent at
+	// first, trackDone once it is complete; run's goroutine only.
+	tracking map[string]string
 }
 
 func newMaintainer(p maintainerParams) *maintainer {
-	return &maintainer{p: p, tracked: map[string]bool{}}
+	return &maintainer{p: p, tracking: map[string]string{}}
 }
 
 // recordTTL is how long a worker record outlives its last heartbeat (a
@@ -79,9 +80,7 @@ func (m *maintainer) maintain(ctx context.Context) {
 	}
 	now := m.p.clock.Now()
 	for _, q := range qs {
-		if !m.tracked[q] && m.p.r.TrackExtras(ctx, q) == nil {
-			m.tracked[q] = true
-		}
+		m.track(ctx, q)
 		res, err := m.p.r.Maintain(ctx, q, now, 1000, now.Add(-m.p.deadRetention), m.p.deadMax)
 		if err != nil {
 			return
@@ -90,6 +89,32 @@ func (m *maintainer) maintain(ctx context.Context) {
 			m.p.m.reaped.WithLabelValues(q).Add(float64(res.Reaped))
 			m.p.log.Info("taskq: took back tasks whose lease expired", "queue", q, "tasks", res.Reaped)
 		}
+	}
+}
+
+// trackDone marks a queue tracked in maintainer.tracking.
+const trackDone = "done"
+
+// trackSteps bounds the scan of one queue in one tick (about 100,000 of
+// its fields), so that a large queue an earlier release wrote never holds
+// up the maintenance of the others.
+const trackSteps = 100
+
+// track goes on with q's scan until its set of tasks with extra fields is
+// complete (once per queue and worker; a tracked queue costs one call).
+func (m *maintainer) track(ctx context.Context, q string) {
+	c, ok := m.tracking[q]
+	if c == trackDone {
+		return
+	}
+	if !ok {
+		c = "0"
+	}
+	if next, err := m.p.r.TrackExtras(ctx, q, c, trackSteps); err == nil {
+		if next == "0" {
+			next = trackDone
+		}
+		m.tracking[q] = next
 	}
 }
 

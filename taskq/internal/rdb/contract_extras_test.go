@@ -91,7 +91,7 @@ func TestAQueueOfAnEarlierReleaseIsServedThenTracked(t *testing.T) {
 	r := openTest(t)
 	ctx := t.Context()
 	q := newQueue(t, r, "q")
-	enqueue(t, r, q, task("a", "t"), task("b", "t"), task("c", "t"))
+	enqueue(t, r, q, task("a", "t"), task("b", "t"), task("c", "t"), task("d|x", "t"))
 	k := QueueKeys(q)
 	// The earlier release: no xt, and fields written without the set.
 	for _, c := range [][]string{
@@ -99,6 +99,7 @@ func TestAQueueOfAnEarlierReleaseIsServedThenTracked(t *testing.T) {
 		{"HSET", k[KTasks], "a|r", "2", "a|e", "boom"},
 		{"HSET", k[KTasks], "b|r", "1"},
 		{"HSET", k[KTasks], "c|p", "{}"},
+		{"HSET", k[KTasks], "d|x|r", "4"}, // an id may hold a '|'
 	} {
 		if err := r.c.Do(ctx, r.c.B().Arbitrary(c[0]).Keys(c[1]).Args(c[2:]...).Build()).Error(); err != nil {
 			t.Fatal(err)
@@ -114,17 +115,17 @@ func TestAQueueOfAnEarlierReleaseIsServedThenTracked(t *testing.T) {
 	if h := tasksHash(t, r, q); h["a|r"] != "" || h["a|e"] != "" || h["a"] != "" {
 		t.Fatalf("untracked ack left a's fields: %v", h)
 	}
-	if err := r.TrackExtras(ctx, q); err != nil {
+	if _, err := r.TrackExtras(ctx, q, "0", 0); err != nil {
 		t.Fatal(err)
 	}
-	if ids, tracked := extrasOf(t, r, q); !tracked || !slices.Equal(ids, []string{"b", "c"}) {
-		t.Fatalf("after the scan: extras %v (tracked %v), want [b c], tracked", ids, tracked)
+	if ids, tracked := extrasOf(t, r, q); !tracked || !slices.Equal(ids, []string{"b", "c", "d|x"}) {
+		t.Fatalf("after the scan: extras %v (tracked %v), want [b c d|x], tracked", ids, tracked)
 	}
-	deq, err = r.Dequeue(ctx, []string{q}, 2, t0, at(time.Minute))
-	if err != nil || len(deq.Tasks) != 2 || deq.Tasks[0].ID != "b" || deq.Tasks[0].Retried != 1 {
-		t.Fatalf("tracked dequeue: %+v, %v; want b with 1 retry, then c", deq.Tasks, err)
+	deq, err = r.Dequeue(ctx, []string{q}, 3, t0, at(time.Minute))
+	if err != nil || len(deq.Tasks) != 3 || deq.Tasks[0].ID != "b" || deq.Tasks[0].Retried != 1 || deq.Tasks[2].ID != "d|x" || deq.Tasks[2].Retried != 4 {
+		t.Fatalf("tracked dequeue: %+v, %v; want b with 1 retry, c, d|x with 4", deq.Tasks, err)
 	}
-	if _, err := r.Ack(ctx, q, t0, []AckItem{{ID: "b"}, {ID: "c"}}); err != nil {
+	if _, err := r.Ack(ctx, q, t0, []AckItem{{ID: "b"}, {ID: "c"}, {ID: "d|x"}}); err != nil {
 		t.Fatal(err)
 	}
 	if h := tasksHash(t, r, q); len(h) != 0 {
@@ -136,7 +137,9 @@ func TestAQueueOfAnEarlierReleaseIsServedThenTracked(t *testing.T) {
 }
 
 // TestTrackExtrasScansInSteps: a scan of more fields than one step reads
-// (1,000) finds every task with an extra field.
+// (about 1,000), made one step a call and resumed from the cursor each
+// returns (as the maintainer does, a bounded number a tick), finds every
+// task with an extra field, and is trusted only at its end.
 func TestTrackExtrasScansInSteps(t *testing.T) {
 	r := openTest(t)
 	ctx := t.Context()
@@ -159,8 +162,23 @@ func TestTrackExtrasScansInSteps(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := r.TrackExtras(ctx, q); err != nil {
-		t.Fatal(err)
+	cursor, calls := "0", 0
+	for {
+		next, err := r.TrackExtras(ctx, q, cursor, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls++
+		if next == "0" {
+			break
+		}
+		if _, tracked := extrasOf(t, r, q); tracked {
+			t.Fatalf("tracked after %d of the scan's steps, before its end", calls)
+		}
+		cursor = next
+	}
+	if calls < 3 {
+		t.Errorf("the scan of %d fields took %d steps, want several", n, calls)
 	}
 	slices.Sort(want)
 	if ids, tracked := extrasOf(t, r, q); !tracked || !slices.Equal(ids, want) {

@@ -130,7 +130,8 @@ func TestScriptCallsStayInOneSlot(t *testing.T) {
 		{"maintain", func() error { _, err := r.Maintain(ctx, qa, t0, 10, t0, 10); return err }},
 		{"track", func() error {
 			raw(t, base, "HDEL", QueueKeys(qa)[KState], "xt") // as an earlier release left it: one scan step runs
-			return r.TrackExtras(ctx, qa)
+			_, err := r.TrackExtras(ctx, qa, "0", 0)
+			return err
 		}},
 		{"pause", func() error { return r.Pause(ctx, qa, "t", Forever) }},
 		{"cancel", func() error { _, err := r.Cancel(ctx, qa, "u", "me", t0); return err }},

@@ -433,22 +433,25 @@ func (r *RDB) Maintain(ctx context.Context, q string, now time.Time, limit int, 
 	return MaintainResult{v[0], v[1], v[2]}, nil
 }
 
-// TrackExtras makes q's set of tasks with extra fields complete, scanning
-// its tasks hash if an earlier release wrote it (lua/track.lua: 1,000
-// fields a call); a queue already tracked costs one call. Until it is,
-// acks and dequeues of q treat every task as having extra fields.
-func (r *RDB) TrackExtras(ctx context.Context, q string) error {
-	keys, cursor := QueueKeys(q), "0"
-	for {
+// TrackExtras goes on with the scan that makes q's set of tasks with
+// extra fields complete if an earlier release wrote q (lua/track.lua, a
+// step of about 1,000 fields a call), from cursor ("0": the start), for at
+// most steps calls (0: to the end). It returns the cursor to go on from,
+// "0" once q is tracked (a tracked queue costs one call). Until then acks
+// and dequeues of q treat every task as having extra fields.
+func (r *RDB) TrackExtras(ctx context.Context, q, cursor string, steps int) (string, error) {
+	keys := QueueKeys(q)
+	for i := 0; steps == 0 || i < steps; i++ {
 		next, err := trackScript.Exec(ctx, r.c, keys, []string{cursor}).ToString()
 		if err != nil {
-			return fmt.Errorf("rdb: track extras of %q: %w", q, err)
+			return cursor, fmt.Errorf("rdb: track extras of %q: %w", q, err)
 		}
 		if next == "0" {
-			return nil
+			return "0", nil
 		}
 		cursor = next
 	}
+	return cursor, nil
 }
 
 // DLQ requeues ("requeue") or deletes ("delete") dead tasks; no ids = all.
@@ -695,14 +698,12 @@ func IsRedisError(err error) bool {
 	return errors.As(err, &re)
 }
 
-// Purge deletes all keys of queue q and removes it from the known queues.
+// Purge deletes all keys of queue q, in one DEL (no script ever sees some
+// of them gone: state's xt without the extras set it vouches for), and
+// removes q from the known queues.
 func (r *RDB) Purge(ctx context.Context, q string) error {
 	b := r.c.B()
-	cmds := make(rueidis.Commands, 0, NKeys+1)
-	for _, k := range QueueKeys(q) {
-		cmds = append(cmds, b.Del().Key(k).Build())
-	}
-	cmds = append(cmds, b.Srem().Key(QueuesKey).Member(q).Build())
+	cmds := rueidis.Commands{b.Del().Key(QueueKeys(q)...).Build(), b.Srem().Key(QueuesKey).Member(q).Build()}
 	for _, res := range r.c.DoMulti(ctx, cmds...) {
 		if err := res.Error(); err != nil {
 			return fmt.Errorf("rdb: purge %q: %w", q, err)

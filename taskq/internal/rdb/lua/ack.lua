@@ -13,10 +13,11 @@
 -- the queue) throttled at its in-flight cap may run again. A workflow
 -- node's children whose last parent it was become pending (one wake-up
 -- token), in this same call.
--- Cost: a few calls for the whole batch, plus one per retained task. (Every
--- field a task may have is deleted, there or not: an ack from a worker whose
--- lease was lost while the task is active again under another's, or a
--- progress report racing the ack, would otherwise leave fields behind.)
+-- Cost: a few calls for the whole batch, plus one per retained task. A
+-- task not in extras (lib.lua extras; the queue tracked) has only its
+-- value, the one field deleted; of any other task every field it may have
+-- is deleted, there or not (a progress report or a cancel written since
+-- its dequeue is among them), and it leaves extras.
 local now = tonumber(ARGV[1])
 local ids = {}
 for i = 2, #ARGV, 3 do ids[#ids + 1] = ARGV[i] end

@@ -7,9 +7,7 @@
 -- task pending (none for a call that only scheduled or skipped), for idle
 -- workers; the wake list is trimmed to 64 tokens.
 local now = tonumber(ARGV[1])
--- A queue with no tasks hash has no task with extra fields: track them
--- from its first task on (lib.lua extras).
-if redis.call('EXISTS', KEYS[4]) == 0 then redis.call('HSET', KEYS[3], 'xt', 1) end
+track_new(0)
 local added = 0
 local woke = false
 for i = 2, #ARGV, 6 do

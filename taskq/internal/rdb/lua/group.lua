@@ -10,6 +10,7 @@
 -- (maintain.lua) — max_delay after its first member or grace after its
 -- last, whichever is sooner. A task is in one batch only.
 local now, id, key = tonumber(ARGV[1]), ARGV[2], ARGV[7]
+track_new(0)
 if add_task(0, now, id, ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6], WAITING) == 0 then return 0 end
 local gk = 'g:' .. key
 local ids = redis.call('HGET', KEYS[4], gk)

@@ -323,6 +323,13 @@ local function extras_tracked(k)
   return redis.call('HEXISTS', KEYS[k + 3], 'xt') == 1
 end
 
+-- track_new makes a queue with no tasks hash trust its extras set from
+-- its first task on: it has no task with extra fields. Every script that
+-- adds tasks calls it first.
+local function track_new(k)
+  if redis.call('EXISTS', KEYS[k + 4]) == 0 then redis.call('HSET', KEYS[k + 3], 'xt', 1) end
+end
+
 -- lost_start counts a start of id whose lease was lost (the reaper took it
 -- back): id|n is the lost starts, negative until the next start counts
 -- itself as a re-delivery and turns it positive (dequeue.lua). A task's

@@ -22,6 +22,7 @@ if mode ~= 'unique' and mode ~= 'debounce' then
   return redis.error_reply('ERR unique: mode "' .. mode .. '": want unique or debounce')
 end
 expire_unique(0, now, 100)
+track_new(0)
 local holder = redis.call('HGET', KEYS[14], key)
 local replaced = ''
 if holder and mode == 'unique' then

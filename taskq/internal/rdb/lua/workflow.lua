@@ -18,6 +18,7 @@ if redis.call('HEXISTS', KEYS[4], 'wf:' .. wf) == 1 then return 0 end
 for i = 4, #ARGV, 9 do
   if redis.call('HEXISTS', KEYS[4], ARGV[i]) == 1 then return 0 end
 end
+track_new(0)
 redis.call('HSET', KEYS[4], 'wf:' .. wf, ARGV[3])
 redis.call('HSET', KEYS[3], 'links', 1) -- acks look for children from now on
 redis.call('ZADD', KEYS[19], now, wf)
