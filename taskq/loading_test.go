@@ -45,7 +45,7 @@ func TestLoadingRedisIsWaitedOut(t *testing.T) {
 			return err
 		})
 	}()
-	go func() { errs <- afterRestart(func() error { return before.Purge(ctx, q+"-purged") }) }() // DELs in one pipeline
+	go func() { errs <- afterRestart(func() error { return before.Purge(ctx, q+"-purged") }) }() // one DEL of its keys and an SREM in one pipeline
 	for range 3 {
 		if err := <-errs; err != nil {
 			t.Errorf("a call started while Redis loaded: %v", err)

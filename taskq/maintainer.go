@@ -37,13 +37,13 @@ type maintainer struct {
 	// refresh; refreshGauges Stores a fresh map, backlog Loads.
 	sizes atomic.Pointer[map[string]int64]
 	// tracking is, per queue, where the scan that makes its set of tasks
-	// with extra fields complete (rdb.TrackExtras) goes on from: absent at
-	// first, trackDone once it is complete; run's goroutine only.
-	tracking map[string]string
+	// with extra fields complete (rdb.TrackExtras) goes on from (absent:
+	// the start; Done once complete); run's goroutine only.
+	tracking map[string]rdb.ScanPos
 }
 
 func newMaintainer(p maintainerParams) *maintainer {
-	return &maintainer{p: p, tracking: map[string]string{}}
+	return &maintainer{p: p, tracking: map[string]rdb.ScanPos{}}
 }
 
 // recordTTL is how long a worker record outlives its last heartbeat (a
@@ -92,9 +92,6 @@ func (m *maintainer) maintain(ctx context.Context) {
 	}
 }
 
-// trackDone marks a queue tracked in maintainer.tracking.
-const trackDone = "done"
-
 // trackSteps bounds the scan of one queue in one tick (about 100,000 of
 // its fields), so that a large queue an earlier release wrote never holds
 // up the maintenance of the others.
@@ -103,17 +100,11 @@ const trackSteps = 100
 // track goes on with q's scan until its set of tasks with extra fields is
 // complete (once per queue and worker; a tracked queue costs one call).
 func (m *maintainer) track(ctx context.Context, q string) {
-	c, ok := m.tracking[q]
-	if c == trackDone {
+	pos := m.tracking[q]
+	if pos.Done() {
 		return
 	}
-	if !ok {
-		c = "0"
-	}
-	if next, err := m.p.r.TrackExtras(ctx, q, c, trackSteps); err == nil {
-		if next == "0" {
-			next = trackDone
-		}
+	if next, err := m.p.r.TrackExtras(ctx, q, pos, trackSteps); err == nil {
 		m.tracking[q] = next
 	}
 }

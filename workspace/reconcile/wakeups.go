@@ -24,6 +24,10 @@ type wakeups struct {
 	mu    sync.Mutex
 	due   map[string]time.Time
 	queue wakeQueue
+
+	// beforeTimer, if set (tests), runs between the loop's reading of the
+	// clock and the making of its timer.
+	beforeTimer func()
 }
 
 func newWakeups(clk clock.Clock) *wakeups {
@@ -63,14 +67,27 @@ func (w *wakeups) pending() int {
 // goroutine (Run's wake-up loop).
 func (w *wakeups) run(ctx context.Context, poke func(id string)) {
 	for {
-		ready, wait := w.popDue()
+		ready, next := w.popDue()
 		for _, id := range ready {
 			poke(id)
 		}
 		if len(ready) > 0 {
 			continue
 		}
+		wait := time.Hour // idle: at() kicks the loop when work arrives
+		if !next.IsZero() {
+			wait = next.Sub(w.clk.Now())
+		}
+		if w.beforeTimer != nil {
+			w.beforeTimer()
+		}
 		t := w.clk.NewTimer(wait)
+		if !next.IsZero() && !w.clk.Now().Before(next) {
+			// The clock passed next while the timer was made (a test's
+			// fake clock, advanced meanwhile, would never fire it).
+			t.Stop()
+			continue
+		}
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -82,8 +99,9 @@ func (w *wakeups) run(ctx context.Context, poke func(id string)) {
 	}
 }
 
-// popDue removes and returns the ids due now, or how long until the next.
-func (w *wakeups) popDue() (ready []string, wait time.Duration) {
+// popDue removes and returns the ids due now, or when the next is due
+// (zero: none pending).
+func (w *wakeups) popDue() (ready []string, next time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	now := w.clk.Now()
@@ -94,13 +112,13 @@ func (w *wakeups) popDue() (ready []string, wait time.Duration) {
 			continue
 		}
 		if top.when.After(now) {
-			return ready, top.when.Sub(now)
+			return ready, top.when
 		}
 		heap.Pop(&w.queue)
 		delete(w.due, top.id)
 		ready = append(ready, top.id)
 	}
-	return ready, time.Hour // idle: at() kicks the loop when work arrives
+	return ready, time.Time{}
 }
 
 type wake struct {

@@ -3,6 +3,7 @@ package reconcile
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,12 +21,12 @@ func TestWakeupsEarliestWins(t *testing.T) {
 	w.at("b", time.Second)
 	w.at("a", 2*time.Second) // earlier: replaces a's 3 s
 	w.at("b", 5*time.Second) // later: b keeps 1 s
-	if ready, wait := w.popDue(); len(ready) != 0 || wait != time.Second+time.Millisecond {
-		t.Fatalf("at start: ready %v, wait %v; want none, 1.001s", ready, wait)
+	if ready, next := w.popDue(); len(ready) != 0 || next.Sub(clk.Now()) != time.Second+time.Millisecond {
+		t.Fatalf("at start: ready %v, next in %v; want none, 1.001s", ready, next.Sub(clk.Now()))
 	}
 	clk.Advance(time.Second + time.Millisecond)
-	if ready, wait := w.popDue(); len(ready) != 1 || ready[0] != "b" || wait != time.Second {
-		t.Fatalf("after 1.001 s: ready %v, wait %v; want [b], 1s", ready, wait)
+	if ready, next := w.popDue(); len(ready) != 1 || ready[0] != "b" || next.Sub(clk.Now()) != time.Second {
+		t.Fatalf("after 1.001 s: ready %v, next in %v; want [b], 1s", ready, next.Sub(clk.Now()))
 	}
 	clk.Advance(10 * time.Second)
 	if ready, _ := w.popDue(); len(ready) != 1 || ready[0] != "a" {
@@ -120,5 +121,28 @@ func testRetryWaitsForBackoff(t *testing.T, st testStore) {
 	got := h.waitState(t, w.ID, workspace.Running, 10*time.Second)
 	if n := fk.Calls(w.ID, fake.Start); n != 2 || got.ErrorCount != 0 {
 		t.Fatalf("after the backoff: %d start calls (want 2), %s", n, wstest.Describe(got))
+	}
+}
+
+// TestWakeupsFireWhenTheClockPassesWhileTheTimerIsMade: the loop reads
+// the clock, then makes its timer; a fake clock advanced past the due time
+// in between must still poke. Before the fix the timer was set for the
+// whole wait after the advance and never fired (a CI run of
+// TestRetryWaitsForBackoffOnTheClock timed out so).
+func TestWakeupsFireWhenTheClockPassesWhileTheTimerIsMade(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1000, 0))
+	w := newWakeups(clk)
+	w.at("a", 10*time.Second)
+	<-w.kick // taken, as by a turn of the loop that began before the at
+	var once sync.Once
+	w.beforeTimer = func() { once.Do(func() { clk.Advance(10*time.Second + time.Millisecond) }) }
+	poked := make(chan string, 1)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go w.run(ctx, func(id string) { poked <- id })
+	select {
+	case <-poked:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no poke 5 s after the clock passed the due time")
 	}
 }

@@ -115,7 +115,7 @@ func TestAQueueOfAnEarlierReleaseIsServedThenTracked(t *testing.T) {
 	if h := tasksHash(t, r, q); h["a|r"] != "" || h["a|e"] != "" || h["a"] != "" {
 		t.Fatalf("untracked ack left a's fields: %v", h)
 	}
-	if _, err := r.TrackExtras(ctx, q, "0", 0); err != nil {
+	if _, err := r.TrackExtras(ctx, q, ScanPos{}, 0); err != nil {
 		t.Fatal(err)
 	}
 	if ids, tracked := extrasOf(t, r, q); !tracked || !slices.Equal(ids, []string{"b", "c", "d|x"}) {
@@ -162,20 +162,32 @@ func TestTrackExtrasScansInSteps(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cursor, calls := "0", 0
+	var pos ScanPos
+	calls := 0
 	for {
-		next, err := r.TrackExtras(ctx, q, cursor, 1)
+		next, err := r.TrackExtras(ctx, q, pos, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
 		calls++
-		if next == "0" {
+		if next.Done() {
 			break
 		}
 		if _, tracked := extrasOf(t, r, q); tracked {
 			t.Fatalf("tracked after %d of the scan's steps, before its end", calls)
 		}
-		cursor = next
+		if calls == 1 {
+			// Another server (a failover): the cursor means nothing there.
+			next.Server = "another"
+			bogus, err := r.TrackExtras(ctx, q, ScanPos{Cursor: "12345", Server: "another"}, 1)
+			if err != nil || bogus.Server == "another" {
+				t.Fatalf("a step from another server's cursor: %+v, %v", bogus, err)
+			}
+			if bogus.Done() {
+				t.Fatal("a step from another server's cursor 12345 ended the scan: it must begin again from 0")
+			}
+		}
+		pos = next
 	}
 	if calls < 3 {
 		t.Errorf("the scan of %d fields took %d steps, want several", n, calls)
@@ -183,5 +195,35 @@ func TestTrackExtrasScansInSteps(t *testing.T) {
 	slices.Sort(want)
 	if ids, tracked := extrasOf(t, r, q); !tracked || !slices.Equal(ids, want) {
 		t.Errorf("after the scan: %d in extras (tracked %v), want the %d with a field", len(ids), tracked, len(want))
+	}
+}
+
+// TestEveryWayInTracksANewQueue: a queue whose first task comes through
+// unique, a workflow or a group (not only enqueue) trusts its extras set
+// at once: nothing of an earlier release is in it.
+func TestEveryWayInTracksANewQueue(t *testing.T) {
+	r := openTest(t)
+	ctx := t.Context()
+	for name, add := range map[string]func(q string) error{
+		"unique": func(q string) error {
+			_, _, _, err := r.EnqueueUnique(ctx, q, t0, ModeUnique, "k", at(time.Hour), task("u", "t"))
+			return err
+		},
+		"workflow": func(q string) error {
+			_, err := r.EnqueueWorkflow(ctx, q, t0, "wf1", "{}", []WfNode{{EnqMsg: task("w1", "t"), Children: []string{"w2"}}, {EnqMsg: task("w2", "t"), Parents: 1}})
+			return err
+		},
+		"group": func(q string) error {
+			_, err := r.EnqueueGroup(ctx, q, t0, task("g1", "t"), "k", GroupPolicy{MaxSize: 2, Grace: time.Second, MaxDelay: time.Minute})
+			return err
+		},
+	} {
+		q := newQueue(t, r, name)
+		if err := add(q); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if _, tracked := extrasOf(t, r, q); !tracked {
+			t.Errorf("a new queue whose first task came through %s is not tracked", name)
+		}
 	}
 }

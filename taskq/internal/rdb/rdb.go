@@ -433,25 +433,39 @@ func (r *RDB) Maintain(ctx context.Context, q string, now time.Time, limit int, 
 	return MaintainResult{v[0], v[1], v[2]}, nil
 }
 
+// ScanPos is where the scan of TrackExtras goes on from: its cursor and
+// the server it began on (the zero value: the start).
+type ScanPos struct{ Cursor, Server string }
+
+// Done reports whether the scan is over (the queue tracked).
+func (p ScanPos) Done() bool { return p.Cursor == "0" }
+
 // TrackExtras goes on with the scan that makes q's set of tasks with
 // extra fields complete if an earlier release wrote q (lua/track.lua, a
-// step of about 1,000 fields a call), from cursor ("0": the start), for at
-// most steps calls (0: to the end). It returns the cursor to go on from,
-// "0" once q is tracked (a tracked queue costs one call). Until then acks
-// and dequeues of q treat every task as having extra fields.
-func (r *RDB) TrackExtras(ctx context.Context, q, cursor string, steps int) (string, error) {
+// step of about 1,000 fields a call), from pos, for at most steps calls
+// (0: to the end); the scan begins again if the server is another (a
+// restart, a failover). It returns where to go on from, Done once q is
+// tracked (a tracked queue costs one call). Until then acks and dequeues
+// of q treat every task as having extra fields.
+func (r *RDB) TrackExtras(ctx context.Context, q string, pos ScanPos, steps int) (ScanPos, error) {
 	keys := QueueKeys(q)
-	for i := 0; steps == 0 || i < steps; i++ {
-		next, err := trackScript.Exec(ctx, r.c, keys, []string{cursor}).ToString()
-		if err != nil {
-			return cursor, fmt.Errorf("rdb: track extras of %q: %w", q, err)
-		}
-		if next == "0" {
-			return "0", nil
-		}
-		cursor = next
+	if pos.Cursor == "" {
+		pos.Cursor = "0"
 	}
-	return cursor, nil
+	for i := 0; steps == 0 || i < steps; i++ {
+		v, err := trackScript.Exec(ctx, r.c, keys, []string{pos.Cursor, pos.Server}).AsStrSlice()
+		if err == nil && len(v) != 2 {
+			err = fmt.Errorf("%d values", len(v))
+		}
+		if err != nil {
+			return pos, fmt.Errorf("rdb: track extras of %q: %w", q, err)
+		}
+		pos = ScanPos{Cursor: v[0], Server: v[1]}
+		if pos.Done() {
+			break
+		}
+	}
+	return pos, nil
 }
 
 // DLQ requeues ("requeue") or deletes ("delete") dead tasks; no ids = all.
