@@ -47,13 +47,14 @@ for i, id in ipairs(ids) do
       for _, f in ipairs({id .. '|r', id .. '|n', id .. '|e', id .. '|m', id .. '|s'}) do fields[#fields + 1] = f end
       redis.call('ZADD', KEYS[10], keep, id)
       if res ~= '' then redis.call('HSET', KEYS[11], id, res) end
-    elseif dirty[i] == 0 then
-      gone[#gone + 1] = id
-      fields[#fields + 1] = id
     else
       gone[#gone + 1] = id
-      cleaned[#cleaned + 1] = id
-      for _, f in ipairs({id, id .. '|r', id .. '|n', id .. '|e', id .. '|d', id .. '|m', id .. '|c', id .. '|p', id .. '|s'}) do fields[#fields + 1] = f end
+      if dirty[i] == 0 then
+        fields[#fields + 1] = id
+      else
+        cleaned[#cleaned + 1] = id
+        for _, f in ipairs({id, id .. '|r', id .. '|n', id .. '|e', id .. '|d', id .. '|m', id .. '|c', id .. '|p', id .. '|s'}) do fields[#fields + 1] = f end
+      end
     end
   end
 end

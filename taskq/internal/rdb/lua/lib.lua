@@ -38,11 +38,12 @@
 --                 id) is tasks' wf:<id>, both kept for the dead retention (maintain.lua)
 --   +20 tree      ZSET the tenant tree's inner nodes' children by tag (see tree_*)
 --   +21 extras    SET ids of the tasks that may have fields beside their stored value in tasks
---                 (id|r, id|p, …; every script writing one adds the id: extra). A task not in it has
---                 none, so ack deletes its one field and dequeue reads only its value, unread and
---                 unbuilt names of eight fields each (a quarter of Redis's CPU a task). Trusted
---                 once state has xt: set by enqueue on a queue with no tasks hash, or by the
---                 maintainer's scan (track.lua) of a queue an earlier release wrote.
+--                 (id|r, id|p, …; every script creating one adds the id: extra). A task not in it
+--                 has none, so dequeue reads only its value (not id|r, id|n) and ack deletes only
+--                 it (not eight more names), none of them built (a quarter of Redis's CPU a
+--                 task). Trusted once state has xt: set by every script adding tasks to a queue
+--                 with no tasks hash (track_new), or by the maintainer's scan (track.lua) of a
+--                 queue an earlier release wrote.
 -- A throttled tenant leaves tenants (so it never blocks the others) and
 -- keeps its tag in f:<tenant>; the dequeue takes it back once due.
 local NKEYS = 21
