@@ -1,6 +1,8 @@
 package taskq
 
 import (
+	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -28,6 +30,29 @@ func FuzzDecodeMessage(f *testing.F) {
 		}
 		if m.Type == "" || m.ID != "i" || m.Queue != "q" || m.MaxRetries < 0 {
 			t.Fatalf("accepted %+v", m)
+		}
+	})
+}
+
+// FuzzParseFlat: the hot path's reader of a message's JSON object accepts
+// only what encoding/json reads the same way, and reads it the same.
+func FuzzParseFlat(f *testing.F) {
+	for _, s := range []string{`{}`, `{"e":1700000000000}`, `{"r":3,"o":100,"k":5,"d":9,"e":1}`, `{"r":-0}`,
+		`{"r":0,"r":7}`, `{"e":01}`, `{"e":1.5}`, `{"e":1e3}`, `{"e":-}`, `{"e":1} `, `{"E":1}`, `{"h":{"a":"b"}}`,
+		`{"e":1,}`, `{"e":123456789012345678}`, `{"e":1234567890123456789}`, `{`, `{"e"`, `{"e":`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, j []byte) {
+		var got compact
+		if !parseFlat(j, &got) {
+			return
+		}
+		var want compact
+		if err := json.Unmarshal(j, &want); err != nil {
+			t.Fatalf("parseFlat accepted %q, encoding/json refuses it: %v", j, err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%q: parseFlat read %+v, encoding/json %+v", j, got, want)
 		}
 	})
 }

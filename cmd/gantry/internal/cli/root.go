@@ -48,6 +48,7 @@ import (
 	"os"
 	"runtime/debug"
 	"runtime/pprof"
+	"runtime/trace"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
@@ -108,7 +109,8 @@ func Execute(ctx context.Context, env Env) int {
 type rootOptions struct {
 	logLevel    string
 	cpuProfile  string
-	stopProfile func() // set by before when --cpuprofile started a profile
+	traceFile   string
+	stopProfile []func() // set by before when --cpuprofile or --trace started one
 }
 
 // Root is gantry's command tree with the process's standard streams, for
@@ -132,6 +134,8 @@ func newRoot(env *Env) *cobra.Command {
 	root.PersistentFlags().StringVar(&o.logLevel, "log-level", "info", "log level on stderr: debug, info, warn, error")
 	root.PersistentFlags().StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the command to this file (for go tool pprof)")
 	root.PersistentFlags().MarkHidden("cpuprofile")
+	root.PersistentFlags().StringVar(&o.traceFile, "trace", "", "write an execution trace of the command to this file (for go tool trace)")
+	root.PersistentFlags().MarkHidden("trace")
 	root.CompletionOptions.DisableDefaultCmd = true
 	root.AddCommand(
 		newVersionCmd(),
@@ -147,18 +151,14 @@ func newRoot(env *Env) *cobra.Command {
 	return root
 }
 
-// before runs ahead of every command: it starts the CPU profile and sets
-// the log level.
+// before runs ahead of every command: it starts the CPU profile and the
+// execution trace and sets the log level.
 func (o *rootOptions) before(env *Env) error {
-	if o.cpuProfile != "" {
-		f, err := os.Create(o.cpuProfile)
-		if err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
-		}
-		o.stopProfile = func() { pprof.StopCPUProfile(); f.Close() }
+	if err := o.startProfile("--cpuprofile", o.cpuProfile, pprof.StartCPUProfile, pprof.StopCPUProfile); err != nil {
+		return err
+	}
+	if err := o.startProfile("--trace", o.traceFile, trace.Start, trace.Stop); err != nil {
+		return err
 	}
 	if env.LogLevel == nil {
 		return nil
@@ -171,10 +171,29 @@ func (o *rootOptions) before(env *Env) error {
 	return nil
 }
 
-// after runs when a command succeeded: it stops the CPU profile.
+// startProfile starts a profile of the command into file (none when file
+// is empty); after stops it.
+func (o *rootOptions) startProfile(flag, file string, start func(io.Writer) error, stop func()) error {
+	if file == "" {
+		return nil
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return fmt.Errorf("%s: %w", flag, err)
+	}
+	if err := start(f); err != nil {
+		f.Close()
+		return fmt.Errorf("%s: %w", flag, err)
+	}
+	o.stopProfile = append(o.stopProfile, func() { stop(); f.Close() })
+	return nil
+}
+
+// after runs when a command succeeded: it stops the CPU profile and the
+// execution trace.
 func (o *rootOptions) after() {
-	if o.stopProfile != nil {
-		o.stopProfile()
+	for _, stop := range o.stopProfile {
+		stop()
 	}
 }
 
