@@ -4,7 +4,6 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
-	"sync"
 	"time"
 
 	"github.com/gantryhq/gantry/internal/clock"
@@ -44,73 +43,43 @@ type fetcherParams struct {
 // eligible queues (assigned first, then steal targets), and blocks on the
 // wake-up lists when there is nothing. It requeues what it could not hand
 // over when its context ends.
-//
-// Two lanes run the same take-dequeue-hand-over step. The lead lane runs
-// always and is the one that idles on the wake-up lists. The follow lane
-// runs only while there is a backlog (the last call came back with all it
-// asked for): it sends the next call while the lead's is in flight, so
-// Redis has the next batch to serve the moment it ends one, instead of
-// waiting on the worker's turn around (with one call at a time, short
-// tasks drained at ~45k/s with Redis and the worker each idle half the
-// time: the handlers waited on the round trip). Both calls pipeline on one
-// connection; each is still one script call over the queues in its order,
-// and the lanes hand their tasks over in the order Redis ran their calls
-// (each call's Seq): a handler sees strict priority and FIFO as with one
-// lane. On a cluster (queues on several nodes, no one order) the lead runs
-// alone.
 type fetcher struct {
 	p fetcherParams
 	loop
-	// mu guards backlog, retry and p.prefetch: the lanes share them.
-	mu sync.Mutex
 	// backlog is each queue's pending count as the last dequeue call
-	// counted it (seed §2.1: selection considers queue lengths).
+	// counted it (seed §2.1: selection considers queue lengths); the
+	// fetcher's goroutine alone reads and writes it.
 	backlog map[string]int64
 	// retry is when the last dequeue call said a rate-throttled tenant or
-	// queue gets its next token (zero: none waits).
+	// queue gets its next token (zero: none waits); the fetcher's
+	// goroutine alone uses it.
 	retry time.Time
-	// full holds a token when a call came back with all it asked for:
-	// there may be more, the follow lane's cue.
-	full chan struct{}
-	// calls are the lanes' calls (lead 0, follow 1) between their sending
-	// and their hand-over; turn signals (on mu) a hand-over done.
-	calls [2]laneCall
-	turn  *sync.Cond
-}
-
-// laneCall is a lane's call in flight or waiting for its turn to hand over.
-type laneCall struct {
-	open bool  // sent, its tasks not handed over yet
-	seq  int64 // its Seq once it returned (0 before)
 }
 
 func newFetcher(p fetcherParams) *fetcher {
 	if p.prefetch == nil { // no extra slots: the slots given are all
 		p.prefetch = newPrefetcher(&runTimes{}, cap(p.slots), 0)
 	}
-	f := &fetcher{p: p, backlog: map[string]int64{}, full: make(chan struct{}, 1)}
-	f.turn = sync.NewCond(&f.mu)
-	return f
+	return &fetcher{p: p, backlog: map[string]int64{}}
 }
 
-// run runs the two lanes until ctx ends (or the lead gives up on Redis).
 func (f *fetcher) run(ctx context.Context) {
-	ctx, cancel := context.WithCancel(ctx)
-	var follow sync.WaitGroup
-	if !f.p.r.Cluster() {
-		follow.Go(func() { f.follow(ctx) })
-	}
-	f.lead(ctx)
-	cancel()
-	follow.Wait()
-}
-
-// lead is the lane that always runs: it idles on the wake-up lists when a
-// call finds nothing.
-func (f *fetcher) lead(ctx context.Context) {
 	fails := 0
 	for {
-		got, order, nAssigned, err := f.step(ctx, 0)
+		n, ok := f.takeSlots(ctx)
+		if !ok {
+			return
+		}
+		if d := f.p.adaptive.pollDelay(); d > 0 && sleep(ctx, f.p.clock, d) != nil {
+			f.giveSlots(n)
+			return
+		}
+		order, nAssigned := f.order()
+		if ctx.Err() != nil {
+			return
+		}
+		ds, retry, err := f.dequeue(order, n)
+		f.retry = retry
 		if err != nil {
 			if ctx.Err() != nil || f.p.health.failed(ctx, &fails, "dequeue", err) != nil {
 				return
@@ -118,112 +87,22 @@ func (f *fetcher) lead(ctx context.Context) {
 			continue
 		}
 		f.p.health.ok(&fails)
-		if got < 0 {
+		if !f.handOver(ctx, ds) {
 			return
 		}
-		if got > 0 {
+		if len(ds) > 0 {
 			continue
 		}
 		f.p.m.emptyDequeues.Inc()
 		if len(order) > nAssigned {
 			f.p.stealer.noteMiss()
 		}
-		if err := f.idle(ctx, order, f.retryAt()); err != nil && ctx.Err() == nil {
+		if err := f.idle(ctx, order, retry); err != nil && ctx.Err() == nil {
 			if f.p.health.failed(ctx, &fails, "wait", err) != nil {
 				return
 			}
 		}
 	}
-}
-
-// follow is the lane that runs while calls come back full; it waits for
-// that cue otherwise (never on the wake-up lists).
-func (f *fetcher) follow(ctx context.Context) {
-	fails := 0
-	for {
-		select {
-		case <-f.full:
-		case <-ctx.Done():
-			return
-		}
-		for {
-			got, _, _, err := f.step(ctx, 1)
-			if err != nil {
-				if ctx.Err() != nil || f.p.health.failed(ctx, &fails, "dequeue", err) != nil {
-					return
-				}
-				break
-			}
-			f.p.health.ok(&fails)
-			if got < 0 {
-				return
-			}
-			if got == 0 {
-				break
-			}
-		}
-	}
-}
-
-// step is one turn of lane (0 lead, 1 follow): it takes free slots,
-// leases tasks for them in one dequeue call over the queues in order
-// (nAssigned of them assigned) and hands them over after the other lane's
-// earlier call. got is how many it leased, -1 when ctx ended. A call that
-// leased all it asked for cues the follow lane.
-func (f *fetcher) step(ctx context.Context, lane int) (got int, order []string, nAssigned int, err error) {
-	n, ok := f.takeSlots(ctx)
-	if !ok {
-		return -1, nil, 0, nil
-	}
-	if d := f.p.adaptive.pollDelay(); d > 0 && sleep(ctx, f.p.clock, d) != nil {
-		f.giveSlots(n)
-		return -1, nil, 0, nil
-	}
-	order, nAssigned = f.order()
-	if ctx.Err() != nil {
-		f.giveSlots(n)
-		return -1, nil, 0, nil
-	}
-	f.mu.Lock()
-	f.calls[lane] = laneCall{open: true}
-	f.mu.Unlock()
-	defer f.handed(lane)
-	ds, seq, err := f.dequeue(order, n)
-	if err != nil {
-		return 0, order, nAssigned, err
-	}
-	if len(ds) == n {
-		select {
-		case f.full <- struct{}{}:
-		default:
-		}
-	}
-	f.waitTurn(lane, seq)
-	if !f.handOver(ctx, ds) {
-		return -1, nil, 0, nil
-	}
-	return len(ds), order, nAssigned, nil
-}
-
-// waitTurn waits while the other lane's call may have run before lane's
-// (Redis gave it a smaller Seq, or it has not returned yet) and its tasks
-// are not handed over. A call that failed holds no one up.
-func (f *fetcher) waitTurn(lane int, seq int64) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.calls[lane].seq = seq
-	f.turn.Broadcast() // the other lane may wait to learn this call's place
-	for o := &f.calls[1-lane]; o.open && (o.seq == 0 || o.seq < seq); {
-		f.turn.Wait()
-	}
-}
-
-// handed closes lane's call: its tasks are handed over (or it failed).
-func (f *fetcher) handed(lane int) {
-	f.mu.Lock()
-	f.calls[lane] = laneCall{}
-	f.mu.Unlock()
-	f.turn.Broadcast()
 }
 
 // start runs the fetcher until stop or until ctx ends.
@@ -245,9 +124,7 @@ func (f *fetcher) takeSlots(ctx context.Context) (n int, ok bool) {
 			return 0, false
 		}
 	}
-	f.mu.Lock()
 	enough := min(f.p.batch, f.p.prefetch.circulating()) / 2
-	f.mu.Unlock()
 	var waited *time.Timer
 	defer func() {
 		if waited != nil {
@@ -265,8 +142,8 @@ func (f *fetcher) takeSlots(ctx context.Context) (n int, ok bool) {
 		// slots at hand: waiting for half a batch behind a busy tenant's
 		// deep buffer would leave the token unspent and the rate short.
 		untilToken := time.Duration(math.MaxInt64)
-		if retry := f.retryAt(); !retry.IsZero() {
-			untilToken = retry.Sub(f.p.clock.Now())
+		if !f.retry.IsZero() {
+			untilToken = f.retry.Sub(f.p.clock.Now())
 		}
 		if n >= enough || len(f.p.tasks) == 0 || untilToken <= 0 {
 			return n, true
@@ -274,10 +151,7 @@ func (f *fetcher) takeSlots(ctx context.Context) (n int, ok bool) {
 		// The buffer is re-checked when a slot comes back, and at least
 		// every call time: a handler may have taken the last waiting task
 		// meanwhile and be idle now, with no slot to come for long.
-		f.mu.Lock()
-		call := f.p.prefetch.call
-		f.mu.Unlock()
-		wait := min(max(call, 200*time.Microsecond), untilToken)
+		wait := min(max(f.p.prefetch.call, 200*time.Microsecond), untilToken)
 		if waited == nil {
 			waited = time.NewTimer(wait)
 		} else {
@@ -298,52 +172,32 @@ func (f *fetcher) takeSlots(ctx context.Context) (n int, ok bool) {
 // kept is 1 for a slot just taken that is for use, 0 for one the
 // prefetcher retired.
 func (f *fetcher) kept() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
 	if f.p.prefetch.keep() {
 		return 1
 	}
 	return 0
 }
 
-// retryAt is when the last dequeue call said a rate-throttled tenant or
-// queue gets its next token (zero: none waits).
-func (f *fetcher) retryAt() time.Time {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.retry
-}
-
-// dequeue leases up to n tasks from the queues in order, gives back the
-// slots it could not fill and records the backlog and the retry time the
-// call reported. The call is not cut short by shutdown: the script may
-// already have leased the tasks, which would then wait for their lease to
-// expire.
-func (f *fetcher) dequeue(order []string, n int) ([]rdb.Dequeued, int64, error) {
+// dequeue leases up to n tasks from the queues in order and gives back
+// the slots it could not fill. The call is not cut short by shutdown: the
+// script may already have leased the tasks, which would then wait for
+// their lease to expire.
+func (f *fetcher) dequeue(order []string, n int) ([]rdb.Dequeued, time.Time, error) {
 	now := f.p.clock.Now()
 	dctx, cancel := context.WithTimeout(f.p.persist, 10*time.Second)
 	began := time.Now()
-	dq := f.p.r.DequeueSeq
-	if f.p.r.Cluster() {
-		dq = f.p.r.Dequeue
-	}
-	res, err := dq(dctx, order, n, now, now.Add(f.p.lease))
+	res, err := f.p.r.Dequeue(dctx, order, n, now, now.Add(f.p.lease))
 	cancel()
 	f.p.m.dequeues.Inc()
 	f.giveSlots(n - len(res.Tasks))
-	f.mu.Lock()
-	add := 0
 	if err == nil && len(res.Tasks) > 0 {
 		f.p.prefetch.observe(time.Since(began))
-		add = f.p.prefetch.adjust()
+		f.giveSlots(f.p.prefetch.adjust())
 	}
 	for q, p := range res.Pending {
 		f.backlog[q] = p
 	}
-	f.retry = res.Retry
-	f.mu.Unlock()
-	f.giveSlots(add)
-	return res.Tasks, res.Seq, err
+	return res.Tasks, res.Retry, err
 }
 
 // idle waits for work: on the wake-up lists, or asleep when a throttled
@@ -426,7 +280,6 @@ func (f *fetcher) order() ([]string, int) {
 			out = append(out, q.Name)
 		}
 	} else {
-		f.mu.Lock()
 		var total int64
 		for _, q := range qs {
 			total += f.backlog[q.Name]
@@ -434,7 +287,6 @@ func (f *fetcher) order() ([]string, int) {
 		out = weightedOrder(qs, out, func(q string) float64 {
 			return f.p.adaptive.weight(q) * backlogFactor(f.backlog[q], total)
 		})
-		f.mu.Unlock()
 	}
 	n := len(out)
 	if f.p.stealer != nil {

@@ -2,7 +2,6 @@ package rdb
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -32,36 +31,6 @@ type DequeueResult struct {
 	// Pending is each queue's pending count after the call, counted by the
 	// script itself (on a cluster, only the queues the calls reached).
 	Pending map[string]int64
-	// Seq orders the calls of DequeueSeq: a later call has a larger one
-	// (0 from Dequeue).
-	Seq int64
-}
-
-// SeqKey is the counter DequeueSeq's calls take their Seq from.
-const SeqKey = "tq:seq"
-
-// ErrNoSeq is DequeueSeq's error on a cluster, where queues sit on
-// different nodes and no one counter orders the calls.
-var ErrNoSeq = errors.New("rdb: dequeue sequence numbers need a single Redis node (not a cluster)")
-
-// DequeueSeq is Dequeue that also reports the call's place in the order
-// Redis ran the calls (Seq, from one INCR of SeqKey in the same script
-// call), for a caller with several calls in flight. Not on a cluster.
-func (r *RDB) DequeueSeq(ctx context.Context, queues []string, n int, now, leaseUntil time.Time) (DequeueResult, error) {
-	res := DequeueResult{Pending: make(map[string]int64, len(queues))}
-	if r.cluster {
-		return res, ErrNoSeq
-	}
-	if len(queues) == 0 || n <= 0 {
-		return res, nil
-	}
-	keys := make([]string, 0, NKeys*len(queues)+1)
-	for _, q := range queues {
-		keys = append(keys, QueueKeys(q)...)
-	}
-	keys = append(keys, SeqKey)
-	err := r.dequeue(ctx, queues, keys, []string{strconv.Itoa(n), ms(now), ms(leaseUntil), "100"}, leaseUntil, &res)
-	return res, err
 }
 
 // Dequeue takes up to n tasks from queues, serving them in the given order,
@@ -100,10 +69,6 @@ func (r *RDB) dequeue(ctx context.Context, queues, keys, args []string, leaseUnt
 		return fmt.Errorf("rdb: dequeue: %w", err)
 	}
 	nq := len(queues)
-	if len(keys) > nq*NKeys && len(vals) > 0 { // the sequence number, last
-		res.Seq, _ = vals[len(vals)-1].AsInt64()
-		vals = vals[:len(vals)-1]
-	}
 	if len(vals) < nq+1 || (len(vals)-nq-1)%7 != 0 {
 		return fmt.Errorf("rdb: dequeue: %d values returned for %d queues", len(vals), nq)
 	}

@@ -8,11 +8,7 @@
 -- (2: a re-delivery after a lost lease); then the earliest time (ms) a throttled
 -- tenant or queue may run again, 0 if none waits on a rate; then each
 -- queue's pending count after the call, in KEYS order (the caller weighs
--- its next order by the backlog: a ZCARD per queue, no extra round trip);
--- then, when KEYS ends with one more key after the queues' (the sequence
--- counter, rdb.SeqKey), the counter's value after an INCR: calls compare
--- by it in the order Redis ran them (a worker with two calls in flight
--- hands their tasks over in that order).
+-- its next order by the backlog: a ZCARD per queue, no extra round trip).
 -- Guarantees: inside a queue, tenants are served in weighted start-time fair
 -- order (virtual time advances to the start tag of each served task; a tenant
 -- of weight w advances by 1/w per task) and each tenant's tasks in priority,
@@ -30,7 +26,6 @@
 -- as many as fair order gives it before the next tenant's tag (all of them
 -- when it is alone), so a batch from one tenant costs a few calls, not a
 -- few per task.
-local NQ = math.floor(#KEYS / NKEYS)
 local n = tonumber(ARGV[1])
 local now = tonumber(ARGV[2])
 local until_ms = tonumber(ARGV[3])
@@ -228,7 +223,7 @@ local function serve(k, q, t, s, w, members, more, path)
   got = got + take
 end
 
-for q = 0, NQ - 1 do
+for q = 0, #KEYS / NKEYS - 1 do
   if got >= n then break end
   local k = q * NKEYS
   local before = got
@@ -332,8 +327,7 @@ for q = 0, NQ - 1 do
   end
 end
 out[#out + 1] = hint
-for q = 0, NQ - 1 do
+for q = 0, #KEYS / NKEYS - 1 do
   out[#out + 1] = redis.call('ZCARD', KEYS[q * NKEYS + 1])
 end
-if #KEYS > NQ * NKEYS then out[#out + 1] = redis.call('INCR', KEYS[#KEYS]) end
 return out
