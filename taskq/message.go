@@ -150,9 +150,9 @@ func (c *compact) setInt(key byte, v int64) bool {
 // flatInt reads a JSON integer (no fraction, no exponent, at most 18
 // digits) at the start of b: its value and length.
 func flatInt(b []byte) (v int64, n int, ok bool) {
-	neg := n < len(b) && b[n] == '-'
+	neg := len(b) > 0 && b[0] == '-'
 	if neg {
-		n++
+		n = 1
 	}
 	start := n
 	for n < len(b) && b[n] >= '0' && b[n] <= '9' {

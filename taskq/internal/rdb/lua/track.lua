@@ -8,7 +8,8 @@
 -- KEYS: the queue's 21 keys. ARGV: the scan's cursor ('0' to begin), the
 -- run_id of the server the scan began on ('' to begin)
 -- Returns {next cursor, run_id of this server}; the cursor is '0' once
--- the scan is over and state's xt is set.
+-- the scan is over and state's xt is set ({'0', ''} for a queue tracked
+-- already: no INFO read).
 -- Guarantees: a scan from '0' to '0' on one server (a cursor means nothing
 -- to another: a restarted or promoted one lays the hash out anew, and may
 -- lack the steps' writes; the scan then begins again) sets xt with every
@@ -18,8 +19,8 @@
 -- of the release before the heads, its value the bare message and its id
 -- holding a '|', or a group's g:<key>|t, adds a name that is no task: never
 -- read, never removed.)
+if extras_tracked(0) then return {'0', ''} end
 local rid = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
-if extras_tracked(0) then return {'0', rid} end
 local cursor = ARGV[1]
 if ARGV[2] ~= rid then cursor = '0' end
 local r = redis.call('HSCAN', KEYS[4], cursor, 'MATCH', '*|*', 'COUNT', 1000)
