@@ -158,6 +158,7 @@ func (o *rootOptions) before(env *Env) error {
 		return err
 	}
 	if err := o.startProfile("--trace", o.traceFile, trace.Start, trace.Stop); err != nil {
+		o.after() // the CPU profile, if started: its file complete
 		return err
 	}
 	if env.LogLevel == nil {
