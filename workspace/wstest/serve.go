@@ -5,8 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
-	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -37,6 +35,7 @@ type Serve struct {
 	Data    string
 	Cmd     *exec.Cmd
 	Log     *testutil.Buffer // the server's output, written while the test reads it
+	exited  <-chan error     // Cmd's Wait, once it returns
 }
 
 // StartServe starts `gantry ws serve` on a free loopback address over db
@@ -79,21 +78,54 @@ func StopWorkspaceProcesses(t *testing.T, data string) {
 	wg.Wait()
 }
 
-// Start starts the server process and waits for its port.
+// Start starts the server process and waits until it says it serves (its
+// "workspace: serving" line), not merely until something answers on its
+// port: between a Stop and a Start another test binary may hold the port
+// for a moment (a free-port probe), and a dial would reach that process.
+// A server that exits first because the port is held is started again,
+// for up to 20 s; any other early exit fails the test with its log.
 func (s *Serve) Start() {
-	s.Log = new(testutil.Buffer)
-	s.Cmd = exec.Command(s.Bin, s.Args...)
-	s.Cmd.Stdout, s.Cmd.Stderr = s.Log, s.Log
-	if err := s.Cmd.Start(); err != nil {
-		s.T.Fatal(err)
-	}
-	WaitFor(s.T, 20*time.Second, "server up", func() (bool, string) {
-		c, err := net.Dial("tcp", s.URL[strings.Index(s.URL, "://")+3:])
-		if err == nil {
-			c.Close()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		s.Log = new(testutil.Buffer)
+		s.Cmd = exec.Command(s.Bin, s.Args...)
+		s.Cmd.Stdout, s.Cmd.Stderr = s.Log, s.Log
+		if err := s.Cmd.Start(); err != nil {
+			s.T.Fatal(err)
 		}
-		return err == nil, fmt.Sprint(err)
-	})
+		exited := make(chan error, 1)
+		go func() { exited <- s.Cmd.Wait() }()
+		s.exited = exited
+		up, err := s.waitServing(exited, deadline)
+		if up {
+			return
+		}
+		s.Cmd = nil
+		if !strings.Contains(s.Log.String(), "address already in use") || time.Now().After(deadline) {
+			s.T.Fatalf("gantry ws serve exited before it served (%v):\n%s", err, Tail(s.Log.String(), 3000))
+		}
+		time.Sleep(100 * time.Millisecond) // real time: a backoff for the port's other holder to let it go
+	}
+}
+
+// waitServing waits for the "workspace: serving" line (up) or the process's
+// exit (its error), failing the test at the deadline.
+func (s *Serve) waitServing(exited <-chan error, deadline time.Time) (bool, error) {
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-exited:
+			return false, err
+		case <-tick.C:
+		}
+		if strings.Contains(s.Log.String(), "workspace: serving") {
+			return true, nil
+		}
+		if time.Now().After(deadline) {
+			s.T.Fatalf("gantry ws serve: no \"workspace: serving\" after 20 s:\n%s", Tail(s.Log.String(), 3000))
+		}
+	}
 }
 
 // Stop signals the server and waits for it to exit.
@@ -102,7 +134,7 @@ func (s *Serve) Stop(sig syscall.Signal) {
 		return
 	}
 	s.Cmd.Process.Signal(sig)
-	s.Cmd.Wait()
+	<-s.exited
 	s.Cmd = nil
 }
 
