@@ -507,6 +507,14 @@ end
 -- returns the chunks' array replies joined in order (HMGET: one value per
 -- item of list, false where missing), or an empty table.
 local function chunked(cmd, key, list, prefix)
+  if not prefix and #list <= 1000 then
+    -- One chunk (a worker's batch): the list and the reply as they are,
+    -- no copy of either.
+    if #list == 0 then return {} end
+    local reply = redis.call(cmd, key, unpack(list))
+    if type(reply) == 'table' then return reply end
+    return {}
+  end
   local out = {}
   for i = 1, #list, 1000 do
     local args = {}
