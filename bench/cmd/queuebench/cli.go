@@ -19,6 +19,12 @@ import (
 // to the last task completed (polled through Client.Stats every 5 ms), the
 // process then stopped with SIGTERM. flags go after the worker's own.
 func taskqCLIThroughput(addr, bin string, flags []string, n, conc int) float64 {
+	return cliThroughput("taskq", addr, bin, flags, n, conc)
+}
+
+// cliThroughput is taskqCLIThroughput with its Redis CPU recorded under
+// system (drainCPU).
+func cliThroughput(system, addr, bin string, flags []string, n, conc int) float64 {
 	ctx := context.Background()
 	c := newClient(addr)
 	defer c.Close()
@@ -28,7 +34,7 @@ func taskqCLIThroughput(addr, bin string, flags []string, n, conc int) float64 {
 		"--concurrency", strconv.Itoa(conc), "--no-cron", "--no-steal")
 	cmd.Args = append(cmd.Args, flags...)
 	cmd.Stderr = os.Stderr
-	defer cpuMeter("taskq", addr, n)()
+	defer cpuMeter(system, addr, n)()
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
 		log.Fatalf("start %s: %v", bin, err)
@@ -139,4 +145,30 @@ func cpuMeter(system, addr string, n int) func() {
 	return func() {
 		drainCPU[system] = append(drainCPU[system], (redisCPU(addr)-before)*1e6/float64(n))
 	}
+}
+
+// abRuns times two gantry binaries' CLI workers in interleaved runs on the
+// same Redis (A, B, B, A, A, B, …: neither always goes first after a
+// flush), for a change too small to stand out of this machine's run-to-run
+// swing in separate runs; it prints each pair and the medians.
+func abRuns(addr, binA, binB string, flags []string, n, conc, runs int) {
+	fmt.Printf("A/B: A %s, B %s; queue worker --concurrency %d, %d pairs\n", binA, binB, conc, runs)
+	var a, b []float64
+	for i := range runs {
+		order := []string{"A", "B"}
+		if i%2 == 1 {
+			order = []string{"B", "A"}
+		}
+		for _, which := range order {
+			bin, res := binA, &a
+			if which == "B" {
+				bin, res = binB, &b
+			}
+			*res = append(*res, cliThroughput(which, addr, bin, flags, n, conc))
+			flush(addr)
+		}
+		fmt.Printf("pair %d: A %8.0f tasks/s   B %8.0f tasks/s   B/A %.3f\n", i+1, a[i], b[i], b[i]/a[i])
+	}
+	fmt.Printf("A/B median: A %.0f tasks/s (Redis %.1f µs/task), B %.0f tasks/s (Redis %.1f µs/task), B/A %.3f\n",
+		median(a), median(drainCPU["A"]), median(b), median(drainCPU["B"]), median(b)/median(a))
 }

@@ -71,6 +71,7 @@ func main() {
 	riverPoll := flag.Duration("river-fetch-poll-interval", 20*time.Millisecond, "River Config.FetchPollInterval: River's default is 1s, its own \"river bench\" sets 20ms")
 	aof := flag.Bool("aof", false, "run redis-server with AOF on (appendonly yes, appendfsync everysec), as production runs it")
 	gantryBin := flag.String("gantry", "", "time taskq as this gantry binary's `queue worker` process (start to drained) instead of a worker in this process")
+	gantryB := flag.String("gantry-b", "", "with -gantry: an A/B comparison of the two binaries' CLI workers in -runs interleaved pairs (no asynq, no River)")
 	gantryFlags := flag.String("gantry-flags", "", "more flags for -gantry's queue worker, space-separated (e.g. --cpuprofile /tmp/worker.prof)")
 	flag.Parse()
 	tuning := riverTuning{FetchCooldown: *riverCooldown, FetchPollInterval: *riverPoll}
@@ -117,6 +118,10 @@ func main() {
 	}
 	fmt.Printf("CEILING redis-benchmark (50 clients, no pipelining): %s\n", ceiling(addr))
 	flush(addr)
+	if *gantryBin != "" && *gantryB != "" {
+		abRuns(addr, *gantryBin, *gantryB, strings.Fields(*gantryFlags), *tasks, *conc, *runs)
+		return
+	}
 	runTaskq := func() float64 { return taskqThroughput(addr, *tasks, *conc) }
 	if *gantryBin != "" {
 		fmt.Printf("taskq: %s queue worker --concurrency %d (a process, timed from its start to the queue drained)\n", *gantryBin, *conc)
