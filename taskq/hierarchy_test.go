@@ -1,10 +1,12 @@
 package taskq
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"math"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,7 +17,12 @@ import (
 // hierBig is the big user's backlog in TestHierarchicalFairShare: 100,000
 // keeps the test at a few seconds under -race; -taskq.hier-big=1000000 runs
 // the full size (a million tasks).
-var hierBig = flag.Int("taskq.hier-big", 100_000, "TestHierarchicalFairShare: tasks of the big user")
+var hierBig = flag.Int("taskq.hier-big", 100_000, "TestHierarchicalFairShare(Overload): tasks of the big user")
+
+// hierOverload is how long TestHierarchicalFairShareOverload keeps its
+// workers overloaded: 3 s in the suite; -taskq.hier-overload=60s with
+// -taskq.hier-big=1000000 is the full run.
+var hierOverload = flag.Duration("taskq.hier-overload", 3*time.Second, "TestHierarchicalFairShareOverload: how long the workers run overloaded")
 
 // enqueueMany enqueues n tasks of tenant into q in batches of 10,000.
 func enqueueMany(t *testing.T, c *Client, q, tenant string, n int) {
@@ -136,6 +143,100 @@ func TestHierarchicalFairShare(t *testing.T) {
 	}
 	if n := st.Tree["o1/t2"]; n.Weight != 3 || n.Tenants != 2 {
 		t.Errorf("stats of node o1/t2: %+v", n)
+	}
+}
+
+// TestHierarchicalFairShareOverload is the tree of
+// TestHierarchicalFairShare served by two real workers (concurrency 8
+// each, tasks of 1 ms) for -taskq.hier-overload with every leaf
+// backlogged beyond what they can serve meanwhile; the small user's 100
+// tasks arrive a third of the way in. Over the window each branch gets
+// its share within 5% (Jain ≥ 0.99 over served/expected): o1/t1 6.25%,
+// o1/t2 (the big and the small user) 18.75%, o2 25%, o3 50%; the small
+// user's first task starts within 1 s of its enqueue and all 100 run.
+func TestHierarchicalFairShareOverload(t *testing.T) {
+	addr := testutil.StartRedis(t).Addr()
+	c := newClient(t, addr)
+	in := newInspector(t, addr)
+	q := uniq(t, "q")
+	ctx := t.Context()
+	for node, w := range map[string]float64{"o1": 1, "o2": 1, "o3": 2, "o1/t1": 1, "o1/t2": 3} {
+		if err := in.SetLimit(ctx, q, node, Limit{Weight: w}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 16 handlers of 1 ms serve at most 16,000 tasks a second: each leaf
+	// holds 1.5 times its share of that over the window.
+	most := 16_000 * hierOverload.Seconds() * 1.5
+	start := time.Now()
+	backlog := map[string]int{"o1/t1/u": int(most * 0.0625), "o1/t2/big": max(*hierBig, int(most*0.1875)), "o2/u": int(most * 0.25), "o3/x/y/z": int(most * 0.5)}
+	for tn, n := range backlog {
+		enqueueMany(t, c, q, tn, n)
+	}
+	t.Logf("enqueued %v in %s", backlog, time.Since(start).Round(time.Millisecond))
+
+	var mu sync.Mutex
+	count := map[string]float64{}
+	var window, smallAt time.Time
+	var firstSmall time.Time
+	var stops []func()
+	defer func() {
+		for _, stop := range stops {
+			stop()
+		}
+	}()
+	for range 2 {
+		w := newTestWorker(t, addr, WorkerConfig{Queues: []QueueSpec{{Name: q}}, Concurrency: 8})
+		w.Handle("noop", func(_ context.Context, task *Task) error {
+			mu.Lock()
+			if !window.IsZero() && time.Now().Before(window) {
+				count[task.Tenant()]++
+				if task.Tenant() == "o1/t2/small" && firstSmall.IsZero() {
+					firstSmall = time.Now()
+				}
+			}
+			mu.Unlock()
+			time.Sleep(time.Millisecond) // real time: the work that keeps the workers overloaded
+			return nil
+		})
+		stops = append(stops, runWorker(t, w))
+	}
+	mu.Lock()
+	window = time.Now().Add(*hierOverload)
+	mu.Unlock()
+	time.Sleep(*hierOverload / 3) // real time: the small user arrives a third of the way in
+	smallAt = time.Now()
+	enqueueTenant(t, c, q, "o1/t2/small", 0, 100)
+	time.Sleep(time.Until(window)) // real time: the window is the overload's length
+	mu.Lock()
+	defer mu.Unlock()
+	total := 0.0
+	for _, n := range count {
+		total += n
+	}
+	if firstSmall.IsZero() || firstSmall.Sub(smallAt) > time.Second || count["o1/t2/small"] != 100 {
+		t.Errorf("the small user: %v of 100 run, the first %s after the enqueue; want all, the first within 1s", count["o1/t2/small"], firstSmall.Sub(smallAt))
+	}
+	branch := map[string]float64{"o1/t1/u": count["o1/t1/u"], "o1/t2": count["o1/t2/big"] + count["o1/t2/small"], "o2/u": count["o2/u"], "o3/x/y/z": count["o3/x/y/z"]}
+	want := map[string]float64{"o1/t1/u": 0.0625, "o1/t2": 0.1875, "o2/u": 0.25, "o3/x/y/z": 0.5}
+	var norm []float64
+	for b, share := range want {
+		exp := share * total
+		norm = append(norm, branch[b]/exp)
+		if d := math.Abs(branch[b]-exp) / exp; d > 0.05 {
+			t.Errorf("%s: served %v of %v, want %.0f ±5%% (off by %.1f%%)", b, branch[b], total, exp, 100*d)
+		}
+	}
+	j := jain(norm)
+	t.Logf("%s of overload: %v tasks served (%.0f/s): %v; small user's first task %s after its enqueue; Jain over served/expected %.4f",
+		*hierOverload, total, total/hierOverload.Seconds(), count, firstSmall.Sub(smallAt).Round(time.Millisecond), j)
+	if j < 0.99 {
+		t.Errorf("Jain index %.4f < 0.99", j)
+	}
+	for tn, n := range backlog {
+		if count[tn] >= float64(n) {
+			t.Errorf("%s ran out of tasks (%v served of %d): not overloaded", tn, count[tn], n)
+		}
 	}
 }
 
