@@ -17,7 +17,7 @@ import (
 // hierBig is the big user's backlog in TestHierarchicalFairShare: 100,000
 // keeps the test at a few seconds under -race; -taskq.hier-big=1000000 runs
 // the full size (a million tasks).
-var hierBig = flag.Int("taskq.hier-big", 100_000, "TestHierarchicalFairShare(Overload): tasks of the big user")
+var hierBig = flag.Int("taskq.hier-big", 100_000, "TestHierarchicalFairShare: tasks of the big user (TestHierarchicalFairShareOverload: at least this many when given)")
 
 // hierOverload is how long TestHierarchicalFairShareOverload keeps its
 // workers overloaded: 3 s in the suite; -taskq.hier-overload=60s with
@@ -169,7 +169,13 @@ func TestHierarchicalFairShareOverload(t *testing.T) {
 	// holds 1.5 times its share of that over the window.
 	most := 16_000 * hierOverload.Seconds() * 1.5
 	start := time.Now()
-	backlog := map[string]int{"o1/t1/u": int(most * 0.0625), "o1/t2/big": max(*hierBig, int(most*0.1875)), "o2/u": int(most * 0.25), "o3/x/y/z": int(most * 0.5)}
+	big := int(most * 0.1875) // the big user's share, or -taskq.hier-big if given and more
+	flag.Visit(func(f *flag.Flag) {
+		if f.Name == "taskq.hier-big" {
+			big = max(big, *hierBig)
+		}
+	})
+	backlog := map[string]int{"o1/t1/u": int(most * 0.0625), "o1/t2/big": big, "o2/u": int(most * 0.25), "o3/x/y/z": int(most * 0.5)}
 	for tn, n := range backlog {
 		enqueueMany(t, c, q, tn, n)
 	}

@@ -135,7 +135,11 @@ func TestShortTasksGetDeeperPrefetch(t *testing.T) {
 	// Pending is read before done, so a task finishing between the reads
 	// can only make one sample low, never high.
 	most := int64(0)
+	deadline := time.Now().Add(30 * time.Second)
 	for done.Load() < 12 {
+		if time.Now().After(deadline) {
+			t.Fatalf("12 tasks of 200 ms: %d done after 30 s", done.Load())
+		}
 		pending := queueStats(t, c, slow).Pending
 		if held := 12 - pending - done.Load(); held > most {
 			most = held

@@ -94,7 +94,8 @@ func (s *Serve) Start() {
 			s.T.Fatal(err)
 		}
 		exited := make(chan error, 1)
-		go func() { exited <- s.Cmd.Wait() }()
+		cmd := s.Cmd
+		go func() { exited <- cmd.Wait() }()
 		s.exited = exited
 		up, err := s.waitServing(exited, deadline)
 		if up {
@@ -123,6 +124,10 @@ func (s *Serve) waitServing(exited <-chan error, deadline time.Time) (bool, erro
 			return true, nil
 		}
 		if time.Now().After(deadline) {
+			// Not left running: StartServe's cleanup is not registered yet.
+			s.Cmd.Process.Kill()
+			<-exited
+			s.Cmd = nil
 			s.T.Fatalf("gantry ws serve: no \"workspace: serving\" after 20 s:\n%s", Tail(s.Log.String(), 3000))
 		}
 	}

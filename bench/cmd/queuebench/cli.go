@@ -152,6 +152,7 @@ func cpuMeter(system, addr string, n int) func() {
 // flush), for a change too small to stand out of this machine's run-to-run
 // swing in separate runs; it prints each pair and the medians.
 func abRuns(addr, binA, binB string, flags []string, n, conc, runs int) {
+	runs = max(runs, 1)
 	fmt.Printf("A/B: A %s, B %s; queue worker --concurrency %d, %d pairs\n", binA, binB, conc, runs)
 	var a, b []float64
 	for i := range runs {
@@ -169,6 +170,10 @@ func abRuns(addr, binA, binB string, flags []string, n, conc, runs int) {
 		}
 		fmt.Printf("pair %d: A %8.0f tasks/s   B %8.0f tasks/s   B/A %.3f\n", i+1, a[i], b[i], b[i]/a[i])
 	}
-	fmt.Printf("A/B median: A %.0f tasks/s (Redis %.1f µs/task), B %.0f tasks/s (Redis %.1f µs/task), B/A %.3f\n",
-		median(a), median(drainCPU["A"]), median(b), median(drainCPU["B"]), median(b)/median(a))
+	ratios := make([]float64, len(a))
+	for i := range a {
+		ratios[i] = b[i] / a[i]
+	}
+	fmt.Printf("A/B median: A %.0f tasks/s (Redis %.1f µs/task), B %.0f tasks/s (Redis %.1f µs/task), B/A of the medians %.3f, median of the pairs' B/A %.3f\n",
+		median(a), median(drainCPU["A"]), median(b), median(drainCPU["B"]), median(b)/median(a), median(ratios))
 }

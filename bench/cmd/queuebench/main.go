@@ -75,6 +75,12 @@ func main() {
 	gantryFlags := flag.String("gantry-flags", "", "more flags for -gantry's queue worker, space-separated (e.g. --cpuprofile /tmp/worker.prof)")
 	flag.Parse()
 	tuning := riverTuning{FetchCooldown: *riverCooldown, FetchPollInterval: *riverPoll}
+	if *gantryB != "" {
+		if *gantryBin == "" {
+			log.Fatal("-gantry-b needs -gantry (the A binary)")
+		}
+		*withRiver, *clients = false, false // the A/B mode times the two binaries only
+	}
 
 	srv := startRedis(*aof)
 	cleanups = append(cleanups, srv.stop)

@@ -512,8 +512,8 @@ local function chunked(cmd, key, list, prefix)
     -- no copy of either.
     if #list == 0 then return {} end
     local reply = redis.call(cmd, key, unpack(list))
-    if type(reply) == 'table' then return reply end
-    return {}
+    if type(reply) == 'table' and reply.ok == nil then return reply end
+    return {} -- an integer or a status reply ({ok = 'OK'}), as below
   end
   local out = {}
   for i = 1, #list, 1000 do
