@@ -88,11 +88,7 @@ func TestHierarchicalFairShare(t *testing.T) {
 	in := newInspector(t, addr)
 	q := uniq(t, "q")
 	ctx := t.Context()
-	for node, w := range map[string]float64{"o1": 1, "o2": 1, "o3": 2, "o1/t1": 1, "o1/t2": 3} {
-		if err := in.SetLimit(ctx, q, node, Limit{Weight: w}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	setTreeWeights(t, in, q)
 	start := time.Now()
 	enqueueMany(t, c, q, "o1/t2/big", *hierBig)
 	for _, tn := range []string{"o1/t1/u", "o2/u", "o3/x/y/z"} {
@@ -159,12 +155,7 @@ func TestHierarchicalFairShareOverload(t *testing.T) {
 	c := newClient(t, addr)
 	in := newInspector(t, addr)
 	q := uniq(t, "q")
-	ctx := t.Context()
-	for node, w := range map[string]float64{"o1": 1, "o2": 1, "o3": 2, "o1/t1": 1, "o1/t2": 3} {
-		if err := in.SetLimit(ctx, q, node, Limit{Weight: w}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	setTreeWeights(t, in, q)
 	// 16 handlers of 1 ms serve at most 16,000 tasks a second: each leaf
 	// holds 1.5 times its share of that over the window.
 	most := 16_000 * hierOverload.Seconds() * 1.5
@@ -224,21 +215,9 @@ func TestHierarchicalFairShareOverload(t *testing.T) {
 		t.Errorf("the small user: %v of 100 run, the first %s after the enqueue; want all, the first within 1s", count["o1/t2/small"], firstSmall.Sub(smallAt))
 	}
 	branch := map[string]float64{"o1/t1/u": count["o1/t1/u"], "o1/t2": count["o1/t2/big"] + count["o1/t2/small"], "o2/u": count["o2/u"], "o3/x/y/z": count["o3/x/y/z"]}
-	want := map[string]float64{"o1/t1/u": 0.0625, "o1/t2": 0.1875, "o2/u": 0.25, "o3/x/y/z": 0.5}
-	var norm []float64
-	for b, share := range want {
-		exp := share * total
-		norm = append(norm, branch[b]/exp)
-		if d := math.Abs(branch[b]-exp) / exp; d > 0.05 {
-			t.Errorf("%s: served %v of %v, want %.0f ±5%% (off by %.1f%%)", b, branch[b], total, exp, 100*d)
-		}
-	}
-	j := jain(norm)
+	j := checkShares(t, branch, map[string]float64{"o1/t1/u": 0.0625, "o1/t2": 0.1875, "o2/u": 0.25, "o3/x/y/z": 0.5}, total)
 	t.Logf("%s of overload: %v tasks served (%.0f/s): %v; small user's first task %s after its enqueue; Jain over served/expected %.4f",
 		*hierOverload, total, total/hierOverload.Seconds(), count, firstSmall.Sub(smallAt).Round(time.Millisecond), j)
-	if j < 0.99 {
-		t.Errorf("Jain index %.4f < 0.99", j)
-	}
 	for tn, n := range backlog {
 		if count[tn] >= float64(n) {
 			t.Errorf("%s ran out of tasks (%v served of %d): not overloaded", tn, count[tn], n)
@@ -274,22 +253,41 @@ func checkOneCallPerDequeue(t *testing.T, cmds []string, dequeues int) {
 func checkTreeShares(t *testing.T, count map[string]float64, total int) {
 	t.Helper()
 	want := map[string]float64{"o1/t1/u": 0.0625, "o1/t2/big": 0.09375, "o1/t2/small": 0.09375, "o2/u": 0.25, "o3/x/y/z": 0.5}
-	var norm []float64
-	for tn, share := range want {
-		exp := share * float64(total)
-		norm = append(norm, count[tn]/exp)
-		if d := math.Abs(count[tn]-exp) / exp; d > 0.05 {
-			t.Errorf("%s: served %v of %d, want %.0f ±5%% (off by %.1f%%)", tn, count[tn], total, exp, 100*d)
-		}
-	}
+	j := checkShares(t, count, want, float64(total))
 	orgs := map[string]float64{}
 	for tn, n := range count {
 		orgs[tn[:2]] += n
 	}
-	j := jain(norm)
 	t.Logf("served of %d: %v; orgs %v; Jain over served/expected %.4f", total, count, orgs, j)
+}
+
+// checkShares checks each served[name] within 5% of want[name] × total and
+// Jain's index over served/expected ≥ 0.99, which it returns.
+func checkShares(t *testing.T, served, want map[string]float64, total float64) float64 {
+	t.Helper()
+	var norm []float64
+	for name, share := range want {
+		exp := share * total
+		norm = append(norm, served[name]/exp)
+		if d := math.Abs(served[name]-exp) / exp; d > 0.05 {
+			t.Errorf("%s: served %v of %v, want %.0f ±5%% (off by %.1f%%)", name, served[name], total, exp, 100*d)
+		}
+	}
+	j := jain(norm)
 	if j < 0.99 {
 		t.Errorf("Jain index %.4f < 0.99", j)
+	}
+	return j
+}
+
+// setTreeWeights gives q's tree its weights: organisations o1, o2, o3 at
+// 1:1:2, o1's teams t1, t2 at 1:3.
+func setTreeWeights(t *testing.T, in *Inspector, q string) {
+	t.Helper()
+	for node, w := range map[string]float64{"o1": 1, "o2": 1, "o3": 2, "o1/t1": 1, "o1/t2": 3} {
+		if err := in.SetLimit(t.Context(), q, node, Limit{Weight: w}); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

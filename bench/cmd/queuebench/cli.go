@@ -18,13 +18,8 @@ import (
 // CLI worker waits for: from starting `bin queue worker --concurrency conc`
 // to the last task completed (polled through Client.Stats every 5 ms), the
 // process then stopped with SIGTERM. flags go after the worker's own.
-func taskqCLIThroughput(addr, bin string, flags []string, n, conc int) float64 {
-	return cliThroughput("taskq", addr, bin, flags, n, conc)
-}
-
-// cliThroughput is taskqCLIThroughput with its Redis CPU recorded under
-// system (drainCPU).
-func cliThroughput(system, addr, bin string, flags []string, n, conc int) float64 {
+// The drain's Redis CPU is recorded under system (drainCPU).
+func taskqCLIThroughput(system, addr, bin string, flags []string, n, conc int) float64 {
 	ctx := context.Background()
 	c := newClient(addr)
 	defer c.Close()
@@ -165,7 +160,7 @@ func abRuns(addr, binA, binB string, flags []string, n, conc, runs int) {
 			if which == "B" {
 				bin, res = binB, &b
 			}
-			*res = append(*res, cliThroughput(which, addr, bin, flags, n, conc))
+			*res = append(*res, taskqCLIThroughput(which, addr, bin, flags, n, conc))
 			flush(addr)
 		}
 		fmt.Printf("pair %d: A %8.0f tasks/s   B %8.0f tasks/s   B/A %.3f\n", i+1, a[i], b[i], b[i]/a[i])

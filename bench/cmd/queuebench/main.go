@@ -132,7 +132,7 @@ func main() {
 	if *gantryBin != "" {
 		fmt.Printf("taskq: %s queue worker --concurrency %d (a process, timed from its start to the queue drained)\n", *gantryBin, *conc)
 		runTaskq = func() float64 {
-			return taskqCLIThroughput(addr, *gantryBin, strings.Fields(*gantryFlags), *tasks, *conc)
+			return taskqCLIThroughput("taskq", addr, *gantryBin, strings.Fields(*gantryFlags), *tasks, *conc)
 		}
 	}
 	var tq, aq, rq, cq []float64
