@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -111,6 +112,9 @@ func TestAPIServerRestart(t *testing.T) {
 	}
 	cfg := c.config()
 	cfg.Client, cfg.REST = cli, api.rest
+	// The provider's own word (pods made, the watch interrupted and resumed, the cache behind)
+	// in the test's log: what a failure here needs to be read.
+	cfg.Logger = slog.New(slog.NewTextHandler(tlog{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	p := c.provider(cfg)
 	rec := &recording{Provider: p}
 	s := startServer(t, p, func(sc *server.ServerConfig) {
@@ -147,8 +151,8 @@ func TestAPIServerRestart(t *testing.T) {
 	time.Sleep(time.Until(down.Add(3 * time.Second))) // real time: the outage, at least 3 s
 	api.start()
 	t.Logf("API server down for %v", time.Since(down).Round(time.Millisecond))
-	s.waitState(t, second.ID, workspace.Running, 2*time.Minute)
-	s.waitState(t, third.ID, workspace.Running, 2*time.Minute)
+	s.waitStatePods(t, c, second.ID, workspace.Running, 2*time.Minute)
+	s.waitStatePods(t, c, third.ID, workspace.Running, 2*time.Minute)
 
 	// The watch resumed: a Pod removed behind gantry's back (through the other API
 	// server) is seen gone and started again.
@@ -166,13 +170,37 @@ func TestAPIServerRestart(t *testing.T) {
 		}
 		return pod.UID != old.UID && pod.DeletionTimestamp == nil, "same pod " + string(pod.UID)
 	})
-	s.waitState(t, first.ID, workspace.Running, time.Minute)
+	s.waitStatePods(t, c, first.ID, workspace.Running, time.Minute)
 
 	for _, id := range []string{first.ID, second.ID, third.ID} {
 		if pods := c.pods(map[string]string{LabelWorkspaceID: id}); len(pods) != 1 {
 			t.Errorf("workspace %s: %s; want exactly one pod", id, podSummary(pods))
 		}
 	}
+}
+
+// waitStatePods is waitState, saying at a timeout where the workspace's Pods are (conditions
+// included): a start that never ends is then told apart from one the reconciler never made.
+func (s *wsServer) waitStatePods(t *testing.T, c *testCluster, id string, st workspace.Status, d time.Duration) {
+	t.Helper()
+	testutil.WaitFor(t, d, fmt.Sprintf("workspace %s %s", id, st), func() (bool, string) {
+		w, err := s.Get(t.Context(), id)
+		if err != nil {
+			return false, err.Error()
+		}
+		if w.ObservedStatus == st && w.Operation == workspace.OpNone && w.DesiredState == st {
+			return true, ""
+		}
+		var b strings.Builder
+		fmt.Fprintf(&b, "observed %s desired %s op %q error %+v;", w.ObservedStatus, w.DesiredState, w.Operation, w.ErrorInfo)
+		for _, p := range c.pods(map[string]string{LabelWorkspaceID: id}) {
+			fmt.Fprintf(&b, " pod %s uid %s %s on %q deleting=%v conditions", p.Name, p.UID, p.Status.Phase, p.Spec.NodeName, p.DeletionTimestamp != nil)
+			for _, cd := range p.Status.Conditions {
+				fmt.Fprintf(&b, " %s=%s(%s %s)", cd.Type, cd.Status, cd.Reason, cd.Message)
+			}
+		}
+		return false, b.String()
+	})
 }
 
 // recording is the provider, counting the calls that failed as Unreachable.
