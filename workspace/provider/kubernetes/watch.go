@@ -175,11 +175,18 @@ func (p *Provider) waitPod(ctx context.Context, id, name, uid string, cond podCo
 	}
 }
 
+// liveReadTimeout bounds one read of a Pod from the API server by waitPod.
+const liveReadTimeout = 10 * time.Second
+
 // livePod is Pod name as the API server has it (nil: none), answered
 // true; cached and cacheErr are the cache's answer, kept (answered false)
 // when the API server does not answer: the wait goes on, its own deadline
 // bounds it, and a Pod is never judged gone on the cache's word alone.
 func (p *Provider) livePod(ctx context.Context, name string, cached *corev1.Pod, cacheErr error) (pod *corev1.Pod, err error, answered bool) {
+	// A read that hangs (a connection to an API server that went away
+	// without a word) must not hold the wait past its next turn.
+	ctx, cancel := context.WithTimeout(ctx, liveReadTimeout)
+	defer cancel()
 	pod, err = p.cli.CoreV1().Pods(p.cfg.Namespace).Get(ctx, name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
