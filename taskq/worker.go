@@ -29,6 +29,10 @@ type QueueSpec struct {
 // Redis before it gives up (WorkerConfig.RedisLostAfter).
 const DefaultRedisLostAfter = time.Minute
 
+// DefaultCancelGrace is how long a cancelled handler may run on before the
+// worker abandons it (WorkerConfig.CancelGrace).
+const DefaultCancelGrace = 5 * time.Second
+
 // WorkerConfig configures a Worker. Zero values are the documented defaults.
 type WorkerConfig struct {
 	// Redis is "host:port", "redis://host:port/db", comma-separated
@@ -74,10 +78,11 @@ type WorkerConfig struct {
 	// DefaultTimeout bounds an attempt of a task that has no Timeout (default 30m).
 	DefaultTimeout time.Duration
 	// CancelGrace is how long a handler may run on after its context ended
-	// before the worker abandons it and retries the task (default 5s).
+	// before the worker abandons it and retries the task (default
+	// DefaultCancelGrace).
 	CancelGrace time.Duration
 	// ShutdownTimeout is how long Run waits for running tasks after ctx
-	// ends before cancelling them (default 8s).
+	// ends before cancelling them (default 8s; negative: cancel at once).
 	ShutdownTimeout time.Duration
 
 	// Retry is the delay policy between attempts (default: 1s initial, 10m
@@ -187,8 +192,13 @@ func (c *WorkerConfig) defaults() {
 	def(&c.MaintainInterval, time.Second)
 	def(&c.IdleWait, time.Second)
 	def(&c.DefaultTimeout, 30*time.Minute)
-	def(&c.CancelGrace, 5*time.Second)
-	def(&c.ShutdownTimeout, 8*time.Second)
+	def(&c.CancelGrace, DefaultCancelGrace)
+	switch {
+	case c.ShutdownTimeout < 0:
+		c.ShutdownTimeout = 0 // cancel at once
+	case c.ShutdownTimeout == 0:
+		c.ShutdownTimeout = 8 * time.Second
+	}
 	def(&c.DeadRetention, 7*24*time.Hour)
 	if c.RedisLostAfter == 0 {
 		c.RedisLostAfter = DefaultRedisLostAfter

@@ -24,6 +24,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -33,20 +34,24 @@ import (
 )
 
 // hardDeadline bounds how long the process may take to drain after the first
-// SIGINT/SIGTERM. A second signal exits at once (the default handler is
-// restored as soon as the first one arrives).
+// SIGINT/SIGTERM, unless the command asked for longer (Env.ShutdownGrace: a
+// worker's --shutdown-timeout). A second signal exits at once (the default
+// handler is restored as soon as the first one arrives).
 const hardDeadline = 15 * time.Second
 
 func main() {
 	level := new(slog.LevelVar)
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 
+	var deadline atomic.Int64 // the hard deadline, ns: hardDeadline or what the command asked
+	deadline.Store(int64(hardDeadline))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	go func() {
 		<-ctx.Done() // only a signal cancels ctx: a normal return calls os.Exit first
 		stop()       // restore default handling: a second signal kills the process at once
-		time.AfterFunc(hardDeadline, func() {
-			fmt.Fprintf(os.Stderr, "gantry: still running %s after the signal; exiting\n", hardDeadline)
+		d := time.Duration(deadline.Load())
+		time.AfterFunc(d, func() {
+			fmt.Fprintf(os.Stderr, "gantry: still running %s after the signal; exiting\n", d)
 			os.Exit(3)
 		})
 	}()
@@ -58,6 +63,14 @@ func main() {
 		Logger:   logger,
 		LogLevel: level,
 		Registry: prometheus.NewRegistry(),
+		ShutdownGrace: func(d time.Duration) {
+			for {
+				cur := deadline.Load()
+				if int64(d) <= cur || deadline.CompareAndSwap(cur, int64(d)) {
+					return
+				}
+			}
+		},
 	})
 	os.Exit(code)
 }

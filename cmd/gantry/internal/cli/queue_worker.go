@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/gantryhq/gantry/internal/backoff"
 	"github.com/gantryhq/gantry/internal/sysmem"
@@ -35,13 +36,18 @@ the health check measures its memory against.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runQueueWorker(cmd, env, &o) },
 	}
-	f := cmd.Flags()
+	o.flags(cmd.Flags())
+	return cmd
+}
+
+// flags defines `queue worker`'s flags on f, into o.
+func (o *queueWorkerOptions) flags(f *pflag.FlagSet) {
 	f.StringVar(&o.cfg.Redis, "redis", "127.0.0.1:6379", redisFlagHelp)
 	f.StringVar(&o.queues, "queues", "default", "queues to serve, name[:weight], comma-separated")
 	f.BoolVar(&o.cfg.Strict, "strict", false, "strict priority: serve a queue only when every earlier one is empty")
 	f.IntVar(&o.cfg.Concurrency, "concurrency", 10, "tasks run at once")
 	f.StringVar(&o.metrics, "metrics-addr", "", "serve Prometheus /metrics and /healthz here (e.g. 127.0.0.1:9108)")
-	f.DurationVar(&o.cfg.ShutdownTimeout, "shutdown-timeout", 8*time.Second, "how long running tasks may finish after a signal")
+	f.DurationVar(&o.cfg.ShutdownTimeout, "shutdown-timeout", 8*time.Second, "how long running tasks may finish after a signal (0: cancel them at once)")
 	f.DurationVar(&o.cfg.LeaseDuration, "lease", 30*time.Second, "lease of a taken task; a dead worker's tasks rerun after it")
 	f.BoolVar(&o.cfg.DisableSteal, "no-steal", false, "never take tasks from queues not listed in --queues")
 	f.DurationVar(&o.cfg.DeadRetention, "dead-retention", 7*24*time.Hour, "how long dead-letter tasks are kept")
@@ -49,7 +55,6 @@ the health check measures its memory against.`,
 	f.DurationVar(&o.lostAfter, "redis-lost-after", taskq.DefaultRedisLostAfter, "exit 1 once Redis has been unreachable this long, naming it; 0: wait for it forever")
 	f.Var(sizeValue{&o.memLimit}, "memory-limit", "Go memory limit, e.g. 2GiB (default: GOMEMLIMIT if set, else 90% of the cgroup's or the machine's memory)")
 	f.BoolVar(&o.noCron, "no-cron", false, "do not run the periodic-task scheduler (queue cron) in this worker")
-	return cmd
 }
 
 // queueWorkerOptions are `gantry queue worker`'s flags.
@@ -69,6 +74,12 @@ func (o *queueWorkerOptions) config(env *Env) (taskq.WorkerConfig, error) {
 		return cfg, err
 	}
 	cfg.Queues = qs
+	if err := o.checkBounds(); err != nil {
+		return cfg, err
+	}
+	if cfg.ShutdownTimeout == 0 {
+		cfg.ShutdownTimeout = -1 // taskq: cancel at once
+	}
 	switch {
 	case o.lostAfter < 0:
 		return cfg, fmt.Errorf("--redis-lost-after %s: want a duration >= 0 (0: wait for Redis forever)", o.lostAfter)
@@ -84,12 +95,36 @@ func (o *queueWorkerOptions) config(env *Env) (taskq.WorkerConfig, error) {
 	return cfg, nil
 }
 
+// checkBounds refuses the flag values the worker cannot honour, where the
+// library would put its default in their place.
+func (o *queueWorkerOptions) checkBounds() error {
+	c := o.cfg
+	switch {
+	case c.Concurrency < 1:
+		return fmt.Errorf("--concurrency %d: want at least 1", c.Concurrency)
+	case c.ShutdownTimeout < 0:
+		return fmt.Errorf("--shutdown-timeout %s: want a duration >= 0 (0: cancel running tasks at once)", c.ShutdownTimeout)
+	case c.LeaseDuration <= 0:
+		return fmt.Errorf("--lease %s: want a positive duration", c.LeaseDuration)
+	case c.DeadRetention <= 0:
+		return fmt.Errorf("--dead-retention %s: want a positive duration", c.DeadRetention)
+	case c.DeadMax < 1:
+		return fmt.Errorf("--dead-max %d: want at least 1", c.DeadMax)
+	}
+	return nil
+}
+
 // runQueueWorker waits for Redis, registers the built-in task types and
 // serves until the command's context ends or the worker gives up on Redis.
 func runQueueWorker(cmd *cobra.Command, env *Env, o *queueWorkerOptions) error {
 	cfg, err := o.config(env)
 	if err != nil {
 		return err
+	}
+	if env.ShutdownGrace != nil {
+		// After a signal: the running tasks' --shutdown-timeout, then the
+		// cancelled handlers' grace, then giving their tasks back.
+		env.ShutdownGrace(max(cfg.ShutdownTimeout, 0) + taskq.DefaultCancelGrace + 5*time.Second)
 	}
 	defer setWorkerMemoryLimit(env, o.memLimit)()
 	w, err := newWorkerWaiting(cmd.Context(), env, cfg)

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/pflag"
+
 	"github.com/gantryhq/gantry/internal/sysmem"
 	"github.com/gantryhq/gantry/internal/testutil"
 	"github.com/gantryhq/gantry/taskq"
@@ -89,7 +91,7 @@ func TestQueueWorkerRedisLostAfterFlag(t *testing.T) {
 		{0, -1, ""},
 		{-time.Second, 0, "want a duration >= 0"},
 	} {
-		o := queueWorkerOptions{queues: "a", lostAfter: tt.flag}
+		o := parseWorkerFlags(t, "--queues", "a", "--redis-lost-after", tt.flag.String())
 		cfg, err := o.config(&Env{})
 		switch {
 		case tt.wantErr != "":
@@ -100,6 +102,52 @@ func TestQueueWorkerRedisLostAfterFlag(t *testing.T) {
 			t.Errorf("--redis-lost-after %s: %v", tt.flag, err)
 		case (tt.want < 0) != (cfg.RedisLostAfter < 0) || (tt.want >= 0 && cfg.RedisLostAfter != tt.want):
 			t.Errorf("--redis-lost-after %s: RedisLostAfter %s, want %s (negative: never)", tt.flag, cfg.RedisLostAfter, tt.want)
+		}
+	}
+}
+
+// parseWorkerFlags is `queue worker`'s options from args, defaults filled.
+func parseWorkerFlags(t *testing.T, args ...string) *queueWorkerOptions {
+	t.Helper()
+	var o queueWorkerOptions
+	f := pflag.NewFlagSet("worker", pflag.ContinueOnError)
+	o.flags(f)
+	if err := f.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	return &o
+}
+
+// The worker's bounds are refused, naming the flag, where the library would
+// quietly put its default in their place; --shutdown-timeout 0 is no wait
+// (a negative ShutdownTimeout: cancel at once).
+func TestQueueWorkerFlagBounds(t *testing.T) {
+	for _, tt := range []struct {
+		args    []string
+		wantErr string
+	}{
+		{[]string{"--concurrency", "0"}, "--concurrency 0: want at least 1"},
+		{[]string{"--concurrency", "-3"}, "--concurrency -3"},
+		{[]string{"--shutdown-timeout", "-1s"}, "--shutdown-timeout -1s"},
+		{[]string{"--lease", "0s"}, "--lease 0s"},
+		{[]string{"--lease", "-1s"}, "--lease -1s"},
+		{[]string{"--dead-max", "-1"}, "--dead-max -1"},
+		{[]string{"--dead-retention", "0s"}, "--dead-retention 0s"},
+		{[]string{"--shutdown-timeout", "0s"}, ""},
+		{nil, ""},
+	} {
+		cfg, err := parseWorkerFlags(t, tt.args...).config(&Env{})
+		switch {
+		case tt.wantErr != "":
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("%v: error %v, want one saying %q", tt.args, err, tt.wantErr)
+			}
+		case err != nil:
+			t.Errorf("%v: %v", tt.args, err)
+		case len(tt.args) > 0 && cfg.ShutdownTimeout >= 0:
+			t.Errorf("%v: ShutdownTimeout %s, want negative (cancel at once)", tt.args, cfg.ShutdownTimeout)
+		case len(tt.args) == 0 && (cfg.ShutdownTimeout != 8*time.Second || cfg.Concurrency != 10 || cfg.LeaseDuration != 30*time.Second):
+			t.Errorf("defaults: shutdown %s concurrency %d lease %s", cfg.ShutdownTimeout, cfg.Concurrency, cfg.LeaseDuration)
 		}
 	}
 }

@@ -49,6 +49,7 @@ import (
 	"runtime/debug"
 	"runtime/pprof"
 	"runtime/trace"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
@@ -63,6 +64,11 @@ type Env struct {
 	Logger   *slog.Logger
 	LogLevel *slog.LevelVar // set from --log-level; may be nil
 	Registry *prometheus.Registry
+	// ShutdownGrace, if set, is told how long the command may need to
+	// drain after the first SIGINT/SIGTERM when that is longer than the
+	// process allows by default (cmd/gantry: 15 s); the process then
+	// waits that long before it exits on its own.
+	ShutdownGrace func(time.Duration)
 }
 
 // exitError carries a specific exit status out of a command.
