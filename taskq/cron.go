@@ -106,6 +106,11 @@ func (e *CronEntry) parse() (schedule, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: spec %q: %v", ErrInvalidTask, e.Spec, err)
 	}
+	// The parser finds no tick within five years for a date that does not
+	// exist ("0 0 31 2 *"): it answers the zero time, never a tick.
+	if s.Next(time.Now().In(loc)).IsZero() {
+		return nil, fmt.Errorf("%w: spec %q never fires (no such date within five years)", ErrInvalidTask, e.Spec)
+	}
 	return inZone{s, loc}, nil
 }
 
@@ -260,11 +265,14 @@ func (s *Scheduler) pass(ctx context.Context) (time.Time, error) {
 			s.raw[name] = e.raw
 			s.next[name] = s.first(e, now)
 		}
+		if s.next[name].IsZero() {
+			continue // a schedule with no tick left (stored before parse refused it)
+		}
 		if next := s.next[name]; !next.After(now) {
 			s.fire(ctx, e, next, now)
 			s.next[name] = e.sched.Next(now)
 		}
-		if n := s.next[name]; earliest.IsZero() || n.Before(earliest) {
+		if n := s.next[name]; !n.IsZero() && (earliest.IsZero() || n.Before(earliest)) {
 			earliest = n
 		}
 	}
@@ -276,7 +284,7 @@ func (s *Scheduler) pass(ctx context.Context) (time.Time, error) {
 func (s *Scheduler) first(e *loaded, now time.Time) time.Time {
 	if e.Missed == MissedOnce && !e.last.IsZero() {
 		if t := e.sched.Next(e.last); !t.After(now) {
-			for n := e.sched.Next(t); !n.After(now); n = e.sched.Next(n) {
+			for n := e.sched.Next(t); !n.IsZero() && !n.After(now); n = e.sched.Next(n) {
 				t = n // the latest of the missed ticks
 			}
 			return t

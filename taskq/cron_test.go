@@ -2,6 +2,7 @@ package taskq
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -103,9 +104,50 @@ func TestCronMissedTicks(t *testing.T) {
 		{Name: "b2", Spec: "@every 10ms", Queue: q, Type: "noop"},
 		{Name: "b3", Spec: "* * * * *", Queue: q, Type: "noop", TZ: "Mars/Olympus"},
 		{Name: "b4", Spec: "* * * * *", Queue: q, Type: "noop", Missed: "twice"},
+		{Name: "b5", Spec: "0 0 31 2 *", Queue: q, Type: "noop"}, // 31 February: never
 	} {
 		if _, err := c.CronAdd(ctx, bad); err == nil || !strings.Contains(err.Error(), "invalid task") {
 			t.Errorf("%+v: %v, want refused", bad, err)
 		}
+	}
+}
+
+// An entry whose spec never fires (31 February), stored before CronAdd
+// refused such specs, enqueues nothing: the parser answers the zero time,
+// which is not a tick that is due.
+func TestCronNeverFiringEntryStaysQuiet(t *testing.T) {
+	addr := testRedis(t)
+	c := newClient(t, addr)
+	r := openRDB(t, addr)
+	ctx := t.Context()
+	q := uniq(t, "cron-never")
+	e := CronEntry{Name: q, Spec: "0 0 31 2 *", Queue: q, Type: "noop", Missed: MissedOnce}
+	b, err := json.Marshal(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.CronPut(ctx, e.Name, string(b)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.CronRemove(context.WithoutCancel(ctx), e.Name) })
+	if err := r.CronTicked(ctx, e.Name, time.Now().Add(-time.Hour).UnixMilli()); err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewScheduler(SchedulerConfig{Redis: addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.c.Close()
+	for range 3 {
+		next, err := s.pass(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !next.IsZero() {
+			t.Errorf("next tick %v, want none", next)
+		}
+	}
+	if st := queueStats(t, c, q); st.Pending != 0 {
+		t.Errorf("%d tasks enqueued by a spec that never fires", st.Pending)
 	}
 }
