@@ -112,8 +112,13 @@ func TestRestoreRefusesBadArchives(t *testing.T) {
 			tw.WriteHeader(&tar.Header{Name: "evil/escaped", Mode: 0o644, Size: 1, Typeflag: tar.TypeReg})
 			tw.Write([]byte("x"))
 		}, reason: "UnsafeArchive"},
-		{name: "absolute symlink", entries: func(tw *tar.Writer) {
-			tw.WriteHeader(&tar.Header{Name: "evil", Linkname: "/", Typeflag: tar.TypeSymlink})
+		{name: "through an absolute symlink", entries: func(tw *tar.Writer) {
+			tw.WriteHeader(&tar.Header{Name: "evil", Linkname: "/tmp", Typeflag: tar.TypeSymlink})
+			tw.WriteHeader(&tar.Header{Name: "evil/escaped-abs", Mode: 0o644, Size: 1, Typeflag: tar.TypeReg})
+			tw.Write([]byte("x"))
+		}, reason: "UnsafeArchive"},
+		{name: "empty symlink", entries: func(tw *tar.Writer) {
+			tw.WriteHeader(&tar.Header{Name: "evil", Linkname: "", Typeflag: tar.TypeSymlink})
 		}, reason: "UnsafeArchive"},
 		{name: "corrupt", entries: file("ok", "fine"), mangle: func(t *testing.T, s *archive.Storage, key string) {
 			p := filepath.Join(s.Blobs.(*fs.BlobStore).Dir, filepath.FromSlash(key))
@@ -158,6 +163,54 @@ func TestRestoreRefusesBadArchives(t *testing.T) {
 				t.Fatal("the data dir changed outside the volume")
 			}
 		})
+	}
+}
+
+// A volume's symbolic links that point outside it (absolute, as a Python
+// venv's bin/python3 -> /usr/bin/python3, or up through "..") come back from
+// an archive as the same links, never followed: the tree's digest is the
+// same and the files they point at are untouched.
+func TestRestoreKeepsLinksThatLeaveTheVolume(t *testing.T) {
+	s, _ := newStorage(t)
+	ctx := t.Context()
+	if err := s.Provision(ctx, "ws1"); err != nil {
+		t.Fatal(err)
+	}
+	vol := s.VolumePath("ws1")
+	outside := filepath.Join(t.TempDir(), "outside")
+	if err := os.WriteFile(outside, []byte("not the workspace's"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	links := map[string]string{"venv/bin/python3": "/usr/bin/python3", "up": "../../..", "abs-file": outside}
+	if err := os.MkdirAll(filepath.Join(vol, "venv", "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, target := range links {
+		if err := os.Symlink(target, filepath.Join(vol, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := treeSHA256(t, vol)
+	key, err := s.Archive(ctx, "ws1", "op-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteVolume(ctx, "ws1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Restore(ctx, "ws1", key); err != nil {
+		t.Fatalf("restore of a volume with links out of it: %v", err)
+	}
+	if after := treeSHA256(t, vol); after != before {
+		t.Errorf("tree sha256 after restore %s, before %s", after, before)
+	}
+	for name, target := range links {
+		if got, err := os.Readlink(filepath.Join(vol, name)); err != nil || got != target {
+			t.Errorf("%s: link to %q, %v; want %q", name, got, err, target)
+		}
+	}
+	if b, _ := os.ReadFile(outside); string(b) != "not the workspace's" {
+		t.Errorf("the file a link points at changed: %q", b)
 	}
 }
 
