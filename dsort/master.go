@@ -60,7 +60,8 @@ type MasterConfig struct {
 	// register before it aborts the job, naming the missing ones. Default 2m.
 	RegisterTimeout time.Duration
 	// PartitionSize bounds the expected size of one partition. Each worker
-	// gets max(cores, ⌈input/(N·PartitionSize)⌉) partitions. Default 64 MiB.
+	// gets max(cores, ⌈input/(N·PartitionSize)⌉) partitions, at most
+	// MaxPartitionsPerWorker. Default 64 MiB.
 	PartitionSize int64
 	// ShutdownGrace is how long the master waits, once the job has ended,
 	// for every live worker to hear about it. Default 5s.
@@ -93,9 +94,20 @@ type MasterConfig struct {
 	Clock clock.Clock
 }
 
+// MaxWorkers bounds a job's workers: one master tracks each by heartbeat.
+const MaxWorkers = 10_000
+
+// MaxPartitionsPerWorker bounds the partitions a worker gets, however
+// small PartitionSize is against the input (each is a file, a boundary the
+// master sends and a transfer).
+const MaxPartitionsPerWorker = 16_384
+
 func (c *MasterConfig) validate() error {
-	if c.Workers < 1 {
-		return fmt.Errorf("%w: need at least 1 worker, got %d", ErrConfig, c.Workers)
+	if c.Workers < 1 || c.Workers > MaxWorkers {
+		return fmt.Errorf("%w: need 1 to %d workers, got %d", ErrConfig, MaxWorkers, c.Workers)
+	}
+	if c.HeartbeatInterval > 0 && c.HeartbeatInterval < time.Millisecond {
+		return fmt.Errorf("%w: heartbeat interval %s: want at least 1ms", ErrConfig, c.HeartbeatInterval)
 	}
 	if c.Addr == "" {
 		c.Addr = "127.0.0.1:0"

@@ -43,12 +43,15 @@ func (m *Master) failureLocked(now time.Time) string {
 		for _, mb := range m.members {
 			got = append(got, fmt.Sprintf("worker %d %s", mb.index, mb.addr))
 		}
-		var missing []string
-		for i := len(m.members); i < m.cfg.Workers; i++ {
-			missing = append(missing, fmt.Sprintf("worker %d", i))
+		missing := fmt.Sprintf("worker %d", len(m.members))
+		if n := m.cfg.Workers - len(m.members); n > 1 {
+			missing = fmt.Sprintf("workers %d to %d (%d)", len(m.members), m.cfg.Workers-1, n)
+		}
+		if len(got) > 10 {
+			got = append(got[:10], fmt.Sprintf("and %d more", len(got)-10))
 		}
 		return fmt.Sprintf("only %d of %d workers registered within the register timeout %s; missing: %s (registered: %s)",
-			len(m.members), m.cfg.Workers, m.cfg.RegisterTimeout, strings.Join(missing, ", "), cmp.Or(strings.Join(got, ", "), "none"))
+			len(m.members), m.cfg.Workers, m.cfg.RegisterTimeout, missing, cmp.Or(strings.Join(got, ", "), "none"))
 	}
 	for _, mb := range m.members {
 		silent := now.Sub(mb.lastSeen)
@@ -188,11 +191,20 @@ func (m *Master) computeBoundsLocked() {
 		total += mb.inputBytes
 	}
 	n := int64(m.cfg.Workers)
-	ppw := int(max(int64(cores), (total+n*m.cfg.PartitionSize-1)/(n*m.cfg.PartitionSize)))
+	ppw := int(min(MaxPartitionsPerWorker, max(int64(cores), ceilDiv(total, n, m.cfg.PartitionSize))))
 	m.ppw = ppw
 	m.bounds = computeBoundaries(keys, recs, ppw*m.cfg.Workers, m.cfg.Lines != nil)
 	m.cfg.Logger.Info("partition boundaries computed", "partitions", ppw*m.cfg.Workers,
 		"per_worker", ppw, "input_bytes", total)
+}
+
+// ceilDiv is ⌈total/(n·size)⌉ for positive n and size, without overflow.
+func ceilDiv(total, n, size int64) int64 {
+	q := total / n
+	if total%n != 0 {
+		q++
+	}
+	return q/size + min(q%size, 1)
 }
 
 // partitionConfigLocked is the partition config for worker to: the
