@@ -34,6 +34,11 @@ const (
 	MaxEnvBytes = 64 << 10
 )
 
+// MaxCommandBytes bounds a workspace's command: it is one argument of
+// `sh -c`, and Linux refuses an argument over 128 KiB (MAX_ARG_STRLEN) at
+// exec, so a longer one could never start.
+const MaxCommandBytes = 64 << 10
+
 // The limits' bounds (zero, the server's default, is always allowed):
 //
 //	cpus    MinCPUs (0.01, Docker's floor) to MaxCPUs (1024); a finite number
@@ -111,6 +116,9 @@ func validRun(image, command string) error {
 	}
 	if strings.IndexByte(command, 0) >= 0 {
 		return fmt.Errorf("%w: the command holds a NUL byte", ErrBadInput)
+	}
+	if len(command) > MaxCommandBytes {
+		return fmt.Errorf("%w: a command of %d bytes, at most %d (put a longer script in a file in the workspace)", ErrBadInput, len(command), MaxCommandBytes)
 	}
 	return nil
 }

@@ -30,6 +30,8 @@ func TestSpecRefusesWhatCannotStart(t *testing.T) {
 		{"a NUL in an env name", workspace.NewWorkspace{Name: "x", Spec: workspace.Spec{Env: []string{"X\x00=a"}}}, "environment"},
 		{"a NUL in the command", workspace.NewWorkspace{Name: "x", Command: "echo a\x00b"}, "command"},
 		{"a NUL in the image", workspace.NewWorkspace{Name: "x", Image: "alpine\x00:3"}, "image"},
+		{"the longest command", workspace.NewWorkspace{Name: "x", Command: strings.Repeat("#", workspace.MaxCommandBytes)}, ""},
+		{"a command no exec takes", workspace.NewWorkspace{Name: "x", Command: strings.Repeat("#", workspace.MaxCommandBytes+1)}, "command"},
 		{"memory near 2^63", workspace.NewWorkspace{Name: "x", Spec: workspace.Spec{Memory: math.MaxInt64}}, "memory"},
 		{"memory just over the bound", workspace.NewWorkspace{Name: "x", Spec: workspace.Spec{Memory: workspace.MaxMemory + 1}}, "memory"},
 		{"negative memory", workspace.NewWorkspace{Name: "x", Spec: workspace.Spec{Memory: -1}}, "memory"},

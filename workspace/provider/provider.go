@@ -222,6 +222,15 @@ type Adopter interface {
 	Adopt(ctx context.Context, id, owner string) error
 }
 
+// A Discarder is a Container that keeps records of a workspace beside its
+// processes (the process provider: its output log, pid and exit files):
+// Discard removes them once the workspace is deleted, after its Stop, so
+// nothing of a deleted workspace's output stays on the host. Discarding
+// twice, or what was never there, is a no-op.
+type Discarder interface {
+	Discard(ctx context.Context, id string) error
+}
+
 // Forker is a Storage that can give a new workspace a copy of another's
 // files (ws fork): Snapshot packs workspace id's volume into an archive
 // under key and leaves the volume in place (the caller makes sure no

@@ -121,6 +121,11 @@ func (r *Reconciler) call(ctx context.Context, w *workspace.Workspace, exit *wor
 		if err := r.storage.DeleteVolume(ctx, w.ID); err != nil {
 			return err
 		}
+		if d, ok := r.container.(provider.Discarder); ok {
+			if err := d.Discard(ctx, w.ID); err != nil {
+				return err
+			}
+		}
 		if as, ok := r.storage.(provider.ArchiveStore); ok {
 			// The archive GC removes its archives once the retention has
 			// passed since this moment.

@@ -1,9 +1,12 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/gantryhq/gantry/workspace/provider/fake"
@@ -40,4 +43,34 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestOneServerPerSQLiteDB: a second server on a SQLite database in use
+// (the same --data) is refused, naming the first's pid; once the first has
+// stopped, the database is free again.
+func TestOneServerPerSQLiteDB(t *testing.T) {
+	dir := t.TempDir()
+	fk := fake.New(0)
+	cfg := ServerConfig{Data: dir, Container: fk, Storage: fk, Listen: "127.0.0.1:0"}
+	first, err := NewServer(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = NewServer(t.Context(), cfg)
+	var ce *ConfigError
+	if !errors.As(err, &ce) || ce.Field != "DB" || !strings.Contains(err.Error(), "in use by another gantry ws serve (pid "+strconv.Itoa(os.Getpid())+")") {
+		t.Fatalf("a second server on %s: %v; want it refused, naming pid %d", dir, err, os.Getpid())
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := first.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	again, err := NewServer(t.Context(), cfg)
+	if err != nil {
+		t.Fatalf("after the first stopped: %v", err)
+	}
+	ctx2, cancel2 := context.WithCancel(t.Context())
+	cancel2()
+	again.Run(ctx2)
 }

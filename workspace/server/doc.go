@@ -9,6 +9,7 @@
 // Tour:
 //
 //	server.go    ServerConfig, Server, NewServer, Run (serve, then drain)
+//	dblock.go    one server per SQLite database (a flock beside it)
 //	listener.go  the API connections' timeouts (streams spared) and limits
 //	             (limitListener: 503 past MaxConns or MaxConnsPerAddr)
 //	security.go  the listen/TLS check and the first admin token

@@ -142,6 +142,9 @@ type Server struct {
 	runs  []func(context.Context) error
 	// closers run after Run has drained (the Redis client).
 	closers []func()
+	// unlockData ends this server's hold of its SQLite database
+	// (dblock.go), after everything else.
+	unlockData func()
 }
 
 // Hints is the server's hint bus (the live page's event hub subscribes).
@@ -171,20 +174,26 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	unlock, err := lockDB(cfg.DB) // dblock.go
+	if err != nil {
+		return nil, err
+	}
 	// One gate: a user's change in flight through the API, and the
 	// reconcile steps that follow it, hold the store's bulk batches and
 	// the reconciler's bulk steps back (package urgency).
 	gate := urgency.NewGate(0)
 	st, err := openStore(ctx, cfg, gate) // tenancy.go
 	if err != nil {
+		unlock()
 		return nil, err
 	}
-	s := &Server{cfg: cfg, Store: st}
+	s := &Server{cfg: cfg, Store: st, unlockData: unlock}
 	if err := s.wire(ctx, gate); err != nil {
 		for _, c := range s.closers {
 			c()
 		}
 		st.Close()
+		unlock()
 		return nil, err
 	}
 	return s, nil
@@ -289,9 +298,20 @@ func archiveGC(cfg ServerConfig, st *store.Store) *singletons.ArchiveGC {
 	return &gc
 }
 
+// Close releases a server that was made but not Run (Run releases its own
+// when it returns): what wire opened, the store and the database's lock.
+func (s *Server) Close() {
+	for _, c := range s.closers {
+		c()
+	}
+	s.Store.Close()
+	s.unlockData()
+}
+
 // Run serves until ctx ends, then drains: the API stops accepting, the
 // reconciler waits for provider calls in flight, the store closes.
 func (s *Server) Run(ctx context.Context) error {
+	defer s.unlockData() // last: the next server on the database starts on a closed store
 	defer s.Store.Close()
 	defer func() {
 		for _, c := range s.closers {

@@ -57,7 +57,7 @@ func TestSharedUserServerIsOneOwners(t *testing.T) {
 		t.Fatalf("the one owner's second workspace: %v", err)
 	}
 	hs.Close()
-	srv.Store.Close()
+	srv.Close()
 
 	srv, hs, err = sharedUserServer(t, data, true)
 	if err != nil {
@@ -68,7 +68,7 @@ func TestSharedUserServerIsOneOwners(t *testing.T) {
 		t.Fatalf("alice's create with InsecureSharedUser: %v", err)
 	}
 	hs.Close()
-	srv.Store.Close()
+	srv.Close()
 
 	_, _, err = sharedUserServer(t, data, false)
 	var ce *ConfigError
@@ -89,7 +89,7 @@ func TestDataIsPrivate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer srv.Store.Close()
+	defer srv.Close()
 	hs := httptest.NewServer(srv.API)
 	defer hs.Close()
 	adminToken, _ := os.ReadFile(filepath.Join(data, AdminTokenFile))

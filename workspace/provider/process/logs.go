@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/gantryhq/gantry/internal/fsutil"
@@ -103,7 +104,8 @@ func (c *Container) Logs(ctx context.Context, id string, tail int, follow bool, 
 }
 
 // followFile copies what is appended to *f (and, after a restart rotated
-// the log, to the new file at path) to w until ctx ends.
+// the log, to the new file at path) to w until ctx ends or the log is
+// removed with its workspace.
 func followFile(ctx context.Context, f **os.File, path string, w io.Writer) error {
 	flush := func() {
 		if fl, ok := w.(interface{ Flush() }); ok {
@@ -135,8 +137,21 @@ func followFile(ctx context.Context, f **os.File, path string, w io.Writer) erro
 				(*f).Close()
 				*f = nf
 			}
+		} else if unlinked(*f) {
+			return nil // the workspace was deleted (Discard): its log ends here
 		}
 	}
+}
+
+// unlinked reports whether f's file has no name left: removed, not rotated
+// (a rotation renames it to .1, which Discard removes with the rest).
+func unlinked(f *os.File) bool {
+	st, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	return ok && sys.Nlink == 0
 }
 
 // truncated moves f back to its start if the file was truncated (capLog)

@@ -94,6 +94,7 @@ var (
 	_ provider.Container    = (*Container)(nil)
 	_ provider.Endpointer   = (*Container)(nil)
 	_ provider.ExitReporter = (*Container)(nil)
+	_ provider.Discarder    = (*Container)(nil)
 )
 
 // ErrBadID is returned for ids that are not plain names.
@@ -515,6 +516,21 @@ func (c *Container) Stop(ctx context.Context, id string) error {
 		return killUID(ctx, rec.uid)
 	}
 	return killMarked(ctx, id)
+}
+
+// Discard removes what RunDir keeps of deleted workspace id: its output
+// log (and its rotated part), pid and exit files (provider.Discarder). The workspace is stopped
+// first (Stop), so no command writes them meanwhile.
+func (c *Container) Discard(_ context.Context, id string) error {
+	if _, err := c.pidfile(id); err != nil {
+		return err
+	}
+	for _, ext := range []string{".log", ".log.1", ".pid", ".exit"} {
+		if err := os.Remove(filepath.Join(c.RunDir, id+ext)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("process: discard %s: %w", id, err)
+		}
+	}
+	return nil
 }
 
 // awaitEnd waits for id's command to end; past StopGrace it sends SIGKILL

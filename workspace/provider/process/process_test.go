@@ -151,3 +151,52 @@ func TestLogStaysUnderItsCapWhileRunning(t *testing.T) {
 	}
 	t.Logf("largest log %d bytes (cap %d), rotated %d; follower at line %d of %d", biggest, limit, rotated.Size(), last, now)
 }
+
+// Discard, after Stop, leaves nothing of the workspace under RunDir: its
+// log (and the rotated part), pid and exit files, and a follower of its log
+// ends; twice is a no-op, and another workspace's files stay.
+func TestDiscardLeavesNothing(t *testing.T) {
+	ctx := t.Context()
+	dir := t.TempDir()
+	vol := filepath.Join(dir, "vol")
+	os.Mkdir(vol, 0o755)
+	run := filepath.Join(dir, "run")
+	c := &process.Container{RunDir: run, StopGrace: time.Second}
+	for _, id := range []string{"ws1", "ws2"} {
+		if err := c.Start(ctx, provider.Spec{ID: id, VolumeDir: vol, Command: "echo said by " + id + "; exec sleep 60"}); err != nil {
+			t.Fatal(err)
+		}
+		defer c.Stop(ctx, id)
+	}
+	if err := os.WriteFile(filepath.Join(run, "ws1.log.1"), []byte("older output\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	followed := make(chan error, 1)
+	go func() { followed <- c.Logs(ctx, "ws1", 0, true, io.Discard) }()
+	if err := c.Stop(ctx, "ws1"); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := c.Discard(ctx, "ws1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case err := <-followed:
+		if err != nil {
+			t.Errorf("the followed log ended with %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("a followed log still open 5 s after its workspace was discarded")
+	}
+	left, _ := filepath.Glob(filepath.Join(run, "ws1.*"))
+	if len(left) != 0 {
+		t.Errorf("after Discard: %v left", left)
+	}
+	if _, err := os.Stat(filepath.Join(run, "ws2.log")); err != nil {
+		t.Errorf("the other workspace's log: %v", err)
+	}
+	if err := c.Discard(ctx, "../ws2"); err == nil {
+		t.Error("Discard of a path, not an id: no error")
+	}
+}
