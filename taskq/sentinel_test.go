@@ -191,6 +191,11 @@ type enqueuer struct {
 	times []time.Time // when each batch of acked was acknowledged (one per id)
 	fails atomic.Int64
 	last  atomic.Pointer[error] // the last failure
+	// until, if not nil, keeps the enqueuer going past want, a batch every
+	// 20 ms, until it is closed: a failover that takes longer than the
+	// drain (a fast machine drains 5,000 tasks before the sentinels have
+	// promoted anyone) still meets an enqueuer and tasks to run.
+	until chan struct{}
 }
 
 func (e *enqueuer) run(ctx context.Context, want, batch, ahead int) error {
@@ -199,14 +204,27 @@ func (e *enqueuer) run(ctx context.Context, want, batch, ahead int) error {
 		n := len(e.acked)
 		e.mu.Unlock()
 		if n >= want {
-			return nil
+			select {
+			case <-e.until: // a nil until blocks: the default
+				return nil
+			default:
+			}
+			if e.until == nil {
+				return nil
+			}
+			if err := pause(ctx, 20*time.Millisecond); err != nil {
+				return err
+			}
 		}
 		for held := time.Now(); n-int(e.log.distinct.Load()) >= ahead && time.Since(held) < 100*time.Millisecond; {
 			if err := pause(ctx, 5*time.Millisecond); err != nil {
 				return err
 			}
 		}
-		tasks := make([]*Task, min(batch, want-n))
+		tasks := make([]*Task, batch)
+		if n < want {
+			tasks = tasks[:min(batch, want-n)]
+		}
 		for i := range tasks {
 			tasks[i] = NewTask("noop", nil, Queue(e.queue))
 		}
@@ -328,7 +346,7 @@ func startFailoverDrain(t *testing.T, s *sentinelSet, total, ahead, workers, con
 		w.Handle("noop", func(_ context.Context, tk *Task) error { d.log.record(tk.ID()); return nil })
 		runWorkerCounting(t, w, &d.lost)
 	}
-	d.enq = &enqueuer{c: c, queue: d.q, log: d.log}
+	d.enq = &enqueuer{c: c, queue: d.q, log: d.log, until: make(chan struct{})}
 	go func() { d.enqDone <- d.enq.run(t.Context(), total, 100, ahead) }()
 	return d
 }
@@ -421,6 +439,7 @@ func TestSentinelFailover(t *testing.T) {
 	t.Logf("master killed %.2fs after the start, %d tasks run", kill.Sub(start).Seconds(), d.log.distinct.Load())
 	promoted, promotedAt := d.promotion(t, s.master.Addr())
 	checkResumed(t, d.enq, d.log, kill, promotedAt)
+	close(d.enq.until)
 	d.finish(t, true)
 	t.Logf("drained %.2fs after the start", time.Since(start).Seconds())
 	// A dequeue applied by the master but not yet replicated may have
@@ -460,6 +479,7 @@ func TestSentinelManualFailover(t *testing.T) {
 	promoted, promotedAt := d.promotion(t, old)
 	t.Logf("failover asked %.2fs after the start", asked.Sub(start).Seconds())
 	checkResumed(t, d.enq, d.log, asked, promotedAt)
+	close(d.enq.until)
 	lost := d.finish(t, false)
 	t.Logf("drained %.2fs after the start", time.Since(start).Seconds())
 	if st := queueStats(t, d.c, d.q); st.Dead != 0 {

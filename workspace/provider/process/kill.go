@@ -146,12 +146,18 @@ func markedProcesses(id string) []int {
 	return out
 }
 
-// killMarked ends the processes markedProcesses finds, until none is left.
+// killMarked ends the processes markedProcesses finds, until two scans 10
+// ms apart find none: a process in the middle of an execve can read as an
+// empty environ for an instant, and one scan would miss it.
 func killMarked(ctx context.Context, id string) error {
-	for {
+	for quiet := 0; ; {
 		left := markedProcesses(id)
 		if len(left) == 0 {
-			return nil
+			if quiet++; quiet == 2 {
+				return nil
+			}
+		} else {
+			quiet = 0
 		}
 		for _, pid := range left {
 			syscall.Kill(pid, syscall.SIGKILL)
