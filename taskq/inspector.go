@@ -32,6 +32,10 @@ var waitingAt = time.UnixMilli(9e15)
 // ErrTaskNotFound is returned for an id no queue holds.
 var ErrTaskNotFound = errors.New("taskq: task not found")
 
+// ErrBadListing is returned by List for a state it does not know, a cursor
+// that no page of this listing gave, or a negative limit.
+var ErrBadListing = errors.New("taskq: bad listing")
+
 // ErrTaskState is returned when a task's state does not allow the operation
 // (delete an active task, run a pending one, cancel a completed one).
 var ErrTaskState = errors.New("taskq: not in a state that allows this")
@@ -174,7 +178,16 @@ func (i *Inspector) List(ctx context.Context, queue, state string, o ListOptions
 	if err := checkName("queue", queue); err != nil {
 		return TaskPage{}, err
 	}
+	if !slices.Contains(rdb.States, state) {
+		return TaskPage{}, fmt.Errorf("%w: state %q: want one of %s", ErrBadListing, state, strings.Join(rdb.States, ", "))
+	}
+	if o.Limit < 0 {
+		return TaskPage{}, fmt.Errorf("%w: limit %d: want a positive number (0: 100)", ErrBadListing, o.Limit)
+	}
 	p, err := i.r.List(ctx, queue, state, o.Tenant, o.Limit, o.Cursor)
+	if errors.Is(err, rdb.ErrBadCursor) {
+		return TaskPage{}, fmt.Errorf("%w: %v (a cursor is the \"next\" of the page before, for the same queue, state and tenant)", ErrBadListing, err)
+	}
 	if err != nil {
 		return TaskPage{}, err
 	}

@@ -170,7 +170,7 @@ func (d *Dashboard) fail(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, taskq.ErrTaskNotFound):
 		code = http.StatusNotFound
-	case errors.Is(err, errBadRequest), errors.Is(err, taskq.ErrInvalidTask):
+	case errors.Is(err, errBadRequest), errors.Is(err, taskq.ErrInvalidTask), errors.Is(err, taskq.ErrBadListing):
 		code = http.StatusBadRequest
 	case errors.Is(err, taskq.ErrTaskState):
 		code = http.StatusConflict

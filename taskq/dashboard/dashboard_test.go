@@ -105,6 +105,10 @@ func TestAPIAuth(t *testing.T) {
 		{"POST", "/api/queue/pause", `{"queue":"q"}`, map[string]string{"Authorization": "Bearer " + token, "X-Taskq-UI": "1"}, 200},
 		{"POST", "/api/queue/explode", `{"queue":"q"}`, map[string]string{"Authorization": "Bearer " + token, "X-Taskq-UI": "1"}, 400},
 		{"POST", "/api/task/cancel", `{"queue":"q","id":"nope"}`, map[string]string{"Authorization": "Bearer " + token, "X-Taskq-UI": "1"}, 404},
+		{"GET", "/api/tasks?queue=q&state=bogus", "", bearer, 400},
+		{"GET", "/api/tasks?queue=q", "", bearer, 400},
+		{"GET", "/api/tasks?queue=q&state=pending&cursor=garbage", "", bearer, 400},
+		{"GET", "/api/tasks?queue=q&state=pending", "", bearer, 200},
 		{"POST", "/api/login", `{"token":"wrong"}`, nil, 401},
 		{"GET", "/", "", nil, 200},
 	} {

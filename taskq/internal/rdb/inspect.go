@@ -131,6 +131,11 @@ func (r *RDB) listPending(ctx context.Context, k []string, tenant string, limit 
 		if err != nil {
 			return nil, "", err
 		}
+		// A pending member is "tenant\x00…": a cursor that does not decode
+		// to one of the listed tenant's came from no page of this listing.
+		if t, _, ok := strings.Cut(m, "\x00"); !ok || tenant != "" && t != tenant {
+			return nil, "", fmt.Errorf("%w: %q", ErrBadCursor, cursor)
+		}
 		lo = "(" + m
 	}
 	ms, err := r.c.Do(ctx, r.c.B().Zrange().Key(k[KPending]).Min(lo).Max(hi).Bylex().Limit(0, int64(limit)).Build()).AsStrSlice()

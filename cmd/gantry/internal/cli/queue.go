@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"sort"
 	"strconv"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -407,6 +408,8 @@ func runQueueDLQ(cmd *cobra.Command, op string, o *queueDLQOptions) error {
 	if o.queue == "" {
 		return errors.New("dlq: --queue is required")
 	}
+	slices.Sort(o.ids)
+	o.ids = slices.Compact(o.ids) // an id given twice is one task
 	c, err := taskq.NewClient(taskq.ClientConfig{Redis: o.redis})
 	if err != nil {
 		return err
@@ -422,14 +425,26 @@ func runQueueDLQ(cmd *cobra.Command, op string, o *queueDLQOptions) error {
 			return err
 		}
 		fmt.Fprintf(out, "requeued %d task(s) in %s\n", n, o.queue)
+		return deadMissing(o, n)
 	case "delete":
 		n, err := c.DeleteDead(ctx, o.queue, o.ids...)
 		if err != nil {
 			return err
 		}
 		fmt.Fprintf(out, "deleted %d task(s) from %s\n", n, o.queue)
+		return deadMissing(o, n)
 	}
 	return nil
+}
+
+// deadMissing is the error of a requeue or delete of named dead tasks that
+// found fewer than named (exit 1, as tasks get/cancel/delete do for an
+// unknown id); without --id, any number is all there was.
+func deadMissing(o *queueDLQOptions, n int) error {
+	if len(o.ids) == 0 || n >= len(o.ids) {
+		return nil
+	}
+	return fmt.Errorf("dlq: %d of the %d --id given are not dead tasks of %s", len(o.ids)-n, len(o.ids), o.queue)
 }
 
 // listDead prints the dead tasks of o.queue, one line each or as JSON.

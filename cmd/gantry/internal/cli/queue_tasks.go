@@ -153,6 +153,9 @@ func newQueueTasksListCmd() *cobra.Command {
 			if o.queue == "" {
 				return fmt.Errorf("tasks list: --queue is required")
 			}
+			if lo.Limit < 1 {
+				return fmt.Errorf("tasks list: --limit %d: want at least 1", lo.Limit)
+			}
 			return o.withInspector(func(in *taskq.Inspector) error {
 				p, err := in.List(cmd.Context(), o.queue, state, lo)
 				if err != nil {

@@ -115,6 +115,19 @@ func TestQueueEnqueueStatsJSON(t *testing.T) {
 	if out, code := run("queue", "dlq", "delete", "--redis", addr, "--queue", q); code != 0 {
 		t.Errorf("dlq delete: %d %s", code, out)
 	}
+	// Naming what is not there fails, as tasks get/cancel/delete do; so does
+	// a listing no page gave.
+	for _, bad := range [][]string{
+		{"queue", "dlq", "requeue", "--redis", addr, "--queue", q, "--id", "nosuch"},
+		{"queue", "dlq", "delete", "--redis", addr, "--queue", q, "--id", "nosuch"},
+		{"queue", "tasks", "list", "--redis", addr, "--queue", q, "--limit", "0"},
+		{"queue", "tasks", "list", "--redis", addr, "--queue", q, "--state", "pending", "--cursor", "garbage"},
+		{"queue", "tasks", "list", "--redis", addr, "--queue", q, "--state", "bogus"},
+	} {
+		if out, code := run(bad...); code == 0 {
+			t.Errorf("%s: exit 0, %q; want a failure", strings.Join(bad[1:3], " ")+" "+strings.Join(bad[5:], " "), out)
+		}
+	}
 	// Clean up the queue's keys through a worker-free path: delete them.
 	c, err := taskq.NewClient(taskq.ClientConfig{Redis: addr})
 	if err == nil {
