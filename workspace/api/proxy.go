@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"html"
@@ -268,6 +269,10 @@ func (a *API) logs(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
+	// A followed log that the server ends says why in a trailer: its
+	// credential ended (the client exits non-zero, as exec does), or the
+	// workspace's log itself ended (deleted).
+	w.Header().Set("Trailer", LogEndTrailer)
 	r, stop := a.stream(r, "")
 	defer stop()
 	err = lr.Logs(r.Context(), ws.ID, tail, follow, flushWriter{w, rc})
@@ -275,10 +280,17 @@ func (a *API) logs(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, fmt.Errorf("%w: %v", workspace.ErrNotFound, err))
 		return
 	}
+	if cause := context.Cause(r.Context()); errors.Is(cause, auth.ErrCredentialEnded) {
+		w.Header().Set(LogEndTrailer, auth.ErrCredentialEnded.Error())
+		return
+	}
 	if err != nil && r.Context().Err() == nil {
 		a.log.Warn("workspace: logs", "id", ws.ID, "err", err)
 	}
 }
+
+// LogEndTrailer is the trailer of a followed log the server ended: why.
+const LogEndTrailer = "Gantry-Log-End"
 
 // flushWriter flushes after every write (a followed log arrives as written).
 type flushWriter struct {

@@ -51,11 +51,14 @@ func TestRevokeEndsEveryStreamThroughCLI(t *testing.T) {
 	s.CLI("wait", id, "RUNNING", "--timeout", "30s")
 
 	ended := map[string]<-chan struct{}{}
+	clis := map[string]*exec.Cmd{}
+	outs := map[string]*testutil.Buffer{}
 	for name, args := range map[string][]string{
 		"ws exec":    {"exec", id, "--", "sh", "-c", "while :; do echo tick; sleep 0.2; done"},
 		"ws logs -f": {"logs", id, "-f"},
 	} {
-		ended[name] = startCLIStream(t, cli(args...), map[string]string{"ws exec": "tick", "ws logs -f": "serving"}[name])
+		clis[name], outs[name] = cli(args...), &testutil.Buffer{}
+		ended[name] = startCLIStream(t, clis[name], outs[name], map[string]string{"ws exec": "tick", "ws logs -f": "serving"}[name])
 	}
 	var conn net.Conn
 	wstest.WaitFor(t, 20*time.Second, "a WebSocket through the proxy", func() (bool, string) {
@@ -84,13 +87,21 @@ func TestRevokeEndsEveryStreamThroughCLI(t *testing.T) {
 			t.Fatalf("%s is still open 5 s after its token was revoked", name)
 		}
 	}
+	// The CLI's streams say why they ended, and exit non-zero.
+	for name, c := range clis {
+		if code := c.ProcessState.ExitCode(); code == 0 || !strings.Contains(outs[name].String(), "credential ended") {
+			t.Errorf("gantry %s after the revoke: exit %d, output ending %q; want non-zero and \"credential ended\"", name, code, tail(outs[name].String(), 200))
+		}
+	}
 }
+
+// tail is the last n bytes of s.
+func tail(s string, n int) string { return s[max(0, len(s)-n):] }
 
 // startCLIStream starts cmd and returns once its output shows first; the
 // channel is closed when cmd exits.
-func startCLIStream(t *testing.T, cmd *exec.Cmd, first string) <-chan struct{} {
-	var out testutil.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+func startCLIStream(t *testing.T, cmd *exec.Cmd, out *testutil.Buffer, first string) <-chan struct{} {
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -117,6 +117,9 @@ func runWSServe(cmd *cobra.Command, env *Env, o *wsServeOptions) error {
 	if err := checkConnFlags(cmd.Flags()); err != nil {
 		return err
 	}
+	if err := checkCountFlags(cmd.Flags()); err != nil {
+		return err
+	}
 	cfg := o.cfg
 	cfg.Reconciler = rc
 	cfg.Monitor.Interval = o.monInterval
@@ -154,6 +157,21 @@ func checkConnFlags(f *pflag.FlagSet) error {
 	for _, name := range []string{"read-timeout", "write-timeout", "idle-conn-timeout"} {
 		if d, err := f.GetDuration(name); err == nil && f.Changed(name) && d == 0 {
 			return fmt.Errorf("--%s 0s: want a positive duration (negative = none)", name)
+		}
+	}
+	return nil
+}
+
+// checkCountFlags refuses a negative count or limit, which the server would
+// otherwise read as none, 0 or its default without a word.
+func checkCountFlags(f *pflag.FlagSet) error {
+	for _, name := range []string{"quota-running", "quota-workspaces", "keep-archives", "max-retries", "default-pids", "default-cpus"} {
+		fl := f.Lookup(name)
+		if fl == nil {
+			continue
+		}
+		if v, err := strconv.ParseFloat(fl.Value.String(), 64); err == nil && v < 0 {
+			return fmt.Errorf("--%s %s: want 0 or more (%s)", name, fl.Value, fl.Usage)
 		}
 	}
 	return nil

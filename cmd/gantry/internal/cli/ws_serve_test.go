@@ -9,7 +9,8 @@ import (
 // cannot mean before it opens anything, naming the flag the user typed: a
 // timeout of zero (the reconciler's policy has no "time out at once"; a
 // connection timeout of zero would read as its default), a
-// non-positive interval, and a server config error mapped back to its flag.
+// non-positive interval, a negative count or limit, and a server config
+// error mapped back to its flag.
 func TestWSServeRefusesBadSettings(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -22,6 +23,11 @@ func TestWSServeRefusesBadSettings(t *testing.T) {
 		{[]string{"--idle-conn-timeout", "0s"}, "--idle-conn-timeout 0s: want a positive duration"},
 		{[]string{"--listen", "0.0.0.0:0"}, "--listen: "},
 		{[]string{"--db", "mysql://nowhere"}, "--db: "},
+		{[]string{"--quota-running", "-1"}, "--quota-running -1: want 0 or more"},
+		{[]string{"--quota-workspaces", "-5"}, "--quota-workspaces -5: want 0 or more"},
+		{[]string{"--max-retries", "-1"}, "--max-retries -1: want 0 or more"},
+		{[]string{"--keep-archives", "-1"}, "--keep-archives -1: want 0 or more"},
+		{[]string{"--default-pids", "-1"}, "--default-pids -1: want 0 or more"},
 	} {
 		args := append([]string{"ws", "serve", "--data", t.TempDir()}, tc.args...)
 		code, _, stderr := runRecordCmd(t, args...)
