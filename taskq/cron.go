@@ -87,29 +87,35 @@ func (e *CronEntry) parse() (schedule, error) {
 	if e.Missed != "" && e.Missed != MissedSkip && e.Missed != MissedOnce {
 		return nil, fmt.Errorf("%w: missed-tick policy %q, want %q or %q", ErrInvalidTask, e.Missed, MissedSkip, MissedOnce)
 	}
-	if d, ok := strings.CutPrefix(strings.TrimSpace(e.Spec), "@every "); ok {
+	return parseSpec(e.Spec, e.TZ)
+}
+
+// parseSpec is the schedule of spec ("@every D" or a cron line, evaluated
+// in time zone tz, "" = UTC).
+func parseSpec(spec, tz string) (schedule, error) {
+	if d, ok := strings.CutPrefix(strings.TrimSpace(spec), "@every "); ok {
 		p, err := time.ParseDuration(strings.TrimSpace(d))
 		if err != nil || p < time.Second {
-			return nil, fmt.Errorf("%w: spec %q: want @every with a duration of at least 1s", ErrInvalidTask, e.Spec)
+			return nil, fmt.Errorf("%w: spec %q: want @every with a duration of at least 1s", ErrInvalidTask, spec)
 		}
 		return every(p), nil
 	}
 	loc := time.UTC
-	if e.TZ != "" {
-		l, err := time.LoadLocation(e.TZ)
+	if tz != "" {
+		l, err := time.LoadLocation(tz)
 		if err != nil {
-			return nil, fmt.Errorf("%w: time zone %q: %v", ErrInvalidTask, e.TZ, err)
+			return nil, fmt.Errorf("%w: time zone %q: %v", ErrInvalidTask, tz, err)
 		}
 		loc = l
 	}
-	s, err := cronParser.Parse(e.Spec)
+	s, err := cronParser.Parse(spec)
 	if err != nil {
-		return nil, fmt.Errorf("%w: spec %q: %v", ErrInvalidTask, e.Spec, err)
+		return nil, fmt.Errorf("%w: spec %q: %v", ErrInvalidTask, spec, err)
 	}
 	// The parser finds no tick within five years for a date that does not
 	// exist ("0 0 31 2 *"): it answers the zero time, never a tick.
 	if s.Next(time.Now().In(loc)).IsZero() {
-		return nil, fmt.Errorf("%w: spec %q never fires (no such date within five years)", ErrInvalidTask, e.Spec)
+		return nil, fmt.Errorf("%w: spec %q never fires (no such date within five years)", ErrInvalidTask, spec)
 	}
 	return inZone{s, loc}, nil
 }
