@@ -99,8 +99,8 @@ func detail(raw rdb.Raw) TaskDetail {
 	d := TaskDetail{ID: raw.ID, Queue: raw.Queue, State: raw.State, Retried: raw.Retried, Starts: raw.Retried + raw.Lost, Snoozes: raw.Snoozes,
 		LastError: raw.LastError, DeadReason: raw.DeadReason, CancelledBy: raw.CancelledBy, Result: raw.Result,
 		Tenant: rdb.TenantOf(raw.Member)}
-	if raw.State == "active" || raw.State == "dead" {
-		d.Starts++ // the run now, or the one that failed last (not in Retried)
+	if raw.State == "active" || raw.State == "dead" || raw.State == "completed" {
+		d.Starts++ // the run now, the one that failed last or the one that succeeded (not in Retried)
 	}
 	d.fromMessage(raw.Msg)
 	if raw.Progress != "" {

@@ -441,3 +441,34 @@ func TestInspectorListOnAMillionTasks(t *testing.T) {
 		t.Fatalf("tenant page: %d tasks, %v", len(p.Tasks), err)
 	}
 }
+
+// A task kept after it completed (Retention) keeps its run history: a task
+// that failed twice, then succeeded, shows 2 retries and 3 starts.
+func TestRetainedTaskKeepsItsHistory(t *testing.T) {
+	addr := testRedis(t)
+	c := newClient(t, addr)
+	in := newInspector(t, addr)
+	q := uniq(t, "kept")
+	wk := newTestWorker(t, addr, WorkerConfig{Queues: []QueueSpec{{Name: q}},
+		Retry: backoff.Policy{Initial: 10 * time.Millisecond, Max: 10 * time.Millisecond, Jitter: -1}})
+	var tries atomic.Int32
+	wk.Handle("flaky", func(context.Context, *Task) error {
+		if tries.Add(1) <= 2 {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	runWorker(t, wk)
+	info, err := c.Enqueue(t.Context(), NewTask("flaky", nil, Queue(q)), Retention(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d TaskDetail
+	waitFor(t, 10*time.Second, "the task completed", func() bool {
+		d, err = in.Get(t.Context(), q, info.ID)
+		return err == nil && d.State == StateCompleted
+	})
+	if d.Retried != 2 || d.Starts != 3 {
+		t.Errorf("completed after two failures: retried %d, starts %d; want 2 and 3", d.Retried, d.Starts)
+	}
+}

@@ -7,8 +7,9 @@
 -- counts as two acks in a row: one completion, then one late.
 -- Guarantees: atomic; completed tasks leave active/lease; counters processed,
 -- completed and c:<tenant> grow (a:<tenant> shrinks); a task kept
--- (keep_until_ms > now_ms) waits in completed with its message, progress
--- and result (unless '') until maintain trims it, its other fields gone;
+-- (keep_until_ms > now_ms) waits in completed with its message, progress,
+-- result (unless '') and run history (retries id|r, lost starts id|n)
+-- until maintain trims it, its other fields gone;
 -- any other leaves nothing behind (message, fields, result). A tenant (or
 -- the queue) throttled at its in-flight cap may run again. A workflow
 -- node's children whose last parent it was become pending (one wake-up
@@ -44,7 +45,7 @@ for i, id in ipairs(ids) do
     local a = 2 + 3 * (i - 1)
     local keep, res = tonumber(ARGV[a + 1]), ARGV[a + 2]
     if keep > now then
-      for _, f in ipairs({id .. '|r', id .. '|n', id .. '|e', id .. '|m', id .. '|s'}) do fields[#fields + 1] = f end
+      for _, f in ipairs({id .. '|e', id .. '|m', id .. '|s'}) do fields[#fields + 1] = f end
       redis.call('ZADD', KEYS[10], keep, id)
       if res ~= '' then redis.call('HSET', KEYS[11], id, res) end
     else
