@@ -218,7 +218,11 @@ func (o *queueEnqueueOptions) uniqueOption() (taskq.Option, error) {
 		return nil, nil
 	case o.count != 1:
 		return nil, errors.New("enqueue: --unique-key takes one task (--count 1)")
-	case (o.uniqueFor > 0) == (o.debounce > 0):
+	case o.uniqueFor < 0 || o.debounce < 0:
+		return nil, fmt.Errorf("enqueue: --unique-for %s, --debounce %s: want a positive duration", o.uniqueFor, o.debounce)
+	case o.uniqueFor > 0 && o.debounce > 0:
+		return nil, errors.New("enqueue: --unique-for and --debounce exclude each other: a unique key refuses a duplicate, a debounced one replaces the waiting task")
+	case o.uniqueFor == 0 && o.debounce == 0:
 		return nil, errors.New("enqueue: --unique-key needs one of --unique-for D or --debounce D")
 	case o.debounce > 0 && o.in > 0:
 		return nil, errors.New("enqueue: --debounce sets the delay; drop --in")

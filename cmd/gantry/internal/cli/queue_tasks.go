@@ -233,7 +233,7 @@ func newQueuePauseCmds() []*cobra.Command {
 		f.StringVar(&o.queue, "queue", "", "queue name (required)")
 		f.StringVar(&tenant, "tenant", "", "only this tenant of the queue")
 		if pause {
-			f.DurationVar(&d, "for", 0, "resume by itself after this long (default: until `gantry queue resume`)")
+			f.DurationVar(&d, "for", 0, "resume by itself after this long (default: until gantry queue resume)")
 		}
 		cmds = append(cmds, cmd)
 	}

@@ -24,7 +24,7 @@ type wsClientFlags struct {
 
 func (f *wsClientFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.server, "server", "", "API URL (default $GANTRY_SERVER or "+defaultWSServer+")")
-	fs.StringVar(&f.token, "token", "", "API token (default $GANTRY_TOKEN; `ws serve` writes the first admin token to <data>/admin-token)")
+	fs.StringVar(&f.token, "token", "", "API token (default $GANTRY_TOKEN; ws serve writes the first admin token to <data>/admin-token)")
 	fs.StringVar(&f.caCert, "ca-cert", "", "PEM file of the CA that signed an https server's certificate (default $GANTRY_CA_CERT, else the system pool)")
 }
 
