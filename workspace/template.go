@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"cmp"
 	"fmt"
 	"regexp"
 	"slices"
@@ -127,6 +128,16 @@ func (p Param) validDecl() error {
 	}
 	if p.Min != nil && p.Max != nil && *p.Min > *p.Max {
 		return fmt.Errorf("parameter %s: min %d above max %d", p.Name, *p.Min, *p.Max)
+	}
+	if (p.Min != nil || p.Max != nil) && p.Type != "int" {
+		return fmt.Errorf("parameter %s: min and max bound an int; this one is a %s", p.Name, cmp.Or(p.Type, "string"))
+	}
+	// A choice no value check passes could never be given: the template
+	// would be one nobody can use.
+	for _, c := range p.Choices {
+		if err := (Param{Name: p.Name, Type: p.Type, Pattern: p.Pattern, Min: p.Min, Max: p.Max}).check(c); err != nil {
+			return fmt.Errorf("choice %q: %w", c, err)
+		}
 	}
 	if p.Default != nil {
 		if err := p.check(*p.Default); err != nil {
