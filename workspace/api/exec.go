@@ -106,7 +106,7 @@ func (a *API) exec(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	spec := provider.ExecSpec{ID: ws.ID, Argv: argv, Env: ws.Env}
+	spec := provider.ExecSpec{ID: ws.ID, Name: ws.Name, Argv: argv, Env: ws.Env}
 	if a.cfg.Storage != nil {
 		spec.VolumeDir = a.cfg.Storage.VolumePath(ws.ID)
 	}

@@ -94,7 +94,7 @@ func (a *API) upgradeSSH(w http.ResponseWriter, r *http.Request) {
 	}
 	r, stop := a.stream(r, ws.ID) // streams.go: ends with the credential, is activity while open
 	defer stop()
-	spec := provider.ExecSpec{ID: ws.ID, Env: ws.Env}
+	spec := provider.ExecSpec{ID: ws.ID, Name: ws.Name, Env: ws.Env}
 	if a.cfg.Storage != nil {
 		spec.VolumeDir = a.cfg.Storage.VolumePath(ws.ID)
 	}

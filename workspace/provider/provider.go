@@ -396,6 +396,7 @@ type Execer interface {
 // ExecSpec is a command to run in a running workspace.
 type ExecSpec struct {
 	ID        string
+	Name      string // the workspace's name ($GANTRY_WORKSPACE_NAME, as its command has it)
 	VolumeDir string // the workspace's files on the host (the process provider's working directory)
 	Argv      []string
 	Env       []string // the workspace's own KEY=VALUE environment (a container has it already)

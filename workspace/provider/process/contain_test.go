@@ -155,8 +155,8 @@ func checkDial(t *testing.T, c *process.Container, id string) {
 }
 
 // TestContainedExecAndStop: `ws exec` runs as the command's uid, in its
-// namespaces (it reaches the command's PORT), with the minimal
-// environment; Stop ends every process of the workspace, what exec left in
+// namespaces (it reaches the command's PORT), with the command's minimal
+// environment (its name included); Stop ends every process of the workspace, what exec left in
 // a session of its own included.
 func TestContainedExecAndStop(t *testing.T) {
 	requireRoot(t)
@@ -172,13 +172,13 @@ func TestContainedExecAndStop(t *testing.T) {
 	var out, errb bytes.Buffer
 	script := `id -u; env | cut -d= -f1 | sort | tr '\n' ' '; echo; python3 -c "import socket, os; socket.create_connection(('127.0.0.1', int(os.environ['PORT'])), timeout=2); print('own port: reached')"
 setsid sleep 1234 </dev/null >/dev/null 2>&1 &`
-	code, err := c.Exec(ctx, provider.ExecSpec{ID: "ws1", VolumeDir: vol, Argv: []string{"sh", "-c", script}, Env: []string{"MINE=1"}}, nil, &out, &errb)
+	code, err := c.Exec(ctx, provider.ExecSpec{ID: "ws1", Name: "one", VolumeDir: vol, Argv: []string{"sh", "-c", script}, Env: []string{"MINE=1"}}, nil, &out, &errb)
 	if err != nil || code != 0 {
 		t.Fatalf("exec: %d %v\n%s%s", code, err, out.String(), errb.String())
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	uid, _ := strconv.Atoi(lines[0])
-	if len(lines) != 3 || uid < int(process.DefaultUIDs.First) || lines[1] != "GANTRY_WORKSPACE_ID HOME MINE PATH PORT PWD " || lines[2] != "own port: reached" {
+	if len(lines) != 3 || uid < int(process.DefaultUIDs.First) || lines[1] != "GANTRY_WORKSPACE_ID GANTRY_WORKSPACE_NAME HOME MINE PATH PORT PWD " || lines[2] != "own port: reached" {
 		t.Fatalf("exec printed %q", out.String())
 	}
 	if p := processesOf(uid); len(p) < 2 {

@@ -32,7 +32,7 @@ func (c *Container) Exec(ctx context.Context, spec provider.ExecSpec, stdin io.R
 	if err != nil {
 		return 0, err
 	}
-	env := workspaceEnv(id, vol, rec.port, spec.Env)
+	env := workspaceEnv(id, vol, rec.port, spec.Env, "GANTRY_WORKSPACE_NAME="+spec.Name)
 	if spec.TTY != nil {
 		env = append(env, "TERM="+termName())
 	}
