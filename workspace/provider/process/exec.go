@@ -17,12 +17,17 @@ import (
 
 var _ provider.Execer = (*Container)(nil)
 
+// ExitNotFound is Exec's status for a command not found in the workspace's
+// $PATH (a shell's 127).
+const ExitNotFound = 127
+
 // Exec runs argv in the running workspace's volume as its command runs:
 // as the same user, in the same namespaces, with its environment (PATH,
-// HOME, GANTRY_WORKSPACE_ID, PORT, the spec's env; argv[0] is looked up in
-// that PATH) and umask 077, in its own process group (its own session on a
-// terminal with spec.TTY), which ctx's end kills. What it leaves running
-// in the background ends with the workspace (Stop).
+// HOME, GANTRY_WORKSPACE_ID and _NAME, PORT, the spec's env; argv[0] is
+// looked up in that PATH: not found, it exits ExitNotFound) and umask 077,
+// in its own process group (its own session on a terminal with spec.TTY),
+// which ctx's end kills. What it leaves running in the background ends
+// with the workspace (Stop).
 func (c *Container) Exec(ctx context.Context, spec provider.ExecSpec, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
 	id, argv, vol := spec.ID, spec.Argv, spec.VolumeDir
 	if len(argv) == 0 {
@@ -38,7 +43,15 @@ func (c *Container) Exec(ctx context.Context, spec provider.ExecSpec, stdin io.R
 	}
 	path, err := lookPath(argv[0], env)
 	if err != nil {
-		return 0, fmt.Errorf("process: exec in %s: %w", id, err)
+		// As a shell answers a command it cannot find: 127, said on stderr.
+		w := stderr
+		if w == nil {
+			w = stdout // a terminal has stdout alone
+		}
+		if w != nil {
+			fmt.Fprintf(w, "gantry: %v\n", err)
+		}
+		return ExitNotFound, nil
 	}
 	hook, done, err := enter(rec)
 	if err != nil {

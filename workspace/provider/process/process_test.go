@@ -200,3 +200,22 @@ func TestDiscardLeavesNothing(t *testing.T) {
 		t.Error("Discard of a path, not an id: no error")
 	}
 }
+
+// An exec of a command the workspace's $PATH does not hold exits 127, as
+// a shell says it, and names the command on stderr.
+func TestExecOfAMissingCommand(t *testing.T) {
+	ctx := t.Context()
+	dir := t.TempDir()
+	vol := filepath.Join(dir, "vol")
+	os.Mkdir(vol, 0o755)
+	c := &process.Container{RunDir: filepath.Join(dir, "run"), StopGrace: time.Second, SharedUser: true}
+	if err := c.Start(ctx, provider.Spec{ID: "ws1", VolumeDir: vol, Command: "exec sleep 60"}); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop(ctx, "ws1")
+	var out, errb bytes.Buffer
+	code, err := c.Exec(ctx, provider.ExecSpec{ID: "ws1", VolumeDir: vol, Argv: []string{"no-such-command-here"}}, nil, &out, &errb)
+	if err != nil || code != process.ExitNotFound || !strings.Contains(errb.String(), "no-such-command-here") {
+		t.Fatalf("exec of a missing command: code %d, err %v, stderr %q; want 127 naming it", code, err, errb.String())
+	}
+}
