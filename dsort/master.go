@@ -61,7 +61,7 @@ type MasterConfig struct {
 	RegisterTimeout time.Duration
 	// PartitionSize bounds the expected size of one partition. Each worker
 	// gets max(cores, ⌈input/(N·PartitionSize)⌉) partitions, at most
-	// MaxPartitionsPerWorker. Default 64 MiB.
+	// MaxPartitionsPerWorker and MaxPartitions/N. Default 64 MiB.
 	PartitionSize int64
 	// ShutdownGrace is how long the master waits, once the job has ended,
 	// for every live worker to hear about it. Default 5s.
@@ -97,10 +97,13 @@ type MasterConfig struct {
 // MaxWorkers bounds a job's workers: one master tracks each by heartbeat.
 const MaxWorkers = 10_000
 
-// MaxPartitionsPerWorker bounds the partitions a worker gets, however
-// small PartitionSize is against the input (each is a file, a boundary the
-// master sends and a transfer).
-const MaxPartitionsPerWorker = 16_384
+// MaxPartitionsPerWorker and MaxPartitions bound the partitions a worker
+// and a job get, however small PartitionSize is against the input (each is
+// a file, a boundary the master sends every worker, and a transfer).
+const (
+	MaxPartitionsPerWorker = 16_384
+	MaxPartitions          = 1 << 20
+)
 
 func (c *MasterConfig) validate() error {
 	if c.Workers < 1 || c.Workers > MaxWorkers {

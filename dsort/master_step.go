@@ -191,7 +191,7 @@ func (m *Master) computeBoundsLocked() {
 		total += mb.inputBytes
 	}
 	n := int64(m.cfg.Workers)
-	ppw := int(min(MaxPartitionsPerWorker, max(int64(cores), ceilDiv(total, n, m.cfg.PartitionSize))))
+	ppw := int(min(MaxPartitionsPerWorker, max(1, MaxPartitions/n), max(int64(cores), ceilDiv(total, n, m.cfg.PartitionSize))))
 	m.ppw = ppw
 	m.bounds = computeBoundaries(keys, recs, ppw*m.cfg.Workers, m.cfg.Lines != nil)
 	m.cfg.Logger.Info("partition boundaries computed", "partitions", ppw*m.cfg.Workers,

@@ -35,9 +35,12 @@ const (
 )
 
 // MaxCommandBytes bounds a workspace's command: it is one argument of
-// `sh -c`, and Linux refuses an argument over 128 KiB (MAX_ARG_STRLEN) at
-// exec, so a longer one could never start.
-const MaxCommandBytes = 64 << 10
+// `sh -c` (after the process provider's short limits prefix), and Linux
+// refuses an argument of 128 KiB or more (MAX_ARG_STRLEN) at exec, so a
+// longer one could never start. Checked when a command is given (create,
+// a PATCH of the command, a template), so that a workspace stored before
+// the bound stays editable.
+const MaxCommandBytes = 120 << 10
 
 // The limits' bounds (zero, the server's default, is always allowed):
 //
@@ -117,6 +120,11 @@ func validRun(image, command string) error {
 	if strings.IndexByte(command, 0) >= 0 {
 		return fmt.Errorf("%w: the command holds a NUL byte", ErrBadInput)
 	}
+	return nil
+}
+
+// validCommandLen checks a command given anew against MaxCommandBytes.
+func validCommandLen(command string) error {
 	if len(command) > MaxCommandBytes {
 		return fmt.Errorf("%w: a command of %d bytes, at most %d (put a longer script in a file in the workspace)", ErrBadInput, len(command), MaxCommandBytes)
 	}
@@ -197,6 +205,11 @@ func (u SpecUpdate) Apply(w Workspace) (Workspace, error) {
 	w.Apps = StoredApps(editApps(w.Apps, u.AppSet, u.AppUnset))
 	if err := validRun(w.Image, w.Command); err != nil {
 		return w, err
+	}
+	if u.Command != nil {
+		if err := validCommandLen(w.Command); err != nil {
+			return w, err
+		}
 	}
 	return w, w.Spec.Validate()
 }

@@ -56,6 +56,12 @@ func TestSpecRefusesWhatCannotStart(t *testing.T) {
 			checkBadInput(t, "update", err, tt.want)
 		})
 	}
+	// A workspace stored with a command longer than the bound (from before
+	// it) stays editable: only a command given anew is measured.
+	long := workspace.Workspace{Name: "x", Command: strings.Repeat("#", workspace.MaxCommandBytes+1), Spec: ok}
+	if _, err := (workspace.SpecUpdate{EnvSet: []string{"Y=1"}}).Apply(long); err != nil {
+		t.Errorf("an env change of a workspace with a long stored command: %v", err)
+	}
 	// env_set goes through the same check.
 	_, err := workspace.SpecUpdate{EnvSet: []string{"Y=a\x00"}}.Apply(workspace.Workspace{Name: "x", Spec: ok})
 	checkBadInput(t, "update env_set", err, "NUL")

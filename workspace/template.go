@@ -103,6 +103,9 @@ func (t Template) Validate() error {
 	if err := validRun(t.Image, t.Command); err != nil {
 		return err
 	}
+	if err := validCommandLen(t.Command); err != nil {
+		return err
+	}
 	if t.Spec.Template != nil {
 		return fmt.Errorf("%w: template %s: a template is made from no other template", ErrBadInput, t.Name)
 	}

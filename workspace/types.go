@@ -243,6 +243,9 @@ func (n *NewWorkspace) Validate() error {
 	if err := validRun(n.Image, n.Command); err != nil {
 		return err
 	}
+	if err := validCommandLen(n.Command); err != nil {
+		return err
+	}
 	if err := n.Spec.Validate(); err != nil {
 		return err
 	}

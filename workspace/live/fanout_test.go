@@ -312,7 +312,7 @@ type fanoutResult struct {
 }
 
 // SSE with 2,000 subscribers and a workspace whose command is as long as a
-// command may be (workspace.MaxCommandBytes, 64 KiB) costs
+// command may be (workspace.MaxCommandBytes, 120 KiB) costs
 // the server about what it costs without that command: bytes sent and peak
 // RSS within 2x. Each run is its own server process (TestFanoutServerChild):
 // every subscriber gets the snapshot of 10 workspaces, then 5 changes of the

@@ -525,6 +525,10 @@ func (c *Container) Discard(_ context.Context, id string) error {
 	if _, err := c.pidfile(id); err != nil {
 		return err
 	}
+	// Under capLog's lock: a rotation in progress finishes first, and one
+	// after finds no log to copy back into .log.1.
+	logMu.Lock()
+	defer logMu.Unlock()
 	for _, ext := range []string{".log", ".log.1", ".pid", ".exit"} {
 		if err := os.Remove(filepath.Join(c.RunDir, id+ext)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("process: discard %s: %w", id, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"runtime/debug"
 	"time"
@@ -124,7 +125,8 @@ func runQueueWorker(cmd *cobra.Command, env *Env, o *queueWorkerOptions) error {
 	if env.ShutdownGrace != nil {
 		// After a signal: the running tasks' --shutdown-timeout, then the
 		// cancelled handlers' grace, then giving their tasks back.
-		env.ShutdownGrace(max(cfg.ShutdownTimeout, 0) + taskq.DefaultCancelGrace + 5*time.Second)
+		grace := taskq.DefaultCancelGrace + 5*time.Second
+		env.ShutdownGrace(max(cfg.ShutdownTimeout, 0) + min(grace, math.MaxInt64-max(cfg.ShutdownTimeout, 0))) // saturating
 	}
 	defer setWorkerMemoryLimit(env, o.memLimit)()
 	w, err := newWorkerWaiting(cmd.Context(), env, cfg)
