@@ -35,6 +35,11 @@ type PanicError struct {
 
 func (e *PanicError) Error() string { return fmt.Sprintf("sched: panic: %v", e.Value) }
 
+// MaxWorkers bounds Config.Workers: a parking worker scans every worker's
+// deque, so a pool far wider than the machine only costs (10,000 workers
+// took half a second to start, 40,000 fifteen).
+const MaxWorkers = 1024
+
 // Config configures a Scheduler. The zero value is a valid configuration:
 // every zero field means the documented default.
 type Config struct {
@@ -79,8 +84,8 @@ type testHooks struct {
 }
 
 func (c *Config) validate() error {
-	if c.Workers < 0 {
-		return fmt.Errorf("%w: Workers = %d, want >= 0 (0 = GOMAXPROCS)", ErrConfig, c.Workers)
+	if c.Workers < 0 || c.Workers > MaxWorkers {
+		return fmt.Errorf("%w: Workers = %d, want 0 (GOMAXPROCS) to %d", ErrConfig, c.Workers, MaxWorkers)
 	}
 	for t, h := range c.Handlers {
 		if h == nil {

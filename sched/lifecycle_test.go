@@ -90,6 +90,9 @@ func TestConfigAndRoutingErrors(t *testing.T) {
 	if _, err := New(Config{Workers: -1}); !errors.Is(err, ErrConfig) {
 		t.Fatalf("Workers -1: %v, want ErrConfig", err)
 	}
+	if _, err := New(Config{Workers: MaxWorkers + 1}); !errors.Is(err, ErrConfig) {
+		t.Fatalf("Workers %d: %v, want ErrConfig", MaxWorkers+1, err)
+	}
 	if _, err := New(Config{Handlers: map[CommandType]Handler{1: nil}}); !errors.Is(err, ErrConfig) {
 		t.Fatalf("nil handler: %v, want ErrConfig", err)
 	}

@@ -3,12 +3,13 @@
 package schedbench
 
 import (
+	"context"
 	"errors"
 	"time"
 )
 
 // IdleCPU needs getrusage, which this platform lacks.
-func IdleCPU(int, time.Duration) (float64, error) {
+func IdleCPU(context.Context, int, time.Duration) (float64, error) {
 	return 0, errors.New("schedbench: idle CPU measurement needs a unix system")
 }
 

@@ -3,6 +3,7 @@
 package schedbench
 
 import (
+	"context"
 	"fmt"
 	"runtime"
 	"runtime/debug"
@@ -24,7 +25,7 @@ func cpuTime() (time.Duration, error) {
 // IdleCPU starts a scheduler, runs a burst of work, waits until every worker
 // has parked, and returns the whole process's CPU use over window as a
 // percentage of one core.
-func IdleCPU(workers int, window time.Duration) (float64, error) {
+func IdleCPU(ctx context.Context, workers int, window time.Duration) (float64, error) {
 	const burst = 10_000
 	var left atomic.Int64
 	left.Store(burst)
@@ -64,7 +65,11 @@ func IdleCPU(workers int, window time.Duration) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	time.Sleep(window) // the measurement window
+	select { // the measurement window
+	case <-time.After(window):
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
 	after, err := cpuTime()
 	if err != nil {
 		return 0, err

@@ -181,7 +181,7 @@ func Run(ctx context.Context, o Options, progress func(row string)) ([]Row, erro
 		if progress != nil {
 			progress("idle CPU")
 		}
-		pct, err := IdleCPU(2, o.Idle)
+		pct, err := IdleCPU(ctx, 2, o.Idle)
 		if err != nil {
 			return rows, err
 		}

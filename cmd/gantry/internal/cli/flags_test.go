@@ -83,3 +83,29 @@ func TestExpandMultiValueFlagsKeepsOtherArgs(t *testing.T) {
 		t.Errorf("args without -I changed (-want +got):\n%s", diff)
 	}
 }
+
+// A word that is no subcommand of a group fails (exit 1, naming it) at any
+// depth, as at the root; a group alone prints its help and succeeds.
+func TestUnknownSubcommandsFail(t *testing.T) {
+	for _, args := range [][]string{{"sched", "nosuch"}, {"queue", "nosuch"}, {"queue", "tasks", "nosuch"}, {"ws", "nosuch"}, {"sort", "nosuch"}, {"nosuch"}} {
+		code, _, stderr := runRecordCmd(t, args...)
+		if code != 1 || !strings.Contains(stderr, `unknown command "nosuch"`) {
+			t.Errorf("gantry %s: exit %d, stderr %q; want 1 naming the word", strings.Join(args, " "), code, stderr)
+		}
+	}
+	if code, stdout, _ := runRecordCmd(t, "sched"); code != 0 || !strings.Contains(stdout, "bench") {
+		t.Errorf("gantry sched: exit %d, %q; want its help", code, stdout)
+	}
+}
+
+// sched bench refuses a scale that is not a finite factor within bounds
+// (NaN and Inf ran each workload once and printed verdicts) and an idle
+// window too short to measure.
+func TestSchedBenchBounds(t *testing.T) {
+	for _, a := range [][]string{{"--scale", "NaN"}, {"--scale", "Inf"}, {"--scale", "1e300"}, {"--idle", "1ns"}} {
+		code, _, stderr := runRecordCmd(t, append([]string{"sched", "bench", "--runs", "1"}, a...)...)
+		if code != 1 || !strings.Contains(stderr, a[0]) {
+			t.Errorf("sched bench %v: exit %d, stderr %q; want 1 naming %s", a, code, stderr, a[0])
+		}
+	}
+}

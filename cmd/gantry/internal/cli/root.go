@@ -154,7 +154,31 @@ func newRoot(env *Env) *cobra.Command {
 		newCompletionCmd(),
 	)
 	completeQueueFlags(root)
+	refuseUnknownSubcommands(root)
 	return root
+}
+
+// refuseUnknownSubcommands makes every group command below the root (sched,
+// queue, ws, …) fail on a word that is none of its subcommands, as the root
+// does: cobra would print the group's help and exit 0, and a typo in a
+// script would pass for success. With no word the group prints its help.
+func refuseUnknownSubcommands(root *cobra.Command) {
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		for _, sub := range c.Commands() {
+			if sub.HasSubCommands() && sub.Run == nil && sub.RunE == nil {
+				sub.Args = cobra.ArbitraryArgs
+				sub.RunE = func(cmd *cobra.Command, args []string) error {
+					if len(args) > 0 {
+						return fmt.Errorf("unknown command %q for %q (see %s --help)", args[0], cmd.CommandPath(), cmd.CommandPath())
+					}
+					return cmd.Help()
+				}
+			}
+			walk(sub)
+		}
+	}
+	walk(root)
 }
 
 // before runs ahead of every command: it starts the CPU profile and the

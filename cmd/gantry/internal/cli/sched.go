@@ -45,17 +45,24 @@ medians as a table. The default run takes about a minute on 2 cores.`,
 	return cmd
 }
 
+// The bounds of sched bench's flags: a larger scale overflows the
+// workloads' operation counts; a shorter idle window measures the clock.
+const (
+	maxSchedScale = 10_000
+	minSchedIdle  = 100 * time.Millisecond
+)
+
 // runSchedBench is `gantry sched bench`: run the workloads of o and print
 // the table on stdout, progress on stderr.
 func runSchedBench(ctx context.Context, env *Env, o schedbench.Options) error {
-	if o.Scale <= 0 {
-		return fmt.Errorf("--scale %v: want a positive factor such as 0.1 or 2", o.Scale)
+	if !(o.Scale > 0 && o.Scale <= maxSchedScale) { // NaN too
+		return fmt.Errorf("--scale %v: want a positive factor such as 0.1 or 2, at most %d", o.Scale, maxSchedScale)
 	}
 	if o.Runs < 1 {
 		return fmt.Errorf("--runs %d: want 1 or more", o.Runs)
 	}
-	if o.Idle < 0 {
-		return fmt.Errorf("--idle %v: want a duration such as 5s, or 0 to skip", o.Idle)
+	if o.Idle < 0 || o.Idle > 0 && o.Idle < minSchedIdle {
+		return fmt.Errorf("--idle %v: want a duration of at least %v such as 5s (a shorter window measures the clock, not the workers), or 0 to skip", o.Idle, minSchedIdle)
 	}
 	fmt.Fprintf(env.Stderr, "sched bench: GOMAXPROCS=%d, %d CPUs, %s; medians of %d runs\n",
 		runtime.GOMAXPROCS(0), runtime.NumCPU(), runtime.Version(), o.Runs)
@@ -64,6 +71,9 @@ func runSchedBench(ctx context.Context, env *Env, o schedbench.Options) error {
 		fmt.Fprintf(env.Stderr, "sched bench: %s…\n", row)
 	})
 	printSchedRows(env, rows)
+	if err == nil {
+		err = ctx.Err() // interrupted in the last row: its figures are not whole
+	}
 	if err != nil {
 		return fmt.Errorf("sched bench: %w", err)
 	}
