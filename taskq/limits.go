@@ -155,10 +155,13 @@ func limitInfos(q string, ls map[string]rdb.LimitState, st rdb.QueueStats) []Lim
 // ParseRate reads a rate as the CLI takes it: "20/s", "300/m", "1000/h",
 // or a bare number of tasks per second.
 func ParseRate(s string) (float64, error) {
-	num, unit, _ := strings.Cut(strings.TrimSpace(s), "/")
+	num, unit, slash := strings.Cut(strings.TrimSpace(s), "/")
 	n, err := strconv.ParseFloat(num, 64)
-	if err != nil || n <= 0 || math.IsInf(n, 0) {
+	if err != nil || !(n > 0) || math.IsInf(n, 0) { // NaN too
 		return 0, fmt.Errorf("rate %q: want N/s, N/m or N/h with N > 0", s)
+	}
+	if slash && unit == "" {
+		return 0, fmt.Errorf("rate %q: the unit after / is s, m or h", s)
 	}
 	switch unit {
 	case "", "s", "sec":

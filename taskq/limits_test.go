@@ -194,7 +194,7 @@ func TestLimitWeightOverridesAndBadLimits(t *testing.T) {
 			t.Errorf("ParseRate(%q) = %v, %v; want %v", in, got, err, want)
 		}
 	}
-	for _, in := range []string{"", "0/s", "-1/s", "x/s", "5/d"} {
+	for _, in := range []string{"", "0/s", "-1/s", "x/s", "5/d", "NaN", "nan/s", "10/", "Inf/s"} {
 		if _, err := ParseRate(in); err == nil {
 			t.Errorf("ParseRate(%q) accepted", in)
 		}

@@ -123,6 +123,7 @@ func TestQueueEnqueueStatsJSON(t *testing.T) {
 		{"queue", "tasks", "list", "--redis", addr, "--queue", q, "--limit", "0"},
 		{"queue", "tasks", "list", "--redis", addr, "--queue", q, "--state", "pending", "--cursor", "garbage"},
 		{"queue", "tasks", "list", "--redis", addr, "--queue", q, "--state", "bogus"},
+		{"queue", "workflow", "list", "--redis", addr, "--queue", q, "--limit", "0"},
 	} {
 		if out, code := run(bad...); code == 0 {
 			t.Errorf("%s: exit 0, %q; want a failure", strings.Join(bad[1:3], " ")+" "+strings.Join(bad[5:], " "), out)

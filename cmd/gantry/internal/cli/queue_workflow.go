@@ -46,6 +46,9 @@ func newQueueWorkflowInspectCmd(op string) *cobra.Command {
 		Short: uses[op][1],
 		Args:  args,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if op == "list" && limit < 1 {
+				return fmt.Errorf("workflow list: --limit %d: want at least 1", limit)
+			}
 			in, err := taskq.NewInspector(redis)
 			if err != nil {
 				return err
