@@ -7,7 +7,7 @@ import (
 	"os"
 )
 
-// tryLock is unsupported off unix: owned directories need flock semantics.
+// tryLock is unsupported off unix: owned directories and lock files need flock semantics.
 func tryLock(*os.File) (bool, error) {
-	return false, errors.New("fsutil: directory locks need a unix system")
+	return false, errors.New("fsutil: locks need a unix system")
 }

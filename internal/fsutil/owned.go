@@ -274,6 +274,23 @@ func LockInPlace(path string) (*os.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fsutil: lock %s: %w", path, err)
 	}
+	return holdLock(f, path)
+}
+
+// LockFile takes an exclusive lock on the regular file path (created, mode 0600, if
+// missing), as LockInPlace does on a directory: ErrBusy (wrapped) while another open of it
+// holds the lock; closing the returned file, or the process's end, releases it. The file is
+// open for writing, so the holder may note itself in it.
+func LockFile(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("fsutil: lock %s: %w", path, err)
+	}
+	return holdLock(f, path)
+}
+
+// holdLock is f (opened from path) once its lock is taken, else closed and the reason.
+func holdLock(f *os.File, path string) (*os.File, error) {
 	ok, err := tryLock(f)
 	if err != nil || !ok {
 		f.Close()

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"golang.org/x/sys/unix"
+	"github.com/gantryhq/gantry/internal/fsutil"
 )
 
 // A SQLite database is one server's: replicas need Postgres (its leader
@@ -23,21 +23,17 @@ func lockDB(dsn string) (unlock func(), err error) {
 		return func() {}, nil
 	}
 	lock := path + ".lock"
-	f, err := os.OpenFile(lock, os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := fsutil.LockFile(lock)
+	if errors.Is(err, fsutil.ErrBusy) {
+		b, _ := os.ReadFile(lock)
+		holder := strings.TrimSpace(string(b))
+		if _, perr := strconv.Atoi(holder); perr != nil {
+			holder = "unknown"
+		}
+		return nil, &ConfigError{Field: "DB", Err: fmt.Errorf("the SQLite database %s is in use by another gantry ws serve (pid %s); give each server its own --data, or run replicas on Postgres (--db postgres://…)", path, holder)}
+	}
 	if err != nil {
 		return nil, &ConfigError{Field: "DB", Err: err}
-	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		b, _ := os.ReadFile(lock)
-		f.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			holder := strings.TrimSpace(string(b))
-			if _, perr := strconv.Atoi(holder); perr != nil {
-				holder = "unknown"
-			}
-			return nil, &ConfigError{Field: "DB", Err: fmt.Errorf("the SQLite database %s is in use by another gantry ws serve (pid %s); give each server its own --data, or run replicas on Postgres (--db postgres://…)", path, holder)}
-		}
-		return nil, &ConfigError{Field: "DB", Err: fmt.Errorf("lock %s: %w", lock, err)}
 	}
 	if err := f.Truncate(0); err == nil {
 		f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
