@@ -138,7 +138,7 @@ func (p Param) validDecl() error {
 	// A choice no value check passes could never be given: the template
 	// would be one nobody can use.
 	for _, c := range p.Choices {
-		if err := (Param{Name: p.Name, Type: p.Type, Pattern: p.Pattern, Min: p.Min, Max: p.Max}).check(c); err != nil {
+		if err := p.check(c); err != nil {
 			return fmt.Errorf("choice %q: %w", c, err)
 		}
 	}

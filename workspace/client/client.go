@@ -245,7 +245,7 @@ func (c *Client) Logs(ctx context.Context, id string, tail int, follow bool, w i
 	if ctx.Err() != nil {
 		return nil // followed until the caller stopped
 	}
-	if why := resp.Trailer.Get("Gantry-Log-End"); err == nil && why != "" {
+	if why := resp.Trailer.Get(api.LogEndTrailer); err == nil && why != "" {
 		return fmt.Errorf("logs of %s ended by the server: %s", id, why)
 	}
 	return err

@@ -125,8 +125,8 @@ func runQueueWorker(cmd *cobra.Command, env *Env, o *queueWorkerOptions) error {
 	if env.ShutdownGrace != nil {
 		// After a signal: the running tasks' --shutdown-timeout, then the
 		// cancelled handlers' grace, then giving their tasks back.
-		grace := taskq.DefaultCancelGrace + 5*time.Second
-		env.ShutdownGrace(max(cfg.ShutdownTimeout, 0) + min(grace, math.MaxInt64-max(cfg.ShutdownTimeout, 0))) // saturating
+		wait, grace := max(cfg.ShutdownTimeout, 0), taskq.DefaultCancelGrace+5*time.Second
+		env.ShutdownGrace(wait + min(grace, math.MaxInt64-wait)) // saturating
 	}
 	defer setWorkerMemoryLimit(env, o.memLimit)()
 	w, err := newWorkerWaiting(cmd.Context(), env, cfg)
