@@ -19,11 +19,20 @@ import (
 	"github.com/gantryhq/gantry/workspace/provider/providertest"
 )
 
-func TestConformance(t *testing.T) {
+// testDirs is a workspace's volume (made) and a RunDir (not yet) in a
+// test's temp dir.
+func testDirs(t *testing.T) (vol, run string) {
 	dir := t.TempDir()
-	vol := filepath.Join(dir, "vol")
-	os.Mkdir(vol, 0o755)
-	c := &process.Container{RunDir: filepath.Join(dir, "run"), StopGrace: time.Second}
+	vol = filepath.Join(dir, "vol")
+	if err := os.Mkdir(vol, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return vol, filepath.Join(dir, "run")
+}
+
+func TestConformance(t *testing.T) {
+	vol, run := testDirs(t)
+	c := &process.Container{RunDir: run, StopGrace: time.Second}
 	providertest.Container(t, c, provider.Spec{ID: "ws1", VolumeDir: vol, Command: "exec sleep 60"})
 	ctx := t.Context()
 	if err := c.Start(ctx, provider.Spec{ID: "ws2", VolumeDir: vol, Command: "echo $HOME > home.tmp && mv home.tmp home.txt; exec sleep 60"}); err != nil {
@@ -44,10 +53,7 @@ func TestConformance(t *testing.T) {
 // running process, and a pidfile whose pid was recycled is not Running.
 func TestFoundAgainAfterRestart(t *testing.T) {
 	ctx := t.Context()
-	dir := t.TempDir()
-	vol := filepath.Join(dir, "vol")
-	os.Mkdir(vol, 0o755)
-	run := filepath.Join(dir, "run")
+	vol, run := testDirs(t)
 	a := &process.Container{RunDir: run}
 	if err := a.Start(ctx, provider.Spec{ID: "ws1", VolumeDir: vol}); err != nil {
 		t.Fatal(err)
@@ -72,10 +78,8 @@ func TestFoundAgainAfterRestart(t *testing.T) {
 // A start rotates a log past its cap, so the files stay bounded across
 // restarts.
 func TestLogRotatesAtStart(t *testing.T) {
-	dir := t.TempDir()
-	c := &process.Container{RunDir: filepath.Join(dir, "run"), StopGrace: time.Second, LogCap: 1000}
-	vol := filepath.Join(dir, "vol")
-	os.MkdirAll(vol, 0o755)
+	vol, run := testDirs(t)
+	c := &process.Container{RunDir: run, StopGrace: time.Second, LogCap: 1000}
 	os.MkdirAll(c.RunDir, 0o755)
 	log := filepath.Join(c.RunDir, "w1.log")
 	os.WriteFile(log, bytes.Repeat([]byte("x\n"), 1000), 0o644)
@@ -103,11 +107,9 @@ func TestLogRotatesAtStart(t *testing.T) {
 // writes) however long it writes, and a follower keeps up across the
 // truncations, seeing the newest lines.
 func TestLogStaysUnderItsCapWhileRunning(t *testing.T) {
-	dir := t.TempDir()
 	const limit = 64 << 10
-	c := &process.Container{RunDir: filepath.Join(dir, "run"), StopGrace: time.Second, LogCap: limit, LogCheck: 20 * time.Millisecond}
-	vol := filepath.Join(dir, "vol")
-	os.MkdirAll(vol, 0o755)
+	vol, run := testDirs(t)
+	c := &process.Container{RunDir: run, StopGrace: time.Second, LogCap: limit, LogCheck: 20 * time.Millisecond}
 	// About 100 lines of 60 bytes every 10 ms: 600 KB/s, ten caps a second.
 	cmd := `i=0; while :; do j=0; while [ $j -lt 100 ]; do i=$((i+1)); j=$((j+1)); echo "line $i ................................................"; done; sleep 0.01; done`
 	if err := c.Start(t.Context(), provider.Spec{ID: "w1", VolumeDir: vol, Command: cmd}); err != nil {
@@ -157,10 +159,7 @@ func TestLogStaysUnderItsCapWhileRunning(t *testing.T) {
 // ends; twice is a no-op, and another workspace's files stay.
 func TestDiscardLeavesNothing(t *testing.T) {
 	ctx := t.Context()
-	dir := t.TempDir()
-	vol := filepath.Join(dir, "vol")
-	os.Mkdir(vol, 0o755)
-	run := filepath.Join(dir, "run")
+	vol, run := testDirs(t)
 	c := &process.Container{RunDir: run, StopGrace: time.Second}
 	for _, id := range []string{"ws1", "ws2"} {
 		if err := c.Start(ctx, provider.Spec{ID: id, VolumeDir: vol, Command: "echo said by " + id + "; exec sleep 60"}); err != nil {
@@ -205,10 +204,8 @@ func TestDiscardLeavesNothing(t *testing.T) {
 // a shell says it, and names the command on stderr.
 func TestExecOfAMissingCommand(t *testing.T) {
 	ctx := t.Context()
-	dir := t.TempDir()
-	vol := filepath.Join(dir, "vol")
-	os.Mkdir(vol, 0o755)
-	c := &process.Container{RunDir: filepath.Join(dir, "run"), StopGrace: time.Second, SharedUser: true}
+	vol, run := testDirs(t)
+	c := &process.Container{RunDir: run, StopGrace: time.Second, SharedUser: true}
 	if err := c.Start(ctx, provider.Spec{ID: "ws1", VolumeDir: vol, Command: "exec sleep 60"}); err != nil {
 		t.Fatal(err)
 	}
